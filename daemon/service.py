@@ -1,0 +1,462 @@
+"""The daemon: one loop that owns every workspace's record and repository.
+
+Threads only *report*: the watcher puts changed paths into an inbox, the API
+reads a status snapshot.  Everything that touches git or the records happens in
+the main loop, so there is exactly one writer and no lock juggling.  Signals
+wake the loop through ``signal.set_wakeup_fd`` on the same socket the watcher
+uses, so SIGTERM is handled within one loop turn even when the daemon is idle.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import threading
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from daemon import __version__
+from daemon.api import ApiServer
+from daemon.config import Config, load_config
+from daemon.filestate import FileState
+from daemon.guard import SecretGuard
+from daemon.notify import Notifier
+from daemon.tracker import AgentTracker, EditListener, Settings
+from daemon.watcher import Watcher
+from daemon.workspaces import Agent, is_memory_path, make_agent, spoke_id
+from daemon.workspaces import discover as discover_agents
+from layers import daily
+from layers.fsutil import atomic_write
+from layers.yamlfile import YamlFileError
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FILE = "status.json"  # the last status, so `status` can tell when the daemon was last seen
+STOP_BUDGET_S = 8.0  # systemd waits 10 s (TimeoutStopSec is longer; this is our promise)
+
+
+class DaemonError(RuntimeError):
+    """A condition that prevents the daemon from starting, with a message for a person."""
+
+
+def guard_from(config: Config) -> SecretGuard:
+    return SecretGuard((p.name, p.pattern) for p in config.guard.never_store)
+
+
+def settings_from(config: Config) -> Settings:
+    return Settings(
+        max_index_bytes=int(config.watch.max_file_mb * 1024 * 1024),
+        quiet_period_s=config.git.quiet_period_s,
+        max_delay_s=config.git.max_delay_s,
+        archive_after_days=config.daily.archive_after_days,
+    )
+
+
+def make_tracker(config: Config, agent: Agent, guard: SecretGuard, record: Path | None, listeners=()) -> AgentTracker:
+    """A tracker for ``agent``; ``record`` None keeps the processed-files record in memory only."""
+    repo = daily.WorkspaceRepo(
+        agent.workspace, (config.git.author_name, config.git.author_email), config.git.stale_lock_s
+    )
+    files = FileState(record)
+    return AgentTracker(agent, repo, files, guard, settings_from(config), listeners)
+
+
+def _iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds") if ts else None
+
+
+class MemoryDaemon:
+    def __init__(self, config: Config, notifier: Notifier | None = None) -> None:
+        self.config = config
+        self.notifier = notifier or Notifier()
+        self.guard = guard_from(config)
+        self.listeners: list[EditListener] = []
+        self.trackers: dict[str, AgentTracker] = {}
+        self.watcher: Watcher | None = None
+        self.api: ApiServer | None = None
+        self.started = time.time()
+        self.last_reconcile: dict = {"time": None, "repaired": 0, "duration_ms": None}
+        self._inbox: collections.deque[tuple[str, bool]] = collections.deque()
+        self._wake_r, self._wake_w = socket.socketpair()
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        self._debounce: dict[tuple[str, str], float] = {}
+        self._stop = False
+        self._reload = False
+        self._next_reconcile = 0.0
+        self._next_ping = 0.0
+        self._snapshot: dict = {}
+        self._snapshot_lock = threading.Lock()
+        self._lock_file = None
+        self._status_line = ""
+
+    # ------------------------------------------------------------ intake (other threads)
+
+    def on_change(self, path: str, is_directory: bool) -> None:
+        """Called by the watcher thread: queue the path and wake the loop."""
+        self._inbox.append((path, is_directory))
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            self._wake_w.send(b"\0")
+
+    def status(self) -> dict:
+        """The latest snapshot, for the API thread."""
+        with self._snapshot_lock:
+            snap = dict(self._snapshot)
+        if snap:
+            snap["daemon"] = dict(snap["daemon"], uptime_s=round(time.time() - self.started, 1))
+        return snap
+
+    # ------------------------------------------------------------ start-up
+
+    def _acquire_state_lock(self) -> None:
+        state = self.config.paths.state_dir
+        state.mkdir(parents=True, exist_ok=True, mode=0o750)
+        lock = open(state / "memstrata.lock", "a+")  # noqa: SIM115 - held for the daemon's life
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise DaemonError(f"another memstrata daemon is already running with state directory {state}") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        self._lock_file = lock
+
+    def _record_path(self, agent_id: str) -> Path:
+        return self.config.paths.state_dir / "agents" / f"{agent_id}.json"
+
+    def _add_agent(self, agent: Agent) -> AgentTracker:
+        tracker = make_tracker(self.config, agent, self.guard, self._record_path(agent.id), self.listeners)
+        if tracker.repo.ensure():
+            log.info("%s: initialised missing git repository in %s", agent.id, agent.workspace)
+        self.trackers[agent.id] = tracker
+        log.info("watching agent %s at %s", agent.id, agent.workspace)
+        return tracker
+
+    def _watch_roots(self) -> list[Path]:
+        paths = self.config.paths
+        roots = [paths.workspace]
+        if paths.workspace not in paths.agents_dir.parents:
+            roots.append(paths.agents_dir)
+        return roots
+
+    def start(self) -> None:
+        paths = self.config.paths
+        if not paths.workspace.is_dir():
+            raise DaemonError(
+                f"the main workspace {paths.workspace} does not exist: run `memstrata init --root DIR` "
+                "or set paths.workspace in the configuration"
+            )
+        self._acquire_state_lock()
+        paths.agents_dir.mkdir(parents=True, exist_ok=True)
+        for agent in discover_agents(self.config):
+            self._add_agent(agent)
+        self.api = ApiServer(paths.socket, self)
+        self.api.start()
+        self.watcher = Watcher(
+            self._watch_roots(), self.on_change, self.config.watch.mode, self.config.watch.poll_interval_s
+        )
+        self.watcher.start()
+        log.info("watcher: %s%s", self.watcher.mode, f" ({self.watcher.reason})" if self.watcher.reason else "")
+        self._reconcile_all()
+        self._publish()
+        self.notifier.ready(self._status_line)
+        log.info("ready: %s", self._status_line)
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        old_fd = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        try:
+            self.start()
+            selector = selectors.DefaultSelector()
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stop:
+                selector.select(self._timeout())
+                self._drain_wake()
+                if self._reload:
+                    self._reload = False
+                    self.reload()
+                if self._stop:
+                    break
+                self._turn()
+            self.shutdown()
+            return 0
+        finally:
+            signal.set_wakeup_fd(old_fd)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self._release()
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        if signum == signal.SIGHUP:
+            self._reload = True
+        else:
+            self._stop = True
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while self._wake_r.recv(4096):
+                pass
+
+    def _timeout(self) -> float:
+        now = time.monotonic()
+        deadlines = [self._next_reconcile]
+        if self._debounce:
+            deadlines.append(min(self._debounce.values()))
+        deadlines += [d for t in self.trackers.values() if (d := t.commit_deadline()) is not None]
+        if self.notifier.watchdog_interval:
+            deadlines.append(self._next_ping)
+        return max(0.0, min(min(deadlines) - now, 30.0))
+
+    def _turn(self) -> None:
+        """One pass of the loop: intake, settled files, due commits, reconcile, watchdog."""
+        now = time.monotonic()
+        changed = self._take_inbox(now)
+        due = [key for key, deadline in self._debounce.items() if deadline <= now]
+        for key in due:
+            del self._debounce[key]
+            tracker = self.trackers.get(key[0])
+            if tracker is not None:
+                changed |= tracker.process(key[1])
+        for tracker in list(self.trackers.values()):
+            deadline = tracker.commit_deadline()
+            if deadline is not None and deadline <= now:
+                tracker.commit(now)
+                changed = True
+        if now >= self._next_reconcile:
+            self._reconcile_all()
+            changed = True
+        if self.watcher and self.watcher.mode == "inotify" and not self.watcher.healthy():
+            self._restart_watcher("an inotify watch failed")
+            changed = True
+        if due or changed:
+            for tracker in self.trackers.values():
+                tracker.files.save()
+            self._publish()
+        if self.notifier.watchdog_interval and now >= self._next_ping:
+            self.notifier.watchdog()
+            self._next_ping = now + self.notifier.watchdog_interval
+
+    def _take_inbox(self, now: float) -> bool:
+        debounce = self.config.watch.debounce_ms / 1000
+        changed = False
+        while self._inbox:
+            path, is_dir = self._inbox.popleft()
+            located = self._locate(Path(path))
+            if located is None:
+                continue
+            tracker, rel = located
+            if not tracker.workspace.is_dir():
+                log.warning("%s: workspace %s disappeared; no longer watching it", tracker.id, tracker.workspace)
+                del self.trackers[tracker.id]
+                changed = True
+                continue
+            rels = tracker.paths_under(rel) if is_dir or rel == "" else {rel} if is_memory_path(rel) else set()
+            for r in rels:
+                self._debounce[(tracker.id, r)] = now + debounce
+        return changed
+
+    def _locate(self, path: Path) -> tuple[AgentTracker, str] | None:
+        """Which agent a path belongs to (discovering new spoke workspaces on the way)."""
+        paths = self.config.paths
+        try:
+            parts = path.relative_to(paths.agents_dir).parts
+        except ValueError:
+            parts = None
+        if parts is not None:
+            if not parts:
+                return None
+            agent_id = spoke_id(parts[0])
+            if agent_id is None:
+                return None
+            tracker = self.trackers.get(agent_id)
+            if tracker is None:
+                agent = make_agent(self.config, agent_id)
+                if not agent.workspace.is_dir() or agent.workspace.is_symlink():
+                    return None
+                tracker = self._add_agent(agent)
+                self._reconcile(tracker)
+                return None  # the reconcile covered every file of the new workspace
+            return tracker, "/".join(parts[1:])
+        try:
+            rel = path.relative_to(paths.workspace).as_posix()
+        except ValueError:
+            return None
+        tracker = self.trackers.get("main")
+        if tracker is None:
+            return None
+        return tracker, "" if rel == "." else rel
+
+    # ------------------------------------------------------------ reconcile, reload, stop
+
+    def _reconcile(self, tracker: AgentTracker) -> int:
+        try:
+            return tracker.reconcile()
+        except Exception:
+            log.exception("%s: reconcile failed", tracker.id)
+            return 0
+
+    def _reconcile_all(self) -> None:
+        started = time.monotonic()
+        known = set(self.trackers)
+        for agent in discover_agents(self.config):
+            if agent.id not in known:
+                self._add_agent(agent)
+        for agent_id in list(self.trackers):
+            if not self.trackers[agent_id].workspace.is_dir():
+                log.warning("%s: workspace disappeared; no longer watching it", agent_id)
+                del self.trackers[agent_id]
+        repaired = sum(self._reconcile(t) for t in self.trackers.values())
+        if repaired and self.last_reconcile["time"] is not None:
+            log.info("reconcile repaired %d file(s) the watcher had missed", repaired)
+        self.last_reconcile = {
+            "time": _iso(time.time()),
+            "repaired": repaired,
+            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+        }
+        self._next_reconcile = time.monotonic() + self.config.watch.reconcile_interval_s
+
+    def _restart_watcher(self, why: str) -> None:
+        log.warning("restarting the watcher: %s", why)
+        assert self.watcher is not None
+        self.watcher.stop()
+        self.watcher = Watcher(
+            self._watch_roots(), self.on_change, self.config.watch.mode, self.config.watch.poll_interval_s
+        )
+        self.watcher.start()
+        self._reconcile_all()
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the configuration; a bad file keeps the running one."""
+        self.notifier.reloading()
+        try:
+            new = load_config(self.config.source)
+        except YamlFileError as exc:
+            log.error("reload failed, keeping the running configuration:\n%s", exc)
+            self.notifier.ready(self._status_line)
+            return
+        if new.paths != self.config.paths:
+            log.warning("path settings changed; they take effect after a restart")
+            new = replace(new, paths=self.config.paths)
+        watch_changed = (new.watch.mode, new.watch.poll_interval_s) != (
+            self.config.watch.mode,
+            self.config.watch.poll_interval_s,
+        )
+        self.config = new
+        self.guard = guard_from(new)
+        for tracker in self.trackers.values():
+            tracker.guard = self.guard
+            tracker.settings = settings_from(new)
+            tracker.repo.stale_lock_s = new.git.stale_lock_s
+        logging.getLogger().setLevel(new.log.level.upper())
+        if watch_changed:
+            self._restart_watcher("watch settings changed")
+        self._reconcile_all()
+        self._publish()
+        log.info("configuration reloaded from %s", new.source)
+        self.notifier.ready(self._status_line)
+
+    def shutdown(self) -> None:
+        """Finish in-flight work: settle debounced files, make the final commits."""
+        self.notifier.stopping("stopping: final commits")
+        log.info("stopping: finishing pending work")
+        deadline = time.monotonic() + STOP_BUDGET_S
+        if self.watcher:
+            self.watcher.stop()
+        self._take_inbox(time.monotonic())
+        for agent_id, rel in list(self._debounce):
+            tracker = self.trackers.get(agent_id)
+            if tracker is not None:
+                tracker.process(rel)
+        self._debounce.clear()
+        pending = [t for t in self.trackers.values() if t.pending]
+        while pending and time.monotonic() < deadline:
+            for tracker in pending:
+                tracker.retry_at = None
+                tracker.commit()
+            pending = [t for t in pending if t.pending]
+            if pending:
+                time.sleep(0.2)
+        for tracker in pending:
+            log.error(
+                "%s: left uncommitted at shutdown (%s); reconcile commits it at next start",
+                tracker.id,
+                tracker.last_error,
+            )
+        for tracker in self.trackers.values():
+            tracker.files.save()
+        if self.api:
+            self.api.stop()
+        self._publish(running=False)
+        snapshot = self.status()
+        snapshot["daemon"]["stopped"] = _iso(time.time())
+        try:
+            atomic_write(self.config.paths.state_dir / SNAPSHOT_FILE, json.dumps(snapshot, ensure_ascii=False))
+        except OSError as exc:
+            log.warning("could not save the last status: %s", exc)
+        log.info("stopped")
+
+    def _release(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    # ------------------------------------------------------------ status
+
+    def _publish(self, running: bool = True) -> None:
+        reports = [t.report() for t in self.trackers.values()]
+        files = sum(r["files"] for r in reports)
+        commits = [t.last_commit.time for t in self.trackers.values() if t.last_commit]
+        line = f"{len(reports)} agent{'s' if len(reports) != 1 else ''}, {files} files"
+        if commits:
+            line += f", last commit {max(commits)[11:19]}"
+        held = sum(len(r["held_back"]) for r in reports)
+        if held:
+            line += f", {held} held back"
+        if self.watcher and self.watcher.mode == "polling":
+            line += ", polling"
+        snapshot = {
+            "daemon": {
+                "running": running,
+                "pid": os.getpid(),
+                "version": __version__,
+                "started": _iso(self.started),
+                "config": str(self.config.source) if self.config.source else None,
+                "socket": str(self.config.paths.socket),
+                "state_dir": str(self.config.paths.state_dir),
+                "summary": line,
+            },
+            "watcher": {
+                "mode": self.watcher.mode if self.watcher else "stopped",
+                "reason": self.watcher.reason if self.watcher else "",
+                "roots": [str(r) for r in self._watch_roots()],
+            },
+            "reconcile": dict(self.last_reconcile, interval_s=self.config.watch.reconcile_interval_s),
+            "limits": {
+                "max_file_mb": self.config.watch.max_file_mb,
+                "debounce_ms": self.config.watch.debounce_ms,
+                "quiet_period_s": self.config.git.quiet_period_s,
+                "max_delay_s": self.config.git.max_delay_s,
+            },
+            "agents": reports,
+        }
+        with self._snapshot_lock:
+            self._snapshot = snapshot
+        if line != self._status_line:
+            self._status_line = line
+            self.notifier.status(line)

@@ -1,0 +1,109 @@
+"""``memstrata status``: what the daemon reports, or a read-only survey when it is down."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import datetime
+
+from daemon import __version__
+from daemon.config import Config
+from daemon.service import SNAPSHOT_FILE, guard_from, make_tracker
+from daemon.workspaces import discover
+
+
+def offline_status(config: Config, reason: str) -> dict:
+    """The same report the daemon gives, surveyed from disk and git without writing anything."""
+    guard = guard_from(config)
+    reports = []
+    for agent in discover(config):
+        tracker = make_tracker(config, agent, guard, record=None)
+        tracker.survey()
+        reports.append(tracker.report())
+    last: dict = {}
+    with contextlib.suppress(OSError, ValueError):
+        last = json.loads((config.paths.state_dir / SNAPSHOT_FILE).read_text("utf-8"))
+    return {
+        "daemon": {
+            "running": False,
+            "reason": reason,
+            "version": __version__,
+            "config": str(config.source) if config.source else None,
+            "socket": str(config.paths.socket),
+            "state_dir": str(config.paths.state_dir),
+            "last_seen": (last.get("daemon") or {}).get("stopped"),
+        },
+        "watcher": {"mode": "not running", "reason": ""},
+        "reconcile": last.get("reconcile") or {"time": None},
+        "limits": {
+            "max_file_mb": config.watch.max_file_mb,
+            "debounce_ms": config.watch.debounce_ms,
+            "quiet_period_s": config.git.quiet_period_s,
+            "max_delay_s": config.git.max_delay_s,
+        },
+        "agents": reports,
+    }
+
+
+def _clock(iso: str | None) -> str:
+    if not iso:
+        return "never"
+    try:
+        return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    except ValueError:
+        return iso
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days}d"] if days else []
+    parts += [f"{hours}h"] if hours or days else []
+    return " ".join([*parts, f"{minutes}m {secs}s"])
+
+
+def render(status: dict) -> str:
+    d = status["daemon"]
+    lines = []
+    if d["running"]:
+        lines.append(
+            f"memstrata {d['version']}: daemon running (pid {d['pid']}, up {_duration(d.get('uptime_s', 0))}) "
+            f"on {d['socket']}"
+        )
+    else:
+        seen = f"; last stopped {_clock(d['last_seen'])}" if d.get("last_seen") else ""
+        lines.append(f"memstrata {d['version']}: daemon NOT running ({d['reason']}){seen}")
+        lines.append("  (the report below is read from disk and git)")
+    w, r, lim = status["watcher"], status["reconcile"], status["limits"]
+    watcher = w["mode"] + (f" — {w['reason']}" if w.get("reason") else "")
+    recon = f"{_clock(r.get('time'))}"
+    if r.get("time") and r.get("repaired") is not None:
+        recon += f" ({r['repaired']} repaired, {r.get('duration_ms')} ms)"
+    lines.append(f"watcher: {watcher}")
+    lines.append(f"last reconcile: {recon}")
+    lines.append(
+        f"limits: index files up to {lim['max_file_mb']:g} MB; debounce {lim['debounce_ms']} ms; "
+        f"commit after {lim['quiet_period_s']:g} s quiet (at most {lim['max_delay_s']:g} s)"
+    )
+    if not status["agents"]:
+        lines.append("\nno agents: run `memstrata init --root DIR` or `memstrata agent add ID`")
+    for a in status["agents"]:
+        lines.append("")
+        lines.append(f"{a['id']}  {a['workspace']}")
+        commit = a["last_commit"]
+        last = f"{commit['sha']} {_clock(commit['time'])} {commit['subject']!r}" if commit else "none"
+        pending = "  (changes waiting to be committed)" if a["pending_commit"] else ""
+        lines.append(f"  files: {a['files']}   last commit: {last}{pending}")
+        for h in a["held_back"]:
+            lines.append(f"  HELD BACK from git: {h['path']} line {h['line']} (never_store pattern {h['kind']!r})")
+        for name in a["naming_violations"]:
+            lines.append(f"  naming: {name} does not follow memory/YYYY-MM-DD.md")
+        for s in a["skipped"]:
+            lines.append(f"  ignored: {s['path']}: {s['reason']}")
+        for s in a["not_indexed"]:
+            lines.append(f"  not indexed: {s['path']}: {s['reason']}")
+        if a["last_error"]:
+            lines.append(f"  ERROR: {a['last_error']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,328 @@
+"""One agent's workspace as the daemon tracks it: edit flow, commits, reconcile, report.
+
+The same object serves the running daemon (with a persisted record of processed
+files and listeners such as the L3 index) and ``memstrata status`` when the
+daemon is down (with an in-memory record and no listeners), so both tell the
+same story about held-back files, skipped files and naming.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Protocol
+
+import git
+
+from daemon.filestate import FileState, Inspection, inspect, safe_stat
+from daemon.guard import Finding, SecretGuard
+from daemon.workspaces import MEMORY_DIRS, MEMORY_FILES, PATHSPECS, Agent, is_editor_temp, is_memory_path
+from layers import daily
+
+log = logging.getLogger(__name__)
+
+
+class EditListener(Protocol):
+    """The seam where layers that follow markdown (the L3 index) plug into the edit flow.
+
+    Called from the daemon's loop thread after a file settled (debounce) and its
+    checksum changed; an exception is logged and does not stop versioning.
+    """
+
+    def file_changed(self, agent: Agent, rel: str, path: Path, inspection: Inspection) -> None: ...
+
+    def file_removed(self, agent: Agent, rel: str) -> None: ...
+
+
+@dataclass
+class Settings:
+    """The slice of configuration the tracker needs (replaced on reload)."""
+
+    max_index_bytes: int
+    quiet_period_s: float
+    max_delay_s: float
+    archive_after_days: int | None = None
+
+
+def list_memory_files(workspace: Path) -> list[str]:
+    """Every L1/L2 file on disk, workspace-relative; symlinked directories are not entered."""
+    found = [name for name in MEMORY_FILES if os.path.lexists(workspace / name)]
+    for top in MEMORY_DIRS:
+        base = workspace / top
+        if not base.is_dir() or base.is_symlink():
+            if base.is_symlink():
+                found.append(top)
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if d != ".git")
+            rel_dir = Path(dirpath).relative_to(workspace).as_posix()
+            for d in dirnames:
+                if os.path.islink(os.path.join(dirpath, d)):
+                    found.append(f"{rel_dir}/{d}")
+            found.extend(f"{rel_dir}/{n}" for n in sorted(filenames) if not is_editor_temp(n))
+    return found
+
+
+@dataclass
+class AgentTracker:
+    agent: Agent
+    repo: daily.WorkspaceRepo
+    files: FileState
+    guard: SecretGuard
+    settings: Settings
+    listeners: Sequence[EditListener] = ()
+    first_change: float | None = None
+    last_change: float | None = None
+    commit_now: bool = False
+    retry_at: float | None = None
+    failures: int = 0
+    last_commit: daily.CommitInfo | None = None
+    last_error: str | None = None
+    held_back: dict[str, list[Finding]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    not_indexed: dict[str, str] = field(default_factory=dict)
+    naming: list[str] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return self.agent.id
+
+    @property
+    def workspace(self) -> Path:
+        return self.agent.workspace
+
+    # ------------------------------------------------------------ edit flow
+
+    def mark_dirty(self, now: float | None = None, immediate: bool = False) -> None:
+        now = time.monotonic() if now is None else now
+        if self.first_change is None:
+            self.first_change = now
+        self.last_change = now
+        self.commit_now = self.commit_now or immediate
+
+    def process(self, rel: str) -> bool:
+        """Bring one file's record, listeners and commit schedule up to date; True if it changed."""
+        inspection = inspect(self.workspace / rel, self.workspace, self.settings.max_index_bytes)
+        previous = self.files.get(rel)
+        self._update_naming(rel, inspection.exists)
+        if inspection.skip:
+            if rel not in self.skipped:
+                log.warning("%s: ignoring %s: %s", self.id, rel, inspection.skip)
+            self.skipped[rel] = inspection.skip
+            self.not_indexed.pop(rel, None)
+            if previous is not None:
+                self.files.remove(rel)
+                self._notify_removed(rel)
+                return True
+            return False
+        self.skipped.pop(rel, None)
+        if not inspection.exists:
+            self.not_indexed.pop(rel, None)
+            self.held_back.pop(rel, None)
+            self.mark_dirty()
+            if previous is None:
+                return False
+            self.files.remove(rel)
+            self._notify_removed(rel)
+            return True
+        if inspection.index_skip:
+            self.not_indexed[rel] = inspection.index_skip
+        else:
+            self.not_indexed.pop(rel, None)
+        if inspection.sha256 == previous:
+            return False
+        assert inspection.sha256 is not None
+        self.files.set(rel, inspection.sha256)
+        self.mark_dirty()
+        for listener in self.listeners:
+            try:
+                listener.file_changed(self.agent, rel, self.workspace / rel, inspection)
+            except Exception:
+                log.exception("%s: listener failed on %s", self.id, rel)
+        return True
+
+    def _update_naming(self, rel: str, exists: bool) -> None:
+        if not rel.startswith(daily.MEMORY_DIR + "/"):
+            return
+        bad = exists and not daily.follows_convention(rel) and not is_editor_temp(rel.rpartition("/")[2])
+        if bad and rel not in self.naming:
+            self.naming = sorted([*self.naming, rel])
+        elif not bad and rel in self.naming:
+            self.naming = [n for n in self.naming if n != rel]
+
+    def _notify_removed(self, rel: str) -> None:
+        for listener in self.listeners:
+            try:
+                listener.file_removed(self.agent, rel)
+            except Exception:
+                log.exception("%s: listener failed on removal of %s", self.id, rel)
+
+    def paths_under(self, rel_dir: str) -> set[str]:
+        """Known and on-disk memory files below ``rel_dir`` (for directory events)."""
+        prefix = rel_dir.rstrip("/") + "/" if rel_dir else ""
+        on_disk = {p for p in list_memory_files(self.workspace) if p.startswith(prefix)}
+        known = {p for p in (*self.files.paths(), *self.skipped) if p.startswith(prefix)}
+        return on_disk | known
+
+    # ------------------------------------------------------------ reconcile
+
+    def reconcile(self, commit_check: bool = True) -> int:
+        """Compare the disk with the record and repair what the watcher missed; count repairs."""
+        self.repo.ensure()
+        fresh = self.files.fresh
+        repaired = sum(1 for rel in sorted(self.paths_under("")) if self.process(rel))
+        repaired = 0 if fresh else repaired
+        if commit_check and self.first_change is None:
+            try:
+                if self.repo.changes(PATHSPECS):
+                    self.mark_dirty(immediate=True)
+            except git.GitCommandError as exc:
+                self.last_error = _git_error(exc)
+        self.archive()
+        self.naming = daily.naming_violations(self.workspace)
+        self.files.save()
+        return repaired
+
+    def survey(self) -> None:
+        """A read-only look for ``status`` when the daemon is down: nothing is written or committed."""
+        for rel in sorted(self.paths_under("")):
+            self.process(rel)
+        self.first_change = self.last_change = None  # "pending" is git's answer, below
+        self.naming = daily.naming_violations(self.workspace)
+        if self.repo.exists:
+            try:
+                if self.scan_for_commit():
+                    self.mark_dirty()
+            except git.GitCommandError as exc:
+                self.last_error = _git_error(exc)
+
+    def archive(self) -> None:
+        """Move old daily files into ``memory/archive/YYYY/`` when configured (a git move)."""
+        days = self.settings.archive_after_days
+        if not days:
+            return
+        for src, dst in daily.archive_plan(self.workspace, days, date.today()):
+            if os.path.lexists(self.workspace / dst):
+                log.warning("%s: not archiving %s: %s already exists", self.id, src, dst)
+                continue
+            try:
+                self.repo.move(src, dst)
+            except (OSError, git.GitCommandError, daily.RepoBusyError) as exc:
+                log.warning("%s: could not archive %s: %s", self.id, src, exc)
+                continue
+            log.info("%s: archived %s → %s", self.id, src, dst)
+            self.process(src)
+            self.process(dst)
+            self.mark_dirty(immediate=True)
+
+    # ------------------------------------------------------------ commits
+
+    def commit_deadline(self) -> float | None:
+        if self.first_change is None or self.last_change is None:
+            return None
+        if self.commit_now:
+            due = self.first_change
+        else:
+            due = min(
+                self.last_change + self.settings.quiet_period_s,
+                self.first_change + self.settings.max_delay_s,
+            )
+        return max(due, self.retry_at) if self.retry_at else due
+
+    def scan_for_commit(self) -> list[daily.Change]:
+        """Uncommitted L1/L2 changes that may be committed; records what is held back."""
+        eligible = []
+        held: dict[str, list[Finding]] = {}
+        for change in self.repo.changes(PATHSPECS):
+            if not is_memory_path(change.path):
+                continue
+            if change.kind != "deleted":
+                path = self.workspace / change.path
+                unsafe = safe_stat(path, self.workspace)
+                if isinstance(unsafe, Inspection):
+                    if unsafe.skip:
+                        self.skipped[change.path] = unsafe.skip
+                    continue
+                findings = self.guard.scan_file(path)
+                if findings:
+                    held[change.path] = findings
+                    continue
+            eligible.append(change)
+        for rel, findings in held.items():
+            if self.held_back.get(rel) != findings:
+                log.warning("%s: holding back %s from git: %s", self.id, rel, "; ".join(str(f) for f in findings))
+        self.held_back = held
+        return eligible
+
+    def commit(self, now: float | None = None) -> daily.CommitInfo | None:
+        """Commit pending L1/L2 changes in one batch; on failure, back off and keep them pending."""
+        now = time.monotonic() if now is None else now
+        try:
+            self.repo.ensure()
+            eligible = self.scan_for_commit()
+            info = self.repo.commit([c.path for c in eligible], daily.commit_message(eligible)) if eligible else None
+        except daily.RepoBusyError as exc:
+            return self._failed(now, str(exc))
+        except git.GitCommandError as exc:
+            return self._failed(now, _git_error(exc))
+        except OSError as exc:
+            return self._failed(now, f"{exc.strerror or exc} ({exc.filename or self.workspace})")
+        if info is not None:
+            self.last_commit = info
+            log.info("%s: committed %s %s", self.id, info.short, info.subject)
+        self.first_change = self.last_change = self.retry_at = None
+        self.commit_now = False
+        self.failures = 0
+        self.last_error = None
+        return info
+
+    def _failed(self, now: float, error: str) -> None:
+        self.failures += 1
+        delay = min(60.0, max(1.0, self.settings.quiet_period_s) * 2 ** (self.failures - 1))
+        self.retry_at = now + delay
+        if error != self.last_error:
+            log.error("%s: commit failed (will retry in %.0f s): %s", self.id, delay, error)
+        self.last_error = error
+        return None
+
+    @property
+    def pending(self) -> bool:
+        return self.first_change is not None
+
+    # ------------------------------------------------------------ report
+
+    def report(self) -> dict:
+        if self.last_commit is None and self.repo.exists:
+            with contextlib.suppress(git.GitCommandError):
+                self.last_commit = self.repo.head()
+        commit = self.last_commit
+        return {
+            "id": self.id,
+            "workspace": str(self.workspace),
+            "index": str(self.agent.index),
+            "files": len(self.files),
+            "last_commit": ({"sha": commit.short, "time": commit.time, "subject": commit.subject} if commit else None),
+            "pending_commit": self.pending,
+            "held_back": [
+                {"path": rel, "line": f.line, "kind": f.kind}
+                for rel, findings in sorted(self.held_back.items())
+                for f in findings
+            ],
+            "naming_violations": list(self.naming),
+            "skipped": [{"path": p, "reason": r} for p, r in sorted(self.skipped.items())],
+            "not_indexed": [{"path": p, "reason": r} for p, r in sorted(self.not_indexed.items())],
+            "last_error": self.last_error,
+        }
+
+
+def _git_error(exc: git.GitCommandError) -> str:
+    stderr = (exc.stderr or "").strip().splitlines()
+    detail = stderr[-1].strip() if stderr else str(exc)
+    command = exc.command[1] if isinstance(exc.command, list) and len(exc.command) > 1 else "git"
+    return f"git {command} failed: {detail.removeprefix('stderr: ').strip(chr(39))}"

@@ -1,0 +1,126 @@
+"""File-system watching through watchdog: inotify, or polling when inotify runs out.
+
+The watcher only reports *which paths* changed; what a change means is decided
+by the daemon after a debounce, by looking at the disk.  That is why editors'
+atomic saves (a temp file renamed over the target, reported as ``moved``) need
+no special case: both ends of a move are reported and the disk tells the rest.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
+
+log = logging.getLogger(__name__)
+
+# Opened / closed-without-write events are left out: the daemon reads every file
+# it hashes, and listening to its own reads would only feed it noise.
+_EVENTS = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileClosedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+]
+
+#: ``on_change(path, is_directory)`` is called from the observer's thread.
+ChangeCallback = Callable[[str, bool], None]
+
+
+def _in_git_dir(path: str) -> bool:
+    return "/.git/" in path or path.endswith("/.git")
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, on_change: ChangeCallback) -> None:
+        self.on_change = on_change
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        paths = [event.src_path]
+        if event.event_type == "moved":
+            paths.append(event.dest_path)
+        for raw in paths:
+            path = os.fsdecode(raw)
+            if path and not _in_git_dir(path):
+                self.on_change(path, event.is_directory)
+
+
+class Watcher:
+    """Recursive watches over a few roots, with the mode in use and why."""
+
+    def __init__(self, roots: list[Path], on_change: ChangeCallback, mode: str = "auto", poll_interval: float = 2.0):
+        self.roots = roots
+        self.on_change = on_change
+        self.requested = mode
+        self.poll_interval = poll_interval
+        self.mode = "stopped"
+        self.reason = ""
+        self._observer: BaseObserver | None = None
+
+    def _start(self, observer: BaseObserver) -> None:
+        handler = _Handler(self.on_change)
+        for root in self.roots:
+            observer.schedule(handler, str(root), recursive=True, event_filter=_EVENTS)
+        observer.start()
+        self._observer = observer
+
+    def start(self) -> None:
+        if self.requested in ("auto", "inotify"):
+            observer = Observer()
+            try:
+                self._start(observer)
+                self.mode, self.reason = "inotify", ""
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EMFILE, errno.ENFILE) or self.requested == "inotify":
+                    raise
+                self.reason = f"inotify unavailable ({exc.strerror or exc}); polling every {self.poll_interval:g} s"
+                log.warning("%s", self.reason)
+                self._stop_observer(observer)
+        else:
+            self.reason = "polling requested by configuration"
+        self._start(PollingObserver(timeout=self.poll_interval))
+        self.mode = "polling"
+
+    def healthy(self) -> bool:
+        """False when an emitter thread died (for example a watch failed on a new directory)."""
+        if self._observer is None:
+            return False
+        return self._observer.is_alive() and all(e.is_alive() for e in self._observer.emitters)
+
+    @staticmethod
+    def _stop_observer(observer: BaseObserver) -> None:
+        try:
+            observer.stop()
+            if observer.is_alive():
+                observer.join(timeout=5)
+        except Exception:
+            log.debug("observer stop failed", exc_info=True)
+
+    def stop(self) -> None:
+        if self._observer is not None:
+            self._stop_observer(self._observer)
+            self._observer = None
+        self.mode = "stopped"
