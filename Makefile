@@ -1,0 +1,68 @@
+# memstrata — `make run` starts the daemon on a demo root; `make test` runs every test.
+# Both set everything up first (system packages, virtualenv, llama.cpp build) when needed.
+
+PYTHON      ?= python3
+VENV        := .venv
+BIN         := $(VENV)/bin
+DEMO_ROOT   ?= $(CURDIR)/.demo
+STAMP       := $(VENV)/.memstrata-setup
+
+# llama-cpp-python compiles llama.cpp. The default build targets the build machine's
+# CPU and crashes on others (AMX/AVX2 code); this one runs on AVX-only CPUs such as
+# the reference host (FACTS.md). The wheel is cached per flag set, because pip would
+# otherwise reuse a wheel built with other flags.
+LLAMA_VERSION    := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF \
+                    -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
+                    -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+                    -DGGML_BMI2=OFF -DLLAVA_BUILD=OFF
+LLAMA_WHEELS     := .cache/wheels/llama-$(LLAMA_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-8)
+
+# Debian packages the tests use: git (L2), systemd (systemd-analyze for the unit tests).
+APT_PACKAGES := git systemd
+
+.PHONY: setup system-deps run test bench lint clean
+
+setup: $(STAMP)
+
+system-deps:
+	@missing=""; \
+	command -v git >/dev/null || missing="$$missing git"; \
+	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "please install:$$missing (apt-get install$$missing)"; exit 1; fi; \
+	fi
+
+$(STAMP): pyproject.toml Makefile
+	@$(MAKE) --no-print-directory system-deps
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "memstrata needs Python >= 3.10"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
+	@if ! ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
+	  echo "building llama-cpp-python $(LLAMA_VERSION) for AVX-only CPUs (takes ~5 minutes, once)"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir \
+	    -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION); \
+	fi
+	$(BIN)/python -m pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/memstrata init --root $(DEMO_ROOT)
+	$(BIN)/memstrata --config $(DEMO_ROOT)/memstrata.yaml run
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) $(DEMO_ROOT) .pytest_cache
