@@ -1,0 +1,33 @@
+import os
+
+import pytest
+
+from tests.helpers import DaemonProcess
+
+# Tests never reach a network service; mem0 must not phone home if anything imports it.
+os.environ.setdefault("MEM0_TELEMETRY", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Commits made by tests "as a person" need an identity on a fresh machine.
+for key, value in {
+    "GIT_AUTHOR_NAME": "Test Person",
+    "GIT_AUTHOR_EMAIL": "person@example.invalid",
+    "GIT_COMMITTER_NAME": "Test Person",
+    "GIT_COMMITTER_EMAIL": "person@example.invalid",
+}.items():
+    os.environ.setdefault(key, value)
+
+
+@pytest.fixture
+def daemons():
+    """Start daemons through this list; every one still running is stopped at the end."""
+    started: list[DaemonProcess] = []
+
+    def start(config, env=None, wait=True) -> DaemonProcess:
+        d = DaemonProcess(config, env).start(wait=wait)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        if d.proc and d.proc.poll() is None:
+            d.stop()

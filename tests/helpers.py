@@ -1,0 +1,153 @@
+"""Test helpers: a real daemon subprocess, deadlines instead of sleeps, git inspection."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+
+from daemon.client import DaemonClient, DaemonUnavailableError
+
+T = TypeVar("T")
+MEMSTRATA = [sys.executable, "-m", "daemon"]
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Fakes that match the guard's patterns; built at run time so this file holds no key-shaped text.
+FAKE_API_KEY = "sk-" + "testkey" * 4 + "1234"
+FAKE_AWS_KEY = "AKIA" + "ABCDEFGHIJKLMNOP"
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 20.0, interval: float = 0.05, what: str = "") -> T:
+    """Poll ``condition`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - condition may race with the daemon
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}" + (f" ({last_exc!r})" if last_exc else ""))
+
+
+def run_cli(*args: str, config: Path | None = None, env: dict | None = None, input: str | None = None, check: bool = True):
+    """Run the memstrata CLI as a real subprocess."""
+    cmd = [*MEMSTRATA, *(["--config", str(config)] if config else []), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, input=input, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def init_root(root: Path, **overrides: dict) -> Path:
+    """``memstrata init --root``, then merge ``overrides`` (section → settings) into the config."""
+    run_cli("init", "--root", str(root))
+    config = root / "memstrata.yaml"
+    if overrides:
+        data = yaml.safe_load(config.read_text())
+        for section, values in overrides.items():
+            data.setdefault(section, {}).update(values)
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+    return config
+
+
+FAST = {"watch": {"debounce_ms": 100}, "git": {"quiet_period_s": 0.3, "max_delay_s": 5}}
+
+
+class DaemonProcess:
+    """``memstrata run`` as a subprocess, with its stderr kept for assertions."""
+
+    def __init__(self, config: Path, env: dict | None = None) -> None:
+        self.config = config
+        data = yaml.safe_load(config.read_text())
+        root = config.parent
+        self.socket = Path(data["paths"]["socket"].replace("{root}", str(root)))
+        if not self.socket.is_absolute():
+            self.socket = root / self.socket
+        self.log_path = config.parent / f"daemon-{time.monotonic_ns()}.log"
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait: bool = True) -> DaemonProcess:
+        self._log = open(self.log_path, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [*MEMSTRATA, "--config", str(self.config), "run"], stdout=self._log, stderr=subprocess.STDOUT, env=self.env
+        )
+        if wait:
+            wait_for(self._ready, timeout=60, what=f"daemon ready\n{self.log()}")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc and self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            return bool(self.status()["daemon"]["running"])
+        except DaemonUnavailableError:
+            return False
+
+    def status(self) -> dict:
+        with DaemonClient(self.socket, timeout=10) as client:
+            return client.status()
+
+    def agent(self, agent_id: str) -> dict:
+        return next(a for a in self.status()["agents"] if a["id"] == agent_id)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 15) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._log.close()
+        return code
+
+
+def git(workspace: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(workspace), *args], capture_output=True, text=True, check=True).stdout
+
+
+def commits(workspace: Path) -> list[dict]:
+    """Commits newest first, each with its subject and its name-status lines."""
+    out = git(workspace, "log", "--format=\x1e%H\x1f%s", "--name-status", "--no-renames")
+    result = []
+    for block in out.split("\x1e")[1:]:
+        head, _, rest = block.partition("\n")
+        sha, subject = head.split("\x1f")
+        changes = [tuple(line.split("\t", 1)) for line in rest.strip().splitlines() if line.strip()]
+        result.append({"sha": sha, "subject": subject, "changes": changes})
+    return result
+
+
+def committed(workspace: Path, status: str, path: str) -> bool:
+    """True when some commit records ``status`` (A/M/D) for ``path``."""
+    return any((status, path) in c["changes"] for c in commits(workspace))
+
+
+def file_at_head(workspace: Path, path: str) -> str | None:
+    proc = subprocess.run(["git", "-C", str(workspace), "show", f"HEAD:{path}"], capture_output=True, text=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def dump(data: object) -> str:
+    return json.dumps(data, ensure_ascii=False)
