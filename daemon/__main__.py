@@ -1,3 +1,3 @@
 from daemon.cli import main
 
-main()
+main(prog_name="memstrata")

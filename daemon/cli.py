@@ -125,7 +125,7 @@ def init(ctx: click.Context, root: Path) -> None:
     agent, created = create_workspace(config, MAIN_AGENT)
     click.echo(f"{'created' if created else 'kept   '}  {agent.workspace} (main workspace, git)")
     _register(config, MAIN_AGENT, (), can_write_public=True)  # the hub curates cluster-wide memory
-    for directory in (config.paths.state_dir, config.paths.socket.parent):
+    for directory in (config.paths.agents_dir, config.paths.state_dir, config.paths.socket.parent):
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
     click.echo(f"\nnext: memstrata --config {config_path} run")
 

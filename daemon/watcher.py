@@ -88,8 +88,9 @@ class Watcher:
 
     def start(self) -> None:
         if self.requested in ("auto", "inotify"):
-            observer = Observer()
+            observer: BaseObserver | None = None
             try:
+                observer = Observer()  # creating it already takes an inotify instance
                 self._start(observer)
                 self.mode, self.reason = "inotify", ""
                 return
@@ -98,7 +99,8 @@ class Watcher:
                     raise
                 self.reason = f"inotify unavailable ({exc.strerror or exc}); polling every {self.poll_interval:g} s"
                 log.warning("%s", self.reason)
-                self._stop_observer(observer)
+                if observer is not None:
+                    self._stop_observer(observer)
         else:
             self.reason = "polling requested by configuration"
         self._start(PollingObserver(timeout=self.poll_interval))

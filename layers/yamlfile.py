@@ -121,7 +121,10 @@ def read_yaml(path: Path, text: str | None = None) -> tuple[Any, yaml.Node | Non
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
-        raise YamlFileError(path, [Problem("", line, f"invalid YAML: {exc.problem or exc}")]) from exc
+        message = f"invalid YAML: {exc.problem or exc}"
+        if exc.context and exc.context_mark:
+            message += f" ({exc.context} started at line {exc.context_mark.line + 1})"
+        raise YamlFileError(path, [Problem("", line, message)]) from exc
     except yaml.YAMLError as exc:
         raise YamlFileError(path, [Problem("", None, f"invalid YAML: {exc}")]) from exc
     duplicates = _duplicate_keys(node)

@@ -34,6 +34,8 @@ def wait_for(condition: Callable[[], T], timeout: float = 20.0, interval: float 
             value = condition()
             if value:
                 return value
+        except AssertionError:
+            raise  # the condition itself decided the wait is hopeless
         except Exception as exc:  # noqa: BLE001 - condition may race with the daemon
             last_exc = exc
         time.sleep(interval)

@@ -1,0 +1,97 @@
+"""Configuration errors name the file, the key path and the line; secrets are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.config import load_config, parse_config
+from layers.yamlfile import YamlFileError
+from tests.helpers import init_root, run_cli
+
+
+def _error(text: str, tmp_path: Path) -> str:
+    path = tmp_path / "memstrata.yaml"
+    path.write_text(text)
+    with pytest.raises(YamlFileError) as info:
+        load_config(path)
+    return str(info.value)
+
+
+def test_unknown_key_names_file_key_and_line(tmp_path):
+    message = _error("version: 1\nwatch:\n  debounce_ms: 200\n  debounse: 3\n", tmp_path)
+    assert str(tmp_path / "memstrata.yaml") in message
+    assert "watch.debounse (line 4): unknown key" in message
+
+
+def test_wrong_type_names_key_and_line(tmp_path):
+    message = _error("git:\n  quiet_period_s: soon\n", tmp_path)
+    assert "git.quiet_period_s (line 2)" in message
+    assert "number" in message
+
+
+def test_nested_list_error_and_missing_value(tmp_path):
+    message = _error("guard:\n  never_store:\n    - name: a\n      pattern: 'x'\n    - name: b\n", tmp_path)
+    assert "guard.never_store[1].pattern (line 5): required value is missing" in message
+
+
+def test_invalid_regex_and_yaml_syntax_are_located(tmp_path):
+    assert "guard.never_store[0].pattern (line 4)" in _error(
+        "guard:\n  never_store:\n    - name: a\n      pattern: '(unclosed'\n", tmp_path
+    )
+    assert "started at line 2" in _error("watch:\n  debounce_ms: [1\n", tmp_path)
+    assert "duplicate key" in _error("watch:\n  debounce_ms: 1\nwatch:\n  mode: auto\n", tmp_path)
+
+
+def test_secrets_in_the_file_are_refused_without_echoing_them(tmp_path):
+    message = _error("paths:\n  root: /x\nqdrant_api_key: hunter2-secret\n", tmp_path)
+    assert "qdrant_api_key (line 3)" in message and "environment variable" in message
+    assert "hunter2-secret" not in message
+
+
+def test_defaults_follow_the_openclaw_layout(monkeypatch):
+    monkeypatch.delenv("MEMSTRATA_CONFIG", raising=False)
+    config = load_config(None) if not Path("/etc/memstrata/memstrata.yaml").exists() else None
+    if config is None:
+        pytest.fail("a system config exists on this machine; the defaults test needs a clean host")
+    paths = config.paths
+    assert str(paths.workspace) == "/root/.openclaw/workspace"
+    assert str(paths.agents_dir) == "/root/.openclaw/workspace/agents"
+    assert str(paths.index_for("ops")) == "/root/.openclaw/agents/ops/qmd/xdg-cache/qmd/index.sqlite"
+    assert str(paths.state_dir) == "/var/lib/memstrata"
+    assert str(paths.socket) == "/run/memstrata/memstrata.sock"
+
+
+def test_templates_and_relative_paths_resolve_against_the_file(tmp_path):
+    config = parse_config("paths:\n  root: data\n  state_dir: '{root}/st'\n", tmp_path / "c.yaml")
+    assert config.paths.root == tmp_path / "data"
+    assert config.paths.state_dir == tmp_path / "data" / "st"
+    assert config.paths.workspace == tmp_path / "data" / "workspace"
+
+
+def test_socket_path_too_long_is_an_error(tmp_path):
+    assert "paths.socket (line 2)" in _error("paths:\n  socket: /" + "s" * 120 + "\n", tmp_path)
+
+
+def test_init_is_idempotent_and_every_path_is_under_the_root(tmp_path):
+    config_path = init_root(tmp_path)
+    config = load_config(config_path)
+    for name in ("workspace", "agents_dir", "state_dir", "socket", "registry", "audit_dir"):
+        assert tmp_path in getattr(config.paths, name).parents, name
+    assert tmp_path in config.paths.index_for("main").parents
+    (tmp_path / "workspace" / "SOUL.md").write_text("mine\n")
+    before = config_path.read_text()
+    second = run_cli("init", "--root", str(tmp_path))
+    assert "kept" in second.stdout
+    assert config_path.read_text() == before
+    assert (tmp_path / "workspace" / "SOUL.md").read_text() == "mine\n"
+
+
+def test_cli_reports_config_errors_without_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("log:\n  level: loud\n")
+    proc = run_cli("status", config=bad, check=False)
+    assert proc.returncode == 1
+    assert "log.level (line 2)" in proc.stderr
+    assert "Traceback" not in proc.stderr
