@@ -36,16 +36,22 @@ def wait_for(condition: Callable[[], T], timeout: float = 20.0, interval: float 
                 return value
         except AssertionError:
             raise  # the condition itself decided the wait is hopeless
-        except Exception as exc:  # noqa: BLE001 - condition may race with the daemon
+        except Exception as exc:
             last_exc = exc
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}" + (f" ({last_exc!r})" if last_exc else ""))
+    raise AssertionError(
+        f"timed out after {timeout} s waiting for {what or condition}" + (f" ({last_exc!r})" if last_exc else "")
+    )
 
 
-def run_cli(*args: str, config: Path | None = None, env: dict | None = None, input: str | None = None, check: bool = True):
+def run_cli(
+    *args: str, config: Path | None = None, env: dict | None = None, input: str | None = None, check: bool = True
+):
     """Run the memstrata CLI as a real subprocess."""
     cmd = [*MEMSTRATA, *(["--config", str(config)] if config else []), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, input=input, timeout=120)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, input=input, timeout=120
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -43,7 +43,9 @@ def test_atomic_rename_save_commits_the_target_not_the_temp_file(tmp_path, daemo
     tmp = ws / ".MEMORY.md.x7Qz.tmp"  # what editors and atomic writers create next to the target
     tmp.write_text("# MEMORY\n\n## Decisions\n- use Tailscale for the shared store\n")
     os.replace(tmp, ws / "MEMORY.md")
-    wait_for(lambda: file_at_head(ws, "MEMORY.md") and "Tailscale" in file_at_head(ws, "MEMORY.md"), what="MEMORY.md commit")
+    wait_for(
+        lambda: file_at_head(ws, "MEMORY.md") and "Tailscale" in file_at_head(ws, "MEMORY.md"), what="MEMORY.md commit"
+    )
     assert not any(".tmp" in path for c in commits(ws) for _, path in c["changes"])
 
 

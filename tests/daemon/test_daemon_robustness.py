@@ -133,4 +133,3 @@ def test_second_daemon_on_the_same_state_is_refused(tmp_path, daemons):
     )
     assert second.returncode == 1
     assert "already running" in second.stderr
-

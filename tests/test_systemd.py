@@ -1,0 +1,64 @@
+"""The service unit passes systemd's own checks (systemd-analyze, offline)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+
+UNIT = REPO_ROOT / "systemd" / "memstrata.service"
+INSTALLED_BINARY = "/opt/memstrata/.venv/bin/memstrata"
+
+
+@pytest.fixture
+def unit(tmp_path):
+    """The unit with ExecStart pointing at this checkout's binary (verify checks it exists)."""
+    assert shutil.which("systemd-analyze"), "systemd-analyze missing: `make setup` installs the systemd package"
+    binary = REPO_ROOT / ".venv" / "bin" / "memstrata"
+    assert binary.exists()
+    text = UNIT.read_text()
+    assert INSTALLED_BINARY in text
+    path = tmp_path / "memstrata.service"
+    path.write_text(text.replace(INSTALLED_BINARY, str(binary)))
+    return path
+
+
+def test_unit_verifies_without_warnings(unit):
+    proc = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+
+
+def test_unit_security_exposure_is_at_most_3(unit):
+    proc = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True, text=True)
+    match = re.search(r"Overall exposure level for memstrata\.service: (\d+\.\d)", proc.stdout)
+    assert match, proc.stdout + proc.stderr
+    assert float(match.group(1)) <= 3.0
+
+
+def test_unit_has_the_promised_service_settings():
+    text = UNIT.read_text()
+    for setting in (
+        "Type=notify",
+        "Restart=on-failure",
+        "WatchdogSec=",
+        "RuntimeDirectory=memstrata",
+        "StateDirectory=memstrata",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ReadWritePaths=/root/.openclaw",
+        "PrivateTmp=yes",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+        "MemoryMax=",
+    ):
+        assert setting in text, setting
+
+
+def test_ci_runs_the_readme_test_command():
+    assert "make test" in (REPO_ROOT / ".ci" / "run").read_text()
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "make run" in readme and "make test" in readme
