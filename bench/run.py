@@ -1,0 +1,34 @@
+"""`make bench`: run every benchmark and print its figures (nothing is asserted).
+
+Each benchmark measures its own baseline in the same run and prints ratios
+against it, so figures from a noisy shared machine stay comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import bench_daemon  # noqa: E402
+
+BENCHMARKS = {"daemon": bench_daemon.main}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("only", nargs="*", choices=[[], *BENCHMARKS], help="benchmarks to run (default: all)")
+    parser.add_argument("--quick", action="store_true", help="fewer samples, for a smoke run")
+    args = parser.parse_args()
+    for name in args.only or BENCHMARKS:
+        started = time.monotonic()
+        print(f"\n=== {name} ===", flush=True)
+        BENCHMARKS[name](quick=args.quick)
+        print(f"({name}: {time.monotonic() - started:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

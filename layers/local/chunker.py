@@ -1,0 +1,115 @@
+"""Markdown → chunks that respect the document's structure.
+
+A chunk never starts in the middle of a section: headings open new chunks, and
+each chunk remembers its heading path (``Deploy > Qdrant``) so search can weight
+headings and show where a hit sits.  Long sections split at blank lines once past
+a soft limit, never inside a code fence; only a single block longer than the
+hard cap is cut, and a cut fence is closed and reopened so every piece is still
+valid markdown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+CHUNKER_VERSION = 1
+SOFT_LIMIT = 1000
+HARD_LIMIT = 2000
+
+_HEADING_RE = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t#]*$")
+_FENCE_RE = re.compile(r"^[ ]{0,3}(`{3,}|~{3,})")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    heading: str  # "H1 > H2", "" before the first heading
+    line_start: int  # 1-based, inclusive
+    line_end: int
+    text: str
+
+    @property
+    def hash(self) -> str:
+        """Identity of the chunk's content (heading path included: it is indexed too)."""
+        return hashlib.sha256(f"{self.heading}\n{self.text}".encode()).hexdigest()
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.chunks: list[Chunk] = []
+        self.lines: list[str] = []
+        self.start = 1
+        self.size = 0
+        self.heading = ""
+
+    def add(self, line: str, number: int) -> None:
+        if not self.lines:
+            self.start = number
+        self.lines.append(line)
+        self.size += len(line)
+
+    def flush(self, end: int) -> None:
+        text = "".join(self.lines)
+        if text.strip():
+            self.chunks.append(Chunk(self.heading, self.start, end, text.rstrip("\n") + "\n"))
+        self.lines, self.size = [], 0
+
+
+def _split_long_line(line: str) -> list[str]:
+    step = HARD_LIMIT - 1  # room for the newline a chunk ends with
+    return [line[i : i + step] for i in range(0, len(line), step)] or [line]
+
+
+def _fence_size(lines: list[str], start: int) -> int:
+    """Characters from the fence opening at ``lines[start]`` to its closing line (or the end)."""
+    marker = _FENCE_RE.match(lines[start]).group(1)  # type: ignore[union-attr]
+    size = len(lines[start])
+    for line in lines[start + 1 :]:
+        size += len(line)
+        closing = _FENCE_RE.match(line)
+        if closing and closing.group(1)[0] == marker[0] and len(closing.group(1)) >= len(marker):
+            break
+    return size
+
+
+def chunk_markdown(text: str) -> list[Chunk]:
+    """Split ``text`` into chunks of about :data:`SOFT_LIMIT` characters, at most :data:`HARD_LIMIT`."""
+    out = _Builder()
+    stack: list[tuple[int, str]] = []
+    fence: str | None = None  # the opening marker while inside a fence
+    fence_open_line = ""
+    lines = text.splitlines(keepends=True)
+    for number, line in enumerate(lines, start=1):
+        stripped = line.rstrip("\n")
+        fence_match = _FENCE_RE.match(stripped)
+        if fence is None and not fence_match:
+            heading = _HEADING_RE.match(stripped)
+            if heading:
+                out.flush(number - 1)
+                level = len(heading.group(1))
+                stack = [(lvl, title) for lvl, title in stack if lvl < level] + [(level, heading.group(2).strip())]
+                out.heading = " > ".join(title for _, title in stack)
+            elif not stripped.strip() and out.size >= SOFT_LIMIT:
+                out.flush(number - 1)
+                continue
+        if fence_match and fence is None and out.lines and out.size + _fence_size(lines, number - 1) > HARD_LIMIT:
+            out.flush(number - 1)  # a code block that would not fit starts a chunk of its own
+        for piece in _split_long_line(line) if len(line) > HARD_LIMIT else [line]:
+            reserve = len(fence) + 1 if fence is not None else 0
+            if out.size + len(piece) + reserve > HARD_LIMIT and out.lines:
+                if fence is not None:  # cut inside a fence: close it here, reopen in the next chunk
+                    out.lines.append(fence + "\n")
+                    out.flush(number - 1 if piece is line else number)
+                    out.add(fence_open_line, number)
+                else:
+                    out.flush(number - 1 if piece is line else number)
+            out.add(piece, number)
+        if fence_match:
+            marker = fence_match.group(1)
+            if fence is None:
+                fence, fence_open_line = marker, line if line.endswith("\n") else line + "\n"
+            elif marker[0] == fence[0] and len(marker) >= len(fence) and not stripped.strip()[len(marker) :].strip():
+                fence = None
+    out.flush(len(lines))
+    return out.chunks
