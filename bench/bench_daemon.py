@@ -34,13 +34,21 @@ def _reflog_size(ws: Path) -> int:
 
 
 def _direct_git_commit_ms(ws: Path, samples: int) -> float:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@b",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@b",
+    }
     times = []
     for i in range(samples):
         (ws / "memory" / f"baseline-{i}.md").write_text(f"baseline {i}\n")
         start = time.perf_counter()
         subprocess.run(["git", "-C", str(ws), "add", "--", f"memory/baseline-{i}.md"], check=True, env=env)
-        subprocess.run(["git", "-C", str(ws), "commit", "-qm", "baseline", "--", f"memory/baseline-{i}.md"], check=True, env=env)
+        subprocess.run(
+            ["git", "-C", str(ws), "commit", "-qm", "baseline", "--", f"memory/baseline-{i}.md"], check=True, env=env
+        )
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
 
@@ -56,7 +64,7 @@ def _save_to_commit(root: Path, quiet: float, samples: int) -> list[float]:
             path = ws / "memory" / f"2026-01-{i + 1:02d}.md"
             start = time.perf_counter()
             path.write_text(f"# day {i}\n\n- a memory worth keeping\n")
-            wait_for(lambda: _reflog_size(ws) > before, timeout=120, interval=0.002, what="commit")
+            wait_for(lambda b=before: _reflog_size(ws) > b, timeout=120, interval=0.002, what="commit")
             latencies.append((time.perf_counter() - start) * 1000)
             time.sleep(0.2)
         return latencies
@@ -79,7 +87,8 @@ def bench_commit_latency(quick: bool) -> None:
             overhead = p50 - floor
             print(
                 f"save → commit, quiet {quiet:g} s (n={samples:2d}):   p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  "
-                f"| configured wait {floor:.0f} ms, beyond it {overhead:6.1f} ms = {overhead / direct:4.2f}× a direct commit"
+                f"| configured wait {floor:.0f} ms, beyond it {overhead:6.1f} ms "
+                f"= {overhead / direct:4.2f}× a direct commit"
             )
 
 
@@ -99,7 +108,7 @@ def bench_idle_rss(quick: bool) -> None:
         config = init_root(root)
         for a in range(agents - 1):
             run_cli("agent", "add", f"agent{a}", config=config)
-        workspaces = [root / "workspace"] + sorted((root / "workspace" / "agents").glob("*-workspace"))
+        workspaces = [root / "workspace", *sorted((root / "workspace" / "agents").glob("*-workspace"))]
         for ws in workspaces:
             for f in range(files):
                 (ws / "memory" / f"2025-{f // 28 + 1:02d}-{f % 28 + 1:02d}.md").write_text(
@@ -107,7 +116,11 @@ def bench_idle_rss(quick: bool) -> None:
                 )
         daemon = DaemonProcess(config).start()
         try:
-            wait_for(lambda: all(not a["pending_commit"] for a in daemon.status()["agents"]), timeout=300, what="initial commits")
+            wait_for(
+                lambda: all(not a["pending_commit"] for a in daemon.status()["agents"]),
+                timeout=300,
+                what="initial commits",
+            )
             proc = psutil.Process(daemon.proc.pid)
             time.sleep(3)
             cpu_before = sum(proc.cpu_times()[:2])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_daemon  # noqa: E402
+from bench import bench_daemon
 
 BENCHMARKS = {"daemon": bench_daemon.main}
 

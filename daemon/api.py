@@ -18,31 +18,98 @@ from typing import Protocol
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+from layers.local.index import Filters
+from layers.local.query import EmptyQueryError
+from layers.local.vectors import VectorsUnavailableError
 
 log = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o660
 
 
-class StatusSource(Protocol):
+class DaemonApi(Protocol):
     def status(self) -> dict: ...
+
+    def search(self, agent_id: str, text: str, **options) -> dict: ...
+
+    def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict: ...
+
+    def call_in_loop(self, fn, timeout: float = ...) -> object: ...
 
 
 class SocketInUseError(RuntimeError):
     """Another process is serving on the configured socket."""
 
 
-def build_app(daemon: StatusSource) -> Starlette:
-    async def status(_request: Request) -> JSONResponse:
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def build_app(daemon: DaemonApi) -> Starlette:
+    # Plain (sync) endpoints: Starlette runs them in its thread pool, so a slow
+    # search or reindex never blocks the event loop.
+    def status(_request: Request) -> JSONResponse:
         return JSONResponse(daemon.status())
 
-    async def not_found(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": f"no such endpoint: {request.method} {request.url.path}"}, status_code=404)
+    def search(request: Request) -> JSONResponse:
+        q = request.query_params
+        if not q.get("agent") or "q" not in q:
+            return _error(400, "agent and q are required")
+        try:
+            limit = int(q.get("limit", "10"))
+            filters = Filters(
+                layer=q.get("layer") or None,
+                path_glob=q.get("path") or None,
+                since=q.get("since") or None,
+                until=q.get("until") or None,
+            )
+            answer = daemon.search(
+                q["agent"],
+                q["q"],
+                mode=q.get("mode", "auto"),
+                limit=max(1, min(limit, 200)),
+                filters=filters,
+                explain=q.get("explain") == "1",
+            )
+        except LookupError as exc:
+            return _error(404, str(exc).strip("'\""))
+        except (EmptyQueryError, ValueError) as exc:
+            return _error(400, str(exc))
+        except VectorsUnavailableError as exc:
+            return _error(409, f"vectors unavailable: {exc}")
+        except RuntimeError as exc:
+            return _error(503, str(exc))
+        return JSONResponse(answer)
 
-    return Starlette(routes=[Route("/v1/status", status, methods=["GET"])], exception_handlers={404: not_found})
+    async def reindex(request: Request) -> JSONResponse:
+        body = await request.json() if await request.body() else {}
+        agent = body.get("agent")
+
+        def run() -> dict:
+            return daemon.reindex(agent, rebuild=bool(body.get("rebuild")))
+
+        try:
+            result = await run_in_threadpool(daemon.call_in_loop, run)
+        except KeyError:
+            return _error(404, f"unknown agent {agent!r}")
+        return JSONResponse(result)
+
+    async def not_found(request: Request, exc: Exception) -> JSONResponse:
+        return _error(404, f"no such endpoint: {request.method} {request.url.path}")
+
+    return Starlette(
+        routes=[
+            Route("/v1/status", status, methods=["GET"]),
+            Route("/v1/search", search, methods=["GET"]),
+            Route("/v1/reindex", reindex, methods=["POST"]),
+        ],
+        exception_handlers={404: not_found},
+    )
 
 
 def bind_unix_socket(path: Path) -> socket.socket:
@@ -71,7 +138,7 @@ def bind_unix_socket(path: Path) -> socket.socket:
 class ApiServer:
     """uvicorn in a background thread, on a socket bound by us."""
 
-    def __init__(self, path: Path, daemon: StatusSource) -> None:
+    def __init__(self, path: Path, daemon: DaemonApi) -> None:
         self.path = path
         self.app = build_app(daemon)
         self._server: uvicorn.Server | None = None

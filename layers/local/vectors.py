@@ -1,0 +1,236 @@
+"""Embedders for L3 (and, later, L4): one interface, a local GGUF model or an HTTP endpoint.
+
+The local model is a guest on a small machine.  It is loaded only when
+``psutil`` reports enough free memory for it plus a reserve (the memory gate),
+used for a batch, and unloaded after a quiet spell; unloading frees llama.cpp's
+buffers and trims the C heap so the process really shrinks back.  While the
+gate is closed nothing fails: chunks wait in the index's "to embed" set and
+search is lexical, and the answer says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import psutil
+
+log = logging.getLogger(__name__)
+
+MB = 1024 * 1024
+
+# Query / passage prefixes each model family was trained with.
+PROFILES: dict[str, tuple[str, str]] = {
+    "e5": ("query: ", "passage: "),
+    "bge-zh": ("为这个句子生成表示以用于检索相关文章：", ""),
+    "plain": ("", ""),
+}
+
+
+class VectorsUnavailableError(RuntimeError):
+    """Vectors cannot be produced right now; the message says why."""
+
+
+class Embedder(Protocol):
+    """What the index and the broker need from an embedding model."""
+
+    model_id: str  # recorded in every index / collection built with it
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+    def status(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class GateState:
+    open: bool
+    available_mb: int
+    needed_mb: int
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {
+            "open": self.open,
+            "available_mb": self.available_mb,
+            "needed_mb": self.needed_mb,
+            "reason": self.reason,
+        }
+
+
+class MemoryGate:
+    """Open when free memory covers the model plus a reserve that must stay free."""
+
+    def __init__(self, min_free_mb: int, model_bytes: int) -> None:
+        self.min_free_mb = min_free_mb
+        self.model_bytes = model_bytes
+
+    def check(self) -> GateState:
+        available = psutil.virtual_memory().available // MB
+        needed = self.min_free_mb + -(-self.model_bytes // MB)
+        if available >= needed:
+            return GateState(True, available, needed, "")
+        return GateState(
+            False,
+            available,
+            needed,
+            f"memory gate closed: {available} MB free, the model needs {needed} MB "
+            f"({self.model_bytes // MB} MB model + {self.min_free_mb} MB reserve)",
+        )
+
+
+class LocalEmbedder:
+    """A GGUF embedding model through llama.cpp, resident only while it is being used."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        profile: str = "e5",
+        *,
+        min_free_mb: int = 300,
+        idle_unload_s: float = 120.0,
+        threads: int = 2,
+        max_tokens: int = 256,
+    ) -> None:
+        self.model_path = model_path
+        self.query_prefix, self.passage_prefix = PROFILES[profile]
+        self.profile = profile
+        self.idle_unload_s = idle_unload_s
+        self.threads = threads
+        self.max_tokens = max_tokens
+        size = model_path.stat().st_size if model_path.is_file() else 0
+        self.gate = MemoryGate(min_free_mb, size)
+        self.model_id = f"gguf:{model_path.name}:{size}:{profile}"
+        self._model = None
+        self._lock = threading.RLock()
+        self._last_used = 0.0
+        self.loads = 0
+        self.dim: int | None = None
+
+    def configure(self, *, min_free_mb: int, idle_unload_s: float) -> None:
+        """Settings a reload may change without touching the index identity."""
+        self.gate.min_free_mb = min_free_mb
+        self.idle_unload_s = idle_unload_s
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def _ensure_loaded(self):
+        if self._model is not None:
+            return self._model
+        if not self.model_path.is_file():
+            raise VectorsUnavailableError(
+                f"no model at {self.model_path}: run `memstrata model build` (make setup does)"
+            )
+        state = self.gate.check()
+        if not state.open:
+            raise VectorsUnavailableError(state.reason)
+        from layers.local.embed_llama import LlamaEmbedder  # llama.cpp only when really needed
+
+        started = time.monotonic()
+        self._model = LlamaEmbedder(self.model_path, n_ctx=self.max_tokens, n_threads=self.threads)
+        self.dim = self._model.dim
+        self.loads += 1
+        log.info(
+            "loaded %s in %.1f s (%d MB were free)",
+            self.model_path.name,
+            time.monotonic() - started,
+            state.available_mb,
+        )
+        return self._model
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            model = self._ensure_loaded()
+            vectors = model.embed(texts)
+            self._last_used = time.monotonic()
+            return vectors
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        return self._embed([self.passage_prefix + t for t in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._embed([self.query_prefix + text])[0]
+
+    def unload(self) -> bool:
+        with self._lock:
+            if self._model is None:
+                return False
+            self._model.close()
+            self._model = None
+            log.info("unloaded %s", self.model_path.name)
+            return True
+
+    def maybe_unload(self, now: float | None = None) -> bool:
+        """Unload after ``idle_unload_s`` without use; True when it did."""
+        now = time.monotonic() if now is None else now
+        if self._model is not None and now - self._last_used >= self.idle_unload_s:
+            return self.unload()
+        return False
+
+    def status(self) -> dict:
+        gate = self.gate.check()
+        idle = round(time.monotonic() - self._last_used, 1) if self._last_used else None
+        return {
+            "backend": "local",
+            "model": str(self.model_path),
+            "model_id": self.model_id,
+            "loaded": self.loaded,
+            "gate": gate.as_dict(),
+            "idle_s": idle,
+            "idle_unload_s": self.idle_unload_s,
+            "loads": self.loads,
+        }
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible ``/embeddings`` endpoint; the key comes from the environment."""
+
+    def __init__(self, base_url: str, model: str, dim: int, api_key_env: str, timeout_s: float = 10.0) -> None:
+        import httpx
+
+        self.model = model
+        self.dim = dim
+        self.api_key_env = api_key_env
+        self.model_id = f"openai:{model}:{dim}"
+        self._client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s)
+        self.base_url = base_url
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        import httpx
+
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise VectorsUnavailableError(f"environment variable {self.api_key_env} (the embedding API key) is not set")
+        try:
+            response = self._client.post(
+                "/embeddings",
+                json={"model": self.model, "input": texts, "dimensions": self.dim},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            response.raise_for_status()
+            data = sorted(response.json()["data"], key=lambda d: d["index"])
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            raise VectorsUnavailableError(
+                f"embedding endpoint {self.base_url} failed: {exc.__class__.__name__}"
+            ) from None
+        vectors = np.asarray([d["embedding"] for d in data], dtype=np.float32)
+        if vectors.shape[1] != self.dim:
+            raise VectorsUnavailableError(
+                f"endpoint returned {vectors.shape[1]}-d vectors, configured dim is {self.dim}"
+            )
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_passages([text])[0]
+
+    def status(self) -> dict:
+        return {"backend": "openai", "model_id": self.model_id, "base_url": self.base_url, "loaded": True}
