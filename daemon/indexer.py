@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import apsw
+
 from daemon.filestate import Inspection
 from daemon.workspaces import MEMORY_FILES, Agent
 from layers import core, daily
@@ -63,9 +65,16 @@ class AgentIndex:
 class Indexer:
     """Every agent's writer connection, plus incremental updates, sync and rebuilds."""
 
-    def __init__(self, identity: Identity, main_workspace: Path, on_pending: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        identity: Identity,
+        main_workspace: Path,
+        desired: Callable[[Agent], dict[str, str]],
+        on_pending: Callable[[], None] = lambda: None,
+    ):
         self.identity = identity
         self.main_workspace = main_workspace
+        self.desired = desired  # what an agent's index should hold, for rebuilds after damage
         self.on_pending = on_pending  # wakes the embedding worker
         self.agents: dict[str, AgentIndex] = {}
 
@@ -158,6 +167,25 @@ class Indexer:
         entry = self.agents.get(agent.id)
         return [entry] if entry and entry.index is not None else []
 
+    def repair(self, agent: Agent, why: str) -> None:
+        """An index failed under us (damaged file): rebuild it from markdown now."""
+        entry = self.agents.get(agent.id)
+        if entry is not None and entry.index is not None:
+            with contextlib.suppress(Exception):
+                entry.index.close()
+            entry.index = None
+        self.rebuild(agent, self.desired(agent), reason=why)
+
+    def _apply(self, entry: AgentIndex, rel: str, action: Callable[[LocalIndex], object]) -> object:
+        try:
+            return action(entry.index)  # type: ignore[arg-type]
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            self.repair(entry.agent, f"the index file is damaged ({exc})")
+            return None
+        except apsw.Error as exc:
+            entry.error = f"indexing {rel} failed: {exc}"
+            raise
+
     def file_changed(self, agent: Agent, rel: str, path: Path, inspection: Inspection) -> None:
         if not is_indexable(rel) or (rel.startswith(SHARED_PREFIX) and agent.id != MAIN_AGENT):
             return
@@ -168,20 +196,15 @@ class Indexer:
         if doc is None:
             return
         for entry in self._targets(agent, rel):
-            try:
-                stats = entry.index.update_document(doc)  # type: ignore[union-attr]
-            except Exception as exc:
-                entry.error = f"indexing {rel} failed: {exc}"
-                raise
-            if stats.added:
+            stats = self._apply(entry, rel, lambda index: index.update_document(doc))
+            if stats is not None and stats.added:  # type: ignore[attr-defined]
                 self.on_pending()
-            log.debug("%s: indexed %s (+%d -%d =%d)", entry.agent.id, rel, stats.added, stats.removed, stats.kept)
 
     def file_removed(self, agent: Agent, rel: str) -> None:
         if not is_indexable(rel):
             return
         for entry in self._targets(agent, rel):
-            entry.index.remove_document(rel)  # type: ignore[union-attr]
+            self._apply(entry, rel, lambda index: index.remove_document(rel))
 
     def sync(self, agent: Agent, desired: dict[str, str], progress=None) -> int:
         """Make the index hold exactly ``desired`` (rel → sha256); the same code as the edit flow.
@@ -193,7 +216,11 @@ class Indexer:
         if entry is None or entry.index is None:
             return 0
         index = entry.index
-        indexed = index.documents()
+        try:
+            indexed = index.documents()
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            self.repair(agent, f"the index file is damaged ({exc})")
+            return len(desired)
         changed = 0
         entry.progress = {"done": 0, "total": len(desired), "phase": "sync"}
         try:

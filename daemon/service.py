@@ -26,6 +26,8 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+import apsw
+
 from daemon import __version__
 from daemon.api import ApiServer
 from daemon.config import Config, load_config
@@ -88,7 +90,12 @@ class MemoryDaemon:
         self.guard = guard_from(config)
         self.embedder = make_embedder(config)
         self.identity = Identity(embed_model=self.embedder.model_id if self.embedder else "")
-        self.indexer = Indexer(self.identity, config.paths.workspace, on_pending=self._wake_embedder)
+        self.indexer = Indexer(
+            self.identity,
+            config.paths.workspace,
+            desired=lambda agent: self._desired(self.trackers[agent.id]),
+            on_pending=self._wake_embedder,
+        )
         self.embed_worker: EmbedWorker | None = None
         self.listeners: list[EditListener] = [self.indexer]
         self._calls: collections.deque[tuple[Callable[[], object], Future]] = collections.deque()
@@ -503,20 +510,35 @@ class MemoryDaemon:
         try:
             index = LocalIndex(tracker.agent.index, self.identity, readonly=True, verify=False)
         except (IndexStale, FileNotFoundError) as exc:
-            raise RuntimeError(f"the index of {agent_id} is not available yet: {exc}") from None
-        with index:
-            embed = self.embedder.embed_query if self.embedder is not None else None
-            answer = search_index(
-                index,
-                text,
-                limit=limit,
-                mode=mode,
-                filters=filters,
-                embed_query=embed,
-                no_embedder_reason="vectors are off (vectors.backend: off)",
-                explain=explain,
-            )
+            self._request_repair(tracker, str(exc))
+            raise RuntimeError(
+                f"the index of {agent_id} is being rebuilt from markdown ({exc}); retry shortly"
+            ) from None
+        embed = self.embedder.embed_query if self.embedder is not None else None
+        try:
+            with index:
+                answer = search_index(
+                    index,
+                    text,
+                    limit=limit,
+                    mode=mode,
+                    filters=filters,
+                    embed_query=embed,
+                    no_embedder_reason="vectors are off (vectors.backend: off)",
+                    explain=explain,
+                )
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            self._request_repair(tracker, f"the index file is damaged ({exc})")
+            raise RuntimeError(f"the index of {agent_id} is damaged and being rebuilt ({exc}); retry shortly") from None
         return answer.to_dict()
+
+    def _request_repair(self, tracker: AgentTracker, why: str) -> None:
+        """From an API thread: have the loop (the index's single writer) rebuild it."""
+        entry = self.indexer.agents.get(tracker.id)
+        if entry is not None and entry.progress:
+            return  # already rebuilding
+        self._calls.append((lambda: self.indexer.repair(tracker.agent, why), Future()))
+        self._wake()
 
     def offline_prepare(self) -> None:
         """Trackers without watching or serving, for `memstrata reindex` while the daemon is down.

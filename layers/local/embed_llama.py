@@ -58,17 +58,18 @@ def _silent_log(_level, _text, _user_data):
     return None
 
 
-_QUIET = False
+_STATE = {"quiet": False, "backend": False}
 _INIT_LOCK = threading.Lock()
 
 
 def _init_backend(quiet: bool = True) -> None:
-    global _QUIET
     with _INIT_LOCK:
-        if quiet and not _QUIET:
+        if quiet and not _STATE["quiet"]:
             _ll.llama_log_set(_silent_log, ctypes.c_void_p(0))
-            _QUIET = True
-        _ll.llama_backend_init()
+            _STATE["quiet"] = True
+        if not _STATE["backend"]:
+            _ll.llama_backend_init()
+            _STATE["backend"] = True
 
 
 def malloc_trim() -> bool:
@@ -99,7 +100,7 @@ class LlamaEmbedder:
         flash_attn: bool = False,
     ) -> None:
         _init_backend(quiet)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.model = self.ctx = None
         self._batch = None
         self.recycle_tokens = recycle_tokens
@@ -139,11 +140,17 @@ class LlamaEmbedder:
     # -- tokenisation -------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
         """Token ids incl. <s> ... </s>, truncated to n_ctx tokens."""
+        if not self.model:
+            raise RuntimeError("embedder is closed")
         raw = text.encode("utf-8", "replace")
-        cap = len(raw) + 8  # a unigram piece covers >= 1 byte, +2 specials
-        buf = (_ll.llama_token * cap)()
-        n = _ll.llama_tokenize(self._vocab, raw, len(raw), buf, cap, True, False)
-        if n < 0:  # cannot happen with cap >= bytes+2, but be safe
+        cap = len(raw) + 8  # usually enough; NFKC can expand (e.g. U+FDFA), then retry
+        for _ in range(2):
+            buf = (_ll.llama_token * cap)()
+            n = _ll.llama_tokenize(self._vocab, raw, len(raw), buf, cap, True, False)
+            if n >= 0:
+                break
+            cap = -n  # negative result = number of tokens needed
+        else:
             raise RuntimeError(f"llama_tokenize failed ({n})")
         ids = buf[:n]
         if n > self.n_ctx:
@@ -172,11 +179,11 @@ class LlamaEmbedder:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed texts -> (len(texts), dim) float32, rows L2-normalised."""
-        if self.ctx is None:
-            raise RuntimeError("embedder is closed")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         longest = 0
         with self._lock:  # one context = one thread at a time
+            if self.ctx is None:
+                raise RuntimeError("embedder is closed")
             for i, t in enumerate(texts):
                 out[i], n = self._embed_one(t)
                 longest = max(longest, n)

@@ -15,6 +15,7 @@ the old file keeps answering, and swaps it in atomically.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from collections import defaultdict
@@ -346,7 +347,7 @@ class LocalIndex:
         )
         best: list[tuple[float, int]] = []
         query_vec = np.asarray(query_vec, dtype=np.float32)
-        while rows := cursor.fetchmany(batch):
+        while rows := list(itertools.islice(cursor, batch)):
             ids = [r[0] for r in rows]
             matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
             scores = matrix @ query_vec
@@ -358,7 +359,8 @@ class LocalIndex:
         by_id = {
             r[0]: r
             for r in self.db.execute(
-                f"SELECT id, path, heading, line_start, line_end, text FROM chunks WHERE id IN ({','.join('?' * len(best))})",
+                "SELECT id, path, heading, line_start, line_end, text FROM chunks "
+                f"WHERE id IN ({','.join('?' * len(best))})",
                 [i for _, i in best],
             )
         }

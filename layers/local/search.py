@@ -99,6 +99,10 @@ def search(
             answer.vectors = f"unavailable: {reason}"
             if mode == "vector":
                 raise VectorsUnavailableError(reason)
+    if mode == "fts":
+        answer.vectors = "unavailable: " + (
+            no_embedder_reason if embed_query is None else "full-text mode was asked for"
+        )
     if mode != "vector":
         fts_hits, answer.relaxed = index.search_query(query, pool, filters)
         lists["fts"] = fts_hits

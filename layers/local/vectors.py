@@ -154,11 +154,13 @@ class LocalEmbedder:
             self._last_used = time.monotonic()
             return vectors
 
+    # Texts are stripped: sentencepiece (and llama.cpp) drop trailing whitespace,
+    # so stripping keeps vectors identical to the model's reference engine.
     def embed_passages(self, texts: list[str]) -> np.ndarray:
-        return self._embed([self.passage_prefix + t for t in texts])
+        return self._embed([self.passage_prefix + t.strip() for t in texts])
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._embed([self.query_prefix + text])[0]
+        return self._embed([self.query_prefix + text.strip()])[0]
 
     def unload(self) -> bool:
         with self._lock:

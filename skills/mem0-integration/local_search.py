@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Search an agent's L3 index without the daemon (the seed's LocalSearchFallback).
+
+Reads the per-agent SQLite index read-only (SQLite WAL lets it read while the
+daemon writes), full-text only: it never loads a model.  Use it when the daemon
+is down; `memstrata search` is the everyday entry point.
+
+    python3 local_search.py "Qdrant 端口" --agent main [--json] [--limit 10] [--config FILE]
+
+Run with any python3: it re-executes itself with memstrata's virtualenv when the
+libraries are not importable from the interpreter it was started with.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _reexec_in_venv() -> None:
+    venv_python = REPO / ".venv" / "bin" / "python"
+    if venv_python.exists() and Path(sys.executable).resolve() != venv_python.resolve():
+        os.execv(str(venv_python), [str(venv_python), __file__, *sys.argv[1:]])
+
+
+try:
+    import click  # noqa: F401 - the probe for memstrata's dependencies
+
+    sys.path.insert(0, str(REPO))
+    from daemon.cli import _echo_json, _print_search, local_search
+    from daemon.config import ENV_VAR, load_config
+except ImportError:
+    _reexec_in_venv()
+    raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from daemon.workspaces import UnknownAgentError
+    from layers.local.query import EmptyQueryError
+    from layers.yamlfile import YamlFileError
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("query")
+    parser.add_argument("--agent", required=True, help="agent id (main, or a spoke)")
+    parser.add_argument("--limit", type=int, default=10)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--config", type=Path, default=os.environ.get(ENV_VAR), help=f"configuration file (or ${ENV_VAR})"
+    )
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(Path(args.config) if args.config else None)
+        answer = local_search(
+            config,
+            args.agent,
+            args.query,
+            mode="fts",
+            limit=args.limit,
+            filters=None,
+            explain=False,
+            reason="local_search.py reads the index without a model",
+        )
+    except (YamlFileError, UnknownAgentError, EmptyQueryError, ValueError) as exc:
+        print(f"local_search: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # click.ClickException and friends: one line, no traceback
+        print(f"local_search: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+    answer["degraded"] = True
+    answer["reason"] = "searched the local index directly (daemon not used)"
+    if args.json:
+        _echo_json(answer)
+    else:
+        _print_search(answer, explain=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

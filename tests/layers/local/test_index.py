@@ -1,0 +1,245 @@
+"""The L3 index on real SQLite FTS5 (apsw): recall, incremental updates, hostile input, rebuilds."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+
+import numpy as np
+import pytest
+
+from layers.local.index import Document, Filters, Identity, IndexStale, LocalIndex, rebuild
+from layers.local.query import EmptyQueryError, parse_query
+from layers.local.search import search
+from tests.corpus import Corpus
+
+ALL = 10**6
+
+
+def _doc(path: str, text: str, layer: str = "daily", day: str | None = None) -> Document:
+    return Document(path, text, hashlib.sha256(text.encode()).hexdigest(), layer, day)
+
+
+@pytest.fixture(scope="module")
+def corpus_index(tmp_path_factory):
+    corpus = Corpus(seed=11)
+    index = LocalIndex(tmp_path_factory.mktemp("idx") / "index.sqlite", Identity())
+    chunks: dict[str, str] = {}
+    for f in range(150):
+        text = corpus.chunk()
+        chunks[f"memory/c{f}.md"] = text
+        index.update_document(_doc(f"memory/c{f}.md", text))
+    yield index, chunks, corpus
+    index.close()
+
+
+def _found(index: LocalIndex, query: str) -> set[str]:
+    """Files with every term (no relaxed retry)."""
+    return {h.path for h in index.search_text(parse_query(query).all_terms, ALL, Filters())}
+
+
+def _recall(index, chunks, queries) -> float:
+    expected = found = 0
+    for q in queries:
+        truth = {p for p, text in chunks.items() if q in text}
+        assert truth, q
+        got = _found(index, q)
+        expected += len(truth)
+        found += len(truth & got)
+    return found / expected
+
+
+def _chinese_runs(chunks) -> list[str]:
+    return [run for text in chunks.values() for run in re.findall(r"[\u4e00-\u9fff]{4,}", text)]
+
+
+@pytest.mark.parametrize("length", [1, 2, 4])
+def test_chinese_queries_have_full_recall_against_a_substring_scan(corpus_index, length):
+    index, chunks, _ = corpus_index
+    rng = random.Random(length)
+    runs = _chinese_runs(chunks)
+    queries = set()
+    while len(queries) < 40:
+        run = rng.choice(runs)
+        start = rng.randrange(0, len(run) - length + 1)
+        queries.add(run[start : start + length])
+    assert _recall(index, chunks, sorted(queries)) == 1.0
+
+
+def test_english_and_mixed_queries_have_full_recall(corpus_index):
+    index, chunks, _ = corpus_index
+    words = sorted({w for text in chunks.values() for w in re.findall(r"[a-z]{6}", text)})[:40]
+    assert _recall(index, chunks, words) == 1.0
+    mixed = sorted({m for text in chunks.values() for m in re.findall(r"[\u4e00-\u9fff]{2}[a-z]{6}", text)})[:30]
+    assert len(mixed) >= 10
+    assert _recall(index, chunks, mixed) == 1.0
+
+
+def test_the_cases_unicode61_gets_wrong(tmp_path):
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        index.update_document(_doc("memory/a.md", "Qdrant 部署在6333端口\n"))
+        index.update_document(_doc("memory/b.md", "我们使用qdrant作为向量库\n"))
+        index.update_document(_doc("memory/c.md", "un café au lait, kein Ärger\n"))
+        assert _found(index, "6333") == {"memory/a.md"}
+        assert _found(index, "qdrant") == {"memory/a.md", "memory/b.md"}
+        assert _found(index, "使用qdrant") == {"memory/b.md"}
+        assert _found(index, "café") == {"memory/c.md"}
+        assert _found(index, "ärger") == {"memory/c.md"}
+        assert _found(index, "端") == {"memory/a.md"}
+
+
+def test_only_changed_chunks_are_rewritten_and_deletes_and_renames_are_handled(tmp_path):
+    sections = [f"## part {i}\n\ncontent number {i} 内容{i}\n" for i in range(5)]
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        first = index.update_document(_doc("memory/x.md", "\n".join(sections)))
+        assert (first.added, first.removed, first.kept) == (5, 0, 0)
+        sections[2] = "## part 2\n\nrewritten 新的\n"
+        second = index.update_document(_doc("memory/x.md", "\n".join(sections)))
+        assert (second.added, second.removed, second.kept) == (1, 1, 4)
+        assert _found(index, "rewritten") == {"memory/x.md"}
+        assert _found(index, "number 2") == set()
+        # rename: the file leaves one path and appears under another
+        index.remove_document("memory/x.md")
+        index.update_document(_doc("memory/y.md", "\n".join(sections)))
+        assert _found(index, "rewritten") == {"memory/y.md"}
+        assert index.documents().keys() == {"memory/y.md"}
+
+
+HOSTILE = [
+    '"',
+    "*",
+    "NEAR(",
+    "a:b",
+    "(x OR",
+    "col:term",
+    "'; DROP TABLE chunks; --",
+    "^start",
+    "x" * 10_000,
+    "检索 " * 2000,
+]
+
+
+@pytest.mark.parametrize("query", HOSTILE, ids=lambda q: q[:12])
+def test_hostile_queries_return_normally(corpus_index, query):
+    index, _, _ = corpus_index
+    try:
+        answer = search(index, query, mode="fts")
+    except EmptyQueryError as exc:
+        assert "nothing to search for" in str(exc)
+        return
+    assert isinstance(answer.results, list)
+
+
+def test_empty_and_punctuation_only_queries_get_a_clear_message(corpus_index):
+    index, _, _ = corpus_index
+    for query in ("", "   ", "。，！？", "***"):
+        with pytest.raises(EmptyQueryError, match="nothing to search for"):
+            search(index, query)
+
+
+def test_and_first_then_relaxed_or(tmp_path):
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        index.update_document(_doc("memory/a.md", "alpha beta\n"))
+        index.update_document(_doc("memory/b.md", "beta gamma\n"))
+        strict = search(index, "alpha beta", mode="fts")
+        assert [r["path"] for r in strict.results] == ["memory/a.md"] and not strict.relaxed
+        relaxed = search(index, "alpha gamma", mode="fts")
+        assert {r["path"] for r in relaxed.results} == {"memory/a.md", "memory/b.md"} and relaxed.relaxed
+
+
+def test_heading_matches_rank_above_body_matches_and_results_carry_location(tmp_path):
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        index.update_document(_doc("memory/a.md", "# misc\n\nwe talked about tailscale once\n" + "filler words\n" * 5))
+        index.update_document(_doc("memory/b.md", "# notes\n\n## Tailscale\n\nsetup steps\n" + "filler words\n" * 5))
+        answer = search(index, "tailscale", mode="fts")
+        assert [r["path"] for r in answer.results] == ["memory/b.md", "memory/a.md"]
+        top = answer.results[0]
+        assert top["heading"] == "notes > Tailscale" and top["lines"] == [3, 10] and top["source"] == "local"
+        assert "**Tailscale**" in top["snippet"]
+
+
+def test_filters_by_layer_path_and_date(tmp_path):
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        index.update_document(_doc("SOUL.md", "always check memory\n", "core"))
+        index.update_document(_doc("memory/2026-01-05.md", "check memory daily\n", "daily", "2026-01-05"))
+        index.update_document(_doc("memory/2026-03-09.md", "check memory again\n", "daily", "2026-03-09"))
+
+        def paths(**f):
+            return {r["path"] for r in search(index, "memory", mode="fts", filters=Filters(**f)).results}
+
+        assert paths(layer="core") == {"SOUL.md"}
+        assert paths(layer="daily") == {"memory/2026-01-05.md", "memory/2026-03-09.md"}
+        assert paths(path_glob="memory/2026-03-*") == {"memory/2026-03-09.md"}
+        assert paths(since="2026-02-01") == {"memory/2026-03-09.md"}
+        assert paths(until="2026-02-01") == {"memory/2026-01-05.md"}
+
+
+def test_identity_mismatch_and_damage_make_the_index_stale(tmp_path):
+    path = tmp_path / "i.sqlite"
+    LocalIndex(path, Identity(embed_model="model-a")).close()
+    with pytest.raises(IndexStale, match="embed_model"):
+        LocalIndex(path, Identity(embed_model="model-b"))
+    with pytest.raises(IndexStale, match="tokenizer_version"):
+        LocalIndex(path, Identity(embed_model="model-a", tokenizer=99))
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(IndexStale, match="damaged"):
+        LocalIndex(path, Identity())
+
+
+def test_rebuild_replaces_the_file_atomically_keeps_old_answers_and_reuses_vectors(tmp_path):
+    path = tmp_path / "i.sqlite"
+    model = "test-model"
+    docs = [_doc(f"memory/{i}.md", f"# t{i}\n\nshared words 共享 {i}\n") for i in range(20)]
+    with LocalIndex(path, Identity(embed_model=model)) as index:
+        for d in docs:
+            index.update_document(d)
+        pending = index.take_pending(100)
+        assert len(pending) == 20
+        index.store_vectors(model, [(h, np.ones(4, dtype=np.float32) / 2) for h, _ in pending])
+        assert index.pending_count() == 0
+    old_reader = LocalIndex(path, Identity(embed_model=model), readonly=True, verify=False)
+    answered_during_build = []
+
+    def before_swap():
+        answered_during_build.append(len(_found(old_reader, "共享")) and len(old_reader.documents()))
+
+    stats = rebuild(path, Identity(embed_model=model), docs[:10], before_swap=before_swap)
+    assert answered_during_build == [20], "the old index answered until the swap"
+    assert stats["files"] == 10 and stats["vectors_reused"] == 20
+    old_reader.close()
+    with LocalIndex(path, Identity(embed_model=model)) as fresh:
+        assert fresh.pending_count() == 0, "identical chunks are never embedded twice"
+        assert fresh.vector_count() == 10
+    assert not (tmp_path / "i.sqlite.rebuild").exists()
+
+
+def test_rebuild_from_a_damaged_file(tmp_path):
+    path = tmp_path / "i.sqlite"
+    path.write_bytes(b"\0garbage" * 500)
+    rebuild(path, Identity(), [_doc("memory/a.md", "recovered text\n")])
+    with LocalIndex(path, Identity()) as index:
+        assert _found(index, "recovered") == {"memory/a.md"}
+
+
+def test_hybrid_fusion_reports_contributing_lists(tmp_path):
+    """Fusion arithmetic with hand-made vectors (the real model is exercised in test_vectors)."""
+    model = "hand-made"
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
+        index.update_document(_doc("memory/a.md", "tailscale network notes\n"))
+        index.update_document(_doc("memory/b.md", "vpn mesh between servers\n"))
+        pending = dict((text.split("\n")[1], h) for h, text in index.take_pending(10))
+        index.store_vectors(
+            model,
+            [
+                (pending["tailscale network notes"], np.array([1, 0], dtype=np.float32)),
+                (pending["vpn mesh between servers"], np.array([0.8, 0.6], dtype=np.float32)),
+            ],
+        )
+        answer = search(index, "tailscale", embed_query=lambda q: np.array([0.6, 0.8], dtype=np.float32), explain=True)
+        assert answer.vectors == "used" and answer.lists == ["vector", "fts"]
+        assert answer.results[0]["path"] == "memory/a.md"  # in both lists
+        assert answer.results[0]["ranks"] == {"vector": 2, "fts": 1}
+        assert answer.results[1]["ranks"] == {"vector": 1}
+        lexical = search(index, "tailscale", embed_query=None, no_embedder_reason="memory gate closed: test")
+        assert lexical.vectors == "unavailable: memory gate closed: test" and lexical.lists == ["fts"]

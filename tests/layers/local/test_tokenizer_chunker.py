@@ -1,0 +1,73 @@
+"""L3 tokenizer and chunker: per-character CJK, whole words of any script, markdown structure."""
+
+from __future__ import annotations
+
+from layers.local.chunker import HARD_LIMIT, chunk_markdown
+from layers.local.tokenizer import token_string, tokens
+
+
+def test_every_cjk_character_is_a_token_and_words_stay_whole():
+    assert tokens("Qdrant 部署在6333端口") == ["qdrant", "部", "署", "在", "6333", "端", "口"]
+    assert tokens("使用qdrant") == ["使", "用", "qdrant"]
+    assert tokens("café Ärger naïve") == ["café", "ärger", "naïve"]
+
+
+def test_cjk_blocks_kana_hangul_and_fullwidth():
+    assert tokens("㐀豈𠀀") == ["㐀", "豈", "𠀀"]  # extension A, compatibility, extension B
+    assert tokens("かなカナ한글") == ["か", "な", "カ", "ナ", "한", "글"]
+    assert tokens("ｑｄｒａｎｔ") == ["qdrant"]  # full-width folds to ASCII
+
+
+def test_punctuation_is_dropped():
+    assert token_string("「记忆」，检索。引擎！ max_tokens=127.0.0.1") == "记 忆 检 索 引 擎 max tokens 127 0 0 1"
+    assert tokens('" * NEAR( a:b )') == ["near", "a", "b"]
+
+
+def test_chunks_follow_headings_and_keep_line_ranges():
+    text = "intro\n# A\none\n## B\ntwo\nthree\n# C\nfour\n"
+    chunks = chunk_markdown(text)
+    assert [(c.heading, c.line_start, c.line_end) for c in chunks] == [
+        ("", 1, 1),
+        ("A", 2, 3),
+        ("A > B", 4, 6),
+        ("C", 7, 8),
+    ]
+    assert chunks[2].text == "## B\ntwo\nthree\n"
+
+
+def test_a_heading_inside_a_code_fence_is_not_a_heading():
+    text = "# Real\n```bash\n# not a heading\necho hi\n```\nafter\n"
+    chunks = chunk_markdown(text)
+    assert len(chunks) == 1 and chunks[0].heading == "Real"
+
+
+def test_long_sections_split_at_blank_lines_never_inside_a_fitting_fence():
+    para = "word " * 50 + "\n"
+    fence = "```\n" + "x = 1\n" * 150 + "```\n"
+    text = "# S\n" + (para * 3 + "\n") * 3 + fence + "tail\n"
+    chunks = chunk_markdown(text)
+    assert all(len(c.text) <= HARD_LIMIT for c in chunks)
+    holding = [c for c in chunks if "x = 1" in c.text]
+    assert len(holding) == 1 and holding[0].text.count("```") == 2, "the fence stays whole"
+
+
+def test_a_fence_longer_than_the_hard_cap_is_cut_into_valid_fenced_pieces():
+    text = "```python\n" + "print('memstrata')\n" * 400 + "```\n"
+    chunks = chunk_markdown(text)
+    assert len(chunks) > 1
+    for chunk in chunks:
+        assert len(chunk.text) <= HARD_LIMIT
+        assert chunk.text.startswith("```python\n") and chunk.text.rstrip().endswith("```")
+
+
+def test_a_huge_single_line_is_capped():
+    chunks = chunk_markdown("x" * 7000 + "\n")
+    assert len(chunks) == 4 and all(len(c.text) <= HARD_LIMIT for c in chunks)
+
+
+def test_chunk_hash_changes_with_content_or_heading():
+    a = chunk_markdown("# H\nbody\n")[0]
+    b = chunk_markdown("# H\nbody!\n")[0]
+    c = chunk_markdown("# G\nbody\n")[0]
+    assert len({a.hash, b.hash, c.hash}) == 3
+    assert a.hash == chunk_markdown("# H\nbody\n")[0].hash
