@@ -44,7 +44,9 @@ class EmbedWorker:
         identity: Identity,
         indexes: Callable[[], list[tuple[str, Path]]],
         batch_size: int = 16,
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
+        self.on_change = on_change  # the daemon refreshes its status when vectors move
         self.embedder = embedder
         self.identity = identity
         self.indexes = indexes
@@ -106,20 +108,23 @@ class EmbedWorker:
         while not self._stop:
             try:
                 worked = self._one_pass()
-                self.waiting_reason = ""
+                if worked or self.waiting_reason:
+                    self.waiting_reason = ""
+                    self.on_change()
             except VectorsUnavailableError as exc:
                 worked = False
                 if str(exc) != self.waiting_reason:
                     log.info("embeddings wait: %s", exc)
-                self.waiting_reason = str(exc)
+                    self.waiting_reason = str(exc)
+                    self.on_change()
             except Exception as exc:  # a bad batch must not kill the worker
                 worked = False
                 self.last_error = f"{exc.__class__.__name__}: {exc}"
                 log.exception("embedding batch failed")
             if worked:
                 continue
-            if isinstance(self.embedder, LocalEmbedder):
-                self.embedder.maybe_unload()
+            if isinstance(self.embedder, LocalEmbedder) and self.embedder.maybe_unload():
+                self.on_change()
             self._wake.wait(RETRY_S if self.waiting_reason else IDLE_CHECK_S)
             self._wake.clear()
         for _, index in self._connections.values():

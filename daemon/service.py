@@ -45,6 +45,7 @@ from layers.fsutil import atomic_write
 from layers.ids import MAIN_AGENT
 from layers.local.index import Filters, Identity, IndexStale, LocalIndex
 from layers.local.search import search as search_index
+from layers.local.vectors import LocalEmbedder
 from layers.yamlfile import YamlFileError
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ class MemoryDaemon:
         self._snapshot_lock = threading.Lock()
         self._lock_file = None
         self._status_line = ""
+        self._publish_requested = False
 
     # ------------------------------------------------------------ intake (other threads)
 
@@ -192,7 +194,11 @@ class MemoryDaemon:
         log.info("watcher: %s%s", self.watcher.mode, f" ({self.watcher.reason})" if self.watcher.reason else "")
         if self.embedder is not None:
             self.embed_worker = EmbedWorker(
-                self.embedder, self.identity, self._index_paths, self.config.vectors.batch_size
+                self.embedder,
+                self.identity,
+                self._index_paths,
+                self.config.vectors.batch_size,
+                on_change=self._request_publish,
             )
             self.embed_worker.start()
         self._reconcile_all()
@@ -272,6 +278,8 @@ class MemoryDaemon:
         if due or changed:
             for tracker in self.trackers.values():
                 tracker.files.save()
+        if due or changed or self._publish_requested:
+            self._publish_requested = False
             self._publish()
         if self.notifier.watchdog_interval and now >= self._next_ping:
             self.notifier.watchdog()
@@ -369,6 +377,10 @@ class MemoryDaemon:
     def _index_paths(self) -> list[tuple[str, Path]]:
         return [(agent_id, t.agent.index) for agent_id, t in list(self.trackers.items())]
 
+    def _request_publish(self) -> None:
+        self._publish_requested = True
+        self._wake()
+
     def _wake_embedder(self) -> None:
         if self.embed_worker is not None:
             self.embed_worker.wake()
@@ -427,12 +439,25 @@ class MemoryDaemon:
             tracker.settings = settings_from(new)
             tracker.repo.stale_lock_s = new.git.stale_lock_s
         logging.getLogger().setLevel(new.log.level.upper())
+        self._reload_vectors(new)
         if watch_changed:
             self._restart_watcher("watch settings changed")
         self._reconcile_all()
         self._publish()
         log.info("configuration reloaded from %s", new.source)
         self.notifier.ready(self._status_line)
+
+    def _reload_vectors(self, new: Config) -> None:
+        """Gate and idle settings apply at once; another model or backend needs a restart
+        (every index records the model it was built with)."""
+        fresh = make_embedder(new)
+        if (fresh.model_id if fresh else "") != self.identity.embed_model:
+            log.warning("vectors backend/model changed; it takes effect after a restart (indexes are then rebuilt)")
+        if isinstance(self.embedder, LocalEmbedder):
+            self.embedder.configure(min_free_mb=new.vectors.min_free_mb, idle_unload_s=new.vectors.idle_unload_s)
+        if self.embed_worker is not None:
+            self.embed_worker.batch_size = new.vectors.batch_size
+            self.embed_worker.wake()
 
     def shutdown(self) -> None:
         """Finish in-flight work: settle debounced files, make the final commits."""
@@ -525,6 +550,7 @@ class MemoryDaemon:
                     filters=filters,
                     embed_query=embed,
                     no_embedder_reason="vectors are off (vectors.backend: off)",
+                    blocked_reason=self.embed_worker.waiting_reason if self.embed_worker else "",
                     explain=explain,
                 )
         except (apsw.CorruptError, apsw.NotADBError) as exc:

@@ -65,9 +65,13 @@ def search(
     filters: Filters | None = None,
     embed_query: QueryEmbedder | None = None,
     no_embedder_reason: str = "no embedder available",
+    blocked_reason: str = "",
     explain: bool = False,
 ) -> SearchAnswer:
     """Search ``index``; ``auto`` is hybrid when vectors exist, else full-text.
+
+    ``blocked_reason`` is what the embedder already knows stops it now (a closed
+    memory gate): the query is then not even tried against the model.
 
     Raises :class:`~layers.local.query.EmptyQueryError` for a query with nothing
     searchable, and :class:`VectorsUnavailableError` only when ``mode="vector"``
@@ -87,6 +91,8 @@ def search(
             reason = "vectors are not configured"
         elif embed_query is None:
             reason = no_embedder_reason
+        elif blocked_reason:
+            reason = f"{blocked_reason} ({index.pending_count()} chunks waiting to be embedded)"
         elif index.vector_count() == 0:
             reason = f"no chunk has a vector yet ({index.pending_count()} waiting to be embedded)"
         if not reason:

@@ -21,15 +21,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _reexec_in_venv() -> None:
-    venv_python = REPO / ".venv" / "bin" / "python"
-    if venv_python.exists() and Path(sys.executable).resolve() != venv_python.resolve():
+    venv = REPO / ".venv"
+    venv_python = venv / "bin" / "python"
+    # compare prefixes, not binaries: a venv's python is a symlink to the system one
+    if venv_python.exists() and Path(sys.prefix).resolve() != venv.resolve():
         os.execv(str(venv_python), [str(venv_python), __file__, *sys.argv[1:]])
 
 
+sys.path.insert(0, str(REPO))
 try:
-    import click  # noqa: F401 - the probe for memstrata's dependencies
-
-    sys.path.insert(0, str(REPO))
     from daemon.cli import _echo_json, _print_search, local_search
     from daemon.config import ENV_VAR, load_config
 except ImportError:

