@@ -13,16 +13,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_daemon
+from bench import bench_daemon, bench_index
 
-BENCHMARKS = {"daemon": bench_daemon.main}
+BENCHMARKS = {"daemon": bench_daemon.main, "index": bench_index.main}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("only", nargs="*", choices=[[], *BENCHMARKS], help="benchmarks to run (default: all)")
+    parser.add_argument(
+        "only", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer samples, for a smoke run")
     args = parser.parse_args()
+    unknown = set(args.only) - set(BENCHMARKS)
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
     for name in args.only or BENCHMARKS:
         started = time.monotonic()
         print(f"\n=== {name} ===", flush=True)

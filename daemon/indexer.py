@@ -224,18 +224,19 @@ class Indexer:
         changed = 0
         entry.progress = {"done": 0, "total": len(desired), "phase": "sync"}
         try:
-            for done, (rel, sha) in enumerate(sorted(desired.items()), start=1):
-                if indexed.get(rel) != sha:
-                    doc = read_document(rel, self._source(agent, rel), sha)
-                    if doc is not None:
-                        index.update_document(doc)
-                        changed += 1
-                entry.progress["done"] = done
-                if progress:
-                    progress(done)
-            for rel in set(indexed) - set(desired):
-                index.remove_document(rel)
-                changed += 1
+            with index.bulk():
+                for done, (rel, sha) in enumerate(sorted(desired.items()), start=1):
+                    if indexed.get(rel) != sha:
+                        doc = read_document(rel, self._source(agent, rel), sha)
+                        if doc is not None:
+                            index.update_document(doc)
+                            changed += 1
+                    entry.progress["done"] = done
+                    if progress:
+                        progress(done)
+                for rel in set(indexed) - set(desired):
+                    index.remove_document(rel)
+                    changed += 1
         finally:
             entry.progress = {}
         if changed:

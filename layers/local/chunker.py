@@ -82,9 +82,10 @@ def chunk_markdown(text: str) -> list[Chunk]:
     lines = text.splitlines(keepends=True)
     for number, line in enumerate(lines, start=1):
         stripped = line.rstrip("\n")
-        fence_match = _FENCE_RE.match(stripped)
+        marker = stripped.lstrip(" ")[:1]  # only these can open a fence or a heading
+        fence_match = _FENCE_RE.match(stripped) if marker in ("`", "~") else None
         if fence is None and not fence_match:
-            heading = _HEADING_RE.match(stripped)
+            heading = _HEADING_RE.match(stripped) if marker == "#" else None
             if heading:
                 out.flush(number - 1)
                 level = len(heading.group(1))

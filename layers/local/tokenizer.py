@@ -39,25 +39,30 @@ CJK_CLASS = (
 )
 # A CJK character alone, or a run of letters/digits of any script that are not CJK.
 _TOKEN_RE = re.compile(f"[{CJK_CLASS}]|[^\\W_{CJK_CLASS}]+")
+# Characters NFKC changes in a way tokens can see: full-width letters and digits,
+# half-width kana, compatibility ideographs, ligatures, circled and squared forms.
+# Full-width punctuation (，：！) is common in Chinese and dropped either way, so
+# text without these skips the normalisation pass, which costs as much as tokenizing.
+_NEEDS_NFKC = re.compile(
+    "[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a\uff66-\uffdc\uf900-\ufaff\ufb00-\ufb4f"
+    "\u2460-\u24ff\u3200-\u33ff\U0002f800-\U0002fa1f]"
+)
 
 
 def _normalise(token: str) -> list[str]:
-    if token.isascii():
-        return [token.lower()]
-    folded = unicodedata.normalize("NFKC", token).lower()
-    if folded == token:
-        return [folded]
-    return _TOKEN_RE.findall(folded)  # NFKC can expand (㍿ → 株式会社)
+    """One matched run as index tokens (NFKC can expand it: ㍿ → 株式会社)."""
+    return tokens(token)
 
 
 def tokens(text: str) -> list[str]:
-    """The index tokens of ``text``, in order; punctuation and spaces are dropped."""
-    if text.isascii():
-        return _TOKEN_RE.findall(text.lower())
-    out: list[str] = []
-    for token in _TOKEN_RE.findall(text):
-        out.extend(_normalise(token))
-    return out
+    """The index tokens of ``text``, in order; punctuation and spaces are dropped.
+
+    Normalisation runs once over the whole text (C code) rather than per token:
+    per-token work was most of the build time for Chinese, one token per character.
+    """
+    if not text.isascii() and _NEEDS_NFKC.search(text):
+        text = unicodedata.normalize("NFKC", text)
+    return _TOKEN_RE.findall(text.lower())
 
 
 def token_string(text: str) -> str:

