@@ -73,8 +73,49 @@ def _fence_size(lines: list[str], start: int) -> int:
     return size
 
 
+_HEADING_LINE_RE = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t#]*$", re.MULTILINE)
+_ODD_BREAKS = re.compile("[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # line breaks str.splitlines knows
+
+
+def _quick_chunks(text: str) -> list[Chunk] | None:
+    """The common case without the line-by-line walk: no fences, every section short.
+
+    Sections are sliced at heading lines found by one regex pass; anything the
+    fast path cannot decide (fences, long sections, unusual line breaks) returns
+    None and goes through :func:`_walk`, which produces the same chunks.
+    """
+    if "```" in text or "~~~" in text or _ODD_BREAKS.search(text):
+        return None
+    headings = list(_HEADING_LINE_RE.finditer(text))
+    bounds = [0, *(m.start() for m in headings), len(text)]
+    if any(bounds[i + 1] - bounds[i] > SOFT_LIMIT for i in range(len(bounds) - 1)):
+        return None
+    chunks: list[Chunk] = []
+    stack: list[tuple[int, str]] = []
+    heading = ""
+    line = 1
+    for i in range(len(bounds) - 1):
+        if i > 0:
+            match = headings[i - 1]
+            level = len(match.group(1))
+            stack = [(lvl, title) for lvl, title in stack if lvl < level] + [(level, match.group(2).strip())]
+            heading = " > ".join(title for _, title in stack)
+        section = text[bounds[i] : bounds[i + 1]]
+        lines = section.count("\n") + (0 if section.endswith("\n") or not section else 1)
+        if section.strip():
+            chunks.append(Chunk(heading, line, line + lines - 1, section.rstrip("\n") + "\n"))
+        line += lines
+    return chunks
+
+
 def chunk_markdown(text: str) -> list[Chunk]:
     """Split ``text`` into chunks of about :data:`SOFT_LIMIT` characters, at most :data:`HARD_LIMIT`."""
+    quick = _quick_chunks(text)
+    return quick if quick is not None else _walk(text)
+
+
+def _walk(text: str) -> list[Chunk]:
+    """The general chunker: line by line, tracking fences and sizes."""
     out = _Builder()
     stack: list[tuple[int, str]] = []
     fence: str | None = None  # the opening marker while inside a fence

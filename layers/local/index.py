@@ -42,14 +42,16 @@ CREATE TABLE IF NOT EXISTS chunks(
     id INTEGER PRIMARY KEY, path TEXT NOT NULL, seq INTEGER NOT NULL, heading TEXT NOT NULL,
     line_start INTEGER NOT NULL, line_end INTEGER NOT NULL, hash TEXT NOT NULL, text TEXT NOT NULL,
     layer TEXT NOT NULL, day TEXT);
-CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path, seq);
-CREATE INDEX IF NOT EXISTS chunks_by_hash ON chunks(hash);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     heading, body, content='', contentless_delete=1, tokenize='ascii');
 CREATE TABLE IF NOT EXISTS vectors(
     hash TEXT NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL, vec BLOB NOT NULL,
     PRIMARY KEY(hash, model)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending(hash TEXT PRIMARY KEY, queued_at REAL NOT NULL) WITHOUT ROWID;
+"""
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path, seq);
+CREATE INDEX IF NOT EXISTS chunks_by_hash ON chunks(hash);
 """
 
 
@@ -151,6 +153,7 @@ class LocalIndex:
         """
         self.verify = (not readonly) if verify is None else verify
         self._bulk = False
+        self._next_id: int | None = None  # set while a fresh bulk build assigns ids
         self.path = path
         self.identity = identity
         self.readonly = readonly
@@ -180,7 +183,7 @@ class LocalIndex:
             if self.readonly or tables - {"meta"}:
                 raise IndexStale(f"{self.path} is not a memstrata index (no meta table)")
             with db:
-                db.execute(_SCHEMA)
+                db.execute(_SCHEMA + _INDEXES)
                 db.executemany("INSERT INTO meta VALUES(?, ?)", self.identity.as_meta().items())
                 db.execute("INSERT INTO meta VALUES('created', ?)", (str(time.time()),))
             return
@@ -195,12 +198,14 @@ class LocalIndex:
         self.db.close()
 
     @contextlib.contextmanager
-    def bulk(self) -> Iterator[None]:
+    def bulk(self, *, fresh: bool = False) -> Iterator[None]:
         """One transaction around many updates (rebuild, reindex).
 
         Each update otherwise runs in its own savepoint, and FTS5 flushes its
         in-memory terms at every savepoint: measured, that was ~1 ms per file,
-        more than all the rest of a build.
+        more than all the rest of a build.  ``fresh`` (an empty new file, each
+        document added once) also skips the per-file lookups and builds the
+        secondary indexes once at the end, sorted, instead of row by row.
         """
         if self._bulk:
             yield
@@ -208,9 +213,15 @@ class LocalIndex:
         self._bulk = True
         try:
             with self.db:
+                if fresh:
+                    self.db.execute("DROP INDEX IF EXISTS chunks_by_path; DROP INDEX IF EXISTS chunks_by_hash")
+                    self._next_id = self.db.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").fetchone()[0]
                 yield
+                if fresh:
+                    self.db.execute(_INDEXES)
         finally:
             self._bulk = False
+            self._next_id = None
 
     def _transaction(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext() if self._bulk else self.db
@@ -229,13 +240,15 @@ class LocalIndex:
         db = self.db
         with self._transaction():
             existing: dict[str, list[int]] = defaultdict(list)
-            for chunk_id, chunk_hash in db.execute(
-                "SELECT id, hash FROM chunks WHERE path = ? ORDER BY seq", (doc.path,)
+            for chunk_id, chunk_hash in (
+                ()
+                if self._next_id
+                else db.execute("SELECT id, hash FROM chunks WHERE path = ? ORDER BY seq", (doc.path,))
             ):
                 existing[chunk_hash].append(chunk_id)
             # Rows are gathered and written with executemany: per-statement overhead
             # was a large share of a full build.  Ids are assigned here (single writer).
-            next_id = db.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").fetchone()[0]
+            next_id = self._next_id or db.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").fetchone()[0]
             kept_rows, new_rows, fts_rows, new_hashes = [], [], [], []
             headings: dict[str, str] = {}
             for seq, chunk in enumerate(chunks):
@@ -277,6 +290,8 @@ class LocalIndex:
                 for chunk_hash in new_hashes:
                     self._queue_embedding(chunk_hash)
             added, kept = len(new_rows), len(kept_rows)
+            if self._next_id:
+                self._next_id = next_id
             db.execute(
                 "INSERT OR REPLACE INTO files VALUES(?, ?, ?, ?, ?, ?)",
                 (doc.path, doc.sha256, doc.layer, doc.day, len(chunks), time.time()),
@@ -468,7 +483,7 @@ def rebuild(
         new.db.execute("PRAGMA journal_mode=DELETE")  # no -wal beside the file that gets renamed
         if path.exists():
             reused = _copy_vectors(new, path)
-        with new.bulk():
+        with new.bulk(fresh=True):
             for count, doc in enumerate(documents, start=1):
                 new.update_document(doc)
                 if progress:

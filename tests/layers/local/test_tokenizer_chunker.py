@@ -71,3 +71,34 @@ def test_chunk_hash_changes_with_content_or_heading():
     c = chunk_markdown("# G\nbody\n")[0]
     assert len({a.hash, b.hash, c.hash}) == 3
     assert a.hash == chunk_markdown("# H\nbody\n")[0].hash
+
+
+def test_the_quick_path_gives_exactly_the_chunks_of_the_full_walk():
+    import random
+
+    from layers.local.chunker import _quick_chunks, _walk
+
+    rng = random.Random(1)
+    pieces = [
+        "# Title\n",
+        "## Sub\n",
+        "### Deep ###\n",
+        "text line\n",
+        "\n",
+        "中文内容，句子。\n",
+        "#not heading\n",
+        "    # indented\n",
+        "- item\n",
+        "x" * 120 + "\n",
+        "tail without newline",
+    ]
+    checked = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces[:-1]) for _ in range(rng.randint(0, 25)))
+        if rng.random() < 0.2:
+            text += pieces[-1]
+        quick = _quick_chunks(text)
+        if quick is not None:
+            assert quick == _walk(text), text
+            checked += 1
+    assert checked > 1000
