@@ -200,7 +200,9 @@ def _follow_progress(client, thread, agent_id: str | None) -> None:
                     bar.update(progress["done"] - bar.pos)
 
 
-def _wait_for_vectors(client, agent_id: str | None) -> None:
+def _wait_for_vectors(client, agent_id: str | None, stall_s: float = 120.0) -> None:
+    """Wait until no chunk waits for a vector; stop with the reason when that cannot happen."""
+    last_pending, last_progress = None, time.monotonic()
     while True:
         status = client.status()
         pending = sum(
@@ -208,12 +210,21 @@ def _wait_for_vectors(client, agent_id: str | None) -> None:
             for a in status["agents"]
             if agent_id is None or a["id"] == agent_id
         )
-        waiting = (status.get("vectors") or {}).get("waiting")
+        vectors = status.get("vectors") or {}
+        if vectors.get("backend") == "off":
+            raise click.ClickException("vectors are off (vectors.backend: off): there is nothing to wait for")
         if pending == 0:
             click.echo("every chunk has its vector")
             return
-        if waiting:
-            raise click.ClickException(f"{pending} chunk(s) wait for vectors: {waiting}")
+        reason = vectors.get("waiting") or vectors.get("last_error")
+        if reason:
+            raise click.ClickException(f"{pending} chunk(s) wait for vectors: {reason}")
+        if pending != last_pending:
+            last_pending, last_progress = pending, time.monotonic()
+        elif time.monotonic() - last_progress > stall_s:
+            raise click.ClickException(
+                f"{pending} chunk(s) still wait for vectors after {stall_s:.0f} s without progress"
+            )
         time.sleep(1)
 
 

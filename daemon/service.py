@@ -1,8 +1,11 @@
 """The daemon: one loop that owns every workspace's record and repository.
 
-Threads only *report*: the watcher puts changed paths into an inbox, the API
-reads a status snapshot.  Everything that touches git or the records happens in
-the main loop, so there is exactly one writer and no lock juggling.  Signals
+Other threads never write: the watcher puts changed paths into an inbox; the
+API reads a status snapshot, searches on read-only index connections of its own,
+and hands anything that writes (reindex, repairs) to the loop; the embedding
+worker writes only vectors, on its own connections.  Everything that touches git,
+the records or the indexes' chunks happens in the main loop: one writer, no lock
+juggling.  Signals
 wake the loop through ``signal.set_wakeup_fd`` on the same socket the watcher
 uses, so SIGTERM is handled within one loop turn even when the daemon is idle.
 """

@@ -77,6 +77,7 @@ def test_closed_gate_answers_lexically_then_vectors_fill_when_it_opens(tmp_path,
     d.signal(signal.SIGHUP)
     wait_for(lambda: _index(d)["pending_embeddings"] == 0, timeout=120, what="vectors filled after the gate opened")
     assert _index(d)["vectors"] == _index(d)["chunks"]
+    assert "every chunk has its vector" in run_cli("reindex", "--vectors", config=config).stdout
     hybrid = _search(config, "向量检索", "--explain")
     assert hybrid["vectors"] == "used" and set(hybrid["lists"]) == {"fts", "vector"}
     semantic = _search(config, "vector search and memory", "--mode", "vector")
@@ -164,3 +165,5 @@ def test_reindex_offline_and_through_the_daemon(tmp_path, daemons):
     assert rebuilt["main"]["rebuilt"] is True
     assert _paths(_search(config, "reindex")) == {"memory/2026-11-03.md"}
     assert "requested by memstrata reindex" in _index(d)["last_rebuild"]["reason"]
+    no_vectors = run_cli("reindex", "--vectors", config=config, check=False)
+    assert no_vectors.returncode == 1 and "vectors are off" in no_vectors.stderr
