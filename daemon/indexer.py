@@ -136,7 +136,6 @@ class Indexer:
                 agent.index,
                 self.identity,
                 self._documents(agent, desired),
-                total=len(desired),
                 progress=step,
                 before_swap=close_old,
             )

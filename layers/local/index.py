@@ -461,7 +461,6 @@ def rebuild(
     identity: Identity,
     documents: Iterable[Document],
     *,
-    total: int | None = None,
     progress: Callable[[int], None] | None = None,
     before_swap: Callable[[], None] | None = None,
 ) -> dict:
