@@ -100,20 +100,15 @@ class Filters:
     until: str | None = None
 
     def sql(self) -> tuple[str, list]:
-        clauses, args = [], []
-        if self.layer:
-            clauses.append("c.layer = ?")
-            args.append(self.layer)
-        if self.path_glob:
-            clauses.append("c.path GLOB ?")
-            args.append(self.path_glob)
-        if self.since:
-            clauses.append("c.day >= ?")
-            args.append(self.since)
-        if self.until:
-            clauses.append("c.day <= ?")
-            args.append(self.until)
-        return "".join(f" AND {c}" for c in clauses), args
+        """`` AND …`` clauses over the chunks table (alias ``c``) and their arguments."""
+        conditions = (
+            ("c.layer = ?", self.layer),
+            ("c.path GLOB ?", self.path_glob),
+            ("c.day >= ?", self.since),
+            ("c.day <= ?", self.until),
+        )
+        used = [(clause, value) for clause, value in conditions if value]
+        return "".join(f" AND {clause}" for clause, _ in used), [value for _, value in used]
 
 
 @dataclass

@@ -8,7 +8,7 @@ why — so "lexical only because the memory gate is closed" never looks like
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -33,14 +33,7 @@ class SearchAnswer:
     lists: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "query": self.query,
-            "mode": self.mode,
-            "results": self.results,
-            "relaxed": self.relaxed,
-            "vectors": self.vectors,
-            "lists": self.lists,
-        }
+        return asdict(self)
 
 
 def _fuse(lists: dict[str, list[Hit]], limit: int) -> list[tuple[Hit, float, dict[str, int]]]:

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -57,12 +57,7 @@ class GateState:
     reason: str
 
     def as_dict(self) -> dict:
-        return {
-            "open": self.open,
-            "available_mb": self.available_mb,
-            "needed_mb": self.needed_mb,
-            "reason": self.reason,
-        }
+        return asdict(self)
 
 
 class MemoryGate:
