@@ -83,6 +83,16 @@ def make_tracker(config: Config, agent: Agent, guard: SecretGuard, record: Path 
     return AgentTracker(agent, repo, files, guard, settings_from(config), listeners)
 
 
+def limits_of(config: Config) -> dict:
+    """The settings `status` shows, the same whether or not the daemon runs."""
+    return {
+        "max_file_mb": config.watch.max_file_mb,
+        "debounce_ms": config.watch.debounce_ms,
+        "quiet_period_s": config.git.quiet_period_s,
+        "max_delay_s": config.git.max_delay_s,
+    }
+
+
 def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds") if ts else None
 
@@ -586,7 +596,8 @@ class MemoryDaemon:
             self.trackers[MAIN_AGENT].refresh()  # the shared core every index holds
         out = {}
         for tracker in chosen:
-            tracker.refresh()
+            if tracker.id != MAIN_AGENT:  # main was refreshed just above
+                tracker.refresh()
             desired = self._desired(tracker)
             if rebuild:
                 stats = self.indexer.rebuild(tracker.agent, desired, reason="requested by memstrata reindex --rebuild")
@@ -630,12 +641,7 @@ class MemoryDaemon:
                 "roots": [str(r) for r in self._watch_roots()],
             },
             "reconcile": dict(self.last_reconcile, interval_s=self.config.watch.reconcile_interval_s),
-            "limits": {
-                "max_file_mb": self.config.watch.max_file_mb,
-                "debounce_ms": self.config.watch.debounce_ms,
-                "quiet_period_s": self.config.git.quiet_period_s,
-                "max_delay_s": self.config.git.max_delay_s,
-            },
+            "limits": limits_of(self.config),
             "vectors": self._vectors_status(),
             "agents": reports,
         }

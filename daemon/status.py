@@ -9,7 +9,7 @@ from pathlib import Path
 
 from daemon import __version__
 from daemon.config import Config
-from daemon.service import SNAPSHOT_FILE, guard_from, make_tracker
+from daemon.service import SNAPSHOT_FILE, guard_from, limits_of, make_tracker
 from daemon.workspaces import discover
 
 
@@ -38,12 +38,7 @@ def offline_status(config: Config, reason: str) -> dict:
         },
         "watcher": {"mode": "not running", "reason": ""},
         "reconcile": last.get("reconcile") or {"time": None},
-        "limits": {
-            "max_file_mb": config.watch.max_file_mb,
-            "debounce_ms": config.watch.debounce_ms,
-            "quiet_period_s": config.git.quiet_period_s,
-            "max_delay_s": config.git.max_delay_s,
-        },
+        "limits": limits_of(config),
         "vectors": _vectors_report(config),
         "agents": reports,
     }

@@ -308,7 +308,6 @@ class AgentTracker:
         return {
             "id": self.id,
             "workspace": str(self.workspace),
-            "index": str(self.agent.index),
             "files": len(self.files),
             "last_commit": ({"sha": commit.short, "time": commit.time, "subject": commit.subject} if commit else None),
             "pending_commit": self.pending,
