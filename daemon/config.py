@@ -120,6 +120,39 @@ class VectorsConfig(StrictModel):
     openai: OpenAIEmbeddingConfig = OpenAIEmbeddingConfig()
 
 
+class QdrantConfig(StrictModel):
+    """The Qdrant server L4 uses when ``conversation.backend`` is ``remote``."""
+
+    url: str = "http://100.115.94.1:6333"
+    api_key_env: str | None = None  # environment variable holding the server's API key
+    api_key_file: str | None = None  # …or a file holding it
+    timeout_s: float = pydantic.Field(5.0, gt=0, le=120)
+    collection: str = pydantic.Field("mem0_v4_shared", pattern=r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class LlmConfig(StrictModel):
+    """An OpenAI-compatible chat endpoint; when set, writes may use mem0's inference."""
+
+    base_url: str
+    model: str
+    api_key_env: str = "LLM_API_KEY"
+
+
+class ConversationConfig(StrictModel):
+    """L4: the shared Mem0/Qdrant memory, brokered by the daemon."""
+
+    enabled: bool = True
+    backend: Literal["embedded", "remote"] = "embedded"
+    qdrant: QdrantConfig = QdrantConfig()
+    llm: LlmConfig | None = None
+    # Days a memory of each type lives; null never expires. Types not listed never expire.
+    retention_days: dict[str, int | None] = pydantic.Field(
+        default_factory=lambda: {"session": 7, "chat_summary": 30, "procedure": None, "task_log": 30}
+    )
+    probe_interval_s: float = pydantic.Field(5.0, gt=0)
+    probe_timeout_s: float = pydantic.Field(1.0, gt=0)
+
+
 class LogConfig(StrictModel):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -133,6 +166,7 @@ class ConfigFile(StrictModel):
     core: CoreConfig = CoreConfig()
     guard: GuardConfig = GuardConfig()
     vectors: VectorsConfig = VectorsConfig()
+    conversation: ConversationConfig = ConversationConfig()
     log: LogConfig = LogConfig()
 
 
@@ -194,6 +228,10 @@ class Config:
         path = Path(os.path.expanduser(configured))
         base = self.source.parent if self.source else Path("/")
         return path if path.is_absolute() else base / path
+
+    @property
+    def conversation(self) -> ConversationConfig:
+        return self.file.conversation
 
     @property
     def log(self) -> LogConfig:
@@ -363,6 +401,17 @@ vectors:                   # L3 local vectors, loaded on demand
   profile: e5              # query/passage prefixes: e5 | bge-zh | plain
   min_free_mb: 300         # load only when this much memory stays free besides the model
   idle_unload_s: 120
+
+conversation:              # L4: the shared Mem0/Qdrant memory
+  enabled: true
+  backend: embedded        # embedded (Qdrant local storage under state_dir) | remote (a Qdrant server)
+  qdrant:                  # used when backend is remote, e.g. the central node over Tailscale
+    url: http://100.115.94.1:6333
+    api_key_env: null      # name of the environment variable holding the API key
+    timeout_s: 5
+    collection: mem0_v4_shared
+  llm: null                # {{base_url, model, api_key_env}}: lets writes use mem0's inference
+  retention_days: {{session: 7, chat_summary: 30, procedure: null, task_log: 30}}
 
 log:
   level: info

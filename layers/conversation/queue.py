@@ -1,0 +1,98 @@
+"""The durable write queue: memories written while the store is unreachable.
+
+Engram lost queued writes on a lock timeout; here a write is committed to SQLite
+(``synchronous=FULL``) before the caller hears "queued", so neither SIGKILL nor
+a power cut loses it.  Entries leave the queue only after the store has the
+memory; replay is in write order, and each entry carries a ``write_id`` that
+the store records, so a replay interrupted between "written" and "removed"
+finds the memory already there and does not write it twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS writes (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    write_id    TEXT NOT NULL UNIQUE,
+    agent_id    TEXT NOT NULL,
+    request     TEXT NOT NULL,
+    enqueued_at REAL NOT NULL,
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    last_error  TEXT NOT NULL DEFAULT ''
+);
+"""
+
+
+@dataclass(frozen=True)
+class QueuedWrite:
+    seq: int
+    write_id: str
+    agent_id: str
+    request: dict
+    enqueued_at: float
+    attempts: int
+    last_error: str
+
+
+class WriteQueue:
+    """A FIFO of pending writes in one SQLite file; safe to share between threads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        self._db = apsw.Connection(str(path))
+        self._db.setbusytimeout(5000)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(_SCHEMA)
+        path.chmod(0o600)  # queued memories may be private
+
+    def put(self, write_id: str, agent_id: str, request: dict) -> bool:
+        """Store a write durably; False when ``write_id`` is already queued (a client retry)."""
+        with self._db:
+            self._db.execute(
+                "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at) VALUES (?, ?, ?, ?)",
+                (write_id, agent_id, json.dumps(request, ensure_ascii=False), time.time()),
+            )
+            return self._db.changes() > 0
+
+    def peek(self, limit: int = 100) -> list[QueuedWrite]:
+        """The oldest ``limit`` writes, in the order they were made."""
+        rows = self._db.execute(
+            "SELECT seq, write_id, agent_id, request, enqueued_at, attempts, last_error FROM writes "
+            "ORDER BY seq LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [QueuedWrite(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+
+    def done(self, write_id: str) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
+
+    def failed(self, write_id: str, error: str) -> None:
+        with self._db:
+            self._db.execute(
+                "UPDATE writes SET attempts = attempts + 1, last_error = ? WHERE write_id = ?", (error, write_id)
+            )
+
+    def contains(self, write_id: str) -> bool:
+        return self._db.execute("SELECT 1 FROM writes WHERE write_id = ?", (write_id,)).fetchone() is not None
+
+    def depth(self) -> int:
+        return self._db.execute("SELECT count(*) FROM writes").fetchone()[0]
+
+    def oldest_age_s(self, now: float | None = None) -> float | None:
+        oldest = self._db.execute("SELECT min(enqueued_at) FROM writes").fetchone()[0]
+        if oldest is None:
+            return None
+        return round((time.time() if now is None else now) - oldest, 1)
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,398 @@
+"""The L4 store: mem0's ``Memory`` over a ``QdrantClient`` we build ourselves.
+
+We build the client so that a remote server gets our timeout (mem0's own
+config cannot set one) and so that the embedded backend is Qdrant's local
+storage under the state directory.  Writes go through mem0 (so ``infer=True``
+gets mem0's ADD/UPDATE/DELETE/NOOP); searches go through mem0 with one filter
+per visibility phase.  Listing, get, delete and the write-id lookup use the
+client directly: mem0's ``get_all`` has no cursor and stops at ``top_k``.
+
+Every call that reaches Qdrant may raise :class:`StoreUnavailableError`; the
+broker decides what that means (breaker, queue, fallback).  This module knows
+nothing about callers, tokens or the daemon.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from layers.conversation.policy import Phase
+
+log = logging.getLogger(__name__)
+
+# Payload fields we filter on; a remote server gets an index for each.
+KEYWORD_FIELDS = ("agent_id", "visibility", "project_id", "memory_type", "write_id")
+EXPIRY_FIELD = "expires_at"
+
+
+class StoreUnavailableError(ConnectionError):
+    """The store did not answer (refused, timed out, failed); the message says how."""
+
+
+class StoreConfigError(RuntimeError):
+    """The store cannot be used as configured (for example a vector size mismatch)."""
+
+
+class Embedder(Protocol):
+    model_id: str
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    backend: str  # "embedded" | "remote"
+    data_dir: Path  # embedded storage, mem0's own files (history, MEM0_DIR)
+    collection: str = "mem0_v4_shared"
+    url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 5.0
+    llm: dict | None = field(default=None, repr=False)  # {"base_url", "model", "api_key"}
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    """One memory to write, with every decision (placement, lifetime) already made."""
+
+    write_id: str
+    agent_id: str
+    text: str
+    memory_type: str
+    visibility: str
+    project_id: str | None
+    created_at: str  # ISO 8601 UTC, the moment the agent wrote it (not the replay)
+    expiration_date: str | None
+    expires_at: float | None
+    infer: bool = False
+
+    def metadata(self) -> dict:
+        meta = {
+            "write_id": self.write_id,
+            "visibility": self.visibility,
+            "memory_type": self.memory_type,
+            "created_at": self.created_at,
+        }
+        if self.project_id:
+            meta["project_id"] = self.project_id
+        if self.expires_at is not None:
+            meta[EXPIRY_FIELD] = self.expires_at
+        return meta
+
+
+def prepare_mem0_environment(data_dir: Path) -> None:
+    """mem0 reads these once, at import: no telemetry, its files under our directory."""
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ.setdefault("MEM0_DIR", str(data_dir / "mem0"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def memory_view(memory_id: str, payload: dict, score: float | None = None) -> dict:
+    """A stored memory as callers see it: text, placement, owner, lifetime, provenance."""
+    return {
+        "id": str(memory_id),
+        "memory": payload.get("data", ""),
+        "agent_id": payload.get("agent_id"),
+        "visibility": payload.get("visibility"),
+        "project_id": payload.get("project_id"),
+        "memory_type": payload.get("memory_type"),
+        "created_at": payload.get("created_at"),
+        "expiration_date": payload.get("expiration_date"),
+        "expires_at": payload.get(EXPIRY_FIELD),
+        "hash": payload.get("hash"),
+        "write_id": payload.get("write_id"),
+        "score": None if score is None else round(float(score), 4),
+        "source": "conversation",
+    }
+
+
+def _flatten(result: dict) -> dict:
+    """mem0's result format (promoted keys + ``metadata``) back into one payload dict."""
+    payload = {k: v for k, v in result.items() if k not in ("metadata", "memory", "id", "score")}
+    payload.update(result.get("metadata") or {})
+    payload["data"] = result.get("memory", "")
+    return payload
+
+
+class ConversationStore:
+    """mem0 + qdrant-client, connected lazily (a remote server may be down at start)."""
+
+    def __init__(self, settings: StoreSettings, embedder: Embedder, dim: int) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.dim = dim
+        self._client = None
+        self._memory = None
+
+    @property
+    def connected(self) -> bool:
+        return self._memory is not None
+
+    # ------------------------------------------------------------ connection
+
+    def _make_client(self):
+        from qdrant_client import QdrantClient
+
+        s = self.settings
+        if s.backend == "embedded":
+            path = s.data_dir / "qdrant"
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                return QdrantClient(path=str(path))
+            except RuntimeError as exc:  # qdrant local storage is single-process
+                raise StoreConfigError(
+                    f"the embedded store at {path} is open in another process ({exc}); "
+                    "only the daemon may open it: go through its API"
+                ) from None
+        return QdrantClient(url=s.url, api_key=s.api_key, timeout=max(1, round(s.timeout_s)), check_compatibility=False)
+
+    def _check_vector_size(self, client) -> None:
+        name = self.settings.collection
+        if not client.collection_exists(name):
+            return
+        vectors = client.get_collection(name).config.params.vectors
+        size = vectors.size if hasattr(vectors, "size") else next(iter(vectors.values())).size
+        if size != self.dim:
+            raise StoreConfigError(
+                f"collection {name!r} holds {size}-dimensional vectors but the embedder "
+                f"({self.embedder.model_id}) makes {self.dim}-dimensional ones: use a collection made with "
+                "this embedder (conversation.qdrant.collection) or configure the embedder it was made with"
+            )
+
+    def _ensure_payload_indexes(self, client) -> None:
+        from qdrant_client import models
+
+        for name in KEYWORD_FIELDS:
+            client.create_payload_index(self.settings.collection, name, models.PayloadSchemaType.KEYWORD)
+        client.create_payload_index(self.settings.collection, EXPIRY_FIELD, models.PayloadSchemaType.FLOAT)
+
+    def connect(self) -> None:
+        """Open the collection (creating it), check it, and build mem0 on top."""
+        if self._memory is not None:
+            return
+        prepare_mem0_environment(self.settings.data_dir)
+        client = self._make_client()
+        try:
+            with _translate_errors("connect"):
+                self._check_vector_size(client)
+                memory = self._build_memory(client)
+                if self.settings.backend == "remote":
+                    self._ensure_payload_indexes(client)
+        except BaseException:
+            client.close()
+            raise
+        self._client, self._memory = client, memory
+        log.info("conversation store: %s collection %r ready", self.settings.backend, self.settings.collection)
+
+    def _build_memory(self, client):
+        # mem0 announces missing optional extras (spaCy, fastembed) and asks a local
+        # client for payload indexes it cannot use; neither is news to an operator.
+        logging.getLogger("mem0").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", message="Payload indexes have no effect", category=UserWarning)
+        from mem0 import Memory
+        from mem0.configs.base import MemoryConfig
+
+        s = self.settings
+        llm = {"provider": "openai", "config": {"api_key": "unused"}}  # mem0 insists; never called without infer
+        if s.llm:
+            llm = {
+                "provider": "openai",
+                "config": {"model": s.llm["model"], "openai_base_url": s.llm["base_url"], "api_key": s.llm["api_key"]},
+            }
+        config = MemoryConfig(
+            vector_store={
+                "provider": "qdrant",
+                "config": {"collection_name": s.collection, "embedding_model_dims": self.dim, "client": client},
+            },
+            embedder={"provider": "openai", "config": {"api_key": "unused", "embedding_dims": self.dim}},
+            llm=llm,
+            history_db_path=str(s.data_dir / "history.db"),
+        )
+        memory = Memory(config)
+        memory.embedding_model = _Mem0Embedder(self.embedder, self.dim)
+        return memory
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._client = self._memory = None
+
+    def _require(self):
+        if self._memory is None:
+            self.connect()
+        return self._memory, self._client
+
+    # ------------------------------------------------------------ operations
+
+    def ping(self) -> float:
+        """Round-trip time of a cheap request, in milliseconds."""
+        _, client = self._require()
+        started = time.perf_counter()
+        with _translate_errors("ping"):
+            client.collection_exists(self.settings.collection)
+        return round((time.perf_counter() - started) * 1000, 2)
+
+    def add(self, memory: NewMemory) -> list[dict]:
+        mem0, _ = self._require()
+        with _translate_errors("add"):
+            result = mem0.add(
+                memory.text,
+                agent_id=memory.agent_id,
+                metadata=memory.metadata(),
+                expiration_date=memory.expiration_date,
+                infer=memory.infer,
+            )
+        return [{"id": r.get("id"), "event": r.get("event"), "memory": r.get("memory")} for r in result["results"]]
+
+    def find_write(self, write_id: str) -> list[str]:
+        """Ids of memories a write already produced (replay skips such writes)."""
+        from qdrant_client import models
+
+        _, client = self._require()
+        condition = models.FieldCondition(key="write_id", match=models.MatchValue(value=write_id))
+        with _translate_errors("lookup"):
+            points, _ = client.scroll(
+                self.settings.collection, scroll_filter=models.Filter(must=[condition]), limit=16, with_payload=False
+            )
+        return [str(p.id) for p in points]
+
+    def search(self, query: str, phases: Sequence[Phase], limit: int) -> list[dict]:
+        """Each phase searched on its own, merged by score, de-duplicated by content hash."""
+        mem0, _ = self._require()
+        found: list[dict] = []
+        with _translate_errors("search"):
+            for phase in phases:
+                answer = mem0.search(query, top_k=limit, filters=phase.mem0_filters())
+                for result in answer["results"]:
+                    view = memory_view(result["id"], _flatten(result), result.get("score"))
+                    view["phase"] = phase.name
+                    found.append(view)
+        found.sort(key=lambda v: -(v["score"] or 0))
+        seen: set[str] = set()
+        merged = []
+        for view in found:
+            key = view["hash"] or view["id"]
+            if key not in seen:
+                seen.add(key)
+                merged.append(view)
+        return merged[:limit]
+
+    def _phase_filter(self, phase: Phase, include_expired: bool, now: float):
+        from qdrant_client import models
+
+        must = [models.FieldCondition(key="visibility", match=models.MatchValue(value=phase.visibility))]
+        if phase.owner:
+            must.append(models.FieldCondition(key="agent_id", match=models.MatchValue(value=phase.owner)))
+        if phase.visibility == "project":
+            must.append(models.FieldCondition(key="project_id", match=models.MatchAny(any=list(phase.projects))))
+        must_not = [] if include_expired else [models.FieldCondition(key=EXPIRY_FIELD, range=models.Range(lt=now))]
+        return models.Filter(must=must, must_not=must_not or None)
+
+    def list(
+        self,
+        phases: Sequence[Phase],
+        limit: int = 100,
+        cursor: str | None = None,
+        include_expired: bool = False,
+    ) -> tuple[list[dict], str | None]:
+        """One page of the memories the phases allow; the cursor resumes where the page ended."""
+        _, client = self._require()
+        phase_index, offset = 0, None
+        if cursor:
+            head, _, rest = cursor.partition(":")
+            phase_index, offset = int(head), (rest or None)
+        now = time.time()
+        page: list[dict] = []
+        with _translate_errors("list"):
+            while phase_index < len(phases) and len(page) < limit:
+                points, next_offset = client.scroll(
+                    self.settings.collection,
+                    scroll_filter=self._phase_filter(phases[phase_index], include_expired, now),
+                    limit=limit - len(page),
+                    offset=offset,
+                    with_payload=True,
+                )
+                page.extend(memory_view(p.id, p.payload or {}) for p in points)
+                if next_offset is None:
+                    phase_index, offset = phase_index + 1, None
+                else:
+                    offset = next_offset
+        more = phase_index < len(phases)
+        return page, (f"{phase_index}:{offset or ''}" if more else None)
+
+    def get(self, memory_id: str) -> dict | None:
+        _, client = self._require()
+        with _translate_errors("get"):
+            try:
+                points = client.retrieve(self.settings.collection, ids=[memory_id], with_payload=True)
+            except ValueError:  # not a valid point id
+                return None
+        return memory_view(points[0].id, points[0].payload or {}) if points else None
+
+    def delete(self, memory_id: str) -> None:
+        mem0, _ = self._require()
+        with _translate_errors("delete"):
+            mem0.delete(memory_id)
+
+    def count(self) -> int:
+        _, client = self._require()
+        with _translate_errors("count"):
+            return client.count(self.settings.collection, exact=True).count
+
+
+@contextmanager
+def _translate_errors(what: str) -> Iterator[None]:
+    """Anything the client raises becomes :class:`StoreUnavailableError` with a short reason."""
+    try:
+        yield
+    except (StoreConfigError, StoreUnavailableError):
+        raise
+    except Exception as exc:
+        if type(exc).__name__ == "VectorsUnavailableError":  # the embedder's gate, without importing L3
+            raise StoreUnavailableError(f"{what}: embedder unavailable: {exc}") from exc
+        raise StoreUnavailableError(f"{what}: {describe_error(exc)}") from exc
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line reason without secrets or tracebacks: the exception's kind and first line."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    cause = exc.__cause__ or exc.__context__
+    if not text and cause is not None:
+        text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
+
+
+class _Mem0Embedder:
+    """Our embedder in mem0's shape: passages for writes, queries (with the query prefix) for search."""
+
+    def __init__(self, embedder: Embedder, dim: int) -> None:
+        from mem0.configs.embeddings.base import BaseEmbedderConfig
+
+        self.config = BaseEmbedderConfig(embedding_dims=dim)
+        self._embedder = embedder
+        self._last_query: tuple[str, list[float]] | None = None  # the phases of one search share it
+
+    def embed(self, text, memory_action=None) -> list[float]:
+        if memory_action == "search":
+            if self._last_query and self._last_query[0] == text:
+                return self._last_query[1]
+            vector = self._embedder.embed_query(text).tolist()
+            self._last_query = (text, vector)
+            return vector
+        return self._embedder.embed_passages([text])[0].tolist()
+
+    def embed_batch(self, texts, memory_action="add") -> list[list[float]]:
+        if memory_action == "search":
+            return [self.embed(t, "search") for t in texts]
+        return [v.tolist() for v in self._embedder.embed_passages(list(texts))]
