@@ -11,6 +11,7 @@ finds the memory already there and does not write it twice.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ class QueuedWrite:
 
 
 class WriteQueue:
-    """A FIFO of pending writes in one SQLite file; safe to share between threads."""
+    """A FIFO of pending writes in one SQLite file; safe to share between threads (one lock)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -53,10 +54,11 @@ class WriteQueue:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(_SCHEMA)
         path.chmod(0o600)  # queued memories may be private
+        self._lock = threading.Lock()
 
     def put(self, write_id: str, agent_id: str, request: dict) -> bool:
         """Store a write durably; False when ``write_id`` is already queued (a client retry)."""
-        with self._db:
+        with self._lock, self._db:
             self._db.execute(
                 "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at) VALUES (?, ?, ?, ?)",
                 (write_id, agent_id, json.dumps(request, ensure_ascii=False), time.time()),
@@ -65,34 +67,39 @@ class WriteQueue:
 
     def peek(self, limit: int = 100) -> list[QueuedWrite]:
         """The oldest ``limit`` writes, in the order they were made."""
-        rows = self._db.execute(
-            "SELECT seq, write_id, agent_id, request, enqueued_at, attempts, last_error FROM writes "
-            "ORDER BY seq LIMIT ?",
-            (limit,),
-        ).fetchall()
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, write_id, agent_id, request, enqueued_at, attempts, last_error FROM writes "
+                "ORDER BY seq LIMIT ?",
+                (limit,),
+            ).fetchall()
         return [QueuedWrite(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
 
     def done(self, write_id: str) -> None:
-        with self._db:
+        with self._lock, self._db:
             self._db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
 
     def failed(self, write_id: str, error: str) -> None:
-        with self._db:
+        with self._lock, self._db:
             self._db.execute(
                 "UPDATE writes SET attempts = attempts + 1, last_error = ? WHERE write_id = ?", (error, write_id)
             )
 
     def contains(self, write_id: str) -> bool:
-        return self._db.execute("SELECT 1 FROM writes WHERE write_id = ?", (write_id,)).fetchone() is not None
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM writes WHERE write_id = ?", (write_id,)).fetchone() is not None
 
     def depth(self) -> int:
-        return self._db.execute("SELECT count(*) FROM writes").fetchone()[0]
+        with self._lock:
+            return self._db.execute("SELECT count(*) FROM writes").fetchone()[0]
 
     def oldest_age_s(self, now: float | None = None) -> float | None:
-        oldest = self._db.execute("SELECT min(enqueued_at) FROM writes").fetchone()[0]
+        with self._lock:
+            oldest = self._db.execute("SELECT min(enqueued_at) FROM writes").fetchone()[0]
         if oldest is None:
             return None
         return round((time.time() if now is None else now) - oldest, 1)
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()

@@ -133,3 +133,36 @@ def add_agent(path: Path, agent: str, projects: Iterable[str] = (), can_write_pu
         text = HEADER + yaml.safe_dump(validated.model_dump(), sort_keys=False, allow_unicode=True)
         atomic_write(path, text)
         return Registry(path, validated)
+
+
+class RegistryCache:
+    """The registry as of its last good version, re-read when the file changes.
+
+    A broken edit keeps the previous registry in force (and says why in
+    ``error``): a typo must not lock every agent out of its projects.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.error = ""
+        self._seen: tuple[float, int] | None = None
+        self._current = load_registry(path)  # a broken file at start is the caller's error to report
+        self._seen = self._signature()
+
+    def _signature(self) -> tuple[float, int] | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime, st.st_size)
+
+    def current(self) -> Registry:
+        signature = self._signature()
+        if signature != self._seen:
+            try:
+                self._current = load_registry(self.path)
+                self.error = ""
+            except YamlFileError as exc:
+                self.error = f"{exc} (the previous registry stays in force)"
+            self._seen = signature
+        return self._current

@@ -81,6 +81,49 @@ class MemoryGate:
         )
 
 
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def gguf_embedding_length(path: Path) -> int:
+    """The model's vector size from the GGUF header, without loading it.
+
+    ``gguf.GGUFReader`` parses every tensor (~9 s for this model) and llama.cpp's
+    ``vocab_only`` load leaves ``n_embd`` at 0; the key/value section at the head
+    of the file is all that is needed.
+    """
+    import struct
+
+    with open(path, "rb") as fh:
+
+        def read(fmt: str):
+            size = struct.calcsize("<" + fmt)
+            return struct.unpack("<" + fmt, fh.read(size))[0]
+
+        def read_str() -> bytes:
+            return fh.read(read("Q"))
+
+        def skip(kind: int) -> object:
+            if kind == 8:
+                return read_str()
+            if kind == 9:
+                item, count = read("I"), read("Q")
+                for _ in range(count):
+                    skip(item)
+                return None
+            return read(_GGUF_SCALARS[kind])
+
+        if fh.read(4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        read("I")  # version
+        read("Q")  # tensor count
+        for _ in range(read("Q")):
+            key, kind = read_str(), read("I")
+            value = skip(kind)
+            if key.endswith(b".embedding_length"):
+                return int(value)  # type: ignore[arg-type]
+    raise ValueError(f"{path} does not say its embedding length")
+
+
 class LocalEmbedder:
     """A GGUF embedding model through llama.cpp, resident only while it is being used."""
 
@@ -117,6 +160,22 @@ class LocalEmbedder:
     @property
     def loaded(self) -> bool:
         return self._model is not None
+
+    def dimension(self) -> int:
+        """The vector size, known without loading the model (a collection is sized by it)."""
+        if self.dim is None:
+            if not self.model_path.is_file():
+                raise VectorsUnavailableError(f"no model at {self.model_path}: run `memstrata model build`")
+            self.dim = gguf_embedding_length(self.model_path)
+        return self.dim
+
+    def not_ready(self) -> str:
+        """Why the model could not be used right now ("" when it could)."""
+        if self.loaded:
+            return ""
+        if not self.model_path.is_file():
+            return f"no model at {self.model_path}"
+        return self.gate.check().reason
 
     def _ensure_loaded(self):
         if self._model is not None:
@@ -228,6 +287,12 @@ class OpenAIEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_passages([text])[0]
+
+    def dimension(self) -> int:
+        return self.dim
+
+    def not_ready(self) -> str:
+        return "" if os.environ.get(self.api_key_env) else f"environment variable {self.api_key_env} is not set"
 
     def status(self) -> dict:
         return {"backend": "openai", "model_id": self.model_id, "base_url": self.base_url, "loaded": True}

@@ -1,0 +1,40 @@
+"""The security audit log: JSON lines, one file per UTC day, never a memory's text.
+
+Refused requests (a wrong token, another agent's private memory, a project the
+caller is not in, a secret in content) are written here so an operator can see
+who tried what.  The seed keeps its security logs in ``{workspace}/logs/security``
+(``paths.audit_dir``); the cleanup job writes its own file next to these.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class AuditLog:
+    def __init__(self, directory: Path, prefix: str = "memory-access") -> None:
+        self.directory = directory
+        self.prefix = prefix
+        self._lock = threading.Lock()
+
+    def path_for(self, when: datetime) -> Path:
+        return self.directory / f"{self.prefix}-{when:%Y-%m-%d}.log"
+
+    def record(self, event: str, **fields: object) -> None:
+        """Append one event; a failure to write is logged, never raised into the request."""
+        now = datetime.now(timezone.utc)
+        entry = {"time": now.isoformat(timespec="milliseconds"), "event": event, **fields}
+        line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
+        try:
+            with self._lock:
+                self.directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+                with open(self.path_for(now), "a", encoding="utf-8") as fh:
+                    fh.write(line)
+        except OSError as exc:
+            log.error("audit log %s not written (%s): %s", self.directory, exc.strerror, event)

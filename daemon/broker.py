@@ -1,0 +1,534 @@
+"""The L4 broker: every conversation-memory request passes through here.
+
+It applies, in order, what the API layer cannot know and the store must not
+decide: the secret guard, placement (visibility from the project registry),
+lifetime, and the outage rules.  The store is touched from one worker thread
+only, so callers can give up on a hung link without leaving two requests
+inside the client; a circuit breaker stops callers from waiting at all once
+the store has failed, and a probe thread brings it back.
+
+While the store is down, searches are answered from the caller's own L3
+index with ``degraded: true`` and the reason, and writes go to the durable
+queue, which the probe thread replays in order once the store answers again.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import queue as queue_module
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+
+from daemon.audit import AuditLog
+from daemon.config import Config
+from daemon.guard import SecretGuard
+from layers.conversation.breaker import Breaker
+from layers.conversation.policy import (
+    DEFAULT_TYPE,
+    ForbiddenError,
+    PolicyError,
+    lifetime,
+    may_read,
+    place,
+    read_phases,
+)
+from layers.conversation.queue import WriteQueue
+from layers.conversation.registry import RegistryCache
+from layers.conversation.store import (
+    ConversationStore,
+    NewMemory,
+    StoreConfigError,
+    StoreSettings,
+    StoreUnavailableError,
+    describe_error,
+)
+
+log = logging.getLogger(__name__)
+
+DEADLINE_MARGIN_S = 1.0  # a caller waits the client timeout plus this, then answers without the store
+CONNECT_DEADLINE_S = 120.0  # opening the store (mem0 import, a large embedded collection) may take a while
+PING_INTERVAL_S = 30.0  # while up, how often the round-trip time is measured
+TAILSCALE_REFRESH_S = 60.0
+REPLAY_BATCH = 50
+MAX_TEXT_CHARS = 20_000
+
+
+class ConversationUnavailableError(RuntimeError):
+    """The store cannot answer and the request has no fallback; the message says why."""
+
+
+class SecretRefusedError(ValueError):
+    """Content matched a never_store pattern; the message names the kinds, never the text."""
+
+
+class _StoreDown(Exception):
+    pass
+
+
+class StoreWorker:
+    """One daemon thread that owns the store: jobs run in order, callers wait with a deadline."""
+
+    def __init__(self) -> None:
+        self._jobs: queue_module.SimpleQueue = queue_module.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="l4-store", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], object]) -> Future:
+        future: Future = Future()
+        self._jobs.put((fn, future))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, future = job
+            if not future.set_running_or_notify_cancel():
+                continue  # the caller gave up before it started
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the waiting caller
+                future.set_exception(exc)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout)
+
+
+def store_settings(config: Config) -> StoreSettings:
+    c = config.conversation
+    api_key = None
+    if c.qdrant.api_key_env:
+        api_key = os.environ.get(c.qdrant.api_key_env) or None
+    elif c.qdrant.api_key_file:
+        api_key = Path(c.qdrant.api_key_file).expanduser().read_text(encoding="utf-8").strip() or None
+    llm = None
+    if c.llm is not None:
+        llm = {"base_url": c.llm.base_url, "model": c.llm.model, "api_key": os.environ.get(c.llm.api_key_env, "")}
+    return StoreSettings(
+        backend=c.backend,
+        data_dir=config.paths.state_dir / "conversation",
+        collection=c.qdrant.collection,
+        url=c.qdrant.url if c.backend == "remote" else None,
+        api_key=api_key,
+        timeout_s=c.qdrant.timeout_s,
+        llm=llm,
+    )
+
+
+def _local_view(result: dict) -> dict:
+    """An L3 hit in the shape of a conversation result, so clients handle one list."""
+    return {
+        "memory": result["text"],
+        "snippet": result.get("snippet"),
+        "score": result.get("score"),
+        "source": "local",
+        "path": result.get("path"),
+        "lines": result.get("lines"),
+        "heading": result.get("heading"),
+    }
+
+
+class Broker:
+    def __init__(
+        self,
+        config: Config,
+        store: ConversationStore,
+        local_search: Callable[[str, str, int], dict],
+        guard: Callable[[], SecretGuard],
+        embedder_ready: Callable[[], str] = lambda: "",
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        c = config.conversation
+        self.config = config
+        self.store = store
+        self.local_search = local_search
+        self.guard = guard
+        self.embedder_ready = embedder_ready  # "" when the embedder can work, else why not
+        self.on_change = on_change
+        self.retention = dict(c.retention_days)
+        self.llm_configured = c.llm is not None
+        self.registry = RegistryCache(config.paths.registry)
+        self.audit = AuditLog(config.paths.audit_dir)
+        self.queue = WriteQueue(config.paths.state_dir / "conversation" / "queue.sqlite")
+        self.breaker = Breaker(c.probe_interval_s)
+        self.deadline_s = c.qdrant.timeout_s + DEADLINE_MARGIN_S
+        self.probe_timeout_s = c.probe_timeout_s
+        self.fatal = ""  # a configuration error: the store stays off until it is fixed
+        self.rtt_ms: float | None = None
+        self.replayed = 0
+        self.skipped = 0
+        self.tailscale: dict | None = None
+        self._tailscale_at = 0.0
+        self._last_ping = 0.0
+        self._wake = threading.Event()
+        self._stopping = False
+        self._worker = StoreWorker()
+        self._prober = threading.Thread(target=self._probe_loop, name="l4-probe", daemon=True)
+
+    def start(self) -> None:
+        self._prober.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._prober.join(timeout=self.deadline_s + 1)
+        future = self._worker.submit(self.store.close)
+        try:
+            future.result(timeout=3)
+        except Exception as exc:  # closing is best effort
+            log.warning("conversation store did not close cleanly: %s", describe_error(exc))
+        self._worker.stop()
+        self.queue.close()
+
+    # ------------------------------------------------------------ store calls
+
+    def _call(self, what: str, fn: Callable[[], object], deadline: float | None = None) -> object:
+        """Run ``fn`` on the store's thread; raise _StoreDown (and open the breaker) when it fails."""
+        if not self.breaker.closed:
+            raise _StoreDown(self._down_reason())
+        deadline = self.deadline_s if deadline is None else deadline
+        future = self._worker.submit(fn)
+        try:
+            return future.result(timeout=deadline)
+        except FutureTimeout:
+            future.cancel()
+            self._failed(f"{what}: no answer within {deadline:g} s")
+        except StoreUnavailableError as exc:
+            self._failed(str(exc))
+        raise _StoreDown(self._down_reason())
+
+    def _failed(self, error: str) -> None:
+        if self.breaker.failure(error):
+            log.warning("conversation store is down: %s (searches use L3, writes are queued)", error)
+            self.on_change()
+        self._wake.set()
+
+    def _down_reason(self) -> str:
+        if self.fatal:
+            return f"conversation store is off: {self.fatal}"
+        return f"conversation store unreachable: {self.breaker.last_error}"
+
+    # ------------------------------------------------------------ requests
+
+    def add(
+        self,
+        agent: str,
+        text: str,
+        *,
+        memory_type: str | None = None,
+        visibility: str | None = None,
+        project: str | None = None,
+        expires: str | None = None,
+        infer: bool | None = None,
+        write_id: str | None = None,
+    ) -> dict:
+        text = text.strip()
+        if not text:
+            raise PolicyError("nothing to remember: the text is empty")
+        if len(text) > MAX_TEXT_CHARS:
+            raise PolicyError(f"the text is {len(text)} characters; a memory holds at most {MAX_TEXT_CHARS}")
+        findings = self.guard().scan_text(text)
+        if findings:
+            kinds = sorted({f.kind for f in findings})
+            self.audit.record("secret_refused", agent=agent, kinds=kinds)
+            raise SecretRefusedError(
+                f"refused: the text matches never_store pattern(s) {', '.join(kinds)}; "
+                "remove the secret (store where it is kept, not the secret itself)"
+            )
+        try:
+            placement = place(self.registry.current(), agent, text, visibility, project)
+        except ForbiddenError as exc:
+            self.audit.record("write_denied", agent=agent, visibility=visibility, project=project, reason=str(exc))
+            raise
+        memory_type = memory_type or DEFAULT_TYPE
+        created = datetime.now(timezone.utc)
+        life = lifetime(memory_type, self.retention, created, expires)
+        if infer is None:
+            infer = self.llm_configured
+        elif infer and not self.llm_configured:
+            raise PolicyError("infer needs an LLM: configure conversation.llm")
+        retry = write_id is not None
+        record = NewMemory(
+            write_id=write_id or str(uuid.uuid4()),
+            agent_id=agent,
+            text=text,
+            memory_type=memory_type,
+            visibility=placement.visibility,
+            project_id=placement.project_id,
+            created_at=created.isoformat(timespec="seconds"),
+            expiration_date=life.expiration_date,
+            expires_at=life.expires_at,
+            infer=infer,
+        )
+        answer = {
+            "write_id": record.write_id,
+            "visibility": record.visibility,
+            "project_id": record.project_id,
+            "visibility_inferred": placement.inferred,
+            "memory_type": memory_type,
+            "expiration_date": record.expiration_date,
+            "infer": infer,
+        }
+        if retry and self.queue.contains(record.write_id):
+            return {**answer, "queued": True, "reason": "this write_id is already queued"}
+        if self.queue.depth() == 0:  # earlier queued writes go first: order is kept
+            try:
+                results = self._call("add", lambda: self._write(record, check_first=retry))
+                return {**answer, "queued": False, "results": results}
+            except _StoreDown as exc:
+                reason = str(exc)
+        else:
+            reason = "earlier writes are still queued"
+        self.queue.put(record.write_id, agent, asdict(record))
+        self._wake.set()
+        self.on_change()
+        return {**answer, "queued": True, "reason": reason}
+
+    def _write(self, record: NewMemory, check_first: bool) -> list[dict]:
+        """On the store thread: write once (a write_id already in the store is not written again)."""
+        if check_first:
+            existing = self.store.find_write(record.write_id)
+            if existing:
+                return [{"id": i, "event": "EXISTS"} for i in existing]
+        return self.store.add(record)
+
+    def search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict:
+        registry = self.registry.current()
+        phases = read_phases(registry, agent)
+        try:
+            found = self._call("search", lambda: self.store.search(query, phases, limit))
+        except _StoreDown as exc:
+            reason = str(exc)
+        else:
+            results = [r for r in found if may_read(registry, agent, r)]  # the filters already did; checked again
+            return {"layer": "conversation", "degraded": False, "query": query, "results": results}
+        if not fallback:
+            raise ConversationUnavailableError(reason)
+        local = self.local_search(agent, query, limit)
+        return {
+            "layer": "local",
+            "degraded": True,
+            "reason": reason,
+            "query": query,
+            "results": [_local_view(r) for r in local["results"]],
+            "vectors": local.get("vectors"),
+        }
+
+    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> dict:
+        registry = self.registry.current()
+        phases = read_phases(registry, agent)
+        try:
+            page, next_cursor = self._call("list", lambda: self.store.list(phases, limit, cursor))
+        except _StoreDown as exc:
+            raise ConversationUnavailableError(str(exc)) from None
+        except ValueError:
+            raise PolicyError(f"not a cursor from this listing: {cursor!r}") from None
+        results = [r for r in page if may_read(registry, agent, r)]
+        return {"results": results, "next_cursor": next_cursor, "truncated": next_cursor is not None}
+
+    def _fetch(self, memory_id: str) -> dict | None:
+        try:
+            return self._call("get", lambda: self.store.get(memory_id))
+        except _StoreDown as exc:
+            raise ConversationUnavailableError(str(exc)) from None
+
+    def get(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        memory = self._fetch(memory_id)
+        if memory is None:
+            raise LookupError(f"no memory {memory_id}")
+        if not admin and not may_read(self.registry.current(), agent, memory):
+            self._denied("read_denied", agent, memory)
+            raise LookupError(f"no memory {memory_id}")  # another's memory is not even admitted to exist
+        return memory
+
+    def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        memory = self._fetch(memory_id)
+        if memory is None:
+            raise LookupError(f"no memory {memory_id}")
+        if not admin and memory.get("agent_id") != agent:
+            self._denied("delete_denied", agent, memory)
+            if may_read(self.registry.current(), agent, memory):
+                raise ForbiddenError(
+                    f"memory {memory_id} belongs to {memory.get('agent_id')}; only its owner deletes it"
+                )
+            raise LookupError(f"no memory {memory_id}")
+        try:
+            self._call("delete", lambda: self.store.delete(memory_id))
+        except _StoreDown as exc:
+            raise ConversationUnavailableError(str(exc)) from None
+        return {"deleted": memory_id}
+
+    def _denied(self, event: str, agent: str, memory: dict) -> None:
+        self.audit.record(
+            event,
+            agent=agent,
+            memory_id=memory.get("id"),
+            owner=memory.get("agent_id"),
+            visibility=memory.get("visibility"),
+            project=memory.get("project_id"),
+        )
+
+    # ------------------------------------------------------------ probe, replay
+
+    def _reachable(self) -> str:
+        """A quick look (probe timeout) before anything waits on the store; "" when it answers."""
+        not_ready = self.embedder_ready()
+        if not_ready:
+            return f"embedder unavailable: {not_ready}"
+        s = self.store.settings
+        if s.backend != "remote":
+            return ""
+        headers = {"api-key": s.api_key} if s.api_key else {}
+        try:
+            response = httpx.get(s.url.rstrip("/") + "/readyz", headers=headers, timeout=self.probe_timeout_s)
+        except httpx.HTTPError as exc:
+            return f"probe: {describe_error(exc)}"
+        return "" if response.status_code < 500 else f"probe: HTTP {response.status_code}"
+
+    def _probe(self) -> None:
+        problem = self._reachable()
+        if problem:
+            self.breaker.failure(problem)
+            return
+        future = self._worker.submit(lambda: (self.store.connect(), self.store.ping())[1])
+        try:
+            self.rtt_ms = future.result(timeout=CONNECT_DEADLINE_S)
+        except StoreConfigError as exc:
+            self.fatal = str(exc)
+            self.breaker.failure(self.fatal)
+            log.error("conversation store is off: %s", exc)
+            self.on_change()
+            return
+        except (StoreUnavailableError, FutureTimeout) as exc:
+            future.cancel()
+            self.breaker.failure(describe_error(exc) if isinstance(exc, FutureTimeout) else str(exc))
+            return
+        self._last_ping = time.monotonic()
+        if self.breaker.success():
+            log.info("conversation store is reachable (%.1f ms)", self.rtt_ms)
+            self.on_change()
+
+    def _replay(self) -> None:
+        """Queued writes, oldest first, each exactly once; stops at the first failure."""
+        for item in self.queue.peek(REPLAY_BATCH):
+            record = NewMemory(**item.request)
+            try:
+                results = self._call("replay", lambda r=record: self._write(r, check_first=True))
+            except _StoreDown as exc:
+                self.queue.failed(item.write_id, str(exc))
+                return
+            self.queue.done(item.write_id)
+            if results and all(r.get("event") == "EXISTS" for r in results):
+                self.skipped += 1
+            else:
+                self.replayed += 1
+        log.info("replayed queued writes: %d written, %d already present", self.replayed, self.skipped)
+        self.on_change()
+
+    def _ping(self) -> None:
+        try:
+            self.rtt_ms = self._call("ping", self.store.ping)
+        except _StoreDown:
+            return
+        self._last_ping = time.monotonic()
+
+    def _probe_loop(self) -> None:
+        while not self._stopping:
+            try:
+                if self.fatal:
+                    pass
+                elif not self.breaker.closed:
+                    self._probe()
+                elif self.queue.depth():
+                    self._replay()
+                    continue  # drain the next batch at once
+                elif time.monotonic() - self._last_ping >= PING_INTERVAL_S:
+                    self._ping()
+                self._refresh_tailscale()
+            except Exception:  # the prober must survive anything
+                log.exception("conversation probe failed")
+            self._wake.wait(self.breaker.probe_interval_s)
+            self._wake.clear()
+
+    def _refresh_tailscale(self) -> None:
+        s = self.store.settings
+        if s.backend != "remote" or time.monotonic() - self._tailscale_at < TAILSCALE_REFRESH_S:
+            return
+        self._tailscale_at = time.monotonic()
+        self.tailscale = tailscale_view(s.url or "")
+
+    # ------------------------------------------------------------ status
+
+    def status(self) -> dict:
+        s = self.store.settings
+        return {
+            "enabled": True,
+            "backend": s.backend,
+            "collection": s.collection,
+            "url": s.url,
+            "reachable": self.breaker.closed,
+            "rtt_ms": self.rtt_ms if self.breaker.closed else None,
+            "breaker": self.breaker.snapshot(),
+            "last_error": self.fatal or (self.breaker.last_error if self.breaker.failures else ""),
+            "error": self.fatal,
+            "queue": {
+                "depth": self.queue.depth(),
+                "oldest_age_s": self.queue.oldest_age_s(),
+                "replayed": self.replayed,
+                "skipped_already_written": self.skipped,
+            },
+            "infer_default": self.llm_configured,
+            "registry_error": self.registry.error,
+            "tailscale": self.tailscale,
+        }
+
+
+_TAILSCALE_NETS = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd7a:115c:a1e0::/48"))
+
+
+def tailscale_view(url: str) -> dict | None:
+    """What ``tailscale status`` says about the peer at ``url`` (None when it is no Tailscale address)."""
+    host = urlparse(url).hostname or ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if not any(address in net for net in _TAILSCALE_NETS):
+        return None
+    exe = shutil.which("tailscale")
+    if exe is None:
+        return {"peer": host, "available": False, "reason": "the tailscale CLI is not installed here"}
+    try:
+        out = subprocess.run([exe, "status", "--json"], capture_output=True, text=True, timeout=3, check=True).stdout
+        peers = json.loads(out).get("Peer") or {}
+    except (subprocess.SubprocessError, OSError, ValueError) as exc:
+        return {"peer": host, "available": False, "reason": f"tailscale status failed: {describe_error(exc)}"}
+    for peer in peers.values():
+        if host in (peer.get("TailscaleIPs") or []):
+            return {
+                "peer": host,
+                "available": True,
+                "host_name": peer.get("HostName"),
+                "online": peer.get("Online"),
+                "last_seen": peer.get("LastSeen"),
+                "cur_addr": peer.get("CurAddr") or None,
+                "relay": peer.get("Relay") or None,
+            }
+    return {"peer": host, "available": True, "reason": "no peer with this address in tailscale status"}

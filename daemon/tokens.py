@@ -1,0 +1,130 @@
+"""Agent tokens: how a caller on the socket proves which agent it is.
+
+Every agent has a random token in its workspace at ``.memstrata/token`` (0600,
+git-ignored); the daemon keeps only its SHA-256 in ``state_dir/tokens.json``.
+The administrator's token lives in ``state_dir/admin.token`` (0600): whoever can
+read the state directory (root, or its owner) may act for any agent.  The CLI
+and the daemon both write ``tokens.json`` (under a lock, atomically); the daemon
+re-reads it when it changes, so ``memstrata agent add`` works while it runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+from pathlib import Path
+
+from layers.fsutil import atomic_write
+
+TOKENS_FILE = "tokens.json"
+ADMIN_TOKEN_FILE = "admin.token"
+WORKSPACE_TOKEN = Path(".memstrata") / "token"
+ADMIN = "admin"  # what identify() returns for the administrator's token
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _write_secret(path: Path, text: str, owner_of: Path | None = None) -> None:
+    """Write a 0600 file; as root, hand it to the owner of ``owner_of`` (the agent's workspace)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    atomic_write(path, text, mode=0o600)
+    if owner_of is not None and os.geteuid() == 0:
+        st = owner_of.stat()
+        os.chown(path.parent, st.st_uid, st.st_gid)
+        os.chown(path, st.st_uid, st.st_gid)
+
+
+def read_token(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except (FileNotFoundError, PermissionError, NotADirectoryError):
+        return None
+
+
+class TokenStore:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.path = state_dir / TOKENS_FILE
+        self.admin_path = state_dir / ADMIN_TOKEN_FILE
+        self._lock = threading.Lock()
+        self._seen: tuple[float, int] | None = None
+        self._digests: dict[str, str] = {}
+        self._admin_digest: str | None = None
+
+    # ------------------------------------------------------------ writing (CLI and daemon)
+
+    def _locked_update(self, agent: str, digest: str) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+        with open(self.state_dir / (TOKENS_FILE + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            current = self._read_file()
+            current[agent] = digest
+            _write_secret(self.path, json.dumps(current, indent=1, sort_keys=True))
+
+    def issue(self, agent: str, workspace: Path) -> str:
+        """A new token for ``agent``, written into its workspace; the old one stops working."""
+        token = secrets.token_urlsafe(32)
+        _write_secret(workspace / WORKSPACE_TOKEN, token + "\n", owner_of=workspace)
+        self._locked_update(agent, _digest(token))
+        return token
+
+    def ensure(self, agent: str, workspace: Path) -> bool:
+        """Give ``agent`` a token unless its workspace already holds a valid one; True when issued."""
+        token = read_token(workspace / WORKSPACE_TOKEN)
+        if token and self._read_file().get(agent) == _digest(token):
+            return False
+        self.issue(agent, workspace)
+        return True
+
+    def ensure_admin(self) -> None:
+        if read_token(self.admin_path) is None:
+            _write_secret(self.admin_path, secrets.token_urlsafe(32) + "\n")
+
+    # ------------------------------------------------------------ checking (daemon)
+
+    def _read_file(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (ValueError, OSError) as exc:
+            raise RuntimeError(f"{self.path} is unreadable ({exc}); `memstrata agent token ID` rewrites it") from None
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def _refresh(self) -> None:
+        try:
+            st = self.path.stat()
+            seen = (st.st_mtime, st.st_size)
+        except FileNotFoundError:
+            seen = (0.0, 0)
+        with self._lock:
+            if seen != self._seen:
+                self._digests = self._read_file()
+                self._seen = seen
+            if self._admin_digest is None:
+                admin = read_token(self.admin_path)
+                self._admin_digest = _digest(admin) if admin else None
+
+    def identify(self, token: str | None) -> str | None:
+        """The agent id a token belongs to, :data:`ADMIN`, or None."""
+        if not token:
+            return None
+        self._refresh()
+        digest = _digest(token)
+        if self._admin_digest and hmac.compare_digest(digest, self._admin_digest):
+            return ADMIN
+        for agent, known in self._digests.items():
+            if hmac.compare_digest(digest, known):
+                return agent
+        return None
+
+    def has_token(self, agent: str) -> bool:
+        self._refresh()
+        return agent in self._digests
