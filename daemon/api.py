@@ -23,6 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from daemon.broker import Broker, ConversationUnavailableError, SecretRefusedError
+from daemon.tokens import ADMIN
+from layers.conversation.policy import ForbiddenError, PolicyError
 from layers.local.index import Filters
 from layers.local.query import EmptyQueryError
 from layers.local.vectors import VectorsUnavailableError
@@ -33,7 +36,11 @@ SOCKET_MODE = 0o660
 
 
 class DaemonApi(Protocol):
+    broker: Broker | None
+
     def status(self) -> dict: ...
+
+    def identify(self, token: str | None) -> str | None: ...
 
     def search(self, agent_id: str, text: str, **options) -> dict: ...
 
@@ -50,54 +57,211 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# Exceptions from the layers and the broker, as HTTP statuses (first match wins).
+_STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
+    (ApiError, 0),
+    (SecretRefusedError, 422),
+    (ForbiddenError, 403),
+    (ConversationUnavailableError, 503),
+    (LookupError, 404),
+    (EmptyQueryError, 400),
+    (PolicyError, 400),
+    (VectorsUnavailableError, 409),
+    (ValueError, 400),
+    (RuntimeError, 503),
+)
+
+
+def _as_response(exc: BaseException) -> JSONResponse | None:
+    for kind, status in _STATUS_OF:
+        if isinstance(exc, kind):
+            if isinstance(exc, ApiError):
+                return _error(exc.status, str(exc))
+            message = str(exc.args[0]) if isinstance(exc, LookupError) and exc.args else str(exc)
+            if isinstance(exc, VectorsUnavailableError):
+                message = f"vectors unavailable: {message}"
+            return _error(status, message)
+    return None
+
+
+def _token_of(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def authorize(daemon: DaemonApi, request: Request, agent: str | None) -> bool:
+    """Check that the caller may act as ``agent``; True when the caller is the administrator.
+
+    A missing or unknown token is 401; a valid token of another agent is 403 and
+    goes to the audit log (it is an attempt to read or write as someone else).
+    """
+    if not agent:
+        raise ApiError(400, "agent is required")
+    caller = daemon.identify(_token_of(request))
+    if caller is None:
+        raise ApiError(
+            401, "a valid token is required (Authorization: Bearer …, from the workspace's .memstrata/token)"
+        )
+    if caller == ADMIN:
+        return True
+    if caller != agent:
+        if daemon.broker is not None:
+            daemon.broker.audit.record("impersonation_denied", caller=caller, agent=agent, path=request.url.path)
+        raise ApiError(403, f"this token belongs to agent {caller!r}, not {agent!r}")
+    return False
+
+
+def _conversation(daemon: DaemonApi) -> Broker:
+    if daemon.broker is None:
+        raise ApiError(503, "conversation memory is disabled (conversation.enabled: false)")
+    return daemon.broker
+
+
+def _int_param(value: str | None, default: int, low: int, high: int, name: str) -> int:
+    if value in (None, ""):
+        return default
+    try:
+        return max(low, min(int(value), high))
+    except ValueError:
+        raise ApiError(400, f"{name} must be a number") from None
+
+
+def _flag(value: object, default: bool | None = None) -> bool | None:
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    return str(value).lower() in ("1", "true", "yes")
+
+
 def build_app(daemon: DaemonApi) -> Starlette:
     # Plain (sync) endpoints: Starlette runs them in its thread pool, so a slow
     # search or reindex never blocks the event loop.
     def status(_request: Request) -> JSONResponse:
         return JSONResponse(daemon.status())
 
-    def search(request: Request) -> JSONResponse:
+    def handled(fn):
+        """Run a sync endpoint body; layer exceptions become their HTTP status."""
+
+        def endpoint(request: Request) -> JSONResponse:
+            try:
+                return JSONResponse(fn(request))
+            except Exception as exc:
+                response = _as_response(exc)
+                if response is None:
+                    raise
+                return response
+
+        return endpoint
+
+    def handled_with_body(fn):
+        async def endpoint(request: Request) -> JSONResponse:
+            try:
+                body = await request.json() if await request.body() else {}
+            except ValueError:
+                return _error(400, "the request body is not JSON")
+            if not isinstance(body, dict):
+                return _error(400, "the request body must be a JSON object")
+            try:
+                return JSONResponse(await run_in_threadpool(fn, request, body))
+            except Exception as exc:
+                response = _as_response(exc)
+                if response is None:
+                    raise
+                return response
+
+        return endpoint
+
+    @handled
+    def search(request: Request) -> dict:
         q = request.query_params
-        if not q.get("agent") or "q" not in q:
-            return _error(400, "agent and q are required")
-        try:
-            limit = int(q.get("limit", "10"))
-            filters = Filters(
-                layer=q.get("layer") or None,
-                path_glob=q.get("path") or None,
-                since=q.get("since") or None,
-                until=q.get("until") or None,
-            )
-            answer = daemon.search(
-                q["agent"],
-                q["q"],
-                mode=q.get("mode", "auto"),
-                limit=max(1, min(limit, 200)),
-                filters=filters,
-                explain=q.get("explain") == "1",
-            )
-        except LookupError as exc:
-            return _error(404, str(exc).strip("'\""))
-        except (EmptyQueryError, ValueError) as exc:
-            return _error(400, str(exc))
-        except VectorsUnavailableError as exc:
-            return _error(409, f"vectors unavailable: {exc}")
-        except RuntimeError as exc:
-            return _error(503, str(exc))
-        return JSONResponse(answer)
+        authorize(daemon, request, q.get("agent"))
+        if "q" not in q:
+            raise ApiError(400, "q is required")
+        filters = Filters(
+            layer=q.get("layer") or None,
+            path_glob=q.get("path") or None,
+            since=q.get("since") or None,
+            until=q.get("until") or None,
+        )
+        return daemon.search(
+            q["agent"],
+            q["q"],
+            mode=q.get("mode", "auto"),
+            limit=_int_param(q.get("limit"), 10, 1, 200, "limit"),
+            filters=filters,
+            explain=q.get("explain") == "1",
+        )
 
-    async def reindex(request: Request) -> JSONResponse:
-        body = await request.json() if await request.body() else {}
+    @handled_with_body
+    def memory_add(request: Request, body: dict) -> dict:
         agent = body.get("agent")
+        authorize(daemon, request, agent)
+        text = body.get("text")
+        if not isinstance(text, str):
+            raise ApiError(400, "text is required")
+        return _conversation(daemon).add(
+            agent,
+            text,
+            memory_type=body.get("type"),
+            visibility=body.get("visibility"),
+            project=body.get("project"),
+            expires=body.get("expires"),
+            infer=_flag(body.get("infer")),
+            write_id=body.get("write_id"),
+        )
 
-        def run() -> dict:
-            return daemon.reindex(agent, rebuild=bool(body.get("rebuild")))
+    @handled
+    def memory_search(request: Request) -> dict:
+        q = request.query_params
+        authorize(daemon, request, q.get("agent"))
+        if not q.get("q", "").strip():
+            raise ApiError(400, "q is required")
+        return _conversation(daemon).search(
+            q["agent"],
+            q["q"],
+            limit=_int_param(q.get("limit"), 10, 1, 100, "limit"),
+            fallback=bool(_flag(q.get("fallback"), True)),
+        )
 
+    @handled
+    def memory_list(request: Request) -> dict:
+        q = request.query_params
+        authorize(daemon, request, q.get("agent"))
+        return _conversation(daemon).get_all(
+            q["agent"], limit=_int_param(q.get("limit"), 100, 1, 1000, "limit"), cursor=q.get("cursor") or None
+        )
+
+    @handled
+    def memory_get(request: Request) -> dict:
+        agent = request.query_params.get("agent")
+        admin = authorize(daemon, request, agent)
+        return _conversation(daemon).get(agent, request.path_params["memory_id"], admin=admin)
+
+    @handled
+    def memory_delete(request: Request) -> dict:
+        agent = request.query_params.get("agent")
+        admin = authorize(daemon, request, agent)
+        return _conversation(daemon).delete(agent, request.path_params["memory_id"], admin=admin)
+
+    @handled_with_body
+    def reindex(request: Request, body: dict) -> dict:
+        agent = body.get("agent")
+        if agent is None and daemon.identify(_token_of(request)) != ADMIN:
+            raise ApiError(403, "reindexing every agent needs the administrator's token")
+        if agent is not None:
+            authorize(daemon, request, agent)
         try:
-            result = await run_in_threadpool(daemon.call_in_loop, run)
+            return daemon.call_in_loop(lambda: daemon.reindex(agent, rebuild=bool(body.get("rebuild"))))
         except KeyError:
-            return _error(404, f"unknown agent {agent!r}")
-        return JSONResponse(result)
+            raise LookupError(f"unknown agent {agent!r}") from None
 
     async def not_found(request: Request, exc: Exception) -> JSONResponse:
         return _error(404, f"no such endpoint: {request.method} {request.url.path}")
@@ -107,6 +271,11 @@ def build_app(daemon: DaemonApi) -> Starlette:
             Route("/v1/status", status, methods=["GET"]),
             Route("/v1/search", search, methods=["GET"]),
             Route("/v1/reindex", reindex, methods=["POST"]),
+            Route("/v1/memories", memory_add, methods=["POST"]),
+            Route("/v1/memories", memory_list, methods=["GET"]),
+            Route("/v1/memories/search", memory_search, methods=["GET"]),
+            Route("/v1/memories/{memory_id}", memory_get, methods=["GET"]),
+            Route("/v1/memories/{memory_id}", memory_delete, methods=["DELETE"]),
         ],
         exception_handlers={404: not_found},
     )

@@ -18,6 +18,7 @@ import click
 
 from daemon import __version__
 from daemon.config import ENV_VAR, Config, demo_config_text, load_config
+from daemon.tokens import WORKSPACE_TOKEN, TokenStore
 from daemon.workspaces import UnknownAgentError, create_workspace, discover, get_agent
 from layers import core, daily
 from layers.conversation import registry as project_registry
@@ -127,6 +128,9 @@ def init(ctx: click.Context, root: Path) -> None:
     _register(config, MAIN_AGENT, (), can_write_public=True)  # the hub curates cluster-wide memory
     for directory in (config.paths.agents_dir, config.paths.state_dir, config.paths.socket.parent):
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+    tokens = TokenStore(config.paths.state_dir)
+    tokens.ensure_admin()
+    tokens.ensure(MAIN_AGENT, agent.workspace)
     click.echo(f"\nnext: memstrata --config {config_path} run")
 
 
@@ -149,9 +153,11 @@ def agent() -> None:
 @agent.command("add")
 @click.argument("agent_id", metavar="ID")
 @click.option("--project", "projects", multiple=True, metavar="P", help="Project the agent belongs to (repeatable).")
+@click.option("--can-write-public", is_flag=True, default=None, help="Allow the agent to write public memories.")
 @click.pass_context
-def agent_add(ctx: click.Context, agent_id: str, projects: tuple[str, ...]) -> None:
-    """Create agents/ID-workspace from the template (with git) and record it in the registry.
+def agent_add(ctx: click.Context, agent_id: str, projects: tuple[str, ...], can_write_public: bool | None) -> None:
+    """Create agents/ID-workspace from the template (with git), record it in the registry
+    and give it an API token (ID-workspace/.memstrata/token, mode 0600).
 
     IDs are 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit.
     """
@@ -165,7 +171,20 @@ def agent_add(ctx: click.Context, agent_id: str, projects: tuple[str, ...]) -> N
         raise click.ClickException(f"no main workspace at {config.paths.workspace}: run `memstrata init` first")
     agent_obj, created = create_workspace(config, agent_id)
     click.echo(f"{'created' if created else 'exists '}  {agent_obj.workspace}")
-    _register(config, agent_id, projects)
+    _register(config, agent_id, projects, can_write_public)
+    if TokenStore(config.paths.state_dir).ensure(agent_id, agent_obj.workspace):
+        click.echo(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}")
+
+
+@agent.command("token")
+@click.argument("agent_id", metavar="ID")
+@click.pass_context
+def agent_token(ctx: click.Context, agent_id: str) -> None:
+    """Issue a new API token for agent ID (the old one stops working at once)."""
+    config = config_of(ctx)
+    agent_obj = get_agent(config, agent_id)
+    TokenStore(config.paths.state_dir).issue(agent_id, agent_obj.workspace)
+    click.echo(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}")
 
 
 @agent.command("list")
@@ -349,5 +368,6 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
         click.echo(f"{rel} already matches {sha[:10]}; nothing to restore")
 
 
-# The L3 commands (search, reindex, model) live in their own module.
-from daemon import cli_local  # noqa: E402,F401 - importing registers them on `main`
+# The L3 commands (search, reindex, model) and the L4 ones (add, mcp) live in their own
+# modules; importing them registers them on `main`.
+from daemon import cli_conversation, cli_local  # noqa: E402,F401

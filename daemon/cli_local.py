@@ -83,7 +83,14 @@ search_mode = click.option(
 @agent_option
 @search_mode
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 200))
-@click.option("--layer", type=click.Choice(["core", "daily"]), help="Only L1 core or only L2 daily files.")
+@click.option(
+    "--layer",
+    type=click.Choice(["local", "conversation", "all", "core", "daily"]),
+    default="local",
+    show_default=True,
+    help="local: this agent's L3 index (core / daily: only L1 / only L2 files); conversation: the shared L4 "
+    "memory; all: L4, answered from L3 (marked degraded) when L4 is unreachable.",
+)
 @click.option("--path", "path_glob", metavar="GLOB", help="Only files matching GLOB (e.g. 'memory/2026-11-*').")
 @click.option("--since", metavar="YYYY-MM-DD", help="Daily files from this date.")
 @click.option("--until", metavar="YYYY-MM-DD", help="Daily files up to this date.")
@@ -91,18 +98,24 @@ search_mode = click.option(
 @json_option
 @click.pass_context
 def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, as_json) -> None:
-    """Search an agent's memory (L3 index): BM25 + vectors fused, or full-text alone.
+    """Search an agent's memory: its L3 index (default) or the shared L4 memory (--layer).
 
-    Each word of QUERY must match (Chinese needs no spaces: 端口 matches 端口);
+    L3: each word of QUERY must match (Chinese needs no spaces: 端口 matches 端口);
     if nothing has every word, chunks with any of them are shown and marked relaxed.
     Works without the daemon too (read-only, full-text).
     """
-    from daemon.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
+    from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
 
     config = config_of(ctx)
     get_agent(config, agent_id)
+    if layer in ("conversation", "all"):
+        from daemon.cli_conversation import search_conversation
+
+        search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json)
+        return
+    layer = None if layer == "local" else layer
     try:
-        with DaemonClient(config.paths.socket, timeout=120) as client:
+        with connect(config, agent_id, timeout=120) as client:
             answer = client.search(
                 agent_id,
                 query,
@@ -143,14 +156,14 @@ def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until
 @click.pass_context
 def reindex(ctx, agent_id: str | None, rebuild: bool, vectors: bool, as_json: bool) -> None:
     """Bring L3 indexes up to date with the markdown (through the daemon when it runs)."""
-    from daemon.client import DaemonClient, DaemonUnavailableError
+    from daemon.client import DaemonUnavailableError, connect
 
     config = config_of(ctx)
     if agent_id:
         get_agent(config, agent_id)
     result: dict = {}
     try:
-        with DaemonClient(config.paths.socket, timeout=10) as client:
+        with connect(config, agent_id, timeout=10) as client:
             client.status()
             errors: list[BaseException] = []
 
@@ -160,7 +173,7 @@ def reindex(ctx, agent_id: str | None, rebuild: bool, vectors: bool, as_json: bo
                 except BaseException as exc:  # reported below
                     errors.append(exc)
 
-            with DaemonClient(config.paths.socket, timeout=3600) as client_long:
+            with connect(config, agent_id, timeout=3600) as client_long:
                 thread = threading.Thread(target=work)
                 thread.start()
                 _follow_progress(client, thread, agent_id)

@@ -20,10 +20,16 @@ class DaemonRequestError(RuntimeError):
 
 
 class DaemonClient:
-    def __init__(self, socket_path: Path, timeout: float = 5.0) -> None:
+    """The daemon's API; ``token`` authenticates the caller as an agent (or the administrator)."""
+
+    def __init__(self, socket_path: Path, timeout: float = 5.0, token: str | None = None) -> None:
         self.socket_path = socket_path
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(socket_path)), base_url="http://memstrata", timeout=timeout
+            transport=httpx.HTTPTransport(uds=str(socket_path)),
+            base_url="http://memstrata",
+            timeout=timeout,
+            headers=headers,
         )
 
     def _request(self, method: str, path: str, **kwargs) -> dict:
@@ -51,6 +57,24 @@ class DaemonClient:
     def reindex(self, agent: str | None = None, rebuild: bool = False, timeout: float = 3600) -> dict:
         return self._request("POST", "/v1/reindex", json={"agent": agent, "rebuild": rebuild}, timeout=timeout)
 
+    def add(self, agent: str, text: str, **fields: object) -> dict:
+        body = {"agent": agent, "text": text, **{k: v for k, v in fields.items() if v is not None}}
+        return self._request("POST", "/v1/memories", json=body)
+
+    def memory_search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict:
+        params = {"agent": agent, "q": query, "limit": limit, "fallback": "1" if fallback else "0"}
+        return self._request("GET", "/v1/memories/search", params=params)
+
+    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> dict:
+        params = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}
+        return self._request("GET", "/v1/memories", params=params)
+
+    def get(self, agent: str, memory_id: str) -> dict:
+        return self._request("GET", f"/v1/memories/{memory_id}", params={"agent": agent})
+
+    def delete(self, agent: str, memory_id: str) -> dict:
+        return self._request("DELETE", f"/v1/memories/{memory_id}", params={"agent": agent})
+
     def close(self) -> None:
         self._client.close()
 
@@ -59,3 +83,12 @@ class DaemonClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def connect(config, agent: str | None = None, timeout: float = 5.0) -> DaemonClient:
+    """A client for ``config``'s daemon carrying the caller's token (see :func:`caller_token`)."""
+    from daemon.tokens import caller_token
+    from daemon.workspaces import workspace_of
+
+    workspace = workspace_of(config, agent) if agent else None
+    return DaemonClient(config.paths.socket, timeout=timeout, token=caller_token(config.paths.state_dir, workspace))

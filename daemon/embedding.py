@@ -37,6 +37,19 @@ def make_embedder(config: Config) -> Embedder | None:
     )
 
 
+def conversation_embedder(config: Config, l3: Embedder | None) -> Embedder:
+    """L4's embedder: L3's when there is one (one model in memory), else the local model.
+
+    ``vectors.backend: off`` switches off L3's vectors only; L4 cannot work without them.
+    """
+    if l3 is not None:
+        return l3
+    v = config.vectors
+    return LocalEmbedder(
+        config.model_path, v.profile, min_free_mb=v.min_free_mb, idle_unload_s=v.idle_unload_s, threads=v.threads
+    )
+
+
 class EmbedWorker:
     def __init__(
         self,

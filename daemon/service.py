@@ -33,17 +33,20 @@ import apsw
 
 from daemon import __version__
 from daemon.api import ApiServer
+from daemon.broker import Broker, store_settings
 from daemon.config import Config, load_config
-from daemon.embedding import EmbedWorker, make_embedder
+from daemon.embedding import EmbedWorker, conversation_embedder, make_embedder
 from daemon.filestate import FileState
 from daemon.guard import SecretGuard
 from daemon.indexer import Indexer, desired_documents
 from daemon.notify import Notifier
+from daemon.tokens import TokenStore
 from daemon.tracker import AgentTracker, EditListener, Settings
 from daemon.watcher import Watcher
 from daemon.workspaces import Agent, is_memory_path, make_agent, spoke_id
 from daemon.workspaces import discover as discover_agents
 from layers import daily
+from layers.conversation.store import ConversationStore
 from layers.fsutil import atomic_write
 from layers.ids import MAIN_AGENT
 from layers.local.index import Filters, Identity, IndexStale, LocalIndex
@@ -111,6 +114,8 @@ class MemoryDaemon:
             on_pending=self._wake_embedder,
         )
         self.embed_worker: EmbedWorker | None = None
+        self.tokens = TokenStore(config.paths.state_dir)
+        self.broker: Broker | None = None
         self.listeners: list[EditListener] = [self.indexer]
         self._calls: collections.deque[tuple[Callable[[], object], Future]] = collections.deque()
         self.trackers: dict[str, AgentTracker] = {}
@@ -150,7 +155,17 @@ class MemoryDaemon:
             snap = dict(self._snapshot)
         if snap:
             snap["daemon"] = dict(snap["daemon"], uptime_s=round(time.time() - self.started, 1))
+            snap["conversation"] = self._conversation_status()
         return snap
+
+    def _conversation_status(self) -> dict:
+        if self.broker is not None:
+            return self.broker.status()
+        return {"enabled": self.config.conversation.enabled, "backend": self.config.conversation.backend}
+
+    def identify(self, token: str | None) -> str | None:
+        """The agent (or "admin") a caller's token belongs to; None when it belongs to nobody."""
+        return self.tokens.identify(token)
 
     # ------------------------------------------------------------ start-up
 
@@ -176,6 +191,8 @@ class MemoryDaemon:
         tracker = make_tracker(self.config, agent, self.guard, self._record_path(agent.id), self.listeners)
         if tracker.repo.ensure():
             log.info("%s: initialised missing git repository in %s", agent.id, agent.workspace)
+        if self.tokens.ensure(agent.id, agent.workspace):
+            log.info("%s: issued an API token (%s)", agent.id, agent.workspace / ".memstrata" / "token")
         self.trackers[agent.id] = tracker
         log.info("watching agent %s at %s", agent.id, agent.workspace)
         return tracker
@@ -196,8 +213,12 @@ class MemoryDaemon:
             )
         self._acquire_state_lock()
         paths.agents_dir.mkdir(parents=True, exist_ok=True)
+        self.tokens.ensure_admin()
         for agent in discover_agents(self.config):
             self._add_agent(agent)
+        if self.config.conversation.enabled:
+            self.broker = self._make_broker()
+            self.broker.start()
         self.api = ApiServer(paths.socket, self)
         self.api.start()
         self.watcher = Watcher(
@@ -218,6 +239,22 @@ class MemoryDaemon:
         self._publish()
         self.notifier.ready(self._status_line)
         log.info("ready: %s", self._status_line)
+
+    def _make_broker(self) -> Broker:
+        embedder = conversation_embedder(self.config, self.embedder)
+        try:
+            dim = embedder.dimension()
+            store = ConversationStore(store_settings(self.config), embedder, dim)
+            return Broker(
+                self.config,
+                store,
+                local_search=lambda agent, query, limit: self.search(agent, query, limit=limit),
+                guard=lambda: self.guard,
+                embedder_ready=embedder.not_ready,
+                on_change=self._request_publish,
+            )
+        except (OSError, ValueError, YamlFileError) as exc:
+            raise DaemonError(f"conversation memory (L4) cannot start: {exc}") from exc
 
     # ------------------------------------------------------------ the loop
 
@@ -503,6 +540,8 @@ class MemoryDaemon:
             tracker.files.save()
         if self.embed_worker is not None:
             self.embed_worker.stop()
+        if self.broker is not None:
+            self.broker.stop()
         self.indexer.close()
         if self.api:
             self.api.stop()
@@ -643,6 +682,7 @@ class MemoryDaemon:
             "reconcile": dict(self.last_reconcile, interval_s=self.config.watch.reconcile_interval_s),
             "limits": limits_of(self.config),
             "vectors": self._vectors_status(),
+            "conversation": self._conversation_status(),
             "agents": reports,
         }
         with self._snapshot_lock:

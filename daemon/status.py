@@ -82,6 +82,39 @@ def _duration(seconds: float) -> str:
     return " ".join([*parts, f"{minutes}m {secs}s"])
 
 
+def _conversation_lines(c: dict) -> list[str]:
+    if not c.get("enabled"):
+        return ["conversation (L4): disabled"] if c else []
+    where = c["backend"] + (f" {c['url']}" if c.get("url") else "") + f", collection {c.get('collection')}"
+    if c.get("error"):
+        state = f"OFF: {c['error']}"
+    elif c.get("reachable"):
+        state = "reachable" + (f" ({c['rtt_ms']:g} ms)" if c.get("rtt_ms") is not None else "")
+    else:
+        b = c.get("breaker") or {}
+        down = f" for {_duration(b['down_for_s'])}" if b.get("down_for_s") is not None else ""
+        state = f"UNREACHABLE{down} (breaker open; searches answered from L3): {b.get('last_error')}"
+    lines = [f"conversation (L4): {where}: {state}"]
+    q = c.get("queue") or {}
+    if q.get("depth"):
+        lines.append(f"  queued writes: {q['depth']} (oldest {_duration(q.get('oldest_age_s') or 0)} old)")
+    if q.get("replayed") or q.get("skipped_already_written"):
+        lines.append(f"  replayed: {q.get('replayed', 0)} written, {q.get('skipped_already_written', 0)} already there")
+    if c.get("last_error") and c.get("reachable"):
+        lines.append(f"  last error: {c['last_error']}")
+    if c.get("registry_error"):
+        lines.append(f"  registry: {c['registry_error']}")
+    ts = c.get("tailscale")
+    if ts:
+        if ts.get("host_name"):
+            online = "online" if ts.get("online") else "OFFLINE"
+            path = ts.get("cur_addr") or (f"relay {ts['relay']}" if ts.get("relay") else "no direct path")
+            lines.append(f"  tailscale: peer {ts['host_name']} ({ts['peer']}) {online}, {path}")
+        else:
+            lines.append(f"  tailscale: {ts.get('reason')}")
+    return lines
+
+
 def render(status: dict) -> str:
     d = status["daemon"]
     lines = []
@@ -118,6 +151,7 @@ def render(status: dict) -> str:
             lines.append(f"  waiting: {v['waiting']}")
     elif v.get("backend"):
         lines.append(f"vectors: {v['backend']}" + (f" ({v.get('model_id')})" if v.get("model_id") else ""))
+    lines.extend(_conversation_lines(status.get("conversation") or {}))
     if not status["agents"]:
         lines.append("\nno agents: run `memstrata init --root DIR` or `memstrata agent add ID`")
     for a in status["agents"]:

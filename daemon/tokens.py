@@ -128,3 +128,16 @@ class TokenStore:
     def has_token(self, agent: str) -> bool:
         self._refresh()
         return agent in self._digests
+
+
+TOKEN_ENV = "MEMSTRATA_TOKEN"
+
+
+def caller_token(state_dir: Path, workspace: Path | None = None) -> str | None:
+    """The token a local client presents: ``$MEMSTRATA_TOKEN``, else the administrator's
+    (when this user can read it), else the agent's own from its workspace."""
+    return (
+        os.environ.get(TOKEN_ENV)
+        or read_token(state_dir / ADMIN_TOKEN_FILE)
+        or (read_token(workspace / WORKSPACE_TOKEN) if workspace else None)
+    )

@@ -1,0 +1,123 @@
+"""CLI for L4, the shared conversation memory: add, search (``--layer``), mcp.
+
+Every command goes through the daemon, which owns the store (the embedded
+Qdrant storage is single-process) and applies the rules; the CLI only shows
+what the daemon answers.  As the administrator (who can read the state
+directory) the CLI may act for any agent; otherwise it uses the agent's token.
+"""
+
+from __future__ import annotations
+
+import click
+
+from daemon.cli import agent_option, config_of, echo_json, json_option, main
+from daemon.config import Config
+from daemon.workspaces import get_agent
+from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+
+
+def _fail(exc: Exception) -> click.ClickException:
+    from daemon.client import DaemonUnavailableError
+
+    if isinstance(exc, DaemonUnavailableError):
+        return click.ClickException(f"{exc}: conversation memory is served by the daemon (`memstrata run`)")
+    return click.ClickException(str(exc))
+
+
+@main.command("add")
+@click.argument("text")
+@agent_option
+@click.option("--type", "memory_type", type=click.Choice(MEMORY_TYPES), help="Memory type (default: knowledge).")
+@click.option(
+    "--visibility",
+    type=click.Choice(VISIBILITIES),
+    help="Default: a project whose keyword appears in TEXT (if the agent is a member), else private.",
+)
+@click.option("--project", metavar="P", help="Project of a project memory (implies --visibility project).")
+@click.option("--expires", metavar="YYYY-MM-DD", help="Last day the memory is shown (default: by type).")
+@click.option("--infer/--no-infer", default=None, help="Let the LLM extract and merge (needs conversation.llm).")
+@click.option("--write-id", metavar="ID", help="Idempotency key: a retry with the same id is written once.")
+@json_option
+@click.pass_context
+def add_cmd(ctx, text, agent_id, memory_type, visibility, project, expires, infer, write_id, as_json) -> None:
+    """Remember TEXT in the shared conversation memory (L4) as agent ID.
+
+    When the store is unreachable the write is queued durably and replayed,
+    exactly once, when it is back: the answer then says "queued".
+    """
+    from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
+
+    config = config_of(ctx)
+    get_agent(config, agent_id)
+    try:
+        with connect(config, agent_id, timeout=60) as client:
+            answer = client.add(
+                agent_id,
+                text,
+                type=memory_type,
+                visibility=visibility,
+                project=project,
+                expires=expires,
+                infer=infer,
+                write_id=write_id,
+            )
+    except (DaemonRequestError, DaemonUnavailableError) as exc:
+        raise _fail(exc) from None
+    if as_json:
+        echo_json(answer)
+        return
+    where = answer["visibility"] + (f":{answer['project_id']}" if answer.get("project_id") else "")
+    guessed = " (inferred)" if answer.get("visibility_inferred") else ""
+    expiry = f", expires after {answer['expiration_date']}" if answer.get("expiration_date") else ", never expires"
+    if answer.get("queued"):
+        click.echo(f"queued {answer['write_id']} [{where}{guessed}]{expiry}: {answer.get('reason')}")
+    else:
+        ids = ", ".join(r["id"] for r in answer.get("results", [])) or "nothing new (merged by the LLM)"
+        click.echo(f"remembered {ids} [{where}{guessed}, {answer['memory_type']}]{expiry}")
+
+
+def search_conversation(config: Config, agent_id: str, query: str, limit: int, fallback: bool, as_json: bool) -> None:
+    """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3."""
+    from daemon.cli_local import local_search, print_search
+    from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
+
+    try:
+        with connect(config, agent_id, timeout=60) as client:
+            answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback)
+    except DaemonRequestError as exc:
+        raise _fail(exc) from None
+    except DaemonUnavailableError as exc:
+        if not fallback:
+            raise _fail(exc) from None
+        reason = "the daemon (which brokers conversation memory) is not running"
+        local = local_search(
+            config, agent_id, query, mode="auto", limit=limit, filters=None, explain=False, reason=reason
+        )
+        answer = {"layer": "local", "degraded": True, "reason": reason, "query": query, **local}
+        if as_json:
+            echo_json(answer)
+        else:
+            print_search(answer, explain=False)
+        return
+    if as_json:
+        echo_json(answer)
+    elif answer["layer"] == "local":
+        print_search({**answer, "results": [_as_local(r) for r in answer["results"]]}, explain=False)
+    else:
+        print_conversation(answer)
+
+
+def _as_local(result: dict) -> dict:
+    return {**result, "text": result["memory"], "snippet": result.get("snippet") or result["memory"]}
+
+
+def print_conversation(answer: dict) -> None:
+    if not answer["results"]:
+        click.echo("no matches")
+    for i, r in enumerate(answer["results"], start=1):
+        where = r["visibility"] + (f":{r['project_id']}" if r.get("project_id") else "")
+        meta = f"{r.get('memory_type')}, by {r.get('agent_id')}, {(r.get('created_at') or '')[:10]}"
+        if r.get("expiration_date"):
+            meta += f", until {r['expiration_date']}"
+        click.echo(click.style(f"{i}. [{where}]", bold=True) + f" ({meta})  score {r.get('score') or 0:.3f}")
+        click.echo(f"   {r['memory']}")
