@@ -1,0 +1,65 @@
+"""The durable write queue and the circuit breaker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from layers.conversation.breaker import Breaker
+from layers.conversation.queue import WriteQueue
+
+
+def test_queue_keeps_order_ignores_retries_and_survives_reopen(tmp_path):
+    path = tmp_path / "queue.sqlite"
+    q = WriteQueue(path)
+    assert q.put("w1", "a", {"text": "第一条"})
+    assert q.put("w2", "b", {"text": "second"})
+    assert not q.put("w1", "a", {"text": "retry"})  # same write_id: one entry
+    q.failed("w1", "refused")
+    q.close()
+
+    q = WriteQueue(path)
+    items = q.peek()
+    assert [(i.write_id, i.request["text"], i.attempts) for i in items] == [("w1", "第一条", 1), ("w2", "second", 0)]
+    assert items[0].last_error == "refused"
+    assert q.depth() == 2 and q.contains("w2") and q.oldest_age_s() >= 0
+    q.done("w1")
+    assert [i.write_id for i in q.peek()] == ["w2"]
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_queued_write_survives_sigkill_right_after_put(tmp_path):
+    """put() returns only after the commit: a process killed at once loses nothing."""
+    path = tmp_path / "queue.sqlite"
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from layers.conversation.queue import WriteQueue
+        q = WriteQueue(__import__("pathlib").Path({str(path)!r}))
+        for i in range(50):
+            q.put(f"w{{i}}", "a", {{"n": i}})
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=os.getcwd(), capture_output=True)
+    assert proc.returncode == -9
+    assert [i.request["n"] for i in WriteQueue(path).peek(100)] == list(range(50))
+
+
+def test_breaker_opens_on_failure_and_closes_on_success():
+    now = [100.0]
+    b = Breaker(probe_interval_s=2, clock=lambda: now[0])
+    assert not b.closed and b.state == "open"  # unknown until the store has answered once
+    assert b.success() is True and b.closed
+    assert b.success() is False  # already closed
+    now[0] = 105.0
+    assert b.failure("connect: refused") is True
+    assert b.failure("connect: refused again") is False
+    now[0] = 108.5
+    snap = b.snapshot()
+    assert snap["state"] == "open" and snap["down_for_s"] == 3.5 and snap["failures"] == 2
+    assert snap["last_error"] == "connect: refused again"
+    b.success()
+    assert b.snapshot()["down_for_s"] is None

@@ -1,0 +1,176 @@
+"""The L4 store on the real thing: mem0 over qdrant-client's local storage, the real GGUF model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from daemon.config import DEFAULT_MODEL_PATH
+from layers.conversation.policy import Phase
+from layers.conversation.store import ConversationStore, NewMemory, StoreConfigError, StoreSettings
+from layers.local.vectors import LocalEmbedder, OpenAIEmbedder
+
+CREATED = "2026-11-30T08:00:00+00:00"
+
+
+def memory(agent: str, text: str, visibility: str = "private", project: str | None = None, **kw) -> NewMemory:
+    fields = {"memory_type": "knowledge", "expiration_date": None, "expires_at": None, "created_at": CREATED, **kw}
+    return NewMemory(str(uuid.uuid4()), agent, text, visibility=visibility, project_id=project, **fields)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    assert DEFAULT_MODEL_PATH.is_file(), "the model is built by `make setup` (memstrata model build)"
+    return LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
+
+
+@pytest.fixture
+def store(tmp_path, embedder):
+    s = ConversationStore(StoreSettings("embedded", tmp_path / "l4"), embedder, embedder.dimension())
+    s.connect()
+    yield s
+    s.close()
+
+
+PUBLIC, INFRA, PRIVATE_A, PRIVATE_B = (
+    Phase("public", "public"),
+    Phase("project", "project", projects=("infra",)),
+    Phase("private", "private", owner="a"),
+    Phase("private", "private", owner="b"),
+)
+
+
+def test_phases_only_return_what_they_allow(store):
+    store.add(memory("a", "A 的私密记忆：Qdrant 管理员密钥放在保险箱"))
+    store.add(memory("b", "Qdrant 部署在 6333 端口", "public"))
+    store.add(memory("b", "infra 项目的 Qdrant 在 100.115.94.1", "project", "infra"))
+    store.add(memory("c", "C's private note about Qdrant"))
+
+    as_b = store.search("Qdrant", [PUBLIC, PRIVATE_B], limit=10)
+    assert {r["memory"] for r in as_b} == {"Qdrant 部署在 6333 端口"}
+    as_a = store.search("Qdrant", [PUBLIC, INFRA, PRIVATE_A], limit=10)
+    assert {r["visibility"] for r in as_a} == {"public", "project", "private"}
+    assert all(r["agent_id"] in ("a", "b") for r in as_a)
+    owner_of = {r["memory"]: r["agent_id"] for r in as_a}
+    assert owner_of["A 的私密记忆：Qdrant 管理员密钥放在保险箱"] == "a"
+    scores = [r["score"] for r in as_a]
+    assert scores == sorted(scores, reverse=True)  # merged by score
+    r = as_a[0]
+    assert r["source"] == "conversation" and r["created_at"] == CREATED and r["memory_type"] == "knowledge"
+
+
+def test_duplicates_across_phases_are_merged_by_content(store):
+    store.add(memory("a", "同一句话写了两次", "public"))
+    store.add(memory("a", "同一句话写了两次"))
+    results = store.search("同一句话", [PUBLIC, PRIVATE_A], limit=10)
+    assert [r["memory"] for r in results] == ["同一句话写了两次"]
+
+
+def test_listing_pages_through_everything_without_a_silent_cap(store):
+    for i in range(23):
+        store.add(memory("b", f"public note {i}", "public"))
+    for i in range(9):
+        store.add(memory("a", f"private note {i}"))
+    seen, cursor, pages = [], None, 0
+    while True:
+        page, cursor = store.list([PUBLIC, PRIVATE_A], limit=10, cursor=cursor)
+        seen += page
+        pages += 1
+        if cursor is None:
+            break
+    assert pages == 4 and len(seen) == 32 and len({r["id"] for r in seen}) == 32
+    assert {r["memory"] for r in seen if r["visibility"] == "private"} == {f"private note {i}" for i in range(9)}
+
+
+def test_expired_memories_are_hidden_but_listed_on_request(store):
+    past = time.time() - 86400
+    store.add(memory("a", "已经过期的会话", memory_type="session", expiration_date="2020-01-01", expires_at=past))
+    store.add(memory("a", "仍然有效的会话", memory_type="session", expiration_date="2099-01-01", expires_at=4e9))
+    visible, _ = store.list([PRIVATE_A])
+    assert [r["memory"] for r in visible] == ["仍然有效的会话"]
+    everything, _ = store.list([PRIVATE_A], include_expired=True)
+    assert len(everything) == 2
+    assert [r["memory"] for r in store.search("会话", [PRIVATE_A], limit=5)] == ["仍然有效的会话"]
+
+
+def test_get_delete_and_write_id_lookup(store):
+    new = memory("a", "to be forgotten")
+    [written] = store.add(new)
+    assert store.find_write(new.write_id) == [written["id"]]
+    assert store.find_write("never-written") == []
+    got = store.get(written["id"])
+    assert got["memory"] == "to be forgotten" and got["write_id"] == new.write_id and got["agent_id"] == "a"
+    assert store.get("not-a-uuid") is None
+    assert store.get(str(uuid.uuid4())) is None
+    store.delete(written["id"])
+    assert store.get(written["id"]) is None and store.count() == 0
+
+
+def test_a_vector_size_mismatch_names_both_sizes(tmp_path, embedder):
+    first = ConversationStore(StoreSettings("embedded", tmp_path / "l4"), embedder, 384)
+    first.connect()
+    first.add(memory("a", "made with the 384-d model"))
+    first.close()
+    # the seed's 1024-d endpoint, configured against a collection made with the local model
+    other = OpenAIEmbedder("http://127.0.0.1:9/v1", "text-embedding-v4", 1024, "UNUSED_KEY_ENV")
+    with pytest.raises(StoreConfigError, match=r"holds 384-dimensional vectors .* makes 1024-dimensional"):
+        ConversationStore(StoreSettings("embedded", tmp_path / "l4"), other, 1024).connect()
+
+
+def test_the_embedded_store_is_single_process(tmp_path, embedder):
+    first = ConversationStore(StoreSettings("embedded", tmp_path / "l4"), embedder, 384)
+    first.connect()
+    script = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from layers.conversation.store import ConversationStore, StoreSettings, StoreConfigError
+        try:
+            ConversationStore(StoreSettings("embedded", Path({str(tmp_path / "l4")!r})), None, 384).connect()
+        except StoreConfigError as exc:
+            print("refused:", exc)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120).stdout
+    first.close()
+    assert "refused:" in out and "only the daemon may open it" in out
+
+
+def test_no_outbound_connection_is_attempted(tmp_path):
+    """Import, connect, write and search with mem0's telemetry variable unset: no socket leaves the host."""
+    script = textwrap.dedent(
+        f"""
+        import json, os, sys, uuid
+        os.environ.pop("MEM0_TELEMETRY", None)
+        attempts = []
+        def hook(event, args):
+            if event == "socket.connect":
+                attempts.append(repr(args[1]))
+            elif event == "socket.getaddrinfo":
+                attempts.append("getaddrinfo " + repr(args[0]))
+        sys.addaudithook(hook)
+        from pathlib import Path
+        from daemon.config import DEFAULT_MODEL_PATH
+        from layers.conversation.policy import Phase
+        from layers.conversation.store import ConversationStore, NewMemory, StoreSettings
+        from layers.local.vectors import LocalEmbedder
+        e = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
+        s = ConversationStore(StoreSettings("embedded", Path({str(tmp_path / "l4")!r})), e, e.dimension())
+        s.connect()
+        s.add(NewMemory(str(uuid.uuid4()), "a", "离线也能记住", "knowledge", "private", None,
+                        "2026-11-30T00:00:00+00:00", None, None))
+        found = s.search("记住", [Phase("private", "private", owner="a")], 5)
+        s.close()
+        print(json.dumps({{"found": len(found), "attempts": attempts}}))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["found"] == 1
+    assert result["attempts"] == []
