@@ -60,7 +60,10 @@ from layers.conversation.store import (
 
 log = logging.getLogger(__name__)
 
-DEADLINE_MARGIN_S = 1.0  # a caller waits the client timeout plus this, then answers without the store
+# The Qdrant client's own timeout bounds every request to a server; a caller's deadline is
+# only the backstop for a call that also waits on the embedder (a model load, L3's batch).
+REMOTE_BACKSTOP_S = 10.0
+EMBEDDED_DEADLINE_S = 60.0
 CONNECT_DEADLINE_S = 120.0  # opening the store (mem0 import, a large embedded collection) may take a while
 PING_INTERVAL_S = 30.0  # while up, how often the round-trip time is measured
 TAILSCALE_REFRESH_S = 60.0
@@ -168,7 +171,10 @@ class Broker:
         self.audit = AuditLog(config.paths.audit_dir)
         self.queue = WriteQueue(config.paths.state_dir / "conversation" / "queue.sqlite")
         self.breaker = Breaker(c.probe_interval_s)
-        self.deadline_s = c.qdrant.timeout_s + DEADLINE_MARGIN_S
+        if c.backend == "remote":
+            self.deadline_s = c.qdrant.timeout_s + REMOTE_BACKSTOP_S
+        else:
+            self.deadline_s = EMBEDDED_DEADLINE_S
         self.probe_timeout_s = c.probe_timeout_s
         self.fatal = ""  # a configuration error: the store stays off until it is fixed
         self.rtt_ms: float | None = None
@@ -179,6 +185,7 @@ class Broker:
         self._last_ping = 0.0
         self._wake = threading.Event()
         self._stopping = False
+        self._final_status: dict | None = None  # what status() says once the queue is closed
         self._worker = StoreWorker()
         self._prober = threading.Thread(target=self._probe_loop, name="l4-probe", daemon=True)
 
@@ -189,12 +196,13 @@ class Broker:
         self._stopping = True
         self._wake.set()
         self._prober.join(timeout=self.deadline_s + 1)
-        future = self._worker.submit(self.store.close)
+        future = self._worker.submit(self.store.close)  # after the call in progress, if any
         try:
-            future.result(timeout=3)
+            future.result(timeout=self.deadline_s)
         except Exception as exc:  # closing is best effort
             log.warning("conversation store did not close cleanly: %s", describe_error(exc))
         self._worker.stop()
+        self._final_status = self.status()
         self.queue.close()
 
     # ------------------------------------------------------------ store calls
@@ -477,6 +485,8 @@ class Broker:
     # ------------------------------------------------------------ status
 
     def status(self) -> dict:
+        if self._final_status is not None:
+            return self._final_status
         s = self.store.settings
         return {
             "enabled": True,
@@ -486,7 +496,7 @@ class Broker:
             "reachable": self.breaker.closed,
             "rtt_ms": self.rtt_ms if self.breaker.closed else None,
             "breaker": self.breaker.snapshot(),
-            "last_error": self.fatal or (self.breaker.last_error if self.breaker.failures else ""),
+            "last_error": self.fatal or self.breaker.last_error,
             "error": self.fatal,
             "queue": {
                 "depth": self.queue.depth(),

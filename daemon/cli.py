@@ -8,6 +8,7 @@ exit status 1; usage errors exit 2.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import sys
@@ -224,6 +225,7 @@ def run(ctx: click.Context) -> None:
 
     config = config_of(ctx)
     setup_logging(config.log.level, guard_from(config))
+    faulthandler.enable()  # a crash in native code (llama.cpp, SQLite) still leaves a traceback in the journal
     try:
         code = MemoryDaemon(config).run()
     except (DaemonError, SocketInUseError, PermissionError) as exc:

@@ -121,3 +121,33 @@ def print_conversation(answer: dict) -> None:
             meta += f", until {r['expiration_date']}"
         click.echo(click.style(f"{i}. [{where}]", bold=True) + f" ({meta})  score {r.get('score') or 0:.3f}")
         click.echo(f"   {r['memory']}")
+
+
+@main.command("mcp")
+@agent_option
+@click.pass_context
+def mcp_cmd(ctx: click.Context, agent_id: str) -> None:
+    """Serve agent ID's memory to an MCP client (Model Context Protocol, over stdio).
+
+    \b
+    Tools: memory_search, memory_add, memory_get_all, memory_status (L4, through
+    the daemon) and memory_core (L1, read from the workspace). The agent is fixed
+    here: the tools cannot reach another agent's memory.
+
+    \b
+    Register it in the MCP client as a stdio server, for example:
+      {"mcpServers": {"memstrata": {
+         "command": "memstrata",
+         "args": ["--config", "/etc/memstrata/memstrata.yaml", "mcp", "--agent", "ID"],
+         "env": {"MEMSTRATA_TOKEN": "<contents of ID's workspace .memstrata/token>"}}}}
+    (Claude Code: claude mcp add memstrata -- memstrata --config FILE mcp --agent ID)
+
+    Give the agent's token in $MEMSTRATA_TOKEN when the client runs as a user
+    who can read the administrator's token; otherwise the workspace's own
+    .memstrata/token is used. stdout carries the protocol; logs go to stderr.
+    """
+    from daemon.mcp_server import build_server
+
+    config = config_of(ctx)
+    get_agent(config, agent_id)
+    build_server(config, agent_id).run("stdio")

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 5.0  # how often a closed gate is looked at again while work waits
 IDLE_CHECK_S = 5.0
+STOP_SLICE = 4  # passages embedded between two looks at the stop flag
 
 
 def make_embedder(config: Config) -> Embedder | None:
@@ -82,6 +83,10 @@ class EmbedWorker:
         self._stop = True
         self._wake.set()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            # exiting while llama.cpp runs on another thread can crash the interpreter
+            log.warning("embedding worker still busy after %.0f s; waiting for its current slice", timeout)
+            self._thread.join()
 
     def _connection(self, agent_id: str, path: Path) -> LocalIndex | None:
         """This thread's own connection, reopened when a rebuild swapped the file."""
@@ -109,12 +114,15 @@ class EmbedWorker:
             if index is None:
                 continue
             batch = index.take_pending(self.batch_size)
-            if not batch:
-                continue
-            vectors = self.embedder.embed_passages([text for _, text in batch])
-            index.store_vectors(self.identity.embed_model, zip([h for h, _ in batch], vectors, strict=True))
-            self.embedded += len(batch)
-            worked = True
+            # small slices, so that stop() never waits long for llama.cpp (a busy CPU makes a batch slow)
+            for start in range(0, len(batch), STOP_SLICE):
+                if self._stop:
+                    return worked
+                part = batch[start : start + STOP_SLICE]
+                vectors = self.embedder.embed_passages([text for _, text in part])
+                index.store_vectors(self.identity.embed_model, zip([h for h, _ in part], vectors, strict=True))
+                self.embedded += len(part)
+                worked = True
         return worked
 
     def _run(self) -> None:

@@ -40,6 +40,8 @@ class Breaker:
             was_open = self._open
             self._open = False
             self.opened_at = None
+            if not self.failures:
+                self.last_error = ""  # "not connected yet" was never an error
             return was_open
 
     def failure(self, error: str) -> bool:

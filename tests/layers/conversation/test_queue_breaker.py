@@ -52,7 +52,8 @@ def test_breaker_opens_on_failure_and_closes_on_success():
     now = [100.0]
     b = Breaker(probe_interval_s=2, clock=lambda: now[0])
     assert not b.closed and b.state == "open"  # unknown until the store has answered once
-    assert b.success() is True and b.closed
+    assert b.last_error == "not connected yet"
+    assert b.success() is True and b.closed and b.last_error == ""
     assert b.success() is False  # already closed
     now[0] = 105.0
     assert b.failure("connect: refused") is True
