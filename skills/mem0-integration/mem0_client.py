@@ -1,0 +1,630 @@
+#!/usr/bin/env python3
+"""Remember and recall through the memstrata daemon's shared conversation memory (L4).
+
+An agent imports this module or runs it as a command; either way it talks to
+the daemon over its Unix socket with the agent's own workspace token.
+
+    python3 mem0_client.py add "部署了 Qdrant，端口 6333" --type fact
+    python3 mem0_client.py search "Qdrant 端口" [--limit 5] [--json]
+    python3 mem0_client.py get_all [--limit 200]
+    python3 mem0_client.py status
+
+It uses the standard library only (http.client over AF_UNIX, json, argparse),
+unlike local_search.py, because it must run under whatever python3 an agent
+happens to have: it never needs memstrata's virtualenv, only a running daemon.
+
+How it finds what it needs, so that it works from inside a workspace unconfigured:
+
+- token: ``$MEMSTRATA_TOKEN``, else ``.memstrata/token`` in the nearest directory
+  at or above the current one (or ``--workspace DIR``).  Never the administrator's.
+- agent: ``--agent``, else ``$MEMSTRATA_AGENT``, else the workspace's name
+  (``X-workspace`` is agent X; any other workspace is ``main``).
+- socket: ``--socket``, else ``$MEMSTRATA_SOCKET``, else ``paths.socket`` of the
+  configuration (``--config``, ``$MEMSTRATA_CONFIG``, else /etc/memstrata/memstrata.yaml),
+  else /run/memstrata/memstrata.sock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import socket
+import sys
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+TOKEN_ENV = "MEMSTRATA_TOKEN"
+AGENT_ENV = "MEMSTRATA_AGENT"
+SOCKET_ENV = "MEMSTRATA_SOCKET"
+CONFIG_ENV = "MEMSTRATA_CONFIG"
+SYSTEM_CONFIG = Path("/etc/memstrata/memstrata.yaml")
+# The daemon's defaults (daemon/config.py PathsConfig), repeated: this file cannot import it.
+DEFAULT_PATHS = {"root": "/root/.openclaw", "workspace": "{root}/workspace", "socket": "/run/memstrata/memstrata.sock"}
+WORKSPACE_TOKEN = Path(".memstrata") / "token"
+WORKSPACE_SUFFIX = "-workspace"
+MAIN_AGENT = "main"
+AGENT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # layers/ids.py AGENT_ID_PATTERN
+MEMORY_TYPES = (
+    "session",
+    "chat_summary",
+    "preference",
+    "knowledge",
+    "fact",
+    "lesson",
+    "decision",
+    "procedure",
+    "task_log",
+)
+VISIBILITIES = ("public", "project", "private")
+PAGE_MAX = 1000  # the largest page GET /v1/memories serves
+DEFAULT_TIMEOUT_S = 60.0  # the first write may wait for the daemon to load its embedding model
+
+
+class MemstrataError(Exception):
+    """Anything a caller should see as one clear line (the CLI prints it and exits 1)."""
+
+
+class SetupError(MemstrataError):
+    """No token, or no way to tell which agent is asking: nothing was sent."""
+
+
+class DaemonUnavailableError(MemstrataError):
+    """Nothing answers on the socket: the daemon is not running, or this user may not connect."""
+
+
+class RequestError(MemstrataError):
+    """The daemon answered with an error; ``status`` is the HTTP status (401 token, 403 not yours…)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{message} (HTTP {status})")
+        self.status = status
+        self.message = message
+
+
+# ------------------------------------------------------------------ discovery
+
+
+def find_workspace(start: Path) -> Path | None:
+    """The nearest directory at or above ``start`` holding ``.memstrata/token``.
+
+    Walking up lets an agent run this from any folder inside its workspace
+    (``skills/mem0-integration``, ``memory/``…) and still be itself.
+    """
+    here = start.absolute()
+    for directory in (here, *here.parents):
+        if (directory / WORKSPACE_TOKEN).is_file():
+            return directory
+    return None
+
+
+def read_token(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError):
+        return None
+
+
+def agent_of_workspace(workspace: Path) -> str:
+    """``alpha-workspace`` → ``alpha``; any other workspace is the main agent's (as the daemon lays them out)."""
+    name = workspace.name
+    if name.endswith(WORKSPACE_SUFFIX):
+        agent = name[: -len(WORKSPACE_SUFFIX)]
+        if AGENT_ID_RE.match(agent):
+            return agent
+    return MAIN_AGENT
+
+
+def config_file(explicit: str | None = None) -> Path | None:
+    """The configuration the daemon most likely runs with: ``explicit``, the environment, the system file."""
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV]).expanduser().absolute()
+    return SYSTEM_CONFIG if SYSTEM_CONFIG.is_file() else None
+
+
+def _unquote(value: str) -> str:
+    """A YAML scalar as written on one line: quotes removed, a trailing ``# comment`` dropped."""
+    value = value.strip()
+    if value[:1] in ("'", '"'):
+        quote_char = value[0]
+        end = value.find(quote_char, 1)
+        if end > 0:
+            inner = value[1:end]
+            return inner.replace("''", "'") if quote_char == "'" else inner
+    return re.split(r"\s+#", value, maxsplit=1)[0].strip()
+
+
+def parse_paths_fallback(text: str) -> dict[str, str]:
+    """The scalar keys of the top-level ``paths:`` mapping, for when PyYAML is not importable.
+
+    Only block style is understood (what ``memstrata init`` writes); anything
+    else leaves the defaults in place, and a wrong socket shows up as a clear
+    connection error naming the path tried.
+    """
+    found: dict[str, str] = {}
+    inside = False
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indented = line[:1] in (" ", "\t")
+        if not indented:
+            inside = re.match(r"^paths\s*:\s*(#.*)?$", line) is not None
+            continue
+        match = re.match(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$", line)
+        if inside and match and match.group(2).strip():
+            found[match.group(1)] = _unquote(match.group(2))
+    return found
+
+
+def parse_paths(text: str) -> dict[str, str]:
+    """The ``paths:`` section: with PyYAML when this python has it, else the line parser."""
+    try:
+        import yaml  # optional: not part of the standard library
+    except ImportError:
+        return parse_paths_fallback(text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SetupError(f"the configuration is not valid YAML: {exc}") from None
+    paths = data.get("paths") if isinstance(data, dict) else None
+    if not isinstance(paths, dict):
+        return {}
+    return {str(k): str(v) for k, v in paths.items() if isinstance(v, (str, int, float))}
+
+
+def resolve_socket(paths: dict[str, str], base: Path) -> Path:
+    """``paths.socket`` resolved as daemon/config.py ``_resolve_paths`` does it.
+
+    Templates ``{root}`` and ``{workspace}`` are filled in (root first, then
+    workspace, each from what came before), ``~`` is expanded, and a relative
+    path is taken from the configuration file's directory.
+    """
+    values = {**DEFAULT_PATHS, **paths}
+    resolved: dict[str, str] = {}
+    for key in ("root", "workspace", "socket"):
+        text = values[key]
+        for name, value in resolved.items():
+            text = text.replace("{" + name + "}", value)
+        text = os.path.expanduser(text)
+        if not os.path.isabs(text):
+            text = str(base / text)
+        resolved[key] = os.path.normpath(text)
+    return Path(resolved["socket"])
+
+
+def socket_from_config(path: Path | None) -> Path:
+    """The daemon's socket per the configuration at ``path`` (None: the built-in default)."""
+    if path is None:
+        return Path(DEFAULT_PATHS["socket"])
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SetupError(
+            f"cannot read the configuration {path} ({exc.strerror or exc}): pass --socket PATH or set ${SOCKET_ENV}"
+        ) from None
+    return resolve_socket(parse_paths(text), path.parent)
+
+
+def find_socket(explicit: str | None = None, config: str | None = None) -> Path:
+    if explicit:
+        return Path(explicit).expanduser()
+    if os.environ.get(SOCKET_ENV):
+        return Path(os.environ[SOCKET_ENV]).expanduser()
+    path = config_file(config)
+    if path == SYSTEM_CONFIG and not os.access(path, os.R_OK):
+        # The service's file is often root-only; an agent running as another user
+        # still reaches the daemon when it uses the default socket.
+        return Path(DEFAULT_PATHS["socket"])
+    return socket_from_config(path)
+
+
+def find_identity(
+    agent: str | None = None, token: str | None = None, workspace: str | None = None
+) -> tuple[str | None, str | None]:
+    """(agent, token) from the arguments, the environment and the nearest workspace.
+
+    Only the agent's own token is ever used, never the administrator's: an
+    agent acting through this client can read and write only as itself.
+    """
+    start = Path(workspace) if workspace else Path.cwd()
+    found = find_workspace(start)
+    token = token or os.environ.get(TOKEN_ENV) or (read_token(found / WORKSPACE_TOKEN) if found else None)
+    agent = agent or os.environ.get(AGENT_ENV) or (agent_of_workspace(found) if found else None)
+    return agent, token
+
+
+# ------------------------------------------------------------------ transport
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a Unix socket: what http.client lacks and httpx would have to be installed for."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("memstrata", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self.socket_path))
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _unavailable(path: Path, exc: OSError) -> DaemonUnavailableError:
+    """Why the socket refused us, with what to do about it."""
+    offline = " Meanwhile local_search.py (next to this file) searches your local index."
+    if isinstance(exc, FileNotFoundError):
+        why = (
+            f"no daemon socket at {path}: is the daemon running (`memstrata run`, `systemctl status memstrata`)? "
+            f"If it listens elsewhere, pass --socket PATH or set ${SOCKET_ENV}."
+        )
+    elif isinstance(exc, PermissionError):
+        why = f"permission denied on {path}: this user must be in the socket's group."
+    elif isinstance(exc, ConnectionRefusedError):
+        why = f"nothing listens on {path}: the daemon is not running."
+    else:
+        why = f"daemon not reachable at {path}: {exc}."
+    return DaemonUnavailableError(why + offline)
+
+
+def _decode(status: int, body: bytes) -> dict:
+    """The JSON answer, or a RequestError carrying the daemon's ``{"error": …}`` message."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(text) if text else {}
+    except ValueError:
+        data = None
+    if status >= 400:
+        message = data.get("error") if isinstance(data, dict) else None
+        raise RequestError(status, str(message or text.strip() or http.client.responses.get(status, "error")))
+    if not isinstance(data, dict):
+        raise MemstrataError(f"the daemon's answer is not a JSON object: {text[:200]!r}")
+    return data
+
+
+def _query(params: dict[str, object]) -> str:
+    clean = {k: v for k, v in params.items() if v is not None}
+    return "?" + urlencode(clean) if clean else ""
+
+
+# ------------------------------------------------------------------ client
+
+
+class Mem0Client:
+    """The daemon's conversation-memory API for one agent.
+
+    ``Mem0Client.discover()`` finds agent, token and socket the way the command
+    line does; construct it directly when you already know them.
+    """
+
+    def __init__(
+        self, agent: str | None, token: str | None, socket_path: Path, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> None:
+        self.agent = agent
+        self.token = token
+        self.socket_path = Path(socket_path)
+        self.timeout = timeout
+
+    @classmethod
+    def discover(
+        cls,
+        agent: str | None = None,
+        *,
+        token: str | None = None,
+        socket_path: str | None = None,
+        workspace: str | None = None,
+        config: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> Mem0Client:
+        agent, token = find_identity(agent, token, workspace)
+        return cls(agent, token, find_socket(socket_path, config), timeout)
+
+    # ------------------------------------------------------------ plumbing
+
+    def _identity(self) -> str:
+        """The agent id, after checking a token is there: say what is missing before sending anything."""
+        if not self.token:
+            raise SetupError(
+                f"no token: run inside your workspace (it holds {WORKSPACE_TOKEN}), pass --workspace DIR, "
+                f"or set ${TOKEN_ENV}"
+            )
+        if not self.agent:
+            raise SetupError(f"which agent are you? pass --agent ID or set ${AGENT_ENV}")
+        return self.agent
+
+    def request(self, method: str, path: str, params: dict | None = None, body: dict | None = None) -> dict:
+        """One HTTP exchange with the daemon; errors become :class:`MemstrataError` subclasses."""
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        payload = None
+        if body is not None:
+            payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        connection = UnixHTTPConnection(self.socket_path, self.timeout)
+        try:
+            connection.request(method, path + _query(params or {}), body=payload, headers=headers)
+            response = connection.getresponse()
+            return _decode(response.status, response.read())
+        except TimeoutError:
+            raise MemstrataError(f"no answer from the daemon within {self.timeout:g} s ({method} {path})") from None
+        except (http.client.HTTPException, ConnectionResetError, BrokenPipeError) as exc:
+            raise DaemonUnavailableError(f"the daemon closed the connection ({exc!r})") from None
+        except OSError as exc:
+            raise _unavailable(self.socket_path, exc) from None
+        finally:
+            connection.close()
+
+    # ------------------------------------------------------------ the API
+
+    def status(self) -> dict:
+        """The daemon's status (needs no token): is the shared store reachable, how deep is the queue."""
+        return self.request("GET", "/v1/status")
+
+    def search(self, query: str, limit: int = 10, fallback: bool = True) -> dict:
+        """Shared memories this agent may read; ``degraded: true`` means the local index answered."""
+        agent = self._identity()
+        params = {"agent": agent, "q": query, "limit": limit, "fallback": "1" if fallback else "0"}
+        return self.request("GET", "/v1/memories/search", params)
+
+    def add(
+        self,
+        text: str,
+        *,
+        memory_type: str | None = None,
+        visibility: str | None = None,
+        project: str | None = None,
+        expires: str | None = None,
+        infer: bool | None = None,
+        write_id: str | None = None,
+    ) -> dict:
+        """Remember ``text``; ``queued: true`` means the store is down and the write will be replayed once."""
+        fields = {
+            "type": memory_type,
+            "visibility": visibility,
+            "project": project,
+            "expires": expires,
+            "infer": infer,
+            "write_id": write_id,
+        }
+        body = {"agent": self._identity(), "text": text, **{k: v for k, v in fields.items() if v is not None}}
+        return self.request("POST", "/v1/memories", body=body)
+
+    def get_page(self, limit: int = 100, cursor: str | None = None) -> dict:
+        """One page of GET /v1/memories, as the daemon serves it."""
+        return self.request("GET", "/v1/memories", {"agent": self._identity(), "limit": limit, "cursor": cursor})
+
+    def get_all(self, limit: int = 100, page_size: int = PAGE_MAX) -> dict:
+        """Every memory this agent may read, following cursors until ``limit`` are collected.
+
+        ``truncated`` says more may exist beyond ``limit``; ``next_cursor`` resumes there.
+        """
+        if limit < 1 or page_size < 1:
+            raise ValueError("limit and page_size must be at least 1")
+        results: list[dict] = []
+        cursor: str | None = None
+        pages = 0
+        while True:
+            page = self.get_page(min(limit - len(results), page_size, PAGE_MAX), cursor)
+            pages += 1
+            results.extend(page.get("results") or [])
+            previous, cursor = cursor, page.get("next_cursor")
+            if not cursor or len(results) >= limit or cursor == previous:
+                break
+        return {"results": results[:limit], "next_cursor": cursor, "truncated": cursor is not None, "pages": pages}
+
+    def get(self, memory_id: str) -> dict:
+        agent = self._identity()
+        return self.request("GET", f"/v1/memories/{quote(memory_id, safe='')}", {"agent": agent})
+
+    def delete(self, memory_id: str) -> dict:
+        """Delete one of this agent's own memories (others' are refused)."""
+        agent = self._identity()
+        return self.request("DELETE", f"/v1/memories/{quote(memory_id, safe='')}", {"agent": agent})
+
+
+# ------------------------------------------------------------------ readable output
+
+
+def _placement(memory: dict) -> str:
+    return str(memory.get("visibility")) + (f":{memory['project_id']}" if memory.get("project_id") else "")
+
+
+def format_memory(i: int, memory: dict) -> list[str]:
+    """One result as two lines: where and what it is, then the text."""
+    if memory.get("source") == "local":
+        lines = memory.get("lines") or ["?", "?"]
+        head = f"{i}. [local {memory.get('path')}:{lines[0]}-{lines[1]}]"
+        text = memory.get("snippet") or memory.get("memory") or ""
+    else:
+        meta = f"{memory.get('memory_type')}, by {memory.get('agent_id')}, {(memory.get('created_at') or '')[:10]}"
+        if memory.get("expiration_date"):
+            meta += f", until {memory['expiration_date']}"
+        head = f"{i}. [{_placement(memory)}] ({meta})  id {memory.get('id')}"
+        text = memory.get("memory") or ""
+    if memory.get("score") is not None:
+        head += f"  score {memory['score']:.3f}"
+    return [head, *(f"   {line}" for line in str(text).splitlines() or [""])]
+
+
+def format_search(answer: dict) -> str:
+    out = []
+    if answer.get("degraded"):
+        out.append(
+            f"(degraded: the shared memory did not answer — {answer.get('reason')}; "
+            "these results come from your local index)"
+        )
+        if str(answer.get("vectors") or "").startswith("unavailable"):
+            out.append(f"(lexical only: vectors {answer['vectors']})")
+    results = answer.get("results") or []
+    out.append("no matches" if not results else "")
+    for i, memory in enumerate(results, start=1):
+        out.extend(format_memory(i, memory))
+    return "\n".join(line for line in out if line)
+
+
+def format_add(answer: dict) -> str:
+    where = _placement(answer) + (" (inferred)" if answer.get("visibility_inferred") else "")
+    expiry = f", expires after {answer['expiration_date']}" if answer.get("expiration_date") else ", never expires"
+    if answer.get("queued"):
+        reason = answer.get("reason")
+        return f"queued {answer.get('write_id')} [{where}]{expiry}: {reason} (written once the store is back)"
+    ids = ", ".join(str(r.get("id")) for r in answer.get("results") or []) or "nothing new (merged by the LLM)"
+    return f"remembered {ids} [{where}, {answer.get('memory_type')}]{expiry}"
+
+
+def format_list(answer: dict, limit: int) -> str:
+    results = answer.get("results") or []
+    out = [] if results else ["no memories"]
+    for i, memory in enumerate(results, start=1):
+        out.extend(format_memory(i, memory))
+    if answer.get("truncated"):
+        out.append(f"(truncated: showing the first {len(results)} (--limit {limit}); more may exist)")
+    return "\n".join(out)
+
+
+def format_status(answer: dict) -> str:
+    daemon = answer.get("daemon") or {}
+    conv = answer.get("conversation") or {}
+    out = [f"daemon        {'running' if daemon.get('running') else 'not running'}, {daemon.get('summary', '')}"]
+    if not conv.get("enabled", True):
+        out.append("shared memory disabled (conversation.enabled: false)")
+        return "\n".join(out)
+    state = "reachable" if conv.get("reachable") else f"UNREACHABLE: {conv.get('last_error') or 'starting'}"
+    out.append(f"shared memory {conv.get('backend')} {conv.get('collection') or ''}: {state}")
+    queue = conv.get("queue") or {}
+    if queue:
+        out.append(f"write queue   {queue.get('depth', 0)} waiting, {queue.get('replayed', 0)} replayed")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ command line
+
+_COMMON = {
+    "--agent": {"metavar": "ID", "help": f"agent id (default: ${AGENT_ENV}, else from the workspace name)"},
+    "--workspace": {"metavar": "DIR", "help": "find the token from DIR instead of the current directory"},
+    "--socket": {"metavar": "PATH", "help": f"daemon socket (default: ${SOCKET_ENV}, else from the configuration)"},
+    "--config": {"metavar": "FILE", "help": f"memstrata configuration (default: ${CONFIG_ENV}, else {SYSTEM_CONFIG})"},
+    "--timeout": {
+        "type": float,
+        "metavar": "S",
+        "help": f"seconds to wait for the daemon (default {DEFAULT_TIMEOUT_S:g})",
+    },
+}
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """Options accepted before or after the command; SUPPRESS keeps a subcommand from erasing them."""
+    parent = argparse.ArgumentParser(add_help=False)
+    for flag, spec in _COMMON.items():
+        parent.add_argument(flag, default=argparse.SUPPRESS, **spec)
+    parent.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    return parent
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
+    parser = argparse.ArgumentParser(prog="mem0_client.py", description=__doc__.split("\n\n")[0], parents=[common])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    search = commands.add_parser("search", parents=[common], help="recall: shared memories you may read")
+    search.add_argument("query")
+    search.add_argument("--limit", type=_positive, default=10)
+    search.add_argument(
+        "--no-fallback", dest="fallback", action="store_false", help="fail instead of answering from the local index"
+    )
+
+    add = commands.add_parser("add", parents=[common], help="remember TEXT in the shared memory")
+    add.add_argument("text")
+    add.add_argument("--type", dest="memory_type", choices=MEMORY_TYPES, help="default: knowledge")
+    add.add_argument("--visibility", choices=VISIBILITIES, help="default: a matching project of yours, else private")
+    add.add_argument("--project", metavar="P", help="project of a project memory (implies --visibility project)")
+    add.add_argument("--expires", metavar="YYYY-MM-DD", help="last day the memory is shown (default: by type)")
+    add.add_argument("--infer", dest="infer", action="store_const", const=True, help="let the LLM extract and merge")
+    add.add_argument("--no-infer", dest="infer", action="store_const", const=False)
+    add.add_argument("--write-id", metavar="ID", help="idempotency key: a retry with the same id is written once")
+
+    get_all = commands.add_parser(
+        "get_all", aliases=["get-all"], parents=[common], help="list every memory you may read"
+    )
+    get_all.add_argument("--limit", type=_positive, default=100, help="at most this many in total (default 100)")
+    get_all.add_argument("--page-size", type=_positive, default=PAGE_MAX, help=argparse.SUPPRESS)
+
+    for name, text in (("get", "one memory by id"), ("delete", "delete one of your own memories by id")):
+        one = commands.add_parser(name, parents=[common], help=text)
+        one.add_argument("memory_id")
+
+    commands.add_parser("status", parents=[common], help="is the daemon up, is the shared store reachable")
+    return parser
+
+
+def run(args: argparse.Namespace) -> tuple[dict, str]:
+    """Carry out one command: (the answer, its readable form)."""
+    client = Mem0Client.discover(
+        getattr(args, "agent", None),
+        socket_path=getattr(args, "socket", None),
+        workspace=getattr(args, "workspace", None),
+        config=getattr(args, "config", None),
+        timeout=getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S,
+    )
+    if args.command == "search":
+        answer = client.search(args.query, limit=args.limit, fallback=args.fallback)
+        return answer, format_search(answer)
+    if args.command == "add":
+        answer = client.add(
+            args.text,
+            memory_type=args.memory_type,
+            visibility=args.visibility,
+            project=args.project,
+            expires=args.expires,
+            infer=args.infer,
+            write_id=args.write_id,
+        )
+        return answer, format_add(answer)
+    if args.command in ("get_all", "get-all"):
+        answer = client.get_all(limit=args.limit, page_size=args.page_size)
+        return answer, format_list(answer, args.limit)
+    if args.command == "get":
+        answer = client.get(args.memory_id)
+        return answer, "\n".join(format_memory(1, answer))
+    if args.command == "delete":
+        answer = client.delete(args.memory_id)
+        return answer, f"deleted {answer.get('deleted')}"
+    answer = client.status()
+    return answer, format_status(answer)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 on success, 1 when memstrata said no (or could not be reached), 2 for usage errors."""
+    args = build_parser().parse_args(argv)
+    try:
+        answer, readable = run(args)
+    except MemstrataError as exc:
+        print(f"mem0_client: {exc}", file=sys.stderr)
+        return 1
+    text = json.dumps(answer, ensure_ascii=False, indent=2) if getattr(args, "json", False) else readable
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head` closed the pipe: what was wanted has been read
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
