@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_daemon, bench_index
+from bench import bench_conversation, bench_daemon, bench_index
 
-BENCHMARKS = {"daemon": bench_daemon.main, "index": bench_index.main}
+BENCHMARKS = {"daemon": bench_daemon.main, "index": bench_index.main, "conversation": bench_conversation.main}
 
 
 def main() -> None:

@@ -152,6 +152,20 @@ class ConversationConfig(StrictModel):
     probe_interval_s: float = pydantic.Field(5.0, gt=0)
     probe_timeout_s: float = pydantic.Field(1.0, gt=0)
 
+    @pydantic.field_validator("retention_days")
+    @classmethod
+    def _known_types(cls, value: dict[str, int | None]) -> dict[str, int | None]:
+        from layers.conversation.policy import FIXED_PERMANENT, MEMORY_TYPES
+
+        for name, days in value.items():
+            if name not in MEMORY_TYPES:
+                raise ValueError(f"unknown memory type {name!r} (types: {', '.join(MEMORY_TYPES)})")
+            if name in FIXED_PERMANENT and days is not None:
+                raise ValueError(f"{name} memories never expire; remove it or set it to null")
+            if days is not None and days < 1:
+                raise ValueError(f"{name}: a retention is at least 1 day (null: never expires)")
+        return value
+
 
 class LogConfig(StrictModel):
     level: Literal["debug", "info", "warning", "error"] = "info"

@@ -95,3 +95,17 @@ def test_cli_reports_config_errors_without_traceback(tmp_path):
     assert proc.returncode == 1
     assert "log.level (line 2)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_conversation_settings_are_validated(tmp_path):
+    with pytest.raises(YamlFileError, match=r"conversation.retention_days \(line 2\).*unknown memory type 'gossip'"):
+        parse_config("conversation:\n  retention_days:\n    gossip: 3\n", tmp_path / "m.yaml")
+    with pytest.raises(YamlFileError, match="knowledge memories never expire"):
+        parse_config("conversation:\n  retention_days: {knowledge: 30}\n", tmp_path / "m.yaml")
+    with pytest.raises(YamlFileError, match=r"conversation.backend \(line 2\)"):
+        parse_config("conversation:\n  backend: cloud\n", tmp_path / "m.yaml")
+    with pytest.raises(YamlFileError, match="secrets do not belong"):
+        parse_config("conversation:\n  qdrant:\n    api_key: abc\n", tmp_path / "m.yaml")
+    config = parse_config("conversation:\n  retention_days: {task_log: 14}\n", tmp_path / "m.yaml")
+    assert config.conversation.retention_days == {"task_log": 14}
+    assert config.conversation.qdrant.collection == "mem0_v4_shared"

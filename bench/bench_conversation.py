@@ -1,0 +1,237 @@
+"""L4 benchmarks, each against a baseline measured in the same run.
+
+- add (infer=False, embedded store, real model): p50 of a mem0 write, against
+  embedding the same text alone (the model's share) and a raw Qdrant upsert;
+- search at 10k memories: three-phase search p50/p95, against one raw
+  ``query_points`` with the same vector and no filter (Qdrant local mode's floor);
+- fallback with the link down: the daemon's answer from L3 (first call, later
+  calls), against the same L3 search asked for directly;
+- the durable queue: enqueue rate (one fsync'd commit per write) against an
+  in-memory SQLite insert, and replay rate through the daemon.
+
+The 10k memories are written straight into the collection in mem0's payload
+format (embedding 10k texts would take minutes); their vectors are 500 real
+embeddings with small perturbations, which is all a brute-force search cares about.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import apsw
+import numpy as np
+import yaml
+
+from bench.bench_index import _pct
+from daemon.client import DaemonClient
+from daemon.config import DEFAULT_MODEL_PATH
+from layers.conversation.policy import Phase
+from layers.conversation.queue import WriteQueue
+from layers.conversation.store import ConversationStore, NewMemory, StoreSettings
+from layers.local.vectors import LocalEmbedder
+from tests.corpus import Corpus
+from tests.helpers import DaemonProcess, init_root, run_cli, wait_for
+
+QUERIES = ["Qdrant 端口", "部署 计划", "tailscale peer", "预算 会议", "backup schedule", "记忆 衰减", "python 版本"]
+
+
+def _memory(agent: str, text: str, visibility: str = "private", project: str | None = None) -> NewMemory:
+    return NewMemory(
+        str(uuid.uuid4()), agent, text, "knowledge", visibility, project, "2026-11-30T00:00:00+00:00", None, None
+    )
+
+
+def _texts(n: int) -> list[str]:
+    corpus = Corpus(seed=11)
+    texts = []
+    for _, doc in corpus.documents(files=n // 5 + 1, chunks_per_file=5):
+        texts += [line.strip() for line in doc.splitlines() if len(line.strip()) > 20]
+    return texts[:n]
+
+
+def _fill(store: ConversationStore, embedder: LocalEmbedder, total: int) -> None:
+    """``total`` memories in mem0's payload shape: public, two projects, private of five agents."""
+    from qdrant_client import models
+
+    texts = _texts(500)
+    base = np.vstack([embedder.embed_passages(texts[i : i + 32]) for i in range(0, len(texts), 32)])
+    rng = np.random.default_rng(3)
+    client = store._client
+    points = []
+    for i in range(total):
+        vector = base[i % len(base)] + rng.normal(0, 0.02, base.shape[1])
+        vector /= np.linalg.norm(vector)
+        kind = i % 4
+        text = f"{texts[i % len(texts)]} #{i}"
+        payload = {
+            "data": text,
+            "hash": hashlib.md5(text.encode()).hexdigest(),
+            "created_at": "2026-11-30T00:00:00+00:00",
+            "agent_id": f"agent{i % 5}",
+            "visibility": ("public", "project", "private", "private")[kind],
+            "memory_type": "knowledge",
+            "write_id": str(uuid.uuid4()),
+        }
+        if kind == 1:
+            payload["project_id"] = ("infra", "web")[i % 2]
+        points.append(models.PointStruct(id=str(uuid.uuid4()), vector=vector.tolist(), payload=payload))
+        if len(points) == 1000:
+            client.upsert(store.settings.collection, points)
+            points = []
+    if points:
+        client.upsert(store.settings.collection, points)
+
+
+def bench_store(quick: bool) -> None:
+    total = 2000 if quick else 10_000
+    embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = ConversationStore(StoreSettings("embedded", Path(tmp)), embedder, embedder.dimension())
+        started = time.perf_counter()
+        store.connect()
+        print(f"connect (mem0 import + local collection): {time.perf_counter() - started:.2f} s")
+        embedder.embed_query("warm up")
+
+        samples = _texts(60)
+        adds, embeds, upserts = [], [], []
+        for text in samples[:40]:
+            t = time.perf_counter()
+            store.add(_memory("agent0", text))
+            adds.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            vector = embedder.embed_passages([text])[0]
+            embeds.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            from qdrant_client import models
+
+            store._client.upsert(
+                store.settings.collection,
+                [models.PointStruct(id=str(uuid.uuid4()), vector=vector.tolist(), payload={"data": text})],
+            )
+            upserts.append(time.perf_counter() - t)
+        add_ms, embed_ms, upsert_ms = (statistics.median(v) * 1000 for v in (adds, embeds, upserts))
+        print(
+            f"add (infer=False, empty collection): p50 {add_ms:.1f} ms = embedding {embed_ms:.1f} ms "
+            f"+ raw upsert {upsert_ms:.1f} ms + mem0 {add_ms - embed_ms - upsert_ms:.1f} ms "
+            f"({add_ms / (embed_ms + upsert_ms):.2f}x embedding + upsert)"
+        )
+
+        started = time.perf_counter()
+        _fill(store, embedder, total)
+        print(f"filled {total} memories in {time.perf_counter() - started:.1f} s")
+        phases = [Phase("public", "public"), Phase("project", "project", projects=("infra",))]
+        phases.append(Phase("private", "private", owner="agent1"))
+        searches, raw = [], []
+        for query in QUERIES * (2 if quick else 5):
+            t = time.perf_counter()
+            store.search(query, phases, limit=10)
+            searches.append(time.perf_counter() - t)
+            vector = embedder.embed_query(query).tolist()
+            t = time.perf_counter()
+            store._client.query_points(store.settings.collection, query=vector, limit=10)
+            raw.append(time.perf_counter() - t)
+        p50, p95, raw50 = _pct(searches, 0.5) * 1000, _pct(searches, 0.95) * 1000, _pct(raw, 0.5) * 1000
+        print(
+            f"search at {total} memories (3 phases): p50 {p50:.0f} ms, p95 {p95:.0f} ms; one unfiltered raw "
+            f"query_points p50 {raw50:.0f} ms ({p50 / raw50:.1f}x)"
+        )
+        adds = []
+        for text in samples[40:60]:
+            t = time.perf_counter()
+            store.add(_memory("agent0", text))
+            adds.append(time.perf_counter() - t)
+        print(f"add at {total} memories: p50 {statistics.median(adds) * 1000:.1f} ms")
+        store.close()
+
+
+def bench_queue(quick: bool) -> None:
+    n = 200 if quick else 1000
+    with tempfile.TemporaryDirectory() as tmp:
+        queue = WriteQueue(Path(tmp) / "queue.sqlite")
+        request = {"text": "断网时的一条记忆 " * 5, "agent_id": "a"}
+        t = time.perf_counter()
+        for i in range(n):
+            queue.put(f"w{i}", "a", request)
+        ours = n / (time.perf_counter() - t)
+        memory = apsw.Connection(":memory:")
+        memory.execute("CREATE TABLE q(id TEXT PRIMARY KEY, body TEXT)")
+        t = time.perf_counter()
+        for i in range(n):
+            with memory:
+                memory.execute("INSERT INTO q VALUES (?, ?)", (f"w{i}", str(request)))
+        baseline = n / (time.perf_counter() - t)
+        print(f"enqueue: {ours:.0f} writes/s (durable, synchronous=FULL); in-memory insert {baseline:.0f}/s")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _set_backend(config: Path, backend: str, url: str | None = None) -> None:
+    data = yaml.safe_load(config.read_text())
+    conv = data.setdefault("conversation", {})
+    conv.update(backend=backend, probe_interval_s=0.5)
+    if url:
+        conv.setdefault("qdrant", {}).update(url=url, timeout_s=2)
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def bench_outage(quick: bool) -> None:
+    n = 20 if quick else 100
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        config = init_root(root, watch={"debounce_ms": 100}, git={"quiet_period_s": 0.3})
+        run_cli("agent", "add", "a", config=config)
+        notes = root / "workspace" / "agents" / "a-workspace" / "memory" / "2026-11-30.md"
+        notes.write_text("# 部署\n\nQdrant 服务在 6333 端口，经 Tailscale 访问。\n", encoding="utf-8")
+        _set_backend(config, "remote", f"http://127.0.0.1:{_free_port()}")
+        daemon = DaemonProcess(config).start()
+        token = (notes.parents[1] / ".memstrata" / "token").read_text().strip()
+        try:
+            wait_for(lambda: daemon.agent("a")["index"]["chunks"] > 0, timeout=60)
+            with DaemonClient(daemon.socket, timeout=30, token=token) as a:
+                t = time.perf_counter()
+                a.memory_search("a", "Qdrant 端口")
+                first = time.perf_counter() - t
+                later, direct = [], []
+                for _ in range(20):
+                    t = time.perf_counter()
+                    a.memory_search("a", "Qdrant 端口")
+                    later.append(time.perf_counter() - t)
+                    t = time.perf_counter()
+                    a.search("a", "Qdrant 端口")
+                    direct.append(time.perf_counter() - t)
+                later_ms, direct_ms = statistics.median(later) * 1000, statistics.median(direct) * 1000
+                print(
+                    f"fallback search, link down: first {first * 1000:.0f} ms, later p50 {later_ms:.1f} ms; "
+                    f"L3 search asked directly p50 {direct_ms:.1f} ms ({later_ms / direct_ms:.2f}x)"
+                )
+                t = time.perf_counter()
+                for i in range(n):
+                    a.add("a", f"断网时写入的第 {i} 条记忆")
+                print(f"queued adds through the daemon: {n / (time.perf_counter() - t):.0f}/s")
+        finally:
+            daemon.stop()
+        _set_backend(config, "embedded")
+        t = time.perf_counter()
+        daemon = DaemonProcess(config).start()
+        try:
+            wait_for(lambda: daemon.status()["conversation"]["queue"]["depth"] == 0, timeout=600, interval=0.2)
+            elapsed = time.perf_counter() - t
+            print(f"replay of {n} queued writes after restart (incl. start-up and model load): {n / elapsed:.1f}/s")
+        finally:
+            daemon.stop()
+
+
+def main(quick: bool = False) -> None:
+    bench_store(quick)
+    bench_queue(quick)
+    bench_outage(quick)

@@ -1,0 +1,227 @@
+"""``memstrata mcp`` end to end: a real daemon, real MCP stdio servers, the official SDK client.
+
+Each MCP server runs as its own subprocess and authenticates with its agent's
+token (``$MEMSTRATA_TOKEN``), as an MCP client configured per agent would: with
+the administrator's token it could read for anyone, and the isolation test
+below would prove nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.types import CallToolResult
+
+from tests.helpers import FAST, REPO_ROOT, DaemonProcess, init_root, run_cli, wait_for
+
+pytestmark = pytest.mark.slow
+
+TOOLS = {"memory_search", "memory_add", "memory_get_all", "memory_status", "memory_core"}
+CALL_TIMEOUT_S = 180  # longer than the server waits for the daemon, which waits for a model load
+
+
+@dataclass
+class Cluster:
+    root: Path
+    config: Path
+    daemon: DaemonProcess | None
+
+    def workspace(self, agent: str) -> Path:
+        return self.root / "workspace" if agent == "main" else self.root / "workspace" / "agents" / f"{agent}-workspace"
+
+    def token(self, agent: str) -> str:
+        return (self.workspace(agent) / ".memstrata" / "token").read_text().strip()
+
+    def store_settled(self) -> None:
+        """Wait until the L4 store answers and holds every queued write."""
+        assert self.daemon is not None
+
+        def settled() -> bool:
+            conversation = self.daemon.status()["conversation"]
+            return conversation["reachable"] and conversation["queue"]["depth"] == 0
+
+        wait_for(settled, timeout=180, what=f"conversation store reachable, queue empty\n{self.daemon.log()}")
+
+
+def _cluster(tmp_path: Path, daemons=None) -> Cluster:
+    """A root with agents a and b; with ``daemons``, a running daemon whose L4 store is reachable."""
+    # L3 vectors off: these tests exercise L4 and L1, and L3's embedding worker would only
+    # compete for the CPU (L4 then loads the same local model for itself, on first use).
+    config = init_root(tmp_path, **FAST, vectors={"backend": "off"})
+    for agent in ("a", "b"):
+        run_cli("agent", "add", agent, config=config)
+    cluster = Cluster(tmp_path, config, daemons(config) if daemons else None)
+    if cluster.daemon:
+        cluster.store_settled()  # the store connects in the background after start
+    return cluster
+
+
+def _server(cluster: Cluster, agent: str, token_of: str | None = None) -> StdioServerParameters:
+    """``python -m daemon --config CFG mcp --agent AGENT`` authenticated as ``token_of`` (default: the agent)."""
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "daemon", "--config", str(cluster.config), "mcp", "--agent", agent],
+        env={**os.environ, "MEMSTRATA_TOKEN": cluster.token(token_of or agent)},
+        cwd=REPO_ROOT,
+    )
+
+
+def _with_mcp(params: StdioServerParameters, scenario: Callable[[Client], Awaitable[None]]) -> None:
+    """Start the MCP server subprocess, run ``scenario`` against it, stop it (the SDK kills it on exit)."""
+
+    async def main() -> None:
+        with anyio.fail_after(300):
+            async with Client(params, read_timeout_seconds=CALL_TIMEOUT_S) as client:
+                await scenario(client)
+
+    anyio.run(main)
+
+
+async def _call(client: Client, tool: str, **arguments: Any) -> Any:
+    """Call a tool that must succeed; its structured answer (a dict, or ``result`` for plain text)."""
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, f"{tool} failed: {_text(result)}"
+    assert result.structured_content is not None
+    content = result.structured_content
+    return content["result"] if set(content) == {"result"} else content
+
+
+async def _fail(client: Client, tool: str, **arguments: Any) -> str:
+    """Call a tool that must fail; the error text it returns to the model."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, f"{tool} should have failed, answered {result.structured_content}"
+    return _text(result)
+
+
+def _text(result: CallToolResult) -> str:
+    return "\n".join(getattr(part, "text", "") for part in result.content)
+
+
+async def _remember(client: Client, cluster: Cluster, **arguments: Any) -> dict:
+    """memory_add that must reach the store. A write the daemon queued (the store was briefly down,
+    say while a busy machine loaded the model) is waited out until it has been replayed."""
+    added = await _call(client, "memory_add", **arguments)
+    if added["queued"]:
+        await anyio.to_thread.run_sync(cluster.store_settled)
+    return added
+
+
+async def _texts(client: Client, tool: str, **arguments: Any) -> list[str]:
+    """The memory texts a search or listing answers, after checking it came from the shared store."""
+    answer = await _call(client, tool, **arguments)
+    assert not answer.get("degraded"), answer
+    return [r["memory"] for r in answer["results"]]
+
+
+def _add_public_as_main(cluster: Cluster, text: str) -> None:
+    """A public memory written by main through the CLI (the administrator's token)."""
+    answer = json.loads(
+        run_cli("add", text, "--agent", "main", "--visibility", "public", "--json", config=cluster.config).stdout
+    )
+    assert answer["visibility"] == "public", answer
+    if answer["queued"]:
+        cluster.store_settled()
+
+
+# ---------------------------------------------------------------- the tools
+
+
+def test_every_tool_answers_for_the_agent_the_server_was_started_for(tmp_path, daemons):
+    cluster = _cluster(tmp_path, daemons)
+    (cluster.workspace("a") / "IDENTITY.md").write_text("# IDENTITY\n\nI am agent a, keeper of the zebra ledger.\n")
+    fact = "the staging database moved to port 6543"
+
+    async def scenario(client: Client) -> None:
+        tools = (await client.list_tools()).tools
+        assert {t.name for t in tools} == TOOLS
+        # No tool lets the caller name an agent: the command line fixed it.
+        assert not any("agent" in (t.input_schema.get("properties") or {}) for t in tools)
+
+        added = await _remember(client, cluster, text=fact, type="decision")
+        assert added["visibility"] == "private" and added["memory_type"] == "decision"
+
+        assert fact in await _texts(client, "memory_search", query="which port does the staging database use")
+        assert fact in await _texts(client, "memory_get_all")
+
+        bundle = await _call(client, "memory_core")
+        assert "keeper of the zebra ledger" in bundle and "agent a" in bundle
+
+        status = await _call(client, "memory_status")
+        assert set(status) == {"conversation", "agent"}
+        assert status["conversation"]["reachable"] is True
+        assert status["agent"]["id"] == "a"
+        assert "b-workspace" not in json.dumps(status)  # nothing of the other agents
+
+    _with_mcp(_server(cluster, "a"), scenario)
+
+
+def test_private_memory_of_one_agent_never_reaches_another(tmp_path, daemons):
+    cluster = _cluster(tmp_path, daemons)
+    public = "the team standup is at nine thirty every weekday"
+    private = "agent a keeps its scratch notes in the purple notebook"
+    _add_public_as_main(cluster, public)
+
+    async def write_as_a(client: Client) -> None:
+        added = await _remember(client, cluster, text=private, visibility="private")
+        assert added["visibility"] == "private"
+        # The author reads it back: the store does hold it, so b's blindness below means something.
+        assert private in await _texts(client, "memory_search", query="purple notebook scratch notes")
+
+    async def read_as_b(client: Client) -> None:
+        found = await _texts(client, "memory_search", query="purple notebook scratch notes", limit=100)
+        assert not any("purple notebook" in text for text in found)
+        assert public in await _texts(client, "memory_search", query="when is the team standup")
+
+        listed = await _texts(client, "memory_get_all", limit=1000)
+        assert public in listed
+        assert not any("purple notebook" in text for text in listed)
+
+    _with_mcp(_server(cluster, "a"), write_as_a)
+    _with_mcp(_server(cluster, "b"), read_as_b)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_daemon_refusals_come_back_as_tool_errors(tmp_path, daemons):
+    cluster = _cluster(tmp_path, daemons)
+
+    async def as_a(client: Client) -> None:
+        # Agents may not write public memories unless the registry allows it.
+        message = await _fail(client, "memory_add", text="every agent should read this", visibility="public")
+        assert "403" in message and "Traceback" not in message
+
+    async def b_with_the_token_of_a(client: Client) -> None:
+        message = await _fail(client, "memory_get_all")
+        assert "belongs to agent 'a'" in message and "Traceback" not in message
+
+    _with_mcp(_server(cluster, "a"), as_a)
+    _with_mcp(_server(cluster, "b", token_of="a"), b_with_the_token_of_a)
+
+
+def test_without_a_daemon_l4_tools_fail_clearly_and_core_still_works(tmp_path):
+    cluster = _cluster(tmp_path)
+    (cluster.workspace("b") / "SOUL.md").write_text("# SOUL\n\nCalm, precise, fond of lighthouses.\n")
+
+    async def scenario(client: Client) -> None:
+        message = await _fail(client, "memory_search", query="anything")
+        assert "no daemon socket" in message and "memstrata run" in message and "Traceback" not in message
+        assert "fond of lighthouses" in await _call(client, "memory_core")
+
+    _with_mcp(_server(cluster, "b"), scenario)
+
+
+def test_unknown_agent_is_refused_before_serving(tmp_path):
+    config = init_root(tmp_path)
+    proc = run_cli("mcp", "--agent", "nobody", config=config, check=False, input="")  # EOF: never waits
+    assert proc.returncode == 1
+    assert "nobody" in proc.stderr and "Traceback" not in proc.stderr
