@@ -1,0 +1,51 @@
+"""The store against a real Qdrant server, when one is reachable.
+
+No Qdrant server can run on the machines these tests are written on; set
+``MEMSTRATA_TEST_QDRANT_URL`` (and ``MEMSTRATA_TEST_QDRANT_API_KEY`` if the
+server wants one) to run these. Otherwise they are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from layers.conversation.policy import Phase
+from layers.conversation.store import ConversationStore, StoreSettings
+from tests.layers.conversation.test_store import embedder, memory  # noqa: F401 - fixture
+
+URL = os.environ.get("MEMSTRATA_TEST_QDRANT_URL")
+pytestmark = pytest.mark.skipif(not URL, reason="no Qdrant server: set MEMSTRATA_TEST_QDRANT_URL to run")
+
+
+@pytest.fixture
+def remote(tmp_path, embedder):  # noqa: F811
+    settings = StoreSettings(
+        "remote",
+        tmp_path,
+        collection=f"memstrata_test_{uuid.uuid4().hex[:8]}",
+        url=URL,
+        api_key=os.environ.get("MEMSTRATA_TEST_QDRANT_API_KEY"),
+        timeout_s=10,
+    )
+    store = ConversationStore(settings, embedder, embedder.dimension())
+    store.connect()
+    yield store
+    store._client.delete_collection(settings.collection)
+    store.close()
+
+
+def test_remote_round_trip_with_payload_indexes(remote):
+    remote.add(memory("a", "A 的私密记忆"))
+    remote.add(memory("b", "Qdrant 部署在 6333 端口", "public"))
+    schema = remote._client.get_collection(remote.settings.collection).payload_schema
+    assert {"visibility", "project_id", "memory_type", "expires_at", "write_id", "agent_id"} <= set(schema)
+    found = remote.search("Qdrant", [Phase("public", "public"), Phase("private", "private", owner="b")], 10)
+    assert [r["memory"] for r in found] == ["Qdrant 部署在 6333 端口"]
+    page, cursor = remote.list([Phase("private", "private", owner="a")], limit=1)
+    assert [r["memory"] for r in page] == ["A 的私密记忆"] and cursor is None
+    remote.delete(page[0]["id"])
+    assert remote.get(page[0]["id"]) is None
+    assert remote.ping() > 0
