@@ -78,7 +78,7 @@ _STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
 )
 
 
-def _as_response(exc: BaseException) -> JSONResponse | None:
+def _as_response(exc: BaseException) -> JSONResponse:
     for kind, status in _STATUS_OF:
         if isinstance(exc, kind):
             if isinstance(exc, ApiError):
@@ -87,7 +87,7 @@ def _as_response(exc: BaseException) -> JSONResponse | None:
             if isinstance(exc, VectorsUnavailableError):
                 message = f"vectors unavailable: {message}"
             return _error(status, message)
-    return None
+    raise exc
 
 
 def _token_of(request: Request) -> str | None:
@@ -147,17 +147,11 @@ def build_app(daemon: DaemonApi) -> Starlette:
     def status(_request: Request) -> JSONResponse:
         return JSONResponse(daemon.status())
 
+    # Errors raised by the layers and the broker become HTTP statuses in one place
+    # (the exception handlers below), so the endpoints read as the happy path.
     def handled(fn):
-        """Run a sync endpoint body; layer exceptions become their HTTP status."""
-
         def endpoint(request: Request) -> JSONResponse:
-            try:
-                return JSONResponse(fn(request))
-            except Exception as exc:
-                response = _as_response(exc)
-                if response is None:
-                    raise
-                return response
+            return JSONResponse(fn(request))
 
         return endpoint
 
@@ -166,16 +160,10 @@ def build_app(daemon: DaemonApi) -> Starlette:
             try:
                 body = await request.json() if await request.body() else {}
             except ValueError:
-                return _error(400, "the request body is not JSON")
+                raise ApiError(400, "the request body is not JSON") from None
             if not isinstance(body, dict):
-                return _error(400, "the request body must be a JSON object")
-            try:
-                return JSONResponse(await run_in_threadpool(fn, request, body))
-            except Exception as exc:
-                response = _as_response(exc)
-                if response is None:
-                    raise
-                return response
+                raise ApiError(400, "the request body must be a JSON object")
+            return JSONResponse(await run_in_threadpool(fn, request, body))
 
         return endpoint
 
@@ -266,6 +254,9 @@ def build_app(daemon: DaemonApi) -> Starlette:
     async def not_found(request: Request, exc: Exception) -> JSONResponse:
         return _error(404, f"no such endpoint: {request.method} {request.url.path}")
 
+    async def mapped(_request: Request, exc: Exception) -> JSONResponse:
+        return _as_response(exc)
+
     return Starlette(
         routes=[
             Route("/v1/status", status, methods=["GET"]),
@@ -277,7 +268,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
             Route("/v1/memories/{memory_id}", memory_get, methods=["GET"]),
             Route("/v1/memories/{memory_id}", memory_delete, methods=["DELETE"]),
         ],
-        exception_handlers={404: not_found},
+        exception_handlers={404: not_found, **{kind: mapped for kind, _ in _STATUS_OF}},
     )
 
 

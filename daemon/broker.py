@@ -114,6 +114,17 @@ class StoreWorker:
         self._thread.join(timeout)
 
 
+def store_deadline(config: Config) -> float:
+    """How long a request waits for the store before it is answered without it."""
+    c = config.conversation
+    return c.qdrant.timeout_s + REMOTE_BACKSTOP_S if c.backend == "remote" else EMBEDDED_DEADLINE_S
+
+
+def client_timeout(config: Config) -> float:
+    """How long a client waits for the daemon: past the store deadline, so it hears "queued"/"degraded"."""
+    return store_deadline(config) + 30.0
+
+
 def store_settings(config: Config) -> StoreSettings:
     c = config.conversation
     api_key = None
@@ -171,10 +182,7 @@ class Broker:
         self.audit = AuditLog(config.paths.audit_dir)
         self.queue = WriteQueue(config.paths.state_dir / "conversation" / "queue.sqlite")
         self.breaker = Breaker(c.probe_interval_s)
-        if c.backend == "remote":
-            self.deadline_s = c.qdrant.timeout_s + REMOTE_BACKSTOP_S
-        else:
-            self.deadline_s = EMBEDDED_DEADLINE_S
+        self.deadline_s = store_deadline(config)
         self.probe_timeout_s = c.probe_timeout_s
         self.fatal = ""  # a configuration error: the store stays off until it is fixed
         self.rtt_ms: float | None = None

@@ -20,8 +20,8 @@ import click
 from daemon import __version__
 from daemon.config import ENV_VAR, Config, demo_config_text, load_config
 from daemon.tokens import WORKSPACE_TOKEN, TokenStore
-from daemon.workspaces import UnknownAgentError, create_workspace, discover, get_agent
-from layers import core, daily
+from daemon.workspaces import UnknownAgentError, core_of, create_workspace, discover, get_agent
+from layers import daily
 from layers.conversation import registry as project_registry
 from layers.fsutil import atomic_write
 from layers.ids import MAIN_AGENT, InvalidIdError, check_id
@@ -276,14 +276,7 @@ def core_cmd(ctx: click.Context, agent_id: str, budget: int | None, on_demand: b
     Over budget, the bundle is cut at a line with a visible marker.
     """
     config = config_of(ctx)
-    agent_obj = get_agent(config, agent_id)
-    bundle = core.load_core(
-        agent_obj.id,
-        agent_obj.workspace,
-        config.paths.workspace / core.SHARED_DIR,
-        on_demand=on_demand,
-        budget=budget or config.core.budget_tokens,
-    )
+    bundle = core_of(config, get_agent(config, agent_id), on_demand, budget)
     if as_json:
         click.echo(bundle.to_json())
         return

@@ -45,12 +45,13 @@ def add_cmd(ctx, text, agent_id, memory_type, visibility, project, expires, infe
     When the store is unreachable the write is queued durably and replayed,
     exactly once, when it is back: the answer then says "queued".
     """
+    from daemon.broker import client_timeout
     from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
 
     config = config_of(ctx)
     get_agent(config, agent_id)
     try:
-        with connect(config, agent_id, timeout=60) as client:
+        with connect(config, agent_id, timeout=client_timeout(config)) as client:
             answer = client.add(
                 agent_id,
                 text,
@@ -78,11 +79,12 @@ def add_cmd(ctx, text, agent_id, memory_type, visibility, project, expires, infe
 
 def search_conversation(config: Config, agent_id: str, query: str, limit: int, fallback: bool, as_json: bool) -> None:
     """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3."""
+    from daemon.broker import client_timeout
     from daemon.cli_local import local_search, print_search
     from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
 
     try:
-        with connect(config, agent_id, timeout=60) as client:
+        with connect(config, agent_id, timeout=client_timeout(config)) as client:
             answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback)
     except DaemonRequestError as exc:
         raise _fail(exc) from None

@@ -21,16 +21,14 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from daemon import __version__
-from daemon.broker import EMBEDDED_DEADLINE_S, REMOTE_BACKSTOP_S
+from daemon.broker import client_timeout
 from daemon.client import DaemonClient, DaemonRequestError, DaemonUnavailableError, connect
 from daemon.config import Config
-from daemon.workspaces import get_agent
-from layers import core
+from daemon.workspaces import core_of, get_agent
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 
 # Beyond the daemon's own deadline for a store call: the daemon, not the socket, should
 # decide that a slow call (a model load on a busy machine) ends degraded or queued.
-DAEMON_MARGIN_S = 30.0
 
 # Enums in the tools' JSON schema, so a model picks a valid value up front; built from
 # the policy's tuples so the schema cannot drift from what the daemon accepts.
@@ -60,17 +58,10 @@ def _daemon_error(exc: Exception) -> ToolError:
     return ToolError(str(exc))
 
 
-def daemon_timeout(config: Config) -> float:
-    """How long to wait for the daemon: its deadline for the store (see daemon.broker) plus a margin."""
-    c = config.conversation
-    store_deadline = c.qdrant.timeout_s + REMOTE_BACKSTOP_S if c.backend == "remote" else EMBEDDED_DEADLINE_S
-    return store_deadline + DAEMON_MARGIN_S
-
-
 def _ask(config: Config, agent_id: str, request: Callable[[DaemonClient], dict]) -> dict:
     """Run one request as ``agent_id``; daemon errors become :class:`ToolError`."""
     try:
-        with connect(config, agent_id, timeout=daemon_timeout(config)) as client:
+        with connect(config, agent_id, timeout=client_timeout(config)) as client:
             return request(client)
     except (DaemonRequestError, DaemonUnavailableError) as exc:
         raise _daemon_error(exc) from None
@@ -158,13 +149,6 @@ def build_server(config: Config, agent_id: str) -> MCPServer:
         """Your L1 core memory: the cluster's shared core, CORE_INDEX, IDENTITY, SOUL and USER, cut at a
         token budget with a visible marker. Read it at the start of a session. It comes from your
         workspace files (edit them to change it), not from the conversation memory."""
-        bundle = core.load_core(
-            agent.id,
-            agent.workspace,
-            config.paths.workspace / core.SHARED_DIR,
-            on_demand=include_reference,
-            budget=budget or config.core.budget_tokens,
-        )
-        return bundle.render()
+        return core_of(config, agent, include_reference, budget).render()
 
     return server

@@ -163,3 +163,14 @@ def create_workspace(config: Config, agent_id: str) -> tuple[Agent, bool]:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return agent, True
+
+
+def core_of(config: Config, agent: Agent, on_demand: bool = False, budget: int | None = None) -> core.CoreBundle:
+    """An agent's L1 bundle with the cluster's shared core, at the configured budget unless one is given."""
+    return core.load_core(
+        agent.id,
+        agent.workspace,
+        config.paths.workspace / core.SHARED_DIR,
+        on_demand=on_demand,
+        budget=budget or config.core.budget_tokens,
+    )

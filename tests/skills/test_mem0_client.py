@@ -133,6 +133,21 @@ def test_client_imports_only_the_standard_library():
     assert outside == []
 
 
+def test_copied_constants_agree_with_the_daemon():
+    """The client cannot import the daemon's modules (stdlib only), so its copies are checked here."""
+    from daemon.tokens import WORKSPACE_TOKEN
+    from daemon.workspaces import WORKSPACE_SUFFIX
+    from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+    from layers.ids import AGENT_ID_PATTERN, MAIN_AGENT
+
+    spec = importlib.util.spec_from_file_location("mem0_client_constants", CLIENT)
+    client = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(client)
+    assert client.MEMORY_TYPES == MEMORY_TYPES and client.VISIBILITIES == VISIBILITIES
+    assert client.WORKSPACE_TOKEN == WORKSPACE_TOKEN and client.WORKSPACE_SUFFIX == WORKSPACE_SUFFIX
+    assert client.AGENT_ID_RE.pattern == AGENT_ID_PATTERN and client.MAIN_AGENT == MAIN_AGENT
+
+
 @pytest.mark.parametrize(
     "paths",
     [
