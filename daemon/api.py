@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from daemon.broker import Broker, ConversationUnavailableError, SecretRefusedError
+from daemon.maintenance import DEFAULT_KEEP, CleanupOptions
 from daemon.tokens import ADMIN
 from layers.conversation.policy import ForbiddenError, PolicyError
 from layers.local.index import Filters
@@ -70,6 +71,7 @@ _STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (ForbiddenError, 403),
     (ConversationUnavailableError, 503),
     (LookupError, 404),
+    (FileNotFoundError, 404),
     (EmptyQueryError, 400),
     (PolicyError, 400),
     (VectorsUnavailableError, 409),
@@ -206,6 +208,30 @@ def build_app(daemon: DaemonApi) -> Starlette:
             write_id=body.get("write_id"),
         )
 
+    def require_admin(request: Request) -> None:
+        if daemon.identify(_token_of(request)) != ADMIN:
+            raise ApiError(403, "this needs the administrator's token (state_dir/admin.token)")
+
+    @handled_with_body
+    def admin_cleanup(request: Request, body: dict) -> dict:
+        require_admin(request)
+        return _conversation(daemon).cleanup(CleanupOptions.from_dict(body))
+
+    @handled_with_body
+    def admin_backup(request: Request, body: dict) -> dict:
+        require_admin(request)
+        keep = body.get("keep", DEFAULT_KEEP)
+        if not isinstance(keep, int) or keep < 1:
+            raise ApiError(400, "keep must be a whole number, at least 1")
+        return _conversation(daemon).backup(keep)
+
+    @handled_with_body
+    def admin_restore(request: Request, body: dict) -> dict:
+        require_admin(request)
+        if not isinstance(body.get("path"), str):
+            raise ApiError(400, "path (of a backup) is required")
+        return _conversation(daemon).restore(Path(body["path"]))
+
     @handled
     def memory_search(request: Request) -> dict:
         q = request.query_params
@@ -262,6 +288,9 @@ def build_app(daemon: DaemonApi) -> Starlette:
             Route("/v1/status", status, methods=["GET"]),
             Route("/v1/search", search, methods=["GET"]),
             Route("/v1/reindex", reindex, methods=["POST"]),
+            Route("/v1/admin/cleanup", admin_cleanup, methods=["POST"]),
+            Route("/v1/admin/backup", admin_backup, methods=["POST"]),
+            Route("/v1/admin/restore", admin_restore, methods=["POST"]),
             Route("/v1/memories", memory_add, methods=["POST"]),
             Route("/v1/memories", memory_list, methods=["GET"]),
             Route("/v1/memories/search", memory_search, methods=["GET"]),

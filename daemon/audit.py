@@ -27,9 +27,12 @@ class AuditLog:
         return self.directory / f"{self.prefix}-{when:%Y-%m-%d}.log"
 
     def record(self, event: str, **fields: object) -> None:
+        self.write({"event": event, **fields})
+
+    def write(self, fields: dict) -> None:
         """Append one event; a failure to write is logged, never raised into the request."""
         now = datetime.now(timezone.utc)
-        entry = {"time": now.isoformat(timespec="milliseconds"), "event": event, **fields}
+        entry = {"time": now.isoformat(timespec="milliseconds"), **fields}
         line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
         try:
             with self._lock:
@@ -37,4 +40,4 @@ class AuditLog:
                 with open(self.path_for(now), "a", encoding="utf-8") as fh:
                     fh.write(line)
         except OSError as exc:
-            log.error("audit log %s not written (%s): %s", self.directory, exc.strerror, event)
+            log.error("audit log %s not written (%s): %s", self.directory, exc.strerror, fields.get("event"))

@@ -34,10 +34,12 @@ from urllib.parse import urlparse
 
 import httpx
 
+from daemon import maintenance
 from daemon.audit import AuditLog
 from daemon.config import Config
 from daemon.guard import SecretGuard
 from layers.conversation.breaker import Breaker
+from layers.conversation.cleanup import Selection
 from layers.conversation.policy import (
     DEFAULT_TYPE,
     ForbiddenError,
@@ -68,6 +70,7 @@ CONNECT_DEADLINE_S = 120.0  # opening the store (mem0 import, a large embedded c
 PING_INTERVAL_S = 30.0  # while up, how often the round-trip time is measured
 TAILSCALE_REFRESH_S = 60.0
 REPLAY_BATCH = 50
+MAINTENANCE_S = 600.0  # a backup or restore of a large store
 MAX_TEXT_CHARS = 20_000
 
 
@@ -157,6 +160,19 @@ def _local_view(result: dict) -> dict:
         "lines": result.get("lines"),
         "heading": result.get("heading"),
     }
+
+
+class _BrokeredStore:
+    """The store's cleanup face, each call made on the broker's store thread."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def scan(self, selection: Selection, limit: int, cursor: str | None) -> tuple[list[dict], str | None]:
+        return self.broker._admin_call("scan", lambda: self.broker.store.scan(selection, limit, cursor))
+
+    def delete_ids(self, ids: list[str]) -> None:
+        self.broker._admin_call("delete", lambda: self.broker.store.delete_ids(ids))
 
 
 class Broker:
@@ -400,6 +416,29 @@ class Broker:
             visibility=memory.get("visibility"),
             project=memory.get("project_id"),
         )
+
+    # ------------------------------------------------------------ maintenance (administrator)
+
+    def _admin_call(self, what: str, fn: Callable[[], object], deadline: float | None = None) -> object:
+        try:
+            return self._call(what, fn, deadline)
+        except _StoreDown as exc:
+            raise ConversationUnavailableError(str(exc)) from None
+
+    def cleanup(self, options: maintenance.CleanupOptions) -> dict:
+        """Page by page on the store thread, so agents' requests go on between the pages."""
+        return maintenance.cleanup(self.config, _BrokeredStore(self), options)
+
+    def backup(self, keep: int) -> dict:
+        return self._admin_call("backup", lambda: maintenance.backup(self.config, self.store, keep), MAINTENANCE_S)
+
+    def restore(self, archive: Path) -> dict:
+        def run() -> dict:
+            result = maintenance.restore(self.store, archive)
+            self.store.connect()
+            return result
+
+        return self._admin_call("restore", run, MAINTENANCE_S)
 
     # ------------------------------------------------------------ probe, replay
 

@@ -365,4 +365,4 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
 
 # The L3 commands (search, reindex, model) and the L4 ones (add, mcp) live in their own
 # modules; importing them registers them on `main`.
-from daemon import cli_conversation, cli_local  # noqa: E402,F401
+from daemon import cli_conversation, cli_local, cli_maintenance  # noqa: E402,F401

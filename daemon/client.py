@@ -75,6 +75,10 @@ class DaemonClient:
     def delete(self, agent: str, memory_id: str) -> dict:
         return self._request("DELETE", f"/v1/memories/{memory_id}", params={"agent": agent})
 
+    def admin(self, action: str, body: dict) -> dict:
+        """An administrator's maintenance request: cleanup, backup, restore."""
+        return self._request("POST", f"/v1/admin/{action}", json=body)
+
     def close(self) -> None:
         self._client.close()
 

@@ -64,6 +64,26 @@ class DaemonError(RuntimeError):
     """A condition that prevents the daemon from starting, with a message for a person."""
 
 
+def acquire_state_lock(state: Path, holder: str = "memstrata daemon"):
+    """The state directory's lock, held for as long as the returned file stays open.
+
+    One process at a time owns the state (and the embedded store in it): the
+    daemon, or an offline command (reindex, cleanup, backup) while it is down.
+    """
+    state.mkdir(parents=True, exist_ok=True, mode=0o750)
+    lock = open(state / "memstrata.lock", "a+")  # noqa: SIM115 - the caller holds it
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise DaemonError(f"another memstrata process holds the state directory {state} ({holder} needs it)") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
 def guard_from(config: Config) -> SecretGuard:
     return SecretGuard((p.name, p.pattern) for p in config.guard.never_store)
 
@@ -170,19 +190,7 @@ class MemoryDaemon:
     # ------------------------------------------------------------ start-up
 
     def _acquire_state_lock(self) -> None:
-        state = self.config.paths.state_dir
-        state.mkdir(parents=True, exist_ok=True, mode=0o750)
-        lock = open(state / "memstrata.lock", "a+")  # noqa: SIM115 - held for the daemon's life
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
-            raise DaemonError(f"another memstrata daemon is already running with state directory {state}") from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        self._lock_file = lock
+        self._lock_file = acquire_state_lock(self.config.paths.state_dir)
 
     def _record_path(self, agent_id: str) -> Path:
         return self.config.paths.state_dir / "agents" / f"{agent_id}.json"

@@ -181,8 +181,7 @@ class ConversationStore:
         """Open the collection (creating it), check it, and build mem0 on top."""
         if self._memory is not None:
             return
-        prepare_mem0_environment(self.settings.data_dir)
-        client = self._make_client()
+        client = self._client_only()
         try:
             with _translate_errors("connect"):
                 self._check_vector_size(client)
@@ -190,7 +189,7 @@ class ConversationStore:
                 if self.settings.backend == "remote":
                     self._ensure_payload_indexes(client)
         except BaseException:
-            client.close()
+            self.close()
             raise
         self._client, self._memory = client, memory
         log.info("conversation store: %s collection %r ready", self.settings.backend, self.settings.collection)
@@ -233,11 +232,18 @@ class ConversationStore:
             self.connect()
         return self._memory, self._client
 
+    def _client_only(self):
+        """The Qdrant client without mem0 (listing, cleanup, backups need no embedder)."""
+        if self._client is None:
+            prepare_mem0_environment(self.settings.data_dir)
+            self._client = self._make_client()
+        return self._client
+
     # ------------------------------------------------------------ operations
 
     def ping(self) -> float:
         """Round-trip time of a cheap request, in milliseconds."""
-        _, client = self._require()
+        client = self._client_only()
         started = time.perf_counter()
         with _translate_errors("ping"):
             client.collection_exists(self.settings.collection)
@@ -259,7 +265,7 @@ class ConversationStore:
         """Ids of memories a write already produced (replay skips such writes)."""
         from qdrant_client import models
 
-        _, client = self._require()
+        client = self._client_only()
         condition = models.FieldCondition(key="write_id", match=models.MatchValue(value=write_id))
         with _translate_errors("lookup"):
             points, _ = client.scroll(
@@ -307,7 +313,7 @@ class ConversationStore:
         include_expired: bool = False,
     ) -> tuple[list[dict], str | None]:
         """One page of the memories the phases allow; the cursor resumes where the page ended."""
-        _, client = self._require()
+        client = self._client_only()
         phase_index, offset = 0, None
         if cursor:
             head, _, rest = cursor.partition(":")
@@ -332,7 +338,7 @@ class ConversationStore:
         return page, (f"{phase_index}:{offset or ''}" if more else None)
 
     def get(self, memory_id: str) -> dict | None:
-        _, client = self._require()
+        client = self._client_only()
         with _translate_errors("get"):
             try:
                 points = client.retrieve(self.settings.collection, ids=[memory_id], with_payload=True)
@@ -346,9 +352,47 @@ class ConversationStore:
             mem0.delete(memory_id)
 
     def count(self) -> int:
-        _, client = self._require()
+        client = self._client_only()
         with _translate_errors("count"):
             return client.count(self.settings.collection, exact=True).count
+
+    def scan(self, selection, limit: int = 256, cursor: str | None = None) -> tuple[list[dict], str | None]:
+        """Every memory ``selection`` (a cleanup Selection) matches, expired ones included, a page at a time."""
+        from qdrant_client import models
+
+        client = self._client_only()
+        with _translate_errors("scan"):
+            if not client.collection_exists(self.settings.collection):
+                return [], None  # nothing was ever written
+        must = [
+            models.FieldCondition(key=key, match=models.MatchValue(value=value))
+            for key, value in (
+                ("agent_id", selection.agent),
+                ("visibility", selection.visibility),
+                ("project_id", selection.project),
+                ("memory_type", selection.memory_type),
+            )
+            if value
+        ]
+        with _translate_errors("scan"):
+            points, next_offset = client.scroll(
+                self.settings.collection,
+                scroll_filter=models.Filter(must=must) if must else None,
+                limit=limit,
+                offset=cursor or None,
+                with_payload=True,
+            )
+        return [memory_view(p.id, p.payload or {}) for p in points], (str(next_offset) if next_offset else None)
+
+    def delete_ids(self, ids: list[str]) -> None:
+        """Delete a batch of points in one request (the seed's script built this call wrongly)."""
+        from qdrant_client import models
+
+        if not ids:
+            return
+        client = self._client_only()
+        with _translate_errors("delete"):
+            client.delete(self.settings.collection, points_selector=models.PointIdsList(points=ids), wait=True)
 
 
 @contextmanager

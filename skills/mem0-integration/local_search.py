@@ -17,25 +17,13 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from _memstrata_env import use_memstrata
 
+use_memstrata(__file__)
 
-def _reexec_in_venv() -> None:
-    venv = REPO / ".venv"
-    venv_python = venv / "bin" / "python"
-    # compare prefixes, not binaries: a venv's python is a symlink to the system one
-    if venv_python.exists() and Path(sys.prefix).resolve() != venv.resolve():
-        os.execv(str(venv_python), [str(venv_python), __file__, *sys.argv[1:]])
-
-
-sys.path.insert(0, str(REPO))
-try:
-    from daemon.cli import echo_json
-    from daemon.cli_local import local_search, print_search
-    from daemon.config import ENV_VAR, load_config
-except ImportError:
-    _reexec_in_venv()
-    raise
+from daemon.cli import echo_json  # noqa: E402
+from daemon.cli_local import local_search, print_search  # noqa: E402
+from daemon.config import ENV_VAR, load_config  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

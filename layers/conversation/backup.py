@@ -1,0 +1,135 @@
+"""Backups of the L4 store: daily snapshots, the newest N kept (Engram kept 7).
+
+The embedded store is Qdrant's local storage (a ``meta.json`` and one SQLite
+file per collection) plus mem0's history database.  Each SQLite file is copied
+with SQLite's online backup API, so the copy is consistent even if something
+writes meanwhile; the whole set becomes one ``.tar.gz`` that appears under its
+final name only when complete.  A remote collection is snapshotted by the
+server (Qdrant's snapshot API) and the snapshot downloaded next to them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import tarfile
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+PREFIX = "conversation-"
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(f"file:{source}?mode=ro", uri=True) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+
+
+def _stamp(now: datetime | None = None) -> str:
+    return (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def _publish(staging: Path, dest_dir: Path, name: str) -> Path:
+    """Pack ``staging`` into ``dest_dir/name`` atomically (a partial archive never has the final name)."""
+    dest_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    final = dest_dir / name
+    partial = dest_dir / f".{name}.partial"
+    with tarfile.open(partial, "w:gz") as tar:
+        for path in sorted(staging.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(staging)), recursive=False)
+    partial.chmod(0o600)  # memories, private ones included
+    partial.replace(final)
+    return final
+
+
+def snapshot_embedded(data_dir: Path, dest_dir: Path, collection: str) -> Path:
+    """A consistent archive of the embedded store under ``data_dir``."""
+    qdrant = data_dir / "qdrant"
+    if not (qdrant / "meta.json").is_file():
+        raise FileNotFoundError(f"no embedded store at {qdrant} (nothing has been written yet)")
+    with tempfile.TemporaryDirectory(dir=dest_dir.parent if dest_dir.parent.exists() else None) as tmp:
+        staging = Path(tmp)
+        (staging / "qdrant").mkdir()
+        shutil.copy2(qdrant / "meta.json", staging / "qdrant" / "meta.json")
+        for storage in sorted((qdrant / "collection").glob("*/storage.sqlite")):
+            _copy_sqlite(storage, staging / "qdrant" / "collection" / storage.parent.name / "storage.sqlite")
+        if (data_dir / "history.db").is_file():
+            _copy_sqlite(data_dir / "history.db", staging / "history.db")
+        manifest = {"kind": "embedded", "collection": collection, "created": datetime.now(timezone.utc).isoformat()}
+        (staging / "manifest.json").write_text(json.dumps(manifest))
+        return _publish(staging, dest_dir, f"{PREFIX}{_stamp()}.tar.gz")
+
+
+def restore_embedded(archive: Path, data_dir: Path) -> Path:
+    """Replace the embedded store with ``archive``; the store must be closed.
+
+    The current files are kept beside it (``qdrant.before-restore-…``), so a
+    restore can itself be undone by hand.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with tempfile.TemporaryDirectory(dir=data_dir) as tmp:
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                tar.extractall(tmp, filter="data")  # no absolute paths, no links out of the directory
+        except (tarfile.TarError, OSError) as exc:
+            raise ValueError(f"{archive} is not a readable backup: {exc}") from None
+        staged = Path(tmp)
+        manifest = json.loads((staged / "manifest.json").read_text()) if (staged / "manifest.json").exists() else {}
+        if manifest.get("kind") != "embedded" or not (staged / "qdrant" / "meta.json").is_file():
+            raise ValueError(f"{archive} is not a memstrata backup of an embedded store")
+        kept = data_dir / f"qdrant.before-restore-{_stamp()}"
+        if (data_dir / "qdrant").exists():
+            (data_dir / "qdrant").replace(kept)
+        (staged / "qdrant").replace(data_dir / "qdrant")
+        if (staged / "history.db").exists():
+            (staged / "history.db").replace(data_dir / "history.db")
+    return kept
+
+
+def snapshot_remote(client, collection: str, dest_dir: Path, url: str, api_key: str | None, timeout_s: float) -> Path:
+    """Have the server snapshot ``collection`` and download it into ``dest_dir``."""
+    import httpx
+
+    description = client.create_snapshot(collection, wait=True)
+    dest_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    final = dest_dir / f"{PREFIX}{_stamp()}.snapshot"
+    partial = dest_dir / f".{final.name}.partial"
+    headers = {"api-key": api_key} if api_key else {}
+    source = f"{url.rstrip('/')}/collections/{collection}/snapshots/{description.name}"
+    with httpx.stream("GET", source, headers=headers, timeout=max(timeout_s, 60)) as response:
+        response.raise_for_status()
+        with open(partial, "wb") as fh:
+            for chunk in response.iter_bytes():
+                fh.write(chunk)
+    partial.chmod(0o600)
+    partial.replace(final)
+    client.delete_snapshot(collection, description.name)  # the copy lives here now, not on the server's disk
+    return final
+
+
+def restore_remote(archive: Path, collection: str, url: str, api_key: str | None, timeout_s: float) -> None:
+    """Upload a snapshot to the server and recover ``collection`` from it."""
+    import httpx
+
+    headers = {"api-key": api_key} if api_key else {}
+    target = f"{url.rstrip('/')}/collections/{collection}/snapshots/upload?priority=snapshot&wait=true"
+    with open(archive, "rb") as fh:
+        response = httpx.post(target, headers=headers, files={"snapshot": fh}, timeout=max(timeout_s, 300))
+    response.raise_for_status()
+
+
+def backups(dest_dir: Path) -> list[Path]:
+    """Existing backups, newest first."""
+    if not dest_dir.is_dir():
+        return []
+    return sorted((p for p in dest_dir.glob(f"{PREFIX}*") if not p.name.startswith(".")), reverse=True)
+
+
+def prune(dest_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` backups; returns what was deleted."""
+    doomed = backups(dest_dir)[keep:]
+    for path in doomed:
+        path.unlink()
+    return doomed
