@@ -6,6 +6,8 @@
   ``query_points`` with the same vector and no filter (Qdrant local mode's floor);
 - fallback with the link down: the daemon's answer from L3 (first call, later
   calls), against the same L3 search asked for directly;
+- cleanup: memories scanned per second (dry-run, execute) against a bare paged
+  scroll of the same collection;
 - the durable queue: enqueue rate (one fsync'd commit per write) against an
   in-memory SQLite insert, and replay rate through the daemon.
 
@@ -55,8 +57,9 @@ def _texts(n: int) -> list[str]:
     return texts[:n]
 
 
-def _fill(store: ConversationStore, embedder: LocalEmbedder, total: int) -> None:
-    """``total`` memories in mem0's payload shape: public, two projects, private of five agents."""
+def _fill(store: ConversationStore, embedder: LocalEmbedder, total: int, old_session_every: int = 0) -> None:
+    """``total`` memories in mem0's payload shape: public, two projects, private of five agents;
+    every ``old_session_every``-th one a session memory from last year (expired)."""
     from qdrant_client import models
 
     texts = _texts(500)
@@ -78,6 +81,8 @@ def _fill(store: ConversationStore, embedder: LocalEmbedder, total: int) -> None
             "memory_type": "knowledge",
             "write_id": str(uuid.uuid4()),
         }
+        if old_session_every and i % old_session_every == 0:
+            payload.update(memory_type="session", created_at="2025-01-01T00:00:00+00:00")
         if kind == 1:
             payload["project_id"] = ("infra", "web")[i % 2]
         points.append(models.PointStruct(id=str(uuid.uuid4()), vector=vector.tolist(), payload=payload))
@@ -147,6 +152,38 @@ def bench_store(quick: bool) -> None:
             store.add(_memory("agent0", text))
             adds.append(time.perf_counter() - t)
         print(f"add at {total} memories: p50 {statistics.median(adds) * 1000:.1f} ms")
+        store.close()
+
+
+def bench_cleanup(quick: bool) -> None:
+    from layers.conversation.cleanup import Rules, Selection, run_cleanup
+    from layers.conversation.policy import DEFAULT_RETENTION_DAYS
+
+    total = 2000 if quick else 10_000
+    embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = ConversationStore(StoreSettings("embedded", Path(tmp)), embedder, embedder.dimension())
+        store.connect()
+        _fill(store, embedder, total, old_session_every=4)
+        for _ in range(2):  # the first pass warms up; the second is the baseline
+            t = time.perf_counter()
+            cursor, scrolled = None, 0
+            while True:
+                page, cursor = store.scan(Selection(), 256, cursor)
+                scrolled += len(page)
+                if cursor is None:
+                    break
+            raw = scrolled / (time.perf_counter() - t)
+        rules = Rules(DEFAULT_RETENTION_DAYS)
+        for execute in (False, True):
+            t = time.perf_counter()
+            report = run_cleanup(store, rules, execute=execute)
+            rate = report.scanned / (time.perf_counter() - t)
+            print(
+                f"cleanup {report.mode} over {report.scanned} memories ({report.expired} expired, "
+                f"{report.deleted} deleted): {rate:.0f} memories/s; a bare paged scroll {raw:.0f}/s "
+                f"({rate / raw:.2f}x)"
+            )
         store.close()
 
 
@@ -233,5 +270,6 @@ def bench_outage(quick: bool) -> None:
 
 def main(quick: bool = False) -> None:
     bench_store(quick)
+    bench_cleanup(quick)
     bench_queue(quick)
     bench_outage(quick)

@@ -27,6 +27,30 @@ def unit(tmp_path):
     return path
 
 
+TIMERS = {"memstrata-cleanup": "*-*-* 03:00:00 UTC", "memstrata-backup": "*-*-* 02:15:00 UTC"}
+
+
+@pytest.mark.parametrize("name", sorted(TIMERS))
+def test_timer_and_its_service_verify_without_warnings(tmp_path, name):
+    """The cron alternative: a oneshot service and its daily, persistent timer."""
+    binary = REPO_ROOT / ".venv" / "bin" / "memstrata"
+    service = (REPO_ROOT / "systemd" / f"{name}.service").read_text()
+    timer = (REPO_ROOT / "systemd" / f"{name}.timer").read_text()
+    assert INSTALLED_BINARY in service and "Type=oneshot" in service
+    assert f"OnCalendar={TIMERS[name]}" in timer and "Persistent=true" in timer
+    (tmp_path / f"{name}.service").write_text(service.replace(INSTALLED_BINARY, str(binary)))
+    (tmp_path / f"{name}.timer").write_text(timer)
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", str(tmp_path / f"{name}.timer"), str(tmp_path / f"{name}.service")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    calendar = subprocess.run(["systemd-analyze", "calendar", TIMERS[name]], capture_output=True, text=True)
+    assert calendar.returncode == 0 and "Next elapse" in calendar.stdout
+
+
 def test_unit_verifies_without_warnings(unit):
     proc = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
