@@ -38,6 +38,7 @@ SOCKET_MODE = 0o660
 
 class DaemonApi(Protocol):
     broker: Broker | None
+    trackers: dict  # agent id → its tracker: the agents the daemon knows
 
     def status(self) -> dict: ...
 
@@ -112,6 +113,8 @@ def authorize(daemon: DaemonApi, request: Request, agent: str | None) -> bool:
             401, "a valid token is required (Authorization: Bearer …, from the workspace's .memstrata/token)"
         )
     if caller == ADMIN:
+        if agent not in daemon.trackers:
+            raise ApiError(404, f"unknown agent {agent!r}")
         return True
     if caller != agent:
         if daemon.broker is not None:

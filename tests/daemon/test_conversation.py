@@ -185,3 +185,14 @@ def test_a_broken_registry_is_named_at_start_and_kept_out_on_reload(tmp_path, da
         assert a.add("a", "still in infra", project="infra")["project_id"] == "infra"
     error = daemon.status()["conversation"]["registry_error"]
     assert "projects_typo" in error and "previous registry stays in force" in error
+
+
+def test_the_administrator_acts_for_known_agents_only(cluster):
+    admin = (cluster.root / "state" / "admin.token").read_text().strip()
+    with cluster.client("a", token=admin) as as_admin:
+        assert as_admin.add("b", "written by the administrator for b")["queued"] is False
+        with pytest.raises(DaemonRequestError) as unknown:
+            as_admin.add("ghost", "nobody")
+    assert unknown.value.status == 404
+    with cluster.client("b") as b:
+        assert [m["memory"] for m in b.get_all("b")["results"]] == ["written by the administrator for b"]
