@@ -76,7 +76,10 @@ def acquire_state_lock(state: Path, holder: str = "memstrata daemon"):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
-        raise DaemonError(f"another memstrata process holds the state directory {state} ({holder} needs it)") from None
+        raise DaemonError(
+            f"another memstrata process (a daemon, or an offline command) is already running with state directory "
+            f"{state}; {holder} needs it to itself"
+        ) from None
     lock.seek(0)
     lock.truncate()
     lock.write(f"{os.getpid()}\n")
