@@ -49,3 +49,19 @@ def test_remote_round_trip_with_payload_indexes(remote):
     remote.delete(page[0]["id"])
     assert remote.get(page[0]["id"]) is None
     assert remote.ping() > 0
+
+
+def test_remote_cleanup_and_snapshot_backup(remote, tmp_path):
+    from layers.conversation import backup
+    from layers.conversation.cleanup import Rules, run_cleanup
+    from layers.conversation.policy import DEFAULT_RETENTION_DAYS
+
+    remote.add(memory("a", "old session", memory_type="session", created_at="2020-01-01T00:00:00+00:00"))
+    remote.add(memory("a", "knowledge stays"))
+    s = remote.settings
+    archive = backup.snapshot_remote(remote._client_only(), s.collection, tmp_path / "backups", s.url, s.api_key, 30)
+    assert archive.stat().st_size > 0
+    report = run_cleanup(remote, Rules(DEFAULT_RETENTION_DAYS), execute=True)
+    assert report.deleted == 1 and remote.count() == 1
+    backup.restore_remote(archive, s.collection, s.url, s.api_key, 30)
+    assert remote.count() == 2
