@@ -71,6 +71,7 @@ PING_INTERVAL_S = 30.0  # while up, how often the round-trip time is measured
 TAILSCALE_REFRESH_S = 60.0
 REPLAY_BATCH = 50
 MAINTENANCE_S = 600.0  # a backup or restore of a large store
+STOP_WAIT_S = 8.0  # systemd's stop timeout is 15 s
 MAX_TEXT_CHARS = 20_000
 
 
@@ -219,10 +220,10 @@ class Broker:
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()
-        self._prober.join(timeout=self.deadline_s + 1)
+        self._prober.join(timeout=2)  # a daemon thread; it may be waiting on a probe that will time out
         future = self._worker.submit(self.store.close)  # after the call in progress, if any
         try:
-            future.result(timeout=self.deadline_s)
+            future.result(timeout=min(self.deadline_s, STOP_WAIT_S))
         except Exception as exc:  # closing is best effort
             log.warning("conversation store did not close cleanly: %s", describe_error(exc))
         self._worker.stop()
@@ -370,12 +371,16 @@ class Broker:
             page, next_cursor = self._call("list", lambda: self.store.list(phases, limit, cursor))
         except _StoreDown as exc:
             raise ConversationUnavailableError(str(exc)) from None
-        except ValueError:
-            raise PolicyError(f"not a cursor from this listing: {cursor!r}") from None
+        except ValueError as exc:
+            raise PolicyError(str(exc)) from None
         results = [r for r in page if may_read(registry, agent, r)]
         return {"results": results, "next_cursor": next_cursor, "truncated": next_cursor is not None}
 
     def _fetch(self, memory_id: str) -> dict | None:
+        try:
+            uuid.UUID(memory_id)
+        except ValueError:
+            return None  # memory ids are UUIDs; anything else is simply not found
         try:
             return self._call("get", lambda: self.store.get(memory_id))
         except _StoreDown as exc:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -41,6 +42,10 @@ class StoreUnavailableError(ConnectionError):
 
 class StoreConfigError(RuntimeError):
     """The store cannot be used as configured (for example a vector size mismatch)."""
+
+
+class StoreRequestError(ValueError):
+    """The store refused this request (a 4xx, mem0's validation): the request's fault, not the link's."""
 
 
 class Embedder(Protocol):
@@ -316,8 +321,7 @@ class ConversationStore:
         client = self._client_only()
         phase_index, offset = 0, None
         if cursor:
-            head, _, rest = cursor.partition(":")
-            phase_index, offset = int(head), (rest or None)
+            phase_index, offset = _parse_cursor(cursor, len(phases))
         now = time.time()
         page: list[dict] = []
         with _translate_errors("list"):
@@ -395,17 +399,39 @@ class ConversationStore:
             client.delete(self.settings.collection, points_selector=models.PointIdsList(points=ids), wait=True)
 
 
+def _parse_cursor(cursor: str, phases: int) -> tuple[int, str | None]:
+    """``"<phase>:<point id>"`` as :meth:`ConversationStore.list` hands it out; ValueError otherwise."""
+    head, _, rest = cursor.partition(":")
+    try:
+        if not head.isdigit() or int(head) >= phases:
+            raise ValueError(head)
+        if rest:
+            uuid.UUID(rest)  # point ids are UUIDs; anything else would reach the server as a bad request
+    except ValueError:
+        raise ValueError(f"not a cursor from this listing: {cursor!r}") from None
+    return int(head), rest or None
+
+
 @contextmanager
 def _translate_errors(what: str) -> Iterator[None]:
     """Anything the client raises becomes :class:`StoreUnavailableError` with a short reason."""
     try:
         yield
-    except (StoreConfigError, StoreUnavailableError):
+    except (StoreConfigError, StoreUnavailableError, StoreRequestError):
         raise
     except Exception as exc:
         if type(exc).__name__ == "VectorsUnavailableError":  # the embedder's gate, without importing L3
             raise StoreUnavailableError(f"{what}: embedder unavailable: {exc}") from exc
+        if _is_request_error(exc):  # must not open the breaker: the store itself answered
+            raise StoreRequestError(f"{what}: {describe_error(exc)}") from exc
         raise StoreUnavailableError(f"{what}: {describe_error(exc)}") from exc
+
+
+def _is_request_error(exc: Exception) -> bool:
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return 400 <= status < 500 and status not in (408, 429)
+    return isinstance(exc, (ValueError, TypeError))
 
 
 def describe_error(exc: BaseException) -> str:

@@ -196,3 +196,17 @@ def test_the_administrator_acts_for_known_agents_only(cluster):
     assert unknown.value.status == 404
     with cluster.client("b") as b:
         assert [m["memory"] for m in b.get_all("b")["results"]] == ["written by the administrator for b"]
+
+
+def test_bad_requests_are_refused_without_marking_the_store_down(cluster):
+    with cluster.client("a") as a:
+        for cursor in ("0:not-a-point-id", "9:", "x"):
+            with pytest.raises(DaemonRequestError) as bad_cursor:
+                a.get_all("a", cursor=cursor)
+            assert bad_cursor.value.status == 400 and "not a cursor" in str(bad_cursor.value)
+        for call in (a.get, a.delete):
+            with pytest.raises(DaemonRequestError) as bad_id:
+                call("a", "../../etc/passwd")
+            assert bad_id.value.status == 404
+        assert a.memory_search("a", "x" * 5000)["degraded"] is False
+    assert cluster.daemon.status()["conversation"]["reachable"] is True
