@@ -27,9 +27,6 @@ from daemon.config import Config
 from daemon.workspaces import core_of, get_agent
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 
-# Beyond the daemon's own deadline for a store call: the daemon, not the socket, should
-# decide that a slow call (a model load on a busy machine) ends degraded or queued.
-
 # Enums in the tools' JSON schema, so a model picks a valid value up front; built from
 # the policy's tuples so the schema cannot drift from what the daemon accepts.
 MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
