@@ -196,7 +196,7 @@ class ConversationStore:
         except BaseException:
             self.close()
             raise
-        self._client, self._memory = client, memory
+        self._memory = memory
         log.info("conversation store: %s collection %r ready", self.settings.backend, self.settings.collection)
 
     def _build_memory(self, client):
