@@ -88,3 +88,22 @@ def test_hooks_fsmonitor_filters_and_signing_planted_by_the_agent_never_run(tmp_
     assert not ran.exists(), f"git ran the agent's programs as root: {ran.read_text()}"
     assert (tmp_path / "elsewhere" / "MEMORY.md").read_text() == "ELSEWHERE\n"
     assert not any(os.stat(p).st_mode & stat.S_ISUID for p in (tmp_path / "evil").iterdir())
+
+
+def test_a_dot_git_pointing_elsewhere_is_refused_not_used(tmp_path):
+    """A `.git` gitfile (or symlink) would make root commit into, or read from, another repository."""
+    config = init_root(tmp_path, **LEAN)
+    ws = tmp_path / "workspace"
+    other = tmp_path / "roots-own-repo"
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    (ws / ".git").rename(tmp_path / "moved-git")
+    (ws / ".git").write_text(f"gitdir: {other}/.git\n")
+    proc = run_cli("history", "--agent", "main", config=config, check=False)
+    assert proc.returncode == 1 and "not a directory" in proc.stderr and "Traceback" not in proc.stderr
+    (ws / ".git").unlink()
+    (ws / ".git").symlink_to(other / ".git")
+    (ws / "MEMORY.md").write_text("edit\n")
+    proc = run_cli("restore", "--agent", "main", "MEMORY.md", "--at", "HEAD", config=config, check=False)
+    assert proc.returncode == 1 and "symbolic link" in proc.stderr
+    assert (ws / "MEMORY.md").read_text() == "edit\n"
+    assert not list((other / ".git" / "objects").glob("??")), "nothing was written into the other repository"
