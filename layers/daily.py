@@ -425,8 +425,9 @@ class WorkspaceRepo:
         a person has staged by hand stays staged and untouched.
         """
         paths = list(dict.fromkeys(paths))
-        in_head = self._in_head(paths) if paths else set()
-        present = [p for p in paths if os.path.lexists(self.path / p) or p in in_head or self.is_tracked(p)]
+        gone = [p for p in paths if not os.path.lexists(self.path / p)]
+        in_head = self._in_head(gone) if gone else set()
+        present = [p for p in paths if p not in gone or p in in_head or self.is_tracked(p)]
         if not present:
             return None
         cmd = self._worktree_git()
