@@ -41,7 +41,7 @@ def test_archive_move_is_one_rename_and_history_follows_it(tmp_path, daemons):
     assert f"R100\t{OLD}\t{NEW}" in show and show.startswith("memstrata: archive")
     assert git(ws, "log", "--follow", "--format=%s", "--", NEW).splitlines()[-1] == "a person's own commit"
     # the file that was never committed is archived too, and committed at its new place only
-    wait_for(lambda: git(ws, "log", "--format=%H", "--", "memory/archive/2020/2020-05-06.md"), what="untracked archived")
+    wait_for(lambda: git(ws, "log", "--format=%H", "--", "memory/archive/2020/2020-05-06.md"), what="archived")
     assert not (ws / "memory" / "2020-05-06.md").exists()
     wait_for(lambda: git(ws, "status", "--porcelain", "--", "memory") == "", what="nothing left staged")
 
