@@ -229,7 +229,7 @@ class AgentTracker:
                     continue
                 info = self.repo.move(src, dst, f"memstrata: archive {src} → {dst}\n\nR {src} → {dst}\n")
             except safefs.UnsafePathError as exc:
-                refused[exc.rel] = f"{exc.why}; not archiving {src} through it"
+                refused[exc.rel] = f"{exc.why}; old daily files are not archived through it"
                 continue
             except FileExistsError:
                 log.warning("%s: not archiving %s: %s already exists", self.id, src, dst)
