@@ -25,9 +25,18 @@ from layers import daily
 from layers.conversation import registry as project_registry
 from layers.fsutil import atomic_write
 from layers.ids import MAIN_AGENT, InvalidIdError, check_id
+from layers.safefs import UnsafePathError
 from layers.yamlfile import YamlFileError
 
-_USER_ERRORS = (YamlFileError, UnknownAgentError, InvalidIdError, FileNotFoundError, ValueError)
+_USER_ERRORS = (
+    YamlFileError,
+    UnknownAgentError,
+    InvalidIdError,
+    FileNotFoundError,
+    ValueError,
+    UnsafePathError,
+    daily.RepoRefusedError,
+)
 
 
 class MemstrataGroup(click.Group):
@@ -333,34 +342,49 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
     agent_obj = get_agent(config, agent_id)
     rel = _workspace_file(agent_obj.workspace, file)
     repo = _repo(config, agent_obj.workspace)
-    sha = repo.resolve(rev)
-    content = repo.read_at(sha, rel)
-    findings = guard_from(config).scan_text(content.decode("utf-8", errors="replace"))
-    if findings:
-        raise click.ClickException(
-            f"{rel} at {sha[:10]} contains what looks like a secret ({'; '.join(map(str, findings))}); not restored"
-        )
-    path = agent_obj.workspace / rel
-    if path.is_file() and path.read_bytes() == content:
-        info = None
-    else:
-        atomic_write(path, content)
-        message = f"memstrata: restore {rel} from {sha[:10]}\n\nM {rel}\n"
-        for attempt in range(10):
-            try:
-                info = repo.commit([rel], message)
-                break
-            except daily.RepoBusyError:
-                if attempt == 9:
-                    raise
-                time.sleep(0.5)
-    result = {"file": rel, "from": sha, "commit": info.sha if info else None}
+    guard = guard_from(config)
+
+    def refuse_secrets(what: str, content: bytes) -> None:
+        findings = guard.scan_text(content.decode("utf-8", errors="replace"))
+        if not findings:
+            return
+        found = "; ".join(map(str, findings))
+        if what == "uncommitted edits":
+            raise click.ClickException(
+                f"{rel} has uncommitted edits that contain what looks like a secret ({found}); no commit holds "
+                "them and a restore would destroy them, so nothing was restored: remove the secret and retry"
+            )
+        raise click.ClickException(f"{rel} at {what} contains what looks like a secret ({found}); not restored")
+
+    for attempt in range(10):
+        try:
+            done = repo.restore(rel, rev, refuse_secrets)
+            break
+        except daily.RepoBusyError:
+            if attempt == 9:
+                raise
+            time.sleep(0.5)
+    result = {
+        "file": rel,
+        "from": done.source,
+        "changed": done.changed,
+        "commit": done.commit.sha if done.commit else None,
+        "kept_edits_commit": done.kept_edits_commit.sha if done.kept_edits_commit else None,
+    }
     if as_json:
         echo_json(result)
-    elif info:
-        click.echo(f"restored {rel} from {sha[:10]} as commit {info.short}")
+        return
+    if done.kept_edits_commit:
+        click.echo(
+            f"kept the uncommitted edits of {rel} as commit {done.kept_edits_commit.short} "
+            f"(no commit held them; `memstrata restore --at {done.kept_edits_commit.short}` brings them back)"
+        )
+    if done.changed and done.commit:
+        click.echo(f"restored {rel} from {done.source[:10]} as commit {done.commit.short}")
+    elif done.changed:
+        click.echo(f"restored {rel} from {done.source[:10]} (the daemon had committed it already)")
     else:
-        click.echo(f"{rel} already matches {sha[:10]}; nothing to restore")
+        click.echo(f"{rel} already matches {done.source[:10]}; nothing to restore")
 
 
 # The L3 commands (search, reindex, model) and the L4 ones (add, mcp) live in their own

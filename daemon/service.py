@@ -30,9 +30,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import apsw
+import git
 
 from daemon import __version__
 from daemon.api import ApiServer
+from daemon.audit import AuditLog
 from daemon.broker import Broker, store_settings
 from daemon.config import Config, load_config
 from daemon.embedding import EmbedWorker, conversation_embedder, make_embedder
@@ -45,7 +47,7 @@ from daemon.tracker import AgentTracker, EditListener, Settings
 from daemon.watcher import Watcher
 from daemon.workspaces import Agent, is_memory_path, make_agent, spoke_id
 from daemon.workspaces import discover as discover_agents
-from layers import daily
+from layers import daily, safefs
 from layers.conversation.store import ConversationStore
 from layers.fsutil import atomic_write
 from layers.ids import MAIN_AGENT
@@ -100,13 +102,15 @@ def settings_from(config: Config) -> Settings:
     )
 
 
-def make_tracker(config: Config, agent: Agent, guard: SecretGuard, record: Path | None, listeners=()) -> AgentTracker:
+def make_tracker(
+    config: Config, agent: Agent, guard: SecretGuard, record: Path | None, listeners=(), audit=None
+) -> AgentTracker:
     """A tracker for ``agent``; ``record`` None keeps the processed-files record in memory only."""
     repo = daily.WorkspaceRepo(
         agent.workspace, (config.git.author_name, config.git.author_email), config.git.stale_lock_s
     )
     files = FileState(record)
-    return AgentTracker(agent, repo, files, guard, settings_from(config), listeners)
+    return AgentTracker(agent, repo, files, guard, settings_from(config), listeners, audit)
 
 
 def limits_of(config: Config) -> dict:
@@ -138,6 +142,7 @@ class MemoryDaemon:
         )
         self.embed_worker: EmbedWorker | None = None
         self.tokens = TokenStore(config.paths.state_dir)
+        self.audit = AuditLog(config.paths.audit_dir)
         self.broker: Broker | None = None
         self.listeners: list[EditListener] = [self.indexer]
         self._calls: collections.deque[tuple[Callable[[], object], Future]] = collections.deque()
@@ -199,11 +204,19 @@ class MemoryDaemon:
         return self.config.paths.state_dir / "agents" / f"{agent_id}.json"
 
     def _add_agent(self, agent: Agent) -> AgentTracker:
-        tracker = make_tracker(self.config, agent, self.guard, self._record_path(agent.id), self.listeners)
-        if tracker.repo.ensure():
-            log.info("%s: initialised missing git repository in %s", agent.id, agent.workspace)
-        if self.tokens.ensure(agent.id, agent.workspace):
-            log.info("%s: issued an API token (%s)", agent.id, agent.workspace / ".memstrata" / "token")
+        tracker = make_tracker(
+            self.config, agent, self.guard, self._record_path(agent.id), self.listeners, self.audit.record
+        )
+        try:
+            if tracker.repo.ensure():
+                log.info("%s: initialised missing git repository in %s", agent.id, agent.workspace)
+        except (git.GitCommandError, daily.RepoRefusedError, OSError) as exc:
+            log.error("%s: git repository unusable (commits retried, shown in status): %s", agent.id, exc)
+        try:
+            if self.tokens.ensure(agent.id, agent.workspace):
+                log.info("%s: issued an API token (%s)", agent.id, agent.workspace / ".memstrata" / "token")
+        except safefs.UnsafePathError as exc:
+            tracker.refuse(exc.rel, f"{exc.why}; no API token written")
         self.trackers[agent.id] = tracker
         log.info("watching agent %s at %s", agent.id, agent.workspace)
         return tracker

@@ -192,6 +192,14 @@ def render(status: dict) -> str:
             )
         if ix.get("error"):
             lines.append(f"  INDEX ERROR: {ix['error']}")
-        if a["last_error"]:
+        for r in a.get("refused") or []:
+            lines.append(f"  REFUSED: {r['path']}: {r['reason']}")
+        failing = a.get("commits_failing")
+        if failing:
+            lines.append(
+                f"  COMMITS FAILING since {_clock(failing['since'])} ({failing['attempts']} attempts, retried "
+                f"with back-off): {failing['reason']}"
+            )
+        if a["last_error"] and not (failing and failing["reason"] == a["last_error"]):
             lines.append(f"  ERROR: {a['last_error']}")
     return "\n".join(lines) + "\n"

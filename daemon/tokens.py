@@ -19,6 +19,7 @@ import secrets
 import threading
 from pathlib import Path
 
+from layers import safefs
 from layers.fsutil import atomic_write
 
 TOKENS_FILE = "tokens.json"
@@ -31,14 +32,23 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _write_secret(path: Path, text: str, owner_of: Path | None = None) -> None:
-    """Write a 0600 file; as root, hand it to the owner of ``owner_of`` (the agent's workspace)."""
+def _write_secret(path: Path, text: str) -> None:
+    """Write a 0600 file of the daemon's own (state directory)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     atomic_write(path, text, mode=0o600)
-    if owner_of is not None and os.geteuid() == 0:
-        st = owner_of.stat()
-        os.chown(path.parent, st.st_uid, st.st_gid)
-        os.chown(path, st.st_uid, st.st_gid)
+
+
+def _write_workspace_token(workspace: Path, text: str) -> None:
+    """Write ``.memstrata/token`` (0600 in a 0700 directory), handed to the workspace's owner.
+
+    The workspace is the agent's: ``.memstrata`` or ``token`` may be a symlink to
+    anywhere, so both are opened without following symlinks and a symlink is
+    refused (:class:`UnsafePathError`); only what is created here is chowned, and
+    only when the owner differs; a refused chown (EPERM) is not fatal.
+    """
+    owner = safefs.owner_of(workspace)
+    os.close(safefs.open_dir(workspace, WORKSPACE_TOKEN.parent.as_posix(), create=True, mode=0o700, owner=owner))
+    safefs.write_atomic(workspace, WORKSPACE_TOKEN.as_posix(), text.encode(), mode=0o600, owner=owner)
 
 
 def read_token(path: Path) -> str | None:
@@ -46,6 +56,15 @@ def read_token(path: Path) -> str | None:
         return path.read_text(encoding="utf-8").strip() or None
     except (FileNotFoundError, PermissionError, NotADirectoryError):
         return None
+
+
+def read_workspace_token(workspace: Path) -> str | None:
+    """The token in a workspace, read without following symlinks (a symlink raises UnsafePathError)."""
+    try:
+        data = safefs.read_bytes(workspace, WORKSPACE_TOKEN.as_posix())
+    except (PermissionError, NotADirectoryError):
+        return None
+    return (data.decode("utf-8", errors="replace").strip() or None) if data is not None else None
 
 
 class TokenStore:
@@ -71,13 +90,13 @@ class TokenStore:
     def issue(self, agent: str, workspace: Path) -> str:
         """A new token for ``agent``, written into its workspace; the old one stops working."""
         token = secrets.token_urlsafe(32)
-        _write_secret(workspace / WORKSPACE_TOKEN, token + "\n", owner_of=workspace)
+        _write_workspace_token(workspace, token + "\n")
         self._locked_update(agent, _digest(token))
         return token
 
     def ensure(self, agent: str, workspace: Path) -> bool:
         """Give ``agent`` a token unless its workspace already holds a valid one; True when issued."""
-        token = read_token(workspace / WORKSPACE_TOKEN)
+        token = read_workspace_token(workspace)
         if token and self._read_file().get(agent) == _digest(token):
             return False
         self.issue(agent, workspace)
@@ -133,11 +152,18 @@ class TokenStore:
 TOKEN_ENV = "MEMSTRATA_TOKEN"
 
 
+def _agent_token(workspace: Path) -> str | None:
+    try:
+        return read_workspace_token(workspace)
+    except safefs.UnsafePathError:
+        return None
+
+
 def caller_token(state_dir: Path, workspace: Path | None = None) -> str | None:
     """The token a local client presents: ``$MEMSTRATA_TOKEN``, else the administrator's
     (when this user can read it), else the agent's own from its workspace."""
     return (
         os.environ.get(TOKEN_ENV)
         or read_token(state_dir / ADMIN_TOKEN_FILE)
-        or (read_token(workspace / WORKSPACE_TOKEN) if workspace else None)
+        or (_agent_token(workspace) if workspace else None)
     )

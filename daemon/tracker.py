@@ -12,9 +12,9 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
@@ -23,7 +23,7 @@ import git
 from daemon.filestate import FileState, Inspection, inspect, safe_stat
 from daemon.guard import Finding, SecretGuard
 from daemon.workspaces import MEMORY_DIRS, MEMORY_FILES, PATHSPECS, Agent, is_editor_temp, is_memory_path
-from layers import daily
+from layers import daily, safefs
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +77,23 @@ class AgentTracker:
     guard: SecretGuard
     settings: Settings
     listeners: Sequence[EditListener] = ()
+    #: Called as ``audit(event, **fields)`` for what goes to the security audit log.
+    audit: Callable[..., None] | None = None
     first_change: float | None = None
     last_change: float | None = None
     commit_now: bool = False
     retry_at: float | None = None
     failures: int = 0
+    failing_since: float | None = None  # wall-clock time of the first failed attempt in a row
     last_commit: daily.CommitInfo | None = None
     last_error: str | None = None
     held_back: dict[str, list[Finding]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     not_indexed: dict[str, str] = field(default_factory=dict)
     naming: list[str] = field(default_factory=list)
+    #: Paths where the daemon expected a file or directory of its own and found a symlink.
+    refused: dict[str, str] = field(default_factory=dict)
+    _archive_refused: set[str] = field(default_factory=set)
 
     @property
     def id(self) -> str:
@@ -174,16 +180,18 @@ class AgentTracker:
 
     def reconcile(self, commit_check: bool = True) -> int:
         """Compare the disk with the record and repair what the watcher missed; count repairs."""
-        self.repo.ensure()
         fresh = self.files.fresh
         repaired = self.refresh()
         repaired = 0 if fresh else repaired
         if commit_check and self.first_change is None:
             try:
+                self.repo.ensure()
                 if self.repo.changes(PATHSPECS):
                     self.mark_dirty(immediate=True)
-            except git.GitCommandError as exc:
-                self.last_error = _git_error(exc)
+            except (git.GitCommandError, daily.RepoRefusedError, OSError) as exc:
+                # Not silently: commit() tries, fails, backs off and shows it in status until it works.
+                self.last_error = _error_text(exc, self.workspace)
+                self.mark_dirty(immediate=True)
         self.archive()
         self.naming = daily.naming_violations(self.workspace)
         self.files.save()
@@ -202,27 +210,56 @@ class AgentTracker:
             try:
                 if self.scan_for_commit():
                     self.mark_dirty()
-            except git.GitCommandError as exc:
-                self.last_error = _git_error(exc)
+            except (git.GitCommandError, daily.RepoRefusedError) as exc:
+                self.last_error = _error_text(exc, self.workspace)
 
     def archive(self) -> None:
-        """Move old daily files into ``memory/archive/YYYY/`` when configured (a git move)."""
+        """Move old daily files into ``memory/archive/YYYY/`` when configured, each as one rename commit.
+
+        The move never follows a symlink (a symlinked ``memory/archive`` is
+        refused, audited and shown in status); a file holding a secret is left
+        where it is (it is held back from git, and a move would hide that).
+        """
         days = self.settings.archive_after_days
-        if not days:
-            return
-        for src, dst in daily.archive_plan(self.workspace, days, date.today()):
-            if os.path.lexists(self.workspace / dst):
+        refused: dict[str, str] = {}
+        for src, dst in daily.archive_plan(self.workspace, days, date.today()) if days else []:
+            try:
+                if self.guard.scan_file(self.workspace / src):
+                    log.debug("%s: not archiving %s: it holds what looks like a secret", self.id, src)
+                    continue
+                info = self.repo.move(src, dst, f"memstrata: archive {src} → {dst}\n\nR {src} → {dst}\n")
+            except safefs.UnsafePathError as exc:
+                refused[exc.rel] = f"{exc.why}; old daily files are not archived through it"
+                continue
+            except FileExistsError:
                 log.warning("%s: not archiving %s: %s already exists", self.id, src, dst)
                 continue
-            try:
-                self.repo.move(src, dst)
-            except (OSError, git.GitCommandError, daily.RepoBusyError) as exc:
+            except (git.GitCommandError, daily.RepoBusyError, daily.RepoRefusedError) as exc:
+                # Moved but not committed: the next batch commits it (git sees the rename).
+                log.warning("%s: archived %s, commit postponed: %s", self.id, src, _error_text(exc, self.workspace))
+                info = None
+                self.mark_dirty(immediate=True)
+            except OSError as exc:
                 log.warning("%s: could not archive %s: %s", self.id, src, exc)
                 continue
-            log.info("%s: archived %s → %s", self.id, src, dst)
+            log.info("%s: archived %s → %s%s", self.id, src, dst, f" ({info.short})" if info else "")
+            if info is not None:
+                self.last_commit = info
             self.process(src)
             self.process(dst)
-            self.mark_dirty(immediate=True)
+        for rel in self._archive_refused - set(refused):
+            self.refused.pop(rel, None)
+        for rel, why in refused.items():
+            self.refuse(rel, why)
+        self._archive_refused = set(refused)
+
+    def refuse(self, rel: str, why: str) -> None:
+        """Record a symlink where the daemon expected its own file: logged and audited once, shown in status."""
+        if self.refused.get(rel) != why:
+            log.warning("%s: refused %s: %s", self.id, rel, why)
+            if self.audit is not None:
+                self.audit("symlink_refused", agent=self.id, path=rel, reason=why)
+        self.refused[rel] = why
 
     # ------------------------------------------------------------ commits
 
@@ -270,23 +307,24 @@ class AgentTracker:
             self.repo.ensure()
             eligible = self.scan_for_commit()
             info = self.repo.commit([c.path for c in eligible], daily.commit_message(eligible)) if eligible else None
-        except daily.RepoBusyError as exc:
-            return self._failed(now, str(exc))
-        except git.GitCommandError as exc:
-            return self._failed(now, _git_error(exc))
-        except OSError as exc:
-            return self._failed(now, f"{exc.strerror or exc} ({exc.filename or self.workspace})")
+        except (daily.RepoBusyError, daily.RepoRefusedError, git.GitCommandError, OSError) as exc:
+            return self._failed(now, _error_text(exc, self.workspace))
         if info is not None:
             self.last_commit = info
             log.info("%s: committed %s %s", self.id, info.short, info.subject)
         self.first_change = self.last_change = self.retry_at = None
         self.commit_now = False
+        if self.failures:
+            log.info("%s: commits work again after %d failed attempt(s)", self.id, self.failures)
         self.failures = 0
+        self.failing_since = None
         self.last_error = None
         return info
 
     def _failed(self, now: float, error: str) -> None:
         self.failures += 1
+        if self.failing_since is None:
+            self.failing_since = time.time()
         delay = min(60.0, max(1.0, self.settings.quiet_period_s) * 2 ** (self.failures - 1))
         self.retry_at = now + delay
         if error != self.last_error:
@@ -320,7 +358,25 @@ class AgentTracker:
             "skipped": [{"path": p, "reason": r} for p, r in sorted(self.skipped.items())],
             "not_indexed": [{"path": p, "reason": r} for p, r in sorted(self.not_indexed.items())],
             "last_error": self.last_error,
+            "commits_failing": (
+                {
+                    "reason": self.last_error,
+                    "attempts": self.failures,
+                    "since": datetime.fromtimestamp(self.failing_since, timezone.utc).isoformat(timespec="seconds"),
+                }
+                if self.failures and self.failing_since is not None
+                else None
+            ),
+            "refused": [{"path": p, "reason": r} for p, r in sorted(self.refused.items())],
         }
+
+
+def _error_text(exc: BaseException, workspace: Path) -> str:
+    if isinstance(exc, git.GitCommandError):
+        return _git_error(exc)
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc} ({exc.filename or workspace})"
+    return str(exc)
 
 
 def _git_error(exc: git.GitCommandError) -> str:

@@ -7,18 +7,22 @@ so watched, versioned and indexed) is decided here, once, for everyone.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.config import Config
-from layers import core, daily
+from layers import core, daily, safefs
 from layers.ids import MAIN_AGENT, check_id, is_valid_id
 
 WORKSPACE_SUFFIX = "-workspace"
 TEMPLATE_ENV = "MEMSTRATA_TEMPLATE"
+
+log = logging.getLogger(__name__)
 
 # Paths whose changes are committed (L1 and L2); everything else in a workspace
 # (skills, logs, caches) belongs to other tools.
@@ -113,21 +117,28 @@ def template_dir() -> Path:
 def copy_template(dest: Path, template: Path | None = None, *, main: bool = False) -> list[str]:
     """Copy template files that ``dest`` lacks; existing files are never overwritten.
 
-    The cluster-wide ``shared/`` core exists once, in the main workspace.
+    The cluster-wide ``shared/`` core exists once, in the main workspace.  ``dest``
+    may be an agent's workspace: nothing is created through a symlink (a
+    symlinked ``memory/`` is refused and logged, the rest is still copied), and
+    what is created is handed to the workspace's owner.
     """
     template = template or template_dir()
+    owner = safefs.owner_of(dest)
     created = []
     for src in sorted(template.rglob("*")):
         rel = src.relative_to(template)
         if not main and rel.parts[0] == core.SHARED_DIR:
             continue
-        target = dest / rel
-        if src.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        elif not target.exists() and src.name != ".keep":
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, target)
-            created.append(rel.as_posix())
+        try:
+            if src.is_dir():
+                os.close(safefs.open_dir(dest, rel.as_posix(), create=True, owner=owner))
+            elif src.name != ".keep":
+                if safefs.create_new(dest, rel.as_posix(), src.read_bytes(), owner=owner):
+                    created.append(rel.as_posix())
+                elif (st := safefs.lstat(dest, rel.as_posix())) is not None and stat.S_ISLNK(st.st_mode):
+                    log.warning("not copying the template's %s: %s is a symbolic link (never followed)", rel, rel)
+        except safefs.UnsafePathError as exc:
+            log.warning("not copying the template's %s: %s", rel, exc)
     return created
 
 

@@ -26,6 +26,8 @@ from typing import TypeVar
 
 import git
 
+from layers import safefs
+
 log = logging.getLogger(__name__)
 
 MEMORY_DIR = "memory"
@@ -60,7 +62,9 @@ def append_note(workspace: Path, text: str, now: datetime | None = None) -> Path
 
     A lock serialises concurrent writers (two agents' tools, a person's CLI) so
     lines never interleave; continuation lines are indented so a multi-line note
-    stays one markdown list item.
+    stays one markdown list item.  The file is opened without following symlinks
+    (the caller may be root; the workspace is the agent's): a symlinked
+    ``memory/`` or day file raises :class:`layers.safefs.UnsafePathError`.
     """
     now = now or datetime.now().astimezone()
     text = text.strip()
@@ -68,9 +72,8 @@ def append_note(workspace: Path, text: str, now: datetime | None = None) -> Path
         raise ValueError("a note needs some text")
     first, *rest = text.splitlines()
     line = f"- {now:%H:%M:%S} {first}\n" + "".join(f"  {r}\n" for r in rest)
-    path = workspace / daily_rel(now.date())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+b") as fh:
+    rel = daily_rel(now.date())
+    with safefs.open_append(workspace, rel, owner=safefs.owner_of(workspace)) as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             size = fh.seek(0, os.SEEK_END)
@@ -86,7 +89,7 @@ def append_note(workspace: Path, text: str, now: datetime | None = None) -> Path
             os.fsync(fh.fileno())
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-    return path
+    return workspace / rel
 
 
 def follows_convention(rel: str) -> bool:
@@ -120,13 +123,13 @@ def naming_violations(workspace: Path) -> list[str]:
 def archive_plan(workspace: Path, after_days: int, today: date) -> list[tuple[str, str]]:
     """(source, destination) moves for daily files older than ``after_days`` days."""
     root = workspace / MEMORY_DIR
-    if not root.is_dir():
+    if root.is_symlink() or not root.is_dir():
         return []
     cutoff = today - timedelta(days=after_days)
     moves = []
     for path in sorted(root.glob("*.md")):
         day = parse_daily_name(path.name)
-        if day is not None and day < cutoff and path.is_file():
+        if day is not None and day < cutoff and not path.is_symlink() and path.is_file():
             moves.append((f"{MEMORY_DIR}/{path.name}", f"{ARCHIVE_DIR}/{day.year:04d}/{path.name}"))
     return moves
 
@@ -136,6 +139,32 @@ def archive_plan(workspace: Path, after_days: int, today: date) -> list[tuple[st
 
 class RepoBusyError(RuntimeError):
     """Another git process holds the repository's ``index.lock``; try again later."""
+
+
+class RepoRefusedError(RuntimeError):
+    """A repository git is not run in: its ``.git`` is a symlink or a gitfile pointing elsewhere."""
+
+
+# Settings every git command gets on its command line, whatever the repository's
+# own .git/config (which the agent can write) says: the daemon runs git as root
+# in directories agents control, and none of these may make root run a program
+# of the agent's choosing.  Command-line settings win over every config file.
+_NEUTRAL_CONFIG = (
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.attributesFile", "/dev/null"),
+    ("core.pager", "cat"),
+    ("core.editor", "true"),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("credential.helper", ""),
+    ("submodule.recurse", "false"),
+)
+# Per driver named in any config file: a filter (run on every file ``git add`` or
+# ``git status`` hashes) is emptied, which makes git use the content as it is.
+_FILTER_KEYS = (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false"))
 
 
 @dataclass(frozen=True)
@@ -170,8 +199,27 @@ def _parse_log(output: str) -> list[CommitInfo]:
     return commits
 
 
+@dataclass(frozen=True)
+class Restored:
+    """What ``restore`` did: the commit that keeps the edits it replaced, and the restore commit."""
+
+    file: str
+    source: str  # full sha the content was taken from
+    changed: bool  # whether the file's content changed
+    commit: CommitInfo | None
+    kept_edits_commit: CommitInfo | None
+
+
 class WorkspaceRepo:
-    """The git repository of one workspace, as the daemon and the CLI use it."""
+    """The git repository of one workspace, as the daemon and the CLI use it.
+
+    Every git command names the repository explicitly (``--git-dir``/``--work-tree``),
+    trusts exactly this workspace (``-c safe.directory=``; a workspace owned by the
+    agent's user is otherwise refused by git as "dubious ownership" when root runs
+    it) and neutralises what the repository's own config could make git run
+    (hooks, fsmonitor, filters, signing, pagers): the global git config is never
+    touched.
+    """
 
     def __init__(
         self,
@@ -183,12 +231,21 @@ class WorkspaceRepo:
         self.stale_lock_s = stale_lock_s
         self._author = author
         self._git: git.Git | None = None
+        self._filters: tuple[str, ...] = ()
 
     # -- set-up
 
     @property
     def exists(self) -> bool:
-        return (self.path / ".git").exists()
+        return os.path.lexists(self.path / ".git")
+
+    def _check_git_dir(self) -> None:
+        dot_git = self.path / ".git"
+        if dot_git.is_symlink() or not dot_git.is_dir():
+            raise RepoRefusedError(
+                f"{dot_git} is {'a symbolic link' if dot_git.is_symlink() else 'not a directory'}: "
+                "git is never run in a repository that points elsewhere"
+            )
 
     def ensure(self) -> bool:
         """Initialise the repository if it is missing; True when one was created.
@@ -197,15 +254,18 @@ class WorkspaceRepo:
         one, running git without its own ``.git`` would act on the main repo.
         """
         created = False
-        if not self.exists:
+        if not os.path.lexists(self.path / ".git"):
             self.path.mkdir(parents=True, exist_ok=True)
-            git.Repo.init(self.path)
+            git.Git().init("--quiet", "--", str(self.path))
             log.info("initialised a git repository in %s", self.path)
             created = True
             self._git = None
+        self._check_git_dir()
         if self._git is None:
-            repo = git.Repo(self.path)
-            cmd = repo.git
+            cmd = git.Git(self.path)
+            real = os.path.realpath(self.path)
+            options = [f"safe.directory={real}", *(f"{k}={v}" for k, v in _NEUTRAL_CONFIG)]
+            cmd.set_persistent_git_options(git_dir=os.path.join(real, ".git"), work_tree=real, c=options)
             name, email = self._author
             cmd.update_environment(
                 GIT_AUTHOR_NAME=name,
@@ -213,8 +273,12 @@ class WorkspaceRepo:
                 GIT_COMMITTER_NAME=name,
                 GIT_COMMITTER_EMAIL=email,
                 GIT_TERMINAL_PROMPT="0",
+                GIT_PAGER="cat",
+                GIT_EXTERNAL_DIFF=None,
+                GIT_CONFIG_NOSYSTEM=None,
             )
             self._git = cmd
+            self._filters = ()
         return created
 
     @property
@@ -222,6 +286,32 @@ class WorkspaceRepo:
         self.ensure()
         assert self._git is not None
         return self._git
+
+    def _worktree_git(self) -> git.Git:
+        """``git`` for a command that reads the work tree, with every configured filter emptied.
+
+        Driver names are arbitrary strings, so they go through ``GIT_CONFIG_COUNT``
+        (key and value apart) rather than ``-c``; they are listed again before
+        each such command, because the agent can edit its config at any time.
+        """
+        cmd = self.git
+        try:
+            listing = cmd.config("-z", "--get-regexp", r"^filter\.")
+        except git.GitCommandError:
+            listing = ""  # exit 1: no filter configured
+        keys = [entry.partition("\n")[0] for entry in listing.split("\0")]
+        names = sorted({key[7 : key.rindex(".")] for key in keys if key.count(".") >= 2})
+        if tuple(names) != self._filters:
+            env: dict[str, str | None] = {}
+            pairs = [(f"filter.{n}.{k}", v) for n in names for k, v in _FILTER_KEYS]
+            for i in range(max(len(pairs), len(self._filters) * len(_FILTER_KEYS))):
+                key, value = pairs[i] if i < len(pairs) else (None, None)
+                env[f"GIT_CONFIG_KEY_{i}"] = key
+                env[f"GIT_CONFIG_VALUE_{i}"] = value
+            env["GIT_CONFIG_COUNT"] = str(len(pairs)) if pairs else None
+            cmd.update_environment(**env)
+            self._filters = tuple(names)
+        return cmd
 
     # -- lock handling
 
@@ -231,7 +321,7 @@ class WorkspaceRepo:
 
     def _clear_stale_lock(self) -> bool:
         try:
-            age = time.time() - self._lock.stat().st_mtime
+            age = time.time() - self._lock.lstat().st_mtime
         except FileNotFoundError:
             return False
         if age < self.stale_lock_s:
@@ -251,7 +341,7 @@ class WorkspaceRepo:
         try:
             return action()
         except git.GitCommandError:
-            if not self._lock.exists():
+            if not os.path.lexists(self._lock):
                 raise
             if self._clear_stale_lock():
                 return action()
@@ -261,7 +351,8 @@ class WorkspaceRepo:
 
     def changes(self, pathspecs: Iterable[str]) -> list[Change]:
         """Uncommitted paths under ``pathspecs`` (untracked files included)."""
-        out = self.git.status("--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--", *pathspecs)
+        cmd = self._worktree_git()
+        out = cmd.status("--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--", *pathspecs)
         found: list[Change] = []
         for entry in out.split("\0"):
             if len(entry) < 4:
@@ -282,6 +373,14 @@ class WorkspaceRepo:
         except git.GitCommandError:
             return False
         return True
+
+    def _in_head(self, paths: list[str]) -> set[str]:
+        """Which of ``paths`` the newest commit holds (a path removed from the index is still one)."""
+        try:
+            out = self.git.ls_tree("-z", "--name-only", "--full-tree", "HEAD", "--", *paths)
+        except git.GitCommandError:
+            return set()  # no commits yet
+        return set(out.split("\0")) - {""}
 
     def head(self) -> CommitInfo | None:
         """The newest commit, or None in a repository without commits."""
@@ -320,28 +419,71 @@ class WorkspaceRepo:
     # -- writing
 
     def commit(self, paths: list[str], message: str) -> CommitInfo | None:
-        """Commit exactly ``paths`` (adds, edits and deletions); None when nothing changed.
+        """Commit exactly ``paths`` (adds, edits, deletions, renames); None when nothing changed.
 
         Only these paths go into the commit (``git commit -- paths``), so anything
         a person has staged by hand stays staged and untouched.
         """
-        present = [p for p in paths if os.path.lexists(self.path / p) or self.is_tracked(p)]
+        paths = list(dict.fromkeys(paths))
+        gone = [p for p in paths if not os.path.lexists(self.path / p)]
+        in_head = self._in_head(gone) if gone else set()
+        present = [p for p in paths if p not in gone or p in in_head or self.is_tracked(p)]
         if not present:
             return None
-        self._locked(lambda: self.git.add("-A", "--", *present))
-        staged = self.git.diff("--cached", "--name-only", "-z", "--", *present)
+        cmd = self._worktree_git()
+        self._locked(lambda: cmd.add("-A", "--", *present))
+        staged = cmd.diff("--cached", "--name-only", "--no-renames", "-z", "--", *present)
         if not staged.strip("\0"):
             return None
-        self._locked(lambda: self.git.commit("--no-edit", "-m", message, "--", *present))
+        self._locked(lambda: cmd.commit("--no-edit", "--no-verify", "-m", message, "--", *present))
         return self.head()
 
-    def move(self, src: str, dst: str) -> None:
-        """Move a file, through ``git mv`` when git already knows it."""
-        (self.path / dst).parent.mkdir(parents=True, exist_ok=True)
-        if self.is_tracked(src):
-            self._locked(lambda: self.git.mv("--", src, dst))
-        else:
-            os.rename(self.path / src, self.path / dst)
+    def move(self, src: str, dst: str, message: str) -> CommitInfo | None:
+        """Move a file and commit the move on its own, as one rename (``git log --follow`` finds it).
+
+        The move never follows a symlink (:mod:`layers.safefs`); only ``src`` and
+        ``dst`` go into the commit, so other pending edits keep their own commit.
+        """
+        safefs.move(self.path, src, dst, owner=safefs.owner_of(self.path))
+        return self.commit([src, dst], message)
+
+    def restore(
+        self, rel: str, rev: str, check: Callable[[str, bytes], None] | None = None, busy_retries: int = 10
+    ) -> Restored:
+        """Bring ``rel`` back as it was at ``rev``, as a new commit; nothing git does not hold is lost.
+
+        Uncommitted content of ``rel`` is first committed on its own (message
+        saying why), so the edits a restore replaces stay in history.  ``check``
+        is called with ("uncommitted edits", content) and (sha, content) before
+        anything is written; it raises to refuse (the daemon's secret guard).
+        """
+        sha = self.resolve(rev)
+        content = self.read_at(sha, rel)
+        if check is not None:
+            check(sha[:10], content)
+        current = safefs.read_bytes(self.path, rel)
+        kept = None
+        if current is not None and self.changes([rel]):
+            if check is not None:
+                check("uncommitted edits", current)
+            kept = self.commit(
+                [rel],
+                f"memstrata: keep uncommitted edits of {rel} before restoring it to {sha[:10]}\n\n"
+                f"The file had changes no commit held; this commit keeps them.\n\nM {rel}\n",
+            )
+        if current == content:
+            return Restored(rel, sha, False, None, kept)
+        safefs.write_atomic(self.path, rel, content, owner=safefs.owner_of(self.path))
+        message = f"memstrata: restore {rel} from {sha[:10]}\n\nM {rel}\n"
+        for attempt in range(busy_retries + 1):  # the file is written: its commit must not be given up lightly
+            try:
+                info = self.commit([rel], message)
+                break
+            except RepoBusyError:
+                if attempt == busy_retries:
+                    raise
+                time.sleep(0.5)
+        return Restored(rel, sha, True, info, kept)
 
 
 def commit_message(changes: list[Change], verb: str = "update") -> str:

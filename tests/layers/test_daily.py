@@ -113,8 +113,8 @@ def test_log_follows_renames_and_read_at_returns_old_content(repo):
     (ws / "memory").mkdir()
     (ws / "memory" / "2020-01-01.md").write_text("v1\n")
     first = repo.commit(["memory/2020-01-01.md"], "v1")
-    repo.move("memory/2020-01-01.md", "memory/archive/2020/2020-01-01.md")
-    repo.commit(["memory/2020-01-01.md", "memory/archive/2020/2020-01-01.md"], "archive")
+    moved = repo.move("memory/2020-01-01.md", "memory/archive/2020/2020-01-01.md", "archive")
+    assert moved is not None and repo.changes(["memory"]) == [], "the move is one commit, nothing left staged"
     history = repo.log("memory/archive/2020/2020-01-01.md")
     assert [c.subject for c in history] == ["archive", "v1"]
     assert repo.read_at(first.sha, "memory/2020-01-01.md") == b"v1\n"
