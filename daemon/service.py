@@ -160,6 +160,7 @@ class MemoryDaemon:
         self._lock_file = None
         self._status_line = ""
         self._publish_requested = False
+        self._working = False  # the loop is processing settled files (the embedding worker gives way)
 
     # ------------------------------------------------------------ intake (other threads)
 
@@ -244,6 +245,7 @@ class MemoryDaemon:
                 self._index_paths,
                 self.config.vectors.batch_size,
                 on_change=self._request_publish,
+                yield_to=self._has_fresh_edits,
             )
             self.embed_worker.start()
         self._reconcile_all()
@@ -310,6 +312,8 @@ class MemoryDaemon:
         if self._debounce:
             deadlines.append(min(self._debounce.values()))
         deadlines += [d for t in self.trackers.values() if (d := t.commit_deadline()) is not None]
+        if (retry := self.indexer.retry_deadline()) is not None:
+            deadlines.append(retry)
         if self.notifier.watchdog_interval:
             deadlines.append(self._next_ping)
         return max(0.0, min(min(deadlines) - now, 30.0))
@@ -320,11 +324,16 @@ class MemoryDaemon:
         changed = self._run_calls()
         changed |= self._take_inbox(now)
         due = [key for key, deadline in self._debounce.items() if deadline <= now]
-        for key in due:
-            del self._debounce[key]
-            tracker = self.trackers.get(key[0])
-            if tracker is not None:
-                changed |= tracker.process(key[1])
+        self._working = bool(due)
+        try:
+            for key in due:
+                del self._debounce[key]
+                tracker = self.trackers.get(key[0])
+                if tracker is not None:
+                    changed |= tracker.process(key[1])
+            changed |= self.indexer.flush(now) > 0  # every settled file of an agent in one transaction
+        finally:
+            self._working = False
         for tracker in list(self.trackers.values()):
             deadline = tracker.commit_deadline()
             if deadline is not None and deadline <= now:
@@ -333,6 +342,7 @@ class MemoryDaemon:
         if now >= self._next_reconcile:
             self._reconcile_all()
             changed = True
+        changed |= self.indexer.flush(now) > 0  # what calls, commits or reconcile queued
         if self.watcher and self.watcher.mode == "inotify" and not self.watcher.healthy():
             self._restart_watcher("an inotify watch failed")
             changed = True
@@ -442,6 +452,10 @@ class MemoryDaemon:
         self._publish_requested = True
         self._wake()
 
+    def _has_fresh_edits(self) -> bool:
+        """True while edits wait for the loop or it is working on them (read by the embedding worker)."""
+        return self._working or bool(self._inbox) or bool(self._debounce)
+
     def _wake_embedder(self) -> None:
         if self.embed_worker is not None:
             self.embed_worker.wake()
@@ -533,6 +547,7 @@ class MemoryDaemon:
             if tracker is not None:
                 tracker.process(rel)
         self._debounce.clear()
+        self.indexer.flush()  # a busy index is left queued: the next start's reconcile indexes it
         pending = [t for t in self.trackers.values() if t.pending]
         while pending and time.monotonic() < deadline:
             for tracker in pending:
