@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "status.json"  # the last status, so `status` can tell when the daemon was last seen
 STOP_BUDGET_S = 8.0  # systemd waits 10 s (TimeoutStopSec is longer; this is our promise)
+BURST_PUBLISH_S = 0.5  # while files still settle, records and status are written at most this often
 
 
 class DaemonError(RuntimeError):
@@ -161,6 +162,8 @@ class MemoryDaemon:
         self._status_line = ""
         self._publish_requested = False
         self._working = False  # the loop is processing settled files (the embedding worker gives way)
+        self._unpublished = False  # records/status not yet written since the last change
+        self._last_publish = 0.0
 
     # ------------------------------------------------------------ intake (other threads)
 
@@ -314,6 +317,8 @@ class MemoryDaemon:
         deadlines += [d for t in self.trackers.values() if (d := t.commit_deadline()) is not None]
         if (retry := self.indexer.retry_deadline()) is not None:
             deadlines.append(retry)
+        if self._unpublished:
+            deadlines.append(self._last_publish + BURST_PUBLISH_S)
         if self.notifier.watchdog_interval:
             deadlines.append(self._next_ping)
         return max(0.0, min(min(deadlines) - now, 30.0))
@@ -339,6 +344,8 @@ class MemoryDaemon:
             if deadline is not None and deadline <= now:
                 tracker.commit(now)
                 changed = True
+                if self._inbox or self._debounce:
+                    break  # fresh edits first: the other due commits follow in the next turns
         if now >= self._next_reconcile:
             self._reconcile_all()
             changed = True
@@ -346,11 +353,14 @@ class MemoryDaemon:
         if self.watcher and self.watcher.mode == "inotify" and not self.watcher.healthy():
             self._restart_watcher("an inotify watch failed")
             changed = True
-        if due or changed:
+        self._unpublished |= bool(due or changed or self._publish_requested)
+        # In a burst every settle is a turn: writing every record and the status each
+        # time cost more than indexing.  They wait (briefly) until the burst has settled.
+        if self._unpublished and (not self._debounce or now >= self._last_publish + BURST_PUBLISH_S):
+            self._unpublished = self._publish_requested = False
+            self._last_publish = now
             for tracker in self.trackers.values():
                 tracker.files.save()
-        if due or changed or self._publish_requested:
-            self._publish_requested = False
             self._publish()
         if self.notifier.watchdog_interval and now >= self._next_ping:
             self.notifier.watchdog()
