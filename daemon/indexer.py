@@ -348,6 +348,8 @@ class Indexer:
             out["progress"] = dict(entry.progress)
         out["last_rebuild"] = entry.last_rebuild
         out["error"] = entry.error
+        if entry.error and entry.queue:
+            out["error"] += f"; {len(entry.queue)} update(s) kept queued, retrying"
         out["queued_updates"] = len(entry.queue)
         return out
 

@@ -82,6 +82,8 @@ def test_edits_under_a_held_and_a_churning_write_lock_all_become_searchable(tmp_
         held = _write_edits(ws, "held")
         time.sleep(7)  # longer than any busy timeout: several attempts meet the lock
         assert _searchable(index_path, held) == held, "nothing can be written while the lock is held"
+        index = d.agent("main")["index"]
+        assert index["queued_updates"] == EDITS and "database is locked" in (index["error"] or ""), index
     finally:
         holder.execute("ROLLBACK")
         holder.close()
