@@ -5,6 +5,9 @@ edit → searchable.  Reported against it: how long after the burst every one of
 its files is searchable, and single edits right after the burst (while the
 embedding worker still works through the burst's passages).
 Targets: the whole burst searchable within 10 s, single edits after it ≤ 400 ms.
+The slowest single edits are those that settle while the burst's git commits
+run (one agent's commit per loop turn, ~0.1 s on a quiet host, ~1 s at a load
+average of 15 on 2 cores); the max shows it.
 """
 
 from __future__ import annotations
@@ -98,8 +101,8 @@ def bench_burst(quick: bool) -> None:
         f"= {all_found * 1000 / base_p50:5.1f}× a single edit"
     )
     print(
-        f"single edit right after the burst (n={samples}): p50 {after_p50:6.1f} ms  p95 {after_p95:6.1f} ms "
-        f"(target ≤ 400) = {after_p50 / base_p50:4.2f}× the baseline p50; "
+        f"single edit right after the burst (n={samples}): p50 {after_p50:6.1f} ms  p95 {after_p95:6.1f} ms  "
+        f"max {max(after):6.1f} ms (target ≤ 400) = {after_p50 / base_p50:4.2f}× the baseline p50; "
         f"{pending} passages were still waiting for vectors"
     )
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
