@@ -6,7 +6,7 @@ its files is searchable, and single edits right after the burst (while the
 embedding worker still works through the burst's passages).
 Targets: the whole burst searchable within 10 s, single edits after it ≤ 400 ms.
 The slowest single edits are those that settle while the burst's git commits
-run (one agent's commit per loop turn, ~0.1 s on a quiet host, ~1 s at a load
+run (one agent's 100-file commit per loop turn: measured ~1 s each at a load
 average of 15 on 2 cores); the max shows it.
 """
 
