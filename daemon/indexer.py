@@ -217,7 +217,7 @@ class Indexer:
 
     def retry_deadline(self) -> float | None:
         """When the loop must call :meth:`flush` again for a queue that failed (None: no such queue)."""
-        due = [e.retry_at for e in self.agents.values() if e.queue and e.retry_at is not None]
+        due = [e.retry_at for e in self.agents.values() if e.queue and e.index is not None and e.retry_at is not None]
         return min(due) if due else None
 
     def flush(self, now: float | None = None) -> int:
