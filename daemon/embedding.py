@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 RETRY_S = 5.0  # how often a closed gate is looked at again while work waits
 IDLE_CHECK_S = 5.0
 STOP_SLICE = 4  # passages embedded between two looks at the stop flag
+YIELD_POLL_S = 0.02
+YIELD_MAX_S = 5.0  # under a constant stream of edits, vectors still advance one slice per this long
 
 
 def make_embedder(config: Config) -> Embedder | None:
@@ -59,8 +62,12 @@ class EmbedWorker:
         indexes: Callable[[], list[tuple[str, Path]]],
         batch_size: int = 16,
         on_change: Callable[[], None] = lambda: None,
+        yield_to: Callable[[], bool] = lambda: False,
     ) -> None:
         self.on_change = on_change  # the daemon refreshes its status when vectors move
+        # True while the loop has fresh edits to index: the worker then leaves it the
+        # cores and the index's write lock (a slice of llama.cpp takes both cores).
+        self.yield_to = yield_to
         self.embedder = embedder
         self.identity = identity
         self.indexes = indexes
@@ -116,6 +123,7 @@ class EmbedWorker:
             batch = index.take_pending(self.batch_size)
             # small slices, so that stop() never waits long for llama.cpp (a busy CPU makes a batch slow)
             for start in range(0, len(batch), STOP_SLICE):
+                self._give_way()
                 if self._stop:
                     return worked
                 part = batch[start : start + STOP_SLICE]
@@ -124,6 +132,12 @@ class EmbedWorker:
                 self.embedded += len(part)
                 worked = True
         return worked
+
+    def _give_way(self) -> None:
+        """Wait (bounded) while the loop indexes fresh edits: they must not queue behind vectors."""
+        deadline = time.monotonic() + YIELD_MAX_S
+        while not self._stop and time.monotonic() < deadline and self.yield_to():
+            time.sleep(YIELD_POLL_S)
 
     def _run(self) -> None:
         while not self._stop:

@@ -4,6 +4,13 @@ It plugs into the tracker's :class:`~daemon.tracker.EditListener` seam and runs
 in the daemon's loop thread, which makes it the single writer of every index.
 The shared core (``<main>/shared/*.md``) is indexed into every agent's index, so
 a change there fans out to all of them.
+
+Settled files are not written one by one: the edit flow queues them and the
+loop calls :meth:`Indexer.flush` once per turn, which writes every agent's
+queue in one transaction (a burst of files costs one commit per agent, not one
+per file).  A write that fails because the index is busy (another connection
+holds its write lock) or full keeps its queue and is retried with back-off:
+an update is never dropped.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from layers.local.index import Document, Identity, IndexStale, LocalIndex, rebui
 log = logging.getLogger(__name__)
 
 SHARED_PREFIX = core.SHARED_DIR + "/"
+WRITE_BUSY_TIMEOUT_MS = 1500  # the loop serves every agent: wait this long for a lock, then retry later
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 10.0
 
 
 def is_indexable(rel: str) -> bool:
@@ -60,6 +70,9 @@ class AgentIndex:
     last_rebuild: dict | None = None
     error: str | None = None
     progress: dict = field(default_factory=dict)
+    queue: dict[str, Document | None] = field(default_factory=dict)  # rel → new content, None: remove
+    failures: int = 0  # consecutive failed flushes
+    retry_at: float | None = None  # monotonic time of the next flush after a failure
 
 
 class Indexer:
@@ -88,10 +101,13 @@ class Indexer:
         entry = self.agents.setdefault(agent.id, AgentIndex(agent))
         if entry.index is None:
             try:
-                entry.index = LocalIndex(agent.index, self.identity)
+                entry.index = self._open_writer(agent)
             except IndexStale as exc:
                 return self.rebuild(agent, desired, reason=str(exc))["files"]
         return self.sync(agent, desired)
+
+    def _open_writer(self, agent: Agent) -> LocalIndex:
+        return LocalIndex(agent.index, self.identity, busy_timeout_ms=WRITE_BUSY_TIMEOUT_MS)
 
     def close(self) -> None:
         for entry in self.agents.values():
@@ -139,8 +155,9 @@ class Indexer:
                 progress=step,
                 before_swap=close_old,
             )
-            entry.index = LocalIndex(agent.index, self.identity)
+            entry.index = self._open_writer(agent)
             entry.error = None
+            self._settled(entry)  # the rebuild read every file: nothing queued is left to write
         except Exception as exc:
             entry.error = f"rebuild failed: {exc}"
             log.exception("%s: index rebuild failed", agent.id)
@@ -175,17 +192,8 @@ class Indexer:
             entry.index = None
         self.rebuild(agent, self.desired(agent), reason=why)
 
-    def _apply(self, entry: AgentIndex, rel: str, action: Callable[[LocalIndex], object]) -> object:
-        try:
-            return action(entry.index)  # type: ignore[arg-type]
-        except (apsw.CorruptError, apsw.NotADBError) as exc:
-            self.repair(entry.agent, f"the index file is damaged ({exc})")
-            return None
-        except apsw.Error as exc:
-            entry.error = f"indexing {rel} failed: {exc}"
-            raise
-
     def file_changed(self, agent: Agent, rel: str, path: Path, inspection: Inspection) -> None:
+        """Queue the file's new content; :meth:`flush` writes it (the latest content wins)."""
         if not is_indexable(rel) or (rel.startswith(SHARED_PREFIX) and agent.id != MAIN_AGENT):
             return
         if inspection.index_skip:
@@ -195,15 +203,92 @@ class Indexer:
         if doc is None:
             return
         for entry in self._targets(agent, rel):
-            stats = self._apply(entry, rel, lambda index: index.update_document(doc))
-            if stats is not None and stats.added:  # type: ignore[attr-defined]
-                self.on_pending()
+            entry.queue[rel] = doc
 
     def file_removed(self, agent: Agent, rel: str) -> None:
         if not is_indexable(rel):
             return
         for entry in self._targets(agent, rel):
-            self._apply(entry, rel, lambda index: index.remove_document(rel))
+            entry.queue[rel] = None
+
+    def queued(self) -> int:
+        """Updates waiting to be written, over every agent."""
+        return sum(len(e.queue) for e in self.agents.values())
+
+    def retry_deadline(self) -> float | None:
+        """When the loop must call :meth:`flush` again for a queue that failed (None: no such queue)."""
+        due = [e.retry_at for e in self.agents.values() if e.queue and e.index is not None and e.retry_at is not None]
+        return min(due) if due else None
+
+    def flush(self, now: float | None = None) -> int:
+        """Write every agent's queue, one transaction per agent; returns the files written.
+
+        A busy or full index (any SQLite error but damage) keeps its queue and is
+        retried with back-off; a damaged one is rebuilt from markdown.
+        """
+        now = time.monotonic() if now is None else now
+        written = 0
+        for entry in list(self.agents.values()):
+            if not entry.queue or entry.index is None or (entry.retry_at is not None and now < entry.retry_at):
+                continue
+            written += self._flush_one(entry)
+        return written
+
+    def _flush_one(self, entry: AgentIndex) -> int:
+        index = entry.index
+        assert index is not None
+        batch = dict(entry.queue)
+        added = 0
+        try:
+            with index.bulk():
+                for rel, doc in batch.items():
+                    try:
+                        if doc is None:
+                            index.remove_document(rel)
+                        else:
+                            added += index.update_document(doc).added
+                    except apsw.Error:
+                        raise  # the whole batch is retried
+                    except Exception:  # a file the chunker cannot take must not hold back the others
+                        log.exception("%s: indexing %s failed", entry.agent.id, rel)
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            try:
+                self.repair(entry.agent, f"the index file is damaged ({exc})")
+            except Exception:
+                self._failed(entry, f"rebuild failed: {exc}")
+            return 0
+        except apsw.Error as exc:
+            self._failed(entry, f"index write failed ({exc.__class__.__name__}: {exc})")
+            return 0
+        for rel, doc in batch.items():
+            if entry.queue.get(rel, doc) is doc:  # a newer update queued meanwhile stays
+                entry.queue.pop(rel, None)
+        if entry.failures:
+            log.info("%s: index writable again; %d queued update(s) written", entry.agent.id, len(batch))
+        entry.failures, entry.retry_at, entry.error = 0, None, None
+        if added:
+            self.on_pending()
+        return len(batch)
+
+    def _failed(self, entry: AgentIndex, error: str) -> None:
+        entry.failures += 1
+        delay = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (entry.failures - 1))
+        entry.retry_at = time.monotonic() + delay  # after the busy wait, not from the turn's start
+        if error != entry.error:
+            log.warning(
+                "%s: %s; %d update(s) kept queued, retrying with back-off (next in %.1f s)",
+                entry.agent.id,
+                error,
+                len(entry.queue),
+                delay,
+            )
+        entry.error = error
+
+    @staticmethod
+    def _settled(entry: AgentIndex) -> None:
+        """The index now holds what the record says: the queue is written."""
+        entry.queue.clear()
+        entry.failures, entry.retry_at = 0, None
 
     def sync(self, agent: Agent, desired: dict[str, str], progress=None) -> int:
         """Make the index hold exactly ``desired`` (rel → sha256); the same code as the edit flow.
@@ -238,6 +323,7 @@ class Indexer:
                     changed += 1
         finally:
             entry.progress = {}
+        self._settled(entry)
         if changed:
             self.on_pending()
         return changed
@@ -262,6 +348,9 @@ class Indexer:
             out["progress"] = dict(entry.progress)
         out["last_rebuild"] = entry.last_rebuild
         out["error"] = entry.error
+        if entry.error and entry.queue:
+            out["error"] += f"; {len(entry.queue)} update(s) kept queued, retrying"
+        out["queued_updates"] = len(entry.queue)
         return out
 
 

@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "status.json"  # the last status, so `status` can tell when the daemon was last seen
 STOP_BUDGET_S = 8.0  # systemd waits 10 s (TimeoutStopSec is longer; this is our promise)
+BURST_PUBLISH_S = 0.5  # while files still settle, records and status are written at most this often
 
 
 class DaemonError(RuntimeError):
@@ -165,6 +166,9 @@ class MemoryDaemon:
         self._lock_file = None
         self._status_line = ""
         self._publish_requested = False
+        self._working = False  # the loop is processing settled files (the embedding worker gives way)
+        self._unpublished = False  # records/status not yet written since the last change
+        self._last_publish = 0.0
 
     # ------------------------------------------------------------ intake (other threads)
 
@@ -257,6 +261,7 @@ class MemoryDaemon:
                 self._index_paths,
                 self.config.vectors.batch_size,
                 on_change=self._request_publish,
+                yield_to=self._has_fresh_edits,
             )
             self.embed_worker.start()
         self._reconcile_all()
@@ -323,6 +328,10 @@ class MemoryDaemon:
         if self._debounce:
             deadlines.append(min(self._debounce.values()))
         deadlines += [d for t in self.trackers.values() if (d := t.commit_deadline()) is not None]
+        if (retry := self.indexer.retry_deadline()) is not None:
+            deadlines.append(retry)
+        if self._unpublished:
+            deadlines.append(self._last_publish + BURST_PUBLISH_S)
         if self.notifier.watchdog_interval:
             deadlines.append(self._next_ping)
         return max(0.0, min(min(deadlines) - now, 30.0))
@@ -333,27 +342,38 @@ class MemoryDaemon:
         changed = self._run_calls()
         changed |= self._take_inbox(now)
         due = [key for key, deadline in self._debounce.items() if deadline <= now]
-        for key in due:
-            del self._debounce[key]
-            tracker = self.trackers.get(key[0])
-            if tracker is not None:
-                changed |= tracker.process(key[1])
+        self._working = bool(due)
+        try:
+            for key in due:
+                del self._debounce[key]
+                tracker = self.trackers.get(key[0])
+                if tracker is not None:
+                    changed |= tracker.process(key[1])
+            changed |= self.indexer.flush(now) > 0  # every settled file of an agent in one transaction
+        finally:
+            self._working = False
         for tracker in list(self.trackers.values()):
             deadline = tracker.commit_deadline()
             if deadline is not None and deadline <= now:
                 tracker.commit(now)
                 changed = True
+                if self._inbox or self._debounce:
+                    break  # fresh edits first: the other due commits follow in the next turns
         if now >= self._next_reconcile:
             self._reconcile_all()
             changed = True
+        changed |= self.indexer.flush(now) > 0  # what calls, commits or reconcile queued
         if self.watcher and self.watcher.mode == "inotify" and not self.watcher.healthy():
             self._restart_watcher("an inotify watch failed")
             changed = True
-        if due or changed:
+        self._unpublished |= bool(due or changed or self._publish_requested)
+        # In a burst every settle is a turn: writing every record and the status each
+        # time cost more than indexing.  They wait (briefly) until the burst has settled.
+        if self._unpublished and (not self._debounce or now >= self._last_publish + BURST_PUBLISH_S):
+            self._unpublished = self._publish_requested = False
+            self._last_publish = now
             for tracker in self.trackers.values():
                 tracker.files.save()
-        if due or changed or self._publish_requested:
-            self._publish_requested = False
             self._publish()
         if self.notifier.watchdog_interval and now >= self._next_ping:
             self.notifier.watchdog()
@@ -455,6 +475,10 @@ class MemoryDaemon:
         self._publish_requested = True
         self._wake()
 
+    def _has_fresh_edits(self) -> bool:
+        """True while edits wait for the loop or it is working on them (read by the embedding worker)."""
+        return self._working or bool(self._inbox) or bool(self._debounce)
+
     def _wake_embedder(self) -> None:
         if self.embed_worker is not None:
             self.embed_worker.wake()
@@ -546,6 +570,7 @@ class MemoryDaemon:
             if tracker is not None:
                 tracker.process(rel)
         self._debounce.clear()
+        self.indexer.flush()  # a busy index is left queued: the next start's reconcile indexes it
         pending = [t for t in self.trackers.values() if t.pending]
         while pending and time.monotonic() < deadline:
             for tracker in pending:

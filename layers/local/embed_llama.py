@@ -49,6 +49,14 @@ import ctypes.util
 import os
 import threading
 
+# llama.cpp computes on OpenMP threads, which by default spin at every barrier.
+# With more runnable threads than cores (the daemon's loop indexing edits beside
+# a 2-thread encode on a 2-core host, or a busy machine) a spinning thread burns
+# the core the thread it waits for needs: measured 7-11 s for 4 passages instead
+# of 0.45 s with passive (sleeping) waits at a load average of 18.  libgomp reads
+# this once, when it is loaded, i.e. by the import below.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import llama_cpp as _ll
 import numpy as np
 

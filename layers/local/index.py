@@ -129,22 +129,56 @@ class UpdateStats:
     kept: int
 
 
-def _connect(path: Path, readonly: bool) -> apsw.Connection:
+BUSY_TIMEOUT_MS = 5000
+
+
+def _connect(path: Path, readonly: bool, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> apsw.Connection:
     flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     flags |= apsw.SQLITE_OPEN_URI  # for ATTACH 'file:…?mode=ro' during a rebuild
     db = apsw.Connection(str(path), flags=flags)
-    db.setbusytimeout(5000)
+    db.setbusytimeout(busy_timeout_ms)
     return db
+
+
+@contextlib.contextmanager
+def write_transaction(db: apsw.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``: take the write lock first, waiting up to the busy timeout.
+
+    apsw's ``with db:`` opens a deferred transaction.  One that reads first and
+    then writes cannot wait for a writer on another connection (the embedding
+    worker storing vectors, a tool): to avoid a deadlock SQLite answers
+    ``SQLITE_BUSY`` at once, without calling the busy handler, and the update
+    was lost.  Taking the lock up front lets the busy timeout do its work.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            with contextlib.suppress(apsw.Error):
+                db.execute("ROLLBACK")
+        raise
 
 
 class LocalIndex:
     """A connection to one index file. Not shared between threads: open one per thread."""
 
-    def __init__(self, path: Path, identity: Identity, *, readonly: bool = False, verify: bool | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        identity: Identity,
+        *,
+        readonly: bool = False,
+        verify: bool | None = None,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    ) -> None:
         """Open (creating when writable) and check the identity; :class:`IndexStale` when unusable.
 
         ``verify`` runs SQLite's quick_check (default: for writers, which open
         rarely; a search opens a reader per request and skips it).
+        ``busy_timeout_ms`` is how long a write waits for another connection's
+        write lock before :class:`apsw.BusyError` (the caller retries later).
         """
         self.verify = (not readonly) if verify is None else verify
         self._bulk = False
@@ -157,7 +191,7 @@ class LocalIndex:
         elif not path.exists():
             raise FileNotFoundError(f"no index at {path}")
         try:
-            self.db = _connect(path, readonly)
+            self.db = _connect(path, readonly, busy_timeout_ms)
             self._check()
         except apsw.Error as exc:
             with contextlib.suppress(Exception):
@@ -177,7 +211,7 @@ class LocalIndex:
         if "meta" not in tables:
             if self.readonly or tables - {"meta"}:
                 raise IndexStale(f"{self.path} is not a memstrata index (no meta table)")
-            with db:
+            with write_transaction(db):
                 db.execute(_SCHEMA + _INDEXES)
                 db.executemany("INSERT INTO meta VALUES(?, ?)", self.identity.as_meta().items())
                 db.execute("INSERT INTO meta VALUES('created', ?)", (str(time.time()),))
@@ -196,8 +230,8 @@ class LocalIndex:
     def bulk(self, *, fresh: bool = False) -> Iterator[None]:
         """One transaction around many updates (rebuild, reindex).
 
-        Each update otherwise runs in its own savepoint, and FTS5 flushes its
-        in-memory terms at every savepoint: measured, that was ~1 ms per file,
+        Each update otherwise runs in its own transaction, and FTS5 flushes its
+        in-memory terms at every commit: measured, that was ~1 ms per file,
         more than all the rest of a build.  ``fresh`` (an empty new file, each
         document added once) also skips the per-file lookups and builds the
         secondary indexes once at the end, sorted, instead of row by row.
@@ -207,7 +241,7 @@ class LocalIndex:
             return
         self._bulk = True
         try:
-            with self.db:
+            with write_transaction(self.db):
                 if fresh:
                     self.db.execute("DROP INDEX IF EXISTS chunks_by_path; DROP INDEX IF EXISTS chunks_by_hash")
                     self._next_id = self.db.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").fetchone()[0]
@@ -219,7 +253,7 @@ class LocalIndex:
             self._next_id = None
 
     def _transaction(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext() if self._bulk else self.db
+        return contextlib.nullcontext() if self._bulk else write_transaction(self.db)
 
     def __enter__(self) -> LocalIndex:
         return self
@@ -343,7 +377,7 @@ class LocalIndex:
 
     def store_vectors(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> int:
         count = 0
-        with self.db:
+        with write_transaction(self.db):
             for chunk_hash, vec in items:
                 vec = np.asarray(vec, dtype=np.float32)
                 self.db.execute(
@@ -500,7 +534,7 @@ def _copy_vectors(new: LocalIndex, old_path: Path) -> int:
     except apsw.Error:
         return 0
     try:
-        with new.db:
+        with write_transaction(new.db):
             new.db.execute("INSERT OR IGNORE INTO vectors SELECT hash, model, dim, vec FROM old.vectors")
         return new.db.execute("SELECT count(*) FROM vectors").fetchone()[0]
     except apsw.Error:
