@@ -60,6 +60,7 @@ MEMORY_TYPES = (
 )
 VISIBILITIES = ("public", "project", "private")
 PAGE_MAX = 1000  # the largest page GET /v1/memories serves
+MAX_QUERY_CHARS = 4096  # daemon/limits.py: a longer search query is refused (HTTP 413)
 DEFAULT_TIMEOUT_S = 60.0  # the first write may wait for the daemon to load its embedding model
 
 
@@ -73,6 +74,10 @@ class SetupError(MemstrataError):
 
 class DaemonUnavailableError(MemstrataError):
     """Nothing answers on the socket: the daemon is not running, or this user may not connect."""
+
+
+class UsageError(MemstrataError):
+    """The request cannot be valid as given (a query over the limit): nothing was sent; exit 2."""
 
 
 class RequestError(MemstrataError):
@@ -371,9 +376,14 @@ class Mem0Client:
 
     def search(self, query: str, limit: int = 10, fallback: bool = True) -> dict:
         """Shared memories this agent may read; ``degraded: true`` means the local index answered."""
+        if len(query) > MAX_QUERY_CHARS:
+            raise UsageError(
+                f"the query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,} "
+                "(search for the few words that matter)"
+            )
         agent = self._identity()
-        params = {"agent": agent, "q": query, "limit": limit, "fallback": "1" if fallback else "0"}
-        return self.request("GET", "/v1/memories/search", params)
+        body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
+        return self.request("POST", "/v1/memories/search", body=body)  # in the body: a URL has no room
 
     def add(
         self,
@@ -616,7 +626,8 @@ def main(argv: list[str] | None = None) -> int:
         answer, readable = run(args)
     except MemstrataError as exc:
         print(f"mem0_client: {exc}", file=sys.stderr)
-        return 1
+        too_long = isinstance(exc, RequestError) and exc.status == 413
+        return 2 if isinstance(exc, UsageError) or too_long else 1
     text = json.dumps(answer, ensure_ascii=False, indent=2) if getattr(args, "json", False) else readable
     try:
         print(text)

@@ -135,6 +135,7 @@ def test_client_imports_only_the_standard_library():
 
 def test_copied_constants_agree_with_the_daemon():
     """The client cannot import the daemon's modules (stdlib only), so its copies are checked here."""
+    from daemon.limits import MAX_QUERY_CHARS
     from daemon.tokens import WORKSPACE_TOKEN
     from daemon.workspaces import WORKSPACE_SUFFIX
     from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
@@ -146,6 +147,7 @@ def test_copied_constants_agree_with_the_daemon():
     assert client.MEMORY_TYPES == MEMORY_TYPES and client.VISIBILITIES == VISIBILITIES
     assert client.WORKSPACE_TOKEN == WORKSPACE_TOKEN and client.WORKSPACE_SUFFIX == WORKSPACE_SUFFIX
     assert client.AGENT_ID_RE.pattern == AGENT_ID_PATTERN and client.MAIN_AGENT == MAIN_AGENT
+    assert client.MAX_QUERY_CHARS == MAX_QUERY_CHARS
 
 
 @pytest.mark.parametrize(
