@@ -61,8 +61,11 @@ def test_oversized_search_query_is_refused_cleanly(tmp_path, daemons):
     # The skill scripts, from inside the workspace as an agent runs them.
     env = {**os.environ, "MEMSTRATA_CONFIG": str(config)}
     env.pop("MEMSTRATA_TOKEN", None)
-    for script, args in (("mem0_client.py", ["search", HUGE]), ("local_search.py", [HUGE, "--agent", "a"])):
-        proc = _run([sys.executable, "-I", str(SKILL / script), *args], cwd=ws, env=env)
+    for script, flags, args in (
+        ("mem0_client.py", ["-I"], ["search", HUGE]),  # isolated: the standard library only
+        ("local_search.py", [], [HUGE, "--agent", "a"]),  # imports memstrata from beside itself
+    ):
+        proc = _run([sys.executable, *flags, str(SKILL / script), *args], cwd=ws, env=env)
         one_line_refusal(proc, script)
 
     # The API itself (an older or foreign client): 413 with the figures, in a body or in the URL.
