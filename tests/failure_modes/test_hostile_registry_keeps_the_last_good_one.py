@@ -46,6 +46,7 @@ def test_hostile_registry_keeps_the_last_good_one(tmp_path, daemons):
     with DaemonClient(daemon.socket, timeout=60, token=token_of(tmp_path, "a")) as a:
         for name, (write, says) in HOSTILE.items():
             write(registry, good)
+            assert says in status()["conversation"]["registry_error"], name  # shown before any request
             for i in range(REQUESTS_PER_VERSION):  # each answers, with a's membership of infra still known
                 added = a.add("a", f"infra note {i} while the registry is {name}", project="infra")
                 assert added["project_id"] == "infra", (name, added)
