@@ -9,10 +9,12 @@ one means another daemon owns it, and start-up stops with a clear message.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -20,16 +22,18 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.routing import Route
 
 from daemon.broker import Broker, ConversationUnavailableError, SecretRefusedError
+from daemon.limits import MAX_SEARCH_BODY_BYTES, QueryTooLongError, check_query
 from daemon.maintenance import DEFAULT_KEEP, CleanupOptions
 from daemon.tokens import ADMIN
 from layers.conversation.policy import ForbiddenError, PolicyError
 from layers.local.index import Filters
 from layers.local.query import EmptyQueryError
 from layers.local.vectors import VectorsUnavailableError
+from layers.names import json_safe
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,20 @@ class SocketInUseError(RuntimeError):
     """Another process is serving on the configured socket."""
 
 
+class JSONResponse(_StarletteJSONResponse):
+    """JSON that a file name which is not UTF-8 cannot break: such strings go out escaped.
+
+    The reports escape names at the source (:mod:`layers.names`); this is the
+    net under them, so one bad name never costs every agent its status.
+    """
+
+    def render(self, content: object) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return super().render(json_safe(content))
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
@@ -69,6 +87,7 @@ class ApiError(Exception):
 _STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (ApiError, 0),
     (SecretRefusedError, 422),
+    (QueryTooLongError, 413),
     (ForbiddenError, 403),
     (ConversationUnavailableError, 503),
     (LookupError, 404),
@@ -138,6 +157,15 @@ def _int_param(value: str | None, default: int, low: int, high: int, name: str) 
         raise ApiError(400, f"{name} must be a number") from None
 
 
+def _str_arg(args: Mapping, name: str) -> str | None:
+    value = args.get(name)
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise ApiError(400, f"{name} must be a string")
+    return value
+
+
 def _flag(value: object, default: bool | None = None) -> bool | None:
     if value is None or value == "":
         return default
@@ -160,10 +188,16 @@ def build_app(daemon: DaemonApi) -> Starlette:
 
         return endpoint
 
-    def handled_with_body(fn):
+    def handled_with_body(fn, max_bytes: int | None = None):
         async def endpoint(request: Request) -> JSONResponse:
+            declared = request.headers.get("content-length", "")
+            if max_bytes and declared.isdigit() and int(declared) > max_bytes:
+                raise ApiError(413, f"the request body is {int(declared):,} bytes; the limit is {max_bytes:,}")
+            raw = await request.body()
+            if max_bytes and len(raw) > max_bytes:
+                raise ApiError(413, f"the request body is {len(raw):,} bytes; the limit is {max_bytes:,}")
             try:
-                body = await request.json() if await request.body() else {}
+                body = json.loads(raw) if raw else {}
             except ValueError:
                 raise ApiError(400, "the request body is not JSON") from None
             if not isinstance(body, dict):
@@ -172,26 +206,49 @@ def build_app(daemon: DaemonApi) -> Starlette:
 
         return endpoint
 
-    @handled
-    def search(request: Request) -> dict:
-        q = request.query_params
-        authorize(daemon, request, q.get("agent"))
-        if "q" not in q:
+    def query_of(args: Mapping) -> str:
+        text = args.get("q")
+        if not isinstance(text, str):
             raise ApiError(400, "q is required")
+        check_query(text)
+        return text
+
+    # Searches: POST with a JSON body (what every client sends: a query has no room in a URL),
+    # GET with query parameters for older clients. Both take the same fields.
+    def search(request: Request, args: Mapping) -> dict:
+        authorize(daemon, request, args.get("agent"))
+        text = query_of(args)
         filters = Filters(
-            layer=q.get("layer") or None,
-            path_glob=q.get("path") or None,
-            since=q.get("since") or None,
-            until=q.get("until") or None,
+            layer=_str_arg(args, "layer"),
+            path_glob=_str_arg(args, "path"),
+            since=_str_arg(args, "since"),
+            until=_str_arg(args, "until"),
         )
         return daemon.search(
-            q["agent"],
-            q["q"],
-            mode=q.get("mode", "auto"),
-            limit=_int_param(q.get("limit"), 10, 1, 200, "limit"),
+            args["agent"],
+            text,
+            mode=_str_arg(args, "mode") or "auto",
+            limit=_int_param(args.get("limit"), 10, 1, 200, "limit"),
             filters=filters,
-            explain=q.get("explain") == "1",
+            explain=bool(_flag(args.get("explain"), False)),
         )
+
+    def memory_search(request: Request, args: Mapping) -> dict:
+        authorize(daemon, request, args.get("agent"))
+        text = query_of(args)
+        if not text.strip():
+            raise ApiError(400, "q is required")
+        return _conversation(daemon).search(
+            args["agent"],
+            text,
+            limit=_int_param(args.get("limit"), 10, 1, 100, "limit"),
+            fallback=bool(_flag(args.get("fallback"), True)),
+        )
+
+    search_get = handled(lambda request: search(request, request.query_params))
+    search_post = handled_with_body(search, MAX_SEARCH_BODY_BYTES)
+    memory_search_get = handled(lambda request: memory_search(request, request.query_params))
+    memory_search_post = handled_with_body(memory_search, MAX_SEARCH_BODY_BYTES)
 
     @handled_with_body
     def memory_add(request: Request, body: dict) -> dict:
@@ -236,19 +293,6 @@ def build_app(daemon: DaemonApi) -> Starlette:
         return _conversation(daemon).restore(Path(body["path"]))
 
     @handled
-    def memory_search(request: Request) -> dict:
-        q = request.query_params
-        authorize(daemon, request, q.get("agent"))
-        if not q.get("q", "").strip():
-            raise ApiError(400, "q is required")
-        return _conversation(daemon).search(
-            q["agent"],
-            q["q"],
-            limit=_int_param(q.get("limit"), 10, 1, 100, "limit"),
-            fallback=bool(_flag(q.get("fallback"), True)),
-        )
-
-    @handled
     def memory_list(request: Request) -> dict:
         q = request.query_params
         authorize(daemon, request, q.get("agent"))
@@ -289,14 +333,16 @@ def build_app(daemon: DaemonApi) -> Starlette:
     return Starlette(
         routes=[
             Route("/v1/status", status, methods=["GET"]),
-            Route("/v1/search", search, methods=["GET"]),
+            Route("/v1/search", search_post, methods=["POST"]),
+            Route("/v1/search", search_get, methods=["GET"]),
             Route("/v1/reindex", reindex, methods=["POST"]),
             Route("/v1/admin/cleanup", admin_cleanup, methods=["POST"]),
             Route("/v1/admin/backup", admin_backup, methods=["POST"]),
             Route("/v1/admin/restore", admin_restore, methods=["POST"]),
             Route("/v1/memories", memory_add, methods=["POST"]),
             Route("/v1/memories", memory_list, methods=["GET"]),
-            Route("/v1/memories/search", memory_search, methods=["GET"]),
+            Route("/v1/memories/search", memory_search_post, methods=["POST"]),
+            Route("/v1/memories/search", memory_search_get, methods=["GET"]),
             Route("/v1/memories/{memory_id}", memory_get, methods=["GET"]),
             Route("/v1/memories/{memory_id}", memory_delete, methods=["DELETE"]),
         ],

@@ -539,6 +539,7 @@ class Broker:
     def status(self) -> dict:
         if self._final_status is not None:
             return self._final_status
+        self.registry.current()  # re-read if it changed: status shows a broken edit before any request does
         s = self.store.settings
         return {
             "enabled": True,

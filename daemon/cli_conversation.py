@@ -17,11 +17,12 @@ from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 
 
 def _fail(exc: Exception) -> click.ClickException:
+    from daemon.cli_local import request_failed
     from daemon.client import DaemonUnavailableError
 
     if isinstance(exc, DaemonUnavailableError):
         return click.ClickException(f"{exc}: conversation memory is served by the daemon (`memstrata run`)")
-    return click.ClickException(str(exc))
+    return request_failed(exc)
 
 
 @main.command("add")

@@ -18,6 +18,28 @@ from daemon.config import Config
 from daemon.workspaces import get_agent
 
 
+class QueryRefusedError(click.ClickException):
+    """A query over the documented limit: a usage error (exit 2), said in one line."""
+
+    exit_code = 2
+
+
+def refuse_long_query(query: str) -> None:
+    """Refuse before anything is sent or opened, so every path (daemon, offline) answers alike."""
+    from daemon.limits import QueryTooLongError, check_query
+
+    try:
+        check_query(query)
+    except QueryTooLongError as exc:
+        raise QueryRefusedError(str(exc)) from None
+
+
+def request_failed(exc: Exception) -> click.ClickException:
+    """The daemon's refusal as one line; a query it found too long (413) is a usage error."""
+    status = getattr(exc, "status", None)
+    return QueryRefusedError(str(exc)) if status == 413 else click.ClickException(str(exc))
+
+
 def _filters(layer: str | None, path: str | None, since: str | None, until: str | None):
     from layers.local.index import Filters
 
@@ -106,6 +128,7 @@ def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until
     """
     from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
 
+    refuse_long_query(query)
     config = config_of(ctx)
     get_agent(config, agent_id)
     if layer in ("conversation", "all"):
@@ -128,7 +151,7 @@ def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until
                 explain=explain,
             )
     except DaemonRequestError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise request_failed(exc) from None
     except DaemonUnavailableError:
         answer = local_search(
             config,

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import httpx
 
+from daemon.limits import check_query
+
 
 class DaemonUnavailableError(ConnectionError):
     """No daemon answers on the socket (not running, or no permission)."""
@@ -51,8 +53,10 @@ class DaemonClient:
         return self._request("GET", "/v1/status")
 
     def search(self, agent: str, query: str, **params: object) -> dict:
-        clean = {k: ("1" if v is True else v) for k, v in params.items() if v not in (None, False)}
-        return self._request("GET", "/v1/search", params={"agent": agent, "q": query, **clean})
+        """L3 search; the query goes in the body (a URL has no room for it), checked against the limit first."""
+        check_query(query)
+        clean = {k: v for k, v in params.items() if v not in (None, False)}
+        return self._request("POST", "/v1/search", json={"agent": agent, "q": query, **clean})
 
     def reindex(self, agent: str | None = None, rebuild: bool = False, timeout: float = 3600) -> dict:
         return self._request("POST", "/v1/reindex", json={"agent": agent, "rebuild": rebuild}, timeout=timeout)
@@ -62,8 +66,9 @@ class DaemonClient:
         return self._request("POST", "/v1/memories", json=body)
 
     def memory_search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict:
-        params = {"agent": agent, "q": query, "limit": limit, "fallback": "1" if fallback else "0"}
-        return self._request("GET", "/v1/memories/search", params=params)
+        check_query(query)
+        body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
+        return self._request("POST", "/v1/memories/search", json=body)
 
     def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> dict:
         params = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}

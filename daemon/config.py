@@ -20,7 +20,16 @@ from typing import Literal
 import pydantic
 import yaml
 
-from layers.yamlfile import Problem, StrictModel, YamlFileError, format_key, line_of, read_yaml, validate
+from layers.yamlfile import (
+    Problem,
+    StrictModel,
+    YamlFileError,
+    format_key,
+    line_of,
+    read_text,
+    read_yaml,
+    validate,
+)
 
 ENV_VAR = "MEMSTRATA_CONFIG"
 SYSTEM_CONFIG = Path("/etc/memstrata/memstrata.yaml")
@@ -357,13 +366,9 @@ def load_config(path: Path | None = None) -> Config:
         return Config(model, _resolve_paths(model.paths, Path("/"), Path("<defaults>"), None), None)
     path = path.expanduser().absolute()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)  # bounded, never blocks (a FIFO is refused), UTF-8 checked
     except FileNotFoundError:
         raise YamlFileError(path, [Problem("", None, "configuration file not found")]) from None
-    except UnicodeDecodeError:
-        raise YamlFileError(path, [Problem("", None, "file is not valid UTF-8")]) from None
-    except OSError as exc:
-        raise YamlFileError(path, [Problem("", None, f"cannot read: {exc.strerror}")]) from None
     return parse_config(text, path)
 
 

@@ -29,6 +29,7 @@ from daemon.workspaces import MEMORY_FILES, Agent
 from layers import core, daily
 from layers.ids import MAIN_AGENT
 from layers.local.index import Document, Identity, IndexStale, LocalIndex, rebuild
+from layers.names import shown
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +55,17 @@ def layer_of(rel: str) -> tuple[str, str | None]:
 
 
 def read_document(rel: str, path: Path, sha256: str) -> Document | None:
-    """The file as a Document; None when it vanished or is not UTF-8 (reported by the tracker)."""
+    """The file as a Document; None when it vanished or is not UTF-8 (reported by the tracker).
+
+    The index names it :func:`~layers.names.shown` (SQLite text must be UTF-8): a
+    file called ``bad\\xffname.md`` is indexed and found under that spelling.
+    """
     try:
         text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
     layer, day = layer_of(rel)
-    return Document(rel, text, sha256, layer, day)
+    return Document(shown(rel), text, sha256, layer, day)
 
 
 @dataclass
@@ -244,7 +249,7 @@ class Indexer:
                 for rel, doc in batch.items():
                     try:
                         if doc is None:
-                            index.remove_document(rel)
+                            index.remove_document(shown(rel))
                         else:
                             added += index.update_document(doc).added
                     except apsw.Error:
@@ -307,10 +312,12 @@ class Indexer:
             return len(desired)
         changed = 0
         entry.progress = {"done": 0, "total": len(desired), "phase": "sync"}
+        keyed = {shown(rel): rel for rel in desired}  # the index's name of each file → its name on disk
         try:
             with index.bulk():
-                for done, (rel, sha) in enumerate(sorted(desired.items()), start=1):
-                    if indexed.get(rel) != sha:
+                for done, (key, rel) in enumerate(sorted(keyed.items()), start=1):
+                    sha = desired[rel]
+                    if indexed.get(key) != sha:
                         doc = read_document(rel, self._source(agent, rel), sha)
                         if doc is not None:
                             index.update_document(doc)
@@ -318,8 +325,8 @@ class Indexer:
                     entry.progress["done"] = done
                     if progress:
                         progress(done)
-                for rel in set(indexed) - set(desired):
-                    index.remove_document(rel)
+                for key in set(indexed) - set(keyed):
+                    index.remove_document(key)
                     changed += 1
         finally:
             entry.progress = {}

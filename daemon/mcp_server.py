@@ -24,6 +24,7 @@ from daemon import __version__
 from daemon.broker import client_timeout
 from daemon.client import DaemonClient, DaemonRequestError, DaemonUnavailableError, connect
 from daemon.config import Config
+from daemon.limits import MAX_QUERY_CHARS, QueryTooLongError
 from daemon.workspaces import core_of, get_agent
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 
@@ -60,6 +61,8 @@ def _ask(config: Config, agent_id: str, request: Callable[[DaemonClient], dict])
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
             return request(client)
+    except QueryTooLongError as exc:  # refused before sending: a model can shorten it and retry
+        raise ToolError(str(exc)) from None
     except (DaemonRequestError, DaemonUnavailableError) as exc:
         raise _daemon_error(exc) from None
 
@@ -80,7 +83,9 @@ def build_server(config: Config, agent_id: str) -> MCPServer:
 
     @server.tool()
     def memory_search(
-        query: Annotated[str, Field(description="What to look for, in natural language.")],
+        query: Annotated[
+            str, Field(description=f"What to look for, in natural language (at most {MAX_QUERY_CHARS} characters).")
+        ],
         limit: Annotated[int, Field(ge=1, le=100, description="Most results to return.")] = 10,
         fallback: Annotated[
             bool, Field(description="While the shared store is down, answer from your local index (degraded).")

@@ -169,6 +169,7 @@ class MemoryDaemon:
         self._working = False  # the loop is processing settled files (the embedding worker gives way)
         self._unpublished = False  # records/status not yet written since the last change
         self._last_publish = 0.0
+        self.config_error = ""  # why the last SIGHUP was refused, until one succeeds
 
     # ------------------------------------------------------------ intake (other threads)
 
@@ -519,10 +520,14 @@ class MemoryDaemon:
         self.notifier.reloading()
         try:
             new = load_config(self.config.source)
-        except YamlFileError as exc:
-            log.error("reload failed, keeping the running configuration:\n%s", exc)
+        except Exception as exc:  # a bad file (or anything it makes the parser do) keeps the running one
+            why = str(exc) if isinstance(exc, YamlFileError) else f"{self.config.source}: {exc!r}"
+            log.error("reload failed, keeping the running configuration:\n%s", why)
+            self.config_error = f"{why} (reload refused; the running configuration stays in force)"
+            self._publish()
             self.notifier.ready(self._status_line)
             return
+        self.config_error = ""
         if new.paths != self.config.paths:
             log.warning("path settings changed; they take effect after a restart")
             new = replace(new, paths=self.config.paths)
@@ -722,6 +727,7 @@ class MemoryDaemon:
                 "socket": str(self.config.paths.socket),
                 "state_dir": str(self.config.paths.state_dir),
                 "summary": line,
+                "config_error": self.config_error or None,
             },
             "watcher": {
                 "mode": self.watcher.mode if self.watcher else "stopped",

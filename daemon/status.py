@@ -127,6 +127,8 @@ def render(status: dict) -> str:
         seen = f"; last stopped {_clock(d['last_seen'])}" if d.get("last_seen") else ""
         lines.append(f"memstrata {d['version']}: daemon NOT running ({d['reason']}){seen}")
         lines.append("  (the report below is read from disk and git)")
+    if d.get("config_error"):
+        lines.append(f"configuration: {d['config_error']}")
     w, r, lim = status["watcher"], status["reconcile"], status["limits"]
     watcher = w["mode"] + (f" — {w['reason']}" if w.get("reason") else "")
     recon = f"{_clock(r.get('time'))}"

@@ -24,6 +24,7 @@ from daemon.filestate import FileState, Inspection, inspect, safe_stat
 from daemon.guard import Finding, SecretGuard
 from daemon.workspaces import MEMORY_DIRS, MEMORY_FILES, PATHSPECS, Agent, is_editor_temp, is_memory_path
 from layers import daily, safefs
+from layers.names import json_safe
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +344,7 @@ class AgentTracker:
             with contextlib.suppress(git.GitCommandError):
                 self.last_commit = self.repo.head()
         commit = self.last_commit
-        return {
+        report = {
             "id": self.id,
             "workspace": str(self.workspace),
             "files": len(self.files),
@@ -369,6 +370,8 @@ class AgentTracker:
             ),
             "refused": [{"path": p, "reason": r} for p, r in sorted(self.refused.items())],
         }
+        # A name that is not UTF-8 is shown escaped (bad\xffname.md): it never breaks the report.
+        return json_safe(report)
 
 
 def _error_text(exc: BaseException, workspace: Path) -> str:

@@ -27,6 +27,7 @@ from typing import TypeVar
 import git
 
 from layers import safefs
+from layers.names import shown as printable
 
 log = logging.getLogger(__name__)
 
@@ -488,9 +489,9 @@ class WorkspaceRepo:
 
 def commit_message(changes: list[Change], verb: str = "update") -> str:
     """A subject that names the files, and a body listing every one with its change."""
-    names = [c.path for c in changes]
+    names = [printable(c.path) for c in changes]  # a name that is not UTF-8 is written escaped
     shown = ", ".join(names[:3])
     more = f" (+{len(names) - 3} more)" if len(names) > 3 else ""
     marks = {"added": "A", "modified": "M", "deleted": "D"}
-    body = "\n".join(f"{marks.get(c.kind, '?')} {c.path}" for c in changes)
+    body = "\n".join(f"{marks.get(c.kind, '?')} {printable(c.path)}" for c in changes)
     return f"memstrata: {verb} {shown}{more}\n\n{body}\n"

@@ -5,10 +5,23 @@ knows the key path of every problem; PyYAML's composed node tree knows where eac
 key stands in the file.  Putting the two together turns "wrong type" into
 ``memstrata.yaml: watch.debounce_ms (line 7): Input should be a valid integer``.
 Duplicate keys, which ``safe_load`` silently collapses, are reported too.
+
+These files are hostile input (the main agent can write the project registry),
+so before anything builds a tree the text passes :func:`check_shape`: at most
+:data:`MAX_BYTES`, UTF-8, nesting at most :data:`MAX_DEPTH` deep, and no anchors
+or aliases.  PyYAML's composer recurses per nesting level (3,000 ``[`` raise
+RecursionError, which is not a YAMLError) and an alias bomb expands
+exponentially in anything that walks the tree; the event stream that is
+checked here is produced without recursion and before any expansion.  Files
+are opened without blocking and checked to be regular first (a FIFO would
+hang the reader).
 """
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +30,9 @@ import pydantic
 import yaml
 
 M = TypeVar("M", bound=pydantic.BaseModel)
+
+MAX_BYTES = 256 * 1024  # a configuration or registry is a few KiB; anything larger is a mistake or an attack
+MAX_DEPTH = 50  # the deepest real file nests 4 levels
 
 KeyPath = tuple[str | int, ...]
 
@@ -104,18 +120,115 @@ def _duplicate_keys(node: yaml.Node | None, path: KeyPath = ()) -> list[Problem]
     return problems
 
 
+def _line_of_offset(text: str | bytes, offset: int) -> int:
+    newline = b"\n" if isinstance(text, bytes) else "\n"
+    return text.count(newline, 0, offset) + 1  # type: ignore[arg-type]
+
+
+def read_text(path: Path, limit: int = MAX_BYTES) -> str:
+    """The file's text, read without ever blocking or reading without bound.
+
+    Opened with ``O_NONBLOCK`` and checked with ``fstat`` before reading: a FIFO,
+    a device or a directory is refused instead of hanging the reader.  A missing
+    file raises FileNotFoundError (callers give it their own meaning); every
+    other problem is a :class:`YamlFileError` naming the file (and the line of
+    a byte that is not UTF-8).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise YamlFileError(path, [Problem("", None, f"cannot read file: {exc.strerror}")]) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise YamlFileError(path, [Problem("", None, "not a regular file (refused: it could block the reader)")])
+        if st.st_size > limit:
+            raise YamlFileError(path, [Problem("", None, f"file is {st.st_size:,} bytes; the limit is {limit:,}")])
+        chunks, size = [], 0
+        while size <= limit:
+            block = os.read(fd, limit + 1 - size)
+            if not block:
+                break
+            chunks.append(block)
+            size += len(block)
+    except OSError as exc:
+        raise YamlFileError(path, [Problem("", None, f"cannot read file: {exc.strerror}")]) from None
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    if len(raw) > limit:  # grew while being read
+        raise YamlFileError(path, [Problem("", None, f"file is over {limit:,} bytes, the limit")])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = _line_of_offset(raw, exc.start)
+        problem = f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x})"
+        raise YamlFileError(path, [Problem("", line, problem)]) from None
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _check_flow_depth(path: Path, text: str, max_depth: int) -> None:
+    """Refuse deep ``[[[…`` / ``{{{…`` by counting brackets, before PyYAML's scanner sees them.
+
+    The scanner keeps a possible simple key per open flow level and revisits
+    them all on every token, so 3,000 open brackets cost it a third of a second
+    before the first event (and 256 KiB of them, minutes).  Brackets inside
+    quoted scalars are counted too: only a file with more than ``max_depth``
+    unmatched ones is refused, and no real configuration has that.
+    """
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        if match.group() in "[{":
+            depth += 1
+            if depth > max_depth:
+                line = _line_of_offset(text, match.start())
+                raise YamlFileError(path, [Problem("", line, f"nested more than {max_depth} levels deep")])
+        elif depth:
+            depth -= 1
+
+
+def check_shape(path: Path, text: str, max_depth: int = MAX_DEPTH, limit: int = MAX_BYTES) -> None:
+    """Refuse what would make building the tree recurse or expand without bound.
+
+    Works on PyYAML's event stream, which the parser produces with an explicit
+    stack (no recursion) and before any alias is resolved; it stops at the first
+    problem, so a hostile file costs well under a millisecond per KiB.
+    """
+    if len(text) > limit or len(text.encode("utf-8", "surrogatepass")) > limit:
+        raise YamlFileError(path, [Problem("", None, f"text is over {limit:,} bytes, the limit")])
+    _check_flow_depth(path, text, max_depth)
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = event.start_mark.line + 1 if event.start_mark else None
+        if isinstance(event, yaml.AliasEvent):
+            raise YamlFileError(
+                path, [Problem("", line, f"aliases (*{event.anchor}) are not accepted: write the value out")]
+            )
+        if getattr(event, "anchor", None) is not None:
+            raise YamlFileError(
+                path, [Problem("", line, f"anchors (&{event.anchor}) are not accepted: write the value out")]
+            )
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > max_depth:
+                raise YamlFileError(path, [Problem("", line, f"nested more than {max_depth} levels deep")])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def read_yaml(path: Path, text: str | None = None) -> tuple[Any, yaml.Node | None]:
-    """Parse ``path`` into (data, node tree); syntax errors become :class:`YamlFileError`."""
+    """Parse ``path`` into (data, node tree); any problem becomes :class:`YamlFileError`."""
     if text is None:
         try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise YamlFileError(path, [Problem("", None, f"cannot read file: {exc.strerror}")]) from exc
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise YamlFileError(path, [Problem("", None, "file is not valid UTF-8")]) from exc
+            text = read_text(path)
+        except FileNotFoundError:
+            raise YamlFileError(path, [Problem("", None, "cannot read file: No such file or directory")]) from None
     try:
+        check_shape(path, text)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
@@ -127,6 +240,8 @@ def read_yaml(path: Path, text: str | None = None) -> tuple[Any, yaml.Node | Non
         raise YamlFileError(path, [Problem("", line, message)]) from exc
     except yaml.YAMLError as exc:
         raise YamlFileError(path, [Problem("", None, f"invalid YAML: {exc}")]) from exc
+    except RecursionError:  # cannot happen past check_shape; never let it end a caller
+        raise YamlFileError(path, [Problem("", None, "nested too deeply")]) from None
     duplicates = _duplicate_keys(node)
     if duplicates:
         raise YamlFileError(path, duplicates)

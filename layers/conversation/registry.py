@@ -11,6 +11,9 @@ people edit whichever side they find first, and ``agent add`` keeps both in step
 from __future__ import annotations
 
 import fcntl
+import logging
+import os
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,7 +24,9 @@ import yaml
 
 from layers.fsutil import atomic_write
 from layers.ids import AGENT_ID_PATTERN
-from layers.yamlfile import Problem, StrictModel, YamlFileError, line_of, read_yaml, validate
+from layers.yamlfile import Problem, StrictModel, YamlFileError, line_of, read_text, read_yaml, validate
+
+log = logging.getLogger(__name__)
 
 Id = pydantic.constr(pattern=AGENT_ID_PATTERN)
 
@@ -100,9 +105,11 @@ def _check_references(data: RegistryFile, path: Path, node: yaml.Node | None) ->
 
 def load_registry(path: Path) -> Registry:
     """Read and validate the registry; a missing file is an empty registry."""
-    if not path.exists():
+    try:
+        text = read_text(path)  # bounded, never blocks; see layers.yamlfile
+    except FileNotFoundError:
         return Registry(path, RegistryFile())
-    data, node = read_yaml(path)
+    data, node = read_yaml(path, text)
     model = validate(RegistryFile, data, path, node)
     _check_references(model, path, node)
     return Registry(path, model)
@@ -135,34 +142,52 @@ def add_agent(path: Path, agent: str, projects: Iterable[str] = (), can_write_pu
         return Registry(path, validated)
 
 
-class RegistryCache:
-    """The registry as of its last good version, re-read when the file changes.
+Signature = tuple[int, int, int, int, int]
 
-    A broken edit keeps the previous registry in force (and says why in
-    ``error``): a typo must not lock every agent out of its projects.
+
+class RegistryCache:
+    """The registry as of its last good version, re-read only when the file changes.
+
+    Every request asks for it, so it is parsed once per change of the file's
+    (device, inode, size, mtime, ctime), never per request.  A broken or hostile
+    edit keeps the previous registry in force (and says why in ``error``, naming
+    file and line): a typo must not lock every agent out of its projects, and
+    the main agent, which can write the file, must not be able to stall L4.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.error = ""
-        self._seen: tuple[float, int] | None = None
-        self._current = load_registry(path)  # a broken file at start is the caller's error to report
+        self._lock = threading.Lock()  # API threads ask concurrently; one of them parses
         self._seen = self._signature()
+        self._current = load_registry(path)  # a broken file at start is the caller's error to report
 
-    def _signature(self) -> tuple[float, int] | None:
+    def _signature(self) -> Signature | None:
         try:
-            st = self.path.stat()
+            st = os.stat(self.path)
         except FileNotFoundError:
             return None
-        return (st.st_mtime, st.st_size)
+        except OSError:
+            return (-1, -1, -1, -1, -1)
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def current(self) -> Registry:
-        signature = self._signature()
-        if signature != self._seen:
+        if self._signature() == self._seen:
+            return self._current
+        with self._lock:
+            signature = self._signature()
+            if signature == self._seen:
+                return self._current  # another thread parsed it meanwhile
             try:
                 self._current = load_registry(self.path)
+                if self.error:
+                    log.info("%s: registry is valid again", self.path)
                 self.error = ""
             except YamlFileError as exc:
                 self.error = f"{exc} (the previous registry stays in force)"
+                log.error("%s", self.error)
+            except Exception as exc:  # whatever a hostile file does, the last good one stays
+                self.error = f"{self.path}: cannot be used ({exc!r}) (the previous registry stays in force)"
+                log.error("%s", self.error)
             self._seen = signature
         return self._current

@@ -29,6 +29,7 @@ from daemon.config import ENV_VAR, load_config  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
+    from daemon.limits import QueryTooLongError, check_query
     from daemon.workspaces import UnknownAgentError
     from layers.local.query import EmptyQueryError
     from layers.yamlfile import YamlFileError
@@ -42,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         "--config", type=Path, default=os.environ.get(ENV_VAR), help=f"configuration file (or ${ENV_VAR})"
     )
     args = parser.parse_args(argv)
+    try:
+        check_query(args.query)
+    except QueryTooLongError as exc:
+        print(f"local_search: {exc}", file=sys.stderr)
+        return 2
     try:
         config = load_config(Path(args.config) if args.config else None)
         answer = local_search(

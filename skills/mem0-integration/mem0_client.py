@@ -32,6 +32,7 @@ import json
 import os
 import re
 import socket
+import stat
 import sys
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -60,6 +61,8 @@ MEMORY_TYPES = (
 )
 VISIBILITIES = ("public", "project", "private")
 PAGE_MAX = 1000  # the largest page GET /v1/memories serves
+MAX_QUERY_CHARS = 4096  # daemon/limits.py: a longer search query is refused (HTTP 413)
+CONFIG_MAX_BYTES = 256 * 1024  # layers/yamlfile.py MAX_BYTES
 DEFAULT_TIMEOUT_S = 60.0  # the first write may wait for the daemon to load its embedding model
 
 
@@ -73,6 +76,10 @@ class SetupError(MemstrataError):
 
 class DaemonUnavailableError(MemstrataError):
     """Nothing answers on the socket: the daemon is not running, or this user may not connect."""
+
+
+class UsageError(MemstrataError):
+    """The request cannot be valid as given (a query over the limit): nothing was sent; exit 2."""
 
 
 class RequestError(MemstrataError):
@@ -168,6 +175,8 @@ def parse_paths(text: str) -> dict[str, str]:
         return parse_paths_fallback(text)
     try:
         data = yaml.safe_load(text)
+    except RecursionError:  # PyYAML's composer recurses per nesting level
+        raise SetupError("the configuration is nested too deeply") from None
     except yaml.YAMLError as exc:
         raise SetupError(f"the configuration is not valid YAML: {exc}") from None
     paths = data.get("paths") if isinstance(data, dict) else None
@@ -201,12 +210,27 @@ def socket_from_config(path: Path | None) -> Path:
     if path is None:
         return Path(DEFAULT_PATHS["socket"])
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
+        text = read_config_text(path)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise SetupError(
-            f"cannot read the configuration {path} ({exc.strerror or exc}): pass --socket PATH or set ${SOCKET_ENV}"
+            f"cannot read the configuration {path} ({why}): pass --socket PATH or set ${SOCKET_ENV}"
         ) from None
     return resolve_socket(parse_paths(text), path.parent)
+
+
+def read_config_text(path: Path, limit: int = CONFIG_MAX_BYTES) -> str:
+    """The configuration's text; never blocks on a FIFO or reads without bound (as daemon/config.py)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"file is {st.st_size:,} bytes; the limit is {limit:,}")
+        return os.read(fd, limit + 1).decode("utf-8")
+    finally:
+        os.close(fd)
 
 
 def find_socket(explicit: str | None = None, config: str | None = None) -> Path:
@@ -371,9 +395,14 @@ class Mem0Client:
 
     def search(self, query: str, limit: int = 10, fallback: bool = True) -> dict:
         """Shared memories this agent may read; ``degraded: true`` means the local index answered."""
+        if len(query) > MAX_QUERY_CHARS:
+            raise UsageError(
+                f"the query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,} "
+                "(search for the few words that matter)"
+            )
         agent = self._identity()
-        params = {"agent": agent, "q": query, "limit": limit, "fallback": "1" if fallback else "0"}
-        return self.request("GET", "/v1/memories/search", params)
+        body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
+        return self.request("POST", "/v1/memories/search", body=body)  # in the body: a URL has no room
 
     def add(
         self,
@@ -616,7 +645,8 @@ def main(argv: list[str] | None = None) -> int:
         answer, readable = run(args)
     except MemstrataError as exc:
         print(f"mem0_client: {exc}", file=sys.stderr)
-        return 1
+        too_long = isinstance(exc, RequestError) and exc.status == 413
+        return 2 if isinstance(exc, UsageError) or too_long else 1
     text = json.dumps(answer, ensure_ascii=False, indent=2) if getattr(args, "json", False) else readable
     try:
         print(text)

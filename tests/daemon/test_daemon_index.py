@@ -111,13 +111,15 @@ def test_a_damaged_index_is_rebuilt_from_markdown(tmp_path, daemons):
 def test_hostile_queries_through_the_cli_return_normally(tmp_path, daemons):
     config = init_root(tmp_path, **FAST, vectors={"backend": "off"})
     daemons(config)
-    for query in ['"', "*", "NEAR(", "a:b", "x" * 10_000]:
+    for query in ['"', "*", "NEAR(", "a:b", "x" * 4096]:  # 4,096: the longest query (daemon/limits.py)
         proc = run_cli("search", query, "--agent", "main", "--json", config=config, check=False)
         assert "Traceback" not in proc.stderr, query
         if proc.returncode == 0:
             assert isinstance(json.loads(proc.stdout)["results"], list)
         else:
             assert proc.returncode == 1 and "nothing to search for" in proc.stderr, (query, proc.stderr)
+    too_long = run_cli("search", "x" * 10_000, "--agent", "main", config=config, check=False)
+    assert too_long.returncode == 2 and "the limit is 4,096" in too_long.stderr and "Traceback" not in too_long.stderr
     empty = run_cli("search", "。，", "--agent", "main", config=config, check=False)
     assert empty.returncode == 1 and "nothing to search for" in empty.stderr
 

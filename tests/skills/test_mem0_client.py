@@ -135,10 +135,12 @@ def test_client_imports_only_the_standard_library():
 
 def test_copied_constants_agree_with_the_daemon():
     """The client cannot import the daemon's modules (stdlib only), so its copies are checked here."""
+    from daemon.limits import MAX_QUERY_CHARS
     from daemon.tokens import WORKSPACE_TOKEN
     from daemon.workspaces import WORKSPACE_SUFFIX
     from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
     from layers.ids import AGENT_ID_PATTERN, MAIN_AGENT
+    from layers.yamlfile import MAX_BYTES
 
     spec = importlib.util.spec_from_file_location("mem0_client_constants", CLIENT)
     client = importlib.util.module_from_spec(spec)
@@ -146,6 +148,7 @@ def test_copied_constants_agree_with_the_daemon():
     assert client.MEMORY_TYPES == MEMORY_TYPES and client.VISIBILITIES == VISIBILITIES
     assert client.WORKSPACE_TOKEN == WORKSPACE_TOKEN and client.WORKSPACE_SUFFIX == WORKSPACE_SUFFIX
     assert client.AGENT_ID_RE.pattern == AGENT_ID_PATTERN and client.MAIN_AGENT == MAIN_AGENT
+    assert client.MAX_QUERY_CHARS == MAX_QUERY_CHARS and client.CONFIG_MAX_BYTES == MAX_BYTES
 
 
 @pytest.mark.parametrize(
@@ -200,6 +203,23 @@ def test_no_daemon_is_a_clear_error_not_a_traceback(tmp_path):
     assert proc.returncode == 1
     assert "no daemon socket at" in proc.stderr and "local_search.py" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_fifo_or_oversized_configuration_is_refused_not_waited_on(tmp_path):
+    """A FIFO at the configuration path would block a plain read forever."""
+    fifo = tmp_path / "memstrata.yaml"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.yaml"
+    big.write_text("# x\n" * 100_000)
+    for config, says in ((fifo, "not a regular file"), (big, "the limit is 262,144")):
+        proc = subprocess.run(
+            [PYTHON, *STRICT, str(CLIENT), "status", "--config", str(config)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert proc.returncode == 1 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 # ---------------------------------------------------------------- against a real daemon
