@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from daemon.broker import Broker, ConversationUnavailableError, SecretRefusedError
+from daemon.broker import Broker, ConversationUnavailableError, NotStoredError, SecretRefusedError
 from daemon.maintenance import DEFAULT_KEEP, CleanupOptions
 from daemon.tokens import ADMIN
 from layers.conversation.policy import ForbiddenError, PolicyError
@@ -68,6 +68,7 @@ class ApiError(Exception):
 # Exceptions from the layers and the broker, as HTTP statuses (first match wins).
 _STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (ApiError, 0),
+    (NotStoredError, 507),  # a full disk: neither the store nor the queue kept the write
     (SecretRefusedError, 422),
     (ForbiddenError, 403),
     (ConversationUnavailableError, 503),

@@ -18,6 +18,7 @@ from pathlib import Path
 import apsw
 
 from daemon.filestate import Inspection
+from daemon.storage import StorageHealth, is_storage_error
 from daemon.workspaces import MEMORY_FILES, Agent
 from layers import core, daily
 from layers.ids import MAIN_AGENT
@@ -71,8 +72,10 @@ class Indexer:
         main_workspace: Path,
         desired: Callable[[Agent], dict[str, str]],
         on_pending: Callable[[], None] = lambda: None,
+        storage: StorageHealth | None = None,
     ):
         self.identity = identity
+        self.storage = storage  # a full disk is noted there and retried by a later sync
         self.main_workspace = main_workspace
         self.desired = desired  # what an agent's index should hold, for rebuilds after damage
         self.on_pending = on_pending  # wakes the embedding worker
@@ -181,7 +184,11 @@ class Indexer:
         except (apsw.CorruptError, apsw.NotADBError) as exc:
             self.repair(entry.agent, f"the index file is damaged ({exc})")
             return None
-        except apsw.Error as exc:
+        except (apsw.Error, OSError) as exc:
+            if self.storage is not None and is_storage_error(exc):
+                # the transaction rolled back; the retry (a sync against the record) indexes the file
+                self.storage.failed("index", exc, subject=entry.agent.id, path=entry.agent.index)
+                return None
             entry.error = f"indexing {rel} failed: {exc}"
             raise
 
