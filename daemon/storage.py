@@ -34,6 +34,7 @@ STORAGE_PHRASES = (
     "read-only file system",
     "database or disk is full",
     "attempt to write a readonly database",
+    "out of diskspace",  # git: "sha1 file '…/index.lock' write error. Out of diskspace"
     "unable to write new index file",  # git, when the index cannot be written (no reason given)
 )
 
