@@ -39,7 +39,7 @@ from daemon import maintenance
 from daemon.audit import AuditLog
 from daemon.config import Config
 from daemon.guard import SecretGuard
-from daemon.storage import StorageHealth, is_storage_error
+from daemon.storage import StorageHealth, has_room, is_storage_error
 from daemon.storage import describe as describe_storage
 from layers.conversation.breaker import Breaker
 from layers.conversation.cleanup import Selection
@@ -400,6 +400,20 @@ class Broker:
             self.storage.failed("queue", exc, path=self.queue.path)
             return False
 
+    def _check_storage(self) -> None:
+        """Once a back-off has passed: does the queue (or the store's disk) take writes again?"""
+        if self.storage.failing("queue") and not self.storage.waiting("queue"):
+            if self.queue.opened:
+                self.storage.attempt("queue", self.queue.check_writable, path=self.queue.path)
+            else:
+                self._open_queue()
+        if self.storage.failing("store") and not self.storage.waiting("store") and not self._queue_depth():
+            # no queued write to try it with: free space is the sign (a write that still fails says so again)
+            if self.store.settings.backend == "remote" or has_room(self.store.settings.data_dir):
+                self.storage.succeeded("store")
+            else:
+                self.storage.postpone("store", "")
+
     def _replay_waits(self) -> bool:
         """While the store's or the queue's disk is full, replay waits for the back-off."""
         return self.storage.waiting("store") or self.storage.waiting("queue")
@@ -589,8 +603,7 @@ class Broker:
     def _probe_loop(self) -> None:
         while not self._stopping:
             try:
-                if not self.queue.opened and not self.storage.waiting("queue"):
-                    self._open_queue()
+                self._check_storage()
                 if self.fatal:
                     pass
                 elif not self.breaker.closed:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -70,6 +71,19 @@ def describe(exc: BaseException) -> str:
         return f"{exc.strerror}{where}"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def has_room(path: os.PathLike | str, minimum: int = 1 << 20) -> bool:
+    """True when the file system holding ``path`` is writable and has ``minimum`` bytes free.
+
+    For stores whose writes cannot be tried cheaply; a quota (EDQUOT) is not
+    visible here, so a write that still fails simply reports the problem again.
+    """
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return not st.f_flag & os.ST_RDONLY and st.f_bavail * st.f_frsize >= minimum
 
 
 def _iso(ts: float) -> str:

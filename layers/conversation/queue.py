@@ -114,6 +114,12 @@ class WriteQueue:
                 "UPDATE writes SET attempts = attempts + 1, last_error = ? WHERE write_id = ?", (error, write_id)
             )
 
+    def check_writable(self) -> None:
+        """One small real write (the file header's user_version): raises while the disk refuses writes."""
+        with self._lock, self._connection() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            db.execute(f"PRAGMA user_version = {(version + 1) % 1_000_000}")
+
     def contains(self, write_id: str) -> bool:
         with self._lock:
             row = self._connection().execute("SELECT 1 FROM writes WHERE write_id = ?", (write_id,)).fetchone()
