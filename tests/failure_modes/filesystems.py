@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 FILLER = ".filler"
+MAX_FILL_BYTES = 256 << 20  # a mount larger than this is not one of ours
 
 
 def _run(*cmd: str) -> subprocess.CompletedProcess:
@@ -39,8 +40,15 @@ class Tmpfs:
         st = os.statvfs(self.path)
         return st.f_bavail * st.f_frsize
 
+    def _check_small_tmpfs(self) -> None:
+        """Never fill anything but our own small mount (filling the host's disk hurts everyone)."""
+        st = os.statvfs(self.path)
+        assert self.mounted and os.path.ismount(self.path), f"{self.path} is not a mount point"
+        assert st.f_blocks * st.f_frsize <= MAX_FILL_BYTES, f"{self.path} is no small tmpfs: refusing to fill it"
+
     def fill(self) -> None:
         """Allocate every free block, then write byte by byte until the kernel says ENOSPC."""
+        self._check_small_tmpfs()
         fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             with contextlib.suppress(OSError):
