@@ -130,3 +130,23 @@ def test_the_daemon_starts_on_a_full_state_disk_and_recovers(tmp_path, tmpfs, da
         assert admin.add("main", "满盘恢复之后的第一条记忆")["queued"] is False
     assert "Traceback" not in d.log(), d.log()
     assert d.stop() == 0
+
+
+def test_stopping_on_a_full_state_disk_exits_cleanly_and_the_next_start_catches_up(tmp_path, tmpfs, daemons):
+    data = tmpfs(tmp_path / "data")
+    config = _config(tmp_path)
+    ws = tmp_path / "workspace"
+    d = daemons(config)
+
+    data.fill()
+    (ws / "memory" / "2026-11-30.md").write_text("停机前写下 stopmarker\n", encoding="utf-8")
+    wait_for(lambda: "records" in storage_places(d.status()), what="the record write failing")
+    assert d.stop() == 0  # the final record save and the status snapshot fail: logged, not fatal
+    assert "could not save the last status" in d.log()
+
+    data.free()
+    d = daemons(config)
+    wait_for(lambda: _found(config, "stopmarker") == {"memory/2026-11-30.md"}, what="indexed after the restart")
+    assert committed(ws, "A", "memory/2026-11-30.md")
+    assert not d.status()["storage"]["problems"]
+    assert d.stop() == 0
