@@ -127,6 +127,8 @@ class StorageHealth:
     ) -> None:
         """A write at ``place`` failed for lack of space: note it, log it the first time."""
         error = exc if isinstance(exc, str) else describe(exc)
+        if not path and isinstance(exc, OSError) and exc.filename:
+            path = exc.filename
         now = time.monotonic()
         with self._lock:
             problem = self._problems.get((place, subject))
