@@ -416,15 +416,11 @@ class MemoryDaemon:
                     subject=subject,
                     path=tracker.agent.index,
                 )
-            elif place == "git" and tracker is not None:
-                if tracker.pending:
-                    tracker.retry_at = None
-                    tracker.commit(now)
-                    self._note_commit(tracker)
-                else:
-                    self._reconcile(tracker)
-                    if tracker.last_error is None and not tracker.pending:
-                        self.storage.succeeded("git", subject)
+            elif place == "git" and tracker is not None and not tracker.pending:
+                # a failed `git init` (a pending commit is retried by the tracker's own back-off)
+                self._reconcile(tracker)
+                if tracker.last_error is None and not tracker.pending:
+                    self.storage.succeeded("git", subject)
             self.storage.postpone(place, subject, now)  # whatever did not clear waits for its back-off
 
     def call_in_loop(self, fn: Callable[[], object], timeout: float = 3600) -> object:
