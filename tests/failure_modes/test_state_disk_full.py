@@ -34,7 +34,7 @@ def _config(tmp_path):
 
 
 def _found(config, query: str, agent: str = "main") -> set[str]:
-    proc = run_cli("search", query, "--agent", agent, "--json", config=config, check=False)
+    proc = run_cli("search", query, "--agent", agent, "--mode", "fts", "--json", config=config, check=False)
     return {r["path"] for r in json.loads(proc.stdout)["results"]} if proc.returncode == 0 else set()
 
 
