@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.routing import Route
 
-from daemon.broker import Broker, ConversationUnavailableError, SecretRefusedError
+from daemon.broker import Broker, ConversationUnavailableError, NotStoredError, SecretRefusedError
 from daemon.limits import MAX_SEARCH_BODY_BYTES, QueryTooLongError, check_query
 from daemon.maintenance import DEFAULT_KEEP, CleanupOptions
 from daemon.tokens import ADMIN
@@ -86,6 +86,7 @@ class ApiError(Exception):
 # Exceptions from the layers and the broker, as HTTP statuses (first match wins).
 _STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (ApiError, 0),
+    (NotStoredError, 507),  # a full disk: neither the store nor the queue kept the write
     (SecretRefusedError, 422),
     (QueryTooLongError, 413),
     (ForbiddenError, 403),

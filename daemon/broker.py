@@ -32,12 +32,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
+import apsw
 import httpx
 
 from daemon import maintenance
 from daemon.audit import AuditLog
 from daemon.config import Config
 from daemon.guard import SecretGuard
+from daemon.storage import StorageHealth, has_room, is_storage_error
+from daemon.storage import describe as describe_storage
 from layers.conversation.breaker import Breaker
 from layers.conversation.cleanup import Selection
 from layers.conversation.policy import (
@@ -77,6 +80,10 @@ MAX_TEXT_CHARS = 20_000
 
 class ConversationUnavailableError(RuntimeError):
     """The store cannot answer and the request has no fallback; the message says why."""
+
+
+class NotStoredError(RuntimeError):
+    """A write neither the store nor the queue could keep (a full disk): nothing was kept."""
 
 
 class SecretRefusedError(ValueError):
@@ -185,8 +192,10 @@ class Broker:
         guard: Callable[[], SecretGuard],
         embedder_ready: Callable[[], str] = lambda: "",
         on_change: Callable[[], None] = lambda: None,
+        storage: StorageHealth | None = None,
     ) -> None:
         c = config.conversation
+        self.storage = storage or StorageHealth()  # the queue's and the store's full disks
         self.config = config
         self.store = store
         self.local_search = local_search
@@ -198,6 +207,7 @@ class Broker:
         self.registry = RegistryCache(config.paths.registry)
         self.audit = AuditLog(config.paths.audit_dir)
         self.queue = WriteQueue(config.paths.state_dir / "conversation" / "queue.sqlite")
+        self._open_queue()  # a full disk leaves it closed: writes then go to the store or get 507
         self.breaker = Breaker(c.probe_interval_s)
         self.deadline_s = store_deadline(config)
         self.probe_timeout_s = c.probe_timeout_s
@@ -244,6 +254,10 @@ class Broker:
             future.cancel()
             self._failed(f"{what}: no answer within {deadline:g} s")
         except StoreUnavailableError as exc:
+            if is_storage_error(exc):
+                # the store answers but its disk is full: no breaker (searches still work), writes wait
+                self.storage.failed("store", str(exc), path=self.store.settings.data_dir)
+                raise _StoreDown(f"conversation store cannot write ({exc})") from None
             self._failed(str(exc))
         raise _StoreDown(self._down_reason())
 
@@ -319,20 +333,90 @@ class Broker:
             "expiration_date": record.expiration_date,
             "infer": infer,
         }
-        if retry and self.queue.contains(record.write_id):
+        if retry and self._queued(record.write_id):
             return {**answer, "queued": True, "reason": "this write_id is already queued"}
-        if self.queue.depth() == 0:  # earlier queued writes go first: order is kept
+        depth = self._queue_depth()  # None: the queue cannot be read (a full disk kept it from opening)
+        if depth == 0 or (depth is None and self._nothing_queued()):  # earlier queued writes go first
             try:
                 results = self._call("add", lambda: self._write(record, check_first=retry))
+                self.storage.succeeded("store")
                 return {**answer, "queued": False, "results": results}
             except _StoreDown as exc:
                 reason = str(exc)
+        elif depth is None:
+            reason = "the write queue cannot be read, so earlier writes may be waiting in it"
         else:
             reason = "earlier writes are still queued"
-        self.queue.put(record.write_id, agent, asdict(record))
+        try:
+            self.queue.put(record.write_id, agent, asdict(record))
+        except (apsw.Error, OSError) as exc:
+            if not is_storage_error(exc):
+                raise
+            self.storage.failed("queue", exc, path=self.queue.path)
+            raise NotStoredError(
+                f"not stored: {reason}, and the write queue {self.queue.path} cannot be written "
+                f"({describe_storage(exc)}); nothing was kept: write it again once there is space"
+            ) from None
+        self.storage.succeeded("queue")
         self._wake.set()
         self.on_change()
         return {**answer, "queued": True, "reason": reason}
+
+    # ------------------------------------------------------------ the queue on a disk that may be full
+
+    def _open_queue(self) -> bool:
+        return self.storage.attempt("queue", self.queue.open, path=self.queue.path)
+
+    def _queue_depth(self) -> int | None:
+        """Queued writes; None when the queue cannot be opened or read."""
+        if not self.queue.opened and not self._open_queue():
+            return None
+        try:
+            return self.queue.depth()
+        except (apsw.Error, OSError) as exc:
+            if not is_storage_error(exc):
+                raise
+            self.storage.failed("queue", exc, path=self.queue.path)
+            return None
+
+    def _nothing_queued(self) -> bool:
+        """True when the queue file holds no byte (so no earlier write can be waiting in it)."""
+        for path in (self.queue.path, Path(f"{self.queue.path}-wal")):
+            try:
+                if path.stat().st_size:
+                    return False
+            except FileNotFoundError:
+                pass
+            except OSError:
+                return False
+        return True
+
+    def _queued(self, write_id: str) -> bool:
+        try:
+            return self.queue.contains(write_id)
+        except (apsw.Error, OSError) as exc:
+            if not is_storage_error(exc):
+                raise
+            self.storage.failed("queue", exc, path=self.queue.path)
+            return False
+
+    def _check_storage(self) -> None:
+        """Once a back-off has passed: does the queue (or the store's disk) take writes again?"""
+        if self.storage.failing("queue") and not self.storage.waiting("queue"):
+            if self.queue.opened:
+                self.storage.attempt("queue", self.queue.check_writable, path=self.queue.path)
+            else:
+                self._open_queue()
+        if self.storage.failing("store") and not self.storage.waiting("store") and not self._queue_depth():
+            # no queued write to try it with: free space is the sign (a write that still fails says so again)
+            if self.store.settings.backend == "remote" or has_room(self.store.settings.data_dir):
+                self.storage.succeeded("store")
+            else:
+                self.storage.postpone("store", "")
+
+    def _replay_waits(self) -> bool:
+        """While the store's or the queue's disk is full, replay waits for the back-off."""
+        return self.storage.waiting("store") or self.storage.waiting("queue")
 
     def _write(self, record: NewMemory, check_first: bool) -> list[dict]:
         """On the store thread: write once (a write_id already in the store is not written again)."""
@@ -478,8 +562,12 @@ class Broker:
             return
         except (StoreUnavailableError, FutureTimeout) as exc:
             future.cancel()
+            if is_storage_error(exc):  # the embedded store cannot even open on a full disk
+                self.storage.failed("store", str(exc), path=self.store.settings.data_dir)
             self.breaker.failure(describe_error(exc) if isinstance(exc, FutureTimeout) else str(exc))
             return
+        if (self.storage.error("store") or "").startswith("connect"):
+            self.storage.succeeded("store")  # it opened; a write that still fails says so again
         self._last_ping = time.monotonic()
         if self.breaker.success():
             log.info("conversation store is reachable (%.1f ms)", self.rtt_ms)
@@ -492,9 +580,12 @@ class Broker:
             try:
                 results = self._call("replay", lambda r=record: self._write(r, check_first=True))
             except _StoreDown as exc:
-                self.queue.failed(item.write_id, str(exc))
+                # the attempt count is a courtesy: a full queue disk must not stop the replay loop
+                self.storage.attempt("queue", lambda w=item.write_id, e=str(exc): self.queue.failed(w, e))
                 return
-            self.queue.done(item.write_id)
+            self.storage.succeeded("store")
+            if not self.storage.attempt("queue", lambda w=item.write_id: self.queue.done(w), path=self.queue.path):
+                return  # written, still queued: the next replay finds its write_id in the store
             if results and all(r.get("event") == "EXISTS" for r in results):
                 self.skipped += 1
             else:
@@ -512,11 +603,12 @@ class Broker:
     def _probe_loop(self) -> None:
         while not self._stopping:
             try:
+                self._check_storage()
                 if self.fatal:
                     pass
                 elif not self.breaker.closed:
                     self._probe()
-                elif self.queue.depth():
+                elif not self._replay_waits() and self.queue.opened and self._queue_depth():
                     self._replay()
                     continue  # drain the next batch at once
                 elif time.monotonic() - self._last_ping >= PING_INTERVAL_S:
@@ -526,6 +618,15 @@ class Broker:
                 log.exception("conversation probe failed")
             self._wake.wait(self.breaker.probe_interval_s)
             self._wake.clear()
+
+    def _queue_view(self, fn: Callable[[], object]) -> object:
+        """A figure for status, never an exception (status runs in the daemon's loop)."""
+        if not self.queue.opened:
+            return None
+        try:
+            return fn()
+        except (apsw.Error, OSError):
+            return None
 
     def _refresh_tailscale(self) -> None:
         s = self.store.settings
@@ -552,8 +653,9 @@ class Broker:
             "last_error": self.fatal or self.breaker.last_error,
             "error": self.fatal,
             "queue": {
-                "depth": self.queue.depth(),
-                "oldest_age_s": self.queue.oldest_age_s(),
+                "depth": self._queue_view(lambda: self.queue.depth()),
+                "oldest_age_s": self._queue_view(self.queue.oldest_age_s),
+                "writable": not self.storage.failing("queue"),
                 "replayed": self.replayed,
                 "skipped_already_written": self.skipped,
             },

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from daemon.config import Config
+from daemon.storage import StorageHealth, is_storage_error
 from layers.local.index import Identity, IndexStale, LocalIndex
 from layers.local.vectors import Embedder, LocalEmbedder, OpenAIEmbedder, VectorsUnavailableError
 
@@ -63,11 +64,13 @@ class EmbedWorker:
         batch_size: int = 16,
         on_change: Callable[[], None] = lambda: None,
         yield_to: Callable[[], bool] = lambda: False,
+        storage: StorageHealth | None = None,
     ) -> None:
         self.on_change = on_change  # the daemon refreshes its status when vectors move
         # True while the loop has fresh edits to index: the worker then leaves it the
         # cores and the index's write lock (a slice of llama.cpp takes both cores).
         self.yield_to = yield_to
+        self.storage = storage  # a full index disk is reported there, not logged per pass
         self.embedder = embedder
         self.identity = identity
         self.indexes = indexes
@@ -129,6 +132,8 @@ class EmbedWorker:
                 part = batch[start : start + STOP_SLICE]
                 vectors = self.embedder.embed_passages([text for _, text in part])
                 index.store_vectors(self.identity.embed_model, zip([h for h, _ in part], vectors, strict=True))
+                if self.storage is not None:
+                    self.storage.succeeded("vectors")
                 self.embedded += len(part)
                 worked = True
         return worked
@@ -155,7 +160,10 @@ class EmbedWorker:
             except Exception as exc:  # a bad batch must not kill the worker
                 worked = False
                 self.last_error = f"{exc.__class__.__name__}: {exc}"
-                log.exception("embedding batch failed")
+                if self.storage is not None and is_storage_error(exc):
+                    self.storage.failed("vectors", exc)  # logged once; the next pass retries
+                else:
+                    log.exception("embedding batch failed")
             if worked:
                 continue
             if isinstance(self.embedder, LocalEmbedder) and self.embedder.maybe_unload():

@@ -16,6 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.storage import StorageHealth, is_storage_error
 from layers.fsutil import atomic_write, resolves_inside
 
 _HASH_BLOCK = 1024 * 1024
@@ -93,9 +94,15 @@ def inspect(path: Path, workspace: Path, max_index_bytes: int) -> Inspection:
 class FileState:
     """rel path → sha256 of what was last processed, for one agent."""
 
-    def __init__(self, path: Path | None) -> None:
-        """``path`` None keeps the record in memory only (``status`` without the daemon)."""
+    def __init__(self, path: Path | None, storage: StorageHealth | None = None, subject: str = "") -> None:
+        """``path`` None keeps the record in memory only (``status`` without the daemon).
+
+        With ``storage``, a save the disk refuses (full, read-only) is reported
+        there and kept pending instead of raised: the next save writes it.
+        """
         self.path = path
+        self.storage = storage
+        self.subject = subject
         self._files: dict[str, str] = {}
         self._dirty = False
         #: True until a record has been saved once: everything is new, nothing is a repair.
@@ -128,8 +135,22 @@ class FileState:
     def __len__(self) -> int:
         return len(self._files)
 
-    def save(self) -> None:
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def save(self) -> bool:
+        """Write the record when it changed; False when the disk refused (it stays pending)."""
         if self._dirty and self.path is not None:
-            atomic_write(self.path, json.dumps({"version": 1, "files": self._files}, sort_keys=True))
+            try:
+                atomic_write(self.path, json.dumps({"version": 1, "files": self._files}, sort_keys=True))
+            except OSError as exc:
+                if self.storage is None or not is_storage_error(exc):
+                    raise
+                self.storage.failed("records", exc, subject=self.subject, path=self.path)
+                return False
             self._dirty = False
             self.fresh = False
+            if self.storage is not None:
+                self.storage.succeeded("records", self.subject)
+        return True

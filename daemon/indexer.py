@@ -25,6 +25,7 @@ from pathlib import Path
 import apsw
 
 from daemon.filestate import Inspection
+from daemon.storage import StorageHealth, is_storage_error
 from daemon.workspaces import MEMORY_FILES, Agent
 from layers import core, daily
 from layers.ids import MAIN_AGENT
@@ -89,8 +90,10 @@ class Indexer:
         main_workspace: Path,
         desired: Callable[[Agent], dict[str, str]],
         on_pending: Callable[[], None] = lambda: None,
+        storage: StorageHealth | None = None,
     ):
         self.identity = identity
+        self.storage = storage  # a full disk is noted there and retried by a later sync
         self.main_workspace = main_workspace
         self.desired = desired  # what an agent's index should hold, for rebuilds after damage
         self.on_pending = on_pending  # wakes the embedding worker
@@ -262,7 +265,9 @@ class Indexer:
             except Exception:
                 self._failed(entry, f"rebuild failed: {exc}")
             return 0
-        except apsw.Error as exc:
+        except (apsw.Error, OSError) as exc:
+            if self.storage is not None and is_storage_error(exc):
+                self.storage.failed("index", exc, subject=entry.agent.id, path=entry.agent.index)
             self._failed(entry, f"index write failed ({exc.__class__.__name__}: {exc})")
             return 0
         for rel, doc in batch.items():
@@ -271,6 +276,8 @@ class Indexer:
         if entry.failures:
             log.info("%s: index writable again; %d queued update(s) written", entry.agent.id, len(batch))
         entry.failures, entry.retry_at, entry.error = 0, None, None
+        if self.storage is not None:
+            self.storage.succeeded("index", entry.agent.id)
         if added:
             self.on_pending()
         return len(batch)

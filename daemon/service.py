@@ -42,6 +42,7 @@ from daemon.filestate import FileState
 from daemon.guard import SecretGuard
 from daemon.indexer import Indexer, desired_documents
 from daemon.notify import Notifier
+from daemon.storage import StorageHealth, is_storage_error, is_storage_message
 from daemon.tokens import TokenStore
 from daemon.tracker import AgentTracker, EditListener, Settings
 from daemon.watcher import Watcher
@@ -83,10 +84,15 @@ def acquire_state_lock(state: Path, holder: str = "memstrata daemon"):
             f"another memstrata process (a daemon, or an offline command) is already running with state directory "
             f"{state}; {holder} needs it to itself"
         ) from None
-    lock.seek(0)
-    lock.truncate()
-    lock.write(f"{os.getpid()}\n")
-    lock.flush()
+    try:
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+    except OSError as exc:  # the pid is a courtesy; the flock is the lock (a full disk must not stop us)
+        if not is_storage_error(exc):
+            raise
+        log.warning("could not write the pid into %s: %s", state / "memstrata.lock", exc.strerror)
     return lock
 
 
@@ -104,13 +110,19 @@ def settings_from(config: Config) -> Settings:
 
 
 def make_tracker(
-    config: Config, agent: Agent, guard: SecretGuard, record: Path | None, listeners=(), audit=None
+    config: Config,
+    agent: Agent,
+    guard: SecretGuard,
+    record: Path | None,
+    listeners=(),
+    audit=None,
+    storage: StorageHealth | None = None,
 ) -> AgentTracker:
     """A tracker for ``agent``; ``record`` None keeps the processed-files record in memory only."""
     repo = daily.WorkspaceRepo(
         agent.workspace, (config.git.author_name, config.git.author_email), config.git.stale_lock_s
     )
-    files = FileState(record)
+    files = FileState(record, storage, agent.id)
     return AgentTracker(agent, repo, files, guard, settings_from(config), listeners, audit)
 
 
@@ -128,6 +140,10 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds") if ts else None
 
 
+# Writes the loop retries itself (the broker retries the queue and the store, the embedding worker its vectors).
+LOOP_PLACES = ("records", "tokens", "index", "git")
+
+
 class MemoryDaemon:
     def __init__(self, config: Config, notifier: Notifier | None = None) -> None:
         self.config = config
@@ -135,11 +151,13 @@ class MemoryDaemon:
         self.guard = guard_from(config)
         self.embedder = make_embedder(config)
         self.identity = Identity(embed_model=self.embedder.model_id if self.embedder else "")
+        self.storage = StorageHealth(on_change=self._request_publish)
         self.indexer = Indexer(
             self.identity,
             config.paths.workspace,
             desired=lambda agent: self._desired(self.trackers[agent.id]),
             on_pending=self._wake_embedder,
+            storage=self.storage,
         )
         self.embed_worker: EmbedWorker | None = None
         self.tokens = TokenStore(config.paths.state_dir)
@@ -189,6 +207,7 @@ class MemoryDaemon:
         if snap:
             snap["daemon"] = dict(snap["daemon"], uptime_s=round(time.time() - self.started, 1))
             snap["conversation"] = self._conversation_status()
+            snap["storage"] = self.storage.snapshot()
         return snap
 
     def _conversation_status(self) -> dict:
@@ -210,21 +229,37 @@ class MemoryDaemon:
 
     def _add_agent(self, agent: Agent) -> AgentTracker:
         tracker = make_tracker(
-            self.config, agent, self.guard, self._record_path(agent.id), self.listeners, self.audit.record
+            self.config, agent, self.guard, self._record_path(agent.id), self.listeners, self.audit.record, self.storage
         )
         try:
-            if tracker.repo.ensure():
-                log.info("%s: initialised missing git repository in %s", agent.id, agent.workspace)
+            self.storage.attempt("git", lambda: self._ensure_repo(tracker), subject=agent.id, path=agent.workspace)
         except (git.GitCommandError, daily.RepoRefusedError, OSError) as exc:
             log.error("%s: git repository unusable (commits retried, shown in status): %s", agent.id, exc)
-        try:
-            if self.tokens.ensure(agent.id, agent.workspace):
-                log.info("%s: issued an API token (%s)", agent.id, agent.workspace / ".memstrata" / "token")
-        except safefs.UnsafePathError as exc:
-            tracker.refuse(exc.rel, f"{exc.why}; no API token written")
+        self._ensure_token(tracker)
         self.trackers[agent.id] = tracker
         log.info("watching agent %s at %s", agent.id, agent.workspace)
         return tracker
+
+    def _ensure_repo(self, tracker: AgentTracker) -> None:
+        if tracker.repo.ensure():
+            log.info("%s: initialised missing git repository in %s", tracker.id, tracker.workspace)
+
+    def _ensure_token(self, tracker: AgentTracker) -> None:
+        """The agent's token; a full disk leaves it without one until a retry writes it,
+        a symlink where it belongs leaves it without one for good (refused, shown)."""
+        agent = tracker.agent
+
+        def ensure() -> None:
+            try:
+                if self.tokens.ensure(agent.id, agent.workspace):
+                    log.info("%s: issued an API token (%s)", agent.id, agent.workspace / ".memstrata" / "token")
+            except safefs.UnsafePathError as exc:
+                tracker.refuse(exc.rel, f"{exc.why}; no API token written")
+
+        self.storage.attempt("tokens", ensure, subject=agent.id, path=agent.workspace / ".memstrata" / "token")
+
+    def _ensure_admin_token(self) -> None:
+        self.storage.attempt("tokens", self.tokens.ensure_admin, path=self.tokens.admin_path)
 
     def _watch_roots(self) -> list[Path]:
         paths = self.config.paths
@@ -242,7 +277,7 @@ class MemoryDaemon:
             )
         self._acquire_state_lock()
         paths.agents_dir.mkdir(parents=True, exist_ok=True)
-        self.tokens.ensure_admin()
+        self._ensure_admin_token()
         for agent in discover_agents(self.config):
             self._add_agent(agent)
         if self.config.conversation.enabled:
@@ -263,6 +298,7 @@ class MemoryDaemon:
                 self.config.vectors.batch_size,
                 on_change=self._request_publish,
                 yield_to=self._has_fresh_edits,
+                storage=self.storage,
             )
             self.embed_worker.start()
         self._reconcile_all()
@@ -282,6 +318,7 @@ class MemoryDaemon:
                 guard=lambda: self.guard,
                 embedder_ready=embedder.not_ready,
                 on_change=self._request_publish,
+                storage=self.storage,
             )
         except (OSError, ValueError, YamlFileError) as exc:
             raise DaemonError(f"conversation memory (L4) cannot start: {exc}") from exc
@@ -335,6 +372,8 @@ class MemoryDaemon:
             deadlines.append(self._last_publish + BURST_PUBLISH_S)
         if self.notifier.watchdog_interval:
             deadlines.append(self._next_ping)
+        if (retry := self.storage.next_retry(LOOP_PLACES)) is not None:
+            deadlines.append(retry)
         return max(0.0, min(min(deadlines) - now, 30.0))
 
     def _turn(self) -> None:
@@ -357,6 +396,7 @@ class MemoryDaemon:
             deadline = tracker.commit_deadline()
             if deadline is not None and deadline <= now:
                 tracker.commit(now)
+                self._note_commit(tracker)
                 changed = True
                 if self._inbox or self._debounce:
                     break  # fresh edits first: the other due commits follow in the next turns
@@ -367,6 +407,7 @@ class MemoryDaemon:
         if self.watcher and self.watcher.mode == "inotify" and not self.watcher.healthy():
             self._restart_watcher("an inotify watch failed")
             changed = True
+        self._retry_storage(now)
         self._unpublished |= bool(due or changed or self._publish_requested)
         # In a burst every settle is a turn: writing every record and the status each
         # time cost more than indexing.  They wait (briefly) until the burst has settled.
@@ -374,11 +415,46 @@ class MemoryDaemon:
             self._unpublished = self._publish_requested = False
             self._last_publish = now
             for tracker in self.trackers.values():
-                tracker.files.save()
+                tracker.files.save()  # a full disk is noted in self.storage and retried below
             self._publish()
         if self.notifier.watchdog_interval and now >= self._next_ping:
             self.notifier.watchdog()
             self._next_ping = now + self.notifier.watchdog_interval
+
+    def _note_commit(self, tracker: AgentTracker) -> None:
+        """Mirror a commit failure that is a full or read-only disk into the storage report."""
+        if tracker.last_error and is_storage_message(tracker.last_error):
+            # the tracker logged it and retries with its own back-off
+            self.storage.failed("git", tracker.last_error, subject=tracker.id, path=tracker.workspace, quiet=True)
+        else:  # committed, or failing for another reason (the agent's own error says which)
+            self.storage.succeeded("git", tracker.id)
+
+    def _retry_storage(self, now: float) -> None:
+        """Writes that a full disk refused, tried again when their back-off has passed."""
+        for place, subject in self.storage.due(LOOP_PLACES, now):
+            tracker = self.trackers.get(subject)
+            if subject and tracker is None:
+                self.storage.forget(subject)  # the agent went away
+                continue
+            if place == "records" and tracker is not None:
+                tracker.files.save()
+            elif place == "tokens" and tracker is not None:
+                self._ensure_token(tracker)
+            elif place == "tokens":
+                self._ensure_admin_token()
+            elif place == "index" and tracker is not None:
+                self.storage.attempt(
+                    "index",
+                    lambda t=tracker: self.indexer.open(t.agent, self._desired(t)),
+                    subject=subject,
+                    path=tracker.agent.index,
+                )
+            elif place == "git" and tracker is not None and not tracker.pending:
+                # a failed `git init` (a pending commit is retried by the tracker's own back-off)
+                self._reconcile(tracker)
+                if tracker.last_error is None and not tracker.pending:
+                    self.storage.succeeded("git", subject)
+            self.storage.postpone(place, subject, now)  # whatever did not clear waits for its back-off
 
     def call_in_loop(self, fn: Callable[[], object], timeout: float = 3600) -> object:
         """Run ``fn`` in the loop thread (the single writer) and return its result (API threads)."""
@@ -455,11 +531,19 @@ class MemoryDaemon:
     def _reconcile(self, tracker: AgentTracker) -> int:
         try:
             repaired = tracker.reconcile()
-        except Exception:
-            log.exception("%s: reconcile failed", tracker.id)
+        except Exception as exc:
+            if is_storage_error(exc):  # git init/archive on a full disk (the record reports itself)
+                self.storage.failed("git", exc, subject=tracker.id, path=tracker.workspace)
+            else:
+                log.exception("%s: reconcile failed", tracker.id)
             return 0
         try:
-            self.indexer.open(tracker.agent, self._desired(tracker))
+            self.storage.attempt(
+                "index",
+                lambda: self.indexer.open(tracker.agent, self._desired(tracker)),
+                subject=tracker.id,
+                path=tracker.agent.index,
+            )
         except Exception:
             log.exception("%s: index sync failed", tracker.id)
         return repaired
@@ -495,6 +579,7 @@ class MemoryDaemon:
                 log.warning("%s: workspace disappeared; no longer watching it", agent_id)
                 del self.trackers[agent_id]
                 self.indexer.forget(agent_id)
+                self.storage.forget(agent_id)
         repaired = sum(self._reconcile(t) for t in self.trackers.values())
         if repaired and self.last_reconcile["time"] is not None:
             log.info("reconcile repaired %d file(s) the watcher had missed", repaired)
@@ -645,6 +730,10 @@ class MemoryDaemon:
             raise RuntimeError(
                 f"the index of {agent_id} is being rebuilt from markdown ({exc}); retry shortly"
             ) from None
+        except (apsw.Error, OSError) as exc:
+            if not is_storage_error(exc):
+                raise
+            raise RuntimeError(f"the index of {agent_id} cannot be opened: the disk is full ({exc})") from None
         embed = self.embedder.embed_query if self.embedder is not None else None
         try:
             with index:
@@ -717,6 +806,8 @@ class MemoryDaemon:
             line += f", {held} held back"
         if self.watcher and self.watcher.mode == "polling":
             line += ", polling"
+        if self.storage.next_retry() is not None:
+            line += ", STORAGE FAILING"
         snapshot = {
             "daemon": {
                 "running": running,
@@ -739,6 +830,7 @@ class MemoryDaemon:
             "vectors": self._vectors_status(),
             "conversation": self._conversation_status(),
             "agents": reports,
+            "storage": self.storage.snapshot(),
         }
         with self._snapshot_lock:
             self._snapshot = snapshot

@@ -115,6 +115,19 @@ def _conversation_lines(c: dict) -> list[str]:
     return lines
 
 
+def _storage_lines(storage: dict | None) -> list[str]:
+    """Writes a full (or read-only) disk refuses, one line per place; they retry by themselves."""
+    lines = []
+    for p in (storage or {}).get("problems") or []:
+        who = f" for {p['agent']}" if p.get("agent") else ""
+        where = f" ({p['path']})" if p.get("path") else ""
+        lines.append(
+            f"STORAGE: writes failing: {p['place']}{who}{where}: {p['error']}; since {_clock(p.get('since'))}, "
+            f"{p.get('failures')} attempt(s), next retry in {p.get('retry_in_s', 0):g} s"
+        )
+    return lines
+
+
 def render(status: dict) -> str:
     d = status["daemon"]
     lines = []
@@ -127,6 +140,7 @@ def render(status: dict) -> str:
         seen = f"; last stopped {_clock(d['last_seen'])}" if d.get("last_seen") else ""
         lines.append(f"memstrata {d['version']}: daemon NOT running ({d['reason']}){seen}")
         lines.append("  (the report below is read from disk and git)")
+    lines.extend(_storage_lines(status.get("storage")))
     if d.get("config_error"):
         lines.append(f"configuration: {d['config_error']}")
     w, r, lim = status["watcher"], status["reconcile"], status["limits"]

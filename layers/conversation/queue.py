@@ -46,60 +46,98 @@ class WriteQueue:
     """A FIFO of pending writes in one SQLite file; safe to share between threads (one lock)."""
 
     def __init__(self, path: Path) -> None:
+        """Nothing is opened yet: a full disk at start must not stop the caller (see :meth:`open`)."""
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-        self._db = apsw.Connection(str(path))
-        self._db.setbusytimeout(5000)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(_SCHEMA)
-        path.chmod(0o600)  # queued memories may be private
+        self._db: apsw.Connection | None = None
         self._lock = threading.Lock()
+
+    @property
+    def opened(self) -> bool:
+        return self._db is not None
+
+    def open(self) -> None:
+        """Open (creating) the queue file; every other method does this on first use.
+
+        On failure (a full or read-only disk: ``apsw.FullError``, ``apsw.IOError``,
+        ``OSError``) nothing stays half-open and the next call tries again.
+        """
+        with self._lock:
+            self._connection()
+
+    def _connection(self) -> apsw.Connection:
+        if self._db is not None:
+            return self._db
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        db = apsw.Connection(str(self.path))
+        try:
+            db.setbusytimeout(5000)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute(_SCHEMA)
+            self.path.chmod(0o600)  # queued memories may be private
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+        return db
 
     def put(self, write_id: str, agent_id: str, request: dict) -> bool:
         """Store a write durably; False when ``write_id`` is already queued (a client retry)."""
-        with self._lock, self._db:
-            self._db.execute(
+        with self._lock, self._connection() as db:
+            db.execute(
                 "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at) VALUES (?, ?, ?, ?)",
                 (write_id, agent_id, json.dumps(request, ensure_ascii=False), time.time()),
             )
-            return self._db.changes() > 0
+            return db.changes() > 0
 
     def peek(self, limit: int = 100) -> list[QueuedWrite]:
         """The oldest ``limit`` writes, in the order they were made."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT seq, write_id, agent_id, request, enqueued_at, attempts, last_error FROM writes "
-                "ORDER BY seq LIMIT ?",
-                (limit,),
-            ).fetchall()
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT seq, write_id, agent_id, request, enqueued_at, attempts, last_error FROM writes "
+                    "ORDER BY seq LIMIT ?",
+                    (limit,),
+                )
+                .fetchall()
+            )
         return [QueuedWrite(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
 
     def done(self, write_id: str) -> None:
-        with self._lock, self._db:
-            self._db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
+        with self._lock, self._connection() as db:
+            db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
 
     def failed(self, write_id: str, error: str) -> None:
-        with self._lock, self._db:
-            self._db.execute(
+        with self._lock, self._connection() as db:
+            db.execute(
                 "UPDATE writes SET attempts = attempts + 1, last_error = ? WHERE write_id = ?", (error, write_id)
             )
 
+    def check_writable(self) -> None:
+        """One small real write (the file header's user_version): raises while the disk refuses writes."""
+        with self._lock, self._connection() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            db.execute(f"PRAGMA user_version = {(version + 1) % 1_000_000}")
+
     def contains(self, write_id: str) -> bool:
         with self._lock:
-            return self._db.execute("SELECT 1 FROM writes WHERE write_id = ?", (write_id,)).fetchone() is not None
+            row = self._connection().execute("SELECT 1 FROM writes WHERE write_id = ?", (write_id,)).fetchone()
+        return row is not None
 
     def depth(self) -> int:
         with self._lock:
-            return self._db.execute("SELECT count(*) FROM writes").fetchone()[0]
+            return self._connection().execute("SELECT count(*) FROM writes").fetchone()[0]
 
     def oldest_age_s(self, now: float | None = None) -> float | None:
         with self._lock:
-            oldest = self._db.execute("SELECT min(enqueued_at) FROM writes").fetchone()[0]
+            oldest = self._connection().execute("SELECT min(enqueued_at) FROM writes").fetchone()[0]
         if oldest is None:
             return None
         return round((time.time() if now is None else now) - oldest, 1)
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None

@@ -14,6 +14,7 @@ nothing about callers, tokens or the daemon.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -28,6 +29,7 @@ from typing import Protocol
 import numpy as np
 
 from layers.conversation.policy import Phase
+from layers.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -152,14 +154,17 @@ class ConversationStore:
         s = self.settings
         if s.backend == "embedded":
             path = s.data_dir / "qdrant"
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
+                path.mkdir(parents=True, exist_ok=True, mode=0o700)
+                _prepare_local_meta(path)
                 return QdrantClient(path=str(path))
             except RuntimeError as exc:  # qdrant local storage is single-process
                 raise StoreConfigError(
                     f"the embedded store at {path} is open in another process ({exc}); "
                     "only the daemon may open it: go through its API"
                 ) from None
+            except OSError as exc:  # a full or read-only disk: the store comes back when the disk does
+                raise StoreUnavailableError(f"connect: {describe_error(exc)}") from exc
         return QdrantClient(url=s.url, api_key=s.api_key, timeout=max(1, round(s.timeout_s)), check_compatibility=False)
 
     def _check_vector_size(self, client) -> None:
@@ -197,6 +202,8 @@ class ConversationStore:
             self.close()
             raise
         self._memory = memory
+        if self.settings.backend == "embedded":
+            _keep_local_meta(self.settings.data_dir / "qdrant")
         log.info("conversation store: %s collection %r ready", self.settings.backend, self.settings.collection)
 
     def _build_memory(self, client):
@@ -397,6 +404,70 @@ class ConversationStore:
         client = self._client_only()
         with _translate_errors("delete"):
             client.delete(self.settings.collection, points_selector=models.PointIdsList(points=ids), wait=True)
+
+
+META_FILE = "meta.json"  # qdrant-client local mode: the collections' configuration
+META_COPY = "meta.json.last-good"  # ours: the last meta.json that opened
+
+
+def _valid_meta(path: Path) -> bytes | None:
+    """The file's bytes when they are a meta.json qdrant-client can read, else None."""
+    try:
+        data = path.read_bytes()
+        meta = json.loads(data)
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(meta, dict) and isinstance(meta.get("collections"), dict) and isinstance(meta.get("aliases"), dict)
+    return data if ok else None
+
+
+def _prepare_local_meta(path: Path) -> None:
+    """Make sure qdrant-client finds a readable meta.json, or none at all.
+
+    qdrant-client writes the first meta.json in place: on a full disk that leaves
+    an empty file, and every later open fails on it for ever (JSONDecodeError).
+    So the first one is written here, atomically; an empty or damaged one is
+    replaced by the last copy that opened, or (when no collection was ever
+    stored) by an empty one.  A damaged file with data but no copy is refused
+    with a message instead of being guessed at.
+    """
+    meta = path / META_FILE
+    if not os.path.lexists(meta):
+        atomic_write(meta, json.dumps({"collections": {}, "aliases": {}}))
+        return
+    if _valid_meta(meta) is not None:
+        return
+    copy = _valid_meta(path / META_COPY)
+    if copy is not None:
+        log.warning("embedded store: %s was empty or damaged; restored the last copy that opened", meta)
+        atomic_write(meta, copy)
+        return
+    stored = [p.name for p in (path / "collection").glob("*") if p.is_dir()] if (path / "collection").is_dir() else []
+    if not stored:
+        log.warning("embedded store: %s was empty or damaged and no collection is stored; starting it afresh", meta)
+        atomic_write(meta, json.dumps({"collections": {}, "aliases": {}}))
+        return
+    raise StoreConfigError(
+        f"{meta} is empty or damaged and there is no earlier copy ({META_COPY}); the collections "
+        f"{', '.join(sorted(stored))} are still under {path / 'collection'}: restore meta.json from a backup "
+        "(`memstrata backup` archives hold it)"
+    )
+
+
+def _keep_local_meta(path: Path) -> None:
+    """Keep a copy of a meta.json that opened, for :func:`_prepare_local_meta` (best effort)."""
+    current = _valid_meta(path / META_FILE)
+    if current is None:
+        return
+    try:
+        if (path / META_COPY).read_bytes() == current:
+            return
+    except OSError:
+        pass
+    try:
+        atomic_write(path / META_COPY, current, mode=0o600)
+    except OSError as exc:
+        log.debug("embedded store: no copy of meta.json kept (%s)", exc)
 
 
 def _parse_cursor(cursor: str, phases: int) -> tuple[int, str | None]:

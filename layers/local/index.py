@@ -193,6 +193,10 @@ class LocalIndex:
         try:
             self.db = _connect(path, readonly, busy_timeout_ms)
             self._check()
+        except (apsw.FullError, apsw.ReadOnlyError, apsw.IOError):
+            with contextlib.suppress(Exception):
+                self.db.close()
+            raise  # a full or read-only disk is not damage: a rebuild would meet the same disk
         except apsw.Error as exc:
             with contextlib.suppress(Exception):
                 self.db.close()
