@@ -88,7 +88,7 @@ def acquire_state_lock(state: Path, holder: str = "memstrata daemon"):
 
 
 def guard_from(config: Config) -> SecretGuard:
-    return SecretGuard((p.name, p.pattern) for p in config.guard.never_store)
+    return SecretGuard(config.guard.never_store)
 
 
 def settings_from(config: Config) -> Settings:
