@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from layers.fsutil import atomic_write, resolves_inside
+from layers.fsutil import atomic_write, private_dirs, resolves_inside
 
 _HASH_BLOCK = 1024 * 1024
 
@@ -130,6 +130,7 @@ class FileState:
 
     def save(self) -> None:
         if self._dirty and self.path is not None:
+            private_dirs(self.path.parent)  # the record names every memory file (0600 in 0700)
             atomic_write(self.path, json.dumps({"version": 1, "files": self._files}, sort_keys=True))
             self._dirty = False
             self.fresh = False

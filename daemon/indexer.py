@@ -18,6 +18,7 @@ from pathlib import Path
 import apsw
 
 from daemon.filestate import Inspection
+from daemon.guard import SecretGuard
 from daemon.workspaces import MEMORY_FILES, Agent
 from layers import core, daily
 from layers.ids import MAIN_AGENT
@@ -71,11 +72,18 @@ class Indexer:
         main_workspace: Path,
         desired: Callable[[Agent], dict[str, str]],
         on_pending: Callable[[], None] = lambda: None,
+        guard: Callable[[], SecretGuard | None] = lambda: None,
+        withheld: Callable[[Agent], set[str]] = lambda agent: set(),
     ):
         self.identity = identity
         self.main_workspace = main_workspace
         self.desired = desired  # what an agent's index should hold, for rebuilds after damage
         self.on_pending = on_pending  # wakes the embedding worker
+        # The tracker decides which files hold secrets; the text is scanned once more right
+        # before it is stored (the file may have changed since), and files the tracker
+        # withholds are scrubbed, not merely deleted, when an index still has them.
+        self.guard = guard
+        self.withheld = withheld
         self.agents: dict[str, AgentIndex] = {}
 
     # ------------------------------------------------------------ lifecycle
@@ -107,9 +115,21 @@ class Indexer:
 
     def _documents(self, agent: Agent, desired: dict[str, str]) -> Iterator[Document]:
         for rel, sha in sorted(desired.items()):
-            doc = read_document(rel, self._source(agent, rel), sha)
+            doc = self._read(agent, rel, self._source(agent, rel), sha)
             if doc is not None:
                 yield doc
+
+    def _read(self, agent: Agent, rel: str, path: Path, sha256: str) -> Document | None:
+        """The file as a Document, or None when unreadable or when its text holds a secret."""
+        doc = read_document(rel, path, sha256)
+        return None if doc is None or self._holds_secret(agent, doc) else doc
+
+    def _holds_secret(self, agent: Agent, doc: Document) -> bool:
+        guard = self.guard()
+        if guard is not None and guard.contains_secret(doc.text):
+            log.warning("%s: %s holds a secret (never_store): not indexed", agent.id, doc.path)
+            return True
+        return False
 
     def _source(self, agent: Agent, rel: str) -> Path:
         base = self.main_workspace if rel.startswith(SHARED_PREFIX) else agent.workspace
@@ -194,6 +214,9 @@ class Indexer:
         doc = read_document(rel, path, inspection.sha256 or "")
         if doc is None:
             return
+        if self._holds_secret(agent, doc):  # changed since the tracker looked: nothing of it stays
+            self.file_withheld(agent, rel)
+            return
         for entry in self._targets(agent, rel):
             stats = self._apply(entry, rel, lambda index: index.update_document(doc))
             if stats is not None and stats.added:  # type: ignore[attr-defined]
@@ -204,6 +227,14 @@ class Indexer:
             return
         for entry in self._targets(agent, rel):
             self._apply(entry, rel, lambda index: index.remove_document(rel))
+
+    def file_withheld(self, agent: Agent, rel: str) -> None:
+        """``rel`` holds a secret: its chunks leave every index that has them, scrubbed."""
+        if not is_indexable(rel) or (rel.startswith(SHARED_PREFIX) and agent.id != MAIN_AGENT):
+            return
+        for entry in self._targets(agent, rel):
+            if self._apply(entry, rel, lambda index: index.scrub([rel])):
+                log.info("%s: removed %s from the index and scrubbed the file", entry.agent.id, rel)
 
     def sync(self, agent: Agent, desired: dict[str, str], progress=None) -> int:
         """Make the index hold exactly ``desired`` (rel → sha256); the same code as the edit flow.
@@ -221,21 +252,30 @@ class Indexer:
             self.repair(agent, f"the index file is damaged ({exc})")
             return len(desired)
         changed = 0
+        withheld = self.withheld(agent)
+        scrub: list[str] = []
         entry.progress = {"done": 0, "total": len(desired), "phase": "sync"}
         try:
             with index.bulk():
                 for done, (rel, sha) in enumerate(sorted(desired.items()), start=1):
                     if indexed.get(rel) != sha:
-                        doc = read_document(rel, self._source(agent, rel), sha)
+                        doc = self._read(agent, rel, self._source(agent, rel), sha)
                         if doc is not None:
                             index.update_document(doc)
                             changed += 1
+                        elif rel in indexed:
+                            scrub.append(rel)  # turned into a secret since it was indexed
                     entry.progress["done"] = done
                     if progress:
                         progress(done)
                 for rel in set(indexed) - set(desired):
-                    index.remove_document(rel)
+                    if rel in withheld:
+                        scrub.append(rel)
+                    else:
+                        index.remove_document(rel)
                     changed += 1
+            if scrub:
+                index.scrub(scrub)  # outside the bulk transaction: it checkpoints the WAL
         finally:
             entry.progress = {}
         if changed:

@@ -38,7 +38,7 @@ from daemon.config import Config, load_config
 from daemon.embedding import EmbedWorker, conversation_embedder, make_embedder
 from daemon.filestate import FileState
 from daemon.guard import SecretGuard
-from daemon.indexer import Indexer, desired_documents
+from daemon.indexer import SHARED_PREFIX, Indexer, desired_documents
 from daemon.notify import Notifier
 from daemon.tokens import TokenStore
 from daemon.tracker import AgentTracker, EditListener, Settings
@@ -47,7 +47,7 @@ from daemon.workspaces import Agent, is_memory_path, make_agent, spoke_id
 from daemon.workspaces import discover as discover_agents
 from layers import daily
 from layers.conversation.store import ConversationStore
-from layers.fsutil import atomic_write
+from layers.fsutil import PRIVATE_FILE, atomic_write, private_dirs, tighten
 from layers.ids import MAIN_AGENT
 from layers.local.index import Filters, Identity, IndexStale, LocalIndex
 from layers.local.search import search as search_index
@@ -70,7 +70,7 @@ def acquire_state_lock(state: Path, holder: str = "memstrata daemon"):
     One process at a time owns the state (and the embedded store in it): the
     daemon, or an offline command (reindex, cleanup, backup) while it is down.
     """
-    state.mkdir(parents=True, exist_ok=True, mode=0o750)
+    secure_state(state)
     lock = open(state / "memstrata.lock", "a+")  # noqa: SIM115 - the caller holds it
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -85,6 +85,18 @@ def acquire_state_lock(state: Path, holder: str = "memstrata daemon"):
     lock.write(f"{os.getpid()}\n")
     lock.flush()
     return lock
+
+
+def secure_state(state: Path) -> None:
+    """Tokens, per-agent records, the queue, the snapshot: the state directory is root's alone.
+
+    New directories are made 0700; what an older version left wider (0750/0755
+    directories, 0644 records and snapshot) is tightened here, at every start.
+    """
+    private_dirs(state)
+    private_dirs(state / "agents")
+    for record in (*(state / "agents").glob("*.json"), state / SNAPSHOT_FILE):
+        tighten(record, PRIVATE_FILE)
 
 
 def guard_from(config: Config) -> SecretGuard:
@@ -135,6 +147,8 @@ class MemoryDaemon:
             config.paths.workspace,
             desired=lambda agent: self._desired(self.trackers[agent.id]),
             on_pending=self._wake_embedder,
+            guard=lambda: self.guard,
+            withheld=lambda agent: self._withheld(agent.id),
         )
         self.embed_worker: EmbedWorker | None = None
         self.tokens = TokenStore(config.paths.state_dir)
@@ -432,8 +446,14 @@ class MemoryDaemon:
 
     def _desired(self, tracker: AgentTracker) -> dict[str, str]:
         main = self.trackers.get(MAIN_AGENT)
-        shared = main.files.items() if main else {}
+        shared = {r: s for r, s in main.files.items().items() if r not in main.not_indexed} if main else {}
         return desired_documents(tracker.files.items(), shared, set(tracker.not_indexed))
+
+    def _withheld(self, agent_id: str) -> set[str]:
+        """Files an agent's index must not hold because they contain a secret (the shared core's too)."""
+        tracker, main = self.trackers.get(agent_id), self.trackers.get(MAIN_AGENT)
+        own = set(tracker.withheld) if tracker else set()
+        return own | ({r for r in main.withheld if r.startswith(SHARED_PREFIX)} if main else set())
 
     def _index_paths(self) -> list[tuple[str, Path]]:
         return [(agent_id, t.agent.index) for agent_id, t in list(self.trackers.items())]

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import apsw
 
+from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS writes (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -47,13 +49,17 @@ class WriteQueue:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        # Queued memories may be private: a 0700 directory, and the file made 0600 before
+        # SQLite opens it, so the -wal/-shm it creates (with the file's mode) are 0600 too.
+        private_dirs(path.parent)
+        create_private_file(path)
+        tighten_sqlite(path)
         self._db = apsw.Connection(str(path))
         self._db.setbusytimeout(5000)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(_SCHEMA)
-        path.chmod(0o600)  # queued memories may be private
+        tighten_sqlite(path)  # side files an older version left 0644
         self._lock = threading.Lock()
 
     def put(self, write_id: str, agent_id: str, request: dict) -> bool:
