@@ -35,7 +35,7 @@ def open_root():
         yield root
     finally:
         subprocess.run(["userdel", USER], check=False)
-        shutil.rmtree(root, ignore_errors=True) if not os.environ.get("KEEP") else None
+        shutil.rmtree(root, ignore_errors=True)
         os.umask(old_umask)
 
 
