@@ -143,6 +143,57 @@ def authorize(daemon: DaemonApi, request: Request, agent: str | None) -> bool:
     return False
 
 
+# What a caller without the administrator's token sees of the daemon and of L4: health
+# and counts, never a path, a workspace, or another agent's files.
+_PUBLIC_DAEMON = ("running", "pid", "version", "started", "uptime_s", "summary", "stopped")
+_PUBLIC_CONVERSATION = (
+    "enabled",
+    "backend",
+    "collection",
+    "reachable",
+    "rtt_ms",
+    "breaker",
+    "last_error",
+    "error",
+    "queue",
+    "infer_default",
+)
+
+
+def scoped_status(snapshot: dict, caller: str | None) -> dict:
+    """The status a caller may see: everything for the administrator, its own entry for an
+    agent, daemon-level health and counts for anyone else (``GET /v1/status`` needs no token).
+    """
+    agents = snapshot.get("agents") or []
+    counts = {
+        "agents": len(agents),
+        "files": sum(a.get("files", 0) for a in agents),
+        "held_back": sum(len(a.get("held_back") or ()) for a in agents),
+        "pending_commits": sum(1 for a in agents if a.get("pending_commit")),
+        "agents_with_errors": sum(1 for a in agents if a.get("last_error") or (a.get("index") or {}).get("error")),
+    }
+    if caller == ADMIN:
+        return {**snapshot, "access": ADMIN, "counts": counts}
+    view: dict = {
+        "access": f"agent {caller}" if caller else "none",
+        "daemon": {k: v for k, v in (snapshot.get("daemon") or {}).items() if k in _PUBLIC_DAEMON},
+        "counts": counts,
+    }
+    for key in ("reconcile", "limits", "vectors"):
+        if key in snapshot:
+            view[key] = snapshot[key]
+    if "watcher" in snapshot:
+        view["watcher"] = {k: v for k, v in snapshot["watcher"].items() if k != "roots"}
+    conversation = snapshot.get("conversation")
+    if conversation is not None:
+        view["conversation"] = (
+            conversation if caller else {k: v for k, v in conversation.items() if k in _PUBLIC_CONVERSATION}
+        )
+    if caller:
+        view["agents"] = [a for a in agents if a.get("id") == caller]
+    return view
+
+
 def _conversation(daemon: DaemonApi) -> Broker:
     if daemon.broker is None:
         raise ApiError(503, "conversation memory is disabled (conversation.enabled: false)")
@@ -178,8 +229,13 @@ def _flag(value: object, default: bool | None = None) -> bool | None:
 def build_app(daemon: DaemonApi) -> Starlette:
     # Plain (sync) endpoints: Starlette runs them in its thread pool, so a slow
     # search or reindex never blocks the event loop.
-    def status(_request: Request) -> JSONResponse:
-        return JSONResponse(daemon.status())
+    def status(request: Request) -> JSONResponse:
+        token = _token_of(request)
+        caller = daemon.identify(token)
+        view = scoped_status(daemon.status(), caller)
+        if token and caller is None:
+            view["note"] = "the token presented belongs to no agent: showing daemon-level health only"
+        return JSONResponse(view)
 
     # Errors raised by the layers and the broker become HTTP statuses in one place
     # (the exception handlers below), so the endpoints read as the happy path.

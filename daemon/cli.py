@@ -23,7 +23,7 @@ from daemon.tokens import WORKSPACE_TOKEN, TokenStore
 from daemon.workspaces import UnknownAgentError, core_of, create_workspace, discover, get_agent
 from layers import daily
 from layers.conversation import registry as project_registry
-from layers.fsutil import atomic_write
+from layers.fsutil import atomic_write, private_dirs
 from layers.ids import MAIN_AGENT, InvalidIdError, check_id
 from layers.safefs import UnsafePathError
 from layers.yamlfile import YamlFileError
@@ -136,8 +136,9 @@ def init(ctx: click.Context, root: Path) -> None:
     agent, created = create_workspace(config, MAIN_AGENT)
     click.echo(f"{'created' if created else 'kept   '}  {agent.workspace} (main workspace, git)")
     _register(config, MAIN_AGENT, (), can_write_public=True)  # the hub curates cluster-wide memory
-    for directory in (config.paths.agents_dir, config.paths.state_dir, config.paths.socket.parent):
+    for directory in (config.paths.agents_dir, config.paths.socket.parent):
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+    private_dirs(config.paths.state_dir)
     tokens = TokenStore(config.paths.state_dir)
     tokens.ensure_admin()
     tokens.ensure(MAIN_AGENT, agent.workspace)
@@ -249,14 +250,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """Show the daemon and every agent: files, commits, held-back files, naming, watcher.
 
     Works when the daemon is down (reads disk and git, says so). Exit status: 0
-    when the daemon runs, 3 when it does not (as `systemctl status`).
+    when the daemon runs, 3 when it does not (as `systemctl status`). Every agent's
+    details need the administrator's token (root reads it from the state directory);
+    with $MEMSTRATA_TOKEN of an agent, that agent's; without a token, health only.
     """
-    from daemon.client import DaemonClient, DaemonUnavailableError
+    from daemon.client import DaemonUnavailableError, connect
     from daemon.status import offline_status, render
 
     config = config_of(ctx)
     try:
-        with DaemonClient(config.paths.socket, timeout=5) as client:
+        with connect(config, timeout=5) as client:
             data = client.status()
     except DaemonUnavailableError as exc:
         data = offline_status(config, str(exc))

@@ -243,7 +243,7 @@ def _wait_for_vectors(client, agent_id: str | None, stall_s: float = 120.0) -> N
         status = client.status()
         pending = sum(
             (a.get("index") or {}).get("pending_embeddings", 0)
-            for a in status["agents"]
+            for a in status.get("agents") or []
             if agent_id is None or a["id"] == agent_id
         )
         vectors = status.get("vectors") or {}

@@ -75,8 +75,16 @@ class CoreConfig(StrictModel):
 
 
 class SecretPattern(StrictModel):
+    """One never_store rule, gitleaks-style (see :mod:`daemon.guard`)."""
+
     name: str
     pattern: str
+    # The rule runs only on text containing one of these (case-insensitive): cheap, and
+    # it keeps broad expressions off text that cannot hold their secret.
+    keywords: list[str] = pydantic.Field(default_factory=list)
+    # Minimum Shannon entropy (bits/char) of the match, or of its ``secret`` group:
+    # what tells ``password: see the vault`` from a password assigned a random value.
+    min_entropy: float | None = pydantic.Field(None, ge=0, le=8)
 
     @pydantic.field_validator("pattern")
     @classmethod
@@ -88,16 +96,82 @@ class SecretPattern(StrictModel):
         return value
 
 
+# The default rules, after gitleaks' rule set (github.com/gitleaks/gitleaks, config/gitleaks.toml):
+# its provider rules for the credentials an agent workspace is likely to meet, plus
+# aws_secret_key and gitleaks' "generic-api-key" idea (a secret-ish key assigned a
+# high-entropy value, entropy >= 3.5) split into password / generic_secret, with the
+# Chinese key words of a bilingual cluster.  Generic values must mix letters and
+# digits and are never paths or ${VAR} references, which keeps prose and config
+# pointers (``api_key_env: LLM_API_KEY``) out.
+_V = r"[A-Za-z0-9_.=+~-]"  # characters of a generic secret value (no "/": paths are not secrets)
+_ASSIGN = r"""[\w.-]{0,20}['"]?\s{0,3}(?:=>|:=|=|:|：)\s{0,3}['"]?"""
 DEFAULT_NEVER_STORE: tuple[SecretPattern, ...] = tuple(
-    SecretPattern(name=n, pattern=p)
-    for n, p in (
-        ("api_key", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"),
-        ("aws_access_key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-        ("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
-        ("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
-        ("password", r"(?i)\b(?:password|passwd|pwd)\s*[=:]\s*\S+"),
-        ("private_key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"),
-        ("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    SecretPattern(name=n, pattern=p, keywords=list(k), min_entropy=e)
+    for n, p, k, e in (
+        ("api_key", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}", ("sk-",), None),
+        (
+            "aws_access_key",
+            r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b",
+            ("akia", "asia", "abia", "acca", "a3t"),
+            None,
+        ),
+        (
+            "aws_secret_key",
+            r"""(?i)aws_?secret_?(?:access_?)?key['"]?\s{0,3}(?:=>|:=|=|:)\s{0,3}['"]?"""
+            r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+            ("aws",),
+            3.0,
+        ),
+        (
+            "github_token",
+            r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
+            ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+            None,
+        ),
+        ("gitlab_token", r"\bglpat-[A-Za-z0-9_-]{20,}", ("glpat-",), None),
+        ("slack_token", r"\bxox[abposre]-[A-Za-z0-9-]{10,}", ("xox",), None),
+        (
+            "slack_webhook",
+            r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/]{20,}",
+            ("hooks.slack.com",),
+            None,
+        ),
+        ("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}", ("aiza",), None),
+        (
+            "stripe_key",
+            r"\b(?:sk|rk)_(?:test|live|prod)_[A-Za-z0-9]{10,}",
+            ("sk_test", "sk_live", "sk_prod", "rk_test", "rk_live", "rk_prod"),
+            None,
+        ),
+        ("alibaba_access_key", r"\bLTAI[A-Za-z0-9]{12,20}\b", ("ltai",), 3.0),
+        ("huggingface_token", r"\bhf_[A-Za-z]{34}\b", ("hf_",), None),
+        ("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b", ("npm_",), None),
+        ("sendgrid_key", r"\bSG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}\b", ("sg.",), None),
+        ("azure_storage_key", r"(?i)AccountKey=(?P<secret>[A-Za-z0-9+/]{80,100}={0,2})", ("accountkey",), None),
+        ("private_key", r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----", ("-----begin",), None),
+        ("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", ("eyj",), None),
+        (
+            "password",
+            r"(?i)(?:passw(?:or)?d|\bpwd|passphrase|密码|口令)" + _ASSIGN + r"(?P<secret>(?![/~<{$])"
+            r"""(?=[^\s'"]*\d)[^\s'"，。；]{8,})""",
+            ("passw", "pwd", "passphrase", "密码", "口令"),
+            3.0,
+        ),
+        (
+            "generic_secret",
+            r"(?i)(?:secret|token|api[_-]?key|apikey|access[_-]?key|auth[_-]?key|credentials?|密钥|令牌)"
+            + _ASSIGN
+            + rf"(?P<secret>(?={_V}*\d)(?={_V}*[A-Za-z]){_V}{{16,}})(?![A-Za-z0-9_.=+~/-])",
+            ("secret", "token", "key", "credential", "密钥", "令牌"),
+            3.5,
+        ),
+        ("bearer_token", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/-]{20,}=*)", ("bearer",), 3.5),
+        (
+            "url_credentials",
+            r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/@]{1,64}:(?P<secret>[^\s:/@]{3,128})@[^\s/@]",
+            ("://",),
+            3.0,
+        ),
     )
 )
 
@@ -372,12 +446,21 @@ def load_config(path: Path | None = None) -> Config:
     return parse_config(text, path)
 
 
+def _pattern_yaml(p: SecretPattern) -> str:
+    """One rule as the demo configuration spells it out."""
+    pattern = yaml.safe_dump(p.pattern, default_style=chr(39), allow_unicode=True, width=1 << 16).strip()
+    lines = [f"    - name: {p.name}", f"      pattern: {pattern}"]
+    if p.keywords:
+        keywords = yaml.safe_dump(p.keywords, default_flow_style=True, allow_unicode=True, width=1 << 16).strip()
+        lines.append(f"      keywords: {keywords}")
+    if p.min_entropy is not None:
+        lines.append(f"      min_entropy: {p.min_entropy:g}")
+    return "\n".join(lines)
+
+
 def demo_config_text(root: Path) -> str:
     """The file ``memstrata init --root DIR`` writes: every path under DIR, defaults spelled out."""
-    patterns = "\n".join(
-        f"    - name: {p.name}\n      pattern: {yaml.safe_dump(p.pattern, default_style=chr(39)).strip()}"
-        for p in DEFAULT_NEVER_STORE
-    )
+    patterns = "\n".join(_pattern_yaml(p) for p in DEFAULT_NEVER_STORE)
     return f"""\
 # memstrata configuration (written by `memstrata init --root {root}`).
 # Relative paths are relative to this file. Secrets never go here: name an
@@ -411,7 +494,7 @@ core:
   budget_tokens: 6000
 
 guard:
-  never_store:             # files matching any of these are held back from git commits
+  never_store:             # files matching any of these are held back from git commits and not indexed
 {patterns}
 
 vectors:                   # L3 local vectors, loaded on demand

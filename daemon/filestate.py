@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.storage import StorageHealth, is_storage_error
-from layers.fsutil import atomic_write, resolves_inside
+from layers.fsutil import atomic_write, private_dirs, resolves_inside
 
 _HASH_BLOCK = 1024 * 1024
 
@@ -143,6 +143,7 @@ class FileState:
         """Write the record when it changed; False when the disk refused (it stays pending)."""
         if self._dirty and self.path is not None:
             try:
+                private_dirs(self.path.parent)  # the record names every memory file (0600 in 0700)
                 atomic_write(self.path, json.dumps({"version": 1, "files": self._files}, sort_keys=True))
             except OSError as exc:
                 if self.storage is None or not is_storage_error(exc):

@@ -16,6 +16,7 @@ an update is never dropped.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from pathlib import Path
 import apsw
 
 from daemon.filestate import Inspection
+from daemon.guard import SecretGuard
 from daemon.storage import StorageHealth, is_storage_error
 from daemon.workspaces import MEMORY_FILES, Agent
 from layers import core, daily
@@ -77,6 +79,7 @@ class AgentIndex:
     error: str | None = None
     progress: dict = field(default_factory=dict)
     queue: dict[str, Document | None] = field(default_factory=dict)  # rel → new content, None: remove
+    scrub: set[str] = field(default_factory=set)  # files that turned out to hold a secret: scrubbed first
     failures: int = 0  # consecutive failed flushes
     retry_at: float | None = None  # monotonic time of the next flush after a failure
 
@@ -91,12 +94,19 @@ class Indexer:
         desired: Callable[[Agent], dict[str, str]],
         on_pending: Callable[[], None] = lambda: None,
         storage: StorageHealth | None = None,
+        guard: Callable[[], SecretGuard | None] = lambda: None,
+        withheld: Callable[[Agent], set[str]] = lambda agent: set(),
     ):
         self.identity = identity
         self.storage = storage  # a full disk is noted there and retried by a later sync
         self.main_workspace = main_workspace
         self.desired = desired  # what an agent's index should hold, for rebuilds after damage
         self.on_pending = on_pending  # wakes the embedding worker
+        # The tracker decides which files hold secrets; the text is scanned once more right
+        # before it is stored (the file may have changed since), and files the tracker
+        # withholds are scrubbed, not merely deleted, when an index still has them.
+        self.guard = guard
+        self.withheld = withheld
         self.agents: dict[str, AgentIndex] = {}
 
     # ------------------------------------------------------------ lifecycle
@@ -131,9 +141,29 @@ class Indexer:
 
     def _documents(self, agent: Agent, desired: dict[str, str]) -> Iterator[Document]:
         for rel, sha in sorted(desired.items()):
-            doc = read_document(rel, self._source(agent, rel), sha)
+            doc = self._read(agent, rel, self._source(agent, rel), sha)
             if doc is not None:
                 yield doc
+
+    def _read(self, agent: Agent, rel: str, path: Path, sha256: str) -> Document | None:
+        """The file as a Document, or None when unreadable or when its text holds a secret."""
+        doc = read_document(rel, path, sha256)
+        return None if doc is None or self._holds_secret(agent, doc) else doc
+
+    def _holds_secret(self, agent: Agent, doc: Document) -> bool:
+        """True when the text about to be stored matches never_store.
+
+        The tracker scanned the content whose checksum it recorded; text that hashes to
+        that checksum is what it scanned (the check costs 5% of a scan), anything else
+        changed on disk since and is scanned here, before a byte of it is stored.
+        """
+        guard = self.guard()
+        if guard is None or hashlib.sha256(doc.text.encode("utf-8")).hexdigest() == doc.sha256:
+            return False
+        if guard.contains_secret(doc.text):
+            log.warning("%s: %s holds a secret (never_store): not indexed", agent.id, doc.path)
+            return True
+        return False
 
     def _source(self, agent: Agent, rel: str) -> Path:
         base = self.main_workspace if rel.startswith(SHARED_PREFIX) else agent.workspace
@@ -210,6 +240,9 @@ class Indexer:
         doc = read_document(rel, path, inspection.sha256 or "")
         if doc is None:
             return
+        if self._holds_secret(agent, doc):  # changed since the tracker looked: nothing of it stays
+            self.file_withheld(agent, rel)
+            return
         for entry in self._targets(agent, rel):
             entry.queue[rel] = doc
 
@@ -221,11 +254,15 @@ class Indexer:
 
     def queued(self) -> int:
         """Updates waiting to be written, over every agent."""
-        return sum(len(e.queue) for e in self.agents.values())
+        return sum(len(e.queue) + len(e.scrub) for e in self.agents.values())
 
     def retry_deadline(self) -> float | None:
         """When the loop must call :meth:`flush` again for a queue that failed (None: no such queue)."""
-        due = [e.retry_at for e in self.agents.values() if e.queue and e.index is not None and e.retry_at is not None]
+        due = [
+            e.retry_at
+            for e in self.agents.values()
+            if (e.queue or e.scrub) and e.index is not None and e.retry_at is not None
+        ]
         return min(due) if due else None
 
     def flush(self, now: float | None = None) -> int:
@@ -237,7 +274,9 @@ class Indexer:
         now = time.monotonic() if now is None else now
         written = 0
         for entry in list(self.agents.values()):
-            if not entry.queue or entry.index is None or (entry.retry_at is not None and now < entry.retry_at):
+            if not (entry.queue or entry.scrub) or entry.index is None:
+                continue
+            if entry.retry_at is not None and now < entry.retry_at:
                 continue
             written += self._flush_one(entry)
         return written
@@ -246,8 +285,12 @@ class Indexer:
         index = entry.index
         assert index is not None
         batch = dict(entry.queue)
+        scrub = set(entry.scrub)
         added = 0
         try:
+            if scrub and index.scrub([shown(rel) for rel in sorted(scrub)]):
+                log.info("%s: removed %d file(s) holding a secret from the index, scrubbed", entry.agent.id, len(scrub))
+            entry.scrub -= scrub
             with index.bulk():
                 for rel, doc in batch.items():
                     try:
@@ -302,6 +345,14 @@ class Indexer:
         entry.queue.clear()
         entry.failures, entry.retry_at = 0, None
 
+    def file_withheld(self, agent: Agent, rel: str) -> None:
+        """``rel`` holds a secret: its chunks leave every index that has them, scrubbed (at the next flush)."""
+        if not is_indexable(rel) or (rel.startswith(SHARED_PREFIX) and agent.id != MAIN_AGENT):
+            return
+        for entry in self._targets(agent, rel):
+            entry.queue.pop(rel, None)  # content queued before the secret appeared is never written
+            entry.scrub.add(rel)
+
     def sync(self, agent: Agent, desired: dict[str, str], progress=None) -> int:
         """Make the index hold exactly ``desired`` (rel → sha256); the same code as the edit flow.
 
@@ -318,6 +369,8 @@ class Indexer:
             self.repair(agent, f"the index file is damaged ({exc})")
             return len(desired)
         changed = 0
+        withheld = {shown(rel) for rel in self.withheld(agent)}
+        scrub: list[str] = []
         entry.progress = {"done": 0, "total": len(desired), "phase": "sync"}
         keyed = {shown(rel): rel for rel in desired}  # the index's name of each file → its name on disk
         try:
@@ -325,16 +378,23 @@ class Indexer:
                 for done, (key, rel) in enumerate(sorted(keyed.items()), start=1):
                     sha = desired[rel]
                     if indexed.get(key) != sha:
-                        doc = read_document(rel, self._source(agent, rel), sha)
+                        doc = self._read(agent, rel, self._source(agent, rel), sha)
                         if doc is not None:
                             index.update_document(doc)
                             changed += 1
+                        elif rel in indexed:
+                            scrub.append(rel)  # turned into a secret since it was indexed
                     entry.progress["done"] = done
                     if progress:
                         progress(done)
                 for key in set(indexed) - set(keyed):
-                    index.remove_document(key)
+                    if key in withheld:
+                        scrub.append(key)
+                    else:
+                        index.remove_document(key)
                     changed += 1
+            if scrub:
+                index.scrub(scrub)  # outside the bulk transaction: it checkpoints the WAL
         finally:
             entry.progress = {}
         self._settled(entry)

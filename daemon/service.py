@@ -40,7 +40,7 @@ from daemon.config import Config, load_config
 from daemon.embedding import EmbedWorker, conversation_embedder, make_embedder
 from daemon.filestate import FileState
 from daemon.guard import SecretGuard
-from daemon.indexer import Indexer, desired_documents
+from daemon.indexer import SHARED_PREFIX, Indexer, desired_documents
 from daemon.notify import Notifier
 from daemon.storage import StorageHealth, is_storage_error, is_storage_message
 from daemon.tokens import TokenStore
@@ -50,7 +50,7 @@ from daemon.workspaces import Agent, is_memory_path, make_agent, spoke_id
 from daemon.workspaces import discover as discover_agents
 from layers import daily, safefs
 from layers.conversation.store import ConversationStore
-from layers.fsutil import atomic_write
+from layers.fsutil import PRIVATE_FILE, atomic_write, private_dirs, tighten
 from layers.ids import MAIN_AGENT
 from layers.local.index import Filters, Identity, IndexStale, LocalIndex
 from layers.local.search import search as search_index
@@ -74,7 +74,7 @@ def acquire_state_lock(state: Path, holder: str = "memstrata daemon"):
     One process at a time owns the state (and the embedded store in it): the
     daemon, or an offline command (reindex, cleanup, backup) while it is down.
     """
-    state.mkdir(parents=True, exist_ok=True, mode=0o750)
+    secure_state(state)
     lock = open(state / "memstrata.lock", "a+")  # noqa: SIM115 - the caller holds it
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -96,8 +96,20 @@ def acquire_state_lock(state: Path, holder: str = "memstrata daemon"):
     return lock
 
 
+def secure_state(state: Path) -> None:
+    """Tokens, per-agent records, the queue, the snapshot: the state directory is root's alone.
+
+    New directories are made 0700; what an older version left wider (0750/0755
+    directories, 0644 records and snapshot) is tightened here, at every start.
+    """
+    private_dirs(state)
+    private_dirs(state / "agents")
+    for record in (*(state / "agents").glob("*.json"), state / SNAPSHOT_FILE):
+        tighten(record, PRIVATE_FILE)
+
+
 def guard_from(config: Config) -> SecretGuard:
-    return SecretGuard((p.name, p.pattern) for p in config.guard.never_store)
+    return SecretGuard(config.guard.never_store)
 
 
 def settings_from(config: Config) -> Settings:
@@ -158,6 +170,8 @@ class MemoryDaemon:
             desired=lambda agent: self._desired(self.trackers[agent.id]),
             on_pending=self._wake_embedder,
             storage=self.storage,
+            guard=lambda: self.guard,
+            withheld=lambda agent: self._withheld(agent.id),
         )
         self.embed_worker: EmbedWorker | None = None
         self.tokens = TokenStore(config.paths.state_dir)
@@ -550,8 +564,14 @@ class MemoryDaemon:
 
     def _desired(self, tracker: AgentTracker) -> dict[str, str]:
         main = self.trackers.get(MAIN_AGENT)
-        shared = main.files.items() if main else {}
+        shared = {r: s for r, s in main.files.items().items() if r not in main.not_indexed} if main else {}
         return desired_documents(tracker.files.items(), shared, set(tracker.not_indexed))
+
+    def _withheld(self, agent_id: str) -> set[str]:
+        """Files an agent's index must not hold because they contain a secret (the shared core's too)."""
+        tracker, main = self.trackers.get(agent_id), self.trackers.get(MAIN_AGENT)
+        own = set(tracker.withheld) if tracker else set()
+        return own | ({r for r in main.withheld if r.startswith(SHARED_PREFIX)} if main else set())
 
     def _index_paths(self) -> list[tuple[str, Path]]:
         return [(agent_id, t.agent.index) for agent_id, t in list(self.trackers.items())]

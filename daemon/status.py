@@ -133,8 +133,8 @@ def render(status: dict) -> str:
     lines = []
     if d["running"]:
         lines.append(
-            f"memstrata {d['version']}: daemon running (pid {d['pid']}, up {_duration(d.get('uptime_s', 0))}) "
-            f"on {d['socket']}"
+            f"memstrata {d['version']}: daemon running (pid {d['pid']}, up {_duration(d.get('uptime_s', 0))})"
+            + (f" on {d['socket']}" if d.get("socket") else "")
         )
     else:
         seen = f"; last stopped {_clock(d['last_seen'])}" if d.get("last_seen") else ""
@@ -143,7 +143,7 @@ def render(status: dict) -> str:
     lines.extend(_storage_lines(status.get("storage")))
     if d.get("config_error"):
         lines.append(f"configuration: {d['config_error']}")
-    w, r, lim = status["watcher"], status["reconcile"], status["limits"]
+    w, r, lim = status["watcher"], status.get("reconcile") or {}, status["limits"]
     watcher = w["mode"] + (f" — {w['reason']}" if w.get("reason") else "")
     recon = f"{_clock(r.get('time'))}"
     if r.get("time") and r.get("repaired") is not None:
@@ -168,6 +168,13 @@ def render(status: dict) -> str:
     elif v.get("backend"):
         lines.append(f"vectors: {v['backend']}" + (f" ({v.get('model_id')})" if v.get("model_id") else ""))
     lines.extend(_conversation_lines(status.get("conversation") or {}))
+    if "agents" not in status:  # the daemon shows per-agent details only to a token holder
+        c = status.get("counts") or {}
+        lines.append(
+            f"\n{c.get('agents', 0)} agents, {c.get('files', 0)} files, {c.get('held_back', 0)} held back; "
+            "per-agent details need a token (run as root, or set $MEMSTRATA_TOKEN to an agent's token)"
+        )
+        return "\n".join(lines) + "\n"
     if not status["agents"]:
         lines.append("\nno agents: run `memstrata init --root DIR` or `memstrata agent add ID`")
     for a in status["agents"]:

@@ -40,6 +40,9 @@ class EditListener(Protocol):
 
     def file_removed(self, agent: Agent, rel: str) -> None: ...
 
+    def file_withheld(self, agent: Agent, rel: str) -> None:
+        """The file holds a secret: forget it and make sure no byte of it stays behind."""
+
 
 @dataclass
 class Settings:
@@ -49,6 +52,9 @@ class Settings:
     quiet_period_s: float
     max_delay_s: float
     archive_after_days: int | None = None
+
+
+WITHHELD = "holds a secret (never_store): held back from git and not indexed"
 
 
 def list_memory_files(workspace: Path) -> list[str]:
@@ -95,6 +101,10 @@ class AgentTracker:
     #: Paths where the daemon expected a file or directory of its own and found a symlink.
     refused: dict[str, str] = field(default_factory=dict)
     _archive_refused: set[str] = field(default_factory=set)
+    #: Files whose content matches never_store: never indexed (decided here, as each file is
+    #: processed, not only at commit time), with the guard and checksum that decided it.
+    withheld: dict[str, list[Finding]] = field(default_factory=dict)
+    _verdicts: dict[str, tuple[str, SecretGuard, list[Finding]]] = field(default_factory=dict, repr=False)
 
     @property
     def id(self) -> str:
@@ -123,6 +133,7 @@ class AgentTracker:
                 log.warning("%s: ignoring %s: %s", self.id, rel, inspection.skip)
             self.skipped[rel] = inspection.skip
             self.not_indexed.pop(rel, None)
+            self.withheld.pop(rel, None)
             if previous is not None:
                 self.files.remove(rel)
                 self._notify_removed(rel)
@@ -132,27 +143,58 @@ class AgentTracker:
         if not inspection.exists:
             self.not_indexed.pop(rel, None)
             self.held_back.pop(rel, None)
+            self.withheld.pop(rel, None)
+            self._verdicts.pop(rel, None)
             self.mark_dirty()
             if previous is None:
                 return False
             self.files.remove(rel)
             self._notify_removed(rel)
             return True
-        if inspection.index_skip:
-            self.not_indexed[rel] = inspection.index_skip
-        else:
-            self.not_indexed.pop(rel, None)
-        if inspection.sha256 == previous:
-            return False
         assert inspection.sha256 is not None
+        was_withheld = rel in self.withheld
+        secrets = self._secrets_in(rel, inspection)
+        if secrets:
+            if not was_withheld:
+                log.warning("%s: %s holds a secret (%s): not indexed", self.id, rel, "; ".join(map(str, secrets)))
+            self.withheld[rel] = secrets
+            self.not_indexed[rel] = WITHHELD
+        else:
+            self.withheld.pop(rel, None)
+            if inspection.index_skip:
+                self.not_indexed[rel] = inspection.index_skip
+            else:
+                self.not_indexed.pop(rel, None)
+        changed = inspection.sha256 != previous
+        if not changed and bool(secrets) == was_withheld:
+            return False  # a new guard (reload) may change the verdict of an unchanged file
         self.files.set(rel, inspection.sha256)
-        self.mark_dirty()
+        if changed:
+            self.mark_dirty()
         for listener in self.listeners:
             try:
-                listener.file_changed(self.agent, rel, self.workspace / rel, inspection)
+                if secrets:
+                    listener.file_withheld(self.agent, rel)
+                else:
+                    listener.file_changed(self.agent, rel, self.workspace / rel, inspection)
             except Exception:
                 log.exception("%s: listener failed on %s", self.id, rel)
         return True
+
+    def _secrets_in(self, rel: str, inspection: Inspection) -> list[Finding]:
+        """never_store findings in a file that would be indexed; cached per checksum and guard."""
+        if inspection.index_skip:
+            self._verdicts.pop(rel, None)
+            return []  # never indexed; the commit-time scan still holds it back from git
+        cached = self._verdicts.get(rel)
+        if cached is not None and cached[0] == inspection.sha256 and cached[1] is self.guard:
+            return cached[2]
+        try:
+            findings = self.guard.scan_file(self.workspace / rel)
+        except OSError:
+            findings = []  # vanished meanwhile: the next event removes it
+        self._verdicts[rel] = (inspection.sha256 or "", self.guard, findings)
+        return findings
 
     def _update_naming(self, rel: str, exists: bool) -> None:
         if not rel.startswith(daily.MEMORY_DIR + "/"):

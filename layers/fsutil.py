@@ -40,3 +40,53 @@ def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> None
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def private_dirs(path: Path) -> None:
+    """Create ``path`` and any missing parents 0700; tighten ``path`` itself when it is ours.
+
+    Only the directory that holds our files is tightened: parents that already
+    exist (a person's home, an OpenClaw tree) are left as they are.
+    """
+    missing = []
+    for candidate in (path, *path.parents):
+        if os.path.isdir(candidate):
+            break
+        missing.append(candidate)
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, PRIVATE_DIR)
+        os.chmod(directory, PRIVATE_DIR)  # mkdir's mode is cut by the umask, never widened
+    tighten(path, PRIVATE_DIR)
+
+
+def tighten(path: Path | str, mode: int) -> None:
+    """Drop permission bits beyond ``mode`` from a file or directory this process owns (not a symlink)."""
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(path)
+        if st.st_uid == os.geteuid() and not os.path.islink(path) and st.st_mode & 0o777 & ~mode:
+            os.chmod(path, st.st_mode & 0o777 & mode)
+
+
+def create_private_file(path: Path) -> None:
+    """Make sure ``path`` exists as a 0600 file before a library (SQLite) creates it wider.
+
+    SQLite creates a database 0644 and gives its -wal/-shm/-journal the database's
+    mode, so a file that starts 0600 keeps every side file 0600 from the first byte.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def tighten_sqlite(path: Path) -> None:
+    """A database of ours and its side files to 0600 (an index or queue made by an older version)."""
+    for name in (str(path), *(f"{path}{s}" for s in SQLITE_SIDECARS)):
+        tighten(name, PRIVATE_FILE)

@@ -82,6 +82,9 @@ class DaemonProcess:
         self.socket = Path(data["paths"]["socket"].replace("{root}", str(root)))
         if not self.socket.is_absolute():
             self.socket = root / self.socket
+        self.state_dir = Path(data["paths"]["state_dir"].replace("{root}", str(root)))
+        if not self.state_dir.is_absolute():
+            self.state_dir = root / self.state_dir
         self.log_path = config.parent / f"daemon-{time.monotonic_ns()}.log"
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
@@ -103,8 +106,15 @@ class DaemonProcess:
         except DaemonUnavailableError:
             return False
 
-    def status(self) -> dict:
-        with DaemonClient(self.socket, timeout=10) as client:
+    def admin_token(self) -> str | None:
+        from daemon.tokens import ADMIN_TOKEN_FILE, read_token
+
+        return read_token(self.state_dir / ADMIN_TOKEN_FILE)
+
+    def status(self, token: str | None = "admin") -> dict:
+        """``GET /v1/status`` with the administrator's token (the full report), or ``token`` (None: none)."""
+        token = self.admin_token() if token == "admin" else token
+        with DaemonClient(self.socket, timeout=10, token=token) as client:
             return client.status()
 
     def agent(self, agent_id: str) -> dict:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import apsw
 
+from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS writes (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -67,14 +69,18 @@ class WriteQueue:
     def _connection(self) -> apsw.Connection:
         if self._db is not None:
             return self._db
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        # Queued memories may be private: a 0700 directory, and the file made 0600 before
+        # SQLite opens it, so the -wal/-shm it creates (with the file's mode) are 0600 too.
+        private_dirs(self.path.parent)
+        create_private_file(self.path)
+        tighten_sqlite(self.path)
         db = apsw.Connection(str(self.path))
         try:
             db.setbusytimeout(5000)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.execute(_SCHEMA)
-            self.path.chmod(0o600)  # queued memories may be private
+            tighten_sqlite(self.path)  # side files an older version left 0644
         except BaseException:
             db.close()
             raise

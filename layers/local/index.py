@@ -26,6 +26,7 @@ from pathlib import Path
 import apsw
 import numpy as np
 
+from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
 from layers.local.chunker import CHUNKER_VERSION, chunk_markdown
 from layers.local.query import Query
 from layers.local.tokenizer import TOKENIZER_VERSION, token_string
@@ -187,7 +188,10 @@ class LocalIndex:
         self.identity = identity
         self.readonly = readonly
         if not readonly:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # The index holds the agent's memory as text: 0600 files in 0700 directories,
+            # from the first byte (SQLite gives -wal/-shm the database file's mode).
+            private_dirs(path.parent)
+            create_private_file(path)
         elif not path.exists():
             raise FileNotFoundError(f"no index at {path}")
         try:
@@ -201,6 +205,8 @@ class LocalIndex:
             with contextlib.suppress(Exception):
                 self.db.close()
             raise IndexStale(f"{path} is damaged ({exc.__class__.__name__}: {exc})") from exc
+        if not readonly:
+            tighten_sqlite(path)  # ours (checked above): an index of an older version was 0644
 
     def _check(self) -> None:
         db = self.db
@@ -338,6 +344,47 @@ class LocalIndex:
             self._delete_chunks(ids)
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
         return len(ids)
+
+    def scrub(self, paths: Iterable[str]) -> int:
+        """Remove files that turned out to hold a secret so that no byte of it stays on disk.
+
+        A plain delete leaves the text in freed page space, in FTS5 segments (a
+        contentless delete only records a tombstone) and in the WAL.  Here the
+        deletes run with ``secure_delete`` (freed space is zeroed), FTS5 merges
+        every segment into one (tombstoned terms are dropped), cached vectors of
+        the removed chunks go, and the WAL is checkpointed and truncated.
+        Returns the chunks removed.
+        """
+        db = self.db
+        paths = [p for p in paths if db.execute("SELECT 1 FROM chunks WHERE path = ? LIMIT 1", (p,)).fetchone()]
+        if not paths:
+            return 0  # nothing of it was ever stored here
+        db.execute("PRAGMA secure_delete=ON")
+        try:
+            with self.bulk():
+                removed = 0
+                hashes: set[str] = set()
+                for path in paths:
+                    hashes.update(r[0] for r in db.execute("SELECT hash FROM chunks WHERE path = ?", (path,)))
+                    removed += self.remove_document(path)
+                db.executemany(
+                    "DELETE FROM vectors WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)",
+                    [(h, h) for h in hashes],
+                )
+                db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('optimize')")
+        finally:
+            db.execute("PRAGMA secure_delete=OFF")
+        self.checkpoint()
+        return removed
+
+    def checkpoint(self, attempts: int = 5) -> bool:
+        """Copy the WAL into the file and truncate it to zero bytes; False while readers keep it."""
+        for attempt in range(attempts):
+            busy, _log, _done = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return True
+            time.sleep(0.05 * (attempt + 1))
+        return False
 
     def _delete_chunks(self, ids: list[int]) -> None:
         db = self.db
@@ -504,7 +551,7 @@ def rebuild(
     are carried over when it is readable, so a rebuild does not re-embed.
     """
     started = time.monotonic()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
     staging = path.with_name(path.name + ".rebuild")
     with contextlib.suppress(FileNotFoundError):
         staging.unlink()

@@ -390,7 +390,8 @@ class Mem0Client:
     # ------------------------------------------------------------ the API
 
     def status(self) -> dict:
-        """The daemon's status (needs no token): is the shared store reachable, how deep is the queue."""
+        """The daemon's status: is the shared store reachable, how deep is the queue (no token
+        needed), and, with this agent's token, its own workspace (never another agent's)."""
         return self.request("GET", "/v1/status")
 
     def search(self, query: str, limit: int = 10, fallback: bool = True) -> dict:
