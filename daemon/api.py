@@ -146,6 +146,7 @@ def authorize(daemon: DaemonApi, request: Request, agent: str | None) -> bool:
 # What a caller without the administrator's token sees of the daemon and of L4: health
 # and counts, never a path, a workspace, or another agent's files.
 _PUBLIC_DAEMON = ("running", "pid", "version", "started", "uptime_s", "summary", "stopped")
+_PUBLIC_STORAGE = ("place", "since", "failures", "retry_in_s")  # no agent, path or error text
 _PUBLIC_CONVERSATION = (
     "enabled",
     "backend",
@@ -189,6 +190,15 @@ def scoped_status(snapshot: dict, caller: str | None) -> dict:
         view["conversation"] = (
             conversation if caller else {k: v for k, v in conversation.items() if k in _PUBLIC_CONVERSATION}
         )
+    storage = snapshot.get("storage")
+    if storage is not None:  # health for anyone; where and why only for the agent it concerns
+        view["storage"] = {
+            "ok": storage.get("ok", True),
+            "problems": [
+                p if caller and p.get("agent") == caller else {k: p.get(k) for k in _PUBLIC_STORAGE}
+                for p in storage.get("problems", [])
+            ],
+        }
     if caller:
         view["agents"] = [a for a in agents if a.get("id") == caller]
     return view

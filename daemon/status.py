@@ -122,7 +122,8 @@ def _storage_lines(storage: dict | None) -> list[str]:
         who = f" for {p['agent']}" if p.get("agent") else ""
         where = f" ({p['path']})" if p.get("path") else ""
         lines.append(
-            f"STORAGE: writes failing: {p['place']}{who}{where}: {p['error']}; since {_clock(p.get('since'))}, "
+            f"STORAGE: writes failing: {p['place']}{who}{where}{': ' + p['error'] if p.get('error') else ''}; "
+            f"since {_clock(p.get('since'))}, "
             f"{p.get('failures')} attempt(s), next retry in {p.get('retry_in_s', 0):g} s"
         )
     return lines
