@@ -320,13 +320,8 @@ class MemoryDaemon:
                     break
                 self._turn()
             self.shutdown()
-            if self._left_running:
-                # a thread may still be inside native code (llama.cpp, the store's engine): the
-                # interpreter's teardown must not free what it uses, so leave without it
+            if self._left_running:  # `memstrata run` exits without the interpreter's teardown
                 log.warning("exiting with %s still running", ", ".join(self._left_running))
-                self.release()
-                logging.shutdown()
-                os._exit(0)
             return 0
         finally:
             signal.set_wakeup_fd(old_fd)
