@@ -63,8 +63,8 @@ def _loaded_stop(config: Path) -> float:
 def main(quick: bool = False) -> None:
     samples = 1 if quick else 3
     with tempfile.TemporaryDirectory() as tmp:
-        idle = [_idle_stop(_root(Path(tmp), f"idle{i}", 3)) for i in range(samples)]
-        loaded = [_loaded_stop(_root(Path(tmp), f"loaded{i}", 40)) for i in range(samples)]
+        idle = [_idle_stop(_root(Path(tmp), f"idle{i}", 1)) for i in range(samples)]
+        loaded = [_loaded_stop(_root(Path(tmp), f"loaded{i}", 12)) for i in range(samples)]
     base = statistics.median(idle)
     worst = max(loaded)
     print(f"baseline: SIGTERM → exit, idle daemon          p50 {base:5.2f} s  (n={samples})")
