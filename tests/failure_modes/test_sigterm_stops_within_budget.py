@@ -6,8 +6,8 @@ left unfinished is finished by the next start:
 
 - embedding with the real model while busy loops hog both cores (a single
   passage then spends seconds inside ``llama_encode``; the worker used to finish
-  its slice: 18-23 s);
-- a workspace whose commits fail (a fresh ``index.lock`` another git left);
+  its slice, then free the model: 24-56 s measured here before the fix);
+- a workspace whose commits fail (a fresh ``index.lock`` another git left: 25 s before);
 - replaying a queue of writes made while the store was unreachable.
 """
 
