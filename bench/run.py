@@ -13,13 +13,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_burst, bench_conversation, bench_daemon, bench_index
+from bench import bench_burst, bench_conversation, bench_daemon, bench_index, bench_stop
 
 BENCHMARKS = {
     "daemon": bench_daemon.main,
     "index": bench_index.main,
     "burst": bench_burst.main,
     "conversation": bench_conversation.main,
+    "stop": bench_stop.main,
 }
 
 

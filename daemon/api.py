@@ -461,11 +461,12 @@ class ApiServer:
         )
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop serving; a request still running after ``timeout`` is left to its daemon thread."""
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout=3)
+            self._thread.join(timeout=timeout)
         if self._sock is not None:
             self._sock.close()
         with contextlib.suppress(FileNotFoundError):

@@ -74,7 +74,7 @@ PING_INTERVAL_S = 30.0  # while up, how often the round-trip time is measured
 TAILSCALE_REFRESH_S = 60.0
 REPLAY_BATCH = 50
 MAINTENANCE_S = 600.0  # a backup or restore of a large store
-STOP_WAIT_S = 8.0  # systemd's stop timeout is 15 s
+STOP_WAIT_S = 3.0  # stop()'s default wait; the daemon passes its own share of STOP_BUDGET_S
 MAX_TEXT_CHARS = 20_000
 
 
@@ -123,6 +123,10 @@ class StoreWorker:
     def stop(self, timeout: float = 5.0) -> None:
         self._jobs.put(None)
         self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
 
 def store_deadline(config: Config) -> float:
@@ -177,10 +181,17 @@ class _BrokeredStore:
         self.broker = broker
 
     def scan(self, selection: Selection, limit: int, cursor: str | None) -> tuple[list[dict], str | None]:
+        self._not_stopping()
         return self.broker._admin_call("scan", lambda: self.broker.store.scan(selection, limit, cursor))
 
     def delete_ids(self, ids: list[str]) -> None:
+        self._not_stopping()
         self.broker._admin_call("delete", lambda: self.broker.store.delete_ids(ids))
+
+    def _not_stopping(self) -> None:
+        """A cleanup ends between pages when the daemon stops; running it again goes on from there."""
+        if self.broker._stopping:
+            raise ConversationUnavailableError("the daemon is stopping: cleanup ended early; run it again later")
 
 
 class Broker:
@@ -227,18 +238,34 @@ class Broker:
     def start(self) -> None:
         self._prober.start()
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Begin stopping, without waiting: replay and cleanup end before their next item or page."""
         self._stopping = True
         self._wake.set()
-        self._prober.join(timeout=2)  # a daemon thread; it may be waiting on a probe that will time out
+
+    def stop(self, timeout: float = STOP_WAIT_S) -> bool:
+        """Stop within ``timeout``: the call in progress may finish, nothing new starts.
+
+        Queued writes not yet replayed stay queued (replay is exactly-once by
+        write_id, so the next start goes on where this one stopped).  A call that
+        does not end in time (a hung link) is left to its daemon thread; the
+        result says whether every thread of the broker has ended.
+        """
+        deadline = time.monotonic() + timeout
+        self.request_stop()
+        self._prober.join(timeout=max(0.0, deadline - time.monotonic()))
         future = self._worker.submit(self.store.close)  # after the call in progress, if any
         try:
-            future.result(timeout=min(self.deadline_s, STOP_WAIT_S))
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
         except Exception as exc:  # closing is best effort
+            future.cancel()
             log.warning("conversation store did not close cleanly: %s", describe_error(exc))
-        self._worker.stop()
+        self._worker.stop(timeout=max(0.0, deadline - time.monotonic()))
         self._final_status = self.status()
+        if self._prober.is_alive():
+            return False  # it still holds the queue; the process exit closes it
         self.queue.close()
+        return not self._worker.alive
 
     # ------------------------------------------------------------ store calls
 
@@ -254,6 +281,8 @@ class Broker:
             future.cancel()
             self._failed(f"{what}: no answer within {deadline:g} s")
         except StoreUnavailableError as exc:
+            if self._stopping:  # the embedder was stopped under it: not the store's fault
+                raise _StoreDown(f"{what}: the daemon is stopping") from None
             if is_storage_error(exc):
                 # the store answers but its disk is full: no breaker (searches still work), writes wait
                 self.storage.failed("store", str(exc), path=self.store.settings.data_dir)
@@ -576,12 +605,15 @@ class Broker:
     def _replay(self) -> None:
         """Queued writes, oldest first, each exactly once; stops at the first failure."""
         for item in self.queue.peek(REPLAY_BATCH):
+            if self._stopping:
+                return  # the rest stays queued for the next start
             record = NewMemory(**item.request)
             try:
                 results = self._call("replay", lambda r=record: self._write(r, check_first=True))
             except _StoreDown as exc:
-                # the attempt count is a courtesy: a full queue disk must not stop the replay loop
-                self.storage.attempt("queue", lambda w=item.write_id, e=str(exc): self.queue.failed(w, e))
+                if not self._stopping:
+                    # the attempt count is a courtesy: a full queue disk must not stop the replay loop
+                    self.storage.attempt("queue", lambda w=item.write_id, e=str(exc): self.queue.failed(w, e))
                 return
             self.storage.succeeded("store")
             if not self.storage.attempt("queue", lambda w=item.write_id: self.queue.done(w), path=self.queue.path):

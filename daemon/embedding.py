@@ -4,6 +4,11 @@ Embedding is slow (~100 short passages/s on two cores) and may not be allowed at
 all (memory gate), so it never runs in the daemon's loop: a thread takes
 batches from each index, embeds them when the gate is open, stores the vectors
 and lets the model go after a quiet spell.
+
+Stopping never waits for llama.cpp: :meth:`EmbedWorker.request_stop` aborts the
+encode in progress (llama.cpp's abort callback, within one graph node) and the
+thread ends at once; what it had not stored stays in the "to embed" sets for the
+next start.
 """
 
 from __future__ import annotations
@@ -19,13 +24,19 @@ from pathlib import Path
 from daemon.config import Config
 from daemon.storage import StorageHealth, is_storage_error
 from layers.local.index import Identity, IndexStale, LocalIndex
-from layers.local.vectors import Embedder, LocalEmbedder, OpenAIEmbedder, VectorsUnavailableError
+from layers.local.vectors import (
+    Embedder,
+    EmbeddingAborted,
+    LocalEmbedder,
+    OpenAIEmbedder,
+    VectorsUnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
 RETRY_S = 5.0  # how often a closed gate is looked at again while work waits
 IDLE_CHECK_S = 5.0
-STOP_SLICE = 4  # passages embedded between two looks at the stop flag
+STOP_SLICE = 4  # passages embedded between two looks at the stop flag (an encode itself is aborted)
 YIELD_POLL_S = 0.02
 YIELD_MAX_S = 5.0  # under a constant stream of edits, vectors still advance one slice per this long
 
@@ -89,14 +100,29 @@ class EmbedWorker:
     def wake(self) -> None:
         self._wake.set()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def request_stop(self) -> None:
+        """Begin stopping, without waiting: an encode in progress is aborted.
+
+        The local embedder is shared with L4, so from here on every embedding
+        call in the process ends at once; the daemon calls this only to stop.
+        """
         self._stop = True
+        if isinstance(self.embedder, LocalEmbedder):
+            self.embedder.abort()
         self._wake.set()
-        self._thread.join(timeout)
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop and wait up to ``timeout``; True when the thread has ended."""
+        self.request_stop()
+        self._thread.join(max(0.0, timeout))
         if self._thread.is_alive():
-            # exiting while llama.cpp runs on another thread can crash the interpreter
-            log.warning("embedding worker still busy after %.0f s; waiting for its current slice", timeout)
-            self._thread.join()
+            log.warning("embedding worker still busy after %.1f s; leaving it behind", timeout)
+            return False
+        return True
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def _connection(self, agent_id: str, path: Path) -> LocalIndex | None:
         """This thread's own connection, reopened when a rebuild swapped the file."""
@@ -151,6 +177,8 @@ class EmbedWorker:
                 if worked or self.waiting_reason:
                     self.waiting_reason = ""
                     self.on_change()
+            except EmbeddingAborted:
+                break  # stopping: the batch stays pending for the next start
             except VectorsUnavailableError as exc:
                 worked = False
                 if str(exc) != self.waiting_reason:

@@ -60,12 +60,43 @@ from layers.yamlfile import YamlFileError
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "status.json"  # the last status, so `status` can tell when the daemon was last seen
-STOP_BUDGET_S = 8.0  # systemd waits 10 s (TimeoutStopSec is longer; this is our promise)
 BURST_PUBLISH_S = 0.5  # while files still settle, records and status are written at most this often
+# SIGTERM to exit: the daemon's own promise.  systemd's TimeoutStopSec (systemd/memstrata.service)
+# must exceed it by a margin (interpreter exit, a slow journal); tests/test_systemd.py checks both.
+STOP_BUDGET_S = 8.0
+# The budget's shares, in the order the steps run: each step must end by the sum of its own and the
+# earlier shares, so time a step leaves unused goes to the later ones.  Final commits come first;
+# whatever cannot finish is left for the next start (reconcile commits, vectors stay pending, the
+# L4 queue replays exactly once).
+STOP_SHARES_S: tuple[tuple[str, float], ...] = (
+    ("final commits", 4.0),
+    ("embedding worker", 1.0),  # the encode in progress is aborted, not waited for
+    ("conversation store", 2.0),  # replay and cleanup end between items; the store closes
+    ("indexes and API", 1.0),
+)
 
 
 class DaemonError(RuntimeError):
     """A condition that prevents the daemon from starting, with a message for a person."""
+
+
+class StopBudget:
+    """STOP_BUDGET_S as the deadlines of the shutdown's steps (see STOP_SHARES_S)."""
+
+    def __init__(self, shares: tuple[tuple[str, float], ...] = STOP_SHARES_S) -> None:
+        self.started = time.monotonic()
+        self._ends: dict[str, float] = {}
+        end = self.started
+        for step, share in shares:
+            end += share
+            self._ends[step] = end
+
+    def deadline(self, step: str) -> float:
+        return self._ends[step]
+
+    def left(self, step: str) -> float:
+        """Seconds until ``step`` must have ended (0 once it is late)."""
+        return max(0.0, self._ends[step] - time.monotonic())
 
 
 def acquire_state_lock(state: Path, holder: str = "memstrata daemon"):
@@ -202,6 +233,8 @@ class MemoryDaemon:
         self._unpublished = False  # records/status not yet written since the last change
         self._last_publish = 0.0
         self.config_error = ""  # why the last SIGHUP was refused, until one succeeds
+        self._l4_embedder = None  # L4's embedder when it is not L3's (vectors off)
+        self._left_running: list[str] = []  # threads a stop could not wait for
 
     # ------------------------------------------------------------ intake (other threads)
 
@@ -322,6 +355,7 @@ class MemoryDaemon:
 
     def _make_broker(self) -> Broker:
         embedder = conversation_embedder(self.config, self.embedder)
+        self._l4_embedder = embedder
         try:
             dim = embedder.dimension()
             store = ConversationStore(store_settings(self.config), embedder, dim)
@@ -356,6 +390,8 @@ class MemoryDaemon:
                     break
                 self._turn()
             self.shutdown()
+            if self._left_running:  # `memstrata run` exits without the interpreter's teardown
+                log.warning("exiting with %s still running", ", ".join(self._left_running))
             return 0
         finally:
             signal.set_wakeup_fd(old_fd)
@@ -668,12 +704,38 @@ class MemoryDaemon:
             self.embed_worker.wake()
 
     def shutdown(self) -> None:
-        """Finish in-flight work: settle debounced files, make the final commits."""
+        """Stop within STOP_BUDGET_S: final commits first, then every worker within its share."""
+        budget = StopBudget()
         self.notifier.stopping("stopping: final commits")
         log.info("stopping: finishing pending work")
-        deadline = time.monotonic() + STOP_BUDGET_S
+        # what winds down by itself starts now, alongside the commits
+        if self.broker is not None:
+            self.broker.request_stop()  # first: an aborted embedding is then no store failure
+        if self.embed_worker is not None:
+            self.embed_worker.request_stop()  # aborts an encode in progress
+        if isinstance(self._l4_embedder, LocalEmbedder):
+            self._l4_embedder.abort()  # L4's own model when L3's vectors are off
         if self.watcher:
             self.watcher.stop()
+        self._final_commits(budget.deadline("final commits"))
+        if self.embed_worker is not None and not self.embed_worker.stop(budget.left("embedding worker")):
+            self._left_running.append("the embedding worker")
+        if self.broker is not None and not self.broker.stop(budget.left("conversation store")):
+            self._left_running.append("a conversation store call")
+        self.indexer.close()
+        if self.api:
+            self.api.stop(budget.left("indexes and API"))
+        self._publish(running=False)
+        snapshot = self.status()
+        snapshot["daemon"]["stopped"] = _iso(time.time())
+        try:
+            atomic_write(self.config.paths.state_dir / SNAPSHOT_FILE, json.dumps(snapshot, ensure_ascii=False))
+        except OSError as exc:
+            log.warning("could not save the last status: %s", exc)
+        log.info("stopped in %.1f s", time.monotonic() - budget.started)
+
+    def _final_commits(self, deadline: float) -> None:
+        """Settle debounced files and commit, retrying failures until ``deadline``."""
         self._take_inbox(time.monotonic())
         for agent_id, rel in list(self._debounce):
             tracker = self.trackers.get(agent_id)
@@ -688,7 +750,7 @@ class MemoryDaemon:
                 tracker.commit()
             pending = [t for t in pending if t.pending]
             if pending:
-                time.sleep(0.2)
+                time.sleep(max(0.0, min(0.2, deadline - time.monotonic())))
         for tracker in pending:
             log.error(
                 "%s: left uncommitted at shutdown (%s); reconcile commits it at next start",
@@ -697,21 +759,6 @@ class MemoryDaemon:
             )
         for tracker in self.trackers.values():
             tracker.files.save()
-        if self.embed_worker is not None:
-            self.embed_worker.stop()
-        if self.broker is not None:
-            self.broker.stop()
-        self.indexer.close()
-        if self.api:
-            self.api.stop()
-        self._publish(running=False)
-        snapshot = self.status()
-        snapshot["daemon"]["stopped"] = _iso(time.time())
-        try:
-            atomic_write(self.config.paths.state_dir / SNAPSHOT_FILE, json.dumps(snapshot, ensure_ascii=False))
-        except OSError as exc:
-            log.warning("could not save the last status: %s", exc)
-        log.info("stopped")
 
     def release(self) -> None:
         if self._lock_file is not None:

@@ -86,3 +86,28 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (REPO_ROOT / ".ci" / "run").read_text()
     readme = (REPO_ROOT / "README.md").read_text()
     assert "make run" in readme and "make test" in readme
+
+
+def _seconds(value: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(s|min)?", value.strip())
+    assert match, f"not a plain duration: {value!r}"
+    return float(match.group(1)) * (60 if match.group(2) == "min" else 1)
+
+
+def test_stop_timeout_exceeds_the_daemons_stop_budget_and_the_comment_agrees():
+    """systemd must not SIGKILL a daemon that keeps its promise; the unit's comment states that promise."""
+    from daemon.service import STOP_BUDGET_S, STOP_SHARES_S
+
+    text = UNIT.read_text()
+    timeouts = re.findall(r"^TimeoutStopSec=(.+)$", text, re.MULTILINE)
+    assert len(timeouts) == 1, timeouts
+    timeout = _seconds(timeouts[0])
+    assert timeout >= STOP_BUDGET_S + 5, f"TimeoutStopSec={timeout:g}s leaves no margin over {STOP_BUDGET_S:g} s"
+    comment = re.search(r"stop budget of (\d+(?:\.\d+)?) s \(STOP_BUDGET_S", text)
+    assert comment, "the unit's comment must state the daemon's stop budget"
+    assert float(comment.group(1)) == STOP_BUDGET_S
+    margin = re.search(r"systemd waits (\d+(?:\.\d+)?) s more", text)
+    assert margin and float(margin.group(1)) == timeout - STOP_BUDGET_S
+    assert sum(share for _, share in STOP_SHARES_S) == STOP_BUDGET_S
+    assert STOP_SHARES_S[0][0] == "final commits", "the final commits come first"
+    assert STOP_BUDGET_S <= 10, "issue 9: SIGTERM ends the daemon within 10 s"

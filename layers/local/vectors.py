@@ -37,6 +37,10 @@ class VectorsUnavailableError(RuntimeError):
     """Vectors cannot be produced right now; the message says why."""
 
 
+class EmbeddingAborted(VectorsUnavailableError):
+    """The embedder was stopped (:meth:`LocalEmbedder.abort`); nothing was embedded by this call."""
+
+
 class Embedder(Protocol):
     """What the index and the broker need from an embedding model."""
 
@@ -148,6 +152,7 @@ class LocalEmbedder:
         self.model_id = f"gguf:{model_path.name}:{size}:{profile}"
         self._model = None
         self._lock = threading.RLock()
+        self._aborted = threading.Event()
         self._last_used = 0.0
         self.loads = 0
         self.dim: int | None = None
@@ -160,6 +165,16 @@ class LocalEmbedder:
     @property
     def loaded(self) -> bool:
         return self._model is not None
+
+    def abort(self) -> None:
+        """Stop for good (the process is stopping), from any thread, without waiting.
+
+        An encode or a load in progress ends within one graph node (llama.cpp's
+        abort callback) and every call from now on raises :class:`EmbeddingAborted`,
+        so no thread stays inside llama.cpp while the process exits; ``unload``
+        then leaves the model to the exit instead of freeing it.
+        """
+        self._aborted.set()
 
     def dimension(self) -> int:
         """The vector size, known without loading the model (a collection is sized by it)."""
@@ -190,7 +205,9 @@ class LocalEmbedder:
         from layers.local.embed_llama import LlamaEmbedder  # llama.cpp only when really needed
 
         started = time.monotonic()
-        self._model = LlamaEmbedder(self.model_path, n_ctx=self.max_tokens, n_threads=self.threads)
+        self._model = LlamaEmbedder(
+            self.model_path, n_ctx=self.max_tokens, n_threads=self.threads, should_abort=self._aborted.is_set
+        )
         self.dim = self._model.dim
         self.loads += 1
         log.info(
@@ -203,8 +220,15 @@ class LocalEmbedder:
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         with self._lock:
-            model = self._ensure_loaded()
-            vectors = model.embed(texts)
+            try:
+                if self._aborted.is_set():
+                    raise RuntimeError("stopped")
+                model = self._ensure_loaded()
+                vectors = model.embed(texts)
+            except RuntimeError:  # embed_llama.EncodeAborted among others
+                if self._aborted.is_set():
+                    raise EmbeddingAborted("the embedder is stopping; these texts wait for the next start") from None
+                raise
             self._last_used = time.monotonic()
             return vectors
 
@@ -220,6 +244,11 @@ class LocalEmbedder:
         with self._lock:
             if self._model is None:
                 return False
+            if self._aborted.is_set():
+                self._model.abandon()  # stopping: the exit frees it, seconds sooner than free() on a busy host
+                self._model = None
+                log.info("left %s to the process exit", self.model_path.name)
+                return True
             self._model.close()
             self._model = None
             log.info("unloaded %s", self.model_path.name)

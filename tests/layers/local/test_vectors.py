@@ -85,3 +85,33 @@ def test_gate_counts_the_model_size_and_the_reserve():
     gate = MemoryGate(min_free_mb=300, model_bytes=74 * 1024 * 1024)
     state = gate.check()
     assert state.needed_mb == 374
+
+
+def test_abort_ends_an_encode_in_progress_and_every_later_call(model_path):
+    """A stop must not wait for llama.cpp: the abort callback ends the encode under way."""
+    import threading
+    import time
+
+    from layers.local.vectors import EmbeddingAborted
+
+    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0)
+    long_text = " ".join(f"term{k} 记忆{k}" for k in range(200))  # past the 256-token cap
+    embedder.embed_passages([long_text])  # loaded
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            embedder.embed_passages([long_text] * 200)  # far longer than this test waits
+            outcome["result"] = "finished"
+        except EmbeddingAborted as exc:
+            outcome["result"] = str(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    time.sleep(0.5)
+    embedder.abort()
+    worker.join(10)
+    assert not worker.is_alive() and "stopping" in outcome["result"], outcome
+    with pytest.raises(EmbeddingAborted):
+        embedder.embed_query("记忆")
+    assert embedder.unload() is True and not embedder.loaded  # left to the process exit, not freed
