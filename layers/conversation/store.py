@@ -6,6 +6,10 @@ storage under the state directory.  Writes go through mem0 (so ``infer=True``
 gets mem0's ADD/UPDATE/DELETE/NOOP); searches go through mem0 with one filter
 per visibility phase.  Listing, get, delete and the write-id lookup use the
 client directly: mem0's ``get_all`` has no cursor and stops at ``top_k``.
+Replayed writes (``infer=False``) go in batches: one write-id lookup, one
+embedding call, one upsert through mem0's vector store and one history commit
+per batch, the payload built by mem0's own helpers so a replayed memory is the
+same in every field as one ``Memory.add(infer=False)`` makes.
 
 Every call that reaches Qdrant may raise :class:`StoreUnavailableError`; the
 broker decides what that means (breaker, queue, fallback).  This module knows
@@ -14,6 +18,7 @@ nothing about callers, tokens or the daemon.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -94,6 +99,40 @@ class NewMemory:
         if self.expires_at is not None:
             meta[EXPIRY_FIELD] = self.expires_at
         return meta
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What a batch did with one write: ``ADD`` (``ids`` new), ``EXISTS`` (``ids`` already there), ``REFUSED``."""
+
+    write_id: str
+    event: str
+    ids: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def mem0_payload(memory: NewMemory) -> dict:
+    """The payload ``Memory.add(text, infer=False)`` stores for ``memory``, built by mem0's own helpers.
+
+    ValueError when mem0 would refuse it (a bad agent id or expiration date): that write's fault alone.
+    """
+    from mem0.exceptions import ValidationError
+    from mem0.memory.main import _build_filters_and_metadata, _normalize_expiration_date
+    from mem0.utils.lemmatization import lemmatize_for_bm25
+
+    try:
+        payload, _ = _build_filters_and_metadata(agent_id=memory.agent_id, input_metadata=memory.metadata())
+    except ValidationError as exc:
+        raise ValueError(exc.message) from None
+    expiration = _normalize_expiration_date(memory.expiration_date)
+    if expiration is not None:
+        payload["expiration_date"] = expiration
+    payload["role"] = "user"  # add() turns a text into one user message
+    payload["data"] = memory.text
+    payload["hash"] = hashlib.md5(memory.text.encode()).hexdigest()
+    payload["updated_at"] = payload["created_at"]
+    payload["text_lemmatized"] = lemmatize_for_bm25(memory.text)
+    return payload
 
 
 def prepare_mem0_environment(data_dir: Path) -> None:
@@ -268,15 +307,81 @@ class ConversationStore:
 
     def find_write(self, write_id: str) -> list[str]:
         """Ids of memories a write already produced (replay skips such writes)."""
+        return self.find_writes([write_id]).get(write_id, [])
+
+    def find_writes(self, write_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Which of ``write_ids`` the store holds, with their memory ids: one filtered scroll for all of them.
+
+        In local mode every filtered request walks the whole collection, so a batch pays that walk once,
+        not once per write; a server answers from the ``write_id`` payload index.
+        """
         from qdrant_client import models
 
+        if not write_ids:
+            return {}
         client = self._client_only()
-        condition = models.FieldCondition(key="write_id", match=models.MatchValue(value=write_id))
+        condition = models.FieldCondition(key="write_id", match=models.MatchAny(any=list(write_ids)))
+        found: dict[str, list[str]] = {}
+        offset = None
         with _translate_errors("lookup"):
-            points, _ = client.scroll(
-                self.settings.collection, scroll_filter=models.Filter(must=[condition]), limit=16, with_payload=False
-            )
-        return [str(p.id) for p in points]
+            while True:
+                points, offset = client.scroll(
+                    self.settings.collection,
+                    scroll_filter=models.Filter(must=[condition]),
+                    limit=max(64, 2 * len(write_ids)),  # an inferred write may have made several memories
+                    offset=offset,
+                    with_payload=["write_id"],
+                )
+                for point in points:
+                    found.setdefault((point.payload or {}).get("write_id"), []).append(str(point.id))
+                if offset is None:
+                    return found
+
+    def add_batch(self, memories: Sequence[NewMemory]) -> list[BatchResult]:
+        """Write ``infer=False`` memories not yet in the store, each once, in the order given.
+
+        One lookup, one embedding call, one upsert, one history commit for the whole batch.  A
+        memory mem0 would refuse comes back ``REFUSED`` with the reason and does not stop the others;
+        StoreRequestError when the store refuses the upsert itself (the caller may split the batch).
+        """
+        if any(m.infer for m in memories):
+            raise ValueError("add_batch writes infer=False memories only; inferred writes go through add()")
+        mem0, _ = self._require()
+        existing = self.find_writes([m.write_id for m in memories])
+        results: dict[str, BatchResult] = {}
+        todo: list[tuple[NewMemory, dict]] = []
+        for memory in memories:
+            if memory.write_id in existing:
+                results[memory.write_id] = BatchResult(memory.write_id, "EXISTS", tuple(existing[memory.write_id]))
+                continue
+            try:
+                todo.append((memory, mem0_payload(memory)))
+            except (ValueError, TypeError) as exc:
+                results[memory.write_id] = BatchResult(memory.write_id, "REFUSED", reason=describe_error(exc))
+        if todo:
+            ids = [str(uuid.uuid4()) for _ in todo]
+            payloads = [payload for _, payload in todo]
+            with _translate_errors("replay"):
+                vectors = mem0.embedding_model.embed_batch([m.text for m, _ in todo], "add")
+                mem0.vector_store.insert(vectors=vectors, ids=ids, payloads=payloads)
+            history = [
+                {
+                    "memory_id": memory_id,
+                    "old_memory": None,
+                    "new_memory": payload["data"],
+                    "event": "ADD",
+                    "created_at": payload["created_at"],
+                    "updated_at": payload["updated_at"],
+                    "actor_id": payload.get("actor_id"),
+                    "role": payload["role"],
+                }
+                for memory_id, payload in zip(ids, payloads, strict=True)
+            ]
+            with _translate_errors("history"):
+                mem0.db.batch_add_history(history)
+            for (memory, _), memory_id in zip(todo, ids, strict=True):
+                results[memory.write_id] = BatchResult(memory.write_id, "ADD", (memory_id,))
+        return [results[m.write_id] for m in memories]
 
     def search(self, query: str, phases: Sequence[Phase], limit: int) -> list[dict]:
         """Each phase searched on its own, merged by score, de-duplicated by content hash."""

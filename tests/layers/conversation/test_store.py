@@ -174,3 +174,46 @@ def test_no_outbound_connection_is_attempted(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["found"] == 1
     assert result["attempts"] == []
+
+
+def test_a_batched_write_is_the_memory_mem0_add_makes(store):
+    """Replay writes in batches around mem0.add; the payload and history row must not tell them apart."""
+    kw = {"memory_type": "session", "expiration_date": "2026-12-30", "expires_at": 1798675200.0}
+    single = memory("a", "同一句话 the same sentence", project=None, **kw)
+    batched = memory("a", "同一句话 the same sentence", project=None, **kw)
+    [by_mem0] = store.add(single)
+    [result] = store.add_batch([batched])
+    assert result.event == "ADD" and len(result.ids) == 1
+    client = store._client
+    one, other = (
+        client.retrieve(store.settings.collection, ids=[i], with_payload=True)[0]
+        for i in (by_mem0["id"], result.ids[0])
+    )
+    assert set(one.payload) == set(other.payload)
+    for field in one.payload:
+        if field != "write_id":
+            assert one.payload[field] == other.payload[field], field
+    assert (one.payload["write_id"], other.payload["write_id"]) == (single.write_id, batched.write_id)
+    rows = {
+        r["memory_id"]: r
+        for r in store._memory.db.get_history(by_mem0["id"]) + store._memory.db.get_history(result.ids[0])
+    }
+    a, b = rows[by_mem0["id"]], rows[result.ids[0]]
+    assert {k: v for k, v in a.items() if k not in ("id", "memory_id")} == {
+        k: v for k, v in b.items() if k not in ("id", "memory_id")
+    }
+
+
+def test_a_batch_writes_each_write_once_and_refuses_only_the_bad_one(store):
+    first = [memory("a", f"第 {i} 条") for i in range(3)]
+    assert [r.event for r in store.add_batch(first)] == ["ADD"] * 3
+    bad = memory("b", "bad date", expiration_date="30.11.2027")
+    new = memory("b", "新的一条")
+    results = store.add_batch([first[1], bad, new, first[2]])
+    assert [r.event for r in results] == ["EXISTS", "REFUSED", "ADD", "EXISTS"]
+    assert "expiration_date" in results[1].reason
+    assert store.find_writes([w.write_id for w in first] + [new.write_id, bad.write_id]).keys() == {
+        *(w.write_id for w in first),
+        new.write_id,
+    }
+    assert store.count() == 4
