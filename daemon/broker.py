@@ -219,6 +219,7 @@ class Broker:
         self.set_aside = 0
         self._batch_size = 4 * REPLAY_BATCH_MIN
         self._drain: dict | None = None  # this drain's handled writes and busy seconds, for rate and time to go
+        self._head_checked = False  # the queue's head at start may be in any earlier version's crash window
         self.tailscale: dict | None = None
         self._tailscale_at = 0.0
         self._last_ping = 0.0
@@ -335,7 +336,9 @@ class Broker:
         }
         if retry and self.queue.contains(record.write_id):
             return {**answer, **self._queued(record.write_id, "this write_id is already queued")}
+        attempted = False
         if self.queue.depth() == 0:  # earlier queued writes go first: order is kept
+            attempted = self.breaker.closed
             try:
                 results = self._call("add", lambda: self._write(record, check_first=retry))
                 return {**answer, "queued": False, "results": results}
@@ -344,6 +347,8 @@ class Broker:
         else:
             reason = "earlier writes are still queued"
         self.queue.put(record.write_id, agent, asdict(record))
+        if attempted:  # it may have reached the store under mem0's random id: replay looks it up by write_id
+            self.queue.failed(record.write_id, reason)
         self._wake.set()
         self.on_change()
         return {**answer, **self._queued(record.write_id, reason)}
@@ -550,9 +555,13 @@ class Broker:
         if not readable:
             return handled
         records = [record for _, record in readable]
+        # tried before (a direct add that failed, an earlier batch that timed out): maybe stored already
+        suspects = {item.write_id for item, _ in readable if item.attempts}
+        if not self._head_checked:
+            suspects.add(readable[0][0].write_id)
         deadline = self.deadline_s + REPLAY_PER_WRITE_S * len(records)
         try:
-            results = self._call("replay", lambda: self.store.add_batch(records), deadline)
+            results = self._call("replay", lambda: self.store.add_batch(records, suspects), deadline)
         except _StoreDown as exc:
             self.queue.failed(readable[0][0].write_id, str(exc))
             return handled
@@ -565,6 +574,7 @@ class Broker:
                         break
                 return handled
             results = [BatchResult(records[0].write_id, "REFUSED", reason=str(exc))]
+        self._head_checked = True
         done = []
         for (item, _), result in zip(readable, results, strict=True):
             if result.event == "REFUSED":
