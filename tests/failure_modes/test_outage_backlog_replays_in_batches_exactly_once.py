@@ -187,7 +187,8 @@ def test_10k_backlog_survives_sigkill_mid_replay_exactly_once_in_order(tmp_path,
     memory_of = {p["id"]: p["write_id"] for p in points}
     rows = history(tmp_path)
     assert len({m for m, _ in rows}) == len(rows) and {e for _, e in rows} == {"ADD"}
-    assert [memory_of[m] for m, _ in rows] == [i for i in order if i in {memory_of[m] for m, _ in rows}]
+    with_history = {memory_of[m] for m, _ in rows}
+    assert [memory_of[m] for m, _ in rows] == [i for i in order if i in with_history]
     assert len(rows) >= len(order) - 1000  # at most the batch in flight at the kill lacks its history row
 
 
