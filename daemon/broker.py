@@ -347,7 +347,7 @@ class Broker:
         else:
             reason = "earlier writes are still queued"
         self.queue.put(record.write_id, agent, asdict(record))
-        if attempted:  # it may have reached the store under mem0's random id: replay looks it up by write_id
+        if attempted or retry:  # it may be in the store under mem0's random id: replay looks it up by write_id
             self.queue.failed(record.write_id, reason)
         self._wake.set()
         self.on_change()
@@ -534,7 +534,7 @@ class Broker:
             self.on_change()
         if self.queue.depth() == 0:
             log.info(
-                "queue drained: %d written, %d already present, %d set aside (%.0f writes/s)",
+                "queue drained: %d written, %d already present, %d set aside (%.1f writes/s)",
                 self.replayed,
                 self.skipped,
                 self.set_aside,

@@ -217,3 +217,49 @@ def test_a_batch_writes_each_write_once_and_refuses_only_the_bad_one(store):
         new.write_id,
     }
     assert store.count() == 4
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real 8 MB tmpfs (tests run as root), unmounted afterwards."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def fill(directory) -> object:
+    """Write zeros until the filesystem refuses; the file is returned so the space can come back."""
+    filler = directory / "filler"
+    with open(filler, "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_batch_that_fails_to_commit_leaves_nothing_half_written(small_fs, embedder):
+    """The batch is one transaction in local mode: on a full disk none of it is stored, in memory or on disk."""
+    from layers.conversation.store import StoreUnavailableError
+
+    s = ConversationStore(StoreSettings("embedded", small_fs / "l4"), embedder, embedder.dimension())
+    s.connect()
+    kept = [memory("a", f"落盘之前的第 {i} 条") for i in range(3)]
+    assert [r.event for r in s.add_batch(kept)] == ["ADD"] * 3
+    batch = [memory("a", f"磁盘满时的第 {i} 条") for i in range(20)]
+    filler = fill(small_fs)
+    with pytest.raises(StoreUnavailableError):
+        s.add_batch(batch)
+    filler.unlink()
+    assert s.find_writes([m.write_id for m in batch]) == {}, "the failed batch must not look written"
+    assert [r.event for r in s.add_batch(batch)] == ["ADD"] * 20
+    s.close()
+    s.connect()  # what is on disk
+    assert s.count() == 23 and s.find_writes([m.write_id for m in kept + batch]).keys() == {
+        m.write_id for m in kept + batch
+    }
+    s.close()
