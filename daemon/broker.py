@@ -523,7 +523,7 @@ class Broker:
             if count < len(run):
                 break  # the store failed: the breaker is open, the rest waits for it
         busy = time.monotonic() - started
-        drain = self._drain or {"handled": 0, "busy_s": 0.0, "started": started}
+        drain = self._drain or {"handled": 0, "busy_s": 0.0}
         drain["handled"] += handled
         drain["busy_s"] += busy
         self._drain = drain
