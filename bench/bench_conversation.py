@@ -341,15 +341,15 @@ def bench_replay(quick: bool) -> None:
         _replay_case("stand-in HTTP embedding endpoint", stand_in, 50 if quick else 200, 2000 if quick else 10_000)
     finally:
         stand_in.close()
-    queued = 200 if quick else 1000
-    rate, _ = _replay_case("real llama.cpp model", None, 20 if quick else 50, queued)
+    queued = 40 if quick else 300
+    rate, _ = _replay_case("real llama.cpp model", None, 10 if quick else 30, queued)
     # the model alone on the same texts, in batches like the replay's
     embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
     texts = [w[2]["text"] for w in _backlog((_texts(queued) * 2)[:queued], 0)]
     embedder.embed_passages(texts[:4])
     t = time.perf_counter()
-    for i in range(0, len(texts), 32):
-        embedder.embed_passages(texts[i : i + 32])
+    for i in range(0, len(texts), 16):
+        embedder.embed_passages(texts[i : i + 16])
     alone = len(texts) / (time.perf_counter() - t)
     embedder.unload()
     print(

@@ -76,7 +76,9 @@ CONNECT_DEADLINE_S = 120.0  # opening the store (mem0 import, a large embedded c
 PING_INTERVAL_S = 30.0  # while up, how often the round-trip time is measured
 TAILSCALE_REFRESH_S = 60.0
 # A replay batch is sized from the last one's rate to take about REPLAY_BATCH_S, so a search
-# queued behind it on the store thread, or a stop, waits about that long at most.
+# queued behind it on the store thread, or a stop, waits about that long at most.  It starts
+# small and at most doubles from one batch to the next: the embedder may be slow (the local
+# model on a loaded machine embeds a few texts a second).
 REPLAY_BATCH_S = 1.0
 REPLAY_BATCH_MIN = 16
 REPLAY_BATCH_MAX = 500
@@ -217,7 +219,7 @@ class Broker:
         self.replayed = 0
         self.skipped = 0
         self.set_aside = 0
-        self._batch_size = 4 * REPLAY_BATCH_MIN
+        self._batch_size = REPLAY_BATCH_MIN
         self._drain: dict | None = None  # this drain's handled writes and busy seconds, for rate and time to go
         self._head_checked = False  # the queue's head at start may be in any earlier version's crash window
         self.tailscale: dict | None = None
@@ -528,8 +530,10 @@ class Broker:
         drain["busy_s"] += busy
         self._drain = drain
         if handled == len(items) and busy > 0:
-            size = int(handled / busy * REPLAY_BATCH_S)
-            self._batch_size = max(REPLAY_BATCH_MIN, min(REPLAY_BATCH_MAX, size))
+            size = min(2 * len(items), int(handled / busy * REPLAY_BATCH_S))
+        else:  # the store failed (or was slow past its deadline): try smaller next time
+            size = self._batch_size // 2
+        self._batch_size = max(REPLAY_BATCH_MIN, min(REPLAY_BATCH_MAX, size))
         if handled:
             self.on_change()
         if self.queue.depth() == 0:

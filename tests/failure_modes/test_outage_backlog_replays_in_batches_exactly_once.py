@@ -143,7 +143,7 @@ def test_10k_backlog_survives_sigkill_mid_replay_exactly_once_in_order(tmp_path,
         answered_in = time.monotonic() - started
     assert late["queued"] is True and late["ahead"] > 0, late
     assert f"{late['ahead']:,} ahead" in late["reason"]
-    assert answered_in < 5, f"a new add waited {answered_in:.1f} s behind the backlog"
+    assert answered_in < 10, f"a new add waited {answered_in:.1f} s behind the backlog"
     during = queue_status(daemon)
     daemon.signal(signal.SIGKILL)
     daemon.proc.wait(10)
