@@ -4,10 +4,12 @@ Before the fix the queue drained one write at a time, each with a scroll over th
 collection for its write_id and a commit (fsync) per point: reproduced here at 14 writes/s
 on an empty embedded store with the stand-in embedder, falling to 10/s by 400 stored (4–5/s
 with the real model), so 10k queued writes took hours; and a write the store refuses
-(``expiration_date`` mem0 rejects) stopped the queue for good (depth stuck at 2,990 of 3,000).  Here the backlog is built straight through the queue library (as 10k
-outage-time adds would leave it), the real daemon replays it into the real embedded
-store, is SIGKILLed mid-replay and restarted, and every write must be there exactly once
-with its original created_at and type, written in queue order.
+(``expiration_date`` mem0 rejects) stopped the queue for good (depth stuck at 2,990 of 3,000).
+
+Here the backlog is built straight through the queue library (as 10k outage-time adds
+would leave it), the real daemon replays it into the real embedded store, is SIGKILLed
+mid-replay and restarted, and every write must be there exactly once with its original
+created_at and type, written in queue order.
 
 The embedder is a labelled stand-in (tests/stand_in_embedder.py): with the real model the
 test would measure llama.cpp, not the replay.
