@@ -9,7 +9,12 @@
 - cleanup: memories scanned per second (dry-run, execute) against a bare paged
   scroll of the same collection;
 - the durable queue: enqueue rate (one fsync'd commit per write) against an
-  in-memory SQLite insert, and replay rate through the daemon.
+  in-memory SQLite insert;
+- outage replay: 10,000 queued writes drained by the daemon into the embedded
+  store, against single adds through the same daemon (the ratio), first with a
+  stand-in HTTP embedding endpoint (tests/stand_in_embedder.py, labelled: it
+  makes the replay itself the thing measured), then with the real llama.cpp
+  model, against the model alone embedding the same texts in the same batches.
 
 The 10k memories are written straight into the collection in mem0's payload
 format (embedding 10k texts would take minutes); their vectors are 500 real
@@ -24,6 +29,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 
 import apsw
@@ -39,6 +45,7 @@ from layers.conversation.store import ConversationStore, NewMemory, StoreSetting
 from layers.local.vectors import LocalEmbedder
 from tests.corpus import Corpus
 from tests.helpers import DaemonProcess, init_root, run_cli, wait_for
+from tests.stand_in_embedder import StandInEmbedder
 
 QUERIES = ["Qdrant 端口", "部署 计划", "tailscale peer", "预算 会议", "backup schedule", "记忆 衰减", "python 版本"]
 
@@ -257,15 +264,98 @@ def bench_outage(quick: bool) -> None:
                 print(f"queued adds through the daemon: {n / (time.perf_counter() - t):.0f}/s")
         finally:
             daemon.stop()
-        _set_backend(config, "embedded")
-        t = time.perf_counter()
-        daemon = DaemonProcess(config).start()
+
+
+def _replay_root(root: Path, stand_in: StandInEmbedder | None) -> tuple[Path, dict, str]:
+    config = init_root(root, watch={"debounce_ms": 100}, git={"quiet_period_s": 0.3})
+    run_cli("agent", "add", "a", config=config)
+    env = stand_in.configure(config) if stand_in else {}
+    _set_backend(config, "embedded")
+    token = (root / "workspace" / "agents" / "a-workspace" / ".memstrata" / "token").read_text().strip()
+    return config, env, token
+
+
+def _backlog(texts: list[str], start: int) -> list[tuple[str, str, dict]]:
+    created = "2026-11-30T08:00:00+00:00"
+    writes = []
+    for i, text in enumerate(texts, start):
+        record = NewMemory(f"bench-{i:06d}", "a", f"{text} #{i}", "knowledge", "private", None, created, None, None)
+        writes.append((record.write_id, "a", asdict(record)))
+    return writes
+
+
+def _replay_case(label: str, stand_in: StandInEmbedder | None, singles: int, queued: int) -> tuple[float, float]:
+    """Single adds through a daemon, then ``queued`` writes put in its queue and drained after a restart."""
+    texts = _texts(singles + queued)
+    texts = (texts * ((singles + queued) // len(texts) + 1))[: singles + queued]  # each gets its own #n below
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        config, env, token = _replay_root(root, stand_in)
+        daemon = DaemonProcess(config, env).start()
         try:
-            wait_for(lambda: daemon.status()["conversation"]["queue"]["depth"] == 0, timeout=600, interval=0.2)
-            elapsed = time.perf_counter() - t
-            print(f"replay of {n} queued writes after restart (incl. start-up and model load): {n / elapsed:.1f}/s")
+            wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=120)
+            with DaemonClient(daemon.socket, timeout=60, token=token) as a:
+                a.add("a", "warm up: the model loads on first use")
+                t = time.perf_counter()
+                for text in texts[:singles]:
+                    assert a.add("a", text)["queued"] is False
+                single = singles / (time.perf_counter() - t)
         finally:
             daemon.stop()
+        queue = WriteQueue(root / "state" / "conversation" / "queue.sqlite")
+        queue.put_many(_backlog(texts[singles:], singles))
+        queue.close()
+        daemon = DaemonProcess(config, env).start()
+        try:
+            started = time.perf_counter()
+            status: dict = {}
+
+            def drained() -> bool:
+                nonlocal status
+                status = daemon.status()["conversation"]["queue"]
+                return status["depth"] == 0
+
+            seen_rate = []
+            while not drained():
+                if status.get("replay_rate_per_s"):
+                    seen_rate.append(status["replay_rate_per_s"])
+                if time.perf_counter() - started > 3600:
+                    raise TimeoutError("the backlog did not drain within an hour")
+                time.sleep(0.5)
+            elapsed = time.perf_counter() - started
+        finally:
+            daemon.stop()
+        rate = queued / elapsed
+        assert status["replayed"] == queued, status
+        print(
+            f"replay of {queued} queued writes ({label}): {rate:.0f} writes/s from daemon ready to drained "
+            f"({queued / rate:.0f} s; the daemon's own batch rate said {seen_rate[-1] if seen_rate else '?'}/s); "
+            f"single adds through the daemon {single:.0f}/s ({rate / single:.1f}x)"
+        )
+        return rate, single
+
+
+def bench_replay(quick: bool) -> None:
+    stand_in = StandInEmbedder()
+    try:
+        _replay_case("stand-in HTTP embedding endpoint", stand_in, 50 if quick else 200, 2000 if quick else 10_000)
+    finally:
+        stand_in.close()
+    queued = 40 if quick else 300
+    rate, _ = _replay_case("real llama.cpp model", None, 10 if quick else 30, queued)
+    # the model alone on the same texts, in batches like the replay's
+    embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
+    texts = [w[2]["text"] for w in _backlog((_texts(queued) * 2)[:queued], 0)]
+    embedder.embed_passages(texts[:4])
+    t = time.perf_counter()
+    for i in range(0, len(texts), 16):
+        embedder.embed_passages(texts[i : i + 16])
+    alone = len(texts) / (time.perf_counter() - t)
+    embedder.unload()
+    print(
+        f"real model alone embedding the same {len(texts)} texts: {alone:.1f} texts/s; the replay reaches "
+        f"{rate / alone:.2f}x of it (the model is the limit)"
+    )
 
 
 def main(quick: bool = False) -> None:
@@ -273,3 +363,4 @@ def main(quick: bool = False) -> None:
     bench_cleanup(quick)
     bench_queue(quick)
     bench_outage(quick)
+    bench_replay(quick)

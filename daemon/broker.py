@@ -9,7 +9,10 @@ the store has failed, and a probe thread brings it back.
 
 While the store is down, searches are answered from the caller's own L3
 index with ``degraded: true`` and the reason, and writes go to the durable
-queue, which the probe thread replays in order once the store answers again.
+queue, which the probe thread replays in order once the store answers again:
+plain writes in batches (one lookup, one embedding call, one upsert each),
+inferred ones one by one in their place; a write the store refuses is set aside
+(kept, audited, shown in status) instead of blocking every write behind it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict
 from datetime import datetime, timezone
+from itertools import groupby
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -52,12 +56,14 @@ from layers.conversation.policy import (
     place,
     read_phases,
 )
-from layers.conversation.queue import WriteQueue
+from layers.conversation.queue import QueuedWrite, WriteQueue
 from layers.conversation.registry import RegistryCache
 from layers.conversation.store import (
+    BatchResult,
     ConversationStore,
     NewMemory,
     StoreConfigError,
+    StoreRequestError,
     StoreSettings,
     StoreUnavailableError,
     describe_error,
@@ -72,7 +78,14 @@ EMBEDDED_DEADLINE_S = 60.0
 CONNECT_DEADLINE_S = 120.0  # opening the store (mem0 import, a large embedded collection) may take a while
 PING_INTERVAL_S = 30.0  # while up, how often the round-trip time is measured
 TAILSCALE_REFRESH_S = 60.0
-REPLAY_BATCH = 50
+# A replay batch is sized from the last one's rate to take about REPLAY_BATCH_S, so a search
+# queued behind it on the store thread, or a stop, waits about that long at most.  It starts
+# small and at most doubles from one batch to the next: the embedder may be slow (the local
+# model on a loaded machine embeds a few texts a second).
+REPLAY_BATCH_S = 1.0
+REPLAY_BATCH_MIN = 16
+REPLAY_BATCH_MAX = 500
+REPLAY_PER_WRITE_S = 0.5  # a batch's deadline grows by this per write (the embedder's share)
 MAINTENANCE_S = 600.0  # a backup or restore of a large store
 STOP_WAIT_S = 3.0  # stop()'s default wait; the daemon passes its own share of STOP_BUDGET_S
 MAX_TEXT_CHARS = 20_000
@@ -226,6 +239,10 @@ class Broker:
         self.rtt_ms: float | None = None
         self.replayed = 0
         self.skipped = 0
+        self.set_aside = 0
+        self._batch_size = REPLAY_BATCH_MIN
+        self._drain: dict | None = None  # this drain's handled writes and busy seconds, for rate and time to go
+        self._head_checked = False  # the queue's head at start may be in any earlier version's crash window
         self.tailscale: dict | None = None
         self._tailscale_at = 0.0
         self._last_ping = 0.0
@@ -362,10 +379,12 @@ class Broker:
             "expiration_date": record.expiration_date,
             "infer": infer,
         }
-        if retry and self._queued(record.write_id):
-            return {**answer, "queued": True, "reason": "this write_id is already queued"}
+        if retry and self._is_queued(record.write_id):
+            return {**answer, **self._queued(record.write_id, "this write_id is already queued")}
+        attempted = False
         depth = self._queue_depth()  # None: the queue cannot be read (a full disk kept it from opening)
         if depth == 0 or (depth is None and self._nothing_queued()):  # earlier queued writes go first
+            attempted = self.breaker.closed
             try:
                 results = self._call("add", lambda: self._write(record, check_first=retry))
                 self.storage.succeeded("store")
@@ -387,9 +406,18 @@ class Broker:
                 f"({describe_storage(exc)}); nothing was kept: write it again once there is space"
             ) from None
         self.storage.succeeded("queue")
+        if attempted or retry:  # it may be in the store under mem0's random id: replay looks it up by write_id
+            self.storage.attempt("queue", lambda: self.queue.failed(record.write_id, reason), path=self.queue.path)
         self._wake.set()
         self.on_change()
-        return {**answer, "queued": True, "reason": reason}
+        return {**answer, **self._queued(record.write_id, reason)}
+
+    def _queued(self, write_id: str, reason: str) -> dict:
+        """The answer for a queued write: how many go before it and, while draining, how long that takes."""
+        ahead = self.queue.ahead_of(write_id)
+        rate = self._replay_rate()
+        eta = f", replaying at {rate:,.0f}/s, about {_seconds(ahead / rate)} to go" if rate and ahead else ""
+        return {"queued": True, "ahead": ahead, "reason": f"{reason}: {ahead:,} ahead{eta}"}
 
     # ------------------------------------------------------------ the queue on a disk that may be full
 
@@ -420,7 +448,7 @@ class Broker:
                 return False
         return True
 
-    def _queued(self, write_id: str) -> bool:
+    def _is_queued(self, write_id: str) -> bool:
         try:
             return self.queue.contains(write_id)
         except (apsw.Error, OSError) as exc:
@@ -603,27 +631,129 @@ class Broker:
             self.on_change()
 
     def _replay(self) -> None:
-        """Queued writes, oldest first, each exactly once; stops at the first failure."""
-        for item in self.queue.peek(REPLAY_BATCH):
+        """The next batch of queued writes, oldest first, each exactly once; stops at the first failure."""
+        items = self.queue.peek(self._batch_size)
+        started = time.monotonic()
+        handled = 0
+        for plain, group in groupby(items, key=lambda item: not item.request.get("infer")):
             if self._stopping:
-                return  # the rest stays queued for the next start
-            record = NewMemory(**item.request)
+                break  # the rest stays queued for the next start
+            run = list(group)
+            count = self._replay_plain(run) if plain else self._replay_inferred(run)
+            handled += count
+            if count < len(run):
+                break  # the store failed: the breaker is open, the rest waits for it
+        busy = time.monotonic() - started
+        drain = self._drain or {"handled": 0, "busy_s": 0.0}
+        drain["handled"] += handled
+        drain["busy_s"] += busy
+        self._drain = drain
+        if handled == len(items) and busy > 0:
+            size = min(2 * len(items), int(handled / busy * REPLAY_BATCH_S))
+        else:  # the store failed (or was slow past its deadline): try smaller next time
+            size = self._batch_size // 2
+        self._batch_size = max(REPLAY_BATCH_MIN, min(REPLAY_BATCH_MAX, size))
+        if handled:
+            self.on_change()
+        if self.queue.depth() == 0:
+            log.info(
+                "queue drained: %d written, %d already present, %d set aside (%.1f writes/s)",
+                self.replayed,
+                self.skipped,
+                self.set_aside,
+                drain["handled"] / max(drain["busy_s"], 1e-6),
+            )
+            self._drain = None
+
+    def _replay_plain(self, items: list[QueuedWrite]) -> int:
+        """``infer=False`` writes as one batch; how many left the queue (all of them unless the store failed)."""
+        readable: list[tuple[QueuedWrite, NewMemory]] = []
+        handled = 0
+        for item in items:
             try:
+                readable.append((item, NewMemory(**item.request)))
+            except TypeError as exc:  # written by another version: it can never be replayed as it is
+                self._set_aside(item, f"unreadable queued request: {describe_error(exc)}")
+                handled += 1
+        if not readable:
+            return handled
+        records = [record for _, record in readable]
+        # tried before (a direct add that failed, an earlier batch that timed out): maybe stored already
+        suspects = {item.write_id for item, _ in readable if item.attempts}
+        if not self._head_checked:
+            suspects.add(readable[0][0].write_id)
+        deadline = self.deadline_s + REPLAY_PER_WRITE_S * len(records)
+        try:
+            results = self._call("replay", lambda: self.store.add_batch(records, suspects), deadline)
+        except _StoreDown as exc:
+            if not self._stopping:
+                w, why = readable[0][0].write_id, str(exc)
+                self.storage.attempt("queue", lambda: self.queue.failed(w, why), path=self.queue.path)
+            return handled
+        except StoreRequestError as exc:
+            if len(readable) > 1:  # find the one(s) refused: each alone
+                for item, _ in readable:
+                    count = self._replay_plain([item])
+                    handled += count
+                    if not count:
+                        break
+                return handled
+            results = [BatchResult(records[0].write_id, "REFUSED", reason=str(exc))]
+        self._head_checked = True
+        done = []
+        for (item, _), result in zip(readable, results, strict=True):
+            if result.event == "REFUSED":
+                self._set_aside(item, result.reason)
+                continue
+            done.append(item.write_id)
+            if result.event == "EXISTS":
+                self.skipped += 1
+            else:
+                self.replayed += 1
+        self.storage.succeeded("store")
+        if not self.storage.attempt("queue", lambda: self.queue.done_many(done), path=self.queue.path):
+            return handled  # written, still queued: replaying them again replaces the same points
+        return handled + len(readable)
+
+    def _replay_inferred(self, items: list[QueuedWrite]) -> int:
+        """``infer=True`` writes one by one through mem0's LLM path, in their place in the queue."""
+        for handled, item in enumerate(items):
+            try:
+                record = NewMemory(**item.request)
                 results = self._call("replay", lambda r=record: self._write(r, check_first=True))
+            except TypeError as exc:
+                self._set_aside(item, f"unreadable queued request: {describe_error(exc)}")
+                continue
+            except StoreRequestError as exc:
+                self._set_aside(item, str(exc))
+                continue
             except _StoreDown as exc:
                 if not self._stopping:
                     # the attempt count is a courtesy: a full queue disk must not stop the replay loop
                     self.storage.attempt("queue", lambda w=item.write_id, e=str(exc): self.queue.failed(w, e))
-                return
+                return handled
             self.storage.succeeded("store")
             if not self.storage.attempt("queue", lambda w=item.write_id: self.queue.done(w), path=self.queue.path):
-                return  # written, still queued: the next replay finds its write_id in the store
+                return handled  # written, still queued: the next replay finds its write_id in the store
             if results and all(r.get("event") == "EXISTS" for r in results):
                 self.skipped += 1
             else:
                 self.replayed += 1
-        log.info("replayed queued writes: %d written, %d already present", self.replayed, self.skipped)
-        self.on_change()
+        return len(items)
+
+    def _set_aside(self, item: QueuedWrite, reason: str) -> None:
+        """A write the store refuses: kept aside with the reason, so the writes behind it go on."""
+        if self.queue.set_aside(item.write_id, reason):
+            self.set_aside += 1
+        log.warning("queued write %s of %s set aside: the store refuses it: %s", item.write_id, item.agent_id, reason)
+        self.audit.record("queued_write_set_aside", agent=item.agent_id, write_id=item.write_id, reason=reason)
+
+    def _replay_rate(self) -> float | None:
+        """Writes per second over this drain's batches; None when no drain is under way."""
+        drain = self._drain
+        if not drain or not drain["handled"] or drain["busy_s"] <= 0:
+            return None
+        return drain["handled"] / drain["busy_s"]
 
     def _ping(self) -> None:
         try:
@@ -669,6 +799,22 @@ class Broker:
 
     # ------------------------------------------------------------ status
 
+    def _queue_status(self) -> dict:
+        depth = self._queue_view(self.queue.depth)
+        rate = self._replay_rate()
+        return {
+            "depth": depth,
+            "oldest_age_s": self._queue_view(self.queue.oldest_age_s),
+            "writable": not self.storage.failing("queue"),
+            "replayed": self.replayed,
+            "skipped_already_written": self.skipped,
+            "replay_rate_per_s": None if rate is None else round(rate, 1),
+            "eta_s": None if not rate or not depth else round(depth / rate, 1),
+            "set_aside": self._queue_view(self.queue.set_aside_count),
+            # write ids and reasons, never the text
+            "set_aside_recent": self._queue_view(lambda: self.queue.set_aside_writes(limit=5)),
+        }
+
     def status(self) -> dict:
         if self._final_status is not None:
             return self._final_status
@@ -684,17 +830,15 @@ class Broker:
             "breaker": self.breaker.snapshot(),
             "last_error": self.fatal or self.breaker.last_error,
             "error": self.fatal,
-            "queue": {
-                "depth": self._queue_view(lambda: self.queue.depth()),
-                "oldest_age_s": self._queue_view(self.queue.oldest_age_s),
-                "writable": not self.storage.failing("queue"),
-                "replayed": self.replayed,
-                "skipped_already_written": self.skipped,
-            },
+            "queue": self._queue_status(),
             "infer_default": self.llm_configured,
             "registry_error": self.registry.error,
             "tailscale": self.tailscale,
         }
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 _TAILSCALE_NETS = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd7a:115c:a1e0::/48"))

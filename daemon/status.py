@@ -98,6 +98,15 @@ def _conversation_lines(c: dict) -> list[str]:
     q = c.get("queue") or {}
     if q.get("depth"):
         lines.append(f"  queued writes: {q['depth']} (oldest {_duration(q.get('oldest_age_s') or 0)} old)")
+        if q.get("replay_rate_per_s"):
+            eta = _duration(q.get("eta_s") or 0)
+            lines.append(f"  replaying: {q['replay_rate_per_s']:,.0f} writes/s, about {eta} to go")
+    if q.get("set_aside"):
+        latest = (q.get("set_aside_recent") or [{}])[0]
+        lines.append(
+            f"  set aside: {q['set_aside']} queued write(s) the store refuses (kept in the queue file); "
+            f"latest {latest.get('write_id')} of {latest.get('agent_id')}: {latest.get('reason')}"
+        )
     if q.get("replayed") or q.get("skipped_already_written"):
         lines.append(f"  replayed: {q.get('replayed', 0)} written, {q.get('skipped_already_written', 0)} already there")
     if c.get("last_error") and c.get("reachable"):

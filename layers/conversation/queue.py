@@ -6,6 +6,10 @@ a power cut loses it.  Entries leave the queue only after the store has the
 memory; replay is in write order, and each entry carries a ``write_id`` that
 the store records, so a replay interrupted between "written" and "removed"
 finds the memory already there and does not write it twice.
+
+A write the store refuses (a 4xx, mem0's validation: the request's fault, not
+the link's) would block every write behind it for ever; it is moved aside into
+a table of its own, kept with the reason, and the queue goes on.
 """
 
 from __future__ import annotations
@@ -29,6 +33,15 @@ CREATE TABLE IF NOT EXISTS writes (
     enqueued_at REAL NOT NULL,
     attempts    INTEGER NOT NULL DEFAULT 0,
     last_error  TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS set_aside (
+    seq         INTEGER PRIMARY KEY,
+    write_id    TEXT NOT NULL UNIQUE,
+    agent_id    TEXT NOT NULL,
+    request     TEXT NOT NULL,
+    enqueued_at REAL NOT NULL,
+    set_aside_at REAL NOT NULL,
+    reason      TEXT NOT NULL
 );
 """
 
@@ -96,6 +109,17 @@ class WriteQueue:
             )
             return db.changes() > 0
 
+    def put_many(self, writes: list[tuple[str, str, dict]]) -> int:
+        """Store many ``(write_id, agent_id, request)`` in one commit (an import); how many were new."""
+        now = time.time()
+        rows = [(w, a, json.dumps(r, ensure_ascii=False), now) for w, a, r in writes]
+        with self._lock, self._db:
+            before = self._db.total_changes()
+            self._db.executemany(
+                "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at) VALUES (?, ?, ?, ?)", rows
+            )
+            return self._db.total_changes() - before
+
     def peek(self, limit: int = 100) -> list[QueuedWrite]:
         """The oldest ``limit`` writes, in the order they were made."""
         with self._lock:
@@ -113,6 +137,38 @@ class WriteQueue:
     def done(self, write_id: str) -> None:
         with self._lock, self._connection() as db:
             db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
+
+    def done_many(self, write_ids: list[str]) -> None:
+        """Forget a replayed batch in one commit."""
+        with self._lock, self._db:
+            self._db.executemany("DELETE FROM writes WHERE write_id = ?", [(w,) for w in write_ids])
+
+    def set_aside(self, write_id: str, reason: str) -> bool:
+        """Move a write the store refused out of the way, kept with ``reason``; False when it is not queued."""
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO set_aside(seq, write_id, agent_id, request, enqueued_at, set_aside_at, reason) "
+                "SELECT seq, write_id, agent_id, request, enqueued_at, ?, ? FROM writes WHERE write_id = ?",
+                (time.time(), reason, write_id),
+            )
+            moved = self._db.changes() > 0
+            self._db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
+            return moved
+
+    def set_aside_writes(self, limit: int = 100) -> list[dict]:
+        """The writes most recently set aside, newest first: which they were (not their text) and why."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT write_id, agent_id, enqueued_at, set_aside_at, reason FROM set_aside "
+                "ORDER BY set_aside_at DESC, seq DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        keys = ("write_id", "agent_id", "enqueued_at", "set_aside_at", "reason")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def set_aside_count(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT count(*) FROM set_aside").fetchone()[0]
 
     def failed(self, write_id: str, error: str) -> None:
         with self._lock, self._connection() as db:
@@ -134,6 +190,14 @@ class WriteQueue:
     def depth(self) -> int:
         with self._lock:
             return self._connection().execute("SELECT count(*) FROM writes").fetchone()[0]
+
+    def ahead_of(self, write_id: str) -> int:
+        """How many queued writes go before ``write_id``."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT count(*) FROM writes WHERE seq < (SELECT seq FROM writes WHERE write_id = ?)", (write_id,)
+            ).fetchone()
+        return row[0]
 
     def oldest_age_s(self, now: float | None = None) -> float | None:
         with self._lock:

@@ -6,6 +6,13 @@ storage under the state directory.  Writes go through mem0 (so ``infer=True``
 gets mem0's ADD/UPDATE/DELETE/NOOP); searches go through mem0 with one filter
 per visibility phase.  Listing, get, delete and the write-id lookup use the
 client directly: mem0's ``get_all`` has no cursor and stops at ``top_k``.
+Replayed writes (``infer=False``) go in batches: one write-id lookup, one
+embedding call, one upsert through mem0's vector store and one history commit
+per batch, the payload built by mem0's own helpers so a replayed memory is the
+same in every field as one ``Memory.add(infer=False)`` makes.  A batched write's
+point id is derived from its write_id, so the lookup is a retrieve by id (local
+mode evaluates a payload filter in Python, point by point and value by value)
+and a repeated upsert could only replace the point, never add a second one.
 
 Every call that reaches Qdrant may raise :class:`StoreUnavailableError`; the
 broker decides what that means (breaker, queue, fallback).  This module knows
@@ -14,14 +21,16 @@ nothing about callers, tokens or the daemon.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import sqlite3
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -36,6 +45,8 @@ log = logging.getLogger(__name__)
 # Payload fields we filter on; a remote server gets an index for each.
 KEYWORD_FIELDS = ("agent_id", "visibility", "project_id", "memory_type", "write_id")
 EXPIRY_FIELD = "expires_at"
+# Point ids of batched writes: uuid5(WRITE_NAMESPACE, write_id).
+WRITE_NAMESPACE = uuid.UUID("5d0c1f9e-6c3a-4d8e-9a57-2f4b8e61c0a3")
 
 
 class StoreUnavailableError(ConnectionError):
@@ -96,6 +107,45 @@ class NewMemory:
         if self.expires_at is not None:
             meta[EXPIRY_FIELD] = self.expires_at
         return meta
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What a batch did with one write: ``ADD`` (``ids`` new), ``EXISTS`` (``ids`` already there), ``REFUSED``."""
+
+    write_id: str
+    event: str
+    ids: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def point_id_of(write_id: str) -> str:
+    """The point id a batched write gets: the same write always lands on the same point."""
+    return str(uuid.uuid5(WRITE_NAMESPACE, write_id))
+
+
+def mem0_payload(memory: NewMemory) -> dict:
+    """The payload ``Memory.add(text, infer=False)`` stores for ``memory``, built by mem0's own helpers.
+
+    ValueError when mem0 would refuse it (a bad agent id or expiration date): that write's fault alone.
+    """
+    from mem0.exceptions import ValidationError
+    from mem0.memory.main import _build_filters_and_metadata, _normalize_expiration_date
+    from mem0.utils.lemmatization import lemmatize_for_bm25
+
+    try:
+        payload, _ = _build_filters_and_metadata(agent_id=memory.agent_id, input_metadata=memory.metadata())
+    except ValidationError as exc:
+        raise ValueError(exc.message) from None
+    expiration = _normalize_expiration_date(memory.expiration_date)
+    if expiration is not None:
+        payload["expiration_date"] = expiration
+    payload["role"] = "user"  # add() turns a text into one user message
+    payload["data"] = memory.text
+    payload["hash"] = hashlib.md5(memory.text.encode()).hexdigest()
+    payload["updated_at"] = payload["created_at"]
+    payload["text_lemmatized"] = lemmatize_for_bm25(memory.text)
+    return payload
 
 
 def prepare_mem0_environment(data_dir: Path) -> None:
@@ -275,15 +325,133 @@ class ConversationStore:
 
     def find_write(self, write_id: str) -> list[str]:
         """Ids of memories a write already produced (replay skips such writes)."""
+        return self.find_writes([write_id]).get(write_id, [])
+
+    def find_writes(self, write_ids: Sequence[str], by_filter: Collection[str] | None = None) -> dict[str, list[str]]:
+        """Which of ``write_ids`` the store holds, with their memory ids, in one lookup for all of them.
+
+        A batched write is found by its derived point id.  A write mem0 made itself (random ids: an
+        inferred write, a direct add) only by a filter on ``write_id``, which a server answers from its
+        payload index but local mode evaluates in Python over the whole collection, once per value:
+        there only the write ids in ``by_filter`` are looked up that way (None: all of them).
+        """
         from qdrant_client import models
 
+        if not write_ids:
+            return {}
         client = self._client_only()
-        condition = models.FieldCondition(key="write_id", match=models.MatchValue(value=write_id))
+        found: dict[str, list[str]] = {}
+        if self.settings.backend == "remote":
+            by_filter = write_ids  # indexed on a server: one filtered scroll finds every kind
+        else:
+            wanted = {point_id_of(w): w for w in write_ids}
+            with _translate_errors("lookup"):
+                points = client.retrieve(self.settings.collection, ids=list(wanted), with_payload=["write_id"])
+            for point in points:
+                found[wanted[str(point.id)]] = [str(point.id)]
+        rest = [w for w in (write_ids if by_filter is None else by_filter) if w not in found]
+        if not rest:
+            return found
+        condition = models.FieldCondition(key="write_id", match=models.MatchAny(any=rest))
+        offset = None
         with _translate_errors("lookup"):
-            points, _ = client.scroll(
-                self.settings.collection, scroll_filter=models.Filter(must=[condition]), limit=16, with_payload=False
-            )
-        return [str(p.id) for p in points]
+            while True:
+                points, offset = client.scroll(
+                    self.settings.collection,
+                    scroll_filter=models.Filter(must=[condition]),
+                    limit=max(64, 2 * len(rest)),  # an inferred write may have made several memories
+                    offset=offset,
+                    with_payload=["write_id"],
+                )
+                for point in points:
+                    ids = found.setdefault((point.payload or {}).get("write_id"), [])
+                    if str(point.id) not in ids:
+                        ids.append(str(point.id))
+                if offset is None:
+                    return found
+
+    def add_batch(self, memories: Sequence[NewMemory], suspects: Collection[str] = ()) -> list[BatchResult]:
+        """Write ``infer=False`` memories not yet in the store, each once, in the order given.
+
+        One lookup, one embedding call, one upsert (one commit), one history commit for the whole
+        batch.  ``suspects`` are write ids that may already be stored under a random id (a direct
+        add that was tried before it was queued): those are also looked up by a ``write_id`` filter.
+        A memory mem0 would refuse comes back ``REFUSED`` with the reason and does not stop the
+        others; StoreRequestError when the store refuses the upsert itself (split the batch then).
+        """
+        if any(m.infer for m in memories):
+            raise ValueError("add_batch writes infer=False memories only; inferred writes go through add()")
+        mem0, _ = self._require()
+        existing = self.find_writes([m.write_id for m in memories], by_filter=suspects)
+        results: dict[str, BatchResult] = {}
+        todo: list[tuple[NewMemory, dict]] = []
+        for memory in memories:
+            if memory.write_id in existing:
+                results[memory.write_id] = BatchResult(memory.write_id, "EXISTS", tuple(existing[memory.write_id]))
+                continue
+            try:
+                todo.append((memory, mem0_payload(memory)))
+            except (ValueError, TypeError) as exc:
+                results[memory.write_id] = BatchResult(memory.write_id, "REFUSED", reason=describe_error(exc))
+        if todo:
+            ids = [point_id_of(m.write_id) for m, _ in todo]
+            payloads = [payload for _, payload in todo]
+            with _translate_errors("replay"):
+                vectors = mem0.embedding_model.embed_batch([m.text for m, _ in todo], "add")
+                with self._one_commit():
+                    mem0.vector_store.insert(vectors=vectors, ids=ids, payloads=payloads)
+            history = [
+                {
+                    "memory_id": memory_id,
+                    "old_memory": None,
+                    "new_memory": payload["data"],
+                    "event": "ADD",
+                    "created_at": payload["created_at"],
+                    "updated_at": payload["updated_at"],
+                    "actor_id": payload.get("actor_id"),
+                    "role": payload["role"],
+                }
+                for memory_id, payload in zip(ids, payloads, strict=True)
+            ]
+            with _translate_errors("history"):
+                mem0.db.batch_add_history(history)
+            for (memory, _), memory_id in zip(todo, ids, strict=True):
+                results[memory.write_id] = BatchResult(memory.write_id, "ADD", (memory_id,))
+        return [results[m.write_id] for m in memories]
+
+    @contextmanager
+    def _one_commit(self) -> Iterator[None]:
+        """Local mode commits, and fsyncs, once per point (~20 ms each here): make a batch one transaction.
+
+        qdrant-client's local persistence writes each point inside ``with connection:``; during the
+        batch its connection is stood in for by one whose ``with`` does not commit, and the batch is
+        committed once at the end.  When that fails the in-memory collection may hold points that
+        are not on disk, so the client is closed and the collection reloaded from disk.  On a
+        server, or a qdrant-client whose internals differ, this does nothing.
+        """
+        persistence = self._local_persistence()
+        if persistence is None:
+            yield
+            return
+        connection = persistence.storage
+        persistence.storage = _NoCommit(connection)
+        try:
+            yield
+            connection.commit()
+        except BaseException:
+            with suppress(Exception):
+                connection.rollback()
+            self.close()  # memory and disk may differ now: reopen from disk
+            raise
+        finally:
+            persistence.storage = connection
+
+    def _local_persistence(self):
+        local = getattr(self._client, "_client", None)
+        collection = getattr(local, "collections", {}).get(self.settings.collection)
+        persistence = getattr(collection, "storage", None)
+        connection = getattr(persistence, "storage", None)
+        return persistence if isinstance(connection, sqlite3.Connection) else None
 
     def search(self, query: str, phases: Sequence[Phase], limit: int) -> list[dict]:
         """Each phase searched on its own, merged by score, de-duplicated by content hash."""
@@ -512,6 +680,22 @@ def describe_error(exc: BaseException) -> str:
     if not text and cause is not None:
         text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
+
+
+class _NoCommit:
+    """A sqlite3 connection whose ``with`` block neither commits nor rolls back (see ``_one_commit``)."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def __enter__(self) -> _NoCommit:
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        return False
+
+    def __getattr__(self, name: str):
+        return getattr(self._connection, name)
 
 
 class _Mem0Embedder:

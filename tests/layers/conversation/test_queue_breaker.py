@@ -64,3 +64,23 @@ def test_breaker_opens_on_failure_and_closes_on_success():
     assert snap["last_error"] == "connect: refused again"
     b.success()
     assert b.snapshot()["down_for_s"] is None
+
+
+def test_a_refused_write_is_set_aside_kept_and_the_queue_goes_on(tmp_path):
+    path = tmp_path / "queue.sqlite"
+    q = WriteQueue(path)
+    assert q.put_many([(f"w{i}", "a", {"n": i}) for i in range(5)]) == 5
+    assert q.put_many([("w1", "a", {"n": "retry"}), ("w5", "b", {"n": 5})]) == 1  # w1 is already queued
+    assert q.ahead_of("w3") == 3 and q.ahead_of("w0") == 0
+    assert q.set_aside("w1", "add: ValueError: expiration_date must be a valid date")
+    assert not q.set_aside("never-queued", "x")
+    q.done_many(["w0", "w2"])
+    q.close()
+
+    q = WriteQueue(path)
+    assert [i.write_id for i in q.peek()] == ["w3", "w4", "w5"]
+    assert q.depth() == 3 and q.set_aside_count() == 1
+    [aside] = q.set_aside_writes()
+    assert (aside["write_id"], aside["agent_id"]) == ("w1", "a") and "expiration_date" in aside["reason"]
+    assert aside["set_aside_at"] >= aside["enqueued_at"]
+    assert q.put("w1", "a", {"n": "fixed"})  # set aside, it may be queued again

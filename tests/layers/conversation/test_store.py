@@ -174,3 +174,92 @@ def test_no_outbound_connection_is_attempted(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["found"] == 1
     assert result["attempts"] == []
+
+
+def test_a_batched_write_is_the_memory_mem0_add_makes(store):
+    """Replay writes in batches around mem0.add; the payload and history row must not tell them apart."""
+    kw = {"memory_type": "session", "expiration_date": "2026-12-30", "expires_at": 1798675200.0}
+    single = memory("a", "同一句话 the same sentence", project=None, **kw)
+    batched = memory("a", "同一句话 the same sentence", project=None, **kw)
+    [by_mem0] = store.add(single)
+    [result] = store.add_batch([batched])
+    assert result.event == "ADD" and len(result.ids) == 1
+    client = store._client
+    one, other = (
+        client.retrieve(store.settings.collection, ids=[i], with_payload=True)[0]
+        for i in (by_mem0["id"], result.ids[0])
+    )
+    assert set(one.payload) == set(other.payload)
+    for field in one.payload:
+        if field != "write_id":
+            assert one.payload[field] == other.payload[field], field
+    assert (one.payload["write_id"], other.payload["write_id"]) == (single.write_id, batched.write_id)
+    rows = {
+        r["memory_id"]: r
+        for r in store._memory.db.get_history(by_mem0["id"]) + store._memory.db.get_history(result.ids[0])
+    }
+    a, b = rows[by_mem0["id"]], rows[result.ids[0]]
+    assert {k: v for k, v in a.items() if k not in ("id", "memory_id")} == {
+        k: v for k, v in b.items() if k not in ("id", "memory_id")
+    }
+
+
+def test_a_batch_writes_each_write_once_and_refuses_only_the_bad_one(store):
+    first = [memory("a", f"第 {i} 条") for i in range(3)]
+    assert [r.event for r in store.add_batch(first)] == ["ADD"] * 3
+    bad = memory("b", "bad date", expiration_date="30.11.2027")
+    new = memory("b", "新的一条")
+    results = store.add_batch([first[1], bad, new, first[2]])
+    assert [r.event for r in results] == ["EXISTS", "REFUSED", "ADD", "EXISTS"]
+    assert "expiration_date" in results[1].reason
+    assert store.find_writes([w.write_id for w in first] + [new.write_id, bad.write_id]).keys() == {
+        *(w.write_id for w in first),
+        new.write_id,
+    }
+    assert store.count() == 4
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real 8 MB tmpfs (tests run as root), unmounted afterwards."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def fill(directory) -> object:
+    """Write zeros until the filesystem refuses; the file is returned so the space can come back."""
+    filler = directory / "filler"
+    with open(filler, "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_batch_that_fails_to_commit_leaves_nothing_half_written(small_fs, embedder):
+    """The batch is one transaction in local mode: on a full disk none of it is stored, in memory or on disk."""
+    from layers.conversation.store import StoreUnavailableError
+
+    s = ConversationStore(StoreSettings("embedded", small_fs / "l4"), embedder, embedder.dimension())
+    s.connect()
+    kept = [memory("a", f"落盘之前的第 {i} 条") for i in range(3)]
+    assert [r.event for r in s.add_batch(kept)] == ["ADD"] * 3
+    batch = [memory("a", f"磁盘满时的第 {i} 条") for i in range(20)]
+    filler = fill(small_fs)
+    with pytest.raises(StoreUnavailableError):
+        s.add_batch(batch)
+    filler.unlink()
+    assert s.find_writes([m.write_id for m in batch]) == {}, "the failed batch must not look written"
+    assert [r.event for r in s.add_batch(batch)] == ["ADD"] * 20
+    s.close()
+    s.connect()  # what is on disk
+    assert s.count() == 23 and s.find_writes([m.write_id for m in kept + batch]).keys() == {
+        m.write_id for m in kept + batch
+    }
+    s.close()
