@@ -188,8 +188,12 @@ def scoped_status(snapshot: dict, caller: str | None) -> dict:
     conversation = snapshot.get("conversation")
     if conversation is not None:
         view["conversation"] = (
-            conversation if caller else {k: v for k, v in conversation.items() if k in _PUBLIC_CONVERSATION}
+            dict(conversation) if caller else {k: v for k, v in conversation.items() if k in _PUBLIC_CONVERSATION}
         )
+        queue = conversation.get("queue")
+        if isinstance(queue, dict) and queue.get("set_aside_recent"):  # which writes, and whose: the owner's only
+            mine = [w for w in queue["set_aside_recent"] if caller and w.get("agent_id") == caller]
+            view["conversation"]["queue"] = {**queue, "set_aside_recent": mine}
     storage = snapshot.get("storage")
     if storage is not None:  # health for anyone; where and why only for the agent it concerns
         view["storage"] = {

@@ -113,12 +113,12 @@ class WriteQueue:
         """Store many ``(write_id, agent_id, request)`` in one commit (an import); how many were new."""
         now = time.time()
         rows = [(w, a, json.dumps(r, ensure_ascii=False), now) for w, a, r in writes]
-        with self._lock, self._db:
-            before = self._db.total_changes()
-            self._db.executemany(
+        with self._lock, self._connection() as db:
+            before = db.total_changes()
+            db.executemany(
                 "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at) VALUES (?, ?, ?, ?)", rows
             )
-            return self._db.total_changes() - before
+            return db.total_changes() - before
 
     def peek(self, limit: int = 100) -> list[QueuedWrite]:
         """The oldest ``limit`` writes, in the order they were made."""
@@ -140,35 +140,39 @@ class WriteQueue:
 
     def done_many(self, write_ids: list[str]) -> None:
         """Forget a replayed batch in one commit."""
-        with self._lock, self._db:
-            self._db.executemany("DELETE FROM writes WHERE write_id = ?", [(w,) for w in write_ids])
+        with self._lock, self._connection() as db:
+            db.executemany("DELETE FROM writes WHERE write_id = ?", [(w,) for w in write_ids])
 
     def set_aside(self, write_id: str, reason: str) -> bool:
         """Move a write the store refused out of the way, kept with ``reason``; False when it is not queued."""
-        with self._lock, self._db:
-            self._db.execute(
+        with self._lock, self._connection() as db:
+            db.execute(
                 "INSERT OR REPLACE INTO set_aside(seq, write_id, agent_id, request, enqueued_at, set_aside_at, reason) "
                 "SELECT seq, write_id, agent_id, request, enqueued_at, ?, ? FROM writes WHERE write_id = ?",
                 (time.time(), reason, write_id),
             )
-            moved = self._db.changes() > 0
-            self._db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
+            moved = db.changes() > 0
+            db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
             return moved
 
     def set_aside_writes(self, limit: int = 100) -> list[dict]:
         """The writes most recently set aside, newest first: which they were (not their text) and why."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT write_id, agent_id, enqueued_at, set_aside_at, reason FROM set_aside "
-                "ORDER BY set_aside_at DESC, seq DESC LIMIT ?",
-                (limit,),
-            ).fetchall()
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT write_id, agent_id, enqueued_at, set_aside_at, reason FROM set_aside "
+                    "ORDER BY set_aside_at DESC, seq DESC LIMIT ?",
+                    (limit,),
+                )
+                .fetchall()
+            )
         keys = ("write_id", "agent_id", "enqueued_at", "set_aside_at", "reason")
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def set_aside_count(self) -> int:
         with self._lock:
-            return self._db.execute("SELECT count(*) FROM set_aside").fetchone()[0]
+            return self._connection().execute("SELECT count(*) FROM set_aside").fetchone()[0]
 
     def failed(self, write_id: str, error: str) -> None:
         with self._lock, self._connection() as db:
@@ -194,9 +198,13 @@ class WriteQueue:
     def ahead_of(self, write_id: str) -> int:
         """How many queued writes go before ``write_id``."""
         with self._lock:
-            row = self._db.execute(
-                "SELECT count(*) FROM writes WHERE seq < (SELECT seq FROM writes WHERE write_id = ?)", (write_id,)
-            ).fetchone()
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT count(*) FROM writes WHERE seq < (SELECT seq FROM writes WHERE write_id = ?)", (write_id,)
+                )
+                .fetchone()
+            )
         return row[0]
 
     def oldest_age_s(self, now: float | None = None) -> float | None:

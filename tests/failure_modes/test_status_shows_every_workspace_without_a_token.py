@@ -74,3 +74,38 @@ def test_status_is_scoped_by_token(tmp_path, daemons):
     assert skill.returncode == 0, skill.stderr
     answer = json.loads(skill.stdout)
     assert [a["id"] for a in answer["agents"]] == ["beta"] and "gamma" not in skill.stdout
+
+
+def test_set_aside_writes_and_storage_problems_are_shown_to_their_owner_only():
+    """Which writes were set aside, and where a disk refuses writes, name agents and paths."""
+    from daemon.api import scoped_status
+
+    snapshot = {
+        "daemon": {"running": True, "summary": "2 agents", "socket": "/run/memstrata.sock"},
+        "agents": [{"id": "beta", "files": 1}, {"id": "gamma", "files": 2}],
+        "conversation": {
+            "enabled": True,
+            "queue": {
+                "depth": 0,
+                "set_aside": 2,
+                "set_aside_recent": [
+                    {"write_id": "w-beta", "agent_id": "beta", "reason": "bad date"},
+                    {"write_id": "w-gamma", "agent_id": "gamma", "reason": "bad date"},
+                ],
+            },
+        },
+        "storage": {
+            "ok": False,
+            "problems": [
+                {"place": "records", "agent": "gamma", "path": "/srv/gamma", "error": "No space", "failures": 3}
+            ],
+        },
+    }
+    nobody, beta, gamma = (scoped_status(snapshot, who) for who in (None, "beta", "gamma"))
+    assert nobody["conversation"]["queue"]["set_aside_recent"] == []
+    assert nobody["conversation"]["queue"]["set_aside"] == 2
+    assert [w["write_id"] for w in beta["conversation"]["queue"]["set_aside_recent"]] == ["w-beta"]
+    assert [w["write_id"] for w in gamma["conversation"]["queue"]["set_aside_recent"]] == ["w-gamma"]
+    assert nobody["storage"]["problems"] == [{"place": "records", "since": None, "failures": 3, "retry_in_s": None}]
+    assert "/srv/gamma" not in json.dumps(beta) and "/srv/gamma" in json.dumps(gamma)
+    assert scoped_status(snapshot, "admin")["conversation"] == snapshot["conversation"]
