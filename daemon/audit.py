@@ -13,15 +13,25 @@ import logging
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from layers import safefs
+
+if TYPE_CHECKING:
+    from daemon.config import Config
 
 log = logging.getLogger(__name__)
 
 
 class AuditLog:
-    def __init__(self, directory: Path, prefix: str = "memory-access") -> None:
+    def __init__(self, directory: Path, prefix: str = "memory-access", confine: Path | None = None) -> None:
+        """``confine``: a directory an agent controls (the main workspace holds the default
+        ``logs/security``); below it the log is written without following a symlink, so an
+        agent that plants ``logs`` → ``/etc`` gets a refusal, not root's appends there."""
         self.directory = directory
         self.prefix = prefix
         self._lock = threading.Lock()
+        self._confine = confine if confine is not None and confine in directory.parents else None
 
     def path_for(self, when: datetime) -> Path:
         return self.directory / f"{self.prefix}-{when:%Y-%m-%d}.log"
@@ -36,8 +46,18 @@ class AuditLog:
         line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
         try:
             with self._lock:
-                self.directory.mkdir(parents=True, exist_ok=True, mode=0o750)
-                with open(self.path_for(now), "a", encoding="utf-8") as fh:
-                    fh.write(line)
+                if self._confine is not None:
+                    rel = self.path_for(now).relative_to(self._confine).as_posix()
+                    with safefs.open_append(self._confine, rel) as fh:
+                        fh.write(line.encode("utf-8"))
+                else:
+                    self.directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+                    with open(self.path_for(now), "a", encoding="utf-8") as fh:
+                        fh.write(line)
         except OSError as exc:
             log.error("audit log %s not written (%s): %s", self.directory, exc.strerror, fields.get("event"))
+
+
+def audit_log(config: Config, prefix: str = "memory-access") -> AuditLog:
+    """The configured audit log; inside the main workspace it never follows the agent's symlinks."""
+    return AuditLog(config.paths.audit_dir, prefix, confine=config.paths.workspace)

@@ -40,7 +40,7 @@ import apsw
 import httpx
 
 from daemon import maintenance
-from daemon.audit import AuditLog
+from daemon.audit import audit_log
 from daemon.config import Config
 from daemon.guard import SecretGuard
 from daemon.storage import StorageHealth, has_room, is_storage_error
@@ -229,7 +229,7 @@ class Broker:
         self.retention = dict(c.retention_days)
         self.llm_configured = c.llm is not None
         self.registry = RegistryCache(config.paths.registry)
-        self.audit = AuditLog(config.paths.audit_dir)
+        self.audit = audit_log(config)
         self.queue = WriteQueue(config.paths.state_dir / "conversation" / "queue.sqlite")
         self._open_queue()  # a full disk leaves it closed: writes then go to the store or get 507
         self.breaker = Breaker(c.probe_interval_s)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.audit import AuditLog
+from daemon.audit import audit_log
 from daemon.config import Config
 from layers.conversation import backup as backups
 from layers.conversation.cleanup import CleanupStore, Rules, Selection, run_cleanup
@@ -60,7 +60,7 @@ def cleanup(config: Config, store: CleanupStore, options: CleanupOptions) -> dic
     """Run the cleanup and write its audit file (``memory-cleanup-YYYY-MM-DD.log``)."""
     if options.include_permanent and options.max_age_days is None:
         raise ValueError("--include-permanent needs --max-age-days (permanent memories have no age limit)")
-    audit = AuditLog(config.paths.audit_dir, prefix="memory-cleanup")
+    audit = audit_log(config, prefix="memory-cleanup")
     rules = Rules(config.conversation.retention_days, options.max_age_days, options.include_permanent)
     report = run_cleanup(store, rules, execute=options.execute, selection=options.selection, audit=audit.write)
     result = report.to_dict()

@@ -34,7 +34,7 @@ import git
 
 from daemon import __version__
 from daemon.api import ApiServer
-from daemon.audit import AuditLog
+from daemon.audit import audit_log
 from daemon.broker import Broker, store_settings
 from daemon.config import Config, load_config
 from daemon.embedding import EmbedWorker, conversation_embedder, make_embedder
@@ -206,7 +206,7 @@ class MemoryDaemon:
         )
         self.embed_worker: EmbedWorker | None = None
         self.tokens = TokenStore(config.paths.state_dir)
-        self.audit = AuditLog(config.paths.audit_dir)
+        self.audit = audit_log(config)
         self.broker: Broker | None = None
         self.listeners: list[EditListener] = [self.indexer]
         self._calls: collections.deque[tuple[Callable[[], object], Future]] = collections.deque()

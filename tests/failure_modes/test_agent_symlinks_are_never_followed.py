@@ -114,3 +114,31 @@ def test_note_restore_and_template_never_write_through_a_symlink(tmp_path):
 
     assert _snapshot(outside) == before
     assert (outside / "secret.txt").read_text() == "root's own file\n"
+
+
+def test_audit_log_in_the_main_workspace_never_writes_through_a_symlink(tmp_path, caplog):
+    """The default audit dir is ``{workspace}/logs/security``: the main agent controls ``logs``."""
+    from daemon.audit import audit_log
+    from daemon.config import load_config
+
+    config = load_config(init_root(tmp_path, **LEAN))
+    ws = config.paths.workspace
+    assert ws in config.paths.audit_dir.parents
+    outside = _outside(tmp_path, "outside-logs")
+    before = _snapshot(outside)
+    logs = ws / "logs"
+    if logs.exists():
+        for p in sorted(logs.rglob("*"), reverse=True):
+            p.rmdir() if p.is_dir() else p.unlink()
+        logs.rmdir()
+    logs.symlink_to(outside)
+
+    audit = audit_log(config)
+    audit.record("write_denied", agent="beta", reason="test")
+    assert _snapshot(outside) == before, "nothing was written or created outside the workspace"
+    assert "audit log" in caplog.text and "never followed" in caplog.text
+
+    logs.unlink()  # the agent takes its symlink back: the log is written where it belongs
+    audit.record("write_denied", agent="beta", reason="after")
+    lines = [json.loads(x) for f in config.paths.audit_dir.glob("*.log") for x in f.read_text().splitlines()]
+    assert [e["reason"] for e in lines] == ["after"]
