@@ -34,6 +34,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from itertools import groupby
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
 
 import apsw
@@ -70,6 +71,7 @@ from layers.conversation.store import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The Qdrant client's own timeout bounds every request to a server; a caller's deadline is
 # only the backstop for a call that also waits on the embedder (a model load, L3's batch).
@@ -424,17 +426,21 @@ class Broker:
     def _open_queue(self) -> bool:
         return self.storage.attempt("queue", self.queue.open, path=self.queue.path)
 
-    def _queue_depth(self) -> int | None:
-        """Queued writes; None when the queue cannot be opened or read."""
+    def _read_queue(self, read: Callable[[], T], failed: T) -> T:
+        """``read()`` of the queue; ``failed`` when a full or read-only disk keeps it from opening or answering."""
         if not self.queue.opened and not self._open_queue():
-            return None
+            return failed
         try:
-            return self.queue.depth()
+            return read()
         except (apsw.Error, OSError) as exc:
             if not is_storage_error(exc):
                 raise
             self.storage.failed("queue", exc, path=self.queue.path)
-            return None
+            return failed
+
+    def _queue_depth(self) -> int | None:
+        """Queued writes; None when the queue cannot be opened or read."""
+        return self._read_queue(self.queue.depth, None)
 
     def _nothing_queued(self) -> bool:
         """True when the queue file holds no byte (so no earlier write can be waiting in it)."""
@@ -449,13 +455,7 @@ class Broker:
         return True
 
     def _is_queued(self, write_id: str) -> bool:
-        try:
-            return self.queue.contains(write_id)
-        except (apsw.Error, OSError) as exc:
-            if not is_storage_error(exc):
-                raise
-            self.storage.failed("queue", exc, path=self.queue.path)
-            return False
+        return self._read_queue(lambda: self.queue.contains(write_id), False)
 
     def _check_storage(self) -> None:
         """Once a back-off has passed: does the queue (or the store's disk) take writes again?"""
