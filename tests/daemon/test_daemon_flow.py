@@ -33,7 +33,8 @@ def test_plain_write_is_committed_with_a_message_naming_the_file(tmp_path, daemo
     newest = commits(ws)[0]
     assert "memory/2026-11-20.md" in newest["subject"]
     assert newest["subject"].startswith("memstrata: ")
-    assert d.agent("main")["last_commit"]["subject"] == newest["subject"]
+    # status is published at the end of the loop turn that made the commit
+    wait_for(lambda: d.agent("main")["last_commit"]["subject"] == newest["subject"], what="status names the commit")
 
 
 def test_atomic_rename_save_commits_the_target_not_the_temp_file(tmp_path, daemons):
