@@ -60,6 +60,7 @@ from layers.yamlfile import YamlFileError
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "status.json"  # the last status, so `status` can tell when the daemon was last seen
+STALE_EVENT_RECHECK_S = 1.0  # see MemoryDaemon._stale_event
 BURST_PUBLISH_S = 0.5  # while files still settle, records and status are written at most this often
 # SIGTERM to exit: the daemon's own promise.  systemd's TimeoutStopSec (systemd/memstrata.service)
 # must exceed it by a margin (interpreter exit, a slow journal); tests/test_systemd.py checks both.
@@ -235,6 +236,7 @@ class MemoryDaemon:
         self.config_error = ""  # why the last SIGHUP was refused, until one succeeds
         self._l4_embedder = None  # L4's embedder when it is not L3's (vectors off)
         self._left_running: list[str] = []  # threads a stop could not wait for
+        self._recheck_at: float | None = None  # an early reconcile, after an event under a name that is gone
 
     # ------------------------------------------------------------ intake (other threads)
 
@@ -413,6 +415,8 @@ class MemoryDaemon:
     def _timeout(self) -> float:
         now = time.monotonic()
         deadlines = [self._next_reconcile]
+        if self._recheck_at is not None:
+            deadlines.append(self._recheck_at)
         if self._debounce:
             deadlines.append(min(self._debounce.values()))
         deadlines += [d for t in self.trackers.values() if (d := t.commit_deadline()) is not None]
@@ -450,7 +454,8 @@ class MemoryDaemon:
                 changed = True
                 if self._inbox or self._debounce:
                     break  # fresh edits first: the other due commits follow in the next turns
-        if now >= self._next_reconcile:
+        if now >= self._next_reconcile or (self._recheck_at is not None and now >= self._recheck_at):
+            self._recheck_at = None
             self._reconcile_all()
             changed = True
         changed |= self.indexer.flush(now) > 0  # what calls, commits or reconcile queued
@@ -545,6 +550,18 @@ class MemoryDaemon:
                 self._debounce[(tracker.id, r)] = now + debounce
         return changed
 
+    def _stale_event(self) -> None:
+        """An event named a directory under agents_dir that no longer exists.
+
+        A workspace is assembled under a temporary name and renamed into place; inotify
+        can still report a file written just after the rename under the old name (the
+        watch's path is updated later), and such an event cannot be placed.  A reconcile
+        shortly after looks at every workspace's files, so that edit is not left for the
+        periodic one.
+        """
+        if self._recheck_at is None:
+            self._recheck_at = time.monotonic() + STALE_EVENT_RECHECK_S
+
     def _locate(self, path: Path) -> tuple[AgentTracker, str] | None:
         """Which agent a path belongs to (discovering new spoke workspaces on the way)."""
         paths = self.config.paths
@@ -557,6 +574,9 @@ class MemoryDaemon:
                 return None
             agent_id = spoke_id(parts[0])
             if agent_id is None:
+                if not os.path.lexists(paths.agents_dir / parts[0]):
+                    log.debug("an event under a name that is gone, %s: reconciling shortly", path)
+                    self._stale_event()
                 return None
             tracker = self.trackers.get(agent_id)
             if tracker is None:
