@@ -18,28 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.bench_index import _pct, single_edit_latencies
 from layers.local.index import Filters, LocalIndex, open_for_reading
 from tests.corpus import Corpus
 from tests.helpers import DaemonProcess, init_root, run_cli, wait_for
 
 BURST_TOKEN = "zqburstmark"
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _single_edits(ws: Path, reader: LocalIndex, tag: str, samples: int) -> list[float]:
-    latencies = []
-    for i in range(samples):
-        marker = f"zq{tag}{i:03d}single"
-        started = time.perf_counter()
-        (ws / "memory" / f"2026-04-{i % 28 + 1:02d}.md").write_text(f"# {tag} {i}\n\n{marker} 单次编辑\n")
-        wait_for(lambda m=marker: reader.search_text(f'"{m}"', 1, Filters()), interval=0.002, timeout=120)
-        latencies.append((time.perf_counter() - started) * 1000)
-        time.sleep(0.1)
-    return latencies
 
 
 def _burst_found(readers: list[LocalIndex], per_agent: int) -> bool:
@@ -66,7 +50,7 @@ def bench_burst(quick: bool) -> None:
             wait_for(lambda: all(p.exists() for p in paths.values()), what="indexes")
             readers = [open_for_reading(paths[i]) for i in ids]
             main_reader = readers[0]
-            baseline = _single_edits(workspaces["main"], main_reader, "base", samples)
+            baseline = single_edit_latencies(workspaces["main"], main_reader, samples, tag="base", timeout=120)
             base_p50 = statistics.median(baseline)
 
             texts = [
@@ -84,7 +68,7 @@ def bench_burst(quick: bool) -> None:
             burst_end = time.perf_counter()
             wait_for(lambda: _burst_found(readers, per_agent), timeout=600, interval=0.02, what="burst searchable")
             all_found = time.perf_counter() - burst_end
-            after = _single_edits(workspaces["main"], main_reader, "after", samples)
+            after = single_edit_latencies(workspaces["main"], main_reader, samples, tag="after", timeout=120)
             pending = sum(a["index"].get("pending_embeddings", 0) for a in daemon.status()["agents"])
         finally:
             for r in readers:

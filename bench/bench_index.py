@@ -142,6 +142,21 @@ def bench_build_and_query(quick: bool) -> None:
             db.close()
 
 
+def single_edit_latencies(
+    ws: Path, reader: LocalIndex, samples: int, tag: str = "save", timeout: float = 30.0
+) -> list[float]:
+    """Milliseconds from saving a daily file to finding its new word through ``reader``, one edit at a time."""
+    latencies = []
+    for i in range(samples):
+        marker = f"zq{tag}{i:04d}marker"
+        started = time.perf_counter()
+        (ws / "memory" / f"2026-02-{i % 28 + 1:02d}.md").write_text(f"# {tag} {i}\n\n{marker} 保存后可检索\n")
+        wait_for(lambda m=marker: reader.search_text(f'"{m}"', 1, Filters()), interval=0.002, timeout=timeout)
+        latencies.append((time.perf_counter() - started) * 1000)
+        time.sleep(0.1)
+    return latencies
+
+
 def bench_save_to_searchable(quick: bool) -> None:
     samples = 10 if quick else 40
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,14 +173,7 @@ def bench_save_to_searchable(quick: bool) -> None:
                 readonly=True,
                 verify=False,
             )
-            latencies = []
-            for i in range(samples):
-                marker = f"zq{i:04d}marker"
-                started = time.perf_counter()
-                (ws / "memory" / f"2026-02-{i % 28 + 1:02d}.md").write_text(f"# save {i}\n\n{marker} 保存后可检索\n")
-                wait_for(lambda m=marker: reader.search_text(f'"{m}"', 1, Filters()), interval=0.002, timeout=30)
-                latencies.append((time.perf_counter() - started) * 1000)
-                time.sleep(0.1)
+            latencies = single_edit_latencies(ws, reader, samples)
         finally:
             if reader:
                 reader.close()
