@@ -39,11 +39,17 @@ DEFAULT_MODEL_PATH = Path(sys.prefix) / "share" / "memstrata" / "models" / "mult
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
 
 
+# memstrata's L3 index is a file of its own.  The old default was QMD's own live index
+# on an OpenClaw host; an index of ours found there is moved once (daemon/index_files.py).
+DEFAULT_INDEX = "{root}/agents/{agent}/memstrata/index.sqlite"
+LEGACY_DEFAULT_INDEX = "{root}/agents/{agent}/qmd/xdg-cache/qmd/index.sqlite"
+
+
 class PathsConfig(StrictModel):
     root: str = "/root/.openclaw"
     workspace: str = "{root}/workspace"
     agents_dir: str = "{workspace}/agents"
-    index: str = "{root}/agents/{agent}/qmd/xdg-cache/qmd/index.sqlite"
+    index: str = DEFAULT_INDEX
     state_dir: str = "/var/lib/memstrata"
     socket: str = "/run/memstrata/memstrata.sock"
     registry: str = "{workspace}/skills/mem0-integration/project_registry.yaml"
@@ -279,9 +285,17 @@ class Paths:
     socket: Path
     registry: Path
     audit_dir: Path
+    # Where the old default put the index, when paths.index is the default: an index of
+    # ours found there moves to index_for() once.  None when paths.index is configured.
+    legacy_index_template: str | None = None
 
     def index_for(self, agent: str) -> Path:
         return Path(self.index_template.replace("{agent}", agent))
+
+    def legacy_index_for(self, agent: str) -> Path | None:
+        if self.legacy_index_template is None:
+            return None
+        return Path(self.legacy_index_template.replace("{agent}", agent))
 
 
 @dataclass(frozen=True)
@@ -356,6 +370,8 @@ def _secret_keys(data: object, path: tuple = ()) -> list[tuple]:
 
 def _resolve_paths(raw: PathsConfig, base: Path, source: Path, node: yaml.Node | None) -> Paths:
     values = raw.model_dump()
+    if raw.index == DEFAULT_INDEX:
+        values["legacy_index"] = LEGACY_DEFAULT_INDEX
     resolved: dict[str, str] = {}
 
     def expand(key: str) -> str:
@@ -369,7 +385,8 @@ def _resolve_paths(raw: PathsConfig, base: Path, source: Path, node: yaml.Node |
             text = str(base / text)
         return os.path.normpath(text)
 
-    for key in ("root", "workspace", "agents_dir", "state_dir", "socket", "registry", "audit_dir", "index"):
+    keys = ("root", "workspace", "agents_dir", "state_dir", "socket", "registry", "audit_dir", "index")
+    for key in keys + (("legacy_index",) if "legacy_index" in values else ()):
         resolved[key] = expand(key)
         leftover = re.findall(r"\{(\w+)\}", resolved[key].replace("{agent}", ""))
         if leftover:
@@ -402,6 +419,7 @@ def _resolve_paths(raw: PathsConfig, base: Path, source: Path, node: yaml.Node |
         socket=Path(resolved["socket"]),
         registry=Path(resolved["registry"]),
         audit_dir=Path(resolved["audit_dir"]),
+        legacy_index_template=resolved.get("legacy_index"),
     )
 
 
@@ -471,7 +489,7 @@ paths:
   root: .
   workspace: "{{root}}/workspace"
   agents_dir: "{{workspace}}/agents"
-  index: "{{root}}/agents/{{agent}}/qmd/xdg-cache/qmd/index.sqlite"
+  index: "{{root}}/agents/{{agent}}/memstrata/index.sqlite"  # a file of memstrata's own (never QMD's index.sqlite)
   state_dir: "{{root}}/state"
   socket: "{{root}}/run/memstrata.sock"
   registry: "{{root}}/project_registry.yaml"

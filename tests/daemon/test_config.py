@@ -58,7 +58,7 @@ def test_defaults_follow_the_openclaw_layout(monkeypatch):
     paths = config.paths
     assert str(paths.workspace) == "/root/.openclaw/workspace"
     assert str(paths.agents_dir) == "/root/.openclaw/workspace/agents"
-    assert str(paths.index_for("ops")) == "/root/.openclaw/agents/ops/qmd/xdg-cache/qmd/index.sqlite"
+    assert str(paths.index_for("ops")) == "/root/.openclaw/agents/ops/memstrata/index.sqlite"
     assert str(paths.state_dir) == "/var/lib/memstrata"
     assert str(paths.socket) == "/run/memstrata/memstrata.sock"
 
