@@ -15,7 +15,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 import yaml
@@ -45,6 +45,38 @@ DEFAULT_INDEX = "{root}/agents/{agent}/memstrata/index.sqlite"
 LEGACY_DEFAULT_INDEX = "{root}/agents/{agent}/qmd/xdg-cache/qmd/index.sqlite"
 
 
+# YAML 1.1 (PyYAML) reads these words, unquoted, as booleans: ``backend: off`` arrives as False.
+YAML_TRUE_WORDS = ("on", "yes", "true", "y")
+YAML_FALSE_WORDS = ("off", "no", "false", "n")
+
+
+def yaml_choice(*choices: str) -> Any:
+    """A ``Literal`` of ``choices`` that forgives YAML 1.1: a boolean read from an unquoted
+    word becomes the one choice spelled that way (``off`` for False, ``on`` for True)."""
+    literal = Literal[choices]  # type: ignore[valid-type]
+
+    def from_yaml_bool(value: object) -> object:
+        if isinstance(value, bool):
+            words = YAML_TRUE_WORDS if value else YAML_FALSE_WORDS
+            matches = [c for c in choices if c.lower() in words]
+            if len(matches) == 1:
+                return matches[0]
+            shown = " / ".join(words[:3])
+            raise ValueError(f"read as a boolean (unquoted {shown}); choose one of: {', '.join(choices)}")
+        return value
+
+    return Annotated[literal, pydantic.BeforeValidator(from_yaml_bool)]
+
+
+def choices_of(annotation: object) -> tuple[str, ...]:
+    """The values a :func:`yaml_choice` (or plain ``Literal``) field accepts; () for other types."""
+    for arg in (annotation, *get_args(annotation)):
+        values = get_args(arg)
+        if values and all(isinstance(v, str) for v in values):
+            return values
+    return ()
+
+
 class PathsConfig(StrictModel):
     root: str = "/root/.openclaw"
     workspace: str = "{root}/workspace"
@@ -57,7 +89,7 @@ class PathsConfig(StrictModel):
 
 
 class WatchConfig(StrictModel):
-    mode: Literal["auto", "inotify", "polling"] = "auto"
+    mode: yaml_choice("auto", "inotify", "polling") = "auto"
     debounce_ms: int = pydantic.Field(300, ge=0, le=60_000)
     reconcile_interval_s: float = pydantic.Field(300.0, gt=0)
     poll_interval_s: float = pydantic.Field(2.0, gt=0)
@@ -199,9 +231,9 @@ class OpenAIEmbeddingConfig(StrictModel):
 class VectorsConfig(StrictModel):
     """On-demand vectors for L3: loaded only when free memory allows."""
 
-    backend: Literal["local", "openai", "off"] = "local"
+    backend: yaml_choice("local", "openai", "off") = "local"
     model_path: str | None = None  # None: the model `memstrata model build` writes
-    profile: Literal["e5", "bge-zh", "plain"] = "e5"
+    profile: yaml_choice("e5", "bge-zh", "plain") = "e5"
     min_free_mb: int = pydantic.Field(300, ge=0)
     idle_unload_s: float = pydantic.Field(120.0, gt=0)
     batch_size: int = pydantic.Field(16, ge=1, le=512)
@@ -231,7 +263,7 @@ class ConversationConfig(StrictModel):
     """L4: the shared Mem0/Qdrant memory, brokered by the daemon."""
 
     enabled: bool = True
-    backend: Literal["embedded", "remote"] = "embedded"
+    backend: yaml_choice("embedded", "remote") = "embedded"
     qdrant: QdrantConfig = QdrantConfig()
     llm: LlmConfig | None = None
     # Days a memory of each type lives; null never expires. Types not listed never expire.
@@ -257,7 +289,7 @@ class ConversationConfig(StrictModel):
 
 
 class LogConfig(StrictModel):
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    level: yaml_choice("debug", "info", "warning", "error") = "info"
 
 
 class ConfigFile(StrictModel):
