@@ -313,6 +313,51 @@ class Broker:
         self.queue.close()
         return not self._worker.alive
 
+    def reconfigure(self, config: Config) -> list[str]:
+        """SIGHUP: apply ``conversation.*`` changes; returns what changed, for the log.
+
+        Retention, probe settings and deadlines apply at once.  Another store
+        (backend, url, collection, timeout, API key, LLM) is reconnected: the swap
+        runs as a job on the store thread, so calls queued before it finish on the
+        old store and everything after goes to the new one; the breaker opens
+        meanwhile, so writes go to the durable queue (which the swap does not
+        touch) and are replayed, exactly once by write_id, when the probe has
+        connected the new store.  Nothing acknowledged is lost.  ``enabled`` is
+        the daemon's to apply (a restart).  Raises OSError/ValueError when the new
+        store settings cannot be read (an API key file): nothing is changed then.
+        """
+        new, old = config.conversation, self.config.conversation
+        settings = store_settings(config)  # may raise: the running store is then kept
+        changed = [
+            f"conversation.{name}"
+            for name in ("retention_days", "probe_interval_s", "probe_timeout_s")
+            if getattr(new, name) != getattr(old, name)
+        ]
+        self.config = config
+        self.retention = dict(new.retention_days)
+        self.breaker.probe_interval_s = new.probe_interval_s
+        self.probe_timeout_s = new.probe_timeout_s
+        self.deadline_s = store_deadline(config)
+        if settings != self.store.settings:
+            changed.append("conversation store (reconnected)")
+            embedder, dim = self.store.embedder, self.store.dim
+
+            def swap() -> None:
+                old_store = self.store
+                self.store = ConversationStore(settings, embedder, dim)
+                old_store.close()
+
+            self._worker.submit(swap)  # not waited for: the daemon's loop must not wait on a hung call
+            self.llm_configured = new.llm is not None
+            self.fatal = ""  # a store refused for its configuration gets another chance
+            self.rtt_ms = None
+            self._head_checked = False
+            if self.breaker.failure("reconnecting: the conversation settings changed"):
+                self.on_change()
+            self._wake.set()
+            log.info("conversation store: reconnecting to %s", settings.url or f"embedded {settings.data_dir}")
+        return changed
+
     # ------------------------------------------------------------ store calls
 
     def _call(self, what: str, fn: Callable[[], object], deadline: float | None = None) -> object:

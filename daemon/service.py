@@ -258,6 +258,7 @@ class MemoryDaemon:
         self._unpublished = False  # records/status not yet written since the last change
         self._last_publish = 0.0
         self.config_error = ""  # why the last SIGHUP was refused, until one succeeds
+        self.restart_needed: list[str] = []  # settings the last SIGHUP read but cannot apply while running
         self._l4_embedder = None  # L4's embedder when it is not L3's (vectors off)
         self._left_running: list[str] = []  # threads a stop could not wait for
         self._recheck_at: float | None = None  # an early reconcile, after an event under a name that is gone
@@ -732,10 +733,20 @@ class MemoryDaemon:
             self._publish()
             self.notifier.ready(self._status_line)
             return
-        self.config_error = ""
+        restart: list[str] = []
         if new.paths != self.config.paths:
-            log.warning("path settings changed; they take effect after a restart")
+            restart.append("paths")
             new = replace(new, paths=self.config.paths)
+        try:
+            applied = self._reload_conversation(new, restart)
+        except (OSError, ValueError) as exc:  # the new store settings cannot be read (an API key file)
+            why = f"conversation: {exc}"
+            log.error("reload failed, keeping the running configuration: %s", why)
+            self.config_error = f"{why} (reload refused; the running configuration stays in force)"
+            self._publish()
+            self.notifier.ready(self._status_line)
+            return
+        self.config_error = ""
         watch_changed = (new.watch.mode, new.watch.poll_interval_s) != (
             self.config.watch.mode,
             self.config.watch.poll_interval_s,
@@ -747,20 +758,40 @@ class MemoryDaemon:
             tracker.settings = settings_from(new)
             tracker.repo.stale_lock_s = new.git.stale_lock_s
         logging.getLogger().setLevel(new.log.level.upper())
-        self._reload_vectors(new)
+        self._reload_vectors(new, restart)
         if watch_changed:
             self._restart_watcher("watch settings changed")
         self._reconcile_all()
+        self.restart_needed = restart
         self._publish()
-        log.info("configuration reloaded from %s", new.source)
+        done = f" (applied: {', '.join(applied)})" if applied else ""
+        if restart:
+            log.warning(
+                "configuration read from %s%s; NOT applied until a restart: %s (running with the old values)",
+                new.source,
+                done,
+                ", ".join(restart),
+            )
+        else:
+            log.info("configuration reloaded from %s%s", new.source, done)
         self.notifier.ready(self._status_line)
 
-    def _reload_vectors(self, new: Config) -> None:
+    def _reload_conversation(self, new: Config, restart: list[str]) -> list[str]:
+        """``conversation.*`` on SIGHUP: applied by the broker (reconnecting the store when it
+        changed, queued writes kept), except ``enabled``, which needs a restart."""
+        if new.conversation.enabled != self.config.conversation.enabled:
+            restart.append("conversation.enabled")
+            return []
+        if self.broker is None:
+            return []
+        return self.broker.reconfigure(new)
+
+    def _reload_vectors(self, new: Config, restart: list[str]) -> None:
         """Gate and idle settings apply at once; another model or backend needs a restart
         (every index records the model it was built with)."""
         fresh = make_embedder(new)
         if (fresh.model_id if fresh else "") != self.identity.embed_model:
-            log.warning("vectors backend/model changed; it takes effect after a restart (indexes are then rebuilt)")
+            restart.append("vectors.backend/model (indexes are then rebuilt)")
         if isinstance(self.embedder, LocalEmbedder):
             self.embedder.configure(min_free_mb=new.vectors.min_free_mb, idle_unload_s=new.vectors.idle_unload_s)
         if self.embed_worker is not None:
@@ -962,6 +993,7 @@ class MemoryDaemon:
                 "state_dir": str(self.config.paths.state_dir),
                 "summary": line,
                 "config_error": self.config_error or None,
+                "restart_needed": self.restart_needed or None,
             },
             "watcher": {
                 "mode": self.watcher.mode if self.watcher else "stopped",

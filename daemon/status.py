@@ -155,6 +155,8 @@ def render(status: dict) -> str:
     lines.extend(_storage_lines(status.get("storage")))
     if d.get("config_error"):
         lines.append(f"configuration: {d['config_error']}")
+    if d.get("restart_needed"):
+        lines.append(f"configuration: RESTART NEEDED to apply {', '.join(d['restart_needed'])} (read on reload)")
     w, r, lim = status["watcher"], status.get("reconcile") or {}, status["limits"]
     watcher = w["mode"] + (f" — {w['reason']}" if w.get("reason") else "")
     recon = f"{_clock(r.get('time'))}"
