@@ -32,7 +32,7 @@ from daemon.storage import StorageHealth, is_storage_error
 from daemon.workspaces import MEMORY_FILES, Agent
 from layers import core, daily
 from layers.ids import MAIN_AGENT
-from layers.local.index import Document, ForeignFile, Identity, IndexStale, LocalIndex, rebuild
+from layers.local.index import Document, ForeignFile, Identity, IndexStale, LocalIndex, check_replaceable, rebuild
 from layers.names import shown
 
 log = logging.getLogger(__name__)
@@ -203,6 +203,11 @@ class Indexer:
     def rebuild(self, agent: Agent, desired: dict[str, str], reason: str, progress=None) -> dict:
         """Build a fresh index from markdown; the old file answers searches until the swap."""
         entry = self.agents.setdefault(agent.id, AgentIndex(agent))
+        try:
+            check_replaceable(agent.index, self.claims.owns(agent.index))  # before the log line; rebuild() checks again
+        except ForeignFile as exc:
+            self._refuse(entry, exc)
+            raise
         log.warning("%s: rebuilding the L3 index from markdown: %s", agent.id, reason)
         entry.progress = {"done": 0, "total": len(desired), "phase": "rebuild"}
 

@@ -183,6 +183,14 @@ def inspect_file(path: Path) -> FileKind:
     return found
 
 
+def check_replaceable(path: Path, owned: bool = False) -> FileKind:
+    """What is at ``path``, when :func:`rebuild` may replace it; :class:`ForeignFile` otherwise."""
+    found = inspect_file(path)
+    if found.kind in ("sqlite", "not a file") or not (owned or _claimable(found, path)):
+        raise ForeignFile(path, found)
+    return found
+
+
 def _claimable(found: FileKind, path: Path) -> bool:
     """A file a writer may open: an index of ours, or the empty 0600 file :func:`create_private_file` left."""
     if found.kind in ("missing", "index"):
@@ -683,9 +691,7 @@ def rebuild(
     a damaged index of ours); another program's SQLite database never is.
     """
     started = time.monotonic()
-    found = inspect_file(path)
-    if found.kind in ("sqlite", "not a file") or not (owned or _claimable(found, path)):
-        raise ForeignFile(path, found)
+    found = check_replaceable(path, owned)
     private_dirs(path.parent)
     staging = path.with_name(path.name + ".rebuild")
     left = inspect_file(staging)  # a rebuild that was interrupted; anything else there is not ours
@@ -710,6 +716,12 @@ def rebuild(
         new.close()
     if before_swap:
         before_swap()
+    try:
+        check_replaceable(path, owned)  # once more: what lies there now is what gets replaced
+    except ForeignFile:
+        with contextlib.suppress(FileNotFoundError):
+            staging.unlink()
+        raise
     _remove_sidecars(path)
     os.replace(staging, path)
     stats.update(files_indexed=stats["files"], vectors_reused=reused, seconds=round(time.monotonic() - started, 3))
