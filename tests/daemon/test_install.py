@@ -324,3 +324,49 @@ def test_agent_add_gives_a_new_project_keywords(tmp_path):
         "agent", "add", "e", "--project", "web", "--project", "infra", "--keywords", "x", config=config, check=False
     )
     assert proc.returncode == 2 and "exactly one --project" in proc.stderr
+
+
+def test_install_on_this_machine_where_systemd_is_not_running(tmp_path):
+    """The real paths (/etc/systemd/system, /etc/cron.d, /var/lib/memstrata, /run/memstrata), in a private
+    mount namespace over scratch tmpfs: no systemd runs here, so install says so and exits 3, with the
+    files written and the units enabled offline for the next boot."""
+    root, config, out = tmp_path / "openclaw", tmp_path / "etc" / "memstrata.yaml", tmp_path / "out"
+    out.mkdir()
+    memstrata = " ".join([sys.executable, "-m", "daemon"])
+    script = f"""
+set -u
+for d in /etc/systemd/system /etc/cron.d /var/lib /run; do mount -t tmpfs -o mode=0755 tmpfs "$d" || exit 99; done
+install="{memstrata} install --root {root} --config {config}"
+$install > {out}/first.out 2> {out}/first.err; echo $? > {out}/first.rc
+$install --json > {out}/again.json 2> {out}/again.err; echo $? > {out}/again.rc
+cp -a /etc/systemd/system {out}/units
+stat -c '%a' /var/lib/memstrata /run/memstrata > {out}/modes
+{memstrata} uninstall --config {config} > {out}/uninstall.out 2>&1; echo $? > {out}/uninstall.rc
+ls -A /etc/systemd/system > {out}/left
+"""
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "/bin/sh", "-c", script],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"cannot make a private mount namespace here (needs root): {proc.stderr}"
+    first_err = (out / "first.err").read_text()
+    assert (out / "first.rc").read_text().strip() == "3", (out / "first.out").read_text() + first_err
+    assert "systemd is not running" in first_err and "enabled for the next boot" in first_err
+    assert (
+        f"ExecStart={sys.prefix}/bin/memstrata --config {config} run"
+        in (out / "units" / "memstrata.service").read_text()
+    )
+    if HAVE_SYSTEMCTL:
+        assert (out / "units" / "multi-user.target.wants" / "memstrata.service").is_symlink()
+        assert (out / "units" / "timers.target.wants" / "memstrata-backup.timer").is_symlink()
+    assert (out / "modes").read_text().split() == ["700", "750"]
+    again = json.loads((out / "again.json").read_text())
+    assert (
+        (out / "again.rc").read_text().strip() == "3" and again["actions"] == [] and again["systemd"] == "not running"
+    )
+    assert load_config(config).paths.state_dir == Path("/var/lib/memstrata")
+    assert (out / "uninstall.rc").read_text().strip() == "3", (out / "uninstall.out").read_text()
+    assert (out / "left").read_text().split() in ([], ["multi-user.target.wants", "timers.target.wants"])
