@@ -370,3 +370,27 @@ ls -A /etc/systemd/system > {out}/left
     assert load_config(config).paths.state_dir == Path("/var/lib/memstrata")
     assert (out / "uninstall.rc").read_text().strip() == "3", (out / "uninstall.out").read_text()
     assert (out / "left").read_text().split() in ([], ["multi-user.target.wants", "timers.target.wants"])
+
+
+def test_the_skill_is_never_written_through_an_agents_symlink(tmp_path):
+    """An agent may point skills/ (or one of its files) anywhere: nothing is written there."""
+    from daemon import skill
+    from layers.safefs import UnsafePathError
+
+    launcher = skill.Launcher.current(None, "a")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("mine\n")
+    ws = tmp_path / "a-workspace"
+    ws.mkdir()
+    (ws / "skills").symlink_to(outside)
+    with pytest.raises(UnsafePathError):
+        skill.sync_skill(ws, launcher)
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+
+    (ws / "skills").unlink()
+    (ws / SKILL).mkdir(parents=True)
+    (ws / SKILL / "mem0_client.py").symlink_to(outside / "victim")
+    with pytest.raises(UnsafePathError):
+        skill.sync_skill(ws, launcher)
+    assert (outside / "victim").read_text() == "mine\n"
