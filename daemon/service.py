@@ -294,19 +294,6 @@ class MemoryDaemon:
         if tracker.repo.ensure():
             log.info("%s: initialised missing git repository in %s", tracker.id, tracker.workspace)
 
-    def _ensure_skill(self, agent: Agent) -> None:
-        """The memory skill in the workspace, refreshed when this checkout's copy changed (daemon/skill.py).
-
-        Never fatal: a symlinked ``skills/`` is refused, a full disk leaves it for the next start.
-        """
-        try:
-            changes = skill.sync_skill(agent.workspace, skill.Launcher.current(self.config.source, agent.id))
-        except (OSError, ValueError) as exc:
-            log.warning("%s: memory skill not installed in %s: %s", agent.id, agent.workspace, exc)
-            return
-        if changes:
-            log.info("%s: memory skill installed (%s)", agent.id, "; ".join(changes))
-
     def _ensure_token(self, tracker: AgentTracker) -> None:
         """The agent's token; a full disk leaves it without one until a retry writes it,
         a symlink where it belongs leaves it without one for good (refused, shown)."""
@@ -320,6 +307,19 @@ class MemoryDaemon:
                 tracker.refuse(exc.rel, f"{exc.why}; no API token written")
 
         self.storage.attempt("tokens", ensure, subject=agent.id, path=agent.workspace / ".memstrata" / "token")
+
+    def _ensure_skill(self, agent: Agent) -> None:
+        """The memory skill in the workspace, refreshed when this checkout's copy changed (daemon/skill.py).
+
+        Never fatal: a symlinked ``skills/`` is refused, a full disk leaves it for the next start.
+        """
+        try:
+            changes = skill.sync_skill(agent.workspace, skill.Launcher.current(self.config.source, agent.id))
+        except (OSError, ValueError) as exc:
+            log.warning("%s: memory skill not installed in %s: %s", agent.id, agent.workspace, exc)
+            return
+        if changes:
+            log.info("%s: memory skill installed (%s)", agent.id, "; ".join(changes))
 
     def _ensure_admin_token(self) -> None:
         self.storage.attempt("tokens", self.tokens.ensure_admin, path=self.tokens.admin_path)
