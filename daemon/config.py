@@ -524,7 +524,7 @@ paths:
   index: "{{root}}/agents/{{agent}}/memstrata/index.sqlite"  # a file of memstrata's own (never QMD's index.sqlite)
   state_dir: "{{root}}/state"
   socket: "{{root}}/run/memstrata.sock"
-  registry: "{{root}}/project_registry.yaml"
+  registry: "{{workspace}}/skills/mem0-integration/project_registry.yaml"
   audit_dir: "{{workspace}}/logs/security"
 
 watch:
