@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 import click
 
-from daemon import __version__
+from daemon import __version__, skill
 from daemon.config import ENV_VAR, Config, demo_config_text, load_config
 from daemon.tokens import WORKSPACE_TOKEN, TokenStore
 from daemon.workspaces import UnknownAgentError, core_of, create_workspace, discover, get_agent
@@ -136,22 +136,56 @@ def init(ctx: click.Context, root: Path) -> None:
     ctx.obj["config"] = config
     agent, created = create_workspace(config, MAIN_AGENT)
     click.echo(f"{'created' if created else 'kept   '}  {agent.workspace} (main workspace, git)")
-    _register(config, MAIN_AGENT, (), can_write_public=True)  # the hub curates cluster-wide memory
     for directory in (config.paths.agents_dir, config.paths.socket.parent):
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
     private_dirs(config.paths.state_dir)
+    _make_audit_dir(config)
+    _install_skill(config, MAIN_AGENT, agent.workspace)
+    for line in skill.seed_registry(config.paths.workspace, config.paths.registry):
+        click.echo(line)
+    _register(config, MAIN_AGENT, (), can_write_public=True)  # the hub curates cluster-wide memory
     tokens = TokenStore(config.paths.state_dir)
     tokens.ensure_admin()
     tokens.ensure(MAIN_AGENT, agent.workspace)
     click.echo(f"\nnext: memstrata --config {config_path} run")
 
 
-def _register(config: Config, agent_id: str, projects: tuple[str, ...], can_write_public: bool | None = None) -> None:
+def _make_audit_dir(config: Config) -> None:
+    """``audit_dir`` (where the daemon's audit and the cron jobs' logs go), made without following symlinks."""
+    from daemon.install import make_directories
+
+    for line in make_directories(config):
+        click.echo(line)
+
+
+def _install_skill(config: Config, agent_id: str, workspace: Path) -> None:
+    """The memory skill in ``{workspace}/skills/mem0-integration``, with its launcher (see daemon/skill.py)."""
+    launcher = skill.Launcher.current(config.source, agent_id)
+    try:
+        changes = skill.sync_skill(workspace, launcher)
+    except UnsafePathError as exc:
+        click.echo(f"skill not installed: {exc}", err=True)
+        return
+    if changes:
+        click.echo(f"skill    {workspace / skill.SKILL_REL} ({len(changes)} files written)")
+
+
+def _register(
+    config: Config,
+    agent_id: str,
+    projects: tuple[str, ...],
+    can_write_public: bool | None = None,
+    keywords: tuple[str, ...] = (),
+) -> None:
     registry = project_registry.load_registry(config.paths.registry)
     known = agent_id in registry.data.agents
-    if known and set(projects) <= registry.projects_of(agent_id):
+    have = registry.keywords()
+    keywords_known = all(
+        set(keywords or (p,)) <= set(have.get(p, ())) or (not keywords and have.get(p)) for p in projects
+    )
+    if known and set(projects) <= registry.projects_of(agent_id) and keywords_known:
         return  # never rewrite a registry that already says it
-    project_registry.add_agent(config.paths.registry, agent_id, projects, can_write_public)
+    project_registry.add_agent(config.paths.registry, agent_id, projects, can_write_public, keywords)
     click.echo(
         f"recorded {agent_id} in {config.paths.registry}" + (f" (projects: {', '.join(projects)})" if projects else "")
     )
@@ -165,17 +199,33 @@ def agent() -> None:
 @agent.command("add")
 @click.argument("agent_id", metavar="ID")
 @click.option("--project", "projects", multiple=True, metavar="P", help="Project the agent belongs to (repeatable).")
+@click.option(
+    "--keywords",
+    metavar="K1,K2",
+    help="Words that put an agent's memory into the project (with one --project; default: the project's name).",
+)
 @click.option("--can-write-public", is_flag=True, default=None, help="Allow the agent to write public memories.")
 @click.pass_context
-def agent_add(ctx: click.Context, agent_id: str, projects: tuple[str, ...], can_write_public: bool | None) -> None:
+def agent_add(
+    ctx: click.Context, agent_id: str, projects: tuple[str, ...], keywords: str | None, can_write_public: bool | None
+) -> None:
     """Create agents/ID-workspace from the template (with git), record it in the registry
-    and give it an API token (ID-workspace/.memstrata/token, mode 0600).
+    and give it an API token (ID-workspace/.memstrata/token, mode 0600); install the
+    memory skill into it (skills/mem0-integration).
 
-    IDs are 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit.
+    A project new to the registry gets --keywords, else its own name, as keywords:
+    a memory written without a visibility whose text contains one goes to that
+    project. IDs are 1-64 characters of a-z, 0-9, '_' and '-', starting with a
+    letter or digit.
     """
     check_id(agent_id)
     for project in projects:
         check_id(project, "project")
+    words = tuple(w.strip() for w in (keywords or "").split(",") if w.strip())
+    if keywords is not None and len(projects) != 1:
+        raise click.UsageError("--keywords belongs to one project: give exactly one --project with it")
+    if keywords is not None and not words:
+        raise click.UsageError("--keywords: give at least one word (comma-separated)")
     if agent_id == MAIN_AGENT:
         raise click.ClickException("'main' is the main workspace's agent; `memstrata init` creates it")
     config = config_of(ctx)
@@ -183,9 +233,10 @@ def agent_add(ctx: click.Context, agent_id: str, projects: tuple[str, ...], can_
         raise click.ClickException(f"no main workspace at {config.paths.workspace}: run `memstrata init` first")
     agent_obj, created = create_workspace(config, agent_id)
     click.echo(f"{'created' if created else 'exists '}  {agent_obj.workspace}")
-    _register(config, agent_id, projects, can_write_public)
+    _register(config, agent_id, projects, can_write_public, words)
     if TokenStore(config.paths.state_dir).ensure(agent_id, agent_obj.workspace):
         click.echo(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}")
+    _install_skill(config, agent_id, agent_obj.workspace)
 
 
 @agent.command("token")
@@ -400,4 +451,4 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
 
 # The L3 commands (search, reindex, model) and the L4 ones (add, mcp) live in their own
 # modules; importing them registers them on `main`.
-from daemon import cli_conversation, cli_local, cli_maintenance  # noqa: E402,F401
+from daemon import cli_conversation, cli_install, cli_local, cli_maintenance  # noqa: E402,F401

@@ -474,7 +474,7 @@ paths:
   index: "{{root}}/agents/{{agent}}/qmd/xdg-cache/qmd/index.sqlite"
   state_dir: "{{root}}/state"
   socket: "{{root}}/run/memstrata.sock"
-  registry: "{{root}}/project_registry.yaml"
+  registry: "{{workspace}}/skills/mem0-integration/project_registry.yaml"
   audit_dir: "{{workspace}}/logs/security"
 
 watch:

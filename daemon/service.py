@@ -32,7 +32,7 @@ from pathlib import Path
 import apsw
 import git
 
-from daemon import __version__
+from daemon import __version__, skill
 from daemon.api import ApiServer
 from daemon.audit import audit_log
 from daemon.broker import Broker, store_settings
@@ -285,6 +285,7 @@ class MemoryDaemon:
         except (git.GitCommandError, daily.RepoRefusedError, OSError) as exc:
             log.error("%s: git repository unusable (commits retried, shown in status): %s", agent.id, exc)
         self._ensure_token(tracker)
+        self._ensure_skill(agent)
         self.trackers[agent.id] = tracker
         log.info("watching agent %s at %s", agent.id, agent.workspace)
         return tracker
@@ -306,6 +307,19 @@ class MemoryDaemon:
                 tracker.refuse(exc.rel, f"{exc.why}; no API token written")
 
         self.storage.attempt("tokens", ensure, subject=agent.id, path=agent.workspace / ".memstrata" / "token")
+
+    def _ensure_skill(self, agent: Agent) -> None:
+        """The memory skill in the workspace, refreshed when this checkout's copy changed (daemon/skill.py).
+
+        Never fatal: a symlinked ``skills/`` is refused, a full disk leaves it for the next start.
+        """
+        try:
+            changes = skill.sync_skill(agent.workspace, skill.Launcher.current(self.config.source, agent.id))
+        except (OSError, ValueError) as exc:
+            log.warning("%s: memory skill not installed in %s: %s", agent.id, agent.workspace, exc)
+            return
+        if changes:
+            log.info("%s: memory skill installed (%s)", agent.id, "; ".join(changes))
 
     def _ensure_admin_token(self) -> None:
         self.storage.attempt("tokens", self.tokens.ensure_admin, path=self.tokens.admin_path)

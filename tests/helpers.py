@@ -69,6 +69,11 @@ def init_root(root: Path, **overrides: dict) -> Path:
     return config
 
 
+def registry_of(root: Path) -> Path:
+    """Where ``init`` puts the project registry: the seed's path in the main workspace's skill."""
+    return root / "workspace" / "skills" / "mem0-integration" / "project_registry.yaml"
+
+
 FAST = {"watch": {"debounce_ms": 100}, "git": {"quiet_period_s": 0.3, "max_delay_s": 5}}
 
 

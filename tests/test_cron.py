@@ -10,11 +10,14 @@ are then run (paths pointed at this checkout) against a demo root.
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
 import subprocess
+import sys
+from pathlib import Path
 
+from daemon.config import load_config
+from daemon.install import render_cron
 from tests.helpers import REPO_ROOT, init_root, run_cli, wait_for
 
 CRON_FILE = REPO_ROOT / "cron.d" / "mem0-cleanup"
@@ -53,7 +56,10 @@ def test_the_file_is_one_cron_accepts():
     schedule = {" ".join(times): command for times, _, command in jobs}
     assert set(schedule) == {"15 2 * * *", "0 3 * * *"}
     assert all(user == "root" for _, user, _ in jobs)
-    assert "memory_cleanup.py --execute" in schedule["0 3 * * *"]
+    assert (
+        "cd /root/.openclaw/workspace/skills/mem0-integration && python3 memory_cleanup.py --execute"
+        in (schedule["0 3 * * *"])
+    ), "the cleanup runs the skill installed in the main workspace, as the seed does"
     assert "backup --keep 7" in schedule["15 2 * * *"]
     assert env["MEMSTRATA_CONFIG"] == "/etc/memstrata/memstrata.yaml"
 
@@ -68,19 +74,23 @@ def test_the_parser_rejects_what_cron_rejects():
 
 
 def test_the_jobs_run(tmp_path, daemons):
-    """Each command, with /opt/memstrata pointed at this checkout and the logs into a demo root."""
+    """Each command as `memstrata install --cron` writes it (this checkout, its venv, a demo root), on a
+    fresh root: nothing but `memstrata init` made the log directory the redirects write to."""
     config = init_root(tmp_path)
     daemon = daemons(config)
     wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=90, what="L4 reachable")
     run_cli("add", "一条记忆", "--agent", "main", config=config)
     daemon.stop()  # the jobs open the store themselves (with the daemon running they go through it)
-    env, jobs = parse(CRON_FILE.read_text())
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    loaded = load_config(config)
+    text = render_cron(loaded, config, Path(sys.prefix), REPO_ROOT)
+    env, jobs = parse(text)
+    assert env["MEMSTRATA_CONFIG"] == str(config)
+    logs = loaded.paths.audit_dir
+    assert logs == tmp_path / "workspace" / "logs" / "security" and logs.is_dir()
     for _, _, command in jobs:
-        command = command.replace("/opt/memstrata", str(REPO_ROOT))
-        command = command.replace("/root/.openclaw/workspace/logs/security", str(logs))
-        run_env = {**os.environ, **env, "MEMSTRATA_CONFIG": str(config)}
+        assert "/opt/memstrata" not in command and "/root/.openclaw" not in command, command
+        # cron's environment: the file's variables, no virtualenv on PATH
+        run_env = {"HOME": str(tmp_path), "LANG": "C.UTF-8", **env}
         proc = subprocess.run(["/bin/sh", "-c", command], env=run_env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
     assert "execute: scanned" in (logs / "cleanup-cron.log").read_text()

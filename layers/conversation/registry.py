@@ -123,8 +123,19 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def add_agent(path: Path, agent: str, projects: Iterable[str] = (), can_write_public: bool | None = None) -> Registry:
-    """Record ``agent`` (and its membership of ``projects``) and rewrite the file atomically."""
+def add_agent(
+    path: Path,
+    agent: str,
+    projects: Iterable[str] = (),
+    can_write_public: bool | None = None,
+    keywords: Iterable[str] = (),
+) -> Registry:
+    """Record ``agent`` (and its membership of ``projects``) and rewrite the file atomically.
+
+    ``keywords`` are added to each of ``projects``; a project left without any
+    gets its own name, so a memory that names the project is inferred into it.
+    """
+    keywords = list(keywords)
     with _locked(path):
         current = load_registry(path).data.model_dump()
         entry = current["agents"].setdefault(agent, {"projects": [], "can_write_public": False})
@@ -132,6 +143,9 @@ def add_agent(path: Path, agent: str, projects: Iterable[str] = (), can_write_pu
             entry["can_write_public"] = can_write_public
         for project in projects:
             proj = current["projects"].setdefault(project, {"description": "", "members": [], "keywords": []})
+            for word in keywords or ([] if proj["keywords"] else [project]):
+                if word not in proj["keywords"]:
+                    proj["keywords"].append(word)
             if agent not in proj["members"]:
                 proj["members"].append(agent)
             if project not in entry["projects"]:

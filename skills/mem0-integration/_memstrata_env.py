@@ -1,28 +1,64 @@
 """Shared by the skill's scripts that need memstrata's libraries (not mem0_client.py, which is stdlib only).
 
-They are run with whatever python3 an agent or cron has; when memstrata's
-libraries are not importable there, the script re-executes itself with the
-repository's virtualenv.
+They are run with whatever python3 an agent or cron has, from the checkout or
+from a copy in an agent's workspace (``{workspace}/skills/mem0-integration``).
+A copy finds memstrata through ``memstrata-install.json`` next to it (written by
+``memstrata install``/``init``/``agent add`` and the daemon): the virtualenv's
+python, the checkout, the configuration and the workspace's agent.  In the
+checkout itself the repository is two directories up.  When memstrata's
+libraries are not importable from the interpreter that was started, the script
+re-executes itself with memstrata's python.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+LAUNCHER = HERE / "memstrata-install.json"
+CONFIG_ENV = "MEMSTRATA_CONFIG"
+
+
+def installed() -> dict:
+    """The launcher file's settings; empty in the checkout (or when the file is unreadable)."""
+    try:
+        data = json.loads(LAUNCHER.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def installed_agent() -> str | None:
+    """The agent whose workspace this copy of the skill lives in (None in the checkout)."""
+    agent = installed().get("agent")
+    return agent if isinstance(agent, str) and agent else None
 
 
 def use_memstrata(script: str) -> None:
-    """Make ``daemon`` and ``layers`` importable, re-executing ``script`` in the virtualenv if needed."""
-    sys.path.insert(0, str(REPO))
+    """Make ``daemon`` and ``layers`` importable, re-executing ``script`` with memstrata's python if needed.
+
+    The configuration written at install becomes ``$MEMSTRATA_CONFIG`` unless
+    that is set (``--config`` on the command line still wins over both).
+    """
+    info = installed()
+    checkout = Path(info["checkout"]) if isinstance(info.get("checkout"), str) else HERE.parents[1]
+    python = Path(info["python"]) if isinstance(info.get("python"), str) else checkout / ".venv" / "bin" / "python"
+    if isinstance(info.get("config"), str) and not os.environ.get(CONFIG_ENV):
+        os.environ[CONFIG_ENV] = info["config"]
+    sys.path.insert(0, str(checkout))
     try:
         import daemon.cli  # noqa: F401
-    except ImportError:
-        venv = REPO / ".venv"
-        venv_python = venv / "bin" / "python"
+    except ImportError as exc:
+        venv = python.parent.parent
         # compare prefixes, not binaries: a venv's python is a symlink to the system one
-        if venv_python.exists() and Path(sys.prefix).resolve() != venv.resolve():
-            os.execv(str(venv_python), [str(venv_python), script, *sys.argv[1:]])
-        raise
+        if python.exists() and Path(sys.prefix).resolve() != venv.resolve():
+            env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # leave no caches in the agent's workspace
+            os.execve(str(python), [str(python), script, *sys.argv[1:]], env)
+        where = f"memstrata at {checkout} with {python}"
+        raise SystemExit(
+            f"{Path(script).name}: cannot load {where} ({exc}); "
+            "run `memstrata install` (or `make setup` in the checkout) again"
+        ) from None

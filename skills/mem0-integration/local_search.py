@@ -5,10 +5,12 @@ Reads the per-agent SQLite index read-only (SQLite WAL lets it read while the
 daemon writes), full-text only: it never loads a model.  Use it when the daemon
 is down; `memstrata search` is the everyday entry point.
 
-    python3 local_search.py "Qdrant 端口" --agent main [--json] [--limit 10] [--config FILE]
+    python3 local_search.py "Qdrant 端口" [--agent main] [--json] [--limit 10] [--config FILE]
 
 Run with any python3: it re-executes itself with memstrata's virtualenv when the
-libraries are not importable from the interpreter it was started with.
+libraries are not importable from the interpreter it was started with.  In a
+workspace's copy of the skill the agent defaults to that workspace's
+(``$MEMSTRATA_AGENT`` overrides it), and the configuration to the installed one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import os
 import sys
 from pathlib import Path
 
-from _memstrata_env import use_memstrata
+sys.dont_write_bytecode = True  # run from an agent's workspace: leave no __pycache__ there
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # found even under `python3 -I`
+
+from _memstrata_env import installed_agent, use_memstrata  # noqa: E402
 
 use_memstrata(__file__)
 
@@ -36,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("query")
-    parser.add_argument("--agent", required=True, help="agent id (main, or a spoke)")
+    default_agent = os.environ.get("MEMSTRATA_AGENT") or installed_agent()
+    parser.add_argument(
+        "--agent",
+        default=default_agent,
+        required=default_agent is None,
+        help="agent id (main, or a spoke; default: $MEMSTRATA_AGENT, else this workspace's agent)",
+    )
     parser.add_argument("--limit", type=int, default=10)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(

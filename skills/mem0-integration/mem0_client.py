@@ -20,7 +20,8 @@ How it finds what it needs, so that it works from inside a workspace unconfigure
 - agent: ``--agent``, else ``$MEMSTRATA_AGENT``, else the workspace's name
   (``X-workspace`` is agent X; any other workspace is ``main``).
 - socket: ``--socket``, else ``$MEMSTRATA_SOCKET``, else ``paths.socket`` of the
-  configuration (``--config``, ``$MEMSTRATA_CONFIG``, else /etc/memstrata/memstrata.yaml),
+  configuration (``--config``, ``$MEMSTRATA_CONFIG``, else the one named in
+  ``memstrata-install.json`` next to this file, else /etc/memstrata/memstrata.yaml),
   else /run/memstrata/memstrata.sock.
 """
 
@@ -45,6 +46,7 @@ SYSTEM_CONFIG = Path("/etc/memstrata/memstrata.yaml")
 # The daemon's defaults (daemon/config.py PathsConfig), repeated: this file cannot import it.
 DEFAULT_PATHS = {"root": "/root/.openclaw", "workspace": "{root}/workspace", "socket": "/run/memstrata/memstrata.sock"}
 WORKSPACE_TOKEN = Path(".memstrata") / "token"
+LAUNCHER_FILE = "memstrata-install.json"  # written next to a workspace's copy of the skill (daemon/skill.py)
 WORKSPACE_SUFFIX = "-workspace"
 MAIN_AGENT = "main"
 AGENT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # layers/ids.py AGENT_ID_PATTERN
@@ -124,12 +126,26 @@ def agent_of_workspace(workspace: Path) -> str:
     return MAIN_AGENT
 
 
+def installed_config() -> Path | None:
+    """The configuration named in ``memstrata-install.json`` next to this file (a workspace's copy of the skill)."""
+    try:
+        data = json.loads((Path(__file__).resolve().parent / LAUNCHER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    config = data.get("config") if isinstance(data, dict) else None
+    return Path(config) if isinstance(config, str) and config else None
+
+
 def config_file(explicit: str | None = None) -> Path | None:
-    """The configuration the daemon most likely runs with: ``explicit``, the environment, the system file."""
+    """The configuration the daemon most likely runs with: ``explicit``, the environment, the one
+    this copy of the skill was installed with, the system file."""
     if explicit:
         return Path(explicit).expanduser().absolute()
     if os.environ.get(CONFIG_ENV):
         return Path(os.environ[CONFIG_ENV]).expanduser().absolute()
+    installed = installed_config()
+    if installed is not None:
+        return installed
     return SYSTEM_CONFIG if SYSTEM_CONFIG.is_file() else None
 
 

@@ -14,9 +14,13 @@ memstrata's virtualenv when needed).
 
 from __future__ import annotations
 
+import os
 import sys
 
-from _memstrata_env import use_memstrata
+sys.dont_write_bytecode = True  # run from an agent's workspace: leave no __pycache__ there
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # found even under `python3 -I`
+
+from _memstrata_env import use_memstrata  # noqa: E402
 
 use_memstrata(__file__)
 

@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from tests.helpers import FAKE_AWS_KEY, commits, git, init_root, run_cli
+from tests.helpers import FAKE_AWS_KEY, commits, git, init_root, registry_of, run_cli
 
 
 @pytest.mark.parametrize("bad_id", ["../evil", "Alpha", "-x", "a/b", ".hidden", "", "x" * 65, "main;rm", "ä"])
@@ -29,7 +29,7 @@ def test_agent_add_creates_workspace_with_git_and_records_registry(tmp_path):
         assert (ws / name).is_file(), name
     assert not (ws / "shared").exists(), "the shared core lives only in the main workspace"
     assert commits(ws), "the workspace starts with a commit"
-    registry = yaml.safe_load((tmp_path / "project_registry.yaml").read_text())
+    registry = yaml.safe_load(registry_of(tmp_path).read_text())
     assert registry["agents"]["ops-1"]["projects"] == ["infra", "web"]
     assert registry["projects"]["infra"]["members"] == ["ops-1"]
     listed = json.loads(run_cli("agent", "list", "--json", config=config).stdout)

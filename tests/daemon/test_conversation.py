@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from daemon.client import DaemonClient, DaemonRequestError
-from tests.helpers import FAKE_API_KEY, FAST, init_root, run_cli, wait_for
+from tests.helpers import FAKE_API_KEY, FAST, init_root, registry_of, run_cli, wait_for
 
 
 def token_of(root: Path, agent: str) -> str:
@@ -42,7 +42,7 @@ def cluster(tmp_path, daemons) -> Cluster:
     run_cli("agent", "add", "a", "--project", "infra", config=config)
     run_cli("agent", "add", "b", "--project", "web", config=config)
     run_cli("agent", "add", "c", "--project", "infra", config=config)
-    registry = tmp_path / "project_registry.yaml"
+    registry = registry_of(tmp_path)
     data = yaml.safe_load(registry.read_text())
     data["projects"]["infra"]["keywords"] = ["qdrant"]
     registry.write_text(yaml.safe_dump(data))
@@ -169,7 +169,7 @@ def test_cli_add_and_search_layers(cluster):
 def test_a_broken_registry_is_named_at_start_and_kept_out_on_reload(tmp_path, daemons):
     config = init_root(tmp_path, **FAST)
     run_cli("agent", "add", "a", "--project", "infra", config=config)
-    registry = tmp_path / "project_registry.yaml"
+    registry = registry_of(tmp_path)
     good = registry.read_text()
     registry.write_text(good.replace("can_write_public: false", "can_write_public: 'maybe'"))
     proc = run_cli("run", config=config, check=False)

@@ -17,7 +17,7 @@ import yaml
 
 from daemon.client import DaemonClient
 from tests.failure_modes.hostile_yaml import HOSTILE, restore
-from tests.helpers import FAST, init_root, run_cli, wait_for
+from tests.helpers import FAST, init_root, registry_of, run_cli, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def test_hostile_registry_keeps_the_last_good_one(tmp_path, daemons):
     config = init_root(tmp_path, **FAST, vectors={"backend": "off"})
     run_cli("agent", "add", "a", "--project", "infra", config=config)
     run_cli("agent", "add", "b", config=config)
-    registry = tmp_path / "project_registry.yaml"
+    registry = registry_of(tmp_path)
     good = registry.read_text()
     daemon = daemons(config)
     admin = (tmp_path / "state" / "admin.token").read_text().strip()
