@@ -15,6 +15,7 @@ that does not boot fails the test with nspawn's own output; it is never skipped.
 
 from __future__ import annotations
 
+import ctypes
 import shlex
 import shutil
 import signal
@@ -112,7 +113,9 @@ class Container:
         with open(self.log, "wb") as out:
             out.write((shlex.join(command) + "\n").encode())
             out.flush()
-            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            )
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         try:
             self.leader = self._wait_for_leader(deadline)
@@ -220,6 +223,12 @@ class Container:
         if unit:
             args += ["-u", unit]
         return self.run(*args, check=False).stdout
+
+
+def _die_with_parent() -> None:
+    """In nspawn's process: SIGTERM (a clean poweroff) when the test run dies without shutting it down."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _children(pid: int) -> list[int]:

@@ -189,6 +189,12 @@ def test_every_installed_service_is_exposed_at_most_2(installed, service):
     assert float(match.group(1)) <= MAX_EXPOSURE, out
 
 
+def test_every_installed_unit_verifies_without_warnings(installed):
+    units = [f"/etc/systemd/system/{u}" for u in (*SERVICES, "memstrata-backup.timer", "memstrata-cleanup.timer")]
+    proc = installed.run("systemd-analyze", "verify", *units, check=False)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+
+
 def _status_cmd() -> str:
     from tests.system.operator import MEMSTRATA, checkout_env
 
