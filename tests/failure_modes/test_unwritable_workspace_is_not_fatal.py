@@ -18,7 +18,8 @@ from tests.failure_modes.unix_users import chown_tree, second_user
 from tests.helpers import FAST, init_root, run_cli, wait_for
 
 LEAN = {**FAST, "vectors": {"backend": "off"}, "conversation": {"enabled": False}}
-WITHOUT_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner,-chown", sys.executable, "-m", "daemon"]
+DROPPED = "-dac_override,-dac_read_search,-fowner,-chown"
+WITHOUT_DAC = ["setpriv", f"--bounding-set={DROPPED}", sys.executable, "-m", "daemon"]
 
 
 def test_daemon_that_may_not_write_a_workspace_keeps_running_and_retries(tmp_path, daemons, monkeypatch):

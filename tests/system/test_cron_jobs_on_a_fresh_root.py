@@ -99,6 +99,5 @@ def _reachable_cmd() -> str:
     env = " ".join(f"{k}={v}" for k, v in checkout_env().items())
     return (
         f"{env} {MEMSTRATA} --config {CONFIG} status --json"
-        " | python3 -c 'import json,sys; sys.exit(not json.load(sys.stdin)[\"conversation\"][\"reachable\"])'"
+        ' | python3 -c \'import json,sys; sys.exit(not json.load(sys.stdin)["conversation"]["reachable"])\''
     )
-
