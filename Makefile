@@ -58,8 +58,10 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/memstrata model build
 	touch $(STAMP)
 
+# init ends with a "next: memstrata … run" hint: the very command this target runs next, so it is left out.
 run: setup
-	$(BIN)/memstrata init --root $(DEMO_ROOT)
+	@out="$$($(BIN)/memstrata init --root $(DEMO_ROOT))"; status=$$?; \
+	  printf '%s\n' "$$out" | grep -v -e '^next: ' -e '^$$'; exit $$status
 	$(BIN)/memstrata --config $(DEMO_ROOT)/memstrata.yaml run
 
 test: setup

@@ -163,7 +163,7 @@ def bench_save_to_searchable(quick: bool) -> None:
         config = init_root(Path(tmp), vectors={"backend": "off"})
         ws = Path(tmp) / "workspace"
         daemon = DaemonProcess(config).start()
-        index_path = Path(tmp) / "agents" / "main" / "qmd" / "xdg-cache" / "qmd" / "index.sqlite"
+        index_path = Path(tmp) / "agents" / "main" / "memstrata" / "index.sqlite"
         reader = None
         try:
             wait_for(index_path.exists, what="index")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,6 +33,16 @@ class AuditLog:
         self.prefix = prefix
         self._lock = threading.Lock()
         self._confine = confine if confine is not None and confine in directory.parents else None
+
+    def ensure_directory(self) -> None:
+        """Create the directory now (the daemon does at start): on a fresh root the shipped cron
+        lines redirect their output into it, and a shell redirect into a missing directory
+        fails before memstrata even starts.  Never follows an agent's symlink."""
+        if self._confine is not None:
+            rel = self.directory.relative_to(self._confine).as_posix()
+            os.close(safefs.open_dir(self._confine, rel, create=True, mode=0o750))
+        else:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o750)
 
     def path_for(self, when: datetime) -> Path:
         return self.directory / f"{self.prefix}-{when:%Y-%m-%d}.log"

@@ -17,6 +17,7 @@ inferred ones one by one in their place; a write the store refuses is set aside
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -89,6 +90,7 @@ REPLAY_BATCH_MIN = 16
 REPLAY_BATCH_MAX = 500
 REPLAY_PER_WRITE_S = 0.5  # a batch's deadline grows by this per write (the embedder's share)
 MAINTENANCE_S = 600.0  # a backup or restore of a large store
+STORE_OPEN_WAIT_S = 60.0  # how long a backup or cleanup waits for the store to open (see wait_until_open)
 STOP_WAIT_S = 3.0  # stop()'s default wait; the daemon passes its own share of STOP_BUDGET_S
 MAX_TEXT_CHARS = 20_000
 
@@ -115,25 +117,50 @@ class StoreWorker:
     def __init__(self) -> None:
         self._jobs: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="l4-store", daemon=True)
+        self._busy_until: float | None = None  # when the job running now is past its own deadline
         self._thread.start()
 
-    def submit(self, fn: Callable[[], object]) -> Future:
+    def submit(self, fn: Callable[[], object], deadline: float | None = None) -> Future:
         future: Future = Future()
-        self._jobs.put((fn, future))
+        self._jobs.put((fn, future, deadline))
         return future
+
+    def wait(self, future: Future, deadline: float) -> object:
+        """``future``'s result, ``deadline`` seconds counted from when its job starts.
+
+        Time spent queued behind another job (a replay batch, a backup, a cleanup
+        page) is not the store being slow: a waiting job keeps waiting while the
+        job ahead of it is within its own deadline.  Raises FutureTimeout when its
+        own deadline, or the one of a job ahead that hangs, has passed.
+        """
+        submitted = time.monotonic()
+        while not (future.running() or future.done()):
+            ahead = self._busy_until
+            limit = max(submitted + deadline, ahead if ahead is not None else 0.0)
+            left = limit - time.monotonic()
+            if left <= 0:
+                raise FutureTimeout()
+            with contextlib.suppress(FutureTimeout):
+                return future.result(timeout=min(0.2, left))
+        started = getattr(future, "started_at", submitted)
+        return future.result(timeout=max(0.0, started + deadline - time.monotonic()))
 
     def _run(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            fn, future = job
+            fn, future, deadline = job
+            future.started_at = time.monotonic()  # type: ignore[attr-defined]  # read by wait()
             if not future.set_running_or_notify_cancel():
                 continue  # the caller gave up before it started
+            self._busy_until = None if deadline is None else future.started_at + deadline  # type: ignore[attr-defined]
             try:
                 future.set_result(fn())
             except BaseException as exc:  # handed to the waiting caller
                 future.set_exception(exc)
+            finally:
+                self._busy_until = None
 
     def stop(self, timeout: float = 5.0) -> None:
         self._jobs.put(None)
@@ -286,6 +313,51 @@ class Broker:
         self.queue.close()
         return not self._worker.alive
 
+    def reconfigure(self, config: Config) -> list[str]:
+        """SIGHUP: apply ``conversation.*`` changes; returns what changed, for the log.
+
+        Retention, probe settings and deadlines apply at once.  Another store
+        (backend, url, collection, timeout, API key, LLM) is reconnected: the swap
+        runs as a job on the store thread, so calls queued before it finish on the
+        old store and everything after goes to the new one; the breaker opens
+        meanwhile, so writes go to the durable queue (which the swap does not
+        touch) and are replayed, exactly once by write_id, when the probe has
+        connected the new store.  Nothing acknowledged is lost.  ``enabled`` is
+        the daemon's to apply (a restart).  Raises OSError/ValueError when the new
+        store settings cannot be read (an API key file): nothing is changed then.
+        """
+        new, old = config.conversation, self.config.conversation
+        settings = store_settings(config)  # may raise: the running store is then kept
+        changed = [
+            f"conversation.{name}"
+            for name in ("retention_days", "probe_interval_s", "probe_timeout_s")
+            if getattr(new, name) != getattr(old, name)
+        ]
+        self.config = config
+        self.retention = dict(new.retention_days)
+        self.breaker.probe_interval_s = new.probe_interval_s
+        self.probe_timeout_s = new.probe_timeout_s
+        self.deadline_s = store_deadline(config)
+        if settings != self.store.settings:
+            changed.append("conversation store (reconnected)")
+            embedder, dim = self.store.embedder, self.store.dim
+
+            def swap() -> None:
+                old_store = self.store
+                self.store = ConversationStore(settings, embedder, dim)
+                old_store.close()
+
+            self._worker.submit(swap)  # not waited for: the daemon's loop must not wait on a hung call
+            self.llm_configured = new.llm is not None
+            self.fatal = ""  # a store refused for its configuration gets another chance
+            self.rtt_ms = None
+            self._head_checked = False
+            if self.breaker.failure("reconnecting: the conversation settings changed"):
+                self.on_change()
+            self._wake.set()
+            log.info("conversation store: reconnecting to %s", settings.url or f"embedded {settings.data_dir}")
+        return changed
+
     # ------------------------------------------------------------ store calls
 
     def _call(self, what: str, fn: Callable[[], object], deadline: float | None = None) -> object:
@@ -293,9 +365,9 @@ class Broker:
         if not self.breaker.closed:
             raise _StoreDown(self._down_reason())
         deadline = self.deadline_s if deadline is None else deadline
-        future = self._worker.submit(fn)
+        future = self._worker.submit(fn, deadline)
         try:
-            return future.result(timeout=deadline)
+            return self._worker.wait(future, deadline)
         except FutureTimeout:
             future.cancel()
             self._failed(f"{what}: no answer within {deadline:g} s")
@@ -566,10 +638,28 @@ class Broker:
     # ------------------------------------------------------------ maintenance (administrator)
 
     def _admin_call(self, what: str, fn: Callable[[], object], deadline: float | None = None) -> object:
+        self.wait_until_open(what)
         try:
             return self._call(what, fn, deadline)
         except _StoreDown as exc:
             raise ConversationUnavailableError(str(exc)) from None
+
+    def wait_until_open(self, what: str, wait_s: float = STORE_OPEN_WAIT_S) -> None:
+        """Maintenance started with the daemon (a timer with Persistent=true at boot) waits for the store.
+
+        Opening the embedded store takes seconds after the daemon is ready (and a
+        remote one may be down for a moment); a backup or cleanup waits up to
+        ``wait_s`` for it instead of failing at once, then says why it gave up.
+        """
+        deadline = time.monotonic() + wait_s
+        if not self.breaker.closed and not self.fatal:
+            self._wake.set()  # probe now rather than after the probe interval
+        while not self.breaker.closed and not self.fatal and not self._stopping:
+            if time.monotonic() >= deadline:
+                raise ConversationUnavailableError(
+                    f"{what}: the conversation store did not open within {wait_s:g} s ({self._down_reason()})"
+                )
+            time.sleep(0.1)
 
     def cleanup(self, options: maintenance.CleanupOptions) -> dict:
         """Page by page on the store thread, so agents' requests go on between the pages."""
@@ -608,9 +698,9 @@ class Broker:
         if problem:
             self.breaker.failure(problem)
             return
-        future = self._worker.submit(lambda: (self.store.connect(), self.store.ping())[1])
+        future = self._worker.submit(lambda: (self.store.connect(), self.store.ping())[1], CONNECT_DEADLINE_S)
         try:
-            self.rtt_ms = future.result(timeout=CONNECT_DEADLINE_S)
+            self.rtt_ms = self._worker.wait(future, CONNECT_DEADLINE_S)
         except StoreConfigError as exc:
             self.fatal = str(exc)
             self.breaker.failure(self.fatal)

@@ -72,7 +72,7 @@ def local_search(
     config: Config, agent_id: str, text: str, *, mode: str, limit: int, filters, explain: bool, reason: str
 ) -> dict:
     """Search the index file directly, read-only (no daemon, no model): the offline path."""
-    from layers.local.index import IndexStale, open_for_reading
+    from layers.local.index import ForeignFile, IndexStale, open_for_reading
     from layers.local.search import search as search_index
 
     agent_obj = get_agent(config, agent_id)
@@ -82,6 +82,8 @@ def local_search(
         )
     try:
         index = open_for_reading(agent_obj.index)
+    except ForeignFile as exc:
+        raise click.ClickException(str(exc)) from None
     except IndexStale as exc:
         raise click.ClickException(f"{exc}; the daemon rebuilds it, or run `memstrata reindex --rebuild`") from None
     with index:
@@ -209,12 +211,19 @@ def reindex(ctx, agent_id: str | None, rebuild: bool, vectors: bool, as_json: bo
         result = _reindex_offline(config, agent_id, rebuild)
         if vectors:
             click.echo("(vectors are filled by the daemon: start it to embed the pending chunks)", err=True)
+    refused = {name: info["error"] for name, info in result.items() if info.get("error")}
     if as_json:
         echo_json(result)
     else:
         for name, info in result.items():
+            if info.get("error"):
+                continue
             what = "rebuilt" if info.get("rebuilt") else f"{info.get('changed', 0)} file(s) updated"
             click.echo(f"{name}: {info.get('files')} files, {what}")
+    for name, error in refused.items():
+        click.echo(f"{name}: NOT INDEXED: {error}", err=True)
+    if refused:
+        ctx.exit(1)
 
 
 def _follow_progress(client, thread, agent_id: str | None) -> None:

@@ -20,9 +20,17 @@ from daemon.cli import config_of, echo_json, json_option, main
 from daemon.config import Config
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 
+# A backup or cleanup started with the daemon (a timer with Persistent=true at boot) finds it
+# starting: the state locked, its socket not there yet.  It waits this long for one of the two.
+DAEMON_START_WAIT_S = 60.0
+
+
+class _DaemonStarting(Exception):
+    """The state is locked by another process, which has no socket up (yet)."""
+
 
 @contextlib.contextmanager
-def _direct_store(config: Config) -> Iterator:
+def _direct_store(config: Config, command: str) -> Iterator:
     """The store opened by this process (no embedder: maintenance never embeds)."""
     from daemon.broker import store_settings
     from daemon.service import DaemonError, acquire_state_lock
@@ -31,9 +39,9 @@ def _direct_store(config: Config) -> Iterator:
     lock = None
     if config.conversation.backend == "embedded":
         try:
-            lock = acquire_state_lock(config.paths.state_dir, "this command")
+            lock = acquire_state_lock(config.paths.state_dir, f"memstrata {command}")
         except DaemonError as exc:
-            raise click.ClickException(f"{exc}; is the daemon starting or stopping? try again") from None
+            raise _DaemonStarting(str(exc)) from None
     store = ConversationStore(store_settings(config), embedder=None, dim=0)  # type: ignore[arg-type]
     try:
         yield store
@@ -43,8 +51,27 @@ def _direct_store(config: Config) -> Iterator:
             lock.close()
 
 
-def _run(config: Config, via_daemon: Callable, directly: Callable) -> dict:
-    """``via_daemon(client)`` when the embedded store is the daemon's; else ``directly(store)``."""
+def _run(config: Config, command: str, via_daemon: Callable, directly: Callable) -> dict:
+    """``via_daemon(client)`` when the embedded store is the daemon's; else ``directly(store)``.
+
+    A daemon that is starting (state locked, no socket yet) is waited for, up to
+    DAEMON_START_WAIT_S; the daemon itself waits for its store to open.
+    """
+    import time
+
+    deadline = time.monotonic() + DAEMON_START_WAIT_S
+    while True:
+        try:
+            return _run_once(config, command, via_daemon, directly)
+        except _DaemonStarting as exc:
+            if time.monotonic() >= deadline:
+                raise click.ClickException(
+                    f"{exc}; waited {DAEMON_START_WAIT_S:g} s for the daemon to start or the other command to end"
+                ) from None
+            time.sleep(0.25)
+
+
+def _run_once(config: Config, command: str, via_daemon: Callable, directly: Callable) -> dict:
     from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
     from layers.conversation.store import StoreConfigError, StoreUnavailableError
 
@@ -57,7 +84,7 @@ def _run(config: Config, via_daemon: Callable, directly: Callable) -> dict:
         except DaemonUnavailableError:
             pass  # the daemon is down: this process may open the store
     try:
-        with _direct_store(config) as store:
+        with _direct_store(config, command) as store:
             return directly(store)
     except (StoreUnavailableError, StoreConfigError) as exc:
         raise click.ClickException(f"the conversation store is unreachable: {exc}") from None
@@ -107,6 +134,7 @@ def cleanup_cmd(
     )
     result = _run(
         config,
+        "cleanup",
         lambda client: client.admin("cleanup", options.to_dict()),
         lambda store: cleanup(config, store, options),
     )
@@ -148,7 +176,10 @@ def backup_cmd(ctx, keep: int, as_json: bool) -> None:
 
     config = config_of(ctx)
     result = _run(
-        config, lambda client: client.admin("backup", {"keep": keep}), lambda store: backup(config, store, keep)
+        config,
+        "backup",
+        lambda client: client.admin("backup", {"keep": keep}),
+        lambda store: backup(config, store, keep),
     )
     if as_json:
         echo_json(result)
@@ -173,7 +204,10 @@ def restore_cmd(ctx, path: Path, as_json: bool) -> None:
     config = config_of(ctx)
     path = path.absolute()
     result = _run(
-        config, lambda client: client.admin("restore", {"path": str(path)}), lambda store: restore(store, path)
+        config,
+        "restore-backup",
+        lambda client: client.admin("restore", {"path": str(path)}),
+        lambda store: restore(store, path),
     )
     if as_json:
         echo_json(result)

@@ -15,7 +15,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 import yaml
@@ -39,11 +39,49 @@ DEFAULT_MODEL_PATH = Path(sys.prefix) / "share" / "memstrata" / "models" / "mult
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
 
 
+# memstrata's L3 index is a file of its own.  The old default was QMD's own live index
+# on an OpenClaw host; an index of ours found there is moved once (daemon/index_files.py).
+DEFAULT_INDEX = "{root}/agents/{agent}/memstrata/index.sqlite"
+LEGACY_DEFAULT_INDEX = "{root}/agents/{agent}/qmd/xdg-cache/qmd/index.sqlite"
+
+
+# YAML 1.1 (PyYAML) reads these words, unquoted, as booleans: ``backend: off`` arrives as False.
+YAML_TRUE_WORDS = ("on", "yes", "true", "y")
+YAML_FALSE_WORDS = ("off", "no", "false", "n")
+
+
+def yaml_choice(*choices: str) -> Any:
+    """A ``Literal`` of ``choices`` that forgives YAML 1.1: a boolean read from an unquoted
+    word becomes the one choice spelled that way (``off`` for False, ``on`` for True)."""
+    literal = Literal[choices]  # type: ignore[valid-type]
+
+    def from_yaml_bool(value: object) -> object:
+        if isinstance(value, bool):
+            words = YAML_TRUE_WORDS if value else YAML_FALSE_WORDS
+            matches = [c for c in choices if c.lower() in words]
+            if len(matches) == 1:
+                return matches[0]
+            shown = " / ".join(words[:3])
+            raise ValueError(f"read as a boolean (unquoted {shown}); choose one of: {', '.join(choices)}")
+        return value
+
+    return Annotated[literal, pydantic.BeforeValidator(from_yaml_bool)]
+
+
+def choices_of(annotation: object) -> tuple[str, ...]:
+    """The values a :func:`yaml_choice` (or plain ``Literal``) field accepts; () for other types."""
+    for arg in (annotation, *get_args(annotation)):
+        values = get_args(arg)
+        if values and all(isinstance(v, str) for v in values):
+            return values
+    return ()
+
+
 class PathsConfig(StrictModel):
     root: str = "/root/.openclaw"
     workspace: str = "{root}/workspace"
     agents_dir: str = "{workspace}/agents"
-    index: str = "{root}/agents/{agent}/qmd/xdg-cache/qmd/index.sqlite"
+    index: str = DEFAULT_INDEX
     state_dir: str = "/var/lib/memstrata"
     socket: str = "/run/memstrata/memstrata.sock"
     registry: str = "{workspace}/skills/mem0-integration/project_registry.yaml"
@@ -51,7 +89,7 @@ class PathsConfig(StrictModel):
 
 
 class WatchConfig(StrictModel):
-    mode: Literal["auto", "inotify", "polling"] = "auto"
+    mode: yaml_choice("auto", "inotify", "polling") = "auto"
     debounce_ms: int = pydantic.Field(300, ge=0, le=60_000)
     reconcile_interval_s: float = pydantic.Field(300.0, gt=0)
     poll_interval_s: float = pydantic.Field(2.0, gt=0)
@@ -193,9 +231,9 @@ class OpenAIEmbeddingConfig(StrictModel):
 class VectorsConfig(StrictModel):
     """On-demand vectors for L3: loaded only when free memory allows."""
 
-    backend: Literal["local", "openai", "off"] = "local"
+    backend: yaml_choice("local", "openai", "off") = "local"
     model_path: str | None = None  # None: the model `memstrata model build` writes
-    profile: Literal["e5", "bge-zh", "plain"] = "e5"
+    profile: yaml_choice("e5", "bge-zh", "plain") = "e5"
     min_free_mb: int = pydantic.Field(300, ge=0)
     idle_unload_s: float = pydantic.Field(120.0, gt=0)
     batch_size: int = pydantic.Field(16, ge=1, le=512)
@@ -225,7 +263,7 @@ class ConversationConfig(StrictModel):
     """L4: the shared Mem0/Qdrant memory, brokered by the daemon."""
 
     enabled: bool = True
-    backend: Literal["embedded", "remote"] = "embedded"
+    backend: yaml_choice("embedded", "remote") = "embedded"
     qdrant: QdrantConfig = QdrantConfig()
     llm: LlmConfig | None = None
     # Days a memory of each type lives; null never expires. Types not listed never expire.
@@ -251,7 +289,7 @@ class ConversationConfig(StrictModel):
 
 
 class LogConfig(StrictModel):
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    level: yaml_choice("debug", "info", "warning", "error") = "info"
 
 
 class ConfigFile(StrictModel):
@@ -279,9 +317,17 @@ class Paths:
     socket: Path
     registry: Path
     audit_dir: Path
+    # Where the old default put the index, when paths.index is the default: an index of
+    # ours found there moves to index_for() once.  None when paths.index is configured.
+    legacy_index_template: str | None = None
 
     def index_for(self, agent: str) -> Path:
         return Path(self.index_template.replace("{agent}", agent))
+
+    def legacy_index_for(self, agent: str) -> Path | None:
+        if self.legacy_index_template is None:
+            return None
+        return Path(self.legacy_index_template.replace("{agent}", agent))
 
 
 @dataclass(frozen=True)
@@ -356,6 +402,8 @@ def _secret_keys(data: object, path: tuple = ()) -> list[tuple]:
 
 def _resolve_paths(raw: PathsConfig, base: Path, source: Path, node: yaml.Node | None) -> Paths:
     values = raw.model_dump()
+    if raw.index == DEFAULT_INDEX:
+        values["legacy_index"] = LEGACY_DEFAULT_INDEX
     resolved: dict[str, str] = {}
 
     def expand(key: str) -> str:
@@ -369,7 +417,8 @@ def _resolve_paths(raw: PathsConfig, base: Path, source: Path, node: yaml.Node |
             text = str(base / text)
         return os.path.normpath(text)
 
-    for key in ("root", "workspace", "agents_dir", "state_dir", "socket", "registry", "audit_dir", "index"):
+    keys = ("root", "workspace", "agents_dir", "state_dir", "socket", "registry", "audit_dir", "index")
+    for key in keys + (("legacy_index",) if "legacy_index" in values else ()):
         resolved[key] = expand(key)
         leftover = re.findall(r"\{(\w+)\}", resolved[key].replace("{agent}", ""))
         if leftover:
@@ -402,6 +451,7 @@ def _resolve_paths(raw: PathsConfig, base: Path, source: Path, node: yaml.Node |
         socket=Path(resolved["socket"]),
         registry=Path(resolved["registry"]),
         audit_dir=Path(resolved["audit_dir"]),
+        legacy_index_template=resolved.get("legacy_index"),
     )
 
 
@@ -471,7 +521,7 @@ paths:
   root: .
   workspace: "{{root}}/workspace"
   agents_dir: "{{workspace}}/agents"
-  index: "{{root}}/agents/{{agent}}/qmd/xdg-cache/qmd/index.sqlite"
+  index: "{{root}}/agents/{{agent}}/memstrata/index.sqlite"  # a file of memstrata's own (never QMD's index.sqlite)
   state_dir: "{{root}}/state"
   socket: "{{root}}/run/memstrata.sock"
   registry: "{{workspace}}/skills/mem0-integration/project_registry.yaml"

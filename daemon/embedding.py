@@ -23,7 +23,7 @@ from pathlib import Path
 
 from daemon.config import Config
 from daemon.storage import StorageHealth, is_storage_error
-from layers.local.index import Identity, IndexStale, LocalIndex
+from layers.local.index import ForeignFile, Identity, IndexStale, LocalIndex
 from layers.local.vectors import (
     Embedder,
     EmbeddingAborted,
@@ -137,7 +137,7 @@ class EmbedWorker:
             cached[1].close()
         try:
             index = LocalIndex(path, self.identity, verify=False)
-        except IndexStale:
+        except (IndexStale, ForeignFile):  # the loop rebuilds a damaged index of ours and refuses another's
             return None
         self._connections[agent_id] = (inode, index)
         return index

@@ -27,11 +27,12 @@ import apsw
 
 from daemon.filestate import Inspection
 from daemon.guard import SecretGuard
+from daemon.index_files import IndexClaims
 from daemon.storage import StorageHealth, is_storage_error
 from daemon.workspaces import MEMORY_FILES, Agent
 from layers import core, daily
 from layers.ids import MAIN_AGENT
-from layers.local.index import Document, Identity, IndexStale, LocalIndex, rebuild
+from layers.local.index import Document, ForeignFile, Identity, IndexStale, LocalIndex, rebuild
 from layers.names import shown
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class AgentIndex:
     scrub: set[str] = field(default_factory=set)  # files that turned out to hold a secret: scrubbed first
     failures: int = 0  # consecutive failed flushes
     retry_at: float | None = None  # monotonic time of the next flush after a failure
+    refused: str | None = None  # the configured path holds a file memstrata did not create
 
 
 class Indexer:
@@ -96,8 +98,10 @@ class Indexer:
         storage: StorageHealth | None = None,
         guard: Callable[[], SecretGuard | None] = lambda: None,
         withheld: Callable[[Agent], set[str]] = lambda agent: set(),
+        claims: IndexClaims | None = None,
     ):
         self.identity = identity
+        self.claims = claims or IndexClaims(None)  # the index files this daemon made (see daemon/index_files.py)
         self.storage = storage  # a full disk is noted there and retried by a later sync
         self.main_workspace = main_workspace
         self.desired = desired  # what an agent's index should hold, for rebuilds after damage
@@ -114,18 +118,45 @@ class Indexer:
     def open(self, agent: Agent, desired: dict[str, str]) -> int:
         """Open the agent's index (rebuilding it when stale) and bring it up to ``desired``.
 
-        Returns how many files had to be (re)indexed or dropped.
+        Returns how many files had to be (re)indexed or dropped.  A file at the
+        index path that memstrata did not create is refused (left untouched, the
+        reason in :meth:`report`): 0.
         """
         entry = self.agents.setdefault(agent.id, AgentIndex(agent))
         if entry.index is None:
             try:
-                entry.index = self._open_writer(agent)
-            except IndexStale as exc:
-                return self.rebuild(agent, desired, reason=str(exc))["files"]
+                try:
+                    entry.index = self._open_writer(agent)
+                except IndexStale as exc:
+                    return self.rebuild(agent, desired, reason=str(exc))["files"]
+            except ForeignFile as exc:
+                self._refuse(entry, exc)
+                return 0
         return self.sync(agent, desired)
 
     def _open_writer(self, agent: Agent) -> LocalIndex:
-        return LocalIndex(agent.index, self.identity, busy_timeout_ms=WRITE_BUSY_TIMEOUT_MS)
+        index = LocalIndex(
+            agent.index, self.identity, busy_timeout_ms=WRITE_BUSY_TIMEOUT_MS, owned=self.claims.owns(agent.index)
+        )
+        self.claims.claim(agent.index)
+        entry = self.agents.get(agent.id)
+        if entry is not None and entry.refused:
+            log.info("%s: the index path %s holds an index of ours now; indexing", agent.id, agent.index)
+            entry.refused = entry.error = None
+        return index
+
+    def _refuse(self, entry: AgentIndex, exc: ForeignFile) -> None:
+        """Leave a foreign file alone; say so once in the log, and in status until it is gone."""
+        message = str(exc)
+        if entry.refused != message:
+            log.error("%s: L3 index refused, this agent is not indexed: %s", entry.agent.id, message)
+        entry.refused = entry.error = message
+        entry.queue.clear()  # nothing can be written there; the next open after a fix syncs everything
+
+    def refused(self, agent_id: str) -> str | None:
+        """Why an agent's index path is refused (a file memstrata did not create), or None."""
+        entry = self.agents.get(agent_id)
+        return entry.refused if entry else None
 
     def close(self) -> None:
         for entry in self.agents.values():
@@ -192,10 +223,15 @@ class Indexer:
                 self._documents(agent, desired),
                 progress=step,
                 before_swap=close_old,
+                owned=self.claims.owns(agent.index),
             )
+            self.claims.claim(agent.index)
             entry.index = self._open_writer(agent)
             entry.error = None
             self._settled(entry)  # the rebuild read every file: nothing queued is left to write
+        except ForeignFile as exc:
+            self._refuse(entry, exc)
+            raise
         except Exception as exc:
             entry.error = f"rebuild failed: {exc}"
             log.exception("%s: index rebuild failed", agent.id)
@@ -409,6 +445,8 @@ class Indexer:
         if entry is None:
             return {"state": "not open"}
         out: dict = {"path": str(entry.agent.index)}
+        if entry.refused:
+            return {**out, "state": "refused", "error": entry.refused, "queued_updates": 0, "last_rebuild": None}
         if entry.index is not None:
             try:
                 stats = entry.index.stats()

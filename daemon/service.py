@@ -40,6 +40,7 @@ from daemon.config import Config, load_config
 from daemon.embedding import EmbedWorker, conversation_embedder, make_embedder
 from daemon.filestate import FileState
 from daemon.guard import SecretGuard
+from daemon.index_files import IndexClaims, move_legacy_index
 from daemon.indexer import SHARED_PREFIX, Indexer, desired_documents
 from daemon.notify import Notifier
 from daemon.storage import StorageHealth, is_storage_error, is_storage_message
@@ -52,7 +53,7 @@ from layers import daily, safefs
 from layers.conversation.store import ConversationStore
 from layers.fsutil import PRIVATE_FILE, atomic_write, private_dirs, tighten
 from layers.ids import MAIN_AGENT
-from layers.local.index import Filters, Identity, IndexStale, LocalIndex
+from layers.local.index import Filters, ForeignFile, Identity, IndexStale, LocalIndex
 from layers.local.search import search as search_index
 from layers.local.vectors import LocalEmbedder
 from layers.yamlfile import YamlFileError
@@ -100,26 +101,48 @@ class StopBudget:
         return max(0.0, self._ends[step] - time.monotonic())
 
 
-def acquire_state_lock(state: Path, holder: str = "memstrata daemon"):
+DAEMON_HOLDER = "memstrata daemon"
+OFFLINE_LOCK_WAIT_S = 60.0  # a daemon starting while an offline backup/cleanup holds the state waits this long
+
+
+def lock_holder(state: Path) -> str:
+    """Who holds the state lock, as its holder wrote it (``pid holder``); "" when unknown."""
+    try:
+        return (state / "memstrata.lock").read_text("utf-8").strip().partition(" ")[2]
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def acquire_state_lock(state: Path, holder: str = DAEMON_HOLDER, wait_offline_s: float = 0.0):
     """The state directory's lock, held for as long as the returned file stays open.
 
     One process at a time owns the state (and the embedded store in it): the
     daemon, or an offline command (reindex, cleanup, backup) while it is down.
+    ``wait_offline_s``: while an offline command (not another daemon) holds it,
+    wait up to that long for it to finish (a timer's backup at boot can win the
+    race with the daemon's start).
     """
     secure_state(state)
     lock = open(state / "memstrata.lock", "a+")  # noqa: SIM115 - the caller holds it
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise DaemonError(
-            f"another memstrata process (a daemon, or an offline command) is already running with state directory "
-            f"{state}; {holder} needs it to itself"
-        ) from None
+    deadline = time.monotonic() + wait_offline_s
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            other = lock_holder(state)
+            if other and other != DAEMON_HOLDER and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            lock.close()
+            raise DaemonError(
+                f"another memstrata process ({other or 'a daemon, or an offline command'}) is already running with "
+                f"state directory {state}; {holder} needs it to itself"
+            ) from None
     try:
         lock.seek(0)
         lock.truncate()
-        lock.write(f"{os.getpid()}\n")
+        lock.write(f"{os.getpid()} {holder}\n")
         lock.flush()
     except OSError as exc:  # the pid is a courtesy; the flock is the lock (a full disk must not stop us)
         if not is_storage_error(exc):
@@ -204,6 +227,7 @@ class MemoryDaemon:
             storage=self.storage,
             guard=lambda: self.guard,
             withheld=lambda agent: self._withheld(agent.id),
+            claims=IndexClaims(config.paths.state_dir),
         )
         self.embed_worker: EmbedWorker | None = None
         self.tokens = TokenStore(config.paths.state_dir)
@@ -234,6 +258,7 @@ class MemoryDaemon:
         self._unpublished = False  # records/status not yet written since the last change
         self._last_publish = 0.0
         self.config_error = ""  # why the last SIGHUP was refused, until one succeeds
+        self.restart_needed: list[str] = []  # settings the last SIGHUP read but cannot apply while running
         self._l4_embedder = None  # L4's embedder when it is not L3's (vectors off)
         self._left_running: list[str] = []  # threads a stop could not wait for
         self._recheck_at: float | None = None  # an early reconcile, after an event under a name that is gone
@@ -270,13 +295,25 @@ class MemoryDaemon:
 
     # ------------------------------------------------------------ start-up
 
-    def _acquire_state_lock(self) -> None:
-        self._lock_file = acquire_state_lock(self.config.paths.state_dir)
+    def _acquire_state_lock(self, holder: str = DAEMON_HOLDER) -> None:
+        wait = OFFLINE_LOCK_WAIT_S if holder == DAEMON_HOLDER else 0.0
+        self._lock_file = acquire_state_lock(self.config.paths.state_dir, holder, wait_offline_s=wait)
 
     def _record_path(self, agent_id: str) -> Path:
         return self.config.paths.state_dir / "agents" / f"{agent_id}.json"
 
+    def _move_legacy_index(self, agent: Agent) -> None:
+        """An index of ours at the old default path (QMD's own file's place) moves to the new one, once."""
+        old = self.config.paths.legacy_index_for(agent.id)
+        if old is None:
+            return
+        try:
+            move_legacy_index(old, agent.index, self.indexer.claims)
+        except OSError as exc:
+            log.warning("%s: could not move the index from the old default %s: %s", agent.id, old, exc)
+
     def _add_agent(self, agent: Agent) -> AgentTracker:
+        self._move_legacy_index(agent)
         tracker = make_tracker(
             self.config, agent, self.guard, self._record_path(agent.id), self.listeners, self.audit.record, self.storage
         )
@@ -330,6 +367,13 @@ class MemoryDaemon:
         if changes:
             log.info("%s: memory skill installed (%s)", agent.id, "; ".join(changes))
 
+    def _ensure_audit_dir(self) -> None:
+        """audit_dir exists from the first start: the cron lines and the cleanup write into it."""
+        try:
+            self.audit.ensure_directory()
+        except OSError as exc:  # a symlink planted there, a full disk: said, never fatal
+            log.error("audit directory %s cannot be created: %s", self.audit.directory, exc)
+
     def _ensure_admin_token(self) -> None:
         self.storage.attempt("tokens", self.tokens.ensure_admin, path=self.tokens.admin_path)
 
@@ -349,6 +393,7 @@ class MemoryDaemon:
             )
         self._acquire_state_lock()
         paths.agents_dir.mkdir(parents=True, exist_ok=True)
+        self._ensure_audit_dir()
         self._ensure_admin_token()
         for agent in discover_agents(self.config):
             self._add_agent(agent)
@@ -711,10 +756,20 @@ class MemoryDaemon:
             self._publish()
             self.notifier.ready(self._status_line)
             return
-        self.config_error = ""
+        restart: list[str] = []
         if new.paths != self.config.paths:
-            log.warning("path settings changed; they take effect after a restart")
+            restart.append("paths")
             new = replace(new, paths=self.config.paths)
+        try:
+            applied = self._reload_conversation(new, restart)
+        except (OSError, ValueError) as exc:  # the new store settings cannot be read (an API key file)
+            why = f"conversation: {exc}"
+            log.error("reload failed, keeping the running configuration: %s", why)
+            self.config_error = f"{why} (reload refused; the running configuration stays in force)"
+            self._publish()
+            self.notifier.ready(self._status_line)
+            return
+        self.config_error = ""
         watch_changed = (new.watch.mode, new.watch.poll_interval_s) != (
             self.config.watch.mode,
             self.config.watch.poll_interval_s,
@@ -726,20 +781,40 @@ class MemoryDaemon:
             tracker.settings = settings_from(new)
             tracker.repo.stale_lock_s = new.git.stale_lock_s
         logging.getLogger().setLevel(new.log.level.upper())
-        self._reload_vectors(new)
+        self._reload_vectors(new, restart)
         if watch_changed:
             self._restart_watcher("watch settings changed")
         self._reconcile_all()
+        self.restart_needed = restart
         self._publish()
-        log.info("configuration reloaded from %s", new.source)
+        done = f" (applied: {', '.join(applied)})" if applied else ""
+        if restart:
+            log.warning(
+                "configuration read from %s%s; NOT applied until a restart: %s (running with the old values)",
+                new.source,
+                done,
+                ", ".join(restart),
+            )
+        else:
+            log.info("configuration reloaded from %s%s", new.source, done)
         self.notifier.ready(self._status_line)
 
-    def _reload_vectors(self, new: Config) -> None:
+    def _reload_conversation(self, new: Config, restart: list[str]) -> list[str]:
+        """``conversation.*`` on SIGHUP: applied by the broker (reconnecting the store when it
+        changed, queued writes kept), except ``enabled``, which needs a restart."""
+        if new.conversation.enabled != self.config.conversation.enabled:
+            restart.append("conversation.enabled")
+            return []
+        if self.broker is None:
+            return []
+        return self.broker.reconfigure(new)
+
+    def _reload_vectors(self, new: Config, restart: list[str]) -> None:
         """Gate and idle settings apply at once; another model or backend needs a restart
         (every index records the model it was built with)."""
         fresh = make_embedder(new)
         if (fresh.model_id if fresh else "") != self.identity.embed_model:
-            log.warning("vectors backend/model changed; it takes effect after a restart (indexes are then rebuilt)")
+            restart.append("vectors.backend/model (indexes are then rebuilt)")
         if isinstance(self.embedder, LocalEmbedder):
             self.embedder.configure(min_free_mb=new.vectors.min_free_mb, idle_unload_s=new.vectors.idle_unload_s)
         if self.embed_worker is not None:
@@ -833,8 +908,13 @@ class MemoryDaemon:
         tracker = self.trackers.get(agent_id)
         if tracker is None:
             raise LookupError(f"unknown agent {agent_id!r}")
+        refused = self.indexer.refused(agent_id)
+        if refused:
+            raise RuntimeError(f"the index of {agent_id} is refused: {refused}")
         try:
             index = LocalIndex(tracker.agent.index, self.identity, readonly=True, verify=False)
+        except ForeignFile as exc:
+            raise RuntimeError(f"the index of {agent_id} is refused: {exc}") from None
         except (IndexStale, FileNotFoundError) as exc:
             self._request_repair(tracker, str(exc))
             raise RuntimeError(
@@ -877,8 +957,9 @@ class MemoryDaemon:
         The state lock keeps a daemon from starting meanwhile; records stay in
         memory, so the next daemon start still sees (and commits) every change.
         """
-        self._acquire_state_lock()
+        self._acquire_state_lock("memstrata reindex")
         for agent in discover_agents(self.config):
+            self._move_legacy_index(agent)
             self.trackers[agent.id] = make_tracker(self.config, agent, self.guard, None, self.listeners)
 
     def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict:
@@ -892,11 +973,17 @@ class MemoryDaemon:
                 tracker.refresh()
             desired = self._desired(tracker)
             if rebuild:
-                stats = self.indexer.rebuild(tracker.agent, desired, reason="requested by memstrata reindex --rebuild")
-                out[tracker.id] = {"files": stats["files"], "chunks": stats["chunks"], "rebuilt": True}
+                with contextlib.suppress(ForeignFile):  # refused: reported below, the other agents go on
+                    stats = self.indexer.rebuild(
+                        tracker.agent, desired, reason="requested by memstrata reindex --rebuild"
+                    )
+                    out[tracker.id] = {"files": stats["files"], "chunks": stats["chunks"], "rebuilt": True}
             else:
                 changed = self.indexer.open(tracker.agent, desired)
                 out[tracker.id] = {"files": len(desired), "changed": changed, "rebuilt": False}
+            refused = self.indexer.refused(tracker.id)
+            if refused:
+                out[tracker.id] = {"files": len(desired), "error": refused}
         self._publish()
         return out
 
@@ -929,6 +1016,7 @@ class MemoryDaemon:
                 "state_dir": str(self.config.paths.state_dir),
                 "summary": line,
                 "config_error": self.config_error or None,
+                "restart_needed": self.restart_needed or None,
             },
             "watcher": {
                 "mode": self.watcher.mode if self.watcher else "stopped",

@@ -45,13 +45,15 @@ def offline_status(config: Config, reason: str) -> dict:
 
 
 def _index_report(path) -> dict:
-    from layers.local.index import IndexStale, open_for_reading
+    from layers.local.index import ForeignFile, IndexStale, open_for_reading
 
     if not path.exists():
         return {"path": str(path), "state": "missing (the daemon builds it)"}
     try:
         with open_for_reading(path) as index:
             return {"path": str(path), "state": "ready", **index.stats()}
+    except ForeignFile as exc:
+        return {"path": str(path), "state": "refused", "error": str(exc)}
     except (IndexStale, OSError) as exc:
         return {"path": str(path), "state": f"unusable: {exc} (the daemon rebuilds it)"}
 
@@ -153,6 +155,8 @@ def render(status: dict) -> str:
     lines.extend(_storage_lines(status.get("storage")))
     if d.get("config_error"):
         lines.append(f"configuration: {d['config_error']}")
+    if d.get("restart_needed"):
+        lines.append(f"configuration: RESTART NEEDED to apply {', '.join(d['restart_needed'])} (read on reload)")
     w, r, lim = status["watcher"], status.get("reconcile") or {}, status["limits"]
     watcher = w["mode"] + (f" — {w['reason']}" if w.get("reason") else "")
     recon = f"{_clock(r.get('time'))}"
@@ -216,6 +220,8 @@ def render(status: dict) -> str:
             lines.append(f"  index identity: {ix.get('identity')}")
         elif ix:
             lines.append(f"  index: {ix.get('state')}")
+        if ix.get("error"):
+            lines.append(f"  index error: {ix['error']}")
         if ix.get("progress"):
             lines.append(f"  indexing: {ix['progress']['done']}/{ix['progress']['total']} ({ix['progress']['phase']})")
         if ix.get("last_rebuild"):

@@ -10,6 +10,10 @@ The file records its identity (schema, tokenizer, chunker, embedding model).
 Opening a file whose identity differs, or which is damaged, raises
 :class:`IndexStale`; :func:`rebuild` then builds a replacement beside it while
 the old file keeps answering, and swaps it in atomically.
+
+A file that is not an index of ours (QMD keeps its own ``index.sqlite`` on an
+OpenClaw host) is never opened for writing, replaced or deleted: :func:`inspect_file`
+looks at it without writing a byte and :class:`ForeignFile` refuses it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import stat
 import time
+import urllib.parse
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -80,6 +86,108 @@ class Identity:
 
 class IndexStale(Exception):
     """The file cannot be used as is (other identity, or damaged); rebuild it from markdown."""
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+@dataclass(frozen=True)
+class FileKind:
+    """What a path holds, as :func:`inspect_file` found it."""
+
+    # missing | empty | index | sqlite (another program's) | unreadable (SQLite, damaged) | other | not a file
+    kind: str
+    tables: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "sqlite":
+            shown_tables = ", ".join(self.tables[:12]) + (", …" if len(self.tables) > 12 else "")
+            return f"an SQLite database of another program (tables: {shown_tables or 'none'})"
+        return {
+            "empty": "an empty file",
+            "unreadable": "an SQLite file whose schema cannot be read",
+            "other": "not an SQLite database",
+            "not a file": "not a regular file",
+        }.get(self.kind, self.kind)
+
+
+class ForeignFile(Exception):
+    """The path holds a file memstrata did not create: it is never written, replaced or deleted."""
+
+    def __init__(self, path: Path, found: FileKind) -> None:
+        self.path = path
+        self.found = found
+        super().__init__(
+            f"{path} is not a memstrata index: it is {found.describe()}; memstrata never writes, replaces or "
+            "deletes a file it did not create. Point paths.index at a file of its own "
+            "(the default is {root}/agents/{agent}/memstrata/index.sqlite)"
+        )
+
+
+def _user_tables(db: apsw.Connection) -> tuple[str, ...]:
+    """Table names, without SQLite's own and without the shadow tables of virtual tables."""
+    sql = "SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    rows = db.execute(sql).fetchall()
+    virtual = [name for name, sql in rows if (sql or "").upper().startswith("CREATE VIRTUAL TABLE")]
+    return tuple(sorted(name for name, _ in rows if not any(name.startswith(v + "_") and name != v for v in virtual)))
+
+
+def _is_ours(db: apsw.Connection, tables: tuple[str, ...]) -> bool:
+    if "meta" not in tables:
+        return False
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return row is not None
+
+
+def inspect_file(path: Path) -> FileKind:
+    """What ``path`` holds, found without writing anything.
+
+    A read-only SQLite connection is not enough: on a WAL database it creates
+    ``-wal`` and ``-shm`` beside the file.  The file is read ``immutable`` (no
+    locks, no side files); only when a ``-wal`` already exists (a writer is or
+    was there) is it read through that WAL, since our own schema may still be in it.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return FileKind("missing")
+    if not stat.S_ISREG(st.st_mode):
+        return FileKind("not a file")
+    if st.st_size == 0:
+        return FileKind("empty")
+    with open(path, "rb") as fh:
+        if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+            return FileKind("other")
+    uri = "file:" + urllib.parse.quote(str(path), safe="/")
+    modes = ["immutable=1"]
+    if os.path.exists(f"{path}-wal"):
+        modes.append("mode=ro")
+    found = FileKind("unreadable")
+    for mode in modes:
+        try:
+            db = apsw.Connection(f"{uri}?{mode}", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        except apsw.Error:
+            continue
+        try:
+            tables = _user_tables(db)
+            if _is_ours(db, tables):
+                return FileKind("index", tables)
+            found = FileKind("sqlite", tables)
+        except apsw.Error:
+            pass
+        finally:
+            db.close()
+    return found
+
+
+def _claimable(found: FileKind, path: Path) -> bool:
+    """A file a writer may open: an index of ours, or the empty 0600 file :func:`create_private_file` left."""
+    if found.kind in ("missing", "index"):
+        return True
+    if found.kind == "empty":
+        st = os.lstat(path)
+        return st.st_uid == os.geteuid() and not st.st_mode & 0o077
+    return False
 
 
 @dataclass(frozen=True)
@@ -173,6 +281,7 @@ class LocalIndex:
         readonly: bool = False,
         verify: bool | None = None,
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        owned: bool = False,
     ) -> None:
         """Open (creating when writable) and check the identity; :class:`IndexStale` when unusable.
 
@@ -180,6 +289,10 @@ class LocalIndex:
         rarely; a search opens a reader per request and skips it).
         ``busy_timeout_ms`` is how long a write waits for another connection's
         write lock before :class:`apsw.BusyError` (the caller retries later).
+        A file that is not recognisably an index of ours raises :class:`ForeignFile`
+        before any connection is made, unless the caller knows it created it
+        (``owned``: a damaged index of ours is then :class:`IndexStale`, and rebuilt).
+        Another program's SQLite database is refused either way.
         """
         self.verify = (not readonly) if verify is None else verify
         self._bulk = False
@@ -187,13 +300,18 @@ class LocalIndex:
         self.path = path
         self.identity = identity
         self.readonly = readonly
+        found = inspect_file(path)
+        if found.kind == "missing" and readonly:
+            raise FileNotFoundError(f"no index at {path}")
+        if found.kind in ("sqlite", "not a file") or not (owned or readonly or _claimable(found, path)):
+            raise ForeignFile(path, found)
+        if readonly and found.kind != "index":  # a reader would leave -wal/-shm beside it
+            raise IndexStale(f"{path} is damaged or not yet an index ({found.describe()})")
         if not readonly:
             # The index holds the agent's memory as text: 0600 files in 0700 directories,
             # from the first byte (SQLite gives -wal/-shm the database file's mode).
             private_dirs(path.parent)
             create_private_file(path)
-        elif not path.exists():
-            raise FileNotFoundError(f"no index at {path}")
         try:
             self.db = _connect(path, readonly, busy_timeout_ms)
             self._check()
@@ -520,6 +638,13 @@ class LocalIndex:
 def open_for_reading(path: Path) -> LocalIndex:
     """Open an index read-only whatever embedding model built it (full-text search only needs
     the tokenizer and chunker to match)."""
+    found = inspect_file(path)
+    if found.kind == "missing":
+        raise FileNotFoundError(f"no index at {path}")
+    if found.kind in ("sqlite", "not a file"):
+        raise ForeignFile(path, found)
+    if found.kind != "index":
+        raise IndexStale(f"{path} is not a readable memstrata index ({found.describe()})")
     db = _connect(path, readonly=True)
     try:
         meta = dict(db.execute("SELECT key, value FROM meta"))
@@ -543,16 +668,26 @@ def rebuild(
     *,
     progress: Callable[[int], None] | None = None,
     before_swap: Callable[[], None] | None = None,
+    owned: bool = False,
 ) -> dict:
     """Build a fresh index next to ``path`` and swap it in atomically.
 
     The old file is untouched (and can keep answering) until ``before_swap`` is
     called: the caller closes its connections there.  Vectors of the old file
     are carried over when it is readable, so a rebuild does not re-embed.
+    A file at ``path`` that is not an index of ours is never replaced
+    (:class:`ForeignFile`), unless the caller knows it created it (``owned``:
+    a damaged index of ours); another program's SQLite database never is.
     """
     started = time.monotonic()
+    found = inspect_file(path)
+    if found.kind in ("sqlite", "not a file") or not (owned or _claimable(found, path)):
+        raise ForeignFile(path, found)
     private_dirs(path.parent)
     staging = path.with_name(path.name + ".rebuild")
+    left = inspect_file(staging)  # a rebuild that was interrupted; anything else there is not ours
+    if left.kind not in ("missing", "index", "empty", "unreadable"):
+        raise ForeignFile(staging, left)
     with contextlib.suppress(FileNotFoundError):
         staging.unlink()
     _remove_sidecars(staging)
@@ -560,7 +695,7 @@ def rebuild(
     new = LocalIndex(staging, identity)
     try:
         new.db.execute("PRAGMA journal_mode=DELETE")  # no -wal beside the file that gets renamed
-        if path.exists():
+        if found.kind == "index":
             reused = _copy_vectors(new, path)
         with new.bulk(fresh=True):
             for count, doc in enumerate(documents, start=1):

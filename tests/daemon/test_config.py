@@ -58,7 +58,7 @@ def test_defaults_follow_the_openclaw_layout(monkeypatch):
     paths = config.paths
     assert str(paths.workspace) == "/root/.openclaw/workspace"
     assert str(paths.agents_dir) == "/root/.openclaw/workspace/agents"
-    assert str(paths.index_for("ops")) == "/root/.openclaw/agents/ops/qmd/xdg-cache/qmd/index.sqlite"
+    assert str(paths.index_for("ops")) == "/root/.openclaw/agents/ops/memstrata/index.sqlite"
     assert str(paths.state_dir) == "/var/lib/memstrata"
     assert str(paths.socket) == "/run/memstrata/memstrata.sock"
 
@@ -109,3 +109,62 @@ def test_conversation_settings_are_validated(tmp_path):
     config = parse_config("conversation:\n  retention_days: {task_log: 14}\n", tmp_path / "m.yaml")
     assert config.conversation.retention_days == {"task_log": 14}
     assert config.conversation.qdrant.collection == "mem0_v4_shared"
+
+
+def _choice_fields(model=None, prefix: tuple[str, ...] = ()):
+    """(key path, accepted values) of every enum field of the configuration, nested sections included."""
+    import pydantic
+
+    from daemon.config import ConfigFile, choices_of
+
+    model = model or ConfigFile
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+            yield from _choice_fields(annotation, (*prefix, name))
+        elif choices_of(annotation):
+            yield (*prefix, name), choices_of(annotation)
+
+
+def _nested_yaml(key: tuple[str, ...], word: str) -> str:
+    lines = [f"{'  ' * depth}{part}:" for depth, part in enumerate(key[:-1])]
+    return "\n".join([*lines, f"{'  ' * (len(key) - 1)}{key[-1]}: {word}"]) + "\n"
+
+
+YAML_BOOLEAN_WORDS = ("on", "off", "yes", "no", "true", "false", "y", "n")
+# Every enum value YAML 1.1 reads as a boolean when unquoted: one test each.
+BOOLEAN_LOOKING = [
+    (key, word) for key, choices in _choice_fields() for word in choices if word.lower() in YAML_BOOLEAN_WORDS
+]
+
+
+def test_every_enum_field_is_found_and_the_boolean_looking_ones_are_listed():
+    found = {".".join(key) for key, _ in _choice_fields()}
+    assert {"watch.mode", "vectors.backend", "vectors.profile", "conversation.backend", "log.level"} <= found
+    assert [(".".join(k), w) for k, w in BOOLEAN_LOOKING] == [("vectors.backend", "off")]
+
+
+@pytest.mark.parametrize(("key", "word"), BOOLEAN_LOOKING, ids=lambda v: ".".join(v) if isinstance(v, tuple) else v)
+def test_an_unquoted_yaml_boolean_word_is_taken_as_the_enum_value(tmp_path, key, word):
+    for spelling in (word, word.upper(), word.capitalize()):
+        path = tmp_path / "memstrata.yaml"
+        path.write_text(_nested_yaml(key, spelling))
+        section = load_config(path).file
+        for part in key:
+            section = getattr(section, part)
+        assert section == word, spelling
+
+
+def test_vectors_backend_off_unquoted_in_the_demo_config(tmp_path):
+    config = init_root(tmp_path)
+    text = config.read_text()
+    assert "  backend: local " in text
+    config.write_text(text.replace("  backend: local ", "  backend: off ", 1))
+    assert load_config(config).vectors.backend == "off"
+    assert "vectors: off" in run_cli("status", config=config, check=False).stdout
+
+
+def test_a_boolean_where_no_enum_value_reads_as_one_says_so(tmp_path):
+    message = _error("conversation:\n  backend: yes\n", tmp_path)
+    assert "conversation.backend (line 2)" in message
+    assert "read as a boolean" in message and "embedded, remote" in message

@@ -90,7 +90,7 @@ def test_a_damaged_index_is_rebuilt_from_markdown(tmp_path, daemons):
     ws = tmp_path / "workspace"
     (ws / "memory" / "2026-11-01.md").write_text("rebuild me: 重建索引\n")
     first = daemons(config)
-    index_path = tmp_path / "agents" / "main" / "qmd" / "xdg-cache" / "qmd" / "index.sqlite"
+    index_path = tmp_path / "agents" / "main" / "memstrata" / "index.sqlite"
     wait_for(lambda: _paths(_search(config, "重建索引")) == {"memory/2026-11-01.md"})
     assert first.stop() == 0
     index_path.write_bytes(b"\x00not a database\x00" * 4096)

@@ -27,7 +27,7 @@ EDITS = 6
 
 
 def _index_path(root: Path) -> Path:
-    return root / "agents" / "main" / "qmd" / "xdg-cache" / "qmd" / "index.sqlite"
+    return root / "agents" / "main" / "memstrata" / "index.sqlite"
 
 
 def _searchable(index_path: Path, markers: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from layers.local.index import Document, Filters, Identity, IndexStale, LocalIndex, rebuild
+from layers.local.index import Document, Filters, ForeignFile, Identity, IndexStale, LocalIndex, rebuild
 from layers.local.query import EmptyQueryError, parse_query
 from layers.local.search import search
 from tests.corpus import Corpus
@@ -183,8 +183,10 @@ def test_identity_mismatch_and_damage_make_the_index_stale(tmp_path):
     with pytest.raises(IndexStale, match="tokenizer_version"):
         LocalIndex(path, Identity(embed_model="model-a", tokenizer=99))
     path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ForeignFile, match="not an SQLite database"):
+        LocalIndex(path, Identity())  # nothing says it is ours: never opened for writing
     with pytest.raises(IndexStale, match="damaged"):
-        LocalIndex(path, Identity())
+        LocalIndex(path, Identity(), owned=True)  # the caller created it: damaged, rebuilt
 
 
 def test_rebuild_replaces_the_file_atomically_keeps_old_answers_and_reuses_vectors(tmp_path):
@@ -217,7 +219,10 @@ def test_rebuild_replaces_the_file_atomically_keeps_old_answers_and_reuses_vecto
 def test_rebuild_from_a_damaged_file(tmp_path):
     path = tmp_path / "i.sqlite"
     path.write_bytes(b"\0garbage" * 500)
-    rebuild(path, Identity(), [_doc("memory/a.md", "recovered text\n")])
+    with pytest.raises(ForeignFile):
+        rebuild(path, Identity(), [_doc("memory/a.md", "recovered text\n")])
+    assert path.read_bytes() == b"\0garbage" * 500, "a file nobody said is ours stays as it was"
+    rebuild(path, Identity(), [_doc("memory/a.md", "recovered text\n")], owned=True)
     with LocalIndex(path, Identity()) as index:
         assert _found(index, "recovered") == {"memory/a.md"}
 
@@ -243,3 +248,32 @@ def test_hybrid_fusion_reports_contributing_lists(tmp_path):
         assert answer.results[1]["ranks"] == {"vector": 1}
         lexical = search(index, "tailscale", embed_query=None, no_embedder_reason="memory gate closed: test")
         assert lexical.vectors == "unavailable: memory gate closed: test" and lexical.lists == ["fts"]
+
+
+def _qmd_like(path):
+    """A database shaped like QMD's own index.sqlite, in WAL mode as QMD keeps it."""
+    import apsw
+
+    db = apsw.Connection(str(path))
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(
+        "CREATE TABLE documents(id INTEGER PRIMARY KEY, path TEXT); CREATE TABLE content(hash TEXT, doc TEXT);"
+        "CREATE VIRTUAL TABLE documents_fts USING fts5(body); INSERT INTO documents(path) VALUES('MEMORY.md');"
+    )
+    db.close()
+
+
+def test_another_programs_database_is_never_opened_for_writing_or_replaced(tmp_path):
+    path = tmp_path / "index.sqlite"
+    _qmd_like(path)
+    before = path.read_bytes()
+    for attempt in (
+        lambda: LocalIndex(path, Identity()),
+        lambda: LocalIndex(path, Identity(), owned=True),
+        lambda: LocalIndex(path, Identity(), readonly=True),
+        lambda: rebuild(path, Identity(), [_doc("memory/a.md", "x\n")], owned=True),
+    ):
+        with pytest.raises(ForeignFile, match=r"tables: content, documents, documents_fts\)"):
+            attempt()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.sqlite"], "no -wal, -shm or staging file left"
