@@ -49,10 +49,19 @@ def checkout_binds() -> list[Path]:
     venv = _resolved(REPO_ROOT / ".venv")
     if not venv.is_relative_to(REPO_ROOT):
         binds.append(venv)
-    base = _resolved(Path(sys.base_prefix))
+    base = _venv_base_prefix(venv)
     if not base.is_relative_to(Path("/usr")):
         binds.append(base)
     return binds
+
+
+def _venv_base_prefix(venv: Path) -> Path:
+    """The installation a virtualenv's python belongs to: ``home`` in pyvenv.cfg is its bin/."""
+    for line in (venv / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            return _resolved(Path(value.strip())).parent
+    return _resolved(Path(sys.base_prefix))
 
 
 def checkout_env() -> dict[str, str]:
