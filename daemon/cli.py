@@ -151,11 +151,12 @@ def init(ctx: click.Context, root: Path) -> None:
 
 
 def _make_audit_dir(config: Config) -> None:
-    """``audit_dir`` (where the daemon's audit and the cron jobs' logs go), made without following symlinks."""
+    """``audit_dir`` (the daemon's audit, the cron jobs' logs) and the other directories the daemon,
+    the units and the cron lines write to; in a workspace, made without following symlinks."""
     from daemon.install import make_directories
 
-    for line in make_directories(config):
-        click.echo(line)
+    for action in make_directories(config):
+        click.echo(f"created  {action.target} ({action.detail})")
 
 
 def _install_skill(config: Config, agent_id: str, workspace: Path) -> None:

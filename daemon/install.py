@@ -35,6 +35,7 @@ from daemon import skill
 from daemon.config import Config, demo_config_text, load_config, parse_config
 from daemon.workspaces import create_workspace, discover
 from layers import safefs
+from layers.conversation.registry import load_registry
 from layers.fsutil import atomic_write, private_dirs
 from layers.ids import MAIN_AGENT
 
@@ -361,12 +362,12 @@ def _main(config: Config) -> None:
     create_workspace(config, MAIN_AGENT)
 
 
-def make_directories(config: Config) -> list[str]:
-    """Create what :func:`plan_directories` lists (for ``init``); the lines it did."""
+def make_directories(config: Config) -> list[Action]:
+    """Create what :func:`plan_directories` lists (for ``init``); what it did."""
     plan = Plan()
     plan_directories(plan, config)
     plan.execute(dry_run=False)
-    return [a.line(False) for a in plan.actions]
+    return plan.actions
 
 
 def plan_skills(plan: Plan, config: Config, config_path: Path, prefix: Path, checkout: Path) -> None:
@@ -404,6 +405,10 @@ def plan_skills(plan: Plan, config: Config, config_path: Path, prefix: Path, che
         )
     else:
         plan.kept.append(f"{registry} (existing registry; never rewritten by install)")
+        try:
+            load_registry(registry)
+        except (ValueError, OSError) as exc:
+            plan.warnings.append(f"the daemon will refuse to start until the registry is fixed: {exc}")
 
 
 # ---------------------------------------------------------------- install / uninstall

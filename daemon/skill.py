@@ -125,10 +125,10 @@ def sync_skill(workspace: Path, launcher: Launcher, *, dry_run: bool = False, ch
             continue
         if current is not None and _sha(current) != installed.get(name):
             backup = f"{rel}.bak-{stamp}"
-            changes.append(f"backed up {rel} (edited) as {backup}")
+            changes.append(f"{rel} edited: kept as {backup}")
             if not dry_run:
                 safefs.create_new(workspace, backup, current, mode=0o644, owner=owner)
-        changes.append(f"{'created' if current is None else 'updated'} {rel}")
+        changes.append(f"{rel} ({'new' if current is None else 'changed'})")
         if not dry_run:
             mode = 0o755 if name in _EXECUTABLE else 0o644
             safefs.write_atomic(workspace, rel, content, mode=mode if current is None else None, owner=owner)
@@ -136,7 +136,7 @@ def sync_skill(workspace: Path, launcher: Launcher, *, dry_run: bool = False, ch
     rel = f"{SKILL_REL}/{LAUNCHER}"
     current = _read(workspace, rel)
     if current != text:
-        changes.append(f"{'created' if current is None else 'updated'} {rel} (python {launcher.python})")
+        changes.append(f"{rel} ({'new' if current is None else 'changed'}: python {launcher.python})")
         if not dry_run:
             safefs.write_atomic(workspace, rel, text, mode=0o644, owner=owner)
     return changes
@@ -161,7 +161,7 @@ def seed_registry(workspace: Path, registry: Path, *, dry_run: bool = False, che
             registry.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError), open(registry, "xb") as fh:
                 fh.write(example)
-    return [f"created {registry} (the commented example)"]
+    return [f"created  {registry} (the commented example)"]
 
 
 def remove_skill(workspace: Path, *, dry_run: bool = False) -> list[str]:
@@ -184,12 +184,12 @@ def remove_skill(workspace: Path, *, dry_run: bool = False) -> list[str]:
             if data is None:
                 continue
             if _sha(data) != digest:
-                changes.append(f"kept {SKILL_REL}/{name} (edited since it was installed)")
+                changes.append(f"{SKILL_REL}/{name} kept: edited since it was installed")
                 continue
-            changes.append(f"removed {SKILL_REL}/{name}")
+            changes.append(f"{SKILL_REL}/{name}")
             if not dry_run:
                 os.unlink(name, dir_fd=fd)
-        changes.append(f"removed {SKILL_REL}/{LAUNCHER}")
+        changes.append(f"{SKILL_REL}/{LAUNCHER}")
         if not dry_run:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(LAUNCHER, dir_fd=fd)
