@@ -102,7 +102,8 @@ def test_a_workspace_made_by_hand_for_its_agents_own_user_gets_its_token(install
     [
         (WORKSPACE, "python3 local_search.py 端口", "6333"),
         (WORKSPACE, "python3 memory_cleanup.py --dry-run", "scanned"),
-        (f"{AGENTS}/coder-workspace", "python3 mem0_client.py search 端口", ""),
+        (f"{AGENTS}/coder-workspace", "python3 mem0_client.py add 'coder 的 Redis 端口是 6380' --json", '"id"'),
+        (f"{AGENTS}/coder-workspace", "python3 mem0_client.py search 'Redis 端口' --no-fallback", "6380"),
     ],
 )
 def test_the_skill_runs_from_a_workspace(installed, workspace, command, expected):
