@@ -171,6 +171,7 @@ def test_stop_with_an_edit_pending_commits_it_and_exits_0_in_time(installed):
     c.run("systemctl", "is-active", "-q", "memstrata.service")
     timeout = c.show("memstrata.service", "TimeoutStopUSec")["TimeoutStopUSec"]
     c.sh(f"echo '停止前的最后一行' >> {WORKSPACE}/MEMORY.md")
+    assert "停止前的最后一行" not in c.run("git", "-C", WORKSPACE, "show", "HEAD:MEMORY.md").stdout, "still pending"
     started = time.monotonic()
     c.run("systemctl", "stop", "memstrata.service", timeout=60)
     took = time.monotonic() - started
