@@ -4,7 +4,7 @@ One container for the module (tests run in file order and build on each other, a
 operator's session does): `memstrata install`, `systemctl start`, agents added while it
 runs (by the CLI and by hand, for an agent's own Unix user), the skill from a workspace,
 reload, the watchdog, the backup/cleanup services right after a start, a stop with an
-edit pending, and `systemd-analyze security` of every installed service.
+edit pending, `systemd-analyze security` of every installed service, and `memstrata uninstall`.
 
 What this reproduced before the fixes (Debian bookworm, systemd 252): with
 ``CapabilityBoundingSet=`` empty, a workspace owned by its agent's user made the daemon
@@ -21,9 +21,11 @@ import time
 
 import pytest
 
+from tests.system.container import checkout_env
 from tests.system.operator import (
     AGENTS,
     CONFIG,
+    MEMSTRATA,
     SERVICES,
     TEST_WATCHDOG_S,
     WORKSPACE,
@@ -197,9 +199,23 @@ def test_every_installed_unit_verifies_without_warnings(installed):
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
 
 
-def _status_cmd() -> str:
-    from tests.system.operator import MEMSTRATA, checkout_env
+def test_uninstall_stops_and_removes_the_units_and_keeps_the_data(installed):
+    """Last: what `memstrata uninstall` leaves on a booted system (run twice: idempotent)."""
+    c = installed
+    c.run("systemctl", "start", "memstrata.service", timeout=150)
+    for _ in range(2):
+        proc = c.run(MEMSTRATA, "uninstall", "--config", CONFIG, env=checkout_env(), check=False, timeout=120)
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert c.run("systemctl", "is-active", "memstrata.service", check=False).stdout.strip() in ("inactive", "failed")
+    for unit in (*SERVICES, "memstrata-backup.timer", "memstrata-cleanup.timer"):
+        c.run("test", "!", "-e", f"/etc/systemd/system/{unit}")
+    c.run("test", "-s", CONFIG)
+    c.run("test", "-s", f"{AGENTS}/coder-workspace/.memstrata/token")
+    assert "停止前的最后一行" in c.run("git", "-C", WORKSPACE, "show", "HEAD:MEMORY.md").stdout
+    c.run("test", "-d", "/var/lib/memstrata")
 
+
+def _status_cmd() -> str:
     env = " ".join(f"{k}={v}" for k, v in checkout_env().items())
     return f"{env} {MEMSTRATA} --config {CONFIG} status --json"
 
