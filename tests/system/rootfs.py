@@ -100,8 +100,14 @@ def _build(recipe: dict, target: Path) -> None:
         with open(log, "w") as out:
             out.write(" ".join(command) + "\n")
             out.flush()
-            proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S)
-            if proc.returncode != 0:
+            for attempt in range(2):  # a second try for a mirror that dropped a download
+                proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S)
+                if proc.returncode == 0:
+                    break
+                out.write(f"debootstrap exited {proc.returncode} (attempt {attempt + 1})\n")
+                out.flush()
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
                 raise RootfsBuildError(f"debootstrap failed ({proc.returncode}):\n{_tail(log)}")
             for step in recipe["post"]:
                 proc = subprocess.run(["chroot", str(tmp), "/bin/sh", "-c", step], stdout=out, stderr=subprocess.STDOUT)
