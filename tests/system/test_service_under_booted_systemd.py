@@ -91,6 +91,8 @@ def test_a_workspace_made_by_hand_for_its_agents_own_user_gets_its_token(install
         what="x's MEMORY.md committed",
         interval=0.5,
     )
+    # everything the daemon made there (token, skill, the repository git wrote as root) is the agent's
+    wait_inside(c, f'test -z "$(find {ws} ! -user agentx)"', timeout=30, what="x-workspace all agentx's")
     shown = c.show("memstrata.service", "MainPID", "NRestarts", "ActiveState")
     assert (int(shown["MainPID"]), shown["NRestarts"], shown["ActiveState"]) == (pid, "0", "active"), (
         shown,
