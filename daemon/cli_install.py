@@ -49,8 +49,8 @@ def _report(plan: installer.Plan, dry_run: bool, as_json: bool, title: str) -> N
     sys.exit(plan.exit_code)
 
 
-def _need_root(destdir: Path | None) -> None:
-    if destdir is None and os.geteuid() != 0:
+def _need_root(destdir: Path | None, dry_run: bool) -> None:
+    if destdir is None and not dry_run and os.geteuid() != 0:
         raise click.ClickException("run this as root (sudo): it writes /etc and system directories")
 
 
@@ -93,7 +93,7 @@ def install_cmd(
     3 files written but systemd could not be asked (systemctl missing, or systemd not
     running: units enabled for the next boot, daemon-reload and starting skipped).
     """
-    _need_root(destdir)
+    _need_root(destdir, dry_run)
     config_path = _config_path(ctx, config_path)
     try:
         plan = installer.plan_install(root, config_path, cron=cron, destdir=destdir or Path("/"))
@@ -120,6 +120,6 @@ def uninstall_cmd(
     the workspaces with their git history, the indexes and the registry.
     Exit status as for install.
     """
-    _need_root(destdir)
+    _need_root(destdir, dry_run)
     plan = installer.plan_uninstall(_config_path(ctx, config_path), destdir=destdir or Path("/"))
     _report(plan, dry_run, as_json, "uninstalled")

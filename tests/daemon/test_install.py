@@ -394,3 +394,32 @@ def test_the_skill_is_never_written_through_an_agents_symlink(tmp_path):
     with pytest.raises(UnsafePathError):
         skill.sync_skill(ws, launcher)
     assert (outside / "victim").read_text() == "mine\n"
+
+
+def test_a_refresh_updates_changed_code_backs_up_edits_and_never_touches_the_registry(tmp_path):
+    from daemon import skill
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO_ROOT / SKILL, checkout / SKILL)
+    shutil.copy(REPO_ROOT / "project_registry.yaml", checkout / "project_registry.yaml")
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    launcher = skill.Launcher("/opt/venv/bin/python", str(checkout), "/etc/memstrata/memstrata.yaml", "main")
+    assert skill.sync_skill(ws, launcher, checkout=checkout)
+    registry = ws / SKILL / "project_registry.yaml"
+    skill.seed_registry(ws, registry, checkout=checkout)
+    registry.write_text("version: 1\nprojects: {}\nagents: {}\n# the operator's\n")
+    assert skill.sync_skill(ws, launcher, checkout=checkout) == [], "nothing changed, nothing written"
+
+    (ws / SKILL / "mem0_client.py").write_text("# the agent's own edit\n")
+    for name in ("mem0_client.py", "local_search.py"):  # a new version of the checkout
+        path = checkout / SKILL / name
+        path.write_text(path.read_text() + "\n# newer\n")
+    changes = skill.sync_skill(ws, launcher, checkout=checkout)
+    backups = list((ws / SKILL).glob("mem0_client.py.bak-*"))
+    assert len(backups) == 1 and backups[0].read_text() == "# the agent's own edit\n", changes
+    assert not list((ws / SKILL).glob("local_search.py.bak-*")), "an unedited file is refreshed without a backup"
+    for name in ("mem0_client.py", "local_search.py"):
+        assert (ws / SKILL / name).read_bytes() == (checkout / SKILL / name).read_bytes()
+    assert registry.read_text().endswith("# the operator's\n")
+    assert skill.seed_registry(ws, registry, checkout=checkout) == []
