@@ -125,14 +125,19 @@ class StoreWorker:
         self._jobs.put((fn, future, deadline))
         return future
 
-    def wait(self, future: Future, deadline: float) -> object:
-        """``future``'s result, ``deadline`` seconds counted from when its job starts.
+    def wait(self, future: Future, deadline: float, patient: bool = True) -> object:
+        """``future``'s result; raises FutureTimeout.
 
-        Time spent queued behind another job (a replay batch, a backup, a cleanup
-        page) is not the store being slow: a waiting job keeps waiting while the
-        job ahead of it is within its own deadline.  Raises FutureTimeout when its
-        own deadline, or the one of a job ahead that hangs, has passed.
+        ``patient`` (maintenance, replay, connecting: nobody waits at a prompt):
+        ``deadline`` counts from when the job starts.  Time spent queued behind
+        another job (a replay batch, a backup, a cleanup page) is not the store
+        being slow: the job keeps waiting while the one ahead is within its own
+        deadline, and times out when its own deadline, or that of a job ahead
+        that hangs, has passed.  Otherwise (an agent's request, whose client
+        waits ``client_timeout``) the deadline counts from now, whatever is ahead.
         """
+        if not patient:
+            return future.result(timeout=deadline)
         submitted = time.monotonic()
         while not (future.running() or future.done()):
             ahead = self._busy_until
@@ -360,14 +365,19 @@ class Broker:
 
     # ------------------------------------------------------------ store calls
 
-    def _call(self, what: str, fn: Callable[[], object], deadline: float | None = None) -> object:
-        """Run ``fn`` on the store's thread; raise _StoreDown (and open the breaker) when it fails."""
+    def _call(
+        self, what: str, fn: Callable[[], object], deadline: float | None = None, patient: bool = False
+    ) -> object:
+        """Run ``fn`` on the store's thread; raise _StoreDown (and open the breaker) when it fails.
+
+        ``patient``: time queued behind other store jobs does not count (see :meth:`StoreWorker.wait`).
+        """
         if not self.breaker.closed:
             raise _StoreDown(self._down_reason())
         deadline = self.deadline_s if deadline is None else deadline
         future = self._worker.submit(fn, deadline)
         try:
-            return self._worker.wait(future, deadline)
+            return self._worker.wait(future, deadline, patient)
         except FutureTimeout:
             future.cancel()
             self._failed(f"{what}: no answer within {deadline:g} s")
@@ -640,7 +650,7 @@ class Broker:
     def _admin_call(self, what: str, fn: Callable[[], object], deadline: float | None = None) -> object:
         self.wait_until_open(what)
         try:
-            return self._call(what, fn, deadline)
+            return self._call(what, fn, deadline, patient=True)
         except _StoreDown as exc:
             raise ConversationUnavailableError(str(exc)) from None
 
@@ -774,7 +784,7 @@ class Broker:
             suspects.add(readable[0][0].write_id)
         deadline = self.deadline_s + REPLAY_PER_WRITE_S * len(records)
         try:
-            results = self._call("replay", lambda: self.store.add_batch(records, suspects), deadline)
+            results = self._call("replay", lambda: self.store.add_batch(records, suspects), deadline, patient=True)
         except _StoreDown as exc:
             if not self._stopping:
                 w, why = readable[0][0].write_id, str(exc)
@@ -810,7 +820,7 @@ class Broker:
         for handled, item in enumerate(items):
             try:
                 record = NewMemory(**item.request)
-                results = self._call("replay", lambda r=record: self._write(r, check_first=True))
+                results = self._call("replay", lambda r=record: self._write(r, check_first=True), patient=True)
             except TypeError as exc:
                 self._set_aside(item, f"unreadable queued request: {describe_error(exc)}")
                 continue

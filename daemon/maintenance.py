@@ -76,6 +76,10 @@ def backup(config: Config, store: ConversationStore, keep: int = DEFAULT_KEEP) -
     """Snapshot the store into the state directory and keep the newest ``keep``."""
     s = store.settings
     if s.backend == "embedded":
+        if not (s.data_dir / "qdrant" / "meta.json").is_file():
+            # a fresh root (a timer's backup at first boot may come before the daemon's start):
+            # the store is created, as the daemon would, and its empty state backed up
+            store._client_only()
         path = backups.snapshot_embedded(s.data_dir, backup_dir(config), s.collection)
     else:
         path = backups.snapshot_remote(

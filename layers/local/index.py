@@ -144,8 +144,9 @@ def inspect_file(path: Path) -> FileKind:
 
     A read-only SQLite connection is not enough: on a WAL database it creates
     ``-wal`` and ``-shm`` beside the file.  The file is read ``immutable`` (no
-    locks, no side files); only when a ``-wal`` already exists (a writer is or
-    was there) is it read through that WAL, since our own schema may still be in it.
+    locks, no side files); only when that shows no table at all and a ``-wal``
+    already exists (a writer is or was there) is it read through that WAL: a
+    fresh index of ours may have its schema only there.
     """
     try:
         st = os.lstat(path)
@@ -173,6 +174,8 @@ def inspect_file(path: Path) -> FileKind:
             if _is_ours(db, tables):
                 return FileKind("index", tables)
             found = FileKind("sqlite", tables)
+            if tables:
+                break  # another program's tables: looked at enough
         except apsw.Error:
             pass
         finally:

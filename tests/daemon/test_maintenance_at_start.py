@@ -53,6 +53,29 @@ def test_backup_started_with_the_daemon_succeeds_and_the_daemon_comes_up(tmp_pat
     assert d.stop() == 0
 
 
+def test_a_daemon_starting_while_an_offline_backup_holds_the_state_waits_for_it(tmp_path, daemons):
+    from daemon.service import acquire_state_lock
+
+    config = _fresh_root(tmp_path)
+    lock = acquire_state_lock(tmp_path / "state", "memstrata backup")  # as an offline backup holds it
+    try:
+        d = daemons(config, wait=False)
+        time.sleep(3)
+        assert d.proc.poll() is None, f"the daemon gave up instead of waiting:\n{d.log()}"
+        assert not d.socket.exists()
+    finally:
+        lock.close()
+    wait_for(d._ready, timeout=60, what="daemon ready once the backup let go")
+    assert d.stop() == 0
+
+
+def test_an_offline_backup_on_a_fresh_root_backs_up_the_empty_store(tmp_path):
+    config = _fresh_root(tmp_path)
+    backup = run_cli("backup", "--json", config=config, check=False)
+    assert backup.returncode == 0, backup.stderr
+    assert json.loads(backup.stdout)["backup"].startswith(str(tmp_path / "state" / "backups"))
+
+
 def test_a_store_call_queued_behind_a_long_one_is_not_timed_out_for_its_wait():
     worker = StoreWorker()
     release = threading.Event()
