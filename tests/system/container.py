@@ -16,6 +16,7 @@ that does not boot fails the test with nspawn's own output; it is never skipped.
 from __future__ import annotations
 
 import ctypes
+import functools
 import shlex
 import shutil
 import signal
@@ -50,7 +51,7 @@ def checkout_binds() -> list[Path]:
     if not venv.is_relative_to(REPO_ROOT):
         binds.append(venv)
     base = _venv_base_prefix(venv)
-    if not base.is_relative_to(Path("/usr")):
+    if base != Path("/usr"):
         binds.append(base)
     return binds
 
@@ -64,6 +65,7 @@ def _venv_base_prefix(venv: Path) -> Path:
     return _resolved(Path(sys.base_prefix))
 
 
+@functools.cache
 def checkout_env() -> dict[str, str]:
     """Environment that makes the virtualenv import this checkout's code.
 
