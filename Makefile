@@ -18,8 +18,10 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=OFF -DGGML_FMA=O
                     -DGGML_BMI2=OFF -DLLAVA_BUILD=OFF
 LLAMA_WHEELS     := .cache/wheels/llama-$(LLAMA_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-8)
 
-# Debian packages the tests use: git (L2), systemd (systemd-analyze for the unit tests).
-APT_PACKAGES := git systemd
+# Debian packages the tests use: git (L2), systemd (systemd-analyze for the unit tests),
+# systemd-container and debootstrap (tests/system boots a Debian rootfs under a real systemd,
+# cron included in that rootfs), util-linux (nsenter into it).
+APT_PACKAGES := git systemd systemd-container debootstrap util-linux
 
 .PHONY: setup system-deps run test bench lint clean
 
@@ -29,6 +31,9 @@ system-deps:
 	@missing=""; \
 	command -v git >/dev/null || missing="$$missing git"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	command -v systemd-nspawn >/dev/null || missing="$$missing systemd-container"; \
+	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
+	command -v nsenter >/dev/null || missing="$$missing util-linux"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \

@@ -343,7 +343,16 @@ class MemoryDaemon:
             except safefs.UnsafePathError as exc:
                 tracker.refuse(exc.rel, f"{exc.why}; no API token written")
 
-        self.storage.attempt("tokens", ensure, subject=agent.id, path=agent.workspace / ".memstrata" / "token")
+        path = agent.workspace / ".memstrata" / "token"
+        try:
+            self.storage.attempt("tokens", ensure, subject=agent.id, path=path)
+        except PermissionError as exc:
+            # A workspace the daemon may not write (a unit without CAP_DAC_OVERRIDE, a read-only
+            # bind): that agent goes without a token, shown in status and retried with the
+            # storage back-off; every other agent carries on.
+            if not self.storage.failing("tokens", agent.id):
+                log.error("%s: cannot write its API token (%s); retrying", agent.id, exc)
+            self.storage.failed("tokens", exc, subject=agent.id, path=path, quiet=True)
 
     def _ensure_skill(self, agent: Agent) -> None:
         """The memory skill in the workspace, refreshed when this checkout's copy changed (daemon/skill.py).

@@ -261,6 +261,7 @@ class WorkspaceRepo:
             log.info("initialised a git repository in %s", self.path)
             created = True
             self._git = None
+            self._give_to_owner()
         self._check_git_dir()
         if self._git is None:
             cmd = git.Git(self.path)
@@ -274,6 +275,8 @@ class WorkspaceRepo:
                 GIT_COMMITTER_NAME=name,
                 GIT_COMMITTER_EMAIL=email,
                 GIT_TERMINAL_PROMPT="0",
+                # status never rewrites the index (a root-owned copy in the agent's repository)
+                GIT_OPTIONAL_LOCKS="0",
                 GIT_PAGER="cat",
                 GIT_EXTERNAL_DIFF=None,
                 GIT_CONFIG_NOSYSTEM=None,
@@ -432,12 +435,21 @@ class WorkspaceRepo:
         if not present:
             return None
         cmd = self._worktree_git()
-        self._locked(lambda: cmd.add("-A", "--", *present))
-        staged = cmd.diff("--cached", "--name-only", "--no-renames", "-z", "--", *present)
-        if not staged.strip("\0"):
-            return None
-        self._locked(lambda: cmd.commit("--no-edit", "--no-verify", "-m", message, "--", *present))
-        return self.head()
+        try:
+            self._locked(lambda: cmd.add("-A", "--", *present))
+            staged = cmd.diff("--cached", "--name-only", "--no-renames", "-z", "--", *present)
+            if not staged.strip("\0"):
+                return None
+            self._locked(lambda: cmd.commit("--no-edit", "--no-verify", "-m", message, "--", *present))
+            return self.head()
+        finally:
+            self._give_to_owner()
+
+    def _give_to_owner(self) -> None:
+        """What git just wrote as root (objects, index, refs) goes to the workspace's owner, so an
+        agent with its own Unix user can read its own history (nothing to do in root's workspaces)."""
+        with contextlib.suppress(OSError):
+            safefs.give_tree(self.path, ".git", safefs.owner_of(self.path))
 
     def move(self, src: str, dst: str, message: str) -> CommitInfo | None:
         """Move a file and commit the move on its own, as one rename (``git log --follow`` finds it).

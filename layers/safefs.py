@@ -283,3 +283,55 @@ def move(root: Path, src: str, dst: str, *, owner: Owner | None = None) -> None:
         with contextlib.suppress(OSError):
             os.fsync(sfd)
             os.fsync(dfd)
+
+
+def give_tree(root: Path, rel: str, owner: Owner | None) -> int:
+    """Give what this process created under ``root/rel`` to ``owner``; the number of entries changed.
+
+    git, run as root in a workspace owned by its agent's user, writes the repository's
+    objects, index and refs as root: the agent could not read its own history.  Only
+    directories and regular files owned by this process's uid are changed (what anyone
+    else made stays as it is); a symlink is neither changed nor followed, a regular file
+    with other hard links is left alone (it may be a file from elsewhere on the machine).
+    Each entry is opened without following symlinks and checked on its fd before the
+    fchown, so a name swapped meanwhile cannot redirect it.  A refused chown (EPERM) is
+    logged once (:func:`fchown_if_needed`) and ends the walk.
+    """
+    me = os.geteuid()
+    if owner is None or owner[0] == me:
+        return 0
+    try:
+        top = open_dir(root, rel)
+    except (FileNotFoundError, NotADirectoryError, UnsafePathError):
+        return 0
+    try:
+        before = os.fstat(top).st_uid
+        if not _give(top, owner, me):
+            return 0
+        changed = int(before != os.fstat(top).st_uid)
+        for _, dirs, files, dfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            for name in (*dirs, *files):
+                try:
+                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+                except OSError:
+                    continue  # a symlink (ELOOP), gone meanwhile, or not ours to open
+                try:
+                    before = os.fstat(fd).st_uid
+                    if not _give(fd, owner, me):
+                        return changed
+                    changed += before != os.fstat(fd).st_uid
+                finally:
+                    os.close(fd)
+        return changed
+    finally:
+        os.close(top)
+
+
+def _give(fd: int, owner: Owner, me: int) -> bool:
+    """fchown ``fd`` to ``owner`` if it is our directory or our singly-linked regular file; False on EPERM."""
+    st = os.fstat(fd)
+    if st.st_uid != me or (st.st_uid, st.st_gid) == owner:
+        return True
+    if not (stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1)):
+        return True
+    return fchown_if_needed(fd, owner)

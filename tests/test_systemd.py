@@ -57,11 +57,27 @@ def test_unit_verifies_without_warnings(unit):
     assert proc.stderr == ""
 
 
-def test_unit_security_exposure_is_at_most_3(unit):
-    proc = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True, text=True)
-    match = re.search(r"Overall exposure level for memstrata\.service: (\d+\.\d)", proc.stdout)
+@pytest.mark.parametrize("name", ["memstrata", "memstrata-backup", "memstrata-cleanup"])
+def test_service_security_exposure_is_at_most_2(tmp_path, name):
+    """Issue 10: every unit scores at most 2.0 (tests/system checks the installed units in a booted systemd)."""
+    binary = REPO_ROOT / ".venv" / "bin" / "memstrata"
+    path = tmp_path / f"{name}.service"
+    path.write_text((REPO_ROOT / "systemd" / f"{name}.service").read_text().replace(INSTALLED_BINARY, str(binary)))
+    proc = subprocess.run(["systemd-analyze", "security", "--offline=true", str(path)], capture_output=True, text=True)
+    match = re.search(rf"Overall exposure level for {name}\.service: (\d+\.\d)", proc.stdout)
     assert match, proc.stdout + proc.stderr
-    assert float(match.group(1)) <= 3.0
+    assert float(match.group(1)) <= 2.0, proc.stdout
+
+
+def test_the_daemon_may_write_and_chown_in_workspaces_it_does_not_own():
+    """Workspaces may belong to each agent's Unix user: without these the daemon exits on the first
+    one (EACCES), and what it creates there (the agent's own token) is not the agent's."""
+    text = UNIT.read_text()
+    caps = re.findall(r"^CapabilityBoundingSet=(.*)$", text, re.MULTILINE)
+    assert caps == ["CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER"], caps
+    filters = re.findall(r"^SystemCallFilter=(.*)$", text, re.MULTILINE)
+    assert filters[-1] == "@chown", "allowed back after ~@privileged (a later line wins)"
+    assert not re.search(r"^ExecReload=/bin/kill", text, re.MULTILINE), "a minimal Debian has no /bin/kill"
 
 
 def test_unit_has_the_promised_service_settings():
