@@ -209,6 +209,27 @@ def writable_paths(config: Config) -> list[Path]:
     return chosen
 
 
+HOME_DIRS = (Path("/root"), Path("/home"), Path("/run/user"))
+
+
+def _under_home(path: Path) -> bool:
+    return any(path == home or home in path.parents for home in HOME_DIRS)
+
+
+def _bind_lines(config: Config, prefix: Path, checkout: Path) -> str:
+    """``ProtectHome=tmpfs`` hides every home directory: bind back what the daemon needs from
+    there: the root and the other places it writes (read-write), and this checkout, its
+    virtualenv and the Python the virtualenv runs on (read-only; pyenv lives in ``~/.pyenv``)."""
+    writable = [p for p in writable_paths(config) if _under_home(p)] or [config.paths.root]
+    python_home = Path(sys.base_prefix).resolve()
+    readonly = [p for p in (checkout, prefix, python_home) if _under_home(p)]
+    readonly = [p for p in dict.fromkeys(readonly) if not any(p == w or w in p.parents for w in writable)]
+    lines = ["BindPaths=" + " ".join(str(p) for p in writable)]
+    if readonly:
+        lines.append("BindReadOnlyPaths=" + " ".join(str(p) for p in readonly))
+    return "\n".join(lines)
+
+
 def render_unit(name: str, config: Config, config_path: Path, prefix: Path, checkout: Path) -> str:
     source = (checkout / "systemd" / name).read_text(encoding="utf-8")
     mapping = substitutions(config, config_path, prefix, checkout)
@@ -221,6 +242,7 @@ def render_unit(name: str, config: Config, config_path: Path, prefix: Path, chec
         return "ReadWritePaths=" + " ".join([*present, *missing])
 
     text = re.sub(r"(?m)^ReadWritePaths=(.*)$", rw_line, text)
+    text = re.sub(r"(?m)^BindPaths=.*$", lambda _: _bind_lines(config, prefix, checkout), text)
     return f"{MARKER} from {checkout}/systemd/{name}; `memstrata uninstall` removes it.\n{text}"
 
 

@@ -116,6 +116,12 @@ def test_install_writes_config_directories_units_and_skill(tree):
     assert f"ExecStart={sys.prefix}/bin/memstrata --config {tree.config} run\n" in service
     rw = next(line for line in service.splitlines() if line.startswith("ReadWritePaths="))
     assert str(tree.root) in rw.split("=", 1)[1].split()
+    # ProtectHome=tmpfs hides home directories: the root is bound back, and the Python the
+    # virtualenv runs on when it lives under one (pyenv in /root/.pyenv)
+    assert "ProtectHome=tmpfs\n" in service and f"BindPaths={tree.root}\n" in service
+    python_home = Path(sys.base_prefix).resolve()
+    if python_home.parts[1] in ("root", "home"):
+        assert f"BindReadOnlyPaths={python_home}" in service
     backup = (tree.units / "memstrata-backup.service").read_text()
     assert f"ExecStart={sys.prefix}/bin/memstrata --config {tree.config} backup --keep 7\n" in backup
     assert not tree.cron.exists(), "timers or cron, not both"
