@@ -186,6 +186,19 @@ def test_stop_with_an_edit_pending_commits_it_and_exits_0_in_time(installed):
     assert "停止前的最后一行" in shown_head, c.journal("memstrata.service", 60)
 
 
+@pytest.mark.parametrize("service", ["memstrata-backup.service", "memstrata-cleanup.service"])
+def test_backup_and_cleanup_run_while_the_daemon_is_stopped(installed, service):
+    """A timer firing while the daemon is down: the runtime directory the units may write is
+    gone then, and the job opens the store itself."""
+    c = installed
+    c.run("systemctl", "stop", "memstrata.service", timeout=60)
+    assert c.run("test", "-e", "/run/memstrata", check=False).returncode != 0, "runtime directory removed"
+    proc = c.run("systemctl", "start", service, check=False, timeout=600)
+    assert proc.returncode == 0, (proc.stderr, c.journal(service, 40))
+    shown = c.show(service, "Result", "ExecMainStatus")
+    assert (shown["Result"], shown["ExecMainStatus"]) == ("success", "0"), shown
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_every_installed_service_is_exposed_at_most_2(installed, service):
     """The real assessment, by the booted systemd, of the unit as installed."""
