@@ -189,9 +189,7 @@ def score(outcomes: list[Outcome]) -> dict:
         out[mode] = {}
         for split in SPLITS:
             chosen = [
-                o
-                for o in outcomes
-                if o.mode == mode and (split == "all" or o.question.heldout == (split == "heldout"))
+                o for o in outcomes if o.mode == mode and (split == "all" or o.question.heldout == (split == "heldout"))
             ]
             groups = {"overall": chosen}
             groups.update({kind: [o for o in chosen if o.question.kind == kind] for kind in KINDS})
