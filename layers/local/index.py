@@ -469,7 +469,7 @@ class LocalIndex:
     def search_query(self, query: Query, limit: int, filters: Filters) -> tuple[list[Hit], bool]:
         """All terms first; if that finds nothing and there are several, any term (``relaxed``)."""
         hits = self.search_text(query.all_terms, limit, filters)
-        if hits or len(query.phrases) < 2:
+        if hits or not query.can_relax:
             return hits, False
         return self.search_text(query.any_term, limit, filters), True
 

@@ -148,6 +148,26 @@ def test_and_first_then_relaxed_or(tmp_path):
         assert {r["path"] for r in relaxed.results} == {"memory/a.md", "memory/b.md"} and relaxed.relaxed
 
 
+def test_question_words_do_not_have_to_match_and_do_not_match_noise(tmp_path):
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        index.update_document(_doc("memory/a.md", "qdrant-02 listens on port 6333\n"))
+        index.update_document(_doc("memory/b.md", "what did we do, which one is it of the day\n"))
+        answer = search(index, "What is the port of qdrant-02?", mode="fts")
+        assert [r["path"] for r in answer.results] == ["memory/a.md"] and not answer.relaxed
+        assert [r["path"] for r in search(index, "what is it", mode="fts").results] == ["memory/b.md"]
+
+
+def test_a_chinese_question_is_relaxed_to_its_two_character_phrases(tmp_path):
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        index.update_document(_doc("memory/a.md", "备份负责人从今天起换成陈静\n"))
+        index.update_document(_doc("memory/b.md", "今天是什么日子？为什么谁都不在呢\n"))
+        answer = search(index, "现在备份归谁管？", mode="fts")
+        # the whole run is in no note; its particles (现在 谁) and lone characters (归 管) match nothing
+        assert [r["path"] for r in answer.results] == ["memory/a.md"] and answer.relaxed
+        assert parse_query("缓存服务那次挂掉是因为什么？").any_term == '"缓 存" OR "存 服" OR "服 务" OR "挂 掉"'
+        assert parse_query("redis-01 的 IP 是多少？").all_terms == '"redis 01" AND "ip"'
+
+
 def test_heading_matches_rank_above_body_matches_and_results_carry_location(tmp_path):
     with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
         index.update_document(_doc("memory/a.md", "# misc\n\nwe talked about tailscale once\n" + "filler words\n" * 5))
@@ -155,7 +175,8 @@ def test_heading_matches_rank_above_body_matches_and_results_carry_location(tmp_
         answer = search(index, "tailscale", mode="fts")
         assert [r["path"] for r in answer.results] == ["memory/b.md", "memory/a.md"]
         top = answer.results[0]
-        assert top["heading"] == "notes > Tailscale" and top["lines"] == [3, 10] and top["source"] == "local"
+        # the bare "# notes" above it joins it
+        assert top["heading"] == "notes > Tailscale" and top["lines"] == [1, 10] and top["source"] == "local"
         assert "**Tailscale**" in top["snippet"]
 
 
