@@ -54,6 +54,13 @@ def print_search(answer: dict, explain: bool) -> None:
         notes.append(f"lexical only: vectors {answer['vectors']}")
     if answer.get("degraded"):
         notes.append(f"degraded: {answer.get('reason')}")
+    if answer.get("dates"):
+        d = answer["dates"]
+        days = d["since"] if d["since"] == d["until"] else f"{d['since']} … {d['until']}"
+        said = ", ".join(repr(w) for w in d["from"])
+        notes.append(
+            f"daily notes of {days} ranked first (read from {said}; relative dates count from {d['reference']})"
+        )
     for note in notes:
         click.echo(f"({note})", err=True)
     if not answer["results"]:

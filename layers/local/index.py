@@ -501,6 +501,20 @@ class LocalIndex:
         }
         return [Hit(*by_id[i], score) for score, i in best if i in by_id]
 
+    def newest_day(self) -> str | None:
+        """The day of the newest daily file (YYYY-MM-DD), the reference for "yesterday" and "last Tuesday"."""
+        return self.db.execute("SELECT max(day) FROM files").fetchone()[0]
+
+    def chunks_of_days(self, limit: int, filters: Filters) -> list[Hit]:
+        """Chunks of daily files in ``filters``' day range, newest day first, each file in order."""
+        where, args = filters.sql()
+        rows = self.db.execute(
+            "SELECT c.id, c.path, c.heading, c.line_start, c.line_end, c.text FROM chunks c "
+            f"WHERE c.day IS NOT NULL{where} ORDER BY c.day DESC, c.path, c.seq LIMIT ?",
+            (*args, limit),
+        )
+        return [Hit(*r, 0.0) for r in rows]
+
     # ------------------------------------------------------------ status
 
     def stats(self) -> dict:

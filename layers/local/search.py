@@ -3,17 +3,25 @@
 The answer always says which lists contributed and, when vectors were not used,
 why — so "lexical only because the memory gate is closed" never looks like
 "the model found nothing".
+
+A query that names days ("2026-09-08", "9月23日", "last Tuesday", see
+:mod:`layers.local.dates`) adds the same searches again restricted to the daily
+files of those days ("fts@date", "vector@date"), so their chunks rise without
+hiding the rest (the question may be about a decision taken earlier), and the
+date words leave the lexical query.  The answer says which range it read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from datetime import date
 
 import numpy as np
 
+from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
-from layers.local.query import highlight, parse_query
+from layers.local.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.vectors import VectorsUnavailableError
 
 RRF_K = 60
@@ -31,6 +39,7 @@ class SearchAnswer:
     relaxed: bool = False
     vectors: str = "unavailable: vectors are not configured"
     lists: list[str] = field(default_factory=list)
+    dates: dict | None = None  # the day range the query named, and the words it was read from
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,6 +56,20 @@ def _fuse(lists: dict[str, list[Hit]], limit: int) -> list[tuple[Hit, float, dic
             hits.setdefault(hit.chunk_id, hit)
     order = sorted(scores, key=lambda i: -scores[i])[:limit]
     return [(hits[i], scores[i], ranks[i]) for i in order]
+
+
+def _date_filters(filters: Filters, found: DateRange) -> Filters | None:
+    """``filters`` narrowed to the named days; None when the two do not overlap."""
+    since = max(filter(None, (filters.since, found.since.isoformat())))
+    until = min(filter(None, (filters.until, found.until.isoformat())))
+    return replace(filters, since=since, until=until) if since <= until else None
+
+
+def _lexical(text: str) -> Query | None:
+    try:
+        return parse_query(text)
+    except EmptyQueryError:
+        return None
 
 
 def search(
@@ -77,6 +100,12 @@ def search(
     answer = SearchAnswer(query=text, mode=mode)
     pool = max(limit * 4, 40)
     lists: dict[str, list[Hit]] = {}
+    newest = index.newest_day()
+    found, rest = find_dates(text, date.fromisoformat(newest) if newest else date.today())
+    dated = _date_filters(filters, found) if found else None
+    lexical = _lexical(rest) if found else query
+    if found:
+        answer.dates = found.describe()
 
     if mode in ("auto", "hybrid", "vector"):
         reason = ""
@@ -90,7 +119,10 @@ def search(
             reason = f"no chunk has a vector yet ({index.pending_count()} waiting to be embedded)"
         if not reason:
             try:
-                lists["vector"] = index.search_vectors(embed_query(text), pool, filters)  # type: ignore[misc]
+                vector = embed_query(text)  # type: ignore[misc]
+                lists["vector"] = index.search_vectors(vector, pool, filters)
+                if dated is not None:
+                    lists["vector@date"] = index.search_vectors(vector, pool, dated)
                 answer.vectors = "used"
             except VectorsUnavailableError as exc:
                 reason = str(exc)
@@ -103,11 +135,17 @@ def search(
             no_embedder_reason if embed_query is None else "full-text mode was asked for"
         )
     if mode != "vector":
-        fts_hits, answer.relaxed = index.search_query(query, pool, filters)
-        lists["fts"] = fts_hits
+        if lexical is not None:
+            lists["fts"], answer.relaxed = index.search_query(lexical, pool, filters)
+            if dated is not None:
+                lists["fts@date"] = index.search_query(lexical, pool, dated)[0]
+        if dated is not None and not lists.get("fts@date") and "vector@date" not in lists:
+            lists["date"] = index.chunks_of_days(pool, dated)  # only the days to go by: their notes, newest first
 
     answer.lists = [name for name, hits in lists.items() if hits]
-    if len(lists) == 1:
+    if not lists:
+        fused = []
+    elif len(lists) == 1:
         ((name, only),) = lists.items()
         fused = [(hit, hit.score, {name: rank}) for rank, hit in enumerate(only[:limit], start=1)]
     else:
