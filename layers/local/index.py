@@ -427,13 +427,14 @@ class LocalIndex:
         )
 
     def store_vectors(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> int:
+        """Store each chunk's vector, or its passages' vectors as one ``(n, dim)`` array (it scores as the best)."""
         count = 0
         with write_transaction(self.db):
             for chunk_hash, vec in items:
                 vec = np.asarray(vec, dtype=np.float32)
                 self.db.execute(
                     "INSERT OR REPLACE INTO vectors VALUES(?, ?, ?, ?)",
-                    (chunk_hash, model, vec.shape[0], vec.tobytes()),
+                    (chunk_hash, model, vec.shape[-1], vec.tobytes()),
                 )
                 self.db.execute("DELETE FROM pending WHERE hash = ?", (chunk_hash,))
                 count += 1
@@ -474,7 +475,10 @@ class LocalIndex:
         return self.search_text(query.any_term, limit, filters), True
 
     def search_vectors(self, query_vec: np.ndarray, limit: int, filters: Filters, batch: int = 4096) -> list[Hit]:
-        """Cosine similarity (vectors are normalised) over the chunks that have a vector."""
+        """Cosine similarity (vectors are normalised) over the chunks that have a vector.
+
+        A chunk stored with several passage vectors scores as its best passage.
+        """
         where, args = filters.sql()
         cursor = self.db.execute(
             f"SELECT c.id, v.vec FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ? WHERE 1{where}",
@@ -482,10 +486,13 @@ class LocalIndex:
         )
         best: list[tuple[float, int]] = []
         query_vec = np.asarray(query_vec, dtype=np.float32)
+        dim = query_vec.shape[0]
         while rows := list(itertools.islice(cursor, batch)):
             ids = [r[0] for r in rows]
-            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-            scores = matrix @ query_vec
+            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(-1, dim)
+            counts = np.fromiter((len(r[1]) // (4 * dim) for r in rows), dtype=np.int64, count=len(rows))
+            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            scores = np.maximum.reduceat(matrix @ query_vec, starts)
             top = np.argsort(-scores)[:limit]
             best.extend((float(scores[i]), ids[i]) for i in top)
             best = sorted(best, reverse=True)[:limit]
