@@ -512,6 +512,16 @@ class LocalIndex:
         """The day of the newest daily file (YYYY-MM-DD), the reference for "yesterday" and "last Tuesday"."""
         return self.db.execute("SELECT max(day) FROM files").fetchone()[0]
 
+    def days_of(self, chunk_ids: Iterable[int]) -> dict[int, str]:
+        """chunk id → its daily file's day, for the chunks that are in a daily file."""
+        ids = list(chunk_ids)
+        if not ids:
+            return {}
+        rows = self.db.execute(
+            f"SELECT id, day FROM chunks WHERE day IS NOT NULL AND id IN ({','.join('?' * len(ids))})", ids
+        )
+        return dict(rows)
+
     def chunks_of_days(self, limit: int, filters: Filters) -> list[Hit]:
         """Chunks of daily files in ``filters``' day range, newest day first, each file in order."""
         where, args = filters.sql()

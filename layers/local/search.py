@@ -9,10 +9,16 @@ A query that names days ("2026-09-08", "9月23日", "last Tuesday", see
 files of those days ("fts@date", "vector@date"), so their chunks rise without
 hiding the rest (the question may be about a decision taken earlier), and the
 date words leave the lexical query.  The answer says which range it read.
+
+A question about the present ("now", "current", "latest", 现在, 目前, 最新, 最近)
+wants the newest statement of a fact that changed over time: the best
+:data:`RECENT_POOL` results are ranked once more by their note's day, newest
+first ("recent"), and that list joins the fusion.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date
@@ -25,6 +31,13 @@ from layers.local.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.vectors import VectorsUnavailableError
 
 RRF_K = 60
+WEIGHTS = {"recent": 1.05}  # the day order breaks a tie in relevance, it does not outweigh relevance
+RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
+_PRESENT = re.compile(
+    r"\b(?:now|nowadays|current(?:ly)?|latest|newest|most recent(?:ly)?|these days|still|as of today)\b"
+    r"|现在|目前|当前|最新|最近|如今|眼下|此刻",
+    re.IGNORECASE,
+)
 MODES = ("auto", "fts", "vector", "hybrid")
 
 #: Embeds a query, or raises :class:`VectorsUnavailableError`.
@@ -50,8 +63,9 @@ def _fuse(lists: dict[str, list[Hit]], limit: int) -> list[tuple[Hit, float, dic
     ranks: dict[int, dict[str, int]] = {}
     hits: dict[int, Hit] = {}
     for name, hit_list in lists.items():
+        weight = WEIGHTS.get(name, 1.0)
         for rank, hit in enumerate(hit_list, start=1):
-            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (RRF_K + rank)
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + weight / (RRF_K + rank)
             ranks.setdefault(hit.chunk_id, {})[name] = rank
             hits.setdefault(hit.chunk_id, hit)
     order = sorted(scores, key=lambda i: -scores[i])[:limit]
@@ -142,6 +156,12 @@ def search(
         if dated is not None and not lists.get("fts@date") and "vector@date" not in lists:
             lists["date"] = index.chunks_of_days(pool, dated)  # only the days to go by: their notes, newest first
 
+    if _PRESENT.search(text) and len(lists) > 0:
+        best = [hit for hit, _, _ in _fuse(lists, RECENT_POOL)]
+        days = index.days_of(hit.chunk_id for hit in best)
+        recent = sorted((hit for hit in best if hit.chunk_id in days), key=lambda h: days[h.chunk_id], reverse=True)
+        if recent:
+            lists["recent"] = recent
     answer.lists = [name for name, hits in lists.items() if hits]
     if not lists:
         fused = []

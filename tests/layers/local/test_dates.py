@@ -62,3 +62,19 @@ def test_a_dated_question_finds_the_body_of_that_day_and_says_which_range_it_rea
             "reference": "2026-09-09",
         }
         assert search(index, "Loki", mode="fts").dates is None
+
+
+def test_a_question_about_the_present_ranks_the_newest_statement_first(tmp_path):
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        notes = {
+            "2026-09-15": "pgbouncer 监听 6432 端口，应用连 db-prod-01:6432，pgbouncer 配置见 ansible",
+            "2026-10-12": "pgbouncer 迁到 pgb-01，端口 6433",
+        }
+        for day, body in notes.items():
+            index.update_document(Document(f"memory/{day}.md", f"# {day}\n\n## 变更\n- {body}\n", day, "daily", day))
+        # the older note matches the words better; without a word about the present it ranks first
+        assert search(index, "pgbouncer 端口", mode="fts").results[0]["path"] == "memory/2026-09-15.md"
+        for question in ("pgbouncer 现在的端口", "current pgbouncer port"):
+            answer = search(index, question, mode="fts", explain=True)
+            assert answer.results[0]["path"] == "memory/2026-10-12.md", question
+            assert "recent" in answer.lists
