@@ -32,6 +32,7 @@ from layers.local.vectors import VectorsUnavailableError
 
 RRF_K = 60
 WEIGHTS = {"recent": 1.05}  # the day order breaks a tie in relevance, it does not outweigh relevance
+RELAXED_WEIGHT = 0.5  # a relaxed (any-term) list is noisier than one that matched every term
 RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
 _PRESENT = re.compile(
     r"\b(?:now|nowadays|current(?:ly)?|latest|newest|most recent(?:ly)?|these days|still|as of today)\b"
@@ -58,12 +59,14 @@ class SearchAnswer:
         return asdict(self)
 
 
-def _fuse(lists: dict[str, list[Hit]], limit: int) -> list[tuple[Hit, float, dict[str, int]]]:
+def _fuse(
+    lists: dict[str, list[Hit]], limit: int, weights: dict[str, float] = WEIGHTS
+) -> list[tuple[Hit, float, dict[str, int]]]:
     scores: dict[int, float] = {}
     ranks: dict[int, dict[str, int]] = {}
     hits: dict[int, Hit] = {}
     for name, hit_list in lists.items():
-        weight = WEIGHTS.get(name, 1.0)
+        weight = weights.get(name, 1.0)
         for rank, hit in enumerate(hit_list, start=1):
             scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + weight / (RRF_K + rank)
             ranks.setdefault(hit.chunk_id, {})[name] = rank
@@ -169,7 +172,8 @@ def search(
         ((name, only),) = lists.items()
         fused = [(hit, hit.score, {name: rank}) for rank, hit in enumerate(only[:limit], start=1)]
     else:
-        fused = _fuse(lists, limit)
+        weights = {**WEIGHTS, **({"fts": RELAXED_WEIGHT, "fts@date": RELAXED_WEIGHT} if answer.relaxed else {})}
+        fused = _fuse(lists, limit, weights)
     wanted = query.token_set
     for hit, score, ranks in fused:
         result = {

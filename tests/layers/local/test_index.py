@@ -264,3 +264,21 @@ def test_hybrid_fusion_reports_contributing_lists(tmp_path):
         assert answer.results[1]["ranks"] == {"vector": 1}
         lexical = search(index, "tailscale", embed_query=None, no_embedder_reason="memory gate closed: test")
         assert lexical.vectors == "unavailable: memory gate closed: test" and lexical.lists == ["fts"]
+
+
+def test_a_relaxed_lexical_list_counts_half_in_the_fusion(tmp_path):
+    model = "hand-made"
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
+        index.update_document(_doc("memory/a.md", "tailscale network notes\n"))
+        index.update_document(_doc("memory/b.md", "vpn mesh between servers\n"))
+        pending = dict((text.split("\n")[1], h) for h, text in index.take_pending(10))
+        index.store_vectors(model, [(pending["vpn mesh between servers"], np.array([1, 0], dtype=np.float32))])
+        embed = lambda q: np.array([1, 0], dtype=np.float32)  # noqa: E731
+        # a.md is first in the lexical list only, b.md in the vector list only
+        strict = search(index, "tailscale network", embed_query=embed, explain=True)
+        scores = {r["path"]: r["score"] for r in strict.results}
+        assert not strict.relaxed and scores["memory/a.md"] == scores["memory/b.md"]
+        # only one of the words matches anything: the relaxed list's first place is worth half
+        relaxed = search(index, "tailscale overlay", embed_query=embed, explain=True)
+        scores = {r["path"]: r["score"] for r in relaxed.results}
+        assert relaxed.relaxed and scores["memory/a.md"] == pytest.approx(scores["memory/b.md"] / 2, abs=1e-6)
