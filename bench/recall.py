@@ -65,6 +65,7 @@ class Outcome:
     mode: str
     rank: int | None  # 1-based rank of the first hit, None when none in the first LIMIT
     top: list[str] = field(default_factory=list)  # "path:start-end" of the first results
+    returned: int = 0  # how many results the answer had (at most LIMIT): where the list ended
 
 
 def load_questions(set_dir: Path = SET_DIR) -> list[Question]:
@@ -165,20 +166,21 @@ def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, .
                 raise RuntimeError(f"{mode} search did not use vectors: {answer.get('vectors')}")
             results = answer["results"]
             top = [f"{r['path']}:{r['lines'][0]}-{r['lines'][1]}" for r in results[:5]]
-            outcomes.append(Outcome(q, mode, first_hit(q, results), top))
+            outcomes.append(Outcome(q, mode, first_hit(q, results), top, len(results)))
     return outcomes
 
 
 def _metrics(outcomes: list[Outcome]) -> dict:
     n = len(outcomes)
     if not n:
-        return {"n": 0, "r1": None, "r5": None, "mrr": None}
+        return {"n": 0, "r1": None, "r5": None, "mrr": None, "returned": None}
     ranks = [o.rank for o in outcomes]
     return {
         "n": n,
         "r1": round(sum(1 for r in ranks if r == 1) / n, 3),
         "r5": round(sum(1 for r in ranks if r and r <= 5) / n, 3),
         "mrr": round(sum(1 / r for r in ranks if r) / n, 3),
+        "returned": round(sum(o.returned for o in outcomes) / n, 1),
     }
 
 
@@ -202,7 +204,7 @@ def format_tables(scores: dict) -> str:
     columns = ["overall", *KINDS, *(f"lang:{lang}" for lang in LANGS)]
     lines = []
     for split in SPLITS:
-        for metric, label in (("r5", "R@5"), ("r1", "R@1"), ("mrr", "MRR")):
+        for metric, label in (("r5", "R@5"), ("r1", "R@1"), ("mrr", "MRR"), ("returned", "results returned")):
             any_mode = next(iter(scores.values()))[split]
             counts = " ".join(f"{c}={any_mode[c]['n']}" for c in columns)
             lines.append(f"\n{label} — {split} ({counts})")

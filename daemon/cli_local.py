@@ -50,6 +50,8 @@ def print_search(answer: dict, explain: bool) -> None:
     notes = []
     if answer.get("relaxed"):
         notes.append("no chunk has every term: showing chunks with any of them (relaxed)")
+    if answer.get("matched") == "none" and answer.get("results"):
+        notes.append("no word of the query occurs in this memory: these are only the nearest by meaning")
     if answer.get("vectors", "").startswith("unavailable"):
         notes.append(f"lexical only: vectors {answer['vectors']}")
     if answer.get("degraded"):

@@ -33,6 +33,7 @@ from layers.local.vectors import VectorsUnavailableError
 RRF_K = 60
 WEIGHTS = {"recent": 1.05}  # the day order breaks a tie in relevance, it does not outweigh relevance
 RELAXED_WEIGHT = 0.5  # a relaxed (any-term) list is noisier than one that matched every term
+MIN_VECTOR_ONLY = 3  # vector-only results kept below full lexical matches, at least
 RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
 _PRESENT = re.compile(
     r"\b(?:now|nowadays|current(?:ly)?|latest|newest|most recent(?:ly)?|these days|still|as of today)\b"
@@ -54,6 +55,7 @@ class SearchAnswer:
     vectors: str = "unavailable: vectors are not configured"
     lists: list[str] = field(default_factory=list)
     dates: dict | None = None  # the day range the query named, and the words it was read from
+    matched: str | None = None  # lexical side: "all" terms, "some" (relaxed), "none"; None when not asked
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -73,6 +75,27 @@ def _fuse(
             hits.setdefault(hit.chunk_id, hit)
     order = sorted(scores, key=lambda i: -scores[i])[:limit]
     return [(hits[i], scores[i], ranks[i]) for i in order]
+
+
+def _end_with_the_matches(fused: list[tuple[Hit, float, dict[str, int]]]) -> list[tuple[Hit, float, dict[str, int]]]:
+    """Where every term matched somewhere, a result only the vectors found must be nearer than a match.
+
+    The vector list always has a full page, however unrelated; below the last
+    chunk that has every term, a chunk the model ranks lower than all of them
+    is filler (``6333端口``: one hit, then nine template files).
+    """
+    matched = [ranks for _, _, ranks in fused if "fts" in ranks or "fts@date" in ranks]
+    worst = max((ranks.get("vector", 0) for ranks in matched), default=0)
+    keep = max(worst, MIN_VECTOR_ONLY)
+    return [item for item in fused if not _only_vectors(item[2]) or _vector_rank(item[2]) <= keep]
+
+
+def _only_vectors(ranks: dict[str, int]) -> bool:
+    return all(name.startswith("vector") for name in ranks)
+
+
+def _vector_rank(ranks: dict[str, int]) -> int:
+    return min((rank for name, rank in ranks.items() if name.startswith("vector")), default=0)
 
 
 def _date_filters(filters: Filters, found: DateRange) -> Filters | None:
@@ -156,6 +179,8 @@ def search(
             lists["fts"], answer.relaxed = index.search_query(lexical, pool, filters)
             if dated is not None:
                 lists["fts@date"] = index.search_query(lexical, pool, dated)[0]
+        lexical_hits = lists.get("fts") or lists.get("fts@date")
+        answer.matched = "none" if not lexical_hits else "some" if answer.relaxed else "all"
         if dated is not None and not lists.get("fts@date") and "vector@date" not in lists:
             lists["date"] = index.chunks_of_days(pool, dated)  # only the days to go by: their notes, newest first
 
@@ -174,6 +199,8 @@ def search(
     else:
         weights = {**WEIGHTS, **({"fts": RELAXED_WEIGHT, "fts@date": RELAXED_WEIGHT} if answer.relaxed else {})}
         fused = _fuse(lists, limit, weights)
+        if lists.get("fts") and not answer.relaxed:
+            fused = _end_with_the_matches(fused)
     wanted = query.token_set
     for hit, score, ranks in fused:
         result = {

@@ -282,3 +282,23 @@ def test_a_relaxed_lexical_list_counts_half_in_the_fusion(tmp_path):
         relaxed = search(index, "tailscale overlay", embed_query=embed, explain=True)
         scores = {r["path"]: r["score"] for r in relaxed.results}
         assert relaxed.relaxed and scores["memory/a.md"] == pytest.approx(scores["memory/b.md"] / 2, abs=1e-6)
+
+
+def test_the_list_ends_where_the_matches_end_and_says_when_nothing_matched(tmp_path):
+    model = "hand-made"
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
+        index.update_document(_doc("memory/a.md", "Qdrant 部署在 6333 端口\n"))
+        for i in range(9):
+            index.update_document(_doc(f"T{i}.md", f"template file {i}\n"))
+        pending = index.take_pending(20)
+        rng = np.random.default_rng(0)
+        index.store_vectors(model, [(h, rng.normal(size=8).astype(np.float32)) for h, _ in pending])
+        embed = lambda q: rng.normal(size=8).astype(np.float32)  # noqa: E731  the model ranks at random
+        answer = search(index, "6333端口", embed_query=embed, explain=True)
+        assert answer.matched == "all" and answer.results[0]["path"] == "memory/a.md"
+        vector_only = [r for r in answer.results if "fts" not in r["ranks"]]
+        assert vector_only and len(answer.results) < 10, "a full page of filler after the one match"
+        keep = max(answer.results[0]["ranks"].get("vector", 0), 3)
+        assert all(r["ranks"]["vector"] <= keep for r in vector_only)
+        nothing = search(index, "zebra giraffe", embed_query=embed)
+        assert nothing.matched == "none" and len(nothing.results) == 10  # still answered, and said so
