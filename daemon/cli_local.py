@@ -50,10 +50,19 @@ def print_search(answer: dict, explain: bool) -> None:
     notes = []
     if answer.get("relaxed"):
         notes.append("no chunk has every term: showing chunks with any of them (relaxed)")
+    if answer.get("matched") == "none" and answer.get("results"):
+        notes.append("no word of the query occurs in this memory: these are only the nearest by meaning")
     if answer.get("vectors", "").startswith("unavailable"):
         notes.append(f"lexical only: vectors {answer['vectors']}")
     if answer.get("degraded"):
         notes.append(f"degraded: {answer.get('reason')}")
+    if answer.get("dates"):
+        d = answer["dates"]
+        days = d["since"] if d["since"] == d["until"] else f"{d['since']} … {d['until']}"
+        said = ", ".join(repr(w) for w in d["from"])
+        notes.append(
+            f"daily notes of {days} ranked first (read from {said}; relative dates count from {d['reference']})"
+        )
     for note in notes:
         click.echo(f"({note})", err=True)
     if not answer["results"]:

@@ -21,9 +21,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from daemon.config import Config
 from daemon.storage import StorageHealth, is_storage_error
 from layers.local.index import ForeignFile, Identity, IndexStale, LocalIndex
+from layers.local.units import passages
 from layers.local.vectors import (
     Embedder,
     EmbeddingAborted,
@@ -156,13 +159,23 @@ class EmbedWorker:
                 if self._stop:
                     return worked
                 part = batch[start : start + STOP_SLICE]
-                vectors = self.embedder.embed_passages([text for _, text in part])
+                vectors = self._embed(part)
                 index.store_vectors(self.identity.embed_model, zip([h for h, _ in part], vectors, strict=True))
                 if self.storage is not None:
                     self.storage.succeeded("vectors")
                 self.embedded += len(part)
                 worked = True
         return worked
+
+    def _embed(self, part: list[tuple[str, str]]) -> list[np.ndarray]:
+        """Each chunk's passages (the whole chunk, then its items) embedded in one call, one array per chunk."""
+        groups = [passages(text) for _, text in part]
+        flat = self.embedder.embed_passages([p for group in groups for p in group])
+        out, at = [], 0
+        for group in groups:
+            out.append(flat[at : at + len(group)])
+            at += len(group)
+        return out
 
     def _give_way(self) -> None:
         """Wait (bounded) while the loop indexes fresh edits: they must not queue behind vectors."""

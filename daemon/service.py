@@ -55,6 +55,7 @@ from layers.fsutil import PRIVATE_FILE, atomic_write, private_dirs, tighten
 from layers.ids import MAIN_AGENT
 from layers.local.index import Filters, ForeignFile, Identity, IndexStale, LocalIndex
 from layers.local.search import search as search_index
+from layers.local.units import index_model_id
 from layers.local.vectors import LocalEmbedder
 from layers.yamlfile import YamlFileError
 
@@ -217,7 +218,7 @@ class MemoryDaemon:
         self.notifier = notifier or Notifier()
         self.guard = guard_from(config)
         self.embedder = make_embedder(config)
-        self.identity = Identity(embed_model=self.embedder.model_id if self.embedder else "")
+        self.identity = Identity(embed_model=index_model_id(self.embedder.model_id) if self.embedder else "")
         self.storage = StorageHealth(on_change=self._request_publish)
         self.indexer = Indexer(
             self.identity,
@@ -813,7 +814,7 @@ class MemoryDaemon:
         """Gate and idle settings apply at once; another model or backend needs a restart
         (every index records the model it was built with)."""
         fresh = make_embedder(new)
-        if (fresh.model_id if fresh else "") != self.identity.embed_model:
+        if (index_model_id(fresh.model_id) if fresh else "") != self.identity.embed_model:
             restart.append("vectors.backend/model (indexes are then rebuilt)")
         if isinstance(self.embedder, LocalEmbedder):
             self.embedder.configure(min_free_mb=new.vectors.min_free_mb, idle_unload_s=new.vectors.idle_unload_s)

@@ -6,6 +6,12 @@ headings and show where a hit sits.  Long sections split at blank lines once pas
 a soft limit, never inside a code fence; only a single block longer than the
 hard cap is cut, and a cut fence is closed and reopened so every piece is still
 valid markdown.
+
+A section that is nothing but its heading (a daily note's ``# 2026-09-08 星期二``
+right above its first ``##``) is not a chunk of its own: it joins the section
+below it.  On its own such a chunk matched every question that names its date
+and, being tiny, sat near every query in vector space, pushing out the body
+that answers the question.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-CHUNKER_VERSION = 1
+CHUNKER_VERSION = 2
 SOFT_LIMIT = 1000
 HARD_LIMIT = 2000
 
@@ -111,7 +117,32 @@ def _quick_chunks(text: str) -> list[Chunk] | None:
 def chunk_markdown(text: str) -> list[Chunk]:
     """Split ``text`` into chunks of about :data:`SOFT_LIMIT` characters, at most :data:`HARD_LIMIT`."""
     quick = _quick_chunks(text)
-    return quick if quick is not None else _walk(text)
+    return _join_bare_headings(quick if quick is not None else _walk(text))
+
+
+def _is_bare_heading(chunk: Chunk) -> bool:
+    return all(not line.strip() or _HEADING_RE.match(line) for line in chunk.text.splitlines())
+
+
+def _join_bare_headings(chunks: list[Chunk]) -> list[Chunk]:
+    """Fold a heading-only chunk into the next one when that one is its subsection and both fit."""
+    out: list[Chunk] = []
+    pending: Chunk | None = None
+    for chunk in chunks:
+        if pending is not None:
+            joined = pending.text + "\n" + chunk.text
+            if chunk.heading.startswith(pending.heading + " > ") and len(joined) <= HARD_LIMIT:
+                chunk = Chunk(chunk.heading, pending.line_start, chunk.line_end, joined)
+            else:
+                out.append(pending)
+            pending = None
+        if _is_bare_heading(chunk) and chunk.heading:
+            pending = chunk
+        else:
+            out.append(chunk)
+    if pending is not None:
+        out.append(pending)
+    return out
 
 
 def _walk(text: str) -> list[Chunk]:

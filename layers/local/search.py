@@ -3,20 +3,43 @@
 The answer always says which lists contributed and, when vectors were not used,
 why — so "lexical only because the memory gate is closed" never looks like
 "the model found nothing".
+
+A query that names days ("2026-09-08", "9月23日", "last Tuesday", see
+:mod:`layers.local.dates`) adds the same searches again restricted to the daily
+files of those days ("fts@date", "vector@date"), so their chunks rise without
+hiding the rest (the question may be about a decision taken earlier), and the
+date words leave the lexical query.  The answer says which range it read.
+
+A question about the present ("now", "current", "latest", 现在, 目前, 最新, 最近)
+wants the newest statement of a fact that changed over time: the best
+:data:`RECENT_POOL` results are ranked once more by their note's day, newest
+first ("recent"), and that list joins the fusion.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from datetime import date
 
 import numpy as np
 
+from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
-from layers.local.query import highlight, parse_query
+from layers.local.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.vectors import VectorsUnavailableError
 
 RRF_K = 60
+WEIGHTS = {"recent": 1.05}  # the day order breaks a tie in relevance, it does not outweigh relevance
+RELAXED_WEIGHT = 0.5  # a relaxed (any-term) list is noisier than one that matched every term
+MIN_VECTOR_ONLY = 3  # vector-only results kept below full lexical matches, at least
+RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
+_PRESENT = re.compile(
+    r"\b(?:now|nowadays|current(?:ly)?|latest|newest|most recent(?:ly)?|these days|still|as of today)\b"
+    r"|现在|目前|当前|最新|最近|如今|眼下|此刻",
+    re.IGNORECASE,
+)
 MODES = ("auto", "fts", "vector", "hybrid")
 
 #: Embeds a query, or raises :class:`VectorsUnavailableError`.
@@ -31,22 +54,62 @@ class SearchAnswer:
     relaxed: bool = False
     vectors: str = "unavailable: vectors are not configured"
     lists: list[str] = field(default_factory=list)
+    dates: dict | None = None  # the day range the query named, and the words it was read from
+    matched: str | None = None  # lexical side: "all" terms, "some" (relaxed), "none"; None when not asked
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _fuse(lists: dict[str, list[Hit]], limit: int) -> list[tuple[Hit, float, dict[str, int]]]:
+def _fuse(
+    lists: dict[str, list[Hit]], limit: int, weights: dict[str, float] = WEIGHTS
+) -> list[tuple[Hit, float, dict[str, int]]]:
     scores: dict[int, float] = {}
     ranks: dict[int, dict[str, int]] = {}
     hits: dict[int, Hit] = {}
     for name, hit_list in lists.items():
+        weight = weights.get(name, 1.0)
         for rank, hit in enumerate(hit_list, start=1):
-            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (RRF_K + rank)
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + weight / (RRF_K + rank)
             ranks.setdefault(hit.chunk_id, {})[name] = rank
             hits.setdefault(hit.chunk_id, hit)
     order = sorted(scores, key=lambda i: -scores[i])[:limit]
     return [(hits[i], scores[i], ranks[i]) for i in order]
+
+
+def _end_with_the_matches(fused: list[tuple[Hit, float, dict[str, int]]]) -> list[tuple[Hit, float, dict[str, int]]]:
+    """Where every term matched somewhere, a result only the vectors found must be nearer than a match.
+
+    The vector list always has a full page, however unrelated; below the last
+    chunk that has every term, a chunk the model ranks lower than all of them
+    is filler (``6333端口``: one hit, then nine template files).
+    """
+    matched = [ranks for _, _, ranks in fused if "fts" in ranks or "fts@date" in ranks]
+    worst = max((ranks.get("vector", 0) for ranks in matched), default=0)
+    keep = max(worst, MIN_VECTOR_ONLY)
+    return [item for item in fused if not _only_vectors(item[2]) or _vector_rank(item[2]) <= keep]
+
+
+def _only_vectors(ranks: dict[str, int]) -> bool:
+    return all(name.startswith("vector") for name in ranks)
+
+
+def _vector_rank(ranks: dict[str, int]) -> int:
+    return min((rank for name, rank in ranks.items() if name.startswith("vector")), default=0)
+
+
+def _date_filters(filters: Filters, found: DateRange) -> Filters | None:
+    """``filters`` narrowed to the named days; None when the two do not overlap."""
+    since = max(filter(None, (filters.since, found.since.isoformat())))
+    until = min(filter(None, (filters.until, found.until.isoformat())))
+    return replace(filters, since=since, until=until) if since <= until else None
+
+
+def _lexical(text: str) -> Query | None:
+    try:
+        return parse_query(text)
+    except EmptyQueryError:
+        return None
 
 
 def search(
@@ -77,6 +140,12 @@ def search(
     answer = SearchAnswer(query=text, mode=mode)
     pool = max(limit * 4, 40)
     lists: dict[str, list[Hit]] = {}
+    newest = index.newest_day()
+    found, rest = find_dates(text, date.fromisoformat(newest) if newest else date.today())
+    dated = _date_filters(filters, found) if found else None
+    lexical = _lexical(rest) if found else query
+    if found:
+        answer.dates = found.describe()
 
     if mode in ("auto", "hybrid", "vector"):
         reason = ""
@@ -90,7 +159,10 @@ def search(
             reason = f"no chunk has a vector yet ({index.pending_count()} waiting to be embedded)"
         if not reason:
             try:
-                lists["vector"] = index.search_vectors(embed_query(text), pool, filters)  # type: ignore[misc]
+                vector = embed_query(text)  # type: ignore[misc]
+                lists["vector"] = index.search_vectors(vector, pool, filters)
+                if dated is not None:
+                    lists["vector@date"] = index.search_vectors(vector, pool, dated)
                 answer.vectors = "used"
             except VectorsUnavailableError as exc:
                 reason = str(exc)
@@ -103,15 +175,32 @@ def search(
             no_embedder_reason if embed_query is None else "full-text mode was asked for"
         )
     if mode != "vector":
-        fts_hits, answer.relaxed = index.search_query(query, pool, filters)
-        lists["fts"] = fts_hits
+        if lexical is not None:
+            lists["fts"], answer.relaxed = index.search_query(lexical, pool, filters)
+            if dated is not None:
+                lists["fts@date"] = index.search_query(lexical, pool, dated)[0]
+        lexical_hits = lists.get("fts") or lists.get("fts@date")
+        answer.matched = "none" if not lexical_hits else "some" if answer.relaxed else "all"
+        if dated is not None and not lists.get("fts@date") and "vector@date" not in lists:
+            lists["date"] = index.chunks_of_days(pool, dated)  # only the days to go by: their notes, newest first
 
+    if _PRESENT.search(text) and len(lists) > 0:
+        best = [hit for hit, _, _ in _fuse(lists, RECENT_POOL)]
+        days = index.days_of(hit.chunk_id for hit in best)
+        recent = sorted((hit for hit in best if hit.chunk_id in days), key=lambda h: days[h.chunk_id], reverse=True)
+        if recent:
+            lists["recent"] = recent
     answer.lists = [name for name, hits in lists.items() if hits]
-    if len(lists) == 1:
+    if not lists:
+        fused = []
+    elif len(lists) == 1:
         ((name, only),) = lists.items()
         fused = [(hit, hit.score, {name: rank}) for rank, hit in enumerate(only[:limit], start=1)]
     else:
-        fused = _fuse(lists, limit)
+        weights = {**WEIGHTS, **({"fts": RELAXED_WEIGHT, "fts@date": RELAXED_WEIGHT} if answer.relaxed else {})}
+        fused = _fuse(lists, limit, weights)
+        if lists.get("fts") and not answer.relaxed:
+            fused = _end_with_the_matches(fused)
     wanted = query.token_set
     for hit, score, ranks in fused:
         result = {

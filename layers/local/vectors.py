@@ -206,7 +206,11 @@ class LocalEmbedder:
 
         started = time.monotonic()
         self._model = LlamaEmbedder(
-            self.model_path, n_ctx=self.max_tokens, n_threads=self.threads, should_abort=self._aborted.is_set
+            self.model_path,
+            n_ctx=self.max_tokens,
+            n_threads=self.threads,
+            should_abort=self._aborted.is_set,
+            pool_windows=True,  # a text longer than max_tokens: the mean of its windows, not its first part
         )
         self.dim = self._model.dim
         self.loads += 1

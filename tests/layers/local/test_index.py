@@ -148,6 +148,26 @@ def test_and_first_then_relaxed_or(tmp_path):
         assert {r["path"] for r in relaxed.results} == {"memory/a.md", "memory/b.md"} and relaxed.relaxed
 
 
+def test_question_words_do_not_have_to_match_and_do_not_match_noise(tmp_path):
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        index.update_document(_doc("memory/a.md", "qdrant-02 listens on port 6333\n"))
+        index.update_document(_doc("memory/b.md", "what did we do, which one is it of the day\n"))
+        answer = search(index, "What is the port of qdrant-02?", mode="fts")
+        assert [r["path"] for r in answer.results] == ["memory/a.md"] and not answer.relaxed
+        assert [r["path"] for r in search(index, "what is it", mode="fts").results] == ["memory/b.md"]
+
+
+def test_a_chinese_question_is_relaxed_to_its_two_character_phrases(tmp_path):
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        index.update_document(_doc("memory/a.md", "备份负责人从今天起换成陈静\n"))
+        index.update_document(_doc("memory/b.md", "今天是什么日子？为什么谁都不在呢\n"))
+        answer = search(index, "现在备份归谁管？", mode="fts")
+        # the whole run is in no note; its particles (现在 谁) and lone characters (归 管) match nothing
+        assert [r["path"] for r in answer.results] == ["memory/a.md"] and answer.relaxed
+        assert parse_query("缓存服务那次挂掉是因为什么？").any_term == '"缓 存" OR "存 服" OR "服 务" OR "挂 掉"'
+        assert parse_query("redis-01 的 IP 是多少？").all_terms == '"redis 01" AND "ip"'
+
+
 def test_heading_matches_rank_above_body_matches_and_results_carry_location(tmp_path):
     with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
         index.update_document(_doc("memory/a.md", "# misc\n\nwe talked about tailscale once\n" + "filler words\n" * 5))
@@ -155,7 +175,8 @@ def test_heading_matches_rank_above_body_matches_and_results_carry_location(tmp_
         answer = search(index, "tailscale", mode="fts")
         assert [r["path"] for r in answer.results] == ["memory/b.md", "memory/a.md"]
         top = answer.results[0]
-        assert top["heading"] == "notes > Tailscale" and top["lines"] == [3, 10] and top["source"] == "local"
+        # the bare "# notes" above it joins it
+        assert top["heading"] == "notes > Tailscale" and top["lines"] == [1, 10] and top["source"] == "local"
         assert "**Tailscale**" in top["snippet"]
 
 
@@ -277,3 +298,41 @@ def test_another_programs_database_is_never_opened_for_writing_or_replaced(tmp_p
             attempt()
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.sqlite"], "no -wal, -shm or staging file left"
+
+
+def test_a_relaxed_lexical_list_counts_half_in_the_fusion(tmp_path):
+    model = "hand-made"
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
+        index.update_document(_doc("memory/a.md", "tailscale network notes\n"))
+        index.update_document(_doc("memory/b.md", "vpn mesh between servers\n"))
+        pending = dict((text.split("\n")[1], h) for h, text in index.take_pending(10))
+        index.store_vectors(model, [(pending["vpn mesh between servers"], np.array([1, 0], dtype=np.float32))])
+        embed = lambda q: np.array([1, 0], dtype=np.float32)  # noqa: E731
+        # a.md is first in the lexical list only, b.md in the vector list only
+        strict = search(index, "tailscale network", embed_query=embed, explain=True)
+        scores = {r["path"]: r["score"] for r in strict.results}
+        assert not strict.relaxed and scores["memory/a.md"] == scores["memory/b.md"]
+        # only one of the words matches anything: the relaxed list's first place is worth half
+        relaxed = search(index, "tailscale overlay", embed_query=embed, explain=True)
+        scores = {r["path"]: r["score"] for r in relaxed.results}
+        assert relaxed.relaxed and scores["memory/a.md"] == pytest.approx(scores["memory/b.md"] / 2, abs=1e-6)
+
+
+def test_the_list_ends_where_the_matches_end_and_says_when_nothing_matched(tmp_path):
+    model = "hand-made"
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
+        index.update_document(_doc("memory/a.md", "Qdrant 部署在 6333 端口\n"))
+        for i in range(9):
+            index.update_document(_doc(f"T{i}.md", f"template file {i}\n"))
+        pending = index.take_pending(20)
+        rng = np.random.default_rng(0)
+        index.store_vectors(model, [(h, rng.normal(size=8).astype(np.float32)) for h, _ in pending])
+        embed = lambda q: rng.normal(size=8).astype(np.float32)  # noqa: E731  the model ranks at random
+        answer = search(index, "6333端口", embed_query=embed, explain=True)
+        assert answer.matched == "all" and answer.results[0]["path"] == "memory/a.md"
+        vector_only = [r for r in answer.results if "fts" not in r["ranks"]]
+        assert vector_only and len(answer.results) < 10, "a full page of filler after the one match"
+        keep = max(answer.results[0]["ranks"].get("vector", 0), 3)
+        assert all(r["ranks"]["vector"] <= keep for r in vector_only)
+        nothing = search(index, "zebra giraffe", embed_query=embed)
+        assert nothing.matched == "none" and len(nothing.results) == 10  # still answered, and said so

@@ -35,6 +35,19 @@ def test_chunks_follow_headings_and_keep_line_ranges():
     assert chunks[2].text == "## B\ntwo\nthree\n"
 
 
+def test_a_heading_alone_joins_the_section_below_it():
+    text = "# 2026-09-08 星期二\n\n## 事故\n- log-01 磁盘写满\n\n## 其他\n- 无\n"
+    chunks = chunk_markdown(text)
+    assert [(c.heading, c.line_start, c.line_end) for c in chunks] == [
+        ("2026-09-08 星期二 > 事故", 1, 5),
+        ("2026-09-08 星期二 > 其他", 6, 7),
+    ]
+    assert chunks[0].text.startswith("# 2026-09-08 星期二\n")
+    # not a subsection below it, or nothing below: it stays on its own
+    assert [c.line_start for c in chunk_markdown("## A\n# B\ntext\n")] == [1, 2]
+    assert [c.heading for c in chunk_markdown("text\n# Last\n")] == ["", "Last"]
+
+
 def test_a_heading_inside_a_code_fence_is_not_a_heading():
     text = "# Real\n```bash\n# not a heading\necho hi\n```\nafter\n"
     chunks = chunk_markdown(text)

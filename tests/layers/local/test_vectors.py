@@ -115,3 +115,27 @@ def test_abort_ends_an_encode_in_progress_and_every_later_call(model_path):
     with pytest.raises(EmbeddingAborted):
         embedder.embed_query("记忆")
     assert embedder.unload() is True and not embedder.loaded  # left to the process exit, not freed
+
+
+def test_a_long_passage_is_embedded_whole_as_the_mean_of_its_windows(model_path):
+    from layers.local.embed_llama import LlamaEmbedder
+
+    filler = "Loki 的保留期从 14 天改为 30 天，compactor 每两小时清理一次过期的日志块。" * 12
+    text = "passage: " + filler + "最后一条：redis-01 的 maxmemory 改成 4gb，策略 allkeys-lru。"
+    query = "query: redis maxmemory 4gb allkeys-lru"
+    truncating = LlamaEmbedder(model_path, n_ctx=256)
+    pooling = LlamaEmbedder(model_path, n_ctx=256, pool_windows=True)
+    try:
+        windows = pooling.windows(text)
+        assert len(windows) >= 2 and all(len(w) <= 256 for w in windows)
+        assert windows[0][-1] == windows[-1][-1] and truncating.tokenize(text) != pooling.tokenize_all(text)
+        q = truncating.embed([query])[0]
+        cut, whole = truncating.embed([text])[0], pooling.embed([text])[0]
+        assert abs(float(np.linalg.norm(whole)) - 1) < 1e-5
+        # the end of the text, which truncation never showed the model, now reaches its vector
+        assert q @ whole > q @ cut + 0.02, (q @ whole, q @ cut)
+        short = "passage: Qdrant 部署在 6333 端口"
+        assert np.allclose(truncating.embed([short]), pooling.embed([short]), atol=1e-6)
+    finally:
+        truncating.close()
+        pooling.close()

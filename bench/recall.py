@@ -1,0 +1,262 @@
+"""Recall on a bilingual agent-memory dev set, through the real daemon (issue 13).
+
+The set (``bench/recall_set/``) is an operations agent's workspace — MEMORY.md
+and two months of daily notes, mostly Chinese with English terms — and
+questions in seven kinds, each with the file and line range that answers it.
+This runner builds a fresh root, copies the workspace in, starts the real
+daemon with the real llama.cpp model, waits until every chunk has its vector,
+then asks every question in each search mode and scores the answers:
+
+- a hit is a returned chunk of the gold file whose line range overlaps the gold lines;
+- R@1 / R@5: the share of questions with a hit in the first 1 / 5 results;
+- MRR: the mean of 1 / rank of the first hit within the first 10 results (0 if none).
+
+Figures are given overall, per kind and per question language, for the whole
+set, the dev part (tune on this) and the held-aside third (report only).
+
+    .venv/bin/python bench/recall.py                 # every mode, tables
+    .venv/bin/python bench/recall.py --mode hybrid --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from daemon.client import DaemonClient
+from tests.helpers import FAST, DaemonProcess, init_root, wait_for
+
+SET_DIR = Path(__file__).resolve().parent / "recall_set"
+KINDS = ("keyword-en", "keyword-zh", "lookup", "paraphrase-en", "paraphrase-zh", "cross-lingual", "temporal")
+LANGS = ("en", "zh")
+MODES = ("fts", "vector", "hybrid")
+SPLITS = ("all", "dev", "heldout")
+LIMIT = 10
+EMBED_TIMEOUT_S = 1800  # ~200 chunks; a busy 2-core host embeds a few per second
+
+
+class SetError(ValueError):
+    """The question file does not match the workspace (a gold line moved or is out of range)."""
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    kind: str
+    lang: str
+    heldout: bool
+    text: str
+    gold: tuple[tuple[str, int, int], ...]  # (file, first line, last line)
+
+
+@dataclass
+class Outcome:
+    question: Question
+    mode: str
+    rank: int | None  # 1-based rank of the first hit, None when none in the first LIMIT
+    top: list[str] = field(default_factory=list)  # "path:start-end" of the first results
+    returned: int = 0  # how many results the answer had (at most LIMIT): where the list ended
+
+
+def load_questions(set_dir: Path = SET_DIR) -> list[Question]:
+    """Read and check the question file against the workspace it is about."""
+    source = set_dir / "questions.yaml"
+    workspace = set_dir / "workspace"
+    questions = []
+    for n, item in enumerate(yaml.safe_load(source.read_text(encoding="utf-8")), start=1):
+        where = f"{source}: question {n} ({item.get('id', '?')})"
+        if item.get("kind") not in KINDS or item.get("lang") not in LANGS:
+            raise SetError(f"{where}: kind must be one of {KINDS}, lang one of {LANGS}")
+        gold = []
+        for g in item["gold"]:
+            path = workspace / g["file"]
+            if not path.is_file():
+                raise SetError(f"{where}: gold file {g['file']} is not in the workspace")
+            lines = path.read_text(encoding="utf-8").splitlines()
+            start, end = g["lines"]
+            if not 1 <= start <= end <= len(lines):
+                raise SetError(f"{where}: lines {start}-{end} outside {g['file']} ({len(lines)} lines)")
+            if g.get("anchor") and not any(g["anchor"] in line for line in lines[start - 1 : end]):
+                raise SetError(f"{where}: {g['anchor']!r} is no longer on {g['file']}:{start}-{end}")
+            gold.append((g["file"], start, end))
+        questions.append(
+            Question(item["id"], item["kind"], item["lang"], bool(item["heldout"]), item["question"], tuple(gold))
+        )
+    return questions
+
+
+def first_hit(question: Question, results: list[dict]) -> int | None:
+    for rank, r in enumerate(results, start=1):
+        start, end = r["lines"]
+        if any(r["path"] == f and start <= g_end and g_start <= end for f, g_start, g_end in question.gold):
+            return rank
+    return None
+
+
+def workspace_files(set_dir: Path = SET_DIR) -> list[Path]:
+    base = set_dir / "workspace"
+    return sorted(p.relative_to(base) for p in base.rglob("*.md"))
+
+
+class RecallDaemon:
+    """A fresh root holding the dev workspace, served by the real daemon with every chunk embedded."""
+
+    def __init__(self, root: Path, set_dir: Path = SET_DIR) -> None:
+        self.root = root
+        self.set_dir = set_dir
+        self.daemon: DaemonProcess | None = None
+        self.client: DaemonClient | None = None
+        self.embed_seconds = 0.0
+        self.chunks = 0
+
+    def __enter__(self) -> RecallDaemon:
+        config = init_root(self.root, **FAST, conversation={"enabled": False})
+        workspace = self.root / "workspace"
+        for rel in workspace_files(self.set_dir):
+            target = workspace / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.set_dir / "workspace" / rel, target)
+        started = time.monotonic()
+        self.daemon = DaemonProcess(config).start()
+        expected = len(workspace_files(self.set_dir))
+
+        def embedded() -> dict | None:
+            index = self.daemon.agent("main")["index"]  # type: ignore[union-attr]
+            done = (
+                index.get("files", 0) >= expected
+                and index.get("chunks", 0) > 0
+                and index.get("pending_embeddings", 1) == 0
+                and index.get("vectors") == index.get("chunks")
+            )
+            return index if done else None
+
+        index = wait_for(embedded, timeout=EMBED_TIMEOUT_S, interval=1.0, what="every chunk embedded")
+        self.embed_seconds = time.monotonic() - started
+        self.chunks = index["chunks"]
+        self.client = DaemonClient(self.daemon.socket, timeout=120, token=self.daemon.admin_token())
+        return self
+
+    def search(self, text: str, mode: str, limit: int = LIMIT) -> dict:
+        assert self.client is not None
+        return self.client.search("main", text, mode=mode, limit=limit)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.daemon is not None:
+            self.daemon.stop()
+
+
+def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, ...]) -> list[Outcome]:
+    outcomes = []
+    for mode in modes:
+        for q in questions:
+            answer = served.search(q.text, mode)
+            if mode in ("vector", "hybrid") and answer.get("vectors") != "used":
+                raise RuntimeError(f"{mode} search did not use vectors: {answer.get('vectors')}")
+            results = answer["results"]
+            top = [f"{r['path']}:{r['lines'][0]}-{r['lines'][1]}" for r in results[:5]]
+            outcomes.append(Outcome(q, mode, first_hit(q, results), top, len(results)))
+    return outcomes
+
+
+def _metrics(outcomes: list[Outcome]) -> dict:
+    n = len(outcomes)
+    if not n:
+        return {"n": 0, "r1": None, "r5": None, "mrr": None, "returned": None}
+    ranks = [o.rank for o in outcomes]
+    return {
+        "n": n,
+        "r1": round(sum(1 for r in ranks if r == 1) / n, 3),
+        "r5": round(sum(1 for r in ranks if r and r <= 5) / n, 3),
+        "mrr": round(sum(1 / r for r in ranks if r) / n, 3),
+        "returned": round(sum(o.returned for o in outcomes) / n, 1),
+    }
+
+
+def score(outcomes: list[Outcome]) -> dict:
+    """mode → split → group ("overall", a kind, "lang:en") → metrics."""
+    out: dict = {}
+    for mode in dict.fromkeys(o.mode for o in outcomes):
+        out[mode] = {}
+        for split in SPLITS:
+            chosen = [
+                o for o in outcomes if o.mode == mode and (split == "all" or o.question.heldout == (split == "heldout"))
+            ]
+            groups = {"overall": chosen}
+            groups.update({kind: [o for o in chosen if o.question.kind == kind] for kind in KINDS})
+            groups.update({f"lang:{lang}": [o for o in chosen if o.question.lang == lang] for lang in LANGS})
+            out[mode][split] = {name: _metrics(items) for name, items in groups.items()}
+    return out
+
+
+def format_tables(scores: dict) -> str:
+    columns = ["overall", *KINDS, *(f"lang:{lang}" for lang in LANGS)]
+    lines = []
+    for split in SPLITS:
+        for metric, label in (("r5", "R@5"), ("r1", "R@1"), ("mrr", "MRR"), ("returned", "results returned")):
+            any_mode = next(iter(scores.values()))[split]
+            counts = " ".join(f"{c}={any_mode[c]['n']}" for c in columns)
+            lines.append(f"\n{label} — {split} ({counts})")
+            lines.append("| mode | " + " | ".join(c.removeprefix("lang:") for c in columns) + " |")
+            lines.append("|---" * (len(columns) + 1) + "|")
+            for mode, by_split in scores.items():
+                row = by_split[split]
+                cells = ["–" if row[c][metric] is None else f"{row[c][metric]:.2f}" for c in columns]
+                lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run(modes: tuple[str, ...] = MODES, set_dir: Path = SET_DIR) -> tuple[dict, list[Outcome], dict]:
+    """Serve the set, ask every question in ``modes``; (scores, outcomes, facts about the run)."""
+    questions = load_questions(set_dir)
+    with tempfile.TemporaryDirectory(prefix="memstrata-recall-") as tmp, RecallDaemon(Path(tmp), set_dir) as served:
+        started = time.monotonic()
+        outcomes = ask_all(served, questions, modes)
+        facts = {
+            "questions": len(questions),
+            "chunks": served.chunks,
+            "embed_s": round(served.embed_seconds, 1),
+            "search_s": round(time.monotonic() - started, 1),
+        }
+    return score(outcomes), outcomes, facts
+
+
+def main(quick: bool = False, argv: list[str] | tuple[str, ...] = ()) -> None:
+    """``quick`` (from ``bench/run.py --quick``): hybrid only."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", action="append", choices=MODES, help="modes to run (repeatable; default: all)")
+    parser.add_argument("--json", action="store_true", help="print the scores as JSON")
+    parser.add_argument("--misses", action="store_true", help="list every question without a hit in the top 5")
+    args = parser.parse_args(list(argv))
+    modes = tuple(args.mode or (("hybrid",) if quick else MODES))
+    scores, outcomes, facts = run(modes)
+    if args.json:
+        print(json.dumps({"facts": facts, "scores": scores}, ensure_ascii=False, indent=1))
+        return
+    print(
+        f"{facts['questions']} questions, {facts['chunks']} chunks embedded in {facts['embed_s']} s, "
+        f"searches took {facts['search_s']} s"
+    )
+    print(format_tables(scores))
+    if args.misses:
+        print("\nmisses (no hit in the top 5):")
+        for o in outcomes:
+            if not o.rank or o.rank > 5:
+                split = "heldout" if o.question.heldout else "dev"
+                print(f"  [{o.mode}] {o.question.id} {o.question.kind} ({split}) rank={o.rank}: {o.question.text}")
+                print(f"      gold {o.question.gold} got {o.top}")
+
+
+if __name__ == "__main__":
+    main(argv=sys.argv[1:])

@@ -1,0 +1,48 @@
+"""Recall on the bilingual dev set must not fall below the committed figures (issue 13).
+
+Runs ``bench/recall.py`` for real: a fresh root, the real daemon, the real
+llama.cpp model, every chunk embedded, every question asked in hybrid and
+full-text mode. The floors live in ``bench/recall_set/floor.json``; a change
+that improves recall raises them in the same commit.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.recall import SET_DIR, load_questions, run
+from daemon.config import DEFAULT_MODEL_PATH
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_set_matches_its_workspace():
+    questions = load_questions()
+    assert len(questions) >= 100
+    assert {q.kind for q in questions} == {
+        "keyword-en",
+        "keyword-zh",
+        "lookup",
+        "paraphrase-en",
+        "paraphrase-zh",
+        "cross-lingual",
+        "temporal",
+    }
+    held = sum(q.heldout for q in questions)
+    assert abs(held / len(questions) - 1 / 3) < 0.05
+
+
+def test_overall_recall_at_5_stays_above_the_committed_floor():
+    assert DEFAULT_MODEL_PATH.is_file(), "the model is built by `make setup` (memstrata model build)"
+    floors = json.loads((SET_DIR / "floor.json").read_text())
+    scores, outcomes, facts = run(("hybrid", "fts"))
+    measured = {mode: scores[mode]["all"]["overall"]["r5"] for mode in ("hybrid", "fts")}
+    misses = [f"{o.mode} {o.question.id} {o.question.text}" for o in outcomes if not o.rank or o.rank > 5]
+    for mode, floor in floors.items():
+        if mode.startswith("_"):
+            continue
+        assert measured[mode] >= floor, (
+            f"{mode} R@5 {measured[mode]} fell below the committed {floor} ({facts}); misses:\n" + "\n".join(misses)
+        )
