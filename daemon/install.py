@@ -209,21 +209,24 @@ def writable_paths(config: Config) -> list[Path]:
     return chosen
 
 
-HOME_DIRS = (Path("/root"), Path("/home"), Path("/run/user"))
+# What the units hide: every home directory (ProtectHome=tmpfs) and the temporary
+# directories (PrivateTmp=yes).  What the daemon needs from there is bound back in.
+HIDDEN_DIRS = (Path("/root"), Path("/home"), Path("/run/user"), Path("/tmp"), Path("/var/tmp"))
 
 
-def _under_home(path: Path) -> bool:
-    return any(path == home or home in path.parents for home in HOME_DIRS)
+def _hidden(path: Path) -> bool:
+    return any(path == hidden or hidden in path.parents for hidden in HIDDEN_DIRS)
 
 
 def _bind_lines(config: Config, prefix: Path, checkout: Path) -> str:
-    """``ProtectHome=tmpfs`` hides every home directory: bind back what the daemon needs from
-    there: the root and the other places it writes (read-write), and this checkout, its
-    virtualenv and the Python the virtualenv runs on (read-only; pyenv lives in ``~/.pyenv``)."""
-    writable = [p for p in writable_paths(config) if _under_home(p)] or [config.paths.root]
+    """Bind back what the units hide but need: the root and the other places the daemon writes
+    (read-write), and this checkout, its virtualenv and the Python the virtualenv runs on
+    (read-only; pyenv lives in ``~/.pyenv``, a checkout may sit in a home or temporary directory)."""
+    writable = [p for p in writable_paths(config) if _hidden(p)] or [config.paths.root]
     python_home = Path(sys.base_prefix).resolve()
-    readonly = [p for p in (checkout, prefix, python_home) if _under_home(p)]
-    readonly = [p for p in dict.fromkeys(readonly) if not any(p == w or w in p.parents for w in writable)]
+    readonly = [p for p in (checkout, prefix, python_home) if _hidden(p)]
+    readonly = [p for p in dict.fromkeys(readonly) if not any(o in p.parents for o in readonly)]
+    readonly = [p for p in readonly if not any(p == w or w in p.parents for w in writable)]
     lines = ["BindPaths=" + " ".join(str(p) for p in writable)]
     if readonly:
         lines.append("BindReadOnlyPaths=" + " ".join(str(p) for p in readonly))

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.config import load_config
-from daemon.install import MARKER
+from daemon.config import load_config, parse_config
+from daemon.install import MARKER, install_config_text, render_unit
 from tests.helpers import FAST, REPO_ROOT, commits, init_root, registry_of, run_cli, wait_for
 from tests.test_cron import parse as parse_crontab
 
@@ -118,7 +118,9 @@ def test_install_writes_config_directories_units_and_skill(tree):
     assert str(tree.root) in rw.split("=", 1)[1].split()
     # ProtectHome=tmpfs hides home directories: the root is bound back, and the Python the
     # virtualenv runs on when it lives under one (pyenv in /root/.pyenv)
-    assert "ProtectHome=tmpfs\n" in service and f"BindPaths={tree.root}\n" in service
+    assert "ProtectHome=tmpfs\n" in service
+    binds = next(line for line in service.splitlines() if line.startswith("BindPaths="))
+    assert str(tree.root) in binds.split("=", 1)[1].split()
     python_home = Path(sys.base_prefix).resolve()
     if python_home.parts[1] in ("root", "home"):
         assert f"BindReadOnlyPaths={python_home}" in service
@@ -171,6 +173,22 @@ def test_a_second_install_changes_nothing_and_a_dry_run_changes_nothing(tree):
     assert tree.snapshot() == drifted
     tree.install()
     assert "Restart=on-failure" in unit.read_text()
+
+
+def test_units_bind_back_a_checkout_the_hardening_hides(tmp_path):
+    """PrivateTmp=yes hid a checkout under /tmp from the booted unit ("Failed to locate
+    executable /tmp/…/.venv/bin/memstrata"); ProtectHome=tmpfs hides one under a home."""
+    checkout = tmp_path / "checkout"  # under /tmp, like a CI clone
+    shutil.copytree(REPO_ROOT / "systemd", checkout / "systemd")
+    root, config_path = tmp_path / "openclaw", Path("/etc/memstrata/memstrata.yaml")
+    config = parse_config(install_config_text(root, config_path), config_path)
+    for name in UNITS:
+        text = render_unit(name, config, config_path, checkout / ".venv", checkout)
+        lines = text.splitlines()
+        binds = next(line for line in lines if line.startswith("BindPaths=")).split("=", 1)[1].split()
+        readonly = next(line for line in lines if line.startswith("BindReadOnlyPaths=")).split("=", 1)[1].split()
+        assert binds == [str(root)], (name, binds)
+        assert str(checkout) in readonly and str(checkout / ".venv") not in readonly, (name, readonly)
 
 
 def test_an_existing_config_is_kept_and_a_foreign_unit_is_backed_up(tree):
