@@ -16,7 +16,13 @@ Things the engine does that callers must know (seen with 0.9.0):
 - point ids come back as ``uuid.UUID``; they are handed out here as strings;
 - a vector of the wrong size raises a bare ``Exception`` ("Vector dimension error"), a malformed
   id a ``ValueError``;
-- there is no snapshot creation: a consistent copy is the directory of a flushed shard.
+- there is no snapshot creation: a consistent copy is the directory of a flushed shard;
+- storage is memory-mapped: a write that meets a full file system kills the process with SIGBUS
+  (seen on an 8 MB tmpfs) instead of raising.  So every write first checks that the shard's file
+  system has ``min_free`` bytes left, plus what the WAL's sparse segments may still claim (a load
+  fills a 32 MiB segment in: a shard that wrote 1 MB needs 33 MB free to reopen), and raises
+  ``OSError(ENOSPC)`` otherwise, before the engine is called.  That is a check, not a guarantee:
+  something else filling the disk between the check and the write still crashes the process.
 
 Filters are given in mem0's dictionary form (``{"agent_id": "a", "project_id": {"in": [...]},
 "NOT": [{"expires_at": {"lt": 5}}]}``), the form the broker, cleanup and mem0 already speak, and
@@ -25,6 +31,8 @@ translated by :func:`to_filter` the way mem0's own Qdrant store translates them.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -39,6 +47,10 @@ import qdrant_edge as qe
 
 ENGINE_VERSION = "0.9.0"  # the pin in pyproject.toml; a different engine is refused by the compat test
 LOCK_SUFFIX = ".lock"
+# Free space a write insists on: on tmpfs a new payload index alone takes ~2 MiB, a WAL segment is
+# 32 MiB but sparse (filled as written).  optimize() rewrites segments: it wants their size again.
+MIN_FREE_BYTES = 16 << 20
+WAL_SEGMENT_BYTES = 32 << 20  # the engine's WAL segment size (sparse when created)
 
 KEYWORD = "keyword"
 FLOAT = "float"
@@ -151,9 +163,10 @@ class EdgeCollection:
     Not opened twice: a lock file (``<path>.lock``, flock) is held while it is open.
     """
 
-    def __init__(self, path: Path, dim: int) -> None:
+    def __init__(self, path: Path, dim: int, min_free: int = MIN_FREE_BYTES) -> None:
         self.path = Path(path)
         self.dim = dim
+        self.min_free = min_free
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock_fd = os.open(str(self.path) + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -172,8 +185,10 @@ class EdgeCollection:
             stored = stored_dim(self.path)
             if stored is not None and stored != self.dim:
                 raise ValueError(f"the shard at {self.path} holds {stored}-dimensional vectors, not {self.dim}")
+            _check_room(self.path, self.min_free)
             return _engine(lambda: qe.EdgeShard.load(str(self.path)))
         config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine))
+        _check_room(self.path.parent, self.min_free + WAL_SEGMENT_BYTES)
         return _engine(lambda: qe.EdgeShard.create(str(self.path), config))
 
     # writes -----------------------------------------------------------------
@@ -182,42 +197,44 @@ class EdgeCollection:
         """Insert or replace points (id, vector, payload) in one update (one WAL record)."""
         batch = [qe.Point(_point_id(pid), [float(x) for x in vector], dict(payload)) for pid, vector, payload in points]
         if batch:
-            _engine(lambda: self._live().update(qe.UpdateOperation.upsert_points(batch)))
+            self._write(lambda: self._live().update(qe.UpdateOperation.upsert_points(batch)))
 
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
             targets = [_point_id(i) for i in ids]
-            _engine(lambda: self._live().update(qe.UpdateOperation.delete_points(targets)))
+            self._write(lambda: self._live().update(qe.UpdateOperation.delete_points(targets)))
 
     def delete_where(self, filters: Mapping[str, Any]) -> None:
         flt = to_filter(filters)
         if flt is None:
             raise ValueError("delete_where needs a filter (an empty one would delete everything)")
-        _engine(lambda: self._live().update(qe.UpdateOperation.delete_points_by_filter(flt)))
+        self._write(lambda: self._live().update(qe.UpdateOperation.delete_points_by_filter(flt)))
 
     def set_payload(self, point_id: str, payload: Mapping) -> None:
         """Merge ``payload`` into the point's payload (other keys kept)."""
         pid = _point_id(point_id)
-        _engine(lambda: self._live().update(qe.UpdateOperation.set_payload([pid], dict(payload))))
+        self._write(lambda: self._live().update(qe.UpdateOperation.set_payload([pid], dict(payload))))
 
     def replace_payload(self, point_id: str, payload: Mapping) -> None:
         pid = _point_id(point_id)
-        _engine(lambda: self._live().update(qe.UpdateOperation.overwrite_payload([pid], dict(payload))))
+        self._write(lambda: self._live().update(qe.UpdateOperation.overwrite_payload([pid], dict(payload))))
 
     def set_vector(self, point_id: str, vector: Sequence[float]) -> None:
         pv = qe.PointVectors(_point_id(point_id), [float(x) for x in vector])
-        _engine(lambda: self._live().update(qe.UpdateOperation.update_vectors([pv])))
+        self._write(lambda: self._live().update(qe.UpdateOperation.update_vectors([pv])))
 
     def ensure_index(self, field: str, kind: str) -> None:
         """A payload index on ``field`` (``keyword`` or ``float``); nothing when it is already there."""
         if field in self.indexes():
             return
         schema = _SCHEMAS[kind]
-        _engine(lambda: self._live().update(qe.UpdateOperation.create_field_index(field, schema)))
+        self._write(lambda: self._live().update(qe.UpdateOperation.create_field_index(field, schema)))
 
     # reads ------------------------------------------------------------------
 
-    def retrieve(self, ids: Sequence[str], with_payload: bool = True, with_vector: bool = False) -> list[Hit]:
+    def retrieve(
+        self, ids: Sequence[str], with_payload: bool | list[str] = True, with_vector: bool = False
+    ) -> list[Hit]:
         if not ids:
             return []
         targets = [_point_id(i) for i in ids]
@@ -277,7 +294,7 @@ class EdgeCollection:
 
     def optimize(self) -> bool:
         """Build the HNSW index and merge segments; blocks until done.  True when anything changed."""
-        return bool(_engine(lambda: self._live().optimize()))
+        return bool(self._write(lambda: self._live().optimize(), extra=_disk_usage(self.path / "segments")))
 
     def flush(self) -> None:
         """Everything written so far onto the segment files (the WAL already has it)."""
@@ -298,6 +315,11 @@ class EdgeCollection:
     def closed(self) -> bool:
         return self._shard is None
 
+    def _write(self, call, extra: int = 0):
+        """``call`` when the file system has room for it (see the module's note on SIGBUS), else ENOSPC."""
+        _check_room(self.path, self.min_free + extra)
+        return _engine(call)
+
     def _live(self) -> qe.EdgeShard:
         if self._shard is None:
             raise EdgeError(f"the shard at {self.path} is closed")
@@ -313,6 +335,33 @@ def stored_dim(path: Path) -> int | None:
         return int(params["size"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _check_room(path: Path, wanted: int) -> None:
+    """OSError (ENOSPC/EROFS, naming ``path``) unless its file system has ``wanted`` bytes + the WAL's debt free."""
+    try:
+        st = os.statvfs(path)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    if st.f_flag & os.ST_RDONLY:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+    debt = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(Path(path) / "wal"):
+            info = entry.stat(follow_symlinks=False)
+            debt += max(0, info.st_size - info.st_blocks * 512)
+    if st.f_bavail * st.f_frsize < wanted + debt:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+def _disk_usage(path: Path) -> int:
+    """Bytes the files under ``path`` occupy on disk (sparse files count what they hold)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+    return total
 
 
 def _point_id(value: str | uuid.UUID) -> str:

@@ -226,3 +226,37 @@ def test_a_closed_shard_refuses_calls(tmp_path):
     assert c.closed
     with pytest.raises(Exception):  # noqa: B017 - any error will do, as long as nothing pretends to work
         c.count()
+
+
+def test_a_full_file_system_is_enospc_not_sigbus(tmp_path):
+    """The engine's mmapped writes die with SIGBUS on a full disk: the free-space check must come first."""
+    import errno
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(mount)]).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        c = EdgeCollection(mount / "s", DIM)
+        fill(c, 5)
+        filler = mount / "filler"
+        with open(filler, "wb") as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+            except OSError:
+                pass
+        with pytest.raises(OSError) as full:
+            c.upsert([(pid(50), vec(50), {"n": 50})])
+        assert full.value.errno == errno.ENOSPC
+        with pytest.raises(OSError):
+            c.ensure_index("n", edge.FLOAT)
+        assert c.count() == 5  # reads go on
+        filler.unlink()
+        c.upsert([(pid(50), vec(50), {"n": 50})])
+        c.close()
+        assert EdgeCollection(mount / "s", DIM).count() == 6
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
