@@ -292,6 +292,7 @@ class ConversationStore:
         try:
             with _translate_errors("connect"):
                 if self.settings.on_edge:
+                    self._import_local_mode(client)
                     memory = self._build_edge_memory(client)
                 else:
                     self._check_vector_size(client)
@@ -333,6 +334,29 @@ class ConversationStore:
         memory = Memory(config)
         memory.embedding_model = _Mem0Embedder(self.embedder, self.dim)
         return memory
+
+    def _import_local_mode(self, shard) -> None:
+        """Bring an old local-mode store into the shard, once (see layers/conversation/migrate.py)."""
+        from layers.conversation import migrate
+
+        local = self.settings.data_dir / "qdrant"
+        if shard is None or not migrate.pending(local, self.settings.collection, shard.path):
+            return
+        log.info("conversation store: importing the old local-mode store at %s into Edge", local)
+        _prepare_local_meta(local)
+
+        def progress(done: int, total: int) -> None:
+            if done == total or done % 5000 < migrate.PAGE:
+                log.info("conversation store: import %d/%d memories", done, total)
+
+        result = migrate.import_local_mode(local, self.settings.collection, shard, progress)
+        log.info(
+            "conversation store: imported %d memories in %.1f s, verified by count; the old store is kept at %s "
+            "(remove it once satisfied)",
+            result["points"],
+            result["seconds"],
+            local,
+        )
 
     def _build_edge_memory(self, shard):
         """mem0 on a placeholder in-memory client, then its vector stores swapped for Edge shards.
