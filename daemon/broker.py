@@ -61,7 +61,6 @@ from layers.conversation.policy import (
 from layers.conversation.queue import QueuedWrite, WriteQueue
 from layers.conversation.registry import RegistryCache
 from layers.conversation.store import (
-    QDRANT_LOCAL,
     BatchResult,
     ConversationStore,
     NewMemory,
@@ -206,7 +205,6 @@ def store_settings(config: Config) -> StoreSettings:
         api_key=api_key,
         timeout_s=c.qdrant.timeout_s,
         llm=llm,
-        engine=QDRANT_LOCAL,  # the daemon moves to Edge once its L4 tests pass on it (issue 11)
     )
 
 
