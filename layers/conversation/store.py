@@ -1,8 +1,12 @@
-"""The L4 store: mem0's ``Memory`` over a ``QdrantClient`` we build ourselves.
+"""The L4 store: mem0's ``Memory`` over a Qdrant Edge shard (embedded) or a ``QdrantClient`` (remote).
 
 We build the client so that a remote server gets our timeout (mem0's own
-config cannot set one) and so that the embedded backend is Qdrant's local
-storage under the state directory.  Writes go through mem0 (so ``infer=True``
+config cannot set one).  The embedded backend is a Qdrant Edge shard under the
+state directory (layers/conversation/edge.py holds every Edge call), plugged
+into mem0 as its vector store (edge_mem0.py); a store left by the older
+embedded engine (qdrant-client's local mode) is imported once (migrate.py), and
+that engine is otherwise reachable only as ``engine=QDRANT_LOCAL`` (tests,
+benchmarks).  Writes go through mem0 (so ``infer=True``
 gets mem0's ADD/UPDATE/DELETE/NOOP); searches go through mem0 with one filter
 per visibility phase.  Listing, get, delete and the write-id lookup use the
 client directly: mem0's ``get_all`` has no cursor and stops at ``top_k``.
