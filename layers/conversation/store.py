@@ -210,6 +210,8 @@ class ConversationStore:
         self._client = None  # qdrant-client (remote, or local mode), or an EdgeCollection (Edge)
         self._memory = None
         self._entities = None  # mem0's entity store on Edge (a shard of its own, opened on first use)
+        # the one-time import of an old local-mode store, for status: {"state", "done", "total", ...}
+        self.import_progress: dict | None = None
 
     @property
     def connected(self) -> bool:
@@ -350,10 +352,22 @@ class ConversationStore:
         _prepare_local_meta(local)
 
         def progress(done: int, total: int) -> None:
+            self.import_progress = {"state": "importing", "from": str(local), "done": done, "total": total}
             if done == total or done % 5000 < migrate.PAGE:
                 log.info("conversation store: import %d/%d memories", done, total)
 
-        result = migrate.import_local_mode(local, self.settings.collection, shard, progress)
+        self.import_progress = {"state": "importing", "from": str(local), "done": 0, "total": None}
+        try:
+            result = migrate.import_local_mode(local, self.settings.collection, shard, progress)
+        except BaseException as exc:
+            self.import_progress = {**self.import_progress, "state": "failed", "error": describe_error(exc)}
+            raise
+        self.import_progress = {
+            "state": "done",
+            "from": str(local),
+            "done": result["points"],
+            "total": result["points"],
+        }
         log.info(
             "conversation store: imported %d memories in %.1f s, verified by count; the old store is kept at %s "
             "(remove it once satisfied)",

@@ -35,6 +35,7 @@ def test_the_old_store_is_imported_once_and_kept(tmp_path, embedder, caplog):  #
     try:
         assert s.count() == 41
         assert "imported 41 memories in" in caplog.text and "verified by count" in caplog.text
+        assert s.import_progress == {"state": "done", "from": str(tmp_path / "l4" / "qdrant"), "done": 41, "total": 41}
         got = s.get(ids[7])
         assert got["memory"] == "旧引擎写下的第 7 条记忆 oldmarker7" and got["agent_id"] == "a"
         assert s.find_write(got["write_id"]) == [ids[7]], "the derived point id survives the import"
