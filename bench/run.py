@@ -13,13 +13,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_burst, bench_conversation, bench_daemon, bench_index, bench_stop, recall
+from bench import bench_burst, bench_conversation, bench_daemon, bench_edge, bench_index, bench_stop, recall
 
 BENCHMARKS = {
     "daemon": bench_daemon.main,
     "index": bench_index.main,
     "burst": bench_burst.main,
     "conversation": bench_conversation.main,
+    "edge": lambda quick: bench_edge.main([1000] if quick else [1000, 10_000, 50_000]),
     "stop": bench_stop.main,
     "recall": recall.main,
 }

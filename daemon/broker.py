@@ -923,6 +923,8 @@ class Broker:
         return {
             "enabled": True,
             "backend": s.backend,
+            "engine": s.engine if s.backend == "embedded" else None,
+            "import": self.store.import_progress,  # an old local-mode store being brought into Edge
             "collection": s.collection,
             "url": s.url,
             "reachable": self.breaker.closed,

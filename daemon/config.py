@@ -556,7 +556,7 @@ vectors:                   # L3 local vectors, loaded on demand
 
 conversation:              # L4: the shared Mem0/Qdrant memory
   enabled: true
-  backend: embedded        # embedded (Qdrant local storage under state_dir) | remote (a Qdrant server)
+  backend: embedded        # embedded (a Qdrant Edge shard under state_dir) | remote (a Qdrant server)
   qdrant:                  # used when backend is remote, e.g. the central node over Tailscale
     url: http://100.115.94.1:6333
     api_key_env: null      # name of the environment variable holding the API key

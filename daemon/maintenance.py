@@ -75,12 +75,19 @@ def backup_dir(config: Config) -> Path:
 def backup(config: Config, store: ConversationStore, keep: int = DEFAULT_KEEP) -> dict:
     """Snapshot the store into the state directory and keep the newest ``keep``."""
     s = store.settings
-    if s.backend == "embedded":
+    if s.backend == "embedded" and s.on_edge:
+        # Edge makes no snapshots: the shard is flushed and copied, here on the store's thread (the
+        # daemon runs backups as an admin call there) or in the only process that has it open
+        shard = store._client_only()
+        if shard is not None:
+            shard.flush()
+        path = backups.snapshot_embedded(s.data_dir, backup_dir(config), s.collection)
+    elif s.backend == "embedded":
         if not (s.data_dir / "qdrant" / "meta.json").is_file():
             # a fresh root (a timer's backup at first boot may come before the daemon's start):
             # the store is created, as the daemon would, and its empty state backed up
             store._client_only()
-        path = backups.snapshot_embedded(s.data_dir, backup_dir(config), s.collection)
+        path = backups.snapshot_embedded(s.data_dir, backup_dir(config), s.collection, engine="qdrant-local")
     else:
         path = backups.snapshot_remote(
             store._client_only(), s.collection, backup_dir(config), s.url or "", s.api_key, s.timeout_s

@@ -97,6 +97,11 @@ def _conversation_lines(c: dict) -> list[str]:
         down = f" for {_duration(b['down_for_s'])}" if b.get("down_for_s") is not None else ""
         state = f"UNREACHABLE{down} (breaker open; searches answered from L3): {b.get('last_error')}"
     lines = [f"conversation (L4): {where}: {state}"]
+    imp = c.get("import") or {}
+    if imp.get("state") == "importing":
+        lines.append(f"  importing the old local-mode store: {imp.get('done', 0)}/{imp.get('total') or '?'} memories")
+    elif imp.get("state") == "failed":
+        lines.append(f"  import of the old local-mode store failed (tried again at the next start): {imp.get('error')}")
     q = c.get("queue") or {}
     if q.get("depth"):
         lines.append(f"  queued writes: {q['depth']} (oldest {_duration(q.get('oldest_age_s') or 0)} old)")

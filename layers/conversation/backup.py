@@ -1,11 +1,15 @@
 """Backups of the L4 store: daily snapshots, the newest N kept (Engram kept 7).
 
-The embedded store is Qdrant's local storage (a ``meta.json`` and one SQLite
-file per collection) plus mem0's history database.  Each SQLite file is copied
-with SQLite's online backup API, so the copy is consistent even if something
-writes meanwhile; the whole set becomes one ``.tar.gz`` that appears under its
-final name only when complete.  A remote collection is snapshotted by the
-server (Qdrant's snapshot API) and the snapshot downloaded next to them.
+The embedded store is a Qdrant Edge shard directory per collection (``edge/``)
+plus mem0's history database.  Edge cannot create snapshots, so the backup is a
+copy of the shard's files: the caller flushes the shard first and holds writes
+back while the copy is taken (the daemon runs it on its store thread), which
+makes the copy one that loads as it was.  mem0's history (SQLite) is copied with
+SQLite's online backup API.  The old engine's layout (qdrant-client's local
+mode: a ``meta.json`` and one SQLite file per collection) is still backed up the
+same way it always was.  The whole set becomes one ``.tar.gz`` that appears
+under its final name only when complete.  A remote collection is snapshotted by
+the server (Qdrant's snapshot API) and the snapshot downloaded next to them.
 """
 
 from __future__ import annotations
@@ -44,20 +48,32 @@ def _publish(staging: Path, dest_dir: Path, name: str) -> Path:
     return final
 
 
-def snapshot_embedded(data_dir: Path, dest_dir: Path, collection: str) -> Path:
-    """A consistent archive of the embedded store under ``data_dir``."""
+def snapshot_embedded(data_dir: Path, dest_dir: Path, collection: str, engine: str = "edge") -> Path:
+    """A consistent archive of the embedded store under ``data_dir`` (an Edge shard: flushed, writes held back)."""
     qdrant = data_dir / "qdrant"
-    if not (qdrant / "meta.json").is_file():
+    edge = data_dir / "edge"
+    if engine != "edge" and not (qdrant / "meta.json").is_file():
         raise FileNotFoundError(f"no embedded store at {qdrant} (nothing has been written yet)")
     with tempfile.TemporaryDirectory(dir=dest_dir.parent if dest_dir.parent.exists() else None) as tmp:
         staging = Path(tmp)
-        (staging / "qdrant").mkdir()
-        shutil.copy2(qdrant / "meta.json", staging / "qdrant" / "meta.json")
-        for storage in sorted((qdrant / "collection").glob("*/storage.sqlite")):
-            _copy_sqlite(storage, staging / "qdrant" / "collection" / storage.parent.name / "storage.sqlite")
+        if engine == "edge":
+            (staging / "edge").mkdir()  # empty when nothing was ever stored: that state is backed up too
+            if edge.is_dir():
+                for shard in sorted(p for p in edge.iterdir() if p.is_dir()):
+                    shutil.copytree(shard, staging / "edge" / shard.name, symlinks=True)
+        else:
+            (staging / "qdrant").mkdir()
+            shutil.copy2(qdrant / "meta.json", staging / "qdrant" / "meta.json")
+            for storage in sorted((qdrant / "collection").glob("*/storage.sqlite")):
+                _copy_sqlite(storage, staging / "qdrant" / "collection" / storage.parent.name / "storage.sqlite")
         if (data_dir / "history.db").is_file():
             _copy_sqlite(data_dir / "history.db", staging / "history.db")
-        manifest = {"kind": "embedded", "collection": collection, "created": datetime.now(timezone.utc).isoformat()}
+        manifest = {
+            "kind": "embedded",
+            "engine": engine,
+            "collection": collection,
+            "created": datetime.now(timezone.utc).isoformat(),
+        }
         (staging / "manifest.json").write_text(json.dumps(manifest))
         return _publish(staging, dest_dir, f"{PREFIX}{_stamp()}.tar.gz")
 
@@ -77,12 +93,15 @@ def restore_embedded(archive: Path, data_dir: Path) -> Path:
             raise ValueError(f"{archive} is not a readable backup: {exc}") from None
         staged = Path(tmp)
         manifest = json.loads((staged / "manifest.json").read_text()) if (staged / "manifest.json").exists() else {}
-        if manifest.get("kind") != "embedded" or not (staged / "qdrant" / "meta.json").is_file():
+        layout = "edge" if (staged / "edge").is_dir() else "qdrant"
+        if manifest.get("kind") != "embedded" or not (
+            (staged / "edge").is_dir() or (staged / "qdrant" / "meta.json").is_file()
+        ):
             raise ValueError(f"{archive} is not a memstrata backup of an embedded store")
-        kept = data_dir / f"qdrant.before-restore-{_stamp()}"
-        if (data_dir / "qdrant").exists():
-            (data_dir / "qdrant").replace(kept)
-        (staged / "qdrant").replace(data_dir / "qdrant")
+        kept = data_dir / f"{layout}.before-restore-{_stamp()}"
+        if (data_dir / layout).exists():
+            (data_dir / layout).replace(kept)
+        (staged / layout).replace(data_dir / layout)
         if (staged / "history.db").exists():
             (staged / "history.db").replace(data_dir / "history.db")
     return kept

@@ -1,8 +1,12 @@
-"""The L4 store: mem0's ``Memory`` over a ``QdrantClient`` we build ourselves.
+"""The L4 store: mem0's ``Memory`` over a Qdrant Edge shard (embedded) or a ``QdrantClient`` (remote).
 
 We build the client so that a remote server gets our timeout (mem0's own
-config cannot set one) and so that the embedded backend is Qdrant's local
-storage under the state directory.  Writes go through mem0 (so ``infer=True``
+config cannot set one).  The embedded backend is a Qdrant Edge shard under the
+state directory (layers/conversation/edge.py holds every Edge call), plugged
+into mem0 as its vector store (edge_mem0.py); a store left by the older
+embedded engine (qdrant-client's local mode) is imported once (migrate.py), and
+that engine is otherwise reachable only as ``engine=QDRANT_LOCAL`` (tests,
+benchmarks).  Writes go through mem0 (so ``infer=True``
 gets mem0's ADD/UPDATE/DELETE/NOOP); searches go through mem0 with one filter
 per visibility phase.  Listing, get, delete and the write-id lookup use the
 client directly: mem0's ``get_all`` has no cursor and stops at ``top_k``.
@@ -42,9 +46,13 @@ from layers.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
 
-# Payload fields we filter on; a remote server gets an index for each.
+# Payload fields we filter on; a remote server and an Edge shard get an index for each.
 KEYWORD_FIELDS = ("agent_id", "visibility", "project_id", "memory_type", "write_id")
 EXPIRY_FIELD = "expires_at"
+# The embedded backend's engines: Qdrant Edge (HNSW, payload indexes, a WAL) or, for migration
+# from it, qdrant-client's local mode (brute force in Python, a SQLite file of pickled points).
+EDGE, QDRANT_LOCAL = "edge", "qdrant-local"
+SEARCH_THRESHOLD = 0.0  # mem0's default (0.1) would silently drop hits; scores are clamped to [0, 1]
 # Point ids of batched writes: uuid5(WRITE_NAMESPACE, write_id).
 WRITE_NAMESPACE = uuid.UUID("5d0c1f9e-6c3a-4d8e-9a57-2f4b8e61c0a3")
 
@@ -78,6 +86,16 @@ class StoreSettings:
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 5.0
     llm: dict | None = field(default=None, repr=False)  # {"base_url", "model", "api_key"}
+    engine: str = EDGE  # embedded only: EDGE or QDRANT_LOCAL (the old local mode, read by migration)
+
+    @property
+    def on_edge(self) -> bool:
+        return self.backend == "embedded" and self.engine == EDGE
+
+    @property
+    def edge_dir(self) -> Path:
+        """Where the Edge shards live: one directory per collection (and one for mem0's entities)."""
+        return self.data_dir / "edge"
 
 
 @dataclass(frozen=True)
@@ -189,8 +207,11 @@ class ConversationStore:
         self.settings = settings
         self.embedder = embedder
         self.dim = dim
-        self._client = None
+        self._client = None  # qdrant-client (remote, or local mode), or an EdgeCollection (Edge)
         self._memory = None
+        self._entities = None  # mem0's entity store on Edge (a shard of its own, opened on first use)
+        # the one-time import of an old local-mode store, for status: {"state", "done", "total", ...}
+        self.import_progress: dict | None = None
 
     @property
     def connected(self) -> bool:
@@ -199,9 +220,11 @@ class ConversationStore:
     # ------------------------------------------------------------ connection
 
     def _make_client(self):
+        s = self.settings
+        if s.on_edge:
+            return self._open_edge()
         from qdrant_client import QdrantClient
 
-        s = self.settings
         if s.backend == "embedded":
             path = s.data_dir / "qdrant"
             try:
@@ -216,6 +239,36 @@ class ConversationStore:
             except OSError as exc:  # a full or read-only disk: the store comes back when the disk does
                 raise StoreUnavailableError(f"connect: {describe_error(exc)}") from exc
         return QdrantClient(url=s.url, api_key=s.api_key, timeout=max(1, round(s.timeout_s)), check_compatibility=False)
+
+    def _edge_shard_dir(self, suffix: str = "") -> Path:
+        return self.settings.edge_dir / f"{self.settings.collection}{suffix}"
+
+    def _open_edge(self, suffix: str = ""):
+        """The collection's Edge shard; None when it does not exist and there is no embedder to size one."""
+        from layers.conversation.edge import EdgeCollection, EdgeError, EdgeLockedError, stored_dim
+
+        path = self._edge_shard_dir(suffix)
+        stored = stored_dim(path) if path.is_dir() else None
+        dim = self.dim or stored
+        if not dim:
+            return None  # maintenance without an embedder on a store never written: nothing to open
+        if stored is not None and self.dim and stored != self.dim:
+            raise StoreConfigError(
+                f"collection {self.settings.collection!r} holds {stored}-dimensional vectors but the embedder "
+                f"({self.embedder.model_id}) makes {self.dim}-dimensional ones: use a collection made with "
+                "this embedder (conversation.qdrant.collection) or configure the embedder it was made with"
+            )
+        try:
+            self.settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            return EdgeCollection(path, dim)
+        except EdgeLockedError as exc:
+            raise StoreConfigError(f"{exc}; only the daemon may open it: go through its API") from None
+        except (OSError, EdgeError) as exc:  # a full or read-only disk: the store comes back when the disk does
+            raise StoreUnavailableError(f"connect: {describe_error(exc)}") from exc
+
+    def _edge(self):
+        """The open Edge shard, or None (see ``_open_edge``)."""
+        return self._client_only()
 
     def _check_vector_size(self, client) -> None:
         name = self.settings.collection
@@ -244,15 +297,19 @@ class ConversationStore:
         client = self._client_only()
         try:
             with _translate_errors("connect"):
-                self._check_vector_size(client)
-                memory = self._build_memory(client)
+                if self.settings.on_edge:
+                    self._import_local_mode(client)
+                    memory = self._build_edge_memory(client)
+                else:
+                    self._check_vector_size(client)
+                    memory = self._build_memory(client)
                 if self.settings.backend == "remote":
                     self._ensure_payload_indexes(client)
         except BaseException:
             self.close()
             raise
         self._memory = memory
-        if self.settings.backend == "embedded":
+        if self.settings.backend == "embedded" and not self.settings.on_edge:
             _keep_local_meta(self.settings.data_dir / "qdrant")
         log.info("conversation store: %s collection %r ready", self.settings.backend, self.settings.collection)
 
@@ -284,10 +341,73 @@ class ConversationStore:
         memory.embedding_model = _Mem0Embedder(self.embedder, self.dim)
         return memory
 
+    def _import_local_mode(self, shard) -> None:
+        """Bring an old local-mode store into the shard, once (see layers/conversation/migrate.py)."""
+        from layers.conversation import migrate
+
+        local = self.settings.data_dir / "qdrant"
+        if shard is None or not migrate.pending(local, self.settings.collection, shard.path):
+            return
+        log.info("conversation store: importing the old local-mode store at %s into Edge", local)
+        _prepare_local_meta(local)
+
+        def progress(done: int, total: int) -> None:
+            self.import_progress = {"state": "importing", "from": str(local), "done": done, "total": total}
+            if done == total or done % 5000 < migrate.PAGE:
+                log.info("conversation store: import %d/%d memories", done, total)
+
+        self.import_progress = {"state": "importing", "from": str(local), "done": 0, "total": None}
+        try:
+            result = migrate.import_local_mode(local, self.settings.collection, shard, progress)
+        except BaseException as exc:
+            self.import_progress = {**self.import_progress, "state": "failed", "error": describe_error(exc)}
+            raise
+        self.import_progress = {
+            "state": "done",
+            "from": str(local),
+            "done": result["points"],
+            "total": result["points"],
+        }
+        log.info(
+            "conversation store: imported %d memories in %.1f s, verified by count; the old store is kept at %s "
+            "(remove it once satisfied)",
+            result["points"],
+            result["seconds"],
+            local,
+        )
+
+    def _build_edge_memory(self, shard):
+        """mem0 on a placeholder in-memory client, then its vector stores swapped for Edge shards.
+
+        mem0 builds its vector store from a fixed provider map (it would open qdrant-client's
+        local storage): it gets an in-memory client to build with, and both the memory store and
+        its entity store are replaced by :class:`EdgeVectorStore` before anything is stored.
+        """
+        from qdrant_client import QdrantClient
+
+        from layers.conversation.edge import FLOAT, KEYWORD
+        from layers.conversation.edge_mem0 import EdgeVectorStore
+
+        if shard is None:
+            raise StoreConfigError("the conversation store needs an embedder to create its collection")
+        for name in KEYWORD_FIELDS:
+            shard.ensure_index(name, KEYWORD)
+        shard.ensure_index(EXPIRY_FIELD, FLOAT)
+        memory = self._build_memory(QdrantClient(location=":memory:"))
+        memory.vector_store = EdgeVectorStore(self.settings.collection, shard.dim, lambda: shard)
+        self._entities = EdgeVectorStore(
+            f"{self.settings.collection}_entities", shard.dim, lambda: self._open_edge("_entities")
+        )
+        memory._entity_store = self._entities
+        return memory
+
     def close(self) -> None:
+        if self._entities is not None:
+            with suppress(Exception):
+                self._entities.close()
         if self._client is not None:
             self._client.close()
-        self._client = self._memory = None
+        self._client = self._memory = self._entities = None
 
     def _require(self):
         if self._memory is None:
@@ -308,7 +428,11 @@ class ConversationStore:
         client = self._client_only()
         started = time.perf_counter()
         with _translate_errors("ping"):
-            client.collection_exists(self.settings.collection)
+            if self.settings.on_edge:
+                if client is not None:
+                    client.count()
+            else:
+                client.collection_exists(self.settings.collection)
         return round((time.perf_counter() - started) * 1000, 2)
 
     def add(self, memory: NewMemory) -> list[dict]:
@@ -335,10 +459,12 @@ class ConversationStore:
         payload index but local mode evaluates in Python over the whole collection, once per value:
         there only the write ids in ``by_filter`` are looked up that way (None: all of them).
         """
-        from qdrant_client import models
-
         if not write_ids:
             return {}
+        if self.settings.on_edge:
+            return self._find_writes_on_edge(write_ids)
+        from qdrant_client import models
+
         client = self._client_only()
         found: dict[str, list[str]] = {}
         if self.settings.backend == "remote":
@@ -369,6 +495,30 @@ class ConversationStore:
                         ids.append(str(point.id))
                 if offset is None:
                     return found
+
+    def _find_writes_on_edge(self, write_ids: Sequence[str]) -> dict[str, list[str]]:
+        """By derived id first, then every other write id by the (indexed) ``write_id`` payload field."""
+        shard = self._edge()
+        if shard is None:
+            return {}
+        wanted = {point_id_of(w): w for w in write_ids}
+        found: dict[str, list[str]] = {}
+        with _translate_errors("lookup"):
+            for hit in shard.retrieve(list(wanted), with_payload=["write_id"]):
+                found[wanted[hit.id]] = [hit.id]
+            rest = [w for w in write_ids if w not in found]
+            offset = None
+            while rest:
+                page, offset = shard.scroll(
+                    {"write_id": {"in": rest}}, limit=max(64, 2 * len(rest)), offset=offset, with_payload=["write_id"]
+                )
+                for hit in page:
+                    ids = found.setdefault(hit.payload.get("write_id"), [])
+                    if hit.id not in ids:
+                        ids.append(hit.id)
+                if offset is None:
+                    break
+        return found
 
     def add_batch(self, memories: Sequence[NewMemory], suspects: Collection[str] = ()) -> list[BatchResult]:
         """Write ``infer=False`` memories not yet in the store, each once, in the order given.
@@ -459,7 +609,7 @@ class ConversationStore:
         found: list[dict] = []
         with _translate_errors("search"):
             for phase in phases:
-                answer = mem0.search(query, top_k=limit, filters=phase.mem0_filters())
+                answer = mem0.search(query, top_k=limit, filters=phase.mem0_filters(), threshold=SEARCH_THRESHOLD)
                 for result in answer["results"]:
                     view = memory_view(result["id"], _flatten(result), result.get("score"))
                     view["phase"] = phase.name
@@ -473,6 +623,17 @@ class ConversationStore:
                 seen.add(key)
                 merged.append(view)
         return merged[:limit]
+
+    def _phase_filter_dict(self, phase: Phase, include_expired: bool, now: float) -> dict:
+        """The phase in mem0's filter form (what an Edge shard is queried with)."""
+        filters: dict = {"visibility": phase.visibility}
+        if phase.owner:
+            filters["agent_id"] = phase.owner
+        if phase.visibility == "project":
+            filters["project_id"] = {"in": list(phase.projects)}
+        if not include_expired:
+            filters["NOT"] = [{EXPIRY_FIELD: {"lt": now}}]
+        return filters
 
     def _phase_filter(self, phase: Phase, include_expired: bool, now: float):
         from qdrant_client import models
@@ -501,13 +662,22 @@ class ConversationStore:
         page: list[dict] = []
         with _translate_errors("list"):
             while phase_index < len(phases) and len(page) < limit:
-                points, next_offset = client.scroll(
-                    self.settings.collection,
-                    scroll_filter=self._phase_filter(phases[phase_index], include_expired, now),
-                    limit=limit - len(page),
-                    offset=offset,
-                    with_payload=True,
-                )
+                if self.settings.on_edge:
+                    if client is None:
+                        break  # nothing was ever written
+                    points, next_offset = client.scroll(
+                        self._phase_filter_dict(phases[phase_index], include_expired, now),
+                        limit=limit - len(page),
+                        offset=offset,
+                    )
+                else:
+                    points, next_offset = client.scroll(
+                        self.settings.collection,
+                        scroll_filter=self._phase_filter(phases[phase_index], include_expired, now),
+                        limit=limit - len(page),
+                        offset=offset,
+                        with_payload=True,
+                    )
                 page.extend(memory_view(p.id, p.payload or {}) for p in points)
                 if next_offset is None:
                     phase_index, offset = phase_index + 1, None
@@ -520,7 +690,10 @@ class ConversationStore:
         client = self._client_only()
         with _translate_errors("get"):
             try:
-                points = client.retrieve(self.settings.collection, ids=[memory_id], with_payload=True)
+                if self.settings.on_edge:
+                    points = client.retrieve([memory_id]) if client is not None else []
+                else:
+                    points = client.retrieve(self.settings.collection, ids=[memory_id], with_payload=True)
             except ValueError:  # not a valid point id
                 return None
         return memory_view(points[0].id, points[0].payload or {}) if points else None
@@ -533,10 +706,14 @@ class ConversationStore:
     def count(self) -> int:
         client = self._client_only()
         with _translate_errors("count"):
+            if self.settings.on_edge:
+                return client.count() if client is not None else 0
             return client.count(self.settings.collection, exact=True).count
 
     def scan(self, selection, limit: int = 256, cursor: str | None = None) -> tuple[list[dict], str | None]:
         """Every memory ``selection`` (a cleanup Selection) matches, expired ones included, a page at a time."""
+        if self.settings.on_edge:
+            return self._scan_edge(selection, limit, cursor)
         from qdrant_client import models
 
         client = self._client_only()
@@ -563,12 +740,36 @@ class ConversationStore:
             )
         return [memory_view(p.id, p.payload or {}) for p in points], (str(next_offset) if next_offset else None)
 
+    def _scan_edge(self, selection, limit: int, cursor: str | None) -> tuple[list[dict], str | None]:
+        shard = self._edge()
+        if shard is None:
+            return [], None  # nothing was ever written
+        filters = {
+            key: value
+            for key, value in (
+                ("agent_id", selection.agent),
+                ("visibility", selection.visibility),
+                ("project_id", selection.project),
+                ("memory_type", selection.memory_type),
+            )
+            if value
+        }
+        with _translate_errors("scan"):
+            points, next_offset = shard.scroll(filters or None, limit=limit, offset=cursor or None)
+        return [memory_view(p.id, p.payload) for p in points], next_offset
+
     def delete_ids(self, ids: list[str]) -> None:
         """Delete a batch of points in one request (the seed's script built this call wrongly)."""
-        from qdrant_client import models
-
         if not ids:
             return
+        if self.settings.on_edge:
+            shard = self._edge()
+            if shard is not None:
+                with _translate_errors("delete"):
+                    shard.delete(ids)
+            return
+        from qdrant_client import models
+
         client = self._client_only()
         with _translate_errors("delete"):
             client.delete(self.settings.collection, points_selector=models.PointIdsList(points=ids), wait=True)

@@ -28,13 +28,13 @@ def old_session(daemon, agent: str, text: str) -> str:
 
 def back_date(root, memory_ids: list[str], days: int) -> None:
     """Move memories' created_at and expiration_date into the past, with the daemon stopped."""
-    from qdrant_client import QdrantClient
+    from tests.edge_store import open_shard
 
-    client = QdrantClient(path=str(root / "state" / "conversation" / "qdrant"))
     created = (datetime.now(timezone.utc) - timedelta(days=days)).isoformat()
     expired = (datetime.now(timezone.utc) - timedelta(days=days - 7)).date().isoformat()
-    client.set_payload("mem0_v4_shared", {"created_at": created, "expiration_date": expired}, points=memory_ids)
-    client.close()
+    with open_shard(root) as shard:
+        for memory_id in memory_ids:
+            shard.set_payload(memory_id, {"created_at": created, "expiration_date": expired})
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_backup_then_restore_brings_back_deleted_memories(running, tmp_path):
             a.delete("a", memory_id)
         assert a.get_all("a")["results"] == []
     restored = json.loads(run_cli("restore-backup", first["backup"], "--json", config=config).stdout)
-    assert "qdrant.before-restore-" in restored["previous_store_kept_at"]
+    assert "edge.before-restore-" in restored["previous_store_kept_at"]  # the shards as they were
     with DaemonClient(running.socket, timeout=60, token=token_of(tmp_path, "a")) as a:
         assert sorted(m["id"] for m in a.get_all("a")["results"]) == sorted(kept)
         assert a.add("a", "恢复后还能写")["queued"] is False

@@ -13,6 +13,7 @@ from qdrant_client import QdrantClient, models
 
 from layers.conversation.store import (
     META_COPY,
+    QDRANT_LOCAL,
     ConversationStore,
     StoreConfigError,
     StoreSettings,
@@ -30,7 +31,9 @@ def tmpfs():
 
 def _store(data_dir) -> ConversationStore:
     # listing and pinging need no embedder: the client alone is under test here
-    return ConversationStore(StoreSettings(backend="embedded", data_dir=data_dir), embedder=None, dim=4)
+    return ConversationStore(
+        StoreSettings(backend="embedded", data_dir=data_dir, engine=QDRANT_LOCAL), embedder=None, dim=4
+    )
 
 
 def test_opening_on_a_full_disk_fails_cleanly_and_opens_once_space_returns(tmp_path, tmpfs):

@@ -30,7 +30,7 @@ def _client(tmp_path, d) -> DaemonClient:
 
 
 def test_a_full_queue_disk_answers_507_nothing_kept_and_recovers(tmp_path, tmpfs, daemons):
-    state = tmpfs(tmp_path / "state", size="16m")  # queue and store on it
+    state = tmpfs(tmp_path / "state", size="128m")  # queue and store on it (the shard's WAL claims 32 MiB segments)
     config = init_root(tmp_path, **FAST, conversation={"probe_interval_s": 0.5})
     d = daemons(config)
     wait_reachable(d)
@@ -58,7 +58,8 @@ def test_a_full_queue_disk_answers_507_nothing_kept_and_recovers(tmp_path, tmpfs
 
 def test_a_full_store_disk_queues_the_write_and_replays_it_once(tmp_path, tmpfs, daemons):
     config = init_root(tmp_path, **FAST, conversation={"probe_interval_s": 0.5})
-    store = tmpfs(tmp_path / "state" / "conversation" / "qdrant", size="16m")  # the queue stays on the big disk
+    # the queue stays on the big disk; the shard claims its 32 MiB WAL segments as it loads
+    store = tmpfs(tmp_path / "state" / "conversation" / "edge", size="128m")
     d = daemons(config)
     wait_reachable(d)
     with _client(tmp_path, d) as main:

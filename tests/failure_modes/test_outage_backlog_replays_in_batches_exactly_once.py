@@ -104,18 +104,9 @@ def queued_ids(root: Path) -> list[str]:
 
 def stored(root: Path) -> list[dict]:
     """Every point in the embedded store (the daemon is not running), with its id."""
-    from qdrant_client import QdrantClient
+    from tests.edge_store import all_points
 
-    client = QdrantClient(path=str(root / "state" / "conversation" / "qdrant"))
-    try:
-        points, offset = [], None
-        while True:
-            page, offset = client.scroll(COLLECTION, limit=1000, offset=offset, with_payload=True)
-            points += [{"id": str(p.id), **(p.payload or {})} for p in page]
-            if offset is None:
-                return points
-    finally:
-        client.close()
+    return all_points(root, COLLECTION)
 
 
 def history(root: Path) -> list[tuple[str, str]]:

@@ -39,7 +39,7 @@ def _found(config, query: str, agent: str = "main") -> set[str]:
 
 
 def test_a_full_state_disk_is_reported_retried_and_caught_up(tmp_path, tmpfs, daemons):
-    data = tmpfs(tmp_path / "data")
+    data = tmpfs(tmp_path / "data", size="128m")  # room for the L4 shard (its WAL claims 32 MiB segments)
     config = _config(tmp_path)
     ws = tmp_path / "workspace"
     d = daemons(config)
@@ -75,7 +75,7 @@ def test_a_full_state_disk_is_reported_retried_and_caught_up(tmp_path, tmpfs, da
 
 
 def test_a_new_agent_gets_its_token_once_the_disk_has_room(tmp_path, tmpfs, daemons):
-    data = tmpfs(tmp_path / "data")
+    data = tmpfs(tmp_path / "data", size="128m")  # room for the L4 shard (its WAL claims 32 MiB segments)
     config = _config(tmp_path)
     d = daemons(config)
     state = tmp_path / "data" / "state"
@@ -106,7 +106,7 @@ def test_a_new_agent_gets_its_token_once_the_disk_has_room(tmp_path, tmpfs, daem
 
 
 def test_the_daemon_starts_on_a_full_state_disk_and_recovers(tmp_path, tmpfs, daemons):
-    data = tmpfs(tmp_path / "data", size="16m")
+    data = tmpfs(tmp_path / "data", size="128m")  # room for the L4 shard (its WAL claims 32 MiB segments)
     config = init_root(tmp_path, **FAST, paths=DATA_PATHS, conversation={"probe_interval_s": 0.5})
     ws = tmp_path / "workspace"
     (ws / "memory" / "2026-11-29.md").write_text("# 启动\n\n满盘启动前写的笔记 startmarker\n", encoding="utf-8")
@@ -123,8 +123,8 @@ def test_the_daemon_starts_on_a_full_state_disk_and_recovers(tmp_path, tmpfs, da
     data.free()
     wait_for(lambda: not d.status()["storage"]["problems"], timeout=RECOVERY_S, what="recovered")
     wait_for(lambda: d.status()["conversation"]["reachable"], timeout=RECOVERY_S, what="the L4 store opens")
-    meta = state / "conversation" / "qdrant" / "meta.json"
-    assert json.loads(meta.read_text())["collections"], "the embedded store's meta.json is whole"
+    shard = state / "conversation" / "edge" / "mem0_v4_shared"
+    assert json.loads((shard / "edge_config.json").read_text())["vectors"], "the embedded shard was made whole"
     assert _found(config, "startmarker") == {"memory/2026-11-29.md"}
     with DaemonClient(d.socket, timeout=120, token=(state / "admin.token").read_text().strip()) as admin:
         assert admin.add("main", "满盘恢复之后的第一条记忆")["queued"] is False
@@ -133,7 +133,7 @@ def test_the_daemon_starts_on_a_full_state_disk_and_recovers(tmp_path, tmpfs, da
 
 
 def test_stopping_on_a_full_state_disk_exits_cleanly_and_the_next_start_catches_up(tmp_path, tmpfs, daemons):
-    data = tmpfs(tmp_path / "data")
+    data = tmpfs(tmp_path / "data", size="128m")  # room for the L4 shard (its WAL claims 32 MiB segments)
     config = _config(tmp_path)
     ws = tmp_path / "workspace"
     d = daemons(config)

@@ -1,4 +1,4 @@
-"""The L4 store on the real thing: mem0 over qdrant-client's local storage, the real GGUF model."""
+"""The L4 store on the real thing: mem0 over the embedded engine (a Qdrant Edge shard), the real GGUF model."""
 
 from __future__ import annotations
 
@@ -184,11 +184,8 @@ def test_a_batched_write_is_the_memory_mem0_add_makes(store):
     [by_mem0] = store.add(single)
     [result] = store.add_batch([batched])
     assert result.event == "ADD" and len(result.ids) == 1
-    client = store._client
-    one, other = (
-        client.retrieve(store.settings.collection, ids=[i], with_payload=True)[0]
-        for i in (by_mem0["id"], result.ids[0])
-    )
+    vectors = store._memory.vector_store  # mem0's own view of the stored points, on either engine
+    one, other = (vectors.get(vector_id=i) for i in (by_mem0["id"], result.ids[0]))
     assert set(one.payload) == set(other.payload)
     for field in one.payload:
         if field != "write_id":
@@ -221,10 +218,13 @@ def test_a_batch_writes_each_write_once_and_refuses_only_the_bad_one(store):
 
 @pytest.fixture
 def small_fs(tmp_path):
-    """A real 8 MB tmpfs (tests run as root), unmounted afterwards."""
+    """A real 128 MB tmpfs, unmounted afterwards (tests run as root).
+
+    An Edge shard claims its 32 MiB WAL segments when it loads, and writes keep room for that.
+    """
     mount = tmp_path / "small"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m", "tmpfs", str(mount)], check=True)
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True)
 

@@ -1,0 +1,186 @@
+"""The embedded L4 engines side by side: Qdrant Edge against qdrant-client's local mode and raw Edge.
+
+At each size (1k / 10k, and 50k with ``--sizes``) the same mem0-shaped memories (¼ public,
+¼ project over two projects, ½ private of five agents; 384-d vectors from the real model,
+perturbed) go into a store on each engine, and the same queries are asked:
+
+- three-phase search through ``ConversationStore.search`` (the broker's phases, top 10 merged),
+  the query's embedding computed beforehand and cached, so it is excluded (reported apart);
+- the same three filtered queries straight to the Edge shard (raw Edge: the floor);
+- recall@10 of each phase against an exact numpy search over the points the phase allows;
+- add (infer=False) minus its embedding; open (close + connect) with the store full;
+- cleanup of the store with 10 % expired (execute);
+- the process's anonymous memory (RssAnon) after the fill and after the reopen.
+
+Local mode is measured at 1k and 10k only (at 50k one search takes 36-40 s).  Printed as
+ratios, in the same run.  Usage: ``python -m bench.bench_edge [--sizes 1000,10000,50000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.bench_conversation import QUERIES, _fill, _memory
+from bench.bench_index import _pct
+from daemon.config import DEFAULT_MODEL_PATH
+from layers.conversation.policy import DEFAULT_RETENTION_DAYS, Phase
+from layers.conversation.store import EDGE, QDRANT_LOCAL, ConversationStore, StoreSettings
+from layers.local.vectors import LocalEmbedder
+
+PHASES = [
+    Phase("public", "public"),
+    Phase("project", "project", projects=("infra",)),
+    Phase("private", "private", owner="agent1"),
+]
+
+
+def rss_anon_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _all_points(store: ConversationStore) -> tuple[list[str], np.ndarray, list[dict]]:
+    """Every point with its vector, from whichever engine (for the exact search)."""
+    ids, vectors, payloads = [], [], []
+    if store.settings.engine == EDGE:
+        cursor = None
+        while True:
+            page, cursor = store._client.scroll(limit=2000, offset=cursor, with_vector=True)
+            for h in page:
+                ids.append(h.id)
+                vectors.append(h.vector)
+                payloads.append(h.payload)
+            if cursor is None:
+                break
+    else:
+        cursor = None
+        while True:
+            page, cursor = store._client.scroll(
+                store.settings.collection, limit=2000, offset=cursor, with_payload=True, with_vectors=True
+            )
+            for p in page:
+                ids.append(str(p.id))
+                vectors.append(p.vector.get("") if isinstance(p.vector, dict) else p.vector)
+                payloads.append(p.payload)
+            if cursor is None:
+                break
+    return ids, np.asarray(vectors, dtype=np.float32), payloads
+
+
+def _allowed(phase: Phase, payload: dict) -> bool:
+    if payload.get("visibility") != phase.visibility:
+        return False
+    if phase.owner and payload.get("agent_id") != phase.owner:
+        return False
+    return phase.visibility != "project" or payload.get("project_id") in phase.projects
+
+
+def run(size: int, engine: str, embedder: LocalEmbedder, queries: list[str]) -> dict:
+    out: dict = {"size": size, "engine": engine}
+    with tempfile.TemporaryDirectory(dir=Path(".cache").resolve() if Path(".cache").is_dir() else None) as tmp:
+        settings = StoreSettings("embedded", Path(tmp), engine=engine)
+        store = ConversationStore(settings, embedder, embedder.dimension())
+        store.connect()
+        base_anon = rss_anon_mb()
+        t = time.perf_counter()
+        _fill(store, embedder, size, old_session_every=10)  # every 10th: a session from last year (expired)
+        out["fill_s"] = time.perf_counter() - t
+        out["anon_after_fill_mb"] = rss_anon_mb() - base_anon
+        mem0 = store._memory
+        vectors = {q: mem0.embedding_model.embed(q, "search") for q in queries}
+        searches, raw = [], []
+        for q in queries:
+            mem0.embedding_model._last_query = (q, vectors[q])  # embedding excluded: the phases share it
+            t = time.perf_counter()
+            store.search(q, PHASES, limit=10)
+            searches.append(time.perf_counter() - t)
+            if engine == EDGE:
+                t = time.perf_counter()
+                for phase in PHASES:
+                    store._client.search(vectors[q], 10, store._phase_filter_dict(phase, False, time.time()))
+                raw.append(time.perf_counter() - t)
+        out["search_p50_ms"] = _pct(searches, 0.5) * 1000
+        out["search_p95_ms"] = _pct(searches, 0.95) * 1000
+        if raw:
+            out["raw_p50_ms"] = _pct(raw, 0.5) * 1000
+            out["raw_p95_ms"] = _pct(raw, 0.95) * 1000
+            ids, matrix, payloads = _all_points(store)
+            hits = total = 0
+            for q in queries[:5]:
+                scores = matrix @ np.asarray(vectors[q], dtype=np.float32)
+                for phase in PHASES:
+                    mask = np.array([_allowed(phase, p) for p in payloads])
+                    exact = [ids[i] for i in np.argsort(-np.where(mask, scores, -np.inf))[:10] if mask[i]]
+                    got = [h.id for h in store._client.search(vectors[q], 10, store._phase_filter_dict(phase, True, 0))]
+                    hits += len(set(got) & set(exact))
+                    total += len(exact)
+            out["recall_at_10"] = hits / total if total else float("nan")
+        adds, embeds = [], []
+        for i, q in enumerate(queries[:10]):
+            text = f"{q} 新写入 {i}"
+            t = time.perf_counter()
+            embedder.embed_passages([text])
+            embeds.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            store.add(_memory("agent0", text))
+            adds.append(time.perf_counter() - t)
+        out["add_minus_embedding_p50_ms"] = (statistics.median(adds) - statistics.median(embeds)) * 1000
+        out["embedding_p50_ms"] = statistics.median(embeds) * 1000
+        store.close()
+        gc.collect()
+        before = rss_anon_mb()
+        t = time.perf_counter()
+        store = ConversationStore(settings, embedder, embedder.dimension())
+        store.connect()
+        store.count()
+        out["open_s"] = time.perf_counter() - t
+        out["anon_after_reopen_mb"] = rss_anon_mb() - before
+        from layers.conversation.cleanup import Rules, run_cleanup
+
+        t = time.perf_counter()
+        report = run_cleanup(store, Rules(DEFAULT_RETENTION_DAYS), execute=True)
+        out["cleanup_s"] = time.perf_counter() - t
+        out["cleanup_deleted"] = report.deleted
+        store.close()
+    return out
+
+
+def main(sizes: list[int]) -> None:
+    embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
+    embedder.embed_query("warm up")
+    queries = (QUERIES * 3)[:20]
+    for size in sizes:
+        edge = run(size, EDGE, embedder, queries)
+        local = run(size, QDRANT_LOCAL, embedder, queries[:3]) if size <= 10_000 else None
+        print(
+            f"{size:>6} Edge: search p50 {edge['search_p50_ms']:.1f} ms p95 {edge['search_p95_ms']:.1f} ms "
+            f"(raw Edge 3 queries p50 {edge['raw_p50_ms']:.1f} p95 {edge['raw_p95_ms']:.1f} ms: "
+            f"{edge['search_p95_ms'] / edge['raw_p95_ms']:.1f}x at p95); recall@10 {edge['recall_at_10']:.3f}; "
+            f"add-embedding p50 {edge['add_minus_embedding_p50_ms']:.1f} ms (embedding {edge['embedding_p50_ms']:.0f}"
+            f" ms); open {edge['open_s']:.2f} s; cleanup {edge['cleanup_s']:.1f} s ({edge['cleanup_deleted']} "
+            f"deleted); fill {edge['fill_s']:.1f} s; anon +{edge['anon_after_fill_mb']:.0f} MB after fill, "
+            f"+{edge['anon_after_reopen_mb']:.0f} MB after reopen"
+        )
+        if local:
+            print(
+                f"{size:>6} local mode: search p50 {local['search_p50_ms']:.0f} ms p95 {local['search_p95_ms']:.0f}"
+                f" ms ({local['search_p50_ms'] / edge['search_p50_ms']:.0f}x Edge at p50); add-embedding p50 "
+                f"{local['add_minus_embedding_p50_ms']:.1f} ms; open {local['open_s']:.2f} s "
+                f"({local['open_s'] / edge['open_s']:.1f}x); cleanup {local['cleanup_s']:.1f} s; anon "
+                f"+{local['anon_after_reopen_mb']:.0f} MB after reopen"
+            )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000", help="comma-separated store sizes (default 1000,10000)")
+    main([int(s) for s in parser.parse_args().sizes.split(",")])

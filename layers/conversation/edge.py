@@ -1,0 +1,384 @@
+"""Every call into Qdrant Edge (``qdrant-edge-py``, pinned exactly) lives here.
+
+Edge is Qdrant's own engine in-process: one shard directory holds one collection (segments with
+HNSW and payload indexes, a write-ahead log).  The binding is a beta whose API drifts between
+releases, so nothing else in the repository imports it: the rest talks to :class:`EdgeCollection`,
+whose operations are each exercised by tests/layers/conversation/test_edge_compat.py, and the next
+Edge release is one diff to this file.
+
+Things the engine does that callers must know (seen with 0.9.0):
+
+- a second ``EdgeShard.load`` of a directory that is open raises a bare ``Exception`` (WAL
+  "WouldBlock") *and* leaves the first handle unable to flush: so a lock file beside the shard is
+  taken before the engine ever sees the path, and a second open gets :class:`EdgeLockedError`;
+- ``optimize()`` blocks until the segments are rebuilt, and vectors are searched by brute force
+  until it has run (the caller decides when: see ``optimize``);
+- point ids come back as ``uuid.UUID``; they are handed out here as strings;
+- a vector of the wrong size raises a bare ``Exception`` ("Vector dimension error"), a malformed
+  id a ``ValueError``;
+- there is no snapshot creation: a consistent copy is the directory of a flushed shard;
+- storage is memory-mapped: a write that meets a full file system kills the process with SIGBUS
+  (seen on an 8 MB tmpfs) instead of raising.  So every write first checks that the shard's file
+  system has ``min_free`` bytes left, plus what the WAL's sparse segments may still claim (a load
+  fills a 32 MiB segment in: a shard that wrote 1 MB needs 33 MB free to reopen), and raises
+  ``OSError(ENOSPC)`` otherwise, before the engine is called.  That is a check, not a guarantee:
+  something else filling the disk between the check and the write still crashes the process.
+
+Filters are given in mem0's dictionary form (``{"agent_id": "a", "project_id": {"in": [...]},
+"NOT": [{"expires_at": {"lt": 5}}]}``), the form the broker, cleanup and mem0 already speak, and
+translated by :func:`to_filter` the way mem0's own Qdrant store translates them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import qdrant_edge as qe
+
+ENGINE_VERSION = "0.9.0"  # the pin in pyproject.toml; a different engine is refused by the compat test
+LOCK_SUFFIX = ".lock"
+# Free space a write insists on: on tmpfs a new payload index alone takes ~2 MiB, a WAL segment is
+# 32 MiB but sparse (filled as written).  optimize() rewrites segments: it wants their size again.
+MIN_FREE_BYTES = 16 << 20
+WAL_SEGMENT_BYTES = 32 << 20  # the engine's WAL segment size (sparse when created)
+
+KEYWORD = "keyword"
+FLOAT = "float"
+_SCHEMAS = {KEYWORD: qe.PayloadSchemaType.Keyword, FLOAT: qe.PayloadSchemaType.Float}
+
+_ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2})?(\.\d+)?(Z|[+-]\d{2}:?\d{2})?)?$")
+_RANGE_OPS = ("gt", "gte", "lt", "lte")
+
+
+class EdgeLockedError(RuntimeError):
+    """The shard is open elsewhere (another process, or another handle in this one)."""
+
+
+class EdgeError(RuntimeError):
+    """The engine failed (its message kept); ValueError is kept for requests it refuses."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A point as the engine returns it: id as a string, payload, score (searches), vector (if asked)."""
+
+    id: str
+    payload: dict
+    score: float | None = None
+    vector: list[float] | None = None
+
+
+def _hit(point: Any, score: float | None = None) -> Hit:
+    vector = point.vector
+    if isinstance(vector, dict):  # named vectors: ours is the default one
+        vector = vector.get("")
+    return Hit(str(point.id), dict(point.payload or {}), score, list(vector) if vector is not None else None)
+
+
+# ------------------------------------------------------------------ filters
+
+
+def _condition(key: str, value: Any) -> Any | None:
+    """One ``key: value`` pair of a mem0 filter as an Edge condition; None for the wildcard ``*``."""
+    if not isinstance(value, Mapping):
+        if value == "*":
+            return None  # any value (mem0 insists on an agent_id key; "*" means no restriction)
+        if isinstance(value, list):
+            return qe.FieldCondition(key=key, match=qe.MatchAny(list(value)))
+        return qe.FieldCondition(key=key, match=qe.MatchValue(value))
+    ops = set(value)
+    ranges = ops & set(_RANGE_OPS)
+    if ranges:
+        if ops - ranges:
+            raise ValueError(f"filter on {key!r}: range operators cannot be mixed with {sorted(ops - ranges)}")
+        bounds = {op: value[op] for op in _RANGE_OPS if op in value}
+        if all(isinstance(v, str) and _ISO_DATETIME.match(v) for v in bounds.values()):
+            return qe.FieldCondition(key=key, range=qe.RangeDateTime(**bounds))
+        try:
+            return qe.FieldCondition(key=key, range=qe.RangeFloat(**{k: float(v) for k, v in bounds.items()}))
+        except (TypeError, ValueError):
+            raise ValueError(f"filter on {key!r}: range bounds must be numbers or ISO dates") from None
+    if len(ops) != 1:
+        raise ValueError(f"filter on {key!r}: one operator per condition, got {sorted(ops)}")
+    ((op, operand),) = value.items()
+    if op == "eq":
+        return qe.FieldCondition(key=key, match=qe.MatchValue(operand))
+    if op == "ne":
+        return qe.FieldCondition(key=key, match=qe.MatchExcept([operand]))
+    if op == "in":
+        return qe.FieldCondition(key=key, match=qe.MatchAny(list(operand)))
+    if op == "nin":
+        return qe.FieldCondition(key=key, match=qe.MatchExcept(list(operand)))
+    if op in ("contains", "icontains"):
+        return qe.FieldCondition(key=key, match=qe.MatchText(str(operand)))
+    raise ValueError(f"filter on {key!r}: unsupported operator {op!r}")
+
+
+def to_filter(filters: Mapping[str, Any] | None) -> qe.Filter | None:
+    """mem0's filter dictionary as an Edge ``Filter``: keys AND-ed, ``AND``/``OR``/``NOT`` lists nested.
+
+    ``$and``/``$or``/``$not`` (mem0's processed spelling) mean the same; None when nothing restricts.
+    """
+    if not filters:
+        return None
+    must: list = []
+    should: list = []
+    must_not: list = []
+    seen: set[str] = set()
+    for key, value in filters.items():
+        logical = {"$and": "AND", "$or": "OR", "$not": "NOT"}.get(key, key)
+        if logical in seen:
+            continue  # mem0 may carry both spellings of one clause
+        seen.add(logical)
+        if logical in ("AND", "OR", "NOT"):
+            if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+                raise ValueError(f"{logical} takes a list of filter dictionaries, not {value!r}")
+            target = {"AND": must, "OR": should, "NOT": must_not}[logical]
+            target.extend(f for f in (to_filter(sub) for sub in value) if f is not None)
+            continue
+        condition = _condition(key, value)
+        if condition is not None:
+            must.append(condition)
+    if not (must or should or must_not):
+        return None
+    return qe.Filter(must=must or None, should=should or None, must_not=must_not or None)
+
+
+# ------------------------------------------------------------------ the collection
+
+
+class EdgeCollection:
+    """One Edge shard at ``path`` holding ``dim``-dimensional cosine vectors; created when absent.
+
+    Not opened twice: a lock file (``<path>.lock``, flock) is held while it is open.
+    """
+
+    def __init__(self, path: Path, dim: int, min_free: int = MIN_FREE_BYTES) -> None:
+        self.path = Path(path)
+        self.dim = dim
+        self.min_free = min_free
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock_fd = os.open(str(self.path) + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise EdgeLockedError(f"the embedded store at {self.path} is open in another process or handle") from None
+        try:
+            self._shard = self._open()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _open(self) -> qe.EdgeShard:
+        if (self.path / "edge_config.json").is_file():
+            stored = stored_dim(self.path)
+            if stored is not None and stored != self.dim:
+                raise ValueError(f"the shard at {self.path} holds {stored}-dimensional vectors, not {self.dim}")
+            _check_room(self.path, self.min_free)
+            return _engine(lambda: qe.EdgeShard.load(str(self.path)))
+        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine))
+        _check_room(self.path.parent, self.min_free + WAL_SEGMENT_BYTES)
+        return _engine(lambda: qe.EdgeShard.create(str(self.path), config))
+
+    # writes -----------------------------------------------------------------
+
+    def upsert(self, points: Iterable[tuple[str, Sequence[float], Mapping]]) -> None:
+        """Insert or replace points (id, vector, payload) in one update (one WAL record)."""
+        batch = [qe.Point(_point_id(pid), [float(x) for x in vector], dict(payload)) for pid, vector, payload in points]
+        if batch:
+            self._write(lambda: self._live().update(qe.UpdateOperation.upsert_points(batch)))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        if ids:
+            targets = [_point_id(i) for i in ids]
+            self._write(lambda: self._live().update(qe.UpdateOperation.delete_points(targets)))
+
+    def delete_where(self, filters: Mapping[str, Any]) -> None:
+        flt = to_filter(filters)
+        if flt is None:
+            raise ValueError("delete_where needs a filter (an empty one would delete everything)")
+        self._write(lambda: self._live().update(qe.UpdateOperation.delete_points_by_filter(flt)))
+
+    def set_payload(self, point_id: str, payload: Mapping) -> None:
+        """Merge ``payload`` into the point's payload (other keys kept)."""
+        pid = _point_id(point_id)
+        self._write(lambda: self._live().update(qe.UpdateOperation.set_payload([pid], dict(payload))))
+
+    def replace_payload(self, point_id: str, payload: Mapping) -> None:
+        pid = _point_id(point_id)
+        self._write(lambda: self._live().update(qe.UpdateOperation.overwrite_payload([pid], dict(payload))))
+
+    def set_vector(self, point_id: str, vector: Sequence[float]) -> None:
+        pv = qe.PointVectors(_point_id(point_id), [float(x) for x in vector])
+        self._write(lambda: self._live().update(qe.UpdateOperation.update_vectors([pv])))
+
+    def ensure_index(self, field: str, kind: str) -> None:
+        """A payload index on ``field`` (``keyword`` or ``float``); nothing when it is already there."""
+        if field in self.indexes():
+            return
+        schema = _SCHEMAS[kind]
+        self._write(lambda: self._live().update(qe.UpdateOperation.create_field_index(field, schema)))
+
+    # reads ------------------------------------------------------------------
+
+    def retrieve(
+        self, ids: Sequence[str], with_payload: bool | list[str] = True, with_vector: bool = False
+    ) -> list[Hit]:
+        if not ids:
+            return []
+        targets = [_point_id(i) for i in ids]
+        return [_hit(p) for p in _engine(lambda: self._live().retrieve(targets, with_payload, with_vector))]
+
+    def search(
+        self, vector: Sequence[float], limit: int, filters: Mapping[str, Any] | None = None, exact: bool = False
+    ) -> list[Hit]:
+        """The ``limit`` nearest points (cosine similarity as the score, highest first) that match ``filters``."""
+        request = qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest([float(x) for x in vector]),
+            filter=to_filter(filters),
+            with_payload=True,
+            params=qe.SearchParams(exact=True) if exact else None,
+        )
+        return [_hit(p, p.score) for p in _engine(lambda: self._live().query(request))]
+
+    def scroll(
+        self,
+        filters: Mapping[str, Any] | None = None,
+        limit: int = 256,
+        offset: str | None = None,
+        with_payload: bool | list[str] = True,
+        with_vector: bool = False,
+    ) -> tuple[list[Hit], str | None]:
+        """One page in id order from ``offset`` (inclusive), and the id the next page starts at (None: done)."""
+        request = qe.ScrollRequest(
+            offset=_point_id(offset) if offset else None,
+            limit=limit,
+            filter=to_filter(filters),
+            with_payload=with_payload,
+            with_vector=with_vector,
+        )
+        records, next_offset = _engine(lambda: self._live().scroll(request))
+        return [_hit(r) for r in records], (str(next_offset) if next_offset is not None else None)
+
+    def count(self, filters: Mapping[str, Any] | None = None) -> int:
+        request = qe.CountRequest(exact=True, filter=to_filter(filters))
+        return int(_engine(lambda: self._live().count(request)))
+
+    def indexes(self) -> dict[str, str]:
+        """The payload indexes: field → ``keyword`` / ``float`` / the engine's name for other kinds."""
+        schema = _engine(lambda: self._live().info().payload_schema)
+        names = {v: k for k, v in _SCHEMAS.items()}
+        return {field: names.get(info.data_type, str(info.data_type)) for field, info in schema.items()}
+
+    def info(self) -> dict:
+        info = _engine(lambda: self._live().info())
+        return {
+            "points": info.points_count,
+            "segments": info.segments_count,
+            "indexed_vectors": info.indexed_vectors_count,
+        }
+
+    # upkeep -----------------------------------------------------------------
+
+    def optimize(self) -> bool:
+        """Build the HNSW index and merge segments; blocks until done.  True when anything changed."""
+        return bool(self._write(lambda: self._live().optimize(), extra=_disk_usage(self.path / "segments")))
+
+    def flush(self) -> None:
+        """Everything written so far onto the segment files (the WAL already has it)."""
+        _engine(lambda: self._live().flush())
+
+    def close(self) -> None:
+        """Flush and release the shard and its lock; a second close does nothing."""
+        if self._shard is None:
+            return
+        try:
+            _engine(lambda: self._shard.flush())
+            _engine(lambda: self._shard.close())
+        finally:
+            self._shard = None
+            os.close(self._lock_fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._shard is None
+
+    def _write(self, call, extra: int = 0):
+        """``call`` when the file system has room for it (see the module's note on SIGBUS), else ENOSPC."""
+        _check_room(self.path, self.min_free + extra)
+        return _engine(call)
+
+    def _live(self) -> qe.EdgeShard:
+        if self._shard is None:
+            raise EdgeError(f"the shard at {self.path} is closed")
+        return self._shard
+
+
+def stored_dim(path: Path) -> int | None:
+    """The vector size a shard directory was created with (from its config file), None if unreadable."""
+    try:
+        config = json.loads((Path(path) / "edge_config.json").read_text())
+        vectors = config.get("vectors") or {}
+        params = vectors.get("") if isinstance(vectors, dict) and "" in vectors else vectors
+        return int(params["size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _check_room(path: Path, wanted: int) -> None:
+    """OSError (ENOSPC/EROFS, naming ``path``) unless its file system has ``wanted`` bytes + the WAL's debt free."""
+    try:
+        st = os.statvfs(path)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    if st.f_flag & os.ST_RDONLY:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+    debt = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(Path(path) / "wal"):
+            info = entry.stat(follow_symlinks=False)
+            debt += max(0, info.st_size - info.st_blocks * 512)
+    if st.f_bavail * st.f_frsize < wanted + debt:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+def _disk_usage(path: Path) -> int:
+    """Bytes the files under ``path`` occupy on disk (sparse files count what they hold)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+def _point_id(value: str | uuid.UUID) -> str:
+    """Point ids are UUIDs here (mem0's and ours); anything else is refused before the engine sees it."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise ValueError(f"not a point id (a UUID): {value!r}") from None
+
+
+def _engine(call):
+    """Run an engine call; its bare ``Exception``s become :class:`EdgeError` (ValueError/TypeError kept)."""
+    try:
+        return call()
+    except (ValueError, TypeError, EdgeError):
+        raise
+    except Exception as exc:
+        if str(exc).startswith("Vector dimension error"):
+            raise ValueError(str(exc)) from None
+        raise EdgeError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from exc
