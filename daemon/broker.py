@@ -70,6 +70,7 @@ from layers.conversation.store import (
     StoreUnavailableError,
     describe_error,
 )
+from layers.conversation.tombstones import Tombstones
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -265,6 +266,7 @@ class Broker:
         self.registry = RegistryCache(config.paths.registry)
         self.audit = audit_log(config)
         self.queue = WriteQueue(config.paths.state_dir / "conversation" / "queue.sqlite")
+        self.tombstones = Tombstones(config.paths.state_dir / "conversation" / "deleted.sqlite")
         self._open_queue()  # a full disk leaves it closed: writes then go to the store or get 507
         self.breaker = Breaker(c.probe_interval_s)
         self.deadline_s = store_deadline(config)
@@ -316,6 +318,7 @@ class Broker:
         if self._prober.is_alive():
             return False  # it still holds the queue; the process exit closes it
         self.queue.close()
+        self.tombstones.close()
         return not self._worker.alive
 
     def reconfigure(self, config: Config) -> list[str]:
@@ -416,19 +419,7 @@ class Broker:
         infer: bool | None = None,
         write_id: str | None = None,
     ) -> dict:
-        text = text.strip()
-        if not text:
-            raise PolicyError("nothing to remember: the text is empty")
-        if len(text) > MAX_TEXT_CHARS:
-            raise PolicyError(f"the text is {len(text)} characters; a memory holds at most {MAX_TEXT_CHARS}")
-        findings = self.guard().scan_text(text)
-        if findings:
-            kinds = sorted({f.kind for f in findings})
-            self.audit.record("secret_refused", agent=agent, kinds=kinds)
-            raise SecretRefusedError(
-                f"refused: the text matches never_store pattern(s) {', '.join(kinds)}; "
-                "remove the secret (store where it is kept, not the secret itself)"
-            )
+        text = self._checked_text(agent, text)
         try:
             placement = place(self.registry.current(), agent, text, visibility, project)
         except ForbiddenError as exc:
@@ -619,21 +610,138 @@ class Broker:
         return memory
 
     def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict:
-        memory = self._fetch(memory_id)
-        if memory is None:
-            raise LookupError(f"no memory {memory_id}")
-        if not admin and memory.get("agent_id") != agent:
-            self._denied("delete_denied", agent, memory)
-            if may_read(self.registry.current(), agent, memory):
-                raise ForbiddenError(
-                    f"memory {memory_id} belongs to {memory.get('agent_id')}; only its owner deletes it"
-                )
-            raise LookupError(f"no memory {memory_id}")
+        """Delete one of ``agent``'s own memories; while the store is down refused (503), never queued."""
+        memory = self._owned(agent, memory_id, admin, "delete")
         try:
             self._call("delete", lambda: self.store.delete(memory_id))
         except _StoreDown as exc:
-            raise ConversationUnavailableError(str(exc)) from None
+            raise ConversationUnavailableError(_not_changed(exc)) from None
+        self._deleted(agent, memory)
         return {"deleted": memory_id}
+
+    def _deleted(self, agent: str, memory: dict) -> None:
+        """After a delete: its owner kept for its history (see layers/conversation/tombstones.py), audited."""
+        self.tombstones.record(memory, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        self.audit.record("memory_deleted", agent=agent, memory_id=memory.get("id"), owner=memory.get("agent_id"))
+
+    def _owned(self, agent: str, memory_id: str, admin: bool, what: str) -> dict:
+        """The memory, when ``agent`` owns it; 403 when the agent may read it but not change it, else 404."""
+        try:
+            memory = self._fetch(memory_id)
+        except ConversationUnavailableError as exc:
+            raise ConversationUnavailableError(_not_changed(exc)) from None
+        if memory is None:
+            raise LookupError(f"no memory {memory_id}")
+        if not admin and memory.get("agent_id") != agent:
+            self._denied(f"{what}_denied", agent, memory)
+            if may_read(self.registry.current(), agent, memory):
+                owner = memory.get("agent_id")
+                raise ForbiddenError(f"memory {memory_id} belongs to {owner}; only its owner may {what} it")
+            raise LookupError(f"no memory {memory_id}")
+        return memory
+
+    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None, admin: bool = False) -> dict:
+        """Replace the text of one of ``agent``'s own memories (mem0's ``update``).
+
+        The memory keeps its id, owner, placement, type and created_at; it is
+        re-embedded, gets updated_at and an UPDATE event in its history, and the
+        change is audited.  The same checks as ``add`` apply to the new text
+        (empty, too long, secrets).  While the store is down an update is refused
+        with 503 and nothing changes (it is never queued: whose the memory is,
+        and what it says now, can only be read from the store).
+        """
+        text = self._checked_text(agent, text)
+        memory = self._owned(agent, memory_id, admin, "update")
+        expiration = None
+        if expires is not None:
+            now = datetime.now(timezone.utc)
+            life = lifetime(memory.get("memory_type") or DEFAULT_TYPE, self.retention, now, expires)
+            expiration = (life.expiration_date, life.expires_at)
+        try:
+            self._call("update", lambda: self.store.update(memory_id, text, expiration))
+        except _StoreDown as exc:
+            raise ConversationUnavailableError(_not_changed(exc)) from None
+        self.audit.record("memory_updated", agent=agent, memory_id=memory_id, owner=memory.get("agent_id"))
+        updated = self._fetch(memory_id) or {**memory, "memory": text}
+        return {**updated, "event": "UPDATE", "previous_memory": memory.get("memory")}
+
+    def history(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        """mem0's ADD/UPDATE/DELETE events of a memory the caller may read (or could, before it was deleted)."""
+        memory = self._fetch(memory_id)
+        if memory is None:
+            memory = self.tombstones.lookup(memory_id) if _is_uuid(memory_id) else None
+        if memory is None:
+            raise LookupError(f"no memory {memory_id}")
+        if not admin and not may_read(self.registry.current(), agent, memory):
+            self._denied("history_denied", agent, memory)
+            raise LookupError(f"no memory {memory_id}")
+        try:
+            events = self._call("history", lambda: self.store.history(memory_id))
+        except _StoreDown as exc:
+            raise ConversationUnavailableError(str(exc)) from None
+        return {"memory_id": memory_id, "results": events}
+
+    def delete_all(
+        self,
+        agent: str,
+        *,
+        memory_type: str | None = None,
+        visibility: str | None = None,
+        project: str | None = None,
+        dry_run: bool = False,
+    ) -> dict:
+        """Delete every one of ``agent``'s own memories that match the filter (never another agent's).
+
+        Each goes through mem0's delete, so each gets its DELETE event.  While
+        the store is down this is refused (503) and nothing is deleted; stopped
+        half-way by an outage, the answer says how many went first and running
+        it again deletes the rest.
+        """
+        selection = Selection(agent=agent, visibility=visibility, project=project, memory_type=memory_type)
+        deleted: list[str] = []
+        cursor: str | None = None
+        while True:
+            try:
+                page, cursor = self._call(
+                    "delete_all", lambda c=None if not dry_run else cursor: self.store.scan(selection, 256, c)
+                )
+            except _StoreDown as exc:
+                raise ConversationUnavailableError(_not_changed(exc, len(deleted))) from None
+            mine = [m for m in page if m.get("agent_id") == agent]  # the filter already did; checked again
+            if dry_run:
+                deleted += [m["id"] for m in mine]
+                if not cursor:
+                    break
+                continue
+            if not mine:
+                break
+            for memory in mine:
+                try:
+                    self._call("delete", lambda i=memory["id"]: self.store.delete(i))
+                except _StoreDown as exc:
+                    raise ConversationUnavailableError(_not_changed(exc, len(deleted))) from None
+                self._deleted(agent, memory)
+                deleted.append(memory["id"])
+            if len(mine) < len(page):  # a filter the store did not apply: never loop on what is left
+                break
+        return {"deleted": len(deleted), "ids": deleted, "dry_run": dry_run}
+
+    def _checked_text(self, agent: str, text: str) -> str:
+        """A memory's text as add and update accept it: stripped, not empty, not too long, no secret."""
+        text = text.strip()
+        if not text:
+            raise PolicyError("nothing to remember: the text is empty")
+        if len(text) > MAX_TEXT_CHARS:
+            raise PolicyError(f"the text is {len(text)} characters; a memory holds at most {MAX_TEXT_CHARS}")
+        findings = self.guard().scan_text(text)
+        if findings:
+            kinds = sorted({f.kind for f in findings})
+            self.audit.record("secret_refused", agent=agent, kinds=kinds)
+            raise SecretRefusedError(
+                f"refused: the text matches never_store pattern(s) {', '.join(kinds)}; "
+                "remove the secret (store where it is kept, not the secret itself)"
+            )
+        return text
 
     def _denied(self, event: str, agent: str, memory: dict) -> None:
         self.audit.record(
@@ -935,6 +1043,20 @@ class Broker:
             "registry_error": self.registry.error,
             "tailscale": self.tailscale,
         }
+
+
+def _not_changed(exc: Exception, done: int = 0) -> str:
+    """Why a change was refused while the store is down, and that it was not queued."""
+    first = f"{done} deleted before the store stopped answering; " if done else ""
+    return f"{exc}; {first}nothing (more) was changed and nothing was queued: try again once the store is back"
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _seconds(seconds: float) -> str:

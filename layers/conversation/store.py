@@ -165,6 +165,7 @@ def memory_view(memory_id: str, payload: dict, score: float | None = None) -> di
         "project_id": payload.get("project_id"),
         "memory_type": payload.get("memory_type"),
         "created_at": payload.get("created_at"),
+        "updated_at": payload.get("updated_at"),
         "expiration_date": payload.get("expiration_date"),
         "expires_at": payload.get(EXPIRY_FIELD),
         "hash": payload.get("hash"),
@@ -572,6 +573,26 @@ class ConversationStore:
         client = self._client_only()
         with _translate_errors("delete"):
             client.delete(self.settings.collection, points_selector=models.PointIdsList(points=ids), wait=True)
+
+    # ------------------------------------------------------------ update, history (issue 14)
+
+    def update(self, memory_id: str, text: str, expiration: tuple[str, float] | None = None) -> None:
+        """Replace a memory's text through mem0 (re-embedded, created_at kept, updated_at set, UPDATE event).
+
+        ``expiration`` (mem0's date, our epoch seconds) moves the expiry too; None leaves it as it is.
+        """
+        mem0, _ = self._require()
+        options: dict = {}
+        if expiration is not None:
+            options = {"metadata": {EXPIRY_FIELD: expiration[1]}, "expiration_date": expiration[0]}
+        with _translate_errors("update"):
+            mem0.update(memory_id, text=text, **options)
+
+    def history(self, memory_id: str) -> list[dict]:
+        """mem0's history of one memory: its ADD/UPDATE/DELETE events, oldest first."""
+        mem0, _ = self._require()
+        with _translate_errors("history"):
+            return list(mem0.history(memory_id))
 
 
 META_FILE = "meta.json"  # qdrant-client local mode: the collections' configuration
