@@ -337,6 +337,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
             expires=body.get("expires"),
             infer=_flag(body.get("infer")),
             write_id=body.get("write_id"),
+            role=_str_arg(body, "role"),
         )
 
     def require_admin(request: Request) -> None:

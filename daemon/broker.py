@@ -418,8 +418,11 @@ class Broker:
         expires: str | None = None,
         infer: bool | None = None,
         write_id: str | None = None,
+        role: str | None = None,
     ) -> dict:
         text = self._checked_text(agent, text)
+        if role not in (None, "user", "assistant"):
+            raise PolicyError(f"role must be user or assistant, not {role!r}")
         try:
             placement = place(self.registry.current(), agent, text, visibility, project)
         except ForbiddenError as exc:
@@ -444,6 +447,7 @@ class Broker:
             expiration_date=life.expiration_date,
             expires_at=life.expires_at,
             infer=infer,
+            role=role or "user",
         )
         answer = {
             "write_id": record.write_id,

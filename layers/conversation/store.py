@@ -94,6 +94,7 @@ class NewMemory:
     expiration_date: str | None
     expires_at: float | None
     infer: bool = False
+    role: str = "user"  # whose words: a conversation's assistant turns are stored as such (mem0's ``role``)
 
     def metadata(self) -> dict:
         meta = {
@@ -140,7 +141,7 @@ def mem0_payload(memory: NewMemory) -> dict:
     expiration = _normalize_expiration_date(memory.expiration_date)
     if expiration is not None:
         payload["expiration_date"] = expiration
-    payload["role"] = "user"  # add() turns a text into one user message
+    payload["role"] = memory.role  # add() turns a text into one message of this role
     payload["data"] = memory.text
     payload["hash"] = hashlib.md5(memory.text.encode()).hexdigest()
     payload["updated_at"] = payload["created_at"]
@@ -169,6 +170,7 @@ def memory_view(memory_id: str, payload: dict, score: float | None = None) -> di
         "expiration_date": payload.get("expiration_date"),
         "expires_at": payload.get(EXPIRY_FIELD),
         "hash": payload.get("hash"),
+        "role": payload.get("role"),
         "write_id": payload.get("write_id"),
         "score": None if score is None else round(float(score), 4),
         "source": "conversation",
@@ -316,7 +318,7 @@ class ConversationStore:
         mem0, _ = self._require()
         with _translate_errors("add"):
             result = mem0.add(
-                memory.text,
+                memory.text if memory.role == "user" else {"role": memory.role, "content": memory.text},
                 agent_id=memory.agent_id,
                 metadata=memory.metadata(),
                 expiration_date=memory.expiration_date,
