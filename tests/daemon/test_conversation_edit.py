@@ -126,3 +126,36 @@ def test_changes_while_the_store_is_down_are_refused_never_queued(tmp_path, daem
             a.update("a", some_id, "新的")
         assert "nothing was queued" in str(down.value)
     assert daemon.status()["conversation"]["queue"]["depth"] == 0
+
+
+def test_cli_get_list_update_delete_history_with_json(cluster):  # noqa: F811
+    import json
+
+    from tests.helpers import run_cli
+
+    config = cluster.root / "memstrata.yaml"
+
+    def cli(*args: str, check: bool = True):
+        return run_cli(*args, "--agent", "a", config=config, check=check)
+
+    def as_json(*args: str):
+        return json.loads(cli(*args, "--json").stdout)
+
+    added = as_json("add", "CLI 写入的记忆", "--type", "lesson", "--visibility", "private")
+    memory_id = added["results"][0]["id"]
+    assert as_json("get", memory_id)["memory"] == "CLI 写入的记忆"
+    listed = as_json("list", "--type", "lesson")
+    assert [r["id"] for r in listed["results"]] == [memory_id]
+    assert as_json("list", "--type", "session")["results"] == []
+    assert as_json("update", memory_id, "CLI 改过的记忆")["memory"] == "CLI 改过的记忆"
+    past = cli("update", memory_id, "x", "--expires", "2020-01-01", check=False)
+    assert past.returncode == 1 and "in the past" in past.stderr
+    assert [e["event"] for e in as_json("history", "--memory", memory_id)["results"]] == ["ADD", "UPDATE"]
+    assert "UPDATE  CLI 改过的记忆" in cli("history", "--memory", memory_id).stdout
+    assert as_json("delete", "--all", "--type", "lesson", "--dry-run")["ids"] == [memory_id]
+    assert as_json("delete", memory_id) == {"deleted": memory_id}
+    missing = cli("get", memory_id, check=False)
+    assert missing.returncode == 1 and "no memory" in missing.stderr
+    neither = cli("delete", check=False)
+    assert neither.returncode == 2 and "--all" in neither.stderr
+    assert as_json("delete", "--all")["deleted"] == 0
