@@ -262,6 +262,7 @@ class Broker:
         self.embedder_ready = embedder_ready  # "" when the embedder can work, else why not
         self.on_change = on_change
         self.retention = dict(c.retention_days)
+        self.dedup = c.dedup
         self.llm_configured = c.llm is not None
         self.registry = RegistryCache(config.paths.registry)
         self.audit = audit_log(config)
@@ -338,11 +339,12 @@ class Broker:
         settings = store_settings(config)  # may raise: the running store is then kept
         changed = [
             f"conversation.{name}"
-            for name in ("retention_days", "probe_interval_s", "probe_timeout_s")
+            for name in ("retention_days", "probe_interval_s", "probe_timeout_s", "dedup")
             if getattr(new, name) != getattr(old, name)
         ]
         self.config = config
         self.retention = dict(new.retention_days)
+        self.dedup = new.dedup
         self.breaker.probe_interval_s = new.probe_interval_s
         self.probe_timeout_s = new.probe_timeout_s
         self.deadline_s = store_deadline(config)
@@ -558,7 +560,47 @@ class Broker:
             existing = self.store.find_write(record.write_id)
             if existing:
                 return [{"id": i, "event": "EXISTS"} for i in existing]
+        if not record.infer and self.dedup.enabled:
+            merged = self._dedup(record)
+            if merged is not None:
+                return merged
         return self.store.add(record)
+
+    def _dedup(self, record: NewMemory) -> list[dict] | None:
+        """On the store thread: the answer when ``record`` restates a memory already in its scope, else None.
+
+        Same owner, visibility, project and type only (another type has another lifetime).  The
+        same text up to whitespace and case: nothing is written, the existing id comes back with
+        event NOOP.  When ``conversation.dedup.near_threshold`` is set (it is not by default: see
+        DedupConfig for why), a passage cosine at or above it: the existing memory takes the new
+        text (mem0's update: an UPDATE event in its history), the newest wording being the one kept.
+        Replayed (queued) writes skip this: they are written once each by write_id, as queued.
+        """
+        candidates = [
+            (m, score) for m, score in self.store.nearest(record) if m.get("memory_type") == record.memory_type
+        ]
+        if not candidates:
+            return None
+        wanted = _normalised(record.text)
+        for memory, score in candidates:
+            if _normalised(memory["memory"]) == wanted:
+                return [{"id": memory["id"], "event": "NOOP", "memory": memory["memory"], "score": round(score, 4)}]
+        memory, score = candidates[0]
+        if self.dedup.near_threshold is None or score < self.dedup.near_threshold:
+            return None
+        self.store.update(memory["id"], record.text)
+        self.audit.record(
+            "memory_updated", agent=record.agent_id, memory_id=memory["id"], owner=record.agent_id, by="dedup"
+        )
+        return [
+            {
+                "id": memory["id"],
+                "event": "UPDATE",
+                "memory": record.text,
+                "previous_memory": memory["memory"],
+                "score": round(score, 4),
+            }
+        ]
 
     def search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict:
         registry = self.registry.current()
@@ -1053,6 +1095,11 @@ def _not_changed(exc: Exception, done: int = 0) -> str:
     """Why a change was refused while the store is down, and that it was not queued."""
     first = f"{done} deleted before the store stopped answering; " if done else ""
     return f"{exc}; {first}nothing (more) was changed and nothing was queued: try again once the store is back"
+
+
+def _normalised(text: str) -> str:
+    """A memory's text as exact-duplicate detection compares it: whitespace collapsed, case folded."""
+    return " ".join(text.split()).casefold()
 
 
 def _is_uuid(text: str) -> bool:

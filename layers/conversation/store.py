@@ -596,6 +596,31 @@ class ConversationStore:
         with _translate_errors("history"):
             return list(mem0.history(memory_id))
 
+    # ------------------------------------------------------------ dedup on write (issue 14)
+
+    def nearest(self, memory: NewMemory, count: int = 3) -> list[tuple[dict, float]]:
+        """The stored memories closest to ``memory`` in its scope (owner, visibility, project), with cosines.
+
+        The new text is embedded as a passage, as stored memories are, so the score is passage to
+        passage (what dedup's threshold was measured on), not the query-to-passage score of a search.
+        Expired memories do not count.
+        """
+        mem0, _ = self._require()
+        filters = {"agent_id": memory.agent_id, "visibility": memory.visibility}
+        if memory.project_id:
+            filters["project_id"] = memory.project_id
+        with _translate_errors("dedup"):
+            vector = mem0.embedding_model.embed(memory.text, "add")
+            hits = mem0.vector_store.search(query=memory.text, vectors=vector, top_k=count, filters=filters)
+        now = time.time()
+        found = []
+        for hit in hits:
+            payload = hit.payload or {}
+            expires_at = payload.get(EXPIRY_FIELD)
+            if expires_at is None or expires_at >= now:
+                found.append((memory_view(hit.id, payload), float(hit.score)))
+        return found
+
 
 META_FILE = "meta.json"  # qdrant-client local mode: the collections' configuration
 META_COPY = "meta.json.last-good"  # ours: the last meta.json that opened

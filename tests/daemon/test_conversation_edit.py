@@ -159,3 +159,53 @@ def test_cli_get_list_update_delete_history_with_json(cluster):  # noqa: F811
     neither = cli("delete", check=False)
     assert neither.returncode == 2 and "--all" in neither.stderr
     assert as_json("delete", "--all")["deleted"] == 0
+
+
+def test_dedup_on_write_noop_and_scope(cluster):  # noqa: F811
+    """By default an exact duplicate (whitespace and case aside) is a NOOP; nothing near is merged."""
+    text = "部署了 Qdrant，端口 6333"
+    with cluster.client("a") as a, cluster.client("c") as c:
+        first = a.add("a", text, visibility="private", type="fact")["results"]
+        assert [r["event"] for r in first] == ["ADD"]
+        memory_id = first[0]["id"]
+        for again in (text, "  部署了 qdrant，端口   6333 "):
+            result = a.add("a", again, visibility="private", type="fact")["results"]
+            assert [(r["event"], r["id"]) for r in result] == [("NOOP", memory_id)], again
+        # e5 scores this 0.995, as it does distinct facts ("周三" / "周四"): without a threshold, kept apart
+        assert a.add("a", text + "。", visibility="private", type="fact")["results"][0]["event"] == "ADD"
+        # another scope is never merged: another type, another visibility, another agent
+        assert a.add("a", text, visibility="private", type="session")["results"][0]["event"] == "ADD"
+        assert a.add("a", text, project="infra", type="fact")["results"][0]["event"] == "ADD"
+        assert c.add("c", text, visibility="private", type="fact")["results"][0]["event"] == "ADD"
+        assert [e["event"] for e in a.history("a", memory_id)["results"]] == ["ADD"]
+        assert len(a.get_all("a")["results"]) == 4  # c's private one is not a's to see
+
+
+def _daemon_with(tmp_path, daemons, dedup: dict):
+    from daemon.client import DaemonClient
+    from tests.daemon.test_conversation import token_of, wait_reachable
+    from tests.helpers import FAST, init_root, run_cli
+
+    config = init_root(tmp_path, **FAST, conversation={"dedup": dedup})
+    run_cli("agent", "add", "a", config=config)
+    daemon = daemons(config)
+    wait_reachable(daemon)
+    return DaemonClient(daemon.socket, timeout=60, token=token_of(tmp_path, "a"))
+
+
+def test_dedup_near_threshold_updates_the_existing_memory(tmp_path, daemons):
+    with _daemon_with(tmp_path, daemons, {"near_threshold": 0.95}) as a:
+        memory_id = a.add("a", "部署了 Qdrant，端口 6333", visibility="private")["results"][0]["id"]
+        near = a.add("a", "部署了 Qdrant，端口 6333。", visibility="private")["results"]
+        assert [(r["event"], r["id"]) for r in near] == [("UPDATE", memory_id)]
+        assert near[0]["score"] >= 0.95 and near[0]["previous_memory"] == "部署了 Qdrant，端口 6333"
+        assert [e["event"] for e in a.history("a", memory_id)["results"]] == ["ADD", "UPDATE"]
+        unrelated = a.add("a", "The CI pipeline fails when the cache is cold", visibility="private")
+        assert unrelated["results"][0]["event"] == "ADD"
+        assert len(a.get_all("a")["results"]) == 2
+
+
+def test_dedup_off_stores_every_write(tmp_path, daemons):
+    with _daemon_with(tmp_path, daemons, {"enabled": False}) as a:
+        ids = {a.add("a", "同一句话", visibility="private")["results"][0]["id"] for _ in range(2)}
+        assert len(ids) == 2 and len(a.get_all("a")["results"]) == 2
