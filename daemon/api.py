@@ -337,6 +337,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
             expires=body.get("expires"),
             infer=_flag(body.get("infer")),
             write_id=body.get("write_id"),
+            role=_str_arg(body, "role"),
         )
 
     def require_admin(request: Request) -> None:
@@ -384,6 +385,41 @@ def build_app(daemon: DaemonApi) -> Starlette:
         return _conversation(daemon).delete(agent, request.path_params["memory_id"], admin=admin)
 
     @handled_with_body
+    def memory_update(request: Request, body: dict) -> dict:
+        agent = body.get("agent")
+        admin = authorize(daemon, request, agent)
+        text = body.get("text")
+        if not isinstance(text, str):
+            raise ApiError(400, "text is required (the memory's new text)")
+        unknown = sorted(set(body) - {"agent", "text", "expires"})
+        if unknown:
+            raise ApiError(400, f"unknown field(s) {', '.join(unknown)}: an update takes text and expires")
+        return _conversation(daemon).update(
+            agent, request.path_params["memory_id"], text, expires=_str_arg(body, "expires"), admin=admin
+        )
+
+    @handled
+    def memory_history(request: Request) -> dict:
+        agent = request.query_params.get("agent")
+        admin = authorize(daemon, request, agent)
+        return _conversation(daemon).history(agent, request.path_params["memory_id"], admin=admin)
+
+    @handled
+    def memory_delete_all(request: Request) -> dict:
+        q = request.query_params
+        authorize(daemon, request, q.get("agent"))  # the administrator too deletes only the named agent's
+        unknown = sorted(set(q) - {"agent", "type", "visibility", "project", "dry_run"})
+        if unknown:
+            raise ApiError(400, f"unknown parameter(s) {', '.join(unknown)}: filter by type, visibility, project")
+        return _conversation(daemon).delete_all(
+            q["agent"],
+            memory_type=q.get("type") or None,
+            visibility=q.get("visibility") or None,
+            project=q.get("project") or None,
+            dry_run=bool(_flag(q.get("dry_run"), False)),
+        )
+
+    @handled_with_body
     def reindex(request: Request, body: dict) -> dict:
         agent = body.get("agent")
         if agent is None and daemon.identify(_token_of(request)) != ADMIN:
@@ -415,7 +451,10 @@ def build_app(daemon: DaemonApi) -> Starlette:
             Route("/v1/memories/search", memory_search_post, methods=["POST"]),
             Route("/v1/memories/search", memory_search_get, methods=["GET"]),
             Route("/v1/memories/{memory_id}", memory_get, methods=["GET"]),
+            Route("/v1/memories", memory_delete_all, methods=["DELETE"]),
             Route("/v1/memories/{memory_id}", memory_delete, methods=["DELETE"]),
+            Route("/v1/memories/{memory_id}", memory_update, methods=["PUT"]),
+            Route("/v1/memories/{memory_id}/history", memory_history, methods=["GET"]),
         ],
         exception_handlers={404: not_found, **{kind: mapped for kind, _ in _STATUS_OF}},
     )

@@ -70,6 +70,7 @@ from layers.conversation.store import (
     StoreUnavailableError,
     describe_error,
 )
+from layers.conversation.tombstones import Tombstones
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -261,10 +262,12 @@ class Broker:
         self.embedder_ready = embedder_ready  # "" when the embedder can work, else why not
         self.on_change = on_change
         self.retention = dict(c.retention_days)
+        self.dedup = c.dedup
         self.llm_configured = c.llm is not None
         self.registry = RegistryCache(config.paths.registry)
         self.audit = audit_log(config)
         self.queue = WriteQueue(config.paths.state_dir / "conversation" / "queue.sqlite")
+        self.tombstones = Tombstones(config.paths.state_dir / "conversation" / "deleted.sqlite")
         self._open_queue()  # a full disk leaves it closed: writes then go to the store or get 507
         self.breaker = Breaker(c.probe_interval_s)
         self.deadline_s = store_deadline(config)
@@ -316,6 +319,7 @@ class Broker:
         if self._prober.is_alive():
             return False  # it still holds the queue; the process exit closes it
         self.queue.close()
+        self.tombstones.close()
         return not self._worker.alive
 
     def reconfigure(self, config: Config) -> list[str]:
@@ -335,11 +339,12 @@ class Broker:
         settings = store_settings(config)  # may raise: the running store is then kept
         changed = [
             f"conversation.{name}"
-            for name in ("retention_days", "probe_interval_s", "probe_timeout_s")
+            for name in ("retention_days", "probe_interval_s", "probe_timeout_s", "dedup")
             if getattr(new, name) != getattr(old, name)
         ]
         self.config = config
         self.retention = dict(new.retention_days)
+        self.dedup = new.dedup
         self.breaker.probe_interval_s = new.probe_interval_s
         self.probe_timeout_s = new.probe_timeout_s
         self.deadline_s = store_deadline(config)
@@ -415,20 +420,11 @@ class Broker:
         expires: str | None = None,
         infer: bool | None = None,
         write_id: str | None = None,
+        role: str | None = None,
     ) -> dict:
-        text = text.strip()
-        if not text:
-            raise PolicyError("nothing to remember: the text is empty")
-        if len(text) > MAX_TEXT_CHARS:
-            raise PolicyError(f"the text is {len(text)} characters; a memory holds at most {MAX_TEXT_CHARS}")
-        findings = self.guard().scan_text(text)
-        if findings:
-            kinds = sorted({f.kind for f in findings})
-            self.audit.record("secret_refused", agent=agent, kinds=kinds)
-            raise SecretRefusedError(
-                f"refused: the text matches never_store pattern(s) {', '.join(kinds)}; "
-                "remove the secret (store where it is kept, not the secret itself)"
-            )
+        text = self._checked_text(agent, text)
+        if role not in (None, "user", "assistant"):
+            raise PolicyError(f"role must be user or assistant, not {role!r}")
         try:
             placement = place(self.registry.current(), agent, text, visibility, project)
         except ForbiddenError as exc:
@@ -453,6 +449,7 @@ class Broker:
             expiration_date=life.expiration_date,
             expires_at=life.expires_at,
             infer=infer,
+            role=role or "user",
         )
         answer = {
             "write_id": record.write_id,
@@ -563,7 +560,47 @@ class Broker:
             existing = self.store.find_write(record.write_id)
             if existing:
                 return [{"id": i, "event": "EXISTS"} for i in existing]
+        if not record.infer and self.dedup.enabled:
+            merged = self._dedup(record)
+            if merged is not None:
+                return merged
         return self.store.add(record)
+
+    def _dedup(self, record: NewMemory) -> list[dict] | None:
+        """On the store thread: the answer when ``record`` restates a memory already in its scope, else None.
+
+        Same owner, visibility, project and type only (another type has another lifetime).  The
+        same text up to whitespace and case: nothing is written, the existing id comes back with
+        event NOOP.  When ``conversation.dedup.near_threshold`` is set (it is not by default: see
+        DedupConfig for why), a passage cosine at or above it: the existing memory takes the new
+        text (mem0's update: an UPDATE event in its history), the newest wording being the one kept.
+        Replayed (queued) writes skip this: they are written once each by write_id, as queued.
+        """
+        candidates = [
+            (m, score) for m, score in self.store.nearest(record) if m.get("memory_type") == record.memory_type
+        ]
+        if not candidates:
+            return None
+        wanted = _normalised(record.text)
+        for memory, score in candidates:
+            if _normalised(memory["memory"]) == wanted:
+                return [{"id": memory["id"], "event": "NOOP", "memory": memory["memory"], "score": round(score, 4)}]
+        memory, score = candidates[0]
+        if self.dedup.near_threshold is None or score < self.dedup.near_threshold:
+            return None
+        self.store.update(memory["id"], record.text)
+        self.audit.record(
+            "memory_updated", agent=record.agent_id, memory_id=memory["id"], owner=record.agent_id, by="dedup"
+        )
+        return [
+            {
+                "id": memory["id"],
+                "event": "UPDATE",
+                "memory": record.text,
+                "previous_memory": memory["memory"],
+                "score": round(score, 4),
+            }
+        ]
 
     def search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict:
         registry = self.registry.current()
@@ -619,21 +656,138 @@ class Broker:
         return memory
 
     def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict:
-        memory = self._fetch(memory_id)
-        if memory is None:
-            raise LookupError(f"no memory {memory_id}")
-        if not admin and memory.get("agent_id") != agent:
-            self._denied("delete_denied", agent, memory)
-            if may_read(self.registry.current(), agent, memory):
-                raise ForbiddenError(
-                    f"memory {memory_id} belongs to {memory.get('agent_id')}; only its owner deletes it"
-                )
-            raise LookupError(f"no memory {memory_id}")
+        """Delete one of ``agent``'s own memories; while the store is down refused (503), never queued."""
+        memory = self._owned(agent, memory_id, admin, "delete")
         try:
             self._call("delete", lambda: self.store.delete(memory_id))
         except _StoreDown as exc:
-            raise ConversationUnavailableError(str(exc)) from None
+            raise ConversationUnavailableError(_not_changed(exc)) from None
+        self._deleted(agent, memory)
         return {"deleted": memory_id}
+
+    def _deleted(self, agent: str, memory: dict) -> None:
+        """After a delete: its owner kept for its history (see layers/conversation/tombstones.py), audited."""
+        self.tombstones.record(memory, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        self.audit.record("memory_deleted", agent=agent, memory_id=memory.get("id"), owner=memory.get("agent_id"))
+
+    def _owned(self, agent: str, memory_id: str, admin: bool, what: str) -> dict:
+        """The memory, when ``agent`` owns it; 403 when the agent may read it but not change it, else 404."""
+        try:
+            memory = self._fetch(memory_id)
+        except ConversationUnavailableError as exc:
+            raise ConversationUnavailableError(_not_changed(exc)) from None
+        if memory is None:
+            raise LookupError(f"no memory {memory_id}")
+        if not admin and memory.get("agent_id") != agent:
+            self._denied(f"{what}_denied", agent, memory)
+            if may_read(self.registry.current(), agent, memory):
+                owner = memory.get("agent_id")
+                raise ForbiddenError(f"memory {memory_id} belongs to {owner}; only its owner may {what} it")
+            raise LookupError(f"no memory {memory_id}")
+        return memory
+
+    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None, admin: bool = False) -> dict:
+        """Replace the text of one of ``agent``'s own memories (mem0's ``update``).
+
+        The memory keeps its id, owner, placement, type and created_at; it is
+        re-embedded, gets updated_at and an UPDATE event in its history, and the
+        change is audited.  The same checks as ``add`` apply to the new text
+        (empty, too long, secrets).  While the store is down an update is refused
+        with 503 and nothing changes (it is never queued: whose the memory is,
+        and what it says now, can only be read from the store).
+        """
+        text = self._checked_text(agent, text)
+        memory = self._owned(agent, memory_id, admin, "update")
+        expiration = None
+        if expires is not None:
+            now = datetime.now(timezone.utc)
+            life = lifetime(memory.get("memory_type") or DEFAULT_TYPE, self.retention, now, expires)
+            expiration = (life.expiration_date, life.expires_at)
+        try:
+            self._call("update", lambda: self.store.update(memory_id, text, expiration))
+        except _StoreDown as exc:
+            raise ConversationUnavailableError(_not_changed(exc)) from None
+        self.audit.record("memory_updated", agent=agent, memory_id=memory_id, owner=memory.get("agent_id"))
+        updated = self._fetch(memory_id) or {**memory, "memory": text}
+        return {**updated, "event": "UPDATE", "previous_memory": memory.get("memory")}
+
+    def history(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        """mem0's ADD/UPDATE/DELETE events of a memory the caller may read (or could, before it was deleted)."""
+        memory = self._fetch(memory_id)
+        if memory is None:
+            memory = self.tombstones.lookup(memory_id) if _is_uuid(memory_id) else None
+        if memory is None:
+            raise LookupError(f"no memory {memory_id}")
+        if not admin and not may_read(self.registry.current(), agent, memory):
+            self._denied("history_denied", agent, memory)
+            raise LookupError(f"no memory {memory_id}")
+        try:
+            events = self._call("history", lambda: self.store.history(memory_id))
+        except _StoreDown as exc:
+            raise ConversationUnavailableError(str(exc)) from None
+        return {"memory_id": memory_id, "results": events}
+
+    def delete_all(
+        self,
+        agent: str,
+        *,
+        memory_type: str | None = None,
+        visibility: str | None = None,
+        project: str | None = None,
+        dry_run: bool = False,
+    ) -> dict:
+        """Delete every one of ``agent``'s own memories that match the filter (never another agent's).
+
+        Each goes through mem0's delete, so each gets its DELETE event.  While
+        the store is down this is refused (503) and nothing is deleted; stopped
+        half-way by an outage, the answer says how many went first and running
+        it again deletes the rest.
+        """
+        selection = Selection(agent=agent, visibility=visibility, project=project, memory_type=memory_type)
+        deleted: list[str] = []
+        cursor: str | None = None
+        while True:
+            try:
+                page, cursor = self._call(
+                    "delete_all", lambda c=None if not dry_run else cursor: self.store.scan(selection, 256, c)
+                )
+            except _StoreDown as exc:
+                raise ConversationUnavailableError(_not_changed(exc, len(deleted))) from None
+            mine = [m for m in page if m.get("agent_id") == agent]  # the filter already did; checked again
+            if dry_run:
+                deleted += [m["id"] for m in mine]
+                if not cursor:
+                    break
+                continue
+            if not mine:
+                break
+            for memory in mine:
+                try:
+                    self._call("delete", lambda i=memory["id"]: self.store.delete(i))
+                except _StoreDown as exc:
+                    raise ConversationUnavailableError(_not_changed(exc, len(deleted))) from None
+                self._deleted(agent, memory)
+                deleted.append(memory["id"])
+            if len(mine) < len(page):  # a filter the store did not apply: never loop on what is left
+                break
+        return {"deleted": len(deleted), "ids": deleted, "dry_run": dry_run}
+
+    def _checked_text(self, agent: str, text: str) -> str:
+        """A memory's text as add and update accept it: stripped, not empty, not too long, no secret."""
+        text = text.strip()
+        if not text:
+            raise PolicyError("nothing to remember: the text is empty")
+        if len(text) > MAX_TEXT_CHARS:
+            raise PolicyError(f"the text is {len(text)} characters; a memory holds at most {MAX_TEXT_CHARS}")
+        findings = self.guard().scan_text(text)
+        if findings:
+            kinds = sorted({f.kind for f in findings})
+            self.audit.record("secret_refused", agent=agent, kinds=kinds)
+            raise SecretRefusedError(
+                f"refused: the text matches never_store pattern(s) {', '.join(kinds)}; "
+                "remove the secret (store where it is kept, not the secret itself)"
+            )
+        return text
 
     def _denied(self, event: str, agent: str, memory: dict) -> None:
         self.audit.record(
@@ -937,6 +1091,25 @@ class Broker:
             "registry_error": self.registry.error,
             "tailscale": self.tailscale,
         }
+
+
+def _not_changed(exc: Exception, done: int = 0) -> str:
+    """Why a change was refused while the store is down, and that it was not queued."""
+    first = f"{done} deleted before the store stopped answering; " if done else ""
+    return f"{exc}; {first}nothing (more) was changed and nothing was queued: try again once the store is back"
+
+
+def _normalised(text: str) -> str:
+    """A memory's text as exact-duplicate detection compares it: whitespace collapsed, case folded."""
+    return " ".join(text.split()).casefold()
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _seconds(seconds: float) -> str:

@@ -374,10 +374,23 @@ def note(ctx: click.Context, agent_id: str, text: tuple[str, ...]) -> None:
 @agent_option
 @click.argument("file", required=False)
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--memory", "memory_id", metavar="ID", help="Instead: the ADD/UPDATE/DELETE events of L4 memory ID.")
 @json_option
 @click.pass_context
-def history(ctx: click.Context, agent_id: str, file: str | None, limit: int, as_json: bool) -> None:
-    """Show the git history of the agent's memory (or of one FILE, across renames)."""
+def history(
+    ctx: click.Context, agent_id: str, file: str | None, limit: int, memory_id: str | None, as_json: bool
+) -> None:
+    """Show the git history of the agent's memory (or of one FILE, across renames).
+
+    With --memory ID: the changes of one shared conversation memory (L4) instead.
+    """
+    if memory_id:
+        from daemon.cli_conversation import print_memory_history
+
+        if file:
+            raise click.UsageError("give a FILE (L2 git history) or --memory ID (L4), not both")
+        print_memory_history(ctx, agent_id, memory_id, as_json)
+        return
     config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     rel = _workspace_file(agent_obj.workspace, file) if file else None

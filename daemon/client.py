@@ -80,6 +80,17 @@ class DaemonClient:
     def delete(self, agent: str, memory_id: str) -> dict:
         return self._request("DELETE", f"/v1/memories/{memory_id}", params={"agent": agent})
 
+    def update(self, agent: str, memory_id: str, text: str, expires: str | None = None) -> dict:
+        body = {"agent": agent, "text": text, **({"expires": expires} if expires else {})}
+        return self._request("PUT", f"/v1/memories/{memory_id}", json=body)
+
+    def history(self, agent: str, memory_id: str) -> dict:
+        return self._request("GET", f"/v1/memories/{memory_id}/history", params={"agent": agent})
+
+    def delete_all(self, agent: str, **filters: object) -> dict:
+        params = {"agent": agent, **{k: v for k, v in filters.items() if v not in (None, False)}}
+        return self._request("DELETE", "/v1/memories", params=params)
+
     def admin(self, action: str, body: dict) -> dict:
         """An administrator's maintenance request: cleanup, backup, restore."""
         return self._request("POST", f"/v1/admin/{action}", json=body)

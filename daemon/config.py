@@ -259,6 +259,25 @@ class LlmConfig(StrictModel):
     api_key_env: str = "LLM_API_KEY"
 
 
+class DedupConfig(StrictModel):
+    """Dedup on write (infer off): an exact duplicate is not stored again; optionally a near one updates it.
+
+    ``near_threshold`` is the cosine of two e5 passage vectors at or above which a new memory is
+    taken as a restatement of one already stored in the same scope (agent, visibility, project,
+    type) and replaces its text.  Measured on multilingual-e5-small (bench/bench_dedup.py):
+    exact duplicates up to whitespace and punctuation 0.995-1.000, paraphrases 0.940-0.989,
+    unrelated memories 0.701-0.901 (mean 0.774), but distinct facts in near-identical words
+    score as high as duplicates: "会议改到周三下午三点" / "…周四…" 0.995, "Qdrant 部署在 6333 端口" /
+    "…6334…" 0.993, "paging note 0: …" / "paging note 1: …" 0.973, "Alice prefers tea…" /
+    "Bob prefers tea…" 0.951.  No threshold separates those from restatements, and an UPDATE
+    overwrites a memory, so near-duplicate merging is off (null) unless configured: 0.95 merges
+    most paraphrases, 0.99 only near-verbatim ones.
+    """
+
+    enabled: bool = True
+    near_threshold: float | None = pydantic.Field(None, gt=0.0, le=1.0)
+
+
 class ConversationConfig(StrictModel):
     """L4: the shared Mem0/Qdrant memory, brokered by the daemon."""
 
@@ -272,6 +291,7 @@ class ConversationConfig(StrictModel):
     )
     probe_interval_s: float = pydantic.Field(5.0, gt=0)
     probe_timeout_s: float = pydantic.Field(1.0, gt=0)
+    dedup: DedupConfig = DedupConfig()
 
     @pydantic.field_validator("retention_days")
     @classmethod
@@ -564,6 +584,9 @@ conversation:              # L4: the shared Mem0/Qdrant memory
     collection: mem0_v4_shared
   llm: null                # {{base_url, model, api_key_env}}: lets writes use mem0's inference
   retention_days: {{session: 7, chat_summary: 30, procedure: null, task_log: 30}}
+  dedup:                   # infer off: an exact duplicate returns the existing id (NOOP)
+    enabled: true
+    near_threshold: null   # e5 cosine at which a near duplicate UPDATEs the existing memory (off: see DedupConfig)
 
 log:
   level: info

@@ -111,6 +111,9 @@ def lifetime(
             day = date.fromisoformat(expires)
         except ValueError:
             raise PolicyError(f"expires must be a date like 2026-12-31, not {expires!r}") from None
+        today = created.astimezone(timezone.utc).date()
+        if day < today:
+            raise PolicyError(f"expires {expires} is in the past (today is {today.isoformat()} UTC)")
     else:
         days = retention_for(memory_type, retention_days)
         if days is None:

@@ -112,6 +112,7 @@ class NewMemory:
     expiration_date: str | None
     expires_at: float | None
     infer: bool = False
+    role: str = "user"  # whose words: a conversation's assistant turns are stored as such (mem0's ``role``)
 
     def metadata(self) -> dict:
         meta = {
@@ -158,7 +159,7 @@ def mem0_payload(memory: NewMemory) -> dict:
     expiration = _normalize_expiration_date(memory.expiration_date)
     if expiration is not None:
         payload["expiration_date"] = expiration
-    payload["role"] = "user"  # add() turns a text into one user message
+    payload["role"] = memory.role  # add() turns a text into one message of this role
     payload["data"] = memory.text
     payload["hash"] = hashlib.md5(memory.text.encode()).hexdigest()
     payload["updated_at"] = payload["created_at"]
@@ -183,9 +184,11 @@ def memory_view(memory_id: str, payload: dict, score: float | None = None) -> di
         "project_id": payload.get("project_id"),
         "memory_type": payload.get("memory_type"),
         "created_at": payload.get("created_at"),
+        "updated_at": payload.get("updated_at"),
         "expiration_date": payload.get("expiration_date"),
         "expires_at": payload.get(EXPIRY_FIELD),
         "hash": payload.get("hash"),
+        "role": payload.get("role"),
         "write_id": payload.get("write_id"),
         "score": None if score is None else round(float(score), 4),
         "source": "conversation",
@@ -439,7 +442,7 @@ class ConversationStore:
         mem0, _ = self._require()
         with _translate_errors("add"):
             result = mem0.add(
-                memory.text,
+                memory.text if memory.role == "user" else {"role": memory.role, "content": memory.text},
                 agent_id=memory.agent_id,
                 metadata=memory.metadata(),
                 expiration_date=memory.expiration_date,
@@ -773,6 +776,51 @@ class ConversationStore:
         client = self._client_only()
         with _translate_errors("delete"):
             client.delete(self.settings.collection, points_selector=models.PointIdsList(points=ids), wait=True)
+
+    # ------------------------------------------------------------ update, history (issue 14)
+
+    def update(self, memory_id: str, text: str, expiration: tuple[str, float] | None = None) -> None:
+        """Replace a memory's text through mem0 (re-embedded, created_at kept, updated_at set, UPDATE event).
+
+        ``expiration`` (mem0's date, our epoch seconds) moves the expiry too; None leaves it as it is.
+        """
+        mem0, _ = self._require()
+        options: dict = {}
+        if expiration is not None:
+            options = {"metadata": {EXPIRY_FIELD: expiration[1]}, "expiration_date": expiration[0]}
+        with _translate_errors("update"):
+            mem0.update(memory_id, text=text, **options)
+
+    def history(self, memory_id: str) -> list[dict]:
+        """mem0's history of one memory: its ADD/UPDATE/DELETE events, oldest first."""
+        mem0, _ = self._require()
+        with _translate_errors("history"):
+            return list(mem0.history(memory_id))
+
+    # ------------------------------------------------------------ dedup on write (issue 14)
+
+    def nearest(self, memory: NewMemory, count: int = 3) -> list[tuple[dict, float]]:
+        """The stored memories closest to ``memory`` in its scope (owner, visibility, project), with cosines.
+
+        The new text is embedded as a passage, as stored memories are, so the score is passage to
+        passage (what dedup's threshold was measured on), not the query-to-passage score of a search.
+        Expired memories do not count.
+        """
+        mem0, _ = self._require()
+        filters = {"agent_id": memory.agent_id, "visibility": memory.visibility}
+        if memory.project_id:
+            filters["project_id"] = memory.project_id
+        with _translate_errors("dedup"):
+            vector = mem0.embedding_model.embed(memory.text, "add")
+            hits = mem0.vector_store.search(query=memory.text, vectors=vector, top_k=count, filters=filters)
+        now = time.time()
+        found = []
+        for hit in hits:
+            payload = hit.payload or {}
+            expires_at = payload.get(EXPIRY_FIELD)
+            if expires_at is None or expires_at >= now:
+                found.append((memory_view(hit.id, payload), float(hit.score)))
+        return found
 
 
 META_FILE = "meta.json"  # qdrant-client local mode: the collections' configuration

@@ -477,6 +477,365 @@ class Mem0Client:
         return self.request("DELETE", f"/v1/memories/{quote(memory_id, safe='')}", {"agent": agent})
 
 
+# ------------------------------------------------------------------ mem0's Memory API
+
+
+class Mem0CompatError(MemstrataError, ValueError):
+    """A mem0-style call memstrata cannot carry out as asked; a ValueError, as mem0's own refusals are."""
+
+
+_UNSET = object()
+# What memstrata reads from mem0's ``metadata`` on add, and from ``filters`` on search/get_all.
+ADD_METADATA = ("visibility", "project_id", "expiration_date", "memory_type")
+FILTER_KEYS = ("visibility", "project_id", "memory_type", "role")
+IDENTITY_KEYS = ("user_id", "agent_id")
+PROCEDURAL = "procedural_memory"  # mem0's one memory_type; memstrata's is "procedure"
+# Top-level keys of a memstrata result that mem0 keeps as its own fields; the rest go to ``metadata``.
+MEM0_FIELDS = ("id", "memory", "hash", "score", "created_at", "updated_at", "agent_id", "role", "expiration_date")
+MEMSTRATA_METADATA = ("visibility", "project_id", "memory_type", "write_id", "phase", "source", "expires_at")
+
+
+def mem0_result(view: dict, degraded: bool = False) -> dict:
+    """A memstrata memory in mem0's result shape: memstrata's own fields under ``metadata``.
+
+    The top-level copies of visibility/project_id/memory_type stay for callers written against
+    Mem0Client.  A result answered from the local index (the store down) has no id and says so.
+    """
+    item = {key: view.get(key) for key in MEM0_FIELDS}
+    metadata = {key: view[key] for key in MEMSTRATA_METADATA if view.get(key) is not None}
+    metadata["degraded"] = degraded
+    if view.get("source") == "local":
+        item["memory"] = view.get("memory") or view.get("snippet") or ""
+        metadata.update({k: view.get(k) for k in ("path", "lines", "heading")})
+    item["metadata"] = metadata
+    for key in ("visibility", "project_id", "memory_type"):
+        item[key] = view.get(key)
+    return item
+
+
+class Memory:
+    """mem0's ``Memory`` (mem0ai 2.2's public signatures) over the memstrata daemon.
+
+    Written so that an agent built on ``from mem0 import Memory`` works with only
+    its import changed.  Where memstrata differs on purpose (see SKILL.md):
+
+    - identity comes from the workspace token: ``user_id``/``agent_id`` may be
+      given, but must name this agent; another name is an error, never ignored;
+    - the daemon owns the store, embedder and LLM: ``from_config`` reads only
+      its ``memstrata`` section (agent, token, socket, workspace, config,
+      timeout) and ignores mem0's vector_store/llm/embedder settings;
+    - ``metadata`` on add carries memstrata's placement (``visibility``,
+      ``project_id``, ``expiration_date``, ``memory_type``); other keys are
+      refused (the store keeps no free-form metadata);
+    - ``infer=None`` (the default here) lets the daemon decide: on when it has
+      an LLM configured; ``reset()`` is refused (an agent may not wipe the
+      shared store; ``delete_all`` removes the agent's own memories).
+    """
+
+    def __init__(self, config: dict | None = None, *, client: Mem0Client | None = None) -> None:
+        options = dict((config or {}).get("memstrata") or {}) if isinstance(config, dict) else {}
+        unknown = sorted(set(options) - {"agent", "token", "socket", "workspace", "config", "timeout"})
+        if unknown:
+            raise Mem0CompatError(f"unknown memstrata option(s) {', '.join(unknown)} in the config")
+        self.client = client or Mem0Client.discover(
+            options.get("agent"),
+            token=options.get("token"),
+            socket_path=options.get("socket"),
+            workspace=options.get("workspace"),
+            config=options.get("config"),
+            timeout=float(options.get("timeout") or DEFAULT_TIMEOUT_S),
+        )
+
+    @classmethod
+    def from_config(cls, config_dict: dict | None = None) -> Memory:
+        return cls(config_dict or {})
+
+    # ------------------------------------------------------------ identity and arguments
+
+    @property
+    def agent(self) -> str:
+        return self.client._identity()
+
+    def _check_identity(self, **ids: object) -> None:
+        """``user_id``/``agent_id``/``run_id`` as mem0 takes them, checked against the token's agent."""
+        agent = self.agent
+        for key in IDENTITY_KEYS:
+            value = ids.get(key)
+            if value is not None and str(value).strip() != agent:
+                raise Mem0CompatError(
+                    f"{key}={value!r} names another agent: this workspace's token is agent {agent!r}, and "
+                    "memstrata takes identity from the token (drop the argument or pass your own id)"
+                )
+        if ids.get("run_id") is not None:
+            raise Mem0CompatError(
+                "run_id is not supported: memstrata scopes memories by agent, visibility and project "
+                "(a session's memories: memory_type 'session', which expires by itself)"
+            )
+
+    def _split_filters(self, filters: dict | None, ids: dict) -> dict:
+        """mem0's ``filters`` without the identity keys (checked), as simple equality/``in`` tests."""
+        wanted: dict = {}
+        for key, value in (filters or {}).items():
+            if key in (*IDENTITY_KEYS, "run_id"):
+                if ids.get(key) is None:
+                    ids[key] = value
+                elif ids[key] != value:
+                    raise Mem0CompatError(f"{key} given twice, as {ids[key]!r} and filters.{key}={value!r}")
+            elif key in FILTER_KEYS:
+                if isinstance(value, dict) and set(value) <= {"eq", "in"}:
+                    wanted[key] = set(value.get("in") or []) | ({value["eq"]} if "eq" in value else set())
+                elif isinstance(value, (str, int, float)):
+                    wanted[key] = {value}
+                else:
+                    raise Mem0CompatError(f"filters.{key}: only a value, {{'eq': v}} or {{'in': [...]}} is supported")
+            else:
+                raise Mem0CompatError(
+                    f"filters.{key} is not supported: memstrata filters on {', '.join(FILTER_KEYS)} "
+                    "(and user_id/agent_id, which must be this agent)"
+                )
+        self._check_identity(**ids)
+        return wanted
+
+    @staticmethod
+    def _matches(view: dict, wanted: dict) -> bool:
+        return all(view.get(key) in values for key, values in wanted.items())
+
+    @staticmethod
+    def _memory_type(memory_type: str | None, metadata: dict) -> str | None:
+        chosen = memory_type or metadata.get("memory_type")
+        return "procedure" if chosen == PROCEDURAL else chosen
+
+    # ------------------------------------------------------------ writing
+
+    def add(
+        self,
+        messages,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        metadata: dict | None = None,
+        timestamp=None,
+        expiration_date=None,
+        infer: bool | None = None,
+        memory_type: str | None = None,
+        prompt: str | None = None,
+    ) -> dict:
+        """A string, a message dict or a list of them; ``{"results": [{"id", "memory", "event", …}]}``.
+
+        With infer off each non-system message becomes its own memory with its
+        role (as mem0 does); with infer on the conversation goes to the daemon's
+        LLM in one request.  A write queued while the store is down has no id
+        yet: its result carries ``event: "QUEUED"`` and the ``write_id``.
+        """
+        self._check_identity(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        if timestamp is not None:
+            raise Mem0CompatError("timestamp is a mem0 platform feature; memstrata sets created_at itself")
+        if prompt is not None:
+            raise Mem0CompatError("prompt is not supported: the daemon's LLM uses mem0's own prompts")
+        metadata = dict(metadata or {})
+        unknown = sorted(set(metadata) - set(ADD_METADATA))
+        if unknown:
+            raise Mem0CompatError(
+                f"metadata key(s) {', '.join(unknown)} are not kept by memstrata; it reads {', '.join(ADD_METADATA)}"
+            )
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        elif isinstance(messages, dict):
+            messages = [messages]
+        if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in messages
+        ):
+            raise Mem0CompatError("messages must be a str, a dict or a list of dicts with role and content")
+        fields = {
+            "memory_type": self._memory_type(memory_type, metadata),
+            "visibility": metadata.get("visibility"),
+            "project": metadata.get("project_id"),
+            "expires": expiration_date or metadata.get("expiration_date"),
+        }
+        turns = [m for m in messages if m["role"] != "system"]
+        if infer is None:  # the daemon's default: on when it has an LLM
+            infer = bool((self.client.status().get("conversation") or {}).get("infer_default"))
+        if infer:
+            text = "\n".join(f"{m['role']}: {m['content']}" for m in turns)
+            return self._added([self.client.add(text, infer=True, **fields)])
+        answers = [self._add_one(m, infer, fields) for m in turns]
+        return self._added(answers)
+
+    def _add_one(self, message: dict, infer: bool | None, fields: dict) -> dict:
+        body = {
+            "agent": self.agent,
+            "text": message["content"],
+            "role": None if message["role"] == "user" else message["role"],
+            "infer": infer,
+            "type": fields["memory_type"],
+            "visibility": fields["visibility"],
+            "project": fields["project"],
+            "expires": fields["expires"],
+        }
+        answer = self.client.request("POST", "/v1/memories", body={k: v for k, v in body.items() if v is not None})
+        answer["role"] = message["role"]
+        return answer
+
+    @staticmethod
+    def _added(answers: list[dict]) -> dict:
+        results = []
+        for answer in answers:
+            meta = {k: answer.get(k) for k in ("visibility", "project_id", "memory_type", "write_id")}
+            meta.update(degraded=False, queued=bool(answer.get("queued")), infer=answer.get("infer"))
+            if answer.get("queued"):
+                results.append({"id": None, "memory": None, "event": "QUEUED", "metadata": {**meta}})
+                continue
+            for r in answer.get("results") or []:
+                item = {"id": r.get("id"), "memory": r.get("memory"), "event": r.get("event"), "metadata": meta}
+                item.update(role=answer.get("role", "user"), visibility=meta["visibility"])
+                item.update(project_id=meta["project_id"], memory_type=meta["memory_type"])
+                results.append(item)
+        return {"results": results}
+
+    def update(
+        self, memory_id: str, text: str | None = None, metadata: dict | None = None, expiration_date=_UNSET, data=None
+    ):
+        """Replace the text of one of this agent's own memories (re-embedded; created_at kept)."""
+        text = text if text is not None else data
+        meta = dict(metadata or {})
+        unknown = sorted(set(meta) - {"expiration_date"})
+        if unknown:
+            raise Mem0CompatError(
+                f"metadata key(s) {', '.join(unknown)} cannot be updated: only text and expiration_date"
+            )
+        expires = meta.get("expiration_date") if expiration_date is _UNSET else expiration_date
+        if text is None:
+            current = self.get(memory_id)
+            if current is None:
+                raise Mem0CompatError(f"Memory with id {memory_id} not found")
+            if expires is None:
+                raise Mem0CompatError("At least one of text, metadata, or expiration_date must be provided.")
+            text = current["memory"]
+        body = {"agent": self.agent, "text": text, **({"expires": expires} if expires else {})}
+        answer = self._request("PUT", f"/v1/memories/{quote(str(memory_id), safe='')}", body=body)
+        return {"message": "Memory updated successfully!", "id": answer.get("id"), "result": mem0_result(answer)}
+
+    def delete(self, memory_id: str) -> dict:
+        self._request("DELETE", f"/v1/memories/{quote(str(memory_id), safe='')}", {"agent": self.agent})
+        return {"message": "Memory deleted successfully!"}
+
+    def delete_all(self, user_id=None, agent_id=None, run_id=None, *, filters: dict | None = None) -> dict:
+        """Delete this agent's own memories (matching ``filters``: memory_type, visibility, project_id)."""
+        wanted = self._split_filters(filters, {"user_id": user_id, "agent_id": agent_id, "run_id": run_id})
+        params: dict = {"agent": self.agent}
+        for key, param in (("memory_type", "type"), ("visibility", "visibility"), ("project_id", "project")):
+            values = wanted.pop(key, None)
+            if values is not None:
+                if len(values) != 1:
+                    raise Mem0CompatError(f"delete_all filters.{key}: one value only")
+                params[param] = next(iter(values))
+        if wanted:
+            raise Mem0CompatError(f"delete_all cannot filter on {', '.join(wanted)}")
+        answer = self.client.request("DELETE", "/v1/memories", params)
+        return {"message": "Memories deleted successfully!", "deleted": answer.get("deleted"), "ids": answer.get("ids")}
+
+    def reset(self) -> None:
+        raise Mem0CompatError(
+            "reset() is refused for agents: the store is shared by every agent (delete_all() removes your own "
+            "memories; the administrator uses `memstrata cleanup`)"
+        )
+
+    # ------------------------------------------------------------ reading
+
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
+        top_k: int | None = None,
+        filters: dict | None = None,
+        threshold: float | None = None,
+        rerank: bool = False,
+        **unsupported,
+    ) -> dict:
+        """Memories this agent may read (public, its projects', its own), best first, mem0's shape."""
+        if unsupported:
+            raise Mem0CompatError(f"search() got unsupported argument(s) {', '.join(sorted(unsupported))}")
+        wanted = self._split_filters(filters, {"user_id": user_id, "agent_id": agent_id, "run_id": run_id})
+        count = top_k or limit or 20
+        answer = self.client.search(query, limit=min(100, count * 4 if wanted else count))
+        degraded = bool(answer.get("degraded"))
+        results = []
+        for view in answer.get("results") or []:
+            if wanted and not self._matches(view, wanted):
+                continue
+            score = view.get("score")
+            if threshold is not None and not degraded and score is not None and score < threshold:
+                continue
+            results.append(mem0_result(view, degraded))
+        out = {"results": results[:count]}
+        if degraded:
+            out.update(degraded=True, reason=answer.get("reason"))
+        return out
+
+    def get_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        filters: dict | None = None,
+        limit: int | None = None,
+        top_k: int | None = None,
+        **unsupported,
+    ) -> dict:
+        if unsupported:
+            raise Mem0CompatError(f"get_all() got unsupported argument(s) {', '.join(sorted(unsupported))}")
+        wanted = self._split_filters(filters, {"user_id": user_id, "agent_id": agent_id, "run_id": run_id})
+        count = top_k or limit or 20
+        results: list[dict] = []
+        cursor = None
+        while len(results) < count:
+            page = self.client.get_page(PAGE_MAX if wanted else min(count - len(results), PAGE_MAX), cursor)
+            results += [mem0_result(v) for v in page.get("results") or [] if self._matches(v, wanted)]
+            previous, cursor = cursor, page.get("next_cursor")
+            if not cursor or cursor == previous:
+                break
+        return {"results": results[:count]}
+
+    def get(self, memory_id: str) -> dict | None:
+        """One memory by id, or None (as mem0) when there is none this agent may read."""
+        try:
+            view = self.client.request("GET", f"/v1/memories/{quote(str(memory_id), safe='')}", {"agent": self.agent})
+        except RequestError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return mem0_result(view)
+
+    def history(self, memory_id: str) -> list[dict]:
+        """mem0's history of one memory: ADD/UPDATE/DELETE events, oldest first."""
+        path = f"/v1/memories/{quote(str(memory_id), safe='')}/history"
+        return self._request("GET", path, {"agent": self.agent})["results"]
+
+    def _request(self, method: str, path: str, params: dict | None = None, body: dict | None = None) -> dict:
+        """As the client's, with "no such memory" a ValueError as in mem0."""
+        try:
+            return self.client.request(method, path, params, body)
+        except RequestError as exc:
+            if exc.status == 404:
+                raise Mem0CompatError(f"Memory not found: {exc.message}") from None
+            raise
+
+    def close(self) -> None:
+        """Nothing to close: every call is one request over the socket."""
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
 # ------------------------------------------------------------------ readable output
 
 

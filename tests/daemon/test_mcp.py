@@ -25,7 +25,18 @@ from tests.helpers import FAST, REPO_ROOT, DaemonProcess, init_root, run_cli, wa
 
 pytestmark = pytest.mark.slow
 
-TOOLS = {"memory_search", "memory_add", "memory_get_all", "memory_status", "memory_core"}
+TOOLS = {
+    "memory_search",
+    "memory_add",
+    "memory_get_all",
+    "memory_get",
+    "memory_update",
+    "memory_delete",
+    "memory_history",
+    "memory_status",
+    "memory_core",
+}
+READ_ONLY = {"memory_search", "memory_get_all", "memory_get", "memory_history", "memory_status", "memory_core"}
 CALL_TIMEOUT_S = 180  # longer than the server waits for the daemon, which waits for a model load
 
 
@@ -156,7 +167,8 @@ def test_every_tool_answers_for_the_agent_the_server_was_started_for(tmp_path, d
         assert "keeper of the zebra ledger" in bundle and "agent a" in bundle
 
         status = await _call(client, "memory_status")
-        assert set(status) == {"conversation", "agent"}
+        assert set(status) == {"conversation", "agent", "permissions"}
+        assert status["permissions"] == {"projects": [], "can_write_public": False, "may_write": ["private"]}
         assert status["conversation"]["reachable"] is True
         assert status["agent"]["id"] == "a"
         assert "b-workspace" not in json.dumps(status)  # nothing of the other agents
@@ -187,6 +199,64 @@ def test_private_memory_of_one_agent_never_reaches_another(tmp_path, daemons):
 
     _with_mcp(_server(cluster, "a"), write_as_a)
     _with_mcp(_server(cluster, "b"), read_as_b)
+
+
+def test_correct_and_remove_a_memory_and_other_agents_cannot(tmp_path, daemons):
+    cluster = _cluster(tmp_path, daemons)
+    wrong = "the backup job runs at three in the morning"
+    right = "the backup job runs at four in the morning"
+    ids: dict[str, str] = {}
+
+    async def as_a(client: Client) -> None:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        for name, tool in tools.items():
+            hints = tool.annotations
+            assert hints is not None and hints.read_only_hint is (name in READ_ONLY), name
+            assert "\n" not in tool.description and "  " not in tool.description, name
+            assert tool.input_schema.get("additionalProperties") is False, name
+        assert tools["memory_delete"].annotations.destructive_hint is True
+        assert tools["memory_update"].annotations.idempotent_hint is True
+        assert "session (7 days)" in tools["memory_add"].description
+
+        added = await _remember(client, cluster, text=wrong, visibility="private")
+        memory_id = ids["a"] = (await _call(client, "memory_get_all"))["results"][0]["id"]
+        assert added["visibility"] == "private"
+        assert (await _call(client, "memory_get", memory_id=memory_id))["memory"] == wrong
+        updated = await _call(client, "memory_update", memory_id=memory_id, text=right)
+        assert updated["memory"] == right and updated["event"] == "UPDATE"
+        history = (await _call(client, "memory_history", memory_id=memory_id))["results"]
+        assert [(e["event"], e["new_memory"]) for e in history] == [("ADD", wrong), ("UPDATE", right)]
+
+        message = await _fail(client, "memory_search", query="backup", agent_id="b")
+        assert "agent_id" in message and "acts for agent 'a'" in message
+        message = await _fail(client, "memory_get_all", limit=5, user="b")
+        assert "unknown argument(s) user" in message
+        message = await _fail(client, "memory_add", text="an old fact", expires="2020-01-01")
+        assert "in the past" in message and "400" in message
+        message = await _fail(client, "memory_update", memory_id=memory_id, text=right, expires="2020-01-01")
+        assert "in the past" in message
+
+    async def as_b(client: Client) -> None:
+        memory_id = ids["a"]
+        for tool, arguments in (
+            ("memory_get", {}),
+            ("memory_history", {}),
+            ("memory_update", {"text": "b was here"}),
+            ("memory_delete", {}),
+        ):
+            message = await _fail(client, tool, memory_id=memory_id, **arguments)
+            assert "404" in message and right not in message, tool
+
+    async def a_deletes(client: Client) -> None:
+        memory_id = ids["a"]
+        assert (await _call(client, "memory_delete", memory_id=memory_id)) == {"deleted": memory_id}
+        assert "404" in await _fail(client, "memory_get", memory_id=memory_id)
+        history = (await _call(client, "memory_history", memory_id=memory_id))["results"]
+        assert [e["event"] for e in history] == ["ADD", "UPDATE", "DELETE"]
+
+    _with_mcp(_server(cluster, "a"), as_a)
+    _with_mcp(_server(cluster, "b"), as_b)
+    _with_mcp(_server(cluster, "a"), a_deletes)
 
 
 # ---------------------------------------------------------------- errors
