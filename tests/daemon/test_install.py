@@ -123,7 +123,8 @@ def test_install_writes_config_directories_units_and_skill(tree):
     assert str(tree.root) in binds.split("=", 1)[1].split()
     python_home = Path(sys.base_prefix).resolve()
     if python_home.parts[1] in ("root", "home"):
-        assert f"BindReadOnlyPaths={python_home}" in service
+        readonly = next(line for line in service.splitlines() if line.startswith("BindReadOnlyPaths="))
+        assert str(python_home) in readonly.split("=", 1)[1].split()
     backup = (tree.units / "memstrata-backup.service").read_text()
     assert f"ExecStart={sys.prefix}/bin/memstrata --config {tree.config} backup --keep 7\n" in backup
     assert not tree.cron.exists(), "timers or cron, not both"
