@@ -12,7 +12,7 @@ import click
 
 from daemon.cli import agent_option, config_of, echo_json, json_option, main
 from daemon.config import Config
-from daemon.workspaces import get_agent
+from daemon.workspaces import UnknownAgentError, get_agent
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 
 
@@ -149,11 +149,19 @@ def mcp_cmd(ctx: click.Context, agent_id: str) -> None:
     Give the agent's token in $MEMSTRATA_TOKEN when the client runs as a user
     who can read the administrator's token; otherwise the workspace's own
     .memstrata/token is used. stdout carries the protocol; logs go to stderr.
+    An agent id with no workspace is not served: the server says so in its
+    instructions and in the answer to every call, so the MCP client shows it.
     """
-    from daemon.mcp_server import build_server
+    from daemon.mcp_server import build_refusing_server, build_server
 
     config = config_of(ctx)
-    get_agent(config, agent_id)
+    try:
+        get_agent(config, agent_id)
+    except (UnknownAgentError, ValueError) as exc:
+        # said on stderr too, but served: an MCP client shows the server's answers, not its stderr
+        click.echo(f"Error: {exc}", err=True)
+        build_refusing_server(str(exc)).run("stdio")
+        raise SystemExit(1) from None
     build_server(config, agent_id).run("stdio")
 
 

@@ -144,6 +144,23 @@ def _strict_arguments(base: type, tool: str, agent_id: str) -> type:
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 
+def build_refusing_server(reason: str) -> MCPServer:
+    """A server that says why it cannot serve, for an agent id the configuration does not know.
+
+    Exiting at start leaves the reason in a log few MCP clients show; a server that starts,
+    states the problem in its instructions and answers every call with it puts the message
+    where the user of the client sees it."""
+    message = f"memstrata cannot serve this agent: {reason}. Fix the --agent argument of the MCP server's command."
+    server = MCPServer(name="memstrata", instructions=message, version=__version__)
+
+    @server.tool(annotations=READ_ONLY)
+    def memory_status() -> dict[str, Any]:
+        """Why this memstrata MCP server has no memory to offer (its agent is unknown)."""
+        raise ToolError(message)
+
+    return server
+
+
 def build_server(config: Config, agent_id: str) -> MCPServer:
     """The MCP server for ``agent_id``; raises UnknownAgentError for an agent without a workspace."""
     agent = get_agent(config, agent_id)

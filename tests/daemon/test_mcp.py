@@ -290,8 +290,20 @@ def test_without_a_daemon_l4_tools_fail_clearly_and_core_still_works(tmp_path):
     _with_mcp(_server(cluster, "b"), scenario)
 
 
-def test_unknown_agent_is_refused_before_serving(tmp_path):
-    config = init_root(tmp_path)
-    proc = run_cli("mcp", "--agent", "nobody", config=config, check=False, input="")  # EOF: never waits
+def test_unknown_agent_is_said_where_the_mcp_client_shows_it(tmp_path):
+    """It used to exit 1 at start with the reason on stderr only, which an MCP client rarely shows."""
+    cluster = _cluster(tmp_path)
+    params = _server(cluster, "a")
+    params.args[params.args.index("a")] = "nobody"
+
+    async def scenario(client: Client) -> None:
+        assert "unknown agent 'nobody'" in (client.instructions or ""), client.instructions
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["memory_status"]
+        message = await _fail(client, "memory_status")
+        assert "unknown agent 'nobody'" in message and "known agents: main, a, b" in message, message
+        assert "Traceback" not in message
+
+    _with_mcp(params, scenario)
+    proc = run_cli("mcp", "--agent", "nobody", config=cluster.config, check=False, input="")  # EOF: ends at once
     assert proc.returncode == 1
-    assert "nobody" in proc.stderr and "Traceback" not in proc.stderr
+    assert "unknown agent 'nobody'" in proc.stderr and "Traceback" not in proc.stderr
