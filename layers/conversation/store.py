@@ -203,6 +203,17 @@ def _flatten(result: dict) -> dict:
     return payload
 
 
+def _selection_fields(selection) -> dict[str, str]:
+    """The payload fields a scan's selection pins (owner, visibility, project, type), unset ones left out."""
+    fields = {
+        "agent_id": selection.agent,
+        "visibility": selection.visibility,
+        "project_id": selection.project,
+        "memory_type": selection.memory_type,
+    }
+    return {key: value for key, value in fields.items() if value}
+
+
 class ConversationStore:
     """mem0 + qdrant-client, connected lazily (a remote server may be down at start)."""
 
@@ -725,13 +736,7 @@ class ConversationStore:
                 return [], None  # nothing was ever written
         must = [
             models.FieldCondition(key=key, match=models.MatchValue(value=value))
-            for key, value in (
-                ("agent_id", selection.agent),
-                ("visibility", selection.visibility),
-                ("project_id", selection.project),
-                ("memory_type", selection.memory_type),
-            )
-            if value
+            for key, value in _selection_fields(selection).items()
         ]
         with _translate_errors("scan"):
             points, next_offset = client.scroll(
@@ -747,16 +752,7 @@ class ConversationStore:
         shard = self._edge()
         if shard is None:
             return [], None  # nothing was ever written
-        filters = {
-            key: value
-            for key, value in (
-                ("agent_id", selection.agent),
-                ("visibility", selection.visibility),
-                ("project_id", selection.project),
-                ("memory_type", selection.memory_type),
-            )
-            if value
-        }
+        filters = _selection_fields(selection)
         with _translate_errors("scan"):
             points, next_offset = shard.scroll(filters or None, limit=limit, offset=cursor or None)
         return [memory_view(p.id, p.payload) for p in points], next_offset
