@@ -64,7 +64,8 @@ run: setup
 	  printf '%s\n' "$$out" | grep -v -e '^next: ' -e '^$$'; exit $$status
 	$(BIN)/memstrata --config $(DEMO_ROOT)/memstrata.yaml run
 
-test: setup
+# system-deps again: apt packages can be gone while the virtualenv stays (a new machine, same disk)
+test: setup system-deps
 	$(BIN)/python -m pytest
 
 bench: setup
