@@ -1,6 +1,6 @@
 """Small real file systems for failure tests: a tmpfs mounted by the test and filled to the brim.
 
-Needs root (CI runs as root); tests skip when mounting is not allowed here.
+Needs root (CI runs as root); a test fails, never skips, when mounting is not allowed here.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Tmpfs:
         path.mkdir(parents=True, exist_ok=True)
         proc = _run("mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path))
         if proc.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+            pytest.fail(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
         self.mounted = True
 
     @property
@@ -80,7 +80,7 @@ def bind_readonly(path: Path) -> None:
         proc = _run(*cmd)
         if proc.returncode != 0:
             _run("umount", str(path))
-            pytest.skip(f"cannot bind-mount read-only here (needs root): {proc.stderr.strip()}")
+            pytest.fail(f"cannot bind-mount read-only here (needs root): {proc.stderr.strip()}")
 
 
 def unmount(path: Path) -> None:

@@ -6,6 +6,7 @@ doing; a release that changes any of them fails here before it reaches the store
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import uuid
 
@@ -14,6 +15,7 @@ import pytest
 
 from layers.conversation import edge
 from layers.conversation.edge import EdgeCollection, EdgeLockedError, to_filter
+from tests.failure_modes.filesystems import Tmpfs
 
 DIM = 8
 
@@ -230,33 +232,20 @@ def test_a_closed_shard_refuses_calls(tmp_path):
 
 def test_a_full_file_system_is_enospc_not_sigbus(tmp_path):
     """The engine's mmapped writes die with SIGBUS on a full disk: the free-space check must come first."""
-    import errno
-    import subprocess
-
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(mount)]).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
+    small = Tmpfs(tmp_path / "small", size="96m")
     try:
-        c = EdgeCollection(mount / "s", DIM)
+        c = EdgeCollection(small.path / "s", DIM)
         fill(c, 5)
-        filler = mount / "filler"
-        with open(filler, "wb") as fh:
-            try:
-                while True:
-                    fh.write(b"\0" * 65536)
-                    fh.flush()
-            except OSError:
-                pass
+        small.fill()
         with pytest.raises(OSError) as full:
             c.upsert([(pid(50), vec(50), {"n": 50})])
         assert full.value.errno == errno.ENOSPC
         with pytest.raises(OSError):
             c.ensure_index("n", edge.FLOAT)
         assert c.count() == 5  # reads go on
-        filler.unlink()
+        small.free()
         c.upsert([(pid(50), vec(50), {"n": 50})])
         c.close()
-        assert EdgeCollection(mount / "s", DIM).count() == 6
+        assert EdgeCollection(small.path / "s", DIM).count() == 6
     finally:
-        subprocess.run(["umount", "-l", str(mount)])
+        small.unmount()
