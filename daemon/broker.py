@@ -21,7 +21,6 @@ import contextlib
 import ipaddress
 import json
 import logging
-import os
 import queue as queue_module
 import shutil
 import subprocess
@@ -44,9 +43,17 @@ import httpx
 from daemon import maintenance
 from daemon.audit import audit_log
 from daemon.config import Config
+from daemon.errors import ConversationUnavailableError, NotStoredError, SecretRefusedError
 from daemon.guard import SecretGuard
 from daemon.storage import StorageHealth, has_room, is_storage_error
 from daemon.storage import describe as describe_storage
+from daemon.wiring import (  # noqa: F401 - the names stay importable from here
+    EMBEDDED_DEADLINE_S,
+    REMOTE_BACKSTOP_S,
+    client_timeout,
+    store_deadline,
+    store_settings,
+)
 from layers.conversation.breaker import Breaker
 from layers.conversation.cleanup import Selection
 from layers.conversation.policy import (
@@ -66,7 +73,6 @@ from layers.conversation.store import (
     NewMemory,
     StoreConfigError,
     StoreRequestError,
-    StoreSettings,
     StoreUnavailableError,
     describe_error,
 )
@@ -77,8 +83,6 @@ T = TypeVar("T")
 
 # The Qdrant client's own timeout bounds every request to a server; a caller's deadline is
 # only the backstop for a call that also waits on the embedder (a model load, L3's batch).
-REMOTE_BACKSTOP_S = 10.0
-EMBEDDED_DEADLINE_S = 60.0
 CONNECT_DEADLINE_S = 120.0  # opening the store (mem0 import, a large embedded collection) may take a while
 PING_INTERVAL_S = 30.0  # while up, how often the round-trip time is measured
 TAILSCALE_REFRESH_S = 60.0
@@ -94,18 +98,6 @@ MAINTENANCE_S = 600.0  # a backup or restore of a large store
 STORE_OPEN_WAIT_S = 60.0  # how long a backup or cleanup waits for the store to open (see wait_until_open)
 STOP_WAIT_S = 3.0  # stop()'s default wait; the daemon passes its own share of STOP_BUDGET_S
 MAX_TEXT_CHARS = 20_000
-
-
-class ConversationUnavailableError(RuntimeError):
-    """The store cannot answer and the request has no fallback; the message says why."""
-
-
-class NotStoredError(RuntimeError):
-    """A write neither the store nor the queue could keep (a full disk): nothing was kept."""
-
-
-class SecretRefusedError(ValueError):
-    """Content matched a never_store pattern; the message names the kinds, never the text."""
 
 
 class _StoreDown(Exception):
@@ -175,38 +167,6 @@ class StoreWorker:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
-
-
-def store_deadline(config: Config) -> float:
-    """How long a request waits for the store before it is answered without it."""
-    c = config.conversation
-    return c.qdrant.timeout_s + REMOTE_BACKSTOP_S if c.backend == "remote" else EMBEDDED_DEADLINE_S
-
-
-def client_timeout(config: Config) -> float:
-    """How long a client waits for the daemon: past the store deadline, so it hears "queued"/"degraded"."""
-    return store_deadline(config) + 30.0
-
-
-def store_settings(config: Config) -> StoreSettings:
-    c = config.conversation
-    api_key = None
-    if c.qdrant.api_key_env:
-        api_key = os.environ.get(c.qdrant.api_key_env) or None
-    elif c.qdrant.api_key_file:
-        api_key = Path(c.qdrant.api_key_file).expanduser().read_text(encoding="utf-8").strip() or None
-    llm = None
-    if c.llm is not None:
-        llm = {"base_url": c.llm.base_url, "model": c.llm.model, "api_key": os.environ.get(c.llm.api_key_env, "")}
-    return StoreSettings(
-        backend=c.backend,
-        data_dir=config.paths.state_dir / "conversation",
-        collection=c.qdrant.collection,
-        url=c.qdrant.url if c.backend == "remote" else None,
-        api_key=api_key,
-        timeout_s=c.qdrant.timeout_s,
-        llm=llm,
-    )
 
 
 def _local_view(result: dict) -> dict:

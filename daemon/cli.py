@@ -9,28 +9,31 @@ exit status 1; usage errors exit 2.
 from __future__ import annotations
 
 import faulthandler
-import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import click
 
-from daemon import __version__, skill
-from daemon.config import ENV_VAR, Config, demo_config_text, load_config
+from daemon import __version__, cli_conversation, cli_install, cli_local, cli_maintenance, skill
+from daemon.cli_common import agent_option, config_of, echo_json, json_option
+from daemon.errors import DaemonError
 from daemon.tokens import WORKSPACE_TOKEN, TokenStore
+from daemon.wiring import ENV_VAR, SYSTEM_CONFIG, guard_from, workspace_repo
 from daemon.workspaces import UnknownAgentError, core_of, create_workspace, discover, get_agent
 from layers import daily
-from layers.conversation import registry as project_registry
 from layers.fsutil import atomic_write, private_dirs
 from layers.ids import MAIN_AGENT, InvalidIdError, check_id
 from layers.safefs import UnsafePathError
-from layers.yamlfile import YamlFileError
 
+if TYPE_CHECKING:
+    from daemon.config import Config
+
+# A bad configuration or registry is a layers.yamlfile.YamlFileError, a ValueError (naming file, key, line).
 _USER_ERRORS = (
-    YamlFileError,
     UnknownAgentError,
     InvalidIdError,
     FileNotFoundError,
@@ -52,17 +55,6 @@ class MemstrataGroup(click.Group):
             raise click.ClickException(str(exc)) from None
 
 
-def config_of(ctx: click.Context) -> Config:
-    obj = ctx.ensure_object(dict)
-    if "config" not in obj:
-        obj["config"] = load_config(obj.get("config_path"))
-    return obj["config"]
-
-
-def _repo(config: Config, workspace: Path) -> daily.WorkspaceRepo:
-    return daily.WorkspaceRepo(workspace, (config.git.author_name, config.git.author_email), config.git.stale_lock_s)
-
-
 def _workspace_file(workspace: Path, file: str) -> str:
     """Normalise a user-given file to a workspace-relative path, refusing escapes."""
     path = Path(file)
@@ -77,21 +69,13 @@ def _workspace_file(workspace: Path, file: str) -> str:
     return rel.as_posix()
 
 
-def echo_json(data: object) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
-
-
-agent_option = click.option("--agent", "agent_id", required=True, metavar="ID", help="Agent id (main, or a spoke).")
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-
-
 @click.group(cls=MemstrataGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar=ENV_VAR,
-    help=f"Configuration file (default: ${ENV_VAR}, else /etc/memstrata/memstrata.yaml, else built-in defaults).",
+    help=f"Configuration file (default: ${ENV_VAR}, else {SYSTEM_CONFIG}, else built-in defaults).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log what commands do (the daemon logs per log.level).")
 @click.version_option(__version__, prog_name="memstrata")
@@ -124,6 +108,8 @@ def init(ctx: click.Context, root: Path) -> None:
     Every path of the written DIR/memstrata.yaml lies under DIR. Safe to run again:
     existing files are never overwritten.
     """
+    from daemon.config import demo_config_text, load_config
+
     root = root.expanduser().absolute()
     root.mkdir(parents=True, exist_ok=True)
     config_path = root / "memstrata.yaml"
@@ -178,6 +164,8 @@ def _register(
     can_write_public: bool | None = None,
     keywords: tuple[str, ...] = (),
 ) -> None:
+    from layers.conversation import registry as project_registry
+
     registry = project_registry.load_registry(config.paths.registry)
     known = agent_id in registry.data.agents
     have = registry.keywords()
@@ -256,8 +244,10 @@ def agent_token(ctx: click.Context, agent_id: str) -> None:
 @click.pass_context
 def agent_list(ctx: click.Context, as_json: bool) -> None:
     """List agents with their workspaces and projects."""
+    from layers.conversation.registry import load_registry
+
     config = config_of(ctx)
-    registry = project_registry.load_registry(config.paths.registry)
+    registry = load_registry(config.paths.registry)
     rows = [
         {"id": a.id, "workspace": str(a.workspace), "projects": sorted(registry.projects_of(a.id))}
         for a in discover(config)
@@ -285,7 +275,7 @@ def run(ctx: click.Context) -> None:
     """
     from daemon.api import SocketInUseError
     from daemon.logs import setup_logging
-    from daemon.service import DaemonError, MemoryDaemon, guard_from
+    from daemon.service import MemoryDaemon
 
     config = config_of(ctx)
     setup_logging(config.log.level, guard_from(config))
@@ -394,7 +384,7 @@ def history(
     config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     rel = _workspace_file(agent_obj.workspace, file) if file else None
-    commits = _repo(config, agent_obj.workspace).log(rel, limit)
+    commits = workspace_repo(config, agent_obj.workspace).log(rel, limit)
     if as_json:
         echo_json([{"sha": c.sha, "time": c.time, "author": c.author, "subject": c.subject} for c in commits])
         return
@@ -412,12 +402,10 @@ def history(
 @click.pass_context
 def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: bool) -> None:
     """Bring FILE back as it was at REV, as a new commit (history is never rewritten)."""
-    from daemon.service import guard_from
-
     config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     rel = _workspace_file(agent_obj.workspace, file)
-    repo = _repo(config, agent_obj.workspace)
+    repo = workspace_repo(config, agent_obj.workspace)
     guard = guard_from(config)
 
     def refuse_secrets(what: str, content: bytes) -> None:
@@ -463,6 +451,22 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
         click.echo(f"{rel} already matches {done.source[:10]}; nothing to restore")
 
 
-# The L3 commands (search, reindex, model) and the L4 ones (add, mcp) live in their own
-# modules; importing them registers them on `main`.
-from daemon import cli_conversation, cli_install, cli_local, cli_maintenance  # noqa: E402,F401
+# The L3 commands (search, reindex, model), the L4 ones (add, get, list, update, delete, mcp),
+# maintenance (cleanup, backup, restore-backup) and install/uninstall live in their own modules.
+for command in (
+    cli_local.search_cmd,
+    cli_local.reindex,
+    cli_local.model,
+    cli_conversation.add_cmd,
+    cli_conversation.mcp_cmd,
+    cli_conversation.get_cmd,
+    cli_conversation.list_cmd,
+    cli_conversation.update_cmd,
+    cli_conversation.delete_cmd,
+    cli_maintenance.cleanup_cmd,
+    cli_maintenance.backup_cmd,
+    cli_maintenance.restore_cmd,
+    cli_install.install_cmd,
+    cli_install.uninstall_cmd,
+):
+    main.add_command(command)

@@ -8,12 +8,21 @@ directory) the CLI may act for any agent; otherwise it uses the agent's token.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from daemon.cli import agent_option, config_of, echo_json, json_option, main
-from daemon.config import Config
+from daemon.cli_common import agent_option, config_of, echo_json, json_option
 from daemon.workspaces import UnknownAgentError, get_agent
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+
+if TYPE_CHECKING:
+    from daemon.config import Config
+
+
+def placement(memory: dict) -> str:
+    """Where a memory lives, as every listing shows it: ``public``, ``private`` or ``project:ID``."""
+    return memory["visibility"] + (f":{memory['project_id']}" if memory.get("project_id") else "")
 
 
 def _fail(exc: Exception) -> click.ClickException:
@@ -25,7 +34,7 @@ def _fail(exc: Exception) -> click.ClickException:
     return request_failed(exc)
 
 
-@main.command("add")
+@click.command("add")
 @click.argument("text")
 @agent_option
 @click.option("--type", "memory_type", type=click.Choice(MEMORY_TYPES), help="Memory type (default: knowledge).")
@@ -46,8 +55,8 @@ def add_cmd(ctx, text, agent_id, memory_type, visibility, project, expires, infe
     When the store is unreachable the write is queued durably and replayed,
     exactly once, when it is back: the answer then says "queued".
     """
-    from daemon.broker import client_timeout
     from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
+    from daemon.wiring import client_timeout
 
     config = config_of(ctx)
     get_agent(config, agent_id)
@@ -68,7 +77,7 @@ def add_cmd(ctx, text, agent_id, memory_type, visibility, project, expires, infe
     if as_json:
         echo_json(answer)
         return
-    where = answer["visibility"] + (f":{answer['project_id']}" if answer.get("project_id") else "")
+    where = placement(answer)
     guessed = " (inferred)" if answer.get("visibility_inferred") else ""
     expiry = f", expires after {answer['expiration_date']}" if answer.get("expiration_date") else ", never expires"
     if answer.get("queued"):
@@ -80,9 +89,9 @@ def add_cmd(ctx, text, agent_id, memory_type, visibility, project, expires, infe
 
 def search_conversation(config: Config, agent_id: str, query: str, limit: int, fallback: bool, as_json: bool) -> None:
     """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3."""
-    from daemon.broker import client_timeout
     from daemon.cli_local import local_search, print_search
     from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
+    from daemon.wiring import client_timeout
 
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
@@ -118,7 +127,7 @@ def print_conversation(answer: dict) -> None:
     if not answer["results"]:
         click.echo("no matches")
     for i, r in enumerate(answer["results"], start=1):
-        where = r["visibility"] + (f":{r['project_id']}" if r.get("project_id") else "")
+        where = placement(r)
         meta = f"{r.get('memory_type')}, by {r.get('agent_id')}, {(r.get('created_at') or '')[:10]}"
         if r.get("expiration_date"):
             meta += f", until {r['expiration_date']}"
@@ -126,7 +135,7 @@ def print_conversation(answer: dict) -> None:
         click.echo(f"   {r['memory']}")
 
 
-@main.command("mcp")
+@click.command("mcp")
 @agent_option
 @click.pass_context
 def mcp_cmd(ctx: click.Context, agent_id: str) -> None:
@@ -170,8 +179,8 @@ def mcp_cmd(ctx: click.Context, agent_id: str) -> None:
 
 def _ask(ctx: click.Context, agent_id: str, request):
     """One request to the daemon as ``agent_id``; its refusals become one clear line and exit 1."""
-    from daemon.broker import client_timeout
     from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
+    from daemon.wiring import client_timeout
 
     config = config_of(ctx)
     get_agent(config, agent_id)
@@ -183,7 +192,7 @@ def _ask(ctx: click.Context, agent_id: str, request):
 
 
 def _print_memory(i: int, r: dict) -> None:
-    where = r["visibility"] + (f":{r['project_id']}" if r.get("project_id") else "")
+    where = placement(r)
     meta = f"{r.get('memory_type')}, by {r.get('agent_id')}, {(r.get('created_at') or '')[:10]}"
     if r.get("updated_at") and r.get("updated_at") != r.get("created_at"):
         meta += f", updated {r['updated_at'][:10]}"
@@ -206,7 +215,7 @@ def filter_options(fn):
     return fn
 
 
-@main.command("get")
+@click.command("get")
 @click.argument("memory_id")
 @agent_option
 @json_option
@@ -217,7 +226,7 @@ def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
     echo_json(answer) if as_json else _print_memory(1, answer)
 
 
-@main.command("list")
+@click.command("list")
 @agent_option
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Most memories shown.")
 @click.option("--cursor", metavar="C", help="Resume where a listing ended (its next_cursor).")
@@ -240,7 +249,7 @@ def list_cmd(ctx, agent_id, limit, cursor, memory_type, visibility, project, as_
         click.echo(f"(more: --cursor {answer['next_cursor']})")
 
 
-@main.command("update")
+@click.command("update")
 @click.argument("memory_id")
 @click.argument("text")
 @agent_option
@@ -256,7 +265,7 @@ def update_cmd(ctx, memory_id, text, agent_id, expires, as_json) -> None:
     echo_json(answer) if as_json else click.echo(f"updated {answer['id']}: {answer['memory']}")
 
 
-@main.command("delete")
+@click.command("delete")
 @click.argument("memory_id", required=False)
 @agent_option
 @click.option("--all", "delete_all", is_flag=True, help="Every one of agent ID's own memories matching the filters.")

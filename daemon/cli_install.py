@@ -5,18 +5,22 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from daemon import install as installer
-from daemon.cli import echo_json, json_option, main
+from daemon.cli_common import echo_json, json_option
+from daemon.wiring import OPENCLAW_ROOT, SYSTEM_CONFIG
+
+if TYPE_CHECKING:
+    from daemon import install as installer
 
 _config_option = click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help=f"Configuration file to write or keep (default: memstrata's --config, else {installer.DEFAULT_CONFIG}).",
+    help=f"Configuration file to write or keep (default: memstrata's --config, else {SYSTEM_CONFIG}).",
 )
 _dry_run_option = click.option("--dry-run", is_flag=True, help="Print every action; change nothing.")
 # For tests and packaging: system paths (units, cron.d, state, runtime) under DIR, systemd not asked.
@@ -24,10 +28,12 @@ _destdir_option = click.option("--destdir", type=click.Path(file_okay=False, pat
 
 
 def _config_path(ctx: click.Context, given: Path | None) -> Path:
-    return given or ctx.obj.get("config_path") or installer.DEFAULT_CONFIG
+    return given or ctx.obj.get("config_path") or SYSTEM_CONFIG
 
 
 def _report(plan: installer.Plan, dry_run: bool, as_json: bool, title: str) -> None:
+    from daemon import install as installer
+
     if not as_json:
         if not plan.actions:
             click.echo(f"nothing to do: memstrata is {title} as asked")
@@ -54,12 +60,12 @@ def _need_root(destdir: Path | None, dry_run: bool) -> None:
         raise click.ClickException("run this as root (sudo): it writes /etc and system directories")
 
 
-@main.command("install")
+@click.command("install")
 @click.option(
     "--root",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help=f"OpenClaw root for a new configuration (default {installer.DEFAULT_ROOT}; an existing one names its own).",
+    help=f"OpenClaw root for a new configuration (default {OPENCLAW_ROOT}; an existing one names its own).",
 )
 @_config_option
 @click.option("--cron", is_flag=True, help="Schedule backup and cleanup with /etc/cron.d/mem0-cleanup, not timers.")
@@ -93,6 +99,8 @@ def install_cmd(
     3 files written but systemd could not be asked (systemctl missing, or systemd not
     running: units enabled for the next boot, daemon-reload and starting skipped).
     """
+    from daemon import install as installer
+
     _need_root(destdir, dry_run)
     config_path = _config_path(ctx, config_path)
     try:
@@ -102,7 +110,7 @@ def install_cmd(
     _report(plan, dry_run, as_json, "installed")
 
 
-@main.command("uninstall")
+@click.command("uninstall")
 @_config_option
 @_dry_run_option
 @json_option
@@ -120,6 +128,8 @@ def uninstall_cmd(
     the workspaces with their git history, the indexes and the registry.
     Exit status as for install.
     """
+    from daemon import install as installer
+
     _need_root(destdir, dry_run)
     plan = installer.plan_uninstall(_config_path(ctx, config_path), destdir=destdir or Path("/"))
     _report(plan, dry_run, as_json, "uninstalled")

@@ -10,12 +10,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from daemon.cli import agent_option, config_of, echo_json, json_option, main
-from daemon.config import Config
+from daemon.cli_common import agent_option, config_of, echo_json, json_option
 from daemon.workspaces import get_agent
+
+if TYPE_CHECKING:
+    from daemon.config import Config
 
 
 class QueryRefusedError(click.ClickException):
@@ -111,7 +114,7 @@ search_mode = click.option(
 )
 
 
-@main.command("search")
+@click.command("search")
 @click.argument("query")
 @agent_option
 @search_mode
@@ -180,7 +183,7 @@ def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until
         print_search(answer, explain)
 
 
-@main.command()
+@click.command()
 @click.option("--agent", "agent_id", metavar="ID", help="Only this agent (default: all).")
 @click.option("--rebuild", is_flag=True, help="Build a fresh index file instead of updating the existing one.")
 @click.option(
@@ -295,7 +298,7 @@ def _reindex_offline(config: Config, agent_id: str | None, rebuild: bool) -> dic
         daemon.release()
 
 
-@main.group()
+@click.group()
 def model() -> None:
     """The local embedding model (GGUF) for L3 vectors."""
 

@@ -13,12 +13,16 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from daemon.cli import config_of, echo_json, json_option, main
-from daemon.config import Config
+from daemon.cli_common import config_of, echo_json, json_option
+from daemon.wiring import DEFAULT_KEEP
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+
+if TYPE_CHECKING:
+    from daemon.config import Config
 
 # A backup or cleanup started with the daemon (a timer with Persistent=true at boot) finds it
 # starting: the state locked, its socket not there yet.  It waits this long for one of the two.
@@ -32,8 +36,8 @@ class _DaemonStarting(Exception):
 @contextlib.contextmanager
 def _direct_store(config: Config, command: str) -> Iterator:
     """The store opened by this process (no embedder: maintenance never embeds)."""
-    from daemon.broker import store_settings
-    from daemon.service import DaemonError, acquire_state_lock
+    from daemon.errors import DaemonError
+    from daemon.wiring import acquire_state_lock, store_settings
     from layers.conversation.store import ConversationStore
 
     lock = None
@@ -92,7 +96,7 @@ def _run_once(config: Config, command: str, via_daemon: Callable, directly: Call
         raise click.ClickException(str(exc)) from None
 
 
-@main.command("cleanup")
+@click.command("cleanup")
 @click.option("--dry-run", "dry_run", is_flag=True, help="List what is expired (and audit it); delete nothing.")
 @click.option("--execute", is_flag=True, help="Delete what is expired.")
 @click.option(
@@ -161,8 +165,8 @@ def _print_cleanup(result: dict) -> None:
     click.echo(f"audit: {result['audit_dir']}/memory-cleanup-<date>.log")
 
 
-@main.command("backup")
-@click.option("--keep", default=7, show_default=True, type=click.IntRange(min=1), help="Backups to keep.")
+@click.command("backup")
+@click.option("--keep", default=DEFAULT_KEEP, show_default=True, type=click.IntRange(min=1), help="Backups to keep.")
 @json_option
 @click.pass_context
 def backup_cmd(ctx, keep: int, as_json: bool) -> None:
@@ -189,7 +193,7 @@ def backup_cmd(ctx, keep: int, as_json: bool) -> None:
         click.echo(f"removed  {path}")
 
 
-@main.command("restore-backup")
+@click.command("restore-backup")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @json_option
 @click.pass_context

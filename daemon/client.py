@@ -1,10 +1,17 @@
-"""Talking to a running daemon over its Unix socket (httpx)."""
+"""Talking to a running daemon over its Unix socket.
+
+Standard library only (``http.client`` over ``AF_UNIX``): every ``memstrata``
+call an agent makes goes through here, and importing httpx cost more CPU than
+the rest of a ``search`` call (bench/bench_front.py).
+"""
 
 from __future__ import annotations
 
+import http.client
+import json as _json
+import socket
 from pathlib import Path
-
-import httpx
+from urllib.parse import urlencode
 
 from daemon.limits import check_query
 
@@ -21,33 +28,67 @@ class DaemonRequestError(RuntimeError):
         self.status = status
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a Unix socket."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("memstrata", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self.socket_path))
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
 class DaemonClient:
     """The daemon's API; ``token`` authenticates the caller as an agent (or the administrator)."""
 
     def __init__(self, socket_path: Path, timeout: float = 5.0, token: str | None = None) -> None:
         self.socket_path = socket_path
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(socket_path)),
-            base_url="http://memstrata",
-            timeout=timeout,
-            headers=headers,
-        )
+        self.timeout = timeout
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
-    def _request(self, method: str, path: str, **kwargs) -> dict:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: dict | None = None,
+        params: dict | None = None,
+        timeout: float | None = None,
+    ) -> dict:
         if not self.socket_path.exists():
             raise DaemonUnavailableError(f"no daemon socket at {self.socket_path}")
+        headers = dict(self._headers)
+        body = None
+        if json is not None:
+            body = _json.dumps(json).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if params:
+            path += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()})
+        connection = _UnixConnection(self.socket_path, self.timeout if timeout is None else timeout)
         try:
-            response = self._client.request(method, path, **kwargs)
-        except (httpx.TransportError, OSError) as exc:
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            status, raw = response.status, response.read()
+        except (http.client.HTTPException, OSError) as exc:
             raise DaemonUnavailableError(f"daemon not reachable at {self.socket_path}: {exc}") from exc
-        if response.status_code >= 400:
+        finally:
+            connection.close()
+        text = raw.decode("utf-8", errors="replace")
+        if status >= 400:
             try:
-                message = response.json().get("error", response.text)
-            except ValueError:
-                message = response.text
-            raise DaemonRequestError(response.status_code, message)
-        return response.json()
+                message = _json.loads(text).get("error", text)
+            except (ValueError, AttributeError):
+                message = text
+            raise DaemonRequestError(status, message)
+        return _json.loads(text)
 
     def status(self) -> dict:
         return self._request("GET", "/v1/status")
@@ -96,7 +137,7 @@ class DaemonClient:
         return self._request("POST", f"/v1/admin/{action}", json=body)
 
     def close(self) -> None:
-        self._client.close()
+        """Nothing stays open between requests (each uses its own connection)."""
 
     def __enter__(self) -> DaemonClient:
         return self

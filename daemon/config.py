@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal, get_args
 import pydantic
 import yaml
 
+from daemon.wiring import ENV_VAR, OPENCLAW_ROOT, SYSTEM_CONFIG
+from layers.conversation.policy import DEFAULT_RETENTION_DAYS
 from layers.yamlfile import (
     Problem,
     StrictModel,
@@ -31,8 +33,6 @@ from layers.yamlfile import (
     validate,
 )
 
-ENV_VAR = "MEMSTRATA_CONFIG"
-SYSTEM_CONFIG = Path("/etc/memstrata/memstrata.yaml")
 # Where `memstrata model build` writes the default local model: inside the install,
 # so the service's virtualenv carries it.
 DEFAULT_MODEL_PATH = Path(sys.prefix) / "share" / "memstrata" / "models" / "multilingual-e5-small-q4_0.gguf"
@@ -78,7 +78,7 @@ def choices_of(annotation: object) -> tuple[str, ...]:
 
 
 class PathsConfig(StrictModel):
-    root: str = "/root/.openclaw"
+    root: str = str(OPENCLAW_ROOT)
     workspace: str = "{root}/workspace"
     agents_dir: str = "{workspace}/agents"
     index: str = DEFAULT_INDEX
@@ -286,9 +286,7 @@ class ConversationConfig(StrictModel):
     qdrant: QdrantConfig = QdrantConfig()
     llm: LlmConfig | None = None
     # Days a memory of each type lives; null never expires. Types not listed never expire.
-    retention_days: dict[str, int | None] = pydantic.Field(
-        default_factory=lambda: {"session": 7, "chat_summary": 30, "procedure": None, "task_log": 30}
-    )
+    retention_days: dict[str, int | None] = pydantic.Field(default_factory=lambda: dict(DEFAULT_RETENTION_DAYS))
     probe_interval_s: float = pydantic.Field(5.0, gt=0)
     probe_timeout_s: float = pydantic.Field(1.0, gt=0)
     dedup: DedupConfig = DedupConfig()
@@ -531,6 +529,7 @@ def _pattern_yaml(p: SecretPattern) -> str:
 def demo_config_text(root: Path) -> str:
     """The file ``memstrata init --root DIR`` writes: every path under DIR, defaults spelled out."""
     patterns = "\n".join(_pattern_yaml(p) for p in DEFAULT_NEVER_STORE)
+    retention = ", ".join(f"{k}: {'null' if v is None else v}" for k, v in DEFAULT_RETENTION_DAYS.items())
     return f"""\
 # memstrata configuration (written by `memstrata init --root {root}`).
 # Relative paths are relative to this file. Secrets never go here: name an
@@ -583,7 +582,7 @@ conversation:              # L4: the shared Mem0/Qdrant memory
     timeout_s: 5
     collection: mem0_v4_shared
   llm: null                # {{base_url, model, api_key_env}}: lets writes use mem0's inference
-  retention_days: {{session: 7, chat_summary: 30, procedure: null, task_log: 30}}
+  retention_days: {{{retention}}}
   dedup:                   # infer off: an exact duplicate returns the existing id (NOOP)
     enabled: true
     near_threshold: null   # e5 cosine at which a near duplicate UPDATEs the existing memory (off: see DedupConfig)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from daemon import skill
 from daemon.config import Config, demo_config_text, load_config, parse_config
+from daemon.wiring import OPENCLAW_ROOT, SYSTEM_CONFIG
 from daemon.workspaces import create_workspace, discover
 from layers import safefs
 from layers.conversation.registry import load_registry
@@ -40,8 +41,8 @@ from layers.fsutil import atomic_write, private_dirs
 from layers.ids import MAIN_AGENT
 
 CHECKOUT = skill.CHECKOUT
-DEFAULT_ROOT = Path("/root/.openclaw")
-DEFAULT_CONFIG = Path("/etc/memstrata/memstrata.yaml")
+DEFAULT_ROOT = OPENCLAW_ROOT
+DEFAULT_CONFIG = SYSTEM_CONFIG
 UNIT_DIR = "etc/systemd/system"
 CRON_DIR = "etc/cron.d"
 CRON_FILE = "mem0-cleanup"

@@ -13,11 +13,10 @@ from pathlib import Path
 
 from daemon.audit import audit_log
 from daemon.config import Config
+from daemon.wiring import DEFAULT_KEEP
 from layers.conversation import backup as backups
 from layers.conversation.cleanup import CleanupStore, Rules, Selection, run_cleanup
 from layers.conversation.store import ConversationStore
-
-DEFAULT_KEEP = 7
 
 
 @dataclass(frozen=True)

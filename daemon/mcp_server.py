@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -23,13 +23,15 @@ from mcp.types import ToolAnnotations
 from pydantic import ConfigDict, Field, model_validator
 
 from daemon import __version__
-from daemon.broker import client_timeout
 from daemon.client import DaemonClient, DaemonRequestError, DaemonUnavailableError, connect
-from daemon.config import Config
 from daemon.limits import MAX_QUERY_CHARS, QueryTooLongError
+from daemon.wiring import client_timeout
 from daemon.workspaces import core_of, get_agent
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES, retention_for
 from layers.conversation.registry import load_registry
+
+if TYPE_CHECKING:
+    from daemon.config import Config
 
 # Enums in the tools' JSON schema, so a model picks a valid value up front; built from
 # the policy's tuples so the schema cannot drift from what the daemon accepts.

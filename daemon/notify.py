@@ -29,10 +29,6 @@ class Notifier:
         #: Seconds between WATCHDOG=1 pings: half the timeout, as systemd advises.
         self.watchdog_interval: float | None = int(usec) / 2e6 if wanted else None
 
-    @property
-    def enabled(self) -> bool:
-        return self._address is not None
-
     def send(self, *lines: str) -> None:
         if not self._address:
             return

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -38,20 +37,31 @@ from daemon.audit import audit_log
 from daemon.broker import Broker, store_settings
 from daemon.config import Config, load_config
 from daemon.embedding import EmbedWorker, conversation_embedder, make_embedder
-from daemon.filestate import FileState
-from daemon.guard import SecretGuard
+from daemon.errors import DaemonError
 from daemon.index_files import IndexClaims, move_legacy_index
 from daemon.indexer import SHARED_PREFIX, Indexer, desired_documents
 from daemon.notify import Notifier
 from daemon.storage import StorageHealth, is_storage_error, is_storage_message
 from daemon.tokens import TokenStore
-from daemon.tracker import AgentTracker, EditListener, Settings
+from daemon.tracker import AgentTracker, EditListener
 from daemon.watcher import Watcher
+from daemon.wiring import (  # noqa: F401 - the names stay importable from here
+    DAEMON_HOLDER,
+    OFFLINE_LOCK_WAIT_S,
+    SNAPSHOT_FILE,
+    acquire_state_lock,
+    guard_from,
+    limits_of,
+    lock_holder,
+    make_tracker,
+    secure_state,
+    settings_from,
+)
 from daemon.workspaces import Agent, is_memory_path, make_agent, spoke_id
 from daemon.workspaces import discover as discover_agents
 from layers import daily, safefs
 from layers.conversation.store import ConversationStore
-from layers.fsutil import PRIVATE_FILE, atomic_write, private_dirs, tighten
+from layers.fsutil import atomic_write
 from layers.ids import MAIN_AGENT
 from layers.local.index import Filters, ForeignFile, Identity, IndexStale, LocalIndex
 from layers.local.search import search as search_index
@@ -61,7 +71,6 @@ from layers.yamlfile import YamlFileError
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_FILE = "status.json"  # the last status, so `status` can tell when the daemon was last seen
 STALE_EVENT_RECHECK_S = 1.0  # see MemoryDaemon._stale_event
 BURST_PUBLISH_S = 0.5  # while files still settle, records and status are written at most this often
 # SIGTERM to exit: the daemon's own promise.  systemd's TimeoutStopSec (systemd/memstrata.service)
@@ -77,10 +86,6 @@ STOP_SHARES_S: tuple[tuple[str, float], ...] = (
     ("conversation store", 2.0),  # replay and cleanup end between items; the store closes
     ("indexes and API", 1.0),
 )
-
-
-class DaemonError(RuntimeError):
-    """A condition that prevents the daemon from starting, with a message for a person."""
 
 
 class StopBudget:
@@ -100,108 +105,6 @@ class StopBudget:
     def left(self, step: str) -> float:
         """Seconds until ``step`` must have ended (0 once it is late)."""
         return max(0.0, self._ends[step] - time.monotonic())
-
-
-DAEMON_HOLDER = "memstrata daemon"
-OFFLINE_LOCK_WAIT_S = 60.0  # a daemon starting while an offline backup/cleanup holds the state waits this long
-
-
-def lock_holder(state: Path) -> str:
-    """Who holds the state lock, as its holder wrote it (``pid holder``); "" when unknown."""
-    try:
-        return (state / "memstrata.lock").read_text("utf-8").strip().partition(" ")[2]
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
-def acquire_state_lock(state: Path, holder: str = DAEMON_HOLDER, wait_offline_s: float = 0.0):
-    """The state directory's lock, held for as long as the returned file stays open.
-
-    One process at a time owns the state (and the embedded store in it): the
-    daemon, or an offline command (reindex, cleanup, backup) while it is down.
-    ``wait_offline_s``: while an offline command (not another daemon) holds it,
-    wait up to that long for it to finish (a timer's backup at boot can win the
-    race with the daemon's start).
-    """
-    secure_state(state)
-    lock = open(state / "memstrata.lock", "a+")  # noqa: SIM115 - the caller holds it
-    deadline = time.monotonic() + wait_offline_s
-    while True:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            other = lock_holder(state)
-            if other and other != DAEMON_HOLDER and time.monotonic() < deadline:
-                time.sleep(0.2)
-                continue
-            lock.close()
-            raise DaemonError(
-                f"another memstrata process ({other or 'a daemon, or an offline command'}) is already running with "
-                f"state directory {state}; {holder} needs it to itself"
-            ) from None
-    try:
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{os.getpid()} {holder}\n")
-        lock.flush()
-    except OSError as exc:  # the pid is a courtesy; the flock is the lock (a full disk must not stop us)
-        if not is_storage_error(exc):
-            raise
-        log.warning("could not write the pid into %s: %s", state / "memstrata.lock", exc.strerror)
-    return lock
-
-
-def secure_state(state: Path) -> None:
-    """Tokens, per-agent records, the queue, the snapshot: the state directory is root's alone.
-
-    New directories are made 0700; what an older version left wider (0750/0755
-    directories, 0644 records and snapshot) is tightened here, at every start.
-    """
-    private_dirs(state)
-    private_dirs(state / "agents")
-    for record in (*(state / "agents").glob("*.json"), state / SNAPSHOT_FILE):
-        tighten(record, PRIVATE_FILE)
-
-
-def guard_from(config: Config) -> SecretGuard:
-    return SecretGuard(config.guard.never_store)
-
-
-def settings_from(config: Config) -> Settings:
-    return Settings(
-        max_index_bytes=int(config.watch.max_file_mb * 1024 * 1024),
-        quiet_period_s=config.git.quiet_period_s,
-        max_delay_s=config.git.max_delay_s,
-        archive_after_days=config.daily.archive_after_days,
-    )
-
-
-def make_tracker(
-    config: Config,
-    agent: Agent,
-    guard: SecretGuard,
-    record: Path | None,
-    listeners=(),
-    audit=None,
-    storage: StorageHealth | None = None,
-) -> AgentTracker:
-    """A tracker for ``agent``; ``record`` None keeps the processed-files record in memory only."""
-    repo = daily.WorkspaceRepo(
-        agent.workspace, (config.git.author_name, config.git.author_email), config.git.stale_lock_s
-    )
-    files = FileState(record, storage, agent.id)
-    return AgentTracker(agent, repo, files, guard, settings_from(config), listeners, audit)
-
-
-def limits_of(config: Config) -> dict:
-    """The settings `status` shows, the same whether or not the daemon runs."""
-    return {
-        "max_file_mb": config.watch.max_file_mb,
-        "debounce_ms": config.watch.debounce_ms,
-        "quiet_period_s": config.git.quiet_period_s,
-        "max_delay_s": config.git.max_delay_s,
-    }
 
 
 def _iso(ts: float | None) -> str | None:

@@ -6,11 +6,14 @@ import contextlib
 import json
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from daemon import __version__
-from daemon.config import Config
-from daemon.service import SNAPSHOT_FILE, guard_from, limits_of, make_tracker
+from daemon.wiring import SNAPSHOT_FILE, guard_from, limits_of, make_tracker
 from daemon.workspaces import discover
+
+if TYPE_CHECKING:
+    from daemon.config import Config
 
 
 def offline_status(config: Config, reason: str) -> dict:

@@ -144,10 +144,6 @@ class TokenStore:
                 return agent
         return None
 
-    def has_token(self, agent: str) -> bool:
-        self._refresh()
-        return agent in self._digests
-
 
 TOKEN_ENV = "MEMSTRATA_TOKEN"
 

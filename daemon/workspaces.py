@@ -14,10 +14,13 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from daemon.config import Config
 from layers import core, daily, safefs
 from layers.ids import MAIN_AGENT, check_id, is_valid_id
+
+if TYPE_CHECKING:
+    from daemon.config import Config
 
 WORKSPACE_SUFFIX = "-workspace"
 TEMPLATE_ENV = "MEMSTRATA_TEMPLATE"
@@ -143,7 +146,9 @@ def copy_template(dest: Path, template: Path | None = None, *, main: bool = Fals
 
 
 def initial_commit(workspace: Path, config: Config) -> None:
-    repo = daily.WorkspaceRepo(workspace, (config.git.author_name, config.git.author_email))
+    from daemon.wiring import workspace_repo
+
+    repo = workspace_repo(config, workspace)
     repo.ensure()
     changes = repo.changes([*PATHSPECS, ".gitignore"])
     if changes:

@@ -22,12 +22,26 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
-
-import git
+from typing import TYPE_CHECKING, TypeVar
 
 from layers import safefs
 from layers.names import shown as printable
+
+if TYPE_CHECKING:
+    import git
+else:
+
+    class _GitOnFirstUse:
+        """GitPython, imported when a repository is first used: importing it costs ~60 ms of CPU,
+        which a command line call that never runs git (``--help``, ``status``, ``search``) should not pay."""
+
+        def __getattr__(self, name: str):
+            import git as module
+
+            globals()["git"] = module
+            return getattr(module, name)
+
+    git = _GitOnFirstUse()
 
 log = logging.getLogger(__name__)
 

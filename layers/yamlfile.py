@@ -269,12 +269,6 @@ def validate(model: type[M], data: Any, path: Path, node: yaml.Node | None = Non
         raise YamlFileError(path, problems) from exc
 
 
-def load_model(model: type[M], path: Path, text: str | None = None) -> M:
-    """Read and validate one YAML file."""
-    data, node = read_yaml(path, text)
-    return validate(model, data, path, node)
-
-
 def line_of(node: yaml.Node | None, path: KeyPath) -> int | None:
     """Public form of the line lookup, for checks a model cannot express."""
     return _line_of(node, path)

@@ -21,7 +21,6 @@ class Breaker:
         self._lock = threading.Lock()
         self._open = True  # nothing is known about the store until it has answered once
         self.last_error = "not connected yet"
-        self.last_error_at: float | None = None
         self.opened_at: float | None = clock()
         self.failures = 0
 
@@ -51,7 +50,6 @@ class Breaker:
             self._open = True
             self.failures += 1
             self.last_error = error
-            self.last_error_at = time.time()
             if was_closed:
                 self.opened_at = self._clock()
             return was_closed

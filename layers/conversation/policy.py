@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
+from typing import TYPE_CHECKING
 
-from layers.conversation.registry import Registry
+if TYPE_CHECKING:  # the registry (pydantic, yaml) is the caller's to load; the policy only reads it
+    from layers.conversation.registry import Registry
 
 VISIBILITIES = ("public", "project", "private")
 
