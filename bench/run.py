@@ -13,10 +13,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_burst, bench_conversation, bench_daemon, bench_edge, bench_index, bench_stop, recall
+from bench import (
+    bench_burst,
+    bench_conversation,
+    bench_daemon,
+    bench_edge,
+    bench_front,
+    bench_index,
+    bench_stop,
+    recall,
+)
 
 BENCHMARKS = {
     "daemon": bench_daemon.main,
+    "front": bench_front.main,
     "index": bench_index.main,
     "burst": bench_burst.main,
     "conversation": bench_conversation.main,

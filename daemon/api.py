@@ -25,15 +25,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.routing import Route
 
-from daemon.broker import Broker, ConversationUnavailableError, NotStoredError, SecretRefusedError
+from daemon.broker import Broker
+from daemon.contracts import StatusDocument
+from daemon.errors import (
+    ConversationUnavailableError,
+    IndexUnavailableError,
+    InvalidRequestError,
+    NotStoredError,
+    SecretRefusedError,
+    StateUnreadableError,
+)
 from daemon.limits import MAX_SEARCH_BODY_BYTES, QueryTooLongError, check_query
 from daemon.maintenance import DEFAULT_KEEP, CleanupOptions
 from daemon.tokens import ADMIN
+from layers.conversation.backup import NotABackupError
 from layers.conversation.policy import ForbiddenError, PolicyError
+from layers.conversation.store import StoreRequestError
+from layers.ids import InvalidIdError
 from layers.local.index import Filters
 from layers.local.query import EmptyQueryError
+from layers.local.search import MODES as SEARCH_MODES
 from layers.local.vectors import VectorsUnavailableError
 from layers.names import json_safe
+from layers.yamlfile import YamlFileError
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +58,7 @@ class DaemonApi(Protocol):
     broker: Broker | None
     trackers: dict  # agent id → its tracker: the agents the daemon knows
 
-    def status(self) -> dict: ...
+    def status(self) -> StatusDocument: ...
 
     def identify(self, token: str | None) -> str | None: ...
 
@@ -83,7 +97,10 @@ class ApiError(Exception):
         self.status = status
 
 
-# Exceptions from the layers and the broker, as HTTP statuses (first match wins).
+# The domain exceptions of the layers, the broker and the daemon, as HTTP statuses: the one place
+# that says which condition is whose fault (first match wins).  Anything else, a bare ValueError or
+# RuntimeError included, is a bug: a 500 with a log line (see _as_response), never "bad request"
+# (the caller would change a request that was fine) or "retry" (it would fail again).
 _STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (ApiError, 0),
     (NotStoredError, 507),  # a full disk: neither the store nor the queue kept the write
@@ -91,17 +108,26 @@ _STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (QueryTooLongError, 413),
     (ForbiddenError, 403),
     (ConversationUnavailableError, 503),
-    (LookupError, 404),
-    (FileNotFoundError, 404),
+    (IndexUnavailableError, 503),
+    (StateUnreadableError, 503),
+    (LookupError, 404),  # unknown agent, no such memory
+    (FileNotFoundError, 404),  # no backup at that path
     (EmptyQueryError, 400),
     (PolicyError, 400),
+    (InvalidIdError, 400),
+    (InvalidRequestError, 400),
+    (StoreRequestError, 400),  # the store refused the request itself (mem0's validation)
+    (NotABackupError, 400),
+    (YamlFileError, 400),
     (VectorsUnavailableError, 409),
-    (ValueError, 400),
-    (RuntimeError, 503),
 )
+# Bugs are caught by these too, so that they are answered as a 500 in JSON and logged once.
+_BUG_KINDS = (ValueError, RuntimeError)
+
+INTERNAL_ERROR = "internal error in the memstrata daemon (a bug, not your request): its log has the details"
 
 
-def _as_response(exc: BaseException) -> JSONResponse:
+def _as_response(exc: BaseException, request: Request | None = None) -> JSONResponse:
     for kind, status in _STATUS_OF:
         if isinstance(exc, kind):
             if isinstance(exc, ApiError):
@@ -110,7 +136,9 @@ def _as_response(exc: BaseException) -> JSONResponse:
             if isinstance(exc, VectorsUnavailableError):
                 message = f"vectors unavailable: {message}"
             return _error(status, message)
-    raise exc
+    where = f"{request.method} {request.url.path}" if request is not None else "a request"
+    log.error("%s failed with %s (answered 500)", where, type(exc).__name__, exc_info=exc)
+    return _error(500, f"{INTERNAL_ERROR} ({type(exc).__name__})")
 
 
 def _token_of(request: Request) -> str | None:
@@ -161,7 +189,7 @@ _PUBLIC_CONVERSATION = (
 )
 
 
-def scoped_status(snapshot: dict, caller: str | None) -> dict:
+def scoped_status(snapshot: StatusDocument, caller: str | None) -> StatusDocument:
     """The status a caller may see: everything for the administrator, its own entry for an
     agent, daemon-level health and counts for anyone else (``GET /v1/status`` needs no token).
     """
@@ -295,14 +323,24 @@ def build_app(daemon: DaemonApi) -> Starlette:
             since=_str_arg(args, "since"),
             until=_str_arg(args, "until"),
         )
-        return daemon.search(
-            args["agent"],
-            text,
-            mode=_str_arg(args, "mode") or "auto",
-            limit=_int_param(args.get("limit"), 10, 1, 200, "limit"),
-            filters=filters,
-            explain=bool(_flag(args.get("explain"), False)),
-        )
+        mode = _str_arg(args, "mode") or "auto"
+        if mode not in SEARCH_MODES:
+            raise ApiError(400, f"unknown search mode {mode!r} (choose from {', '.join(SEARCH_MODES)})")
+        try:
+            return daemon.search(
+                args["agent"],
+                text,
+                mode=mode,
+                limit=_int_param(args.get("limit"), 10, 1, 200, "limit"),
+                filters=filters,
+                explain=bool(_flag(args.get("explain"), False)),
+            )
+        except RuntimeError as exc:
+            # The daemon says an index it cannot use now (refused, damaged and being rebuilt, a full
+            # disk) with a plain RuntimeError: that is the index's state, not a bug.
+            if type(exc) is RuntimeError:
+                raise IndexUnavailableError(str(exc)) from exc
+            raise
 
     def memory_search(request: Request, args: Mapping) -> dict:
         authorize(daemon, request, args.get("agent"))
@@ -434,8 +472,8 @@ def build_app(daemon: DaemonApi) -> Starlette:
     async def not_found(request: Request, exc: Exception) -> JSONResponse:
         return _error(404, f"no such endpoint: {request.method} {request.url.path}")
 
-    async def mapped(_request: Request, exc: Exception) -> JSONResponse:
-        return _as_response(exc)
+    async def mapped(request: Request, exc: Exception) -> JSONResponse:
+        return _as_response(exc, request)
 
     return Starlette(
         routes=[
@@ -456,7 +494,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
             Route("/v1/memories/{memory_id}", memory_update, methods=["PUT"]),
             Route("/v1/memories/{memory_id}/history", memory_history, methods=["GET"]),
         ],
-        exception_handlers={404: not_found, **{kind: mapped for kind, _ in _STATUS_OF}},
+        exception_handlers={404: not_found, **{kind: mapped for kind in (*(k for k, _ in _STATUS_OF), *_BUG_KINDS)}},
     )
 
 

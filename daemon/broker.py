@@ -43,6 +43,7 @@ import httpx
 from daemon import maintenance
 from daemon.audit import audit_log
 from daemon.config import Config
+from daemon.contracts import ConversationStatus
 from daemon.errors import ConversationUnavailableError, NotStoredError, SecretRefusedError
 from daemon.guard import SecretGuard
 from daemon.storage import StorageHealth, has_room, is_storage_error
@@ -1029,7 +1030,7 @@ class Broker:
             "set_aside_recent": self._queue_view(lambda: self.queue.set_aside_writes(limit=5)),
         }
 
-    def status(self) -> dict:
+    def status(self) -> ConversationStatus:
         if self._final_status is not None:
             return self._final_status
         self.registry.current()  # re-read if it changed: status shows a broken edit before any request does

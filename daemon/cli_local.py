@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from daemon.cli_common import agent_option, config_of, echo_json, json_option
+from daemon.contracts import StatusDocument
 from daemon.workspaces import get_agent
 
 if TYPE_CHECKING:
@@ -261,7 +262,7 @@ def _wait_for_vectors(client, agent_id: str | None, stall_s: float = 120.0) -> N
     """Wait until no chunk waits for a vector; stop with the reason when that cannot happen."""
     last_pending, last_progress = None, time.monotonic()
     while True:
-        status = client.status()
+        status: StatusDocument = client.status()
         pending = sum(
             (a.get("index") or {}).get("pending_embeddings", 0)
             for a in status.get("agents") or []

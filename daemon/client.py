@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlencode
 
+from daemon.contracts import MemoryAnswer, SearchAnswer, StatusDocument
 from daemon.limits import check_query
 
 
@@ -90,10 +91,10 @@ class DaemonClient:
             raise DaemonRequestError(status, message)
         return _json.loads(text)
 
-    def status(self) -> dict:
+    def status(self) -> StatusDocument:
         return self._request("GET", "/v1/status")
 
-    def search(self, agent: str, query: str, **params: object) -> dict:
+    def search(self, agent: str, query: str, **params: object) -> SearchAnswer:
         """L3 search; the query goes in the body (a URL has no room for it), checked against the limit first."""
         check_query(query)
         clean = {k: v for k, v in params.items() if v not in (None, False)}
@@ -106,12 +107,12 @@ class DaemonClient:
         body = {"agent": agent, "text": text, **{k: v for k, v in fields.items() if v is not None}}
         return self._request("POST", "/v1/memories", json=body)
 
-    def memory_search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict:
+    def memory_search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> MemoryAnswer:
         check_query(query)
         body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
         return self._request("POST", "/v1/memories/search", json=body)
 
-    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> dict:
+    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> MemoryAnswer:
         params = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}
         return self._request("GET", "/v1/memories", params=params)
 

@@ -22,3 +22,15 @@ class NotStoredError(RuntimeError):
 
 class SecretRefusedError(ValueError):
     """Content matched a never_store pattern; the message names the kinds, never the text."""
+
+
+class InvalidRequestError(ValueError):
+    """A request whose values cannot be used (HTTP 400); the message says which and why."""
+
+
+class IndexUnavailableError(RuntimeError):
+    """An agent's L3 index cannot answer now (refused, damaged and being rebuilt, a full disk): HTTP 503."""
+
+
+class StateUnreadableError(RuntimeError):
+    """A file of the state directory the daemon needs cannot be read (HTTP 503); the message says how to fix it."""

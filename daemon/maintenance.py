@@ -13,6 +13,7 @@ from pathlib import Path
 
 from daemon.audit import audit_log
 from daemon.config import Config
+from daemon.errors import InvalidRequestError
 from daemon.wiring import DEFAULT_KEEP
 from layers.conversation import backup as backups
 from layers.conversation.cleanup import CleanupStore, Rules, Selection, run_cleanup
@@ -28,12 +29,12 @@ class CleanupOptions:
 
     @classmethod
     def from_dict(cls, data: dict) -> CleanupOptions:
-        """From an API request body; wrong types are a ValueError (HTTP 400)."""
+        """From an API request body; wrong types are an InvalidRequestError (HTTP 400)."""
         max_age = data.get("max_age_days")
         if max_age is not None and (not isinstance(max_age, int) or max_age < 0):
-            raise ValueError("max_age_days must be a whole number of days")
+            raise InvalidRequestError("max_age_days must be a whole number of days")
         if not isinstance(data.get("execute"), bool):
-            raise ValueError("execute (true or false) is required")
+            raise InvalidRequestError("execute (true or false) is required")
         selection = Selection(
             agent=data.get("agent"),
             visibility=data.get("visibility"),
@@ -58,7 +59,7 @@ class CleanupOptions:
 def cleanup(config: Config, store: CleanupStore, options: CleanupOptions) -> dict:
     """Run the cleanup and write its audit file (``memory-cleanup-YYYY-MM-DD.log``)."""
     if options.include_permanent and options.max_age_days is None:
-        raise ValueError("--include-permanent needs --max-age-days (permanent memories have no age limit)")
+        raise InvalidRequestError("--include-permanent needs --max-age-days (permanent memories have no age limit)")
     audit = audit_log(config, prefix="memory-cleanup")
     rules = Rules(config.conversation.retention_days, options.max_age_days, options.include_permanent)
     report = run_cleanup(store, rules, execute=options.execute, selection=options.selection, audit=audit.write)

@@ -24,6 +24,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from daemon import __version__
 from daemon.client import DaemonClient, DaemonRequestError, DaemonUnavailableError, connect
+from daemon.contracts import StatusDocument
 from daemon.limits import MAX_QUERY_CHARS, QueryTooLongError
 from daemon.wiring import client_timeout
 from daemon.workspaces import core_of, get_agent
@@ -59,6 +60,8 @@ def _daemon_error(exc: Exception) -> ToolError:
             f"{exc}: conversation memory is served by the memstrata daemon (`memstrata run`); "
             "memory_core still works without it"
         )
+    if isinstance(exc, DaemonRequestError) and exc.status == 500:
+        return ToolError(f"the memstrata daemon failed on this request (HTTP 500): {exc}")
     if isinstance(exc, DaemonRequestError):
         return ToolError(f"the memstrata daemon refused the request (HTTP {exc.status}): {exc}")
     return ToolError(str(exc))
@@ -75,7 +78,7 @@ def _ask(config: Config, agent_id: str, request: Callable[[DaemonClient], dict])
         raise _daemon_error(exc) from None
 
 
-def _own_status(status: dict, agent_id: str) -> dict:
+def _own_status(status: StatusDocument, agent_id: str) -> dict:
     """The parts of the daemon's status that concern this agent: the store, and its own workspace."""
     mine = next((a for a in status.get("agents") or [] if a.get("id") == agent_id), None)
     return {"conversation": status.get("conversation") or {}, "agent": mine}

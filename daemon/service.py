@@ -36,6 +36,7 @@ from daemon.api import ApiServer
 from daemon.audit import audit_log
 from daemon.broker import Broker, store_settings
 from daemon.config import Config, load_config
+from daemon.contracts import StatusDocument
 from daemon.embedding import EmbedWorker, conversation_embedder, make_embedder
 from daemon.errors import DaemonError
 from daemon.index_files import IndexClaims, move_legacy_index
@@ -178,7 +179,7 @@ class MemoryDaemon:
         with contextlib.suppress(BlockingIOError, OSError):
             self._wake_w.send(b"\0")
 
-    def status(self) -> dict:
+    def status(self) -> StatusDocument:
         """The latest snapshot, for the API thread."""
         with self._snapshot_lock:
             snap = dict(self._snapshot)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from daemon import __version__
+from daemon.contracts import StatusDocument
 from daemon.wiring import SNAPSHOT_FILE, guard_from, limits_of, make_tracker
 from daemon.workspaces import discover
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from daemon.config import Config
 
 
-def offline_status(config: Config, reason: str) -> dict:
+def offline_status(config: Config, reason: str) -> StatusDocument:
     """The same report the daemon gives, surveyed from disk and git without writing anything."""
     guard = guard_from(config)
     reports = []
@@ -148,7 +149,7 @@ def _storage_lines(storage: dict | None) -> list[str]:
     return lines
 
 
-def render(status: dict) -> str:
+def render(status: StatusDocument) -> str:
     d = status["daemon"]
     lines = []
     if d["running"]:

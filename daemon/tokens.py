@@ -19,6 +19,7 @@ import secrets
 import threading
 from pathlib import Path
 
+from daemon.errors import StateUnreadableError
 from layers import safefs
 from layers.fsutil import atomic_write
 
@@ -114,7 +115,9 @@ class TokenStore:
         except FileNotFoundError:
             return {}
         except (ValueError, OSError) as exc:
-            raise RuntimeError(f"{self.path} is unreadable ({exc}); `memstrata agent token ID` rewrites it") from None
+            raise StateUnreadableError(
+                f"{self.path} is unreadable ({exc}); `memstrata agent token ID` rewrites it"
+            ) from None
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def _refresh(self) -> None:

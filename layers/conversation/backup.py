@@ -25,6 +25,10 @@ from pathlib import Path
 PREFIX = "conversation-"
 
 
+class NotABackupError(ValueError):
+    """The file given to restore is not a backup memstrata can put back; the message says why."""
+
+
 def _copy_sqlite(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(f"file:{source}?mode=ro", uri=True) as src, sqlite3.connect(target) as dst:
@@ -90,14 +94,14 @@ def restore_embedded(archive: Path, data_dir: Path) -> Path:
             with tarfile.open(archive, "r:gz") as tar:
                 tar.extractall(tmp, filter="data")  # no absolute paths, no links out of the directory
         except (tarfile.TarError, OSError) as exc:
-            raise ValueError(f"{archive} is not a readable backup: {exc}") from None
+            raise NotABackupError(f"{archive} is not a readable backup: {exc}") from None
         staged = Path(tmp)
         manifest = json.loads((staged / "manifest.json").read_text()) if (staged / "manifest.json").exists() else {}
         layout = "edge" if (staged / "edge").is_dir() else "qdrant"
         if manifest.get("kind") != "embedded" or not (
             (staged / "edge").is_dir() or (staged / "qdrant" / "meta.json").is_file()
         ):
-            raise ValueError(f"{archive} is not a memstrata backup of an embedded store")
+            raise NotABackupError(f"{archive} is not a memstrata backup of an embedded store")
         kept = data_dir / f"{layout}.before-restore-{_stamp()}"
         if (data_dir / layout).exists():
             (data_dir / layout).replace(kept)

@@ -839,6 +839,42 @@ class Memory:
 # ------------------------------------------------------------------ readable output
 
 
+# The keys of the daemon's answers this client reads (daemon/contracts.py defines them; this file cannot
+# import it, being stdlib only): tests/daemon/test_front.py checks that each exists there.
+READS = {
+    "StatusDocument": ("daemon", "conversation"),
+    "DaemonInfo": ("running", "summary"),
+    "ConversationStatus": ("enabled", "reachable", "last_error", "backend", "collection", "queue"),
+    "MemoryAnswer": ("degraded", "reason", "vectors", "results", "truncated"),
+    "Memory": (
+        "source",
+        "lines",
+        "path",
+        "snippet",
+        "memory",
+        "memory_type",
+        "agent_id",
+        "created_at",
+        "expiration_date",
+        "id",
+        "score",
+        "visibility",
+        "project_id",
+    ),
+    "AddAnswer": (
+        "visibility",
+        "project_id",
+        "visibility_inferred",
+        "expiration_date",
+        "queued",
+        "reason",
+        "write_id",
+        "results",
+        "memory_type",
+    ),
+}
+
+
 def _placement(memory: dict) -> str:
     return str(memory.get("visibility")) + (f":{memory['project_id']}" if memory.get("project_id") else "")
 
