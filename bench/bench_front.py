@@ -92,9 +92,7 @@ def main(quick: bool = False) -> None:
         daemon = DaemonProcess(config).start()
         try:
             base_cpu, base_wall = _sample([sys.executable, "-c", "pass"], env, samples)
-            print(
-                f"baseline: python -c pass  CPU {base_cpu * 1000:6.1f} ms  wall {base_wall * 1000:6.1f} ms"
-            )
+            print(f"baseline: python -c pass  CPU {base_cpu * 1000:6.1f} ms  wall {base_wall * 1000:6.1f} ms")
             commands = {
                 "--help": ["--help"],
                 "status": ["--config", str(config), "status"],
