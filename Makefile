@@ -9,8 +9,8 @@ STAMP       := $(VENV)/.memstrata-setup
 
 # llama-cpp-python compiles llama.cpp. The default build targets the build machine's
 # CPU and crashes on others (AMX/AVX2 code); this one runs on AVX-only CPUs such as
-# the reference host (FACTS.md). The wheel is cached per flag set, because pip would
-# otherwise reuse a wheel built with other flags.
+# the reference host (docs/facts.md, "llama.cpp builds"). The wheel is cached per flag
+# set, because pip would otherwise reuse a wheel built with other flags.
 LLAMA_VERSION    := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF \
                     -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \

@@ -2,7 +2,7 @@
 
 Standard library only (``http.client`` over ``AF_UNIX``): every ``memstrata``
 call an agent makes goes through here, and importing httpx cost more CPU than
-the rest of a ``search`` call (bench/bench_front.py).
+the rest of a ``search`` call (docs/facts.md; bench/bench_front.py measures it).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The CLI, the MCP server and ``status`` need a few of the service's settings
 (the status snapshot's name, the secret guard, the store's deadline, the state
 lock) without the service itself: importing ``daemon.service`` or
 ``daemon.broker`` loads the API server, numpy, apsw and git, which costs a
-command line call several times its own work.  So these helpers live here and
+command line call several times its own work (docs/facts.md).  So these helpers live here and
 import what is heavy only inside the functions that need it.
 """
 

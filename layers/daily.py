@@ -33,7 +33,8 @@ else:
 
     class _GitOnFirstUse:
         """GitPython, imported when a repository is first used: importing it costs ~60 ms of CPU,
-        which a command line call that never runs git (``--help``, ``status``, ``search``) should not pay."""
+        which a command line call that never runs git (``--help``, ``status``, ``search``) should not pay
+        (docs/facts.md, "What a command line call costs")."""
 
         def __getattr__(self, name: str):
             import git as module

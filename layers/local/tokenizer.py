@@ -1,6 +1,6 @@
 """Tokens for the L3 index: one per CJK character, whole words for everything else.
 
-Why this shape (FACTS.md, measured on 20k mixed chunks):
+Why this shape (docs/facts.md, "SQLite FTS5 tokenizing", measured on 20k mixed chunks):
 - ``unicode61`` makes a run of Chinese one token, so a 1-character query finds 1%
   of the chunks that contain it, and ``6333端口`` / ``使用qdrant`` become single tokens;
 - ``trigram`` silently returns nothing for 1–2 character queries;

@@ -110,6 +110,26 @@ def test_shipped_backup_jobs_keep_the_default_number_of_backups():
     assert next(p for p in backup.params if p.name == "keep").default == DEFAULT_KEEP
 
 
+def test_text_cites_only_what_the_repository_holds():
+    """No comment or doc points outside the checkout (FACTS.md, ../shared); every docs/ file cited exists."""
+    skip = {".git", ".venv", ".cache", "__pycache__", ".demo"}
+    files = [REPO / "Makefile"] + [
+        p
+        for p in REPO.rglob("*")
+        if p.is_file()
+        and p.suffix in {".py", ".md", ".toml", ".service", ".timer", ".yaml"}
+        and not skip & set(p.relative_to(REPO).parts)
+    ]
+    outside, missing = [], []
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path != Path(__file__) and re.search(r"FACTS\.md|\.\./shared|ARCHITECTURE\.md", text):
+            outside.append(str(path.relative_to(REPO)))
+        cited = [] if path.is_relative_to(REPO / "tests") else re.findall(r"\bdocs/[\w.-]+\.md", text)  # test data
+        missing += [f"{path.relative_to(REPO)}: {d}" for d in cited if not (REPO / d).is_file()]
+    assert outside == [] and missing == []
+
+
 # ---------------------------------------------------------------- typed contracts
 
 
