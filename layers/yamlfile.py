@@ -229,8 +229,14 @@ def read_yaml(path: Path, text: str | None = None) -> tuple[Any, yaml.Node | Non
             raise YamlFileError(path, [Problem("", None, "cannot read file: No such file or directory")]) from None
     try:
         check_shape(path, text)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        # One parse for both the node tree (lines, duplicate keys) and the data: what safe_load would
+        # build from the same text (it composes this node and constructs it), without parsing twice.
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
