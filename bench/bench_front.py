@@ -82,7 +82,14 @@ def _mcp_ready_cpu(config: Path, env: dict[str, str]) -> float:
 
 def main(quick: bool = False) -> None:
     samples = 5 if quick else 15
-    env = {k: v for k, v in os.environ.items() if k not in ("MEMSTRATA_CONFIG", "MEMSTRATA_TOKEN")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MEMSTRATA_CONFIG", "MEMSTRATA_TOKEN", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+    }
+    # An installed memstrata runs from bytecode; without it every call would compile the daemon's
+    # modules again.  Kept under .cache/ (the warm-up run writes it), so the virtualenv is untouched.
+    env["PYTHONPYCACHEPREFIX"] = str(REPO_ROOT / ".cache" / "pycache-bench")
     with tempfile.TemporaryDirectory(prefix="memstrata-bench-front-") as tmp:
         root = Path(tmp) / "root"
         config = init_root(root, vectors={"backend": "off"}, conversation={"enabled": False})
