@@ -39,8 +39,10 @@ from daemon.limits import MAX_SEARCH_BODY_BYTES, QueryTooLongError, check_query
 from daemon.maintenance import DEFAULT_KEEP, CleanupOptions
 from daemon.tokens import ADMIN
 from layers.conversation.backup import NotABackupError
+from layers.conversation.edge import EdgeLockedError
 from layers.conversation.policy import ForbiddenError, PolicyError
 from layers.conversation.store import StoreRequestError
+from layers.daily import RepoBusyError
 from layers.ids import InvalidIdError
 from layers.local.index import Filters
 from layers.local.query import EmptyQueryError
@@ -110,6 +112,8 @@ _STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (ConversationUnavailableError, 503),
     (IndexUnavailableError, 503),
     (StateUnreadableError, 503),
+    (RepoBusyError, 503),  # another git process holds a workspace's index.lock: a moment later it works
+    (EdgeLockedError, 503),  # another process holds the embedded store
     (LookupError, 404),  # unknown agent, no such memory
     (FileNotFoundError, 404),  # no backup at that path
     (EmptyQueryError, 400),

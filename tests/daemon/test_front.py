@@ -30,6 +30,7 @@ from daemon.status import offline_status
 from daemon.tokens import ADMIN
 from daemon.wiring import DEFAULT_KEEP
 from layers.conversation.policy import ForbiddenError, PolicyError
+from layers.daily import RepoBusyError
 from layers.local.query import EmptyQueryError
 from layers.local.vectors import VectorsUnavailableError
 
@@ -214,6 +215,7 @@ def _search_with(exc: BaseException):
         (ForbiddenError("not yours"), 403),
         (ConversationUnavailableError("store down"), 503),
         (IndexUnavailableError("the index of a is refused"), 503),
+        (RepoBusyError("index.lock is held"), 503),
         (LookupError("unknown agent 'b'"), 404),
         (EmptyQueryError("empty"), 400),
         (PolicyError("unknown memory type"), 400),
