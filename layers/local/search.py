@@ -25,9 +25,11 @@ from datetime import date
 
 import numpy as np
 
+from layers.local import companion
 from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
+from layers.local.units import has_companion
 from layers.local.vectors import VectorsUnavailableError
 
 RRF_K = 60
@@ -105,6 +107,24 @@ def _date_filters(filters: Filters, found: DateRange) -> Filters | None:
     return replace(filters, since=since, until=until) if since <= until else None
 
 
+def _companion_lists(
+    index: LocalIndex, text: str, offset: int, pool: int, filters: Filters, dated: Filters | None
+) -> dict[str, list[Hit]]:
+    """The companion model's ranking ("vector:use", and "vector:use@date"), its columns after e5's.
+
+    A second model makes other mistakes than e5 (:mod:`layers.local.companion`);
+    when it cannot run now (package gone, memory gate) the answer simply has e5's list alone.
+    """
+    try:
+        vector = companion.shared().embed([text])[0]
+    except VectorsUnavailableError:
+        return {}
+    out = {"vector:use": index.search_vectors(vector, pool, filters, offset=offset)}
+    if dated is not None:
+        out["vector:use@date"] = index.search_vectors(vector, pool, dated, offset=offset)
+    return out
+
+
 def _lexical(text: str) -> Query | None:
     try:
         return parse_query(text)
@@ -164,6 +184,8 @@ def search(
                 if dated is not None:
                     lists["vector@date"] = index.search_vectors(vector, pool, dated)
                 answer.vectors = "used"
+                if has_companion(index.identity.embed_model):
+                    lists.update(_companion_lists(index, text, vector.shape[0], pool, filters, dated))
             except VectorsUnavailableError as exc:
                 reason = str(exc)
         if reason:
