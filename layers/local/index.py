@@ -603,14 +603,19 @@ class LocalIndex:
             return hits, False
         return self.search_text(query.any_term, limit, filters), True
 
-    def search_vectors(self, query_vec: np.ndarray, limit: int, filters: Filters, batch: int = 4096) -> list[Hit]:
+    def search_vectors(
+        self, query_vec: np.ndarray, limit: int, filters: Filters, batch: int = 4096, offset: int = 0
+    ) -> list[Hit]:
         """Cosine similarity (vectors are normalised) over the chunks that have a vector.
 
         A chunk stored with several passage vectors scores as its best passage.
+        A stored row may hold two models' vectors side by side (the e5 vector,
+        then the companion's, see :mod:`layers.local.companion`): ``query_vec``
+        is compared with the columns from ``offset`` on.
         """
         where, args = filters.sql()
         cursor = self.db.execute(
-            f"SELECT c.id, v.vec FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ? WHERE 1{where}",
+            f"SELECT c.id, v.vec, v.dim FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ? WHERE 1{where}",
             (self.identity.embed_model, *args),
         )
         best: list[tuple[float, int]] = []
@@ -618,8 +623,12 @@ class LocalIndex:
         dim = query_vec.shape[0]
         while rows := list(itertools.islice(cursor, batch)):
             ids = [r[0] for r in rows]
-            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(-1, dim)
-            counts = np.fromiter((len(r[1]) // (4 * dim) for r in rows), dtype=np.int64, count=len(rows))
+            width = rows[0][2]  # one identity, one row width
+            if width < offset + dim:
+                raise ValueError(f"stored vectors are {width}-d, a {dim}-d query at column {offset} does not fit")
+            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(-1, width)
+            matrix = matrix[:, offset : offset + dim]
+            counts = np.fromiter((len(r[1]) // (4 * width) for r in rows), dtype=np.int64, count=len(rows))
             starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
             scores = np.maximum.reduceat(matrix @ query_vec, starts)
             top = np.argsort(-scores)[:limit]

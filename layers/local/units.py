@@ -11,12 +11,16 @@ title); a chunk scores as its best passage.  Items shorter than
 vector near every query.
 
 :func:`index_model_id` names what an index's vectors are: the model *and* this
-way of cutting chunks, so a change here re-embeds instead of mixing vectors.
+way of cutting chunks (and, for the local model, the companion model joined to
+it, :mod:`layers.local.companion`), so a change here re-embeds instead of
+mixing vectors.
 """
 
 from __future__ import annotations
 
 import re
+
+from layers.local import companion
 
 UNITS_VERSION = 1
 MIN_ITEM_CHARS = 40
@@ -27,8 +31,20 @@ _HEADING = re.compile(r"^#{1,6}\s")
 
 
 def index_model_id(model_id: str) -> str:
-    """The embedding identity an index records: the model plus the passage version ("" stays "")."""
-    return f"{model_id}+units{UNITS_VERSION}" if model_id else ""
+    """The embedding identity an index records: the model plus the passage version ("" stays "").
+
+    A local model (``gguf:…``) gets the companion's name too when its package is
+    installed: then every stored row holds both vectors (see :func:`has_companion`).
+    """
+    if not model_id:
+        return ""
+    joined = f"+{companion.COMPANION_ID}" if model_id.startswith("gguf:") and companion.available() else ""
+    return f"{model_id}+units{UNITS_VERSION}{joined}"
+
+
+def has_companion(embed_model: str) -> bool:
+    """The index identity says each stored row is the model's vector followed by the companion's."""
+    return embed_model.endswith(f"+{companion.COMPANION_ID}")
 
 
 def _items(body: str) -> list[str]:

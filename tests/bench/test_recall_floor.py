@@ -14,6 +14,7 @@ import pytest
 
 from bench.recall import SET_DIR, load_questions, run
 from daemon.config import DEFAULT_MODEL_PATH
+from layers.local import companion
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +37,7 @@ def test_the_set_matches_its_workspace():
 
 def test_overall_recall_at_5_stays_above_the_committed_floor():
     assert DEFAULT_MODEL_PATH.is_file(), "the model is built by `make setup` (memstrata model build)"
+    assert companion.available(), "the companion model's package is a dependency (`make setup` installs it)"
     floors = json.loads((SET_DIR / "floor.json").read_text())
     scores, outcomes, facts = run(("hybrid", "fts"))
     measured = {mode: scores[mode]["all"]["overall"]["r5"] for mode in ("hybrid", "fts")}

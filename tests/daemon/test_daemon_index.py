@@ -79,9 +79,10 @@ def test_closed_gate_answers_lexically_then_vectors_fill_when_it_opens(tmp_path,
     assert _index(d)["vectors"] == _index(d)["chunks"]
     assert "every chunk has its vector" in run_cli("reindex", "--vectors", config=config).stdout
     hybrid = _search(config, "向量检索", "--explain")
-    assert hybrid["vectors"] == "used" and set(hybrid["lists"]) == {"fts", "vector"}
+    # "vector:use": the companion model's ranking beside e5's (layers/local/companion.py)
+    assert hybrid["vectors"] == "used" and set(hybrid["lists"]) == {"fts", "vector", "vector:use"}
     semantic = _search(config, "vector search and memory", "--mode", "vector")
-    assert semantic["results"] and semantic["lists"] == ["vector"]
+    assert semantic["results"] and semantic["lists"] == ["vector", "vector:use"]
     wait_for(lambda: d.status()["vectors"]["loaded"] is False, timeout=30, what="model unloaded after idle")
 
 

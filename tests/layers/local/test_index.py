@@ -318,6 +318,28 @@ def test_a_relaxed_lexical_list_counts_half_in_the_fusion(tmp_path):
         assert relaxed.relaxed and scores["memory/a.md"] == pytest.approx(scores["memory/b.md"] / 2, abs=1e-6)
 
 
+def test_a_relaxed_hit_sharing_under_half_the_terms_is_left_to_the_vectors(tmp_path):
+    model = "hand-made"
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
+        index.update_document(_doc("memory/a.md", "证书过期，用户看到安全提示\n"))  # three of the four terms
+        index.update_document(_doc("memory/b.md", "磁盘扩容后服务恢复\n"))  # one: 恢复
+        index.update_document(_doc("memory/c.md", "周会改到周一\n"))  # none
+        pending = {text.split("\n")[1]: h for h, text in index.take_pending(10)}
+        index.store_vectors(
+            model,
+            [(h, np.array([1.0, 0.0] if "周会" in t else [0.0, 1.0], dtype=np.float32)) for t, h in pending.items()],
+        )
+        embed = lambda q: np.array([1.0, 0.0], dtype=np.float32)  # noqa: E731  the vectors prefer c.md
+        question = "证书过期那次用户看到了什么提示多久才恢复"  # no chunk has every term: relaxed
+        lexical_only = search(index, question, mode="fts", explain=True)
+        assert lexical_only.relaxed
+        assert [r["path"] for r in lexical_only.results] == ["memory/a.md", "memory/b.md"], "fts keeps every match"
+        hybrid = search(index, question, mode="hybrid", embed_query=embed, explain=True)
+        ranks = {r["path"]: r["ranks"] for r in hybrid.results}
+        assert "fts" in ranks["memory/a.md"] and "fts" not in ranks["memory/b.md"], ranks
+        assert [r["path"] for r in hybrid.results][:2] == ["memory/a.md", "memory/c.md"]
+
+
 def test_the_list_ends_where_the_matches_end_and_says_when_nothing_matched(tmp_path):
     model = "hand-made"
     with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
