@@ -17,19 +17,16 @@ inferred ones one by one in their place; a write the store refuses is set aside
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import logging
 import os
-import queue as queue_module
 import shutil
 import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -45,6 +42,7 @@ from daemon import maintenance
 from daemon.audit import audit_log
 from daemon.config import Config
 from daemon.guard import SecretGuard
+from daemon.jobs import StoreWorker
 from daemon.storage import StorageHealth, has_room, is_storage_error
 from daemon.storage import describe as describe_storage
 from layers.conversation.breaker import Breaker
@@ -110,71 +108,6 @@ class SecretRefusedError(ValueError):
 
 class _StoreDown(Exception):
     pass
-
-
-class StoreWorker:
-    """One daemon thread that owns the store: jobs run in order, callers wait with a deadline."""
-
-    def __init__(self) -> None:
-        self._jobs: queue_module.SimpleQueue = queue_module.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="l4-store", daemon=True)
-        self._busy_until: float | None = None  # when the job running now is past its own deadline
-        self._thread.start()
-
-    def submit(self, fn: Callable[[], object], deadline: float | None = None) -> Future:
-        future: Future = Future()
-        self._jobs.put((fn, future, deadline))
-        return future
-
-    def wait(self, future: Future, deadline: float, patient: bool = True) -> object:
-        """``future``'s result; raises FutureTimeout.
-
-        ``patient`` (maintenance, replay, connecting: nobody waits at a prompt):
-        ``deadline`` counts from when the job starts.  Time spent queued behind
-        another job (a replay batch, a backup, a cleanup page) is not the store
-        being slow: the job keeps waiting while the one ahead is within its own
-        deadline, and times out when its own deadline, or that of a job ahead
-        that hangs, has passed.  Otherwise (an agent's request, whose client
-        waits ``client_timeout``) the deadline counts from now, whatever is ahead.
-        """
-        if not patient:
-            return future.result(timeout=deadline)
-        submitted = time.monotonic()
-        while not (future.running() or future.done()):
-            ahead = self._busy_until
-            limit = max(submitted + deadline, ahead if ahead is not None else 0.0)
-            left = limit - time.monotonic()
-            if left <= 0:
-                raise FutureTimeout()
-            with contextlib.suppress(FutureTimeout):
-                return future.result(timeout=min(0.2, left))
-        started = getattr(future, "started_at", submitted)
-        return future.result(timeout=max(0.0, started + deadline - time.monotonic()))
-
-    def _run(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            fn, future, deadline = job
-            future.started_at = time.monotonic()  # type: ignore[attr-defined]  # read by wait()
-            if not future.set_running_or_notify_cancel():
-                continue  # the caller gave up before it started
-            self._busy_until = None if deadline is None else future.started_at + deadline  # type: ignore[attr-defined]
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # handed to the waiting caller
-                future.set_exception(exc)
-            finally:
-                self._busy_until = None
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._jobs.put(None)
-        self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
 
 
 def store_deadline(config: Config) -> float:
