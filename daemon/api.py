@@ -330,21 +330,14 @@ def build_app(daemon: DaemonApi) -> Starlette:
         mode = _str_arg(args, "mode") or "auto"
         if mode not in SEARCH_MODES:
             raise ApiError(400, f"unknown search mode {mode!r} (choose from {', '.join(SEARCH_MODES)})")
-        try:
-            return daemon.search(
-                args["agent"],
-                text,
-                mode=mode,
-                limit=_int_param(args.get("limit"), 10, 1, 200, "limit"),
-                filters=filters,
-                explain=bool(_flag(args.get("explain"), False)),
-            )
-        except RuntimeError as exc:
-            # The daemon says an index it cannot use now (refused, damaged and being rebuilt, a full
-            # disk) with a plain RuntimeError: that is the index's state, not a bug.
-            if type(exc) is RuntimeError:
-                raise IndexUnavailableError(str(exc)) from exc
-            raise
+        return daemon.search(
+            args["agent"],
+            text,
+            mode=mode,
+            limit=_int_param(args.get("limit"), 10, 1, 200, "limit"),
+            filters=filters,
+            explain=bool(_flag(args.get("explain"), False)),
+        )
 
     def memory_search(request: Request, args: Mapping) -> dict:
         authorize(daemon, request, args.get("agent"))

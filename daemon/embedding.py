@@ -104,6 +104,11 @@ class EmbedWorker:
     def wake(self) -> None:
         self._wake.set()
 
+    def configure(self, batch_size: int) -> None:
+        """A reload's batch size, used from the next batch on."""
+        self.batch_size = batch_size
+        self.wake()
+
     def request_stop(self) -> None:
         """Begin stopping, without waiting: an encode in progress is aborted.
 

@@ -158,6 +158,11 @@ class Indexer:
         entry = self.agents.get(agent_id)
         return entry.refused if entry else None
 
+    def rebuilding(self, agent_id: str) -> bool:
+        """True while an agent's index is being rebuilt (a repair asked for again is not queued twice)."""
+        entry = self.agents.get(agent_id)
+        return bool(entry is not None and entry.progress)
+
     def close(self) -> None:
         for entry in self.agents.values():
             if entry.index is not None:

@@ -114,6 +114,12 @@ class AgentTracker:
     def workspace(self) -> Path:
         return self.agent.workspace
 
+    def reconfigure(self, guard: SecretGuard, settings: Settings, stale_lock_s: float) -> None:
+        """A reload's new guard and settings (the next file processed and commit use them)."""
+        self.guard = guard
+        self.settings = settings
+        self.repo.stale_lock_s = stale_lock_s
+
     # ------------------------------------------------------------ edit flow
 
     def mark_dirty(self, now: float | None = None, immediate: bool = False) -> None:

@@ -75,6 +75,8 @@ def registry_of(root: Path) -> Path:
 
 
 FAST = {"watch": {"debounce_ms": 100}, "git": {"quiet_period_s": 0.3, "max_delay_s": 5}}
+# FAST without vectors or L4, for tests of files and git (no model load, no store to open)
+LEAN = {**FAST, "vectors": {"backend": "off"}, "conversation": {"enabled": False}}
 
 
 class DaemonProcess:
@@ -174,3 +176,14 @@ def file_at_head(workspace: Path, path: str) -> str | None:
 
 def dump(data: object) -> str:
     return json.dumps(data, ensure_ascii=False)
+
+
+def token_of(root: Path, agent: str) -> str:
+    """The API token the daemon issued to ``agent`` of the root ``init_root`` made."""
+    workspace = root / "workspace" if agent == "main" else root / "workspace" / "agents" / f"{agent}-workspace"
+    return (workspace / ".memstrata" / "token").read_text().strip()
+
+
+def wait_reachable(daemon) -> None:
+    """Until the daemon's L4 store answers (opening it takes seconds after the daemon is ready)."""
+    wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=90, what="conversation store reachable")

@@ -10,12 +10,7 @@ import pytest
 import yaml
 
 from daemon.client import DaemonClient, DaemonRequestError
-from tests.helpers import FAKE_API_KEY, FAST, init_root, registry_of, run_cli, wait_for
-
-
-def token_of(root: Path, agent: str) -> str:
-    workspace = root / "workspace" if agent == "main" else root / "workspace" / "agents" / f"{agent}-workspace"
-    return (workspace / ".memstrata" / "token").read_text().strip()
+from tests.helpers import FAKE_API_KEY, FAST, init_root, registry_of, run_cli, token_of, wait_reachable
 
 
 class Cluster:
@@ -30,10 +25,6 @@ class Cluster:
         for path in sorted((self.root / "workspace" / "logs" / "security").glob("memory-access-*.log")):
             lines += [json.loads(line) for line in path.read_text().splitlines()]
         return lines
-
-
-def wait_reachable(daemon) -> None:
-    wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=90, what="conversation store reachable")
 
 
 @pytest.fixture

@@ -105,8 +105,8 @@ def test_changes_while_the_store_is_down_are_refused_never_queued(tmp_path, daem
     """Update, delete and delete_all need the memory's owner and current text, which only the store
     holds: while it is down they are refused (503, saying nothing was queued) and the queue stays empty."""
     from daemon.client import DaemonClient
-    from tests.daemon.test_conversation import token_of
     from tests.daemon.test_conversation_outage import free_port, prepare
+    from tests.helpers import token_of
 
     config = prepare(tmp_path, f"http://127.0.0.1:{free_port()}")
     daemon = daemons(config)
@@ -183,8 +183,7 @@ def test_dedup_on_write_noop_and_scope(cluster):  # noqa: F811
 
 def _daemon_with(tmp_path, daemons, dedup: dict):
     from daemon.client import DaemonClient
-    from tests.daemon.test_conversation import token_of, wait_reachable
-    from tests.helpers import FAST, init_root, run_cli
+    from tests.helpers import FAST, init_root, run_cli, token_of, wait_reachable
 
     config = init_root(tmp_path, **FAST, conversation={"dedup": dedup})
     run_cli("agent", "add", "a", config=config)

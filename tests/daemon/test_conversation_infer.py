@@ -17,9 +17,8 @@ import pytest
 import yaml
 
 from daemon.client import DaemonClient
-from tests.daemon.test_conversation import token_of, wait_reachable
 from tests.daemon.test_conversation_outage import free_port, set_backend
-from tests.helpers import FAST, init_root, run_cli, wait_for
+from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
 
 EXTRACTED = "用户偏好 Tailscale 组网"
 

@@ -18,8 +18,7 @@ import yaml
 
 from daemon.client import DaemonClient
 from layers.conversation.queue import WriteQueue
-from tests.daemon.test_conversation import token_of, wait_reachable
-from tests.helpers import FAST, init_root, run_cli, wait_for
+from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
 
 TIMEOUT_S = 2
 

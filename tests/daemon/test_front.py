@@ -242,10 +242,14 @@ def test_any_other_unexpected_exception_is_a_500():
     assert _search_with(TypeError("unhashable type")).status_code == 500
 
 
-def test_the_search_endpoints_index_state_stays_a_503():
-    """The daemon reports an index it cannot use as a RuntimeError: that is a 503 with its message."""
-    response = _search_with(RuntimeError("the index of a is damaged and being rebuilt; retry shortly"))
+def test_an_index_that_cannot_answer_is_a_503():
+    """An index the daemon cannot use now (refused, being rebuilt, a full disk) is a 503 with its message."""
+    response = _search_with(IndexUnavailableError("the index of a is damaged and being rebuilt; retry shortly"))
     assert response.status_code == 503 and "being rebuilt" in response.json()["error"]
+
+
+def test_a_bare_runtime_error_from_search_is_a_500():
+    assert _search_with(RuntimeError("bug")).status_code == 500
 
 
 def test_a_bare_runtime_error_elsewhere_is_a_500():

@@ -15,9 +15,8 @@ import signal
 import yaml
 
 from daemon.client import DaemonClient
-from tests.daemon.test_conversation import token_of, wait_reachable
 from tests.daemon.test_conversation_outage import free_port
-from tests.helpers import FAST, init_root, run_cli, wait_for
+from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
 
 
 def _edit(config, **conversation) -> None:

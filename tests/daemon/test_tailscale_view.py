@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import stat
 
-from daemon.broker import tailscale_view
 from daemon.status import _conversation_lines
+from daemon.tailscale import tailscale_view
 
 STATUS = {
     "Peer": {

@@ -15,9 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.helpers import FAST, init_root, run_cli, wait_for
+from tests.helpers import LEAN, init_root, run_cli, wait_for
 
-LEAN = {**FAST, "vectors": {"backend": "off"}, "conversation": {"enabled": False}}  # git is what is tested here
 HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "reference-transaction", "post-index-change")
 
 

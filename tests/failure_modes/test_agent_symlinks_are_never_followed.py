@@ -16,9 +16,7 @@ import time
 from pathlib import Path
 
 from tests.failure_modes.unix_users import chown_tree, second_user
-from tests.helpers import FAST, git, init_root, run_cli, wait_for
-
-LEAN = {**FAST, "vectors": {"backend": "off"}, "conversation": {"enabled": False}}  # files are what is tested here
+from tests.helpers import LEAN, git, init_root, run_cli, wait_for
 
 
 def _outside(tmp_path: Path, name: str) -> Path:

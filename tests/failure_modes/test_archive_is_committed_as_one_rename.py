@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import time
 
-from tests.helpers import FAST, git, init_root, run_cli, wait_for
+from tests.helpers import LEAN, git, init_root, run_cli, wait_for
 
 OLD = "memory/2020-03-04.md"
 NEW = "memory/archive/2020/2020-03-04.md"
-LEAN = {**FAST, "vectors": {"backend": "off"}, "conversation": {"enabled": False}}  # git is what is tested here
 
 
 def _rename_commit(ws, src: str, dst: str) -> str | None:

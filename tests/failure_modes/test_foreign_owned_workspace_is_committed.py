@@ -15,9 +15,7 @@ import subprocess
 from pathlib import Path
 
 from tests.failure_modes.unix_users import chown_tree, second_user
-from tests.helpers import FAST, init_root, run_cli, wait_for
-
-LEAN = {**FAST, "vectors": {"backend": "off"}, "conversation": {"enabled": False}}  # git is what is tested here
+from tests.helpers import LEAN, init_root, run_cli, wait_for
 
 
 def _git(ws: Path, *args: str) -> str:

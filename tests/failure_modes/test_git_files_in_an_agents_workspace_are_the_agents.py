@@ -14,10 +14,7 @@ import subprocess
 from pathlib import Path
 
 from tests.failure_modes.unix_users import chown_tree, second_user
-from tests.helpers import FAST, init_root, run_cli, wait_for
-
-LEAN = {**FAST, "vectors": {"backend": "off"}, "conversation": {"enabled": False}}
-
+from tests.helpers import LEAN, init_root, run_cli, wait_for
 
 PLANTED = {".git/planted-link", ".git/planted-symlink"}
 

@@ -17,15 +17,11 @@ import yaml
 
 from daemon.client import DaemonClient
 from tests.failure_modes.hostile_yaml import HOSTILE, restore
-from tests.helpers import FAST, init_root, registry_of, run_cli, wait_for
+from tests.helpers import FAST, init_root, registry_of, run_cli, token_of, wait_for
 
 pytestmark = pytest.mark.slow
 
 REQUESTS_PER_VERSION = 4
-
-
-def token_of(root, agent: str) -> str:
-    return (root / "workspace" / "agents" / f"{agent}-workspace" / ".memstrata" / "token").read_text().strip()
 
 
 def test_hostile_registry_keeps_the_last_good_one(tmp_path, daemons):

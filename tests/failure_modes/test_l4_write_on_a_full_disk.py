@@ -12,10 +12,9 @@ from __future__ import annotations
 import pytest
 
 from daemon.client import DaemonClient, DaemonRequestError
-from tests.daemon.test_conversation import token_of, wait_reachable
 from tests.failure_modes import filesystems
 from tests.failure_modes.filesystems import storage_places
-from tests.helpers import FAST, init_root, run_cli, wait_for
+from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
 
 RECOVERY_S = 90
 

@@ -31,9 +31,8 @@ from daemon.client import DaemonClient
 from layers.conversation.policy import DEFAULT_RETENTION_DAYS, lifetime
 from layers.conversation.queue import WriteQueue
 from layers.conversation.store import NewMemory
-from tests.daemon.test_conversation import token_of
 from tests.daemon.test_conversation_infer import EXTRACTED, StandInLLM
-from tests.helpers import FAST, init_root, run_cli, wait_for
+from tests.helpers import FAST, init_root, run_cli, token_of, wait_for
 from tests.stand_in_embedder import StandInEmbedder
 
 BACKLOG = 10_000

@@ -13,9 +13,8 @@ import sys
 
 from tests import helpers
 from tests.failure_modes.unix_users import chown_tree, second_user
-from tests.helpers import FAST, init_root, run_cli, wait_for
+from tests.helpers import LEAN, init_root, run_cli, wait_for
 
-LEAN = {**FAST, "vectors": {"backend": "off"}, "conversation": {"enabled": False}}
 WITHOUT_CHOWN = ["setpriv", "--bounding-set=-chown", sys.executable, "-m", "daemon"]
 
 

@@ -11,8 +11,7 @@ import pytest
 from daemon.audit import AuditLog
 from layers.conversation.cleanup import Rules, Selection, run_cleanup
 from layers.conversation.policy import DEFAULT_RETENTION_DAYS, MEMORY_TYPES
-from layers.conversation.store import ConversationStore, NewMemory, StoreSettings
-from tests.layers.conversation.test_store import embedder  # noqa: F401 - fixture
+from layers.conversation.store import NewMemory
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 TODAY = NOW.date()
@@ -30,14 +29,6 @@ def put(store, text, memory_type="knowledge", created=NEW, expiration=None, agen
         expires_at = datetime.fromisoformat(expiration).replace(tzinfo=timezone.utc).timestamp() + 86400
     record = NewMemory(str(uuid.uuid4()), agent, text, memory_type, visibility, None, created, expiration, expires_at)
     return store.add(record)[0]["id"]
-
-
-@pytest.fixture
-def store(tmp_path, embedder):  # noqa: F811
-    s = ConversationStore(StoreSettings("embedded", tmp_path / "l4"), embedder, embedder.dimension())
-    s.connect()
-    yield s
-    s.close()
 
 
 @pytest.fixture

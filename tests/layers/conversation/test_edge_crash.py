@@ -15,7 +15,6 @@ import time
 from collections import Counter
 
 from layers.conversation.store import ConversationStore, StoreSettings
-from tests.layers.conversation.test_store import embedder  # noqa: F401 - the real model fixture
 
 WRITER = textwrap.dedent(
     """
@@ -42,7 +41,7 @@ WRITER = textwrap.dedent(
 )
 
 
-def test_sigkill_mid_burst_keeps_every_acknowledged_write_exactly_once(tmp_path, embedder):  # noqa: F811
+def test_sigkill_mid_burst_keeps_every_acknowledged_write_exactly_once(tmp_path, embedder):
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(tmp_path / "l4")], stdout=subprocess.PIPE, text=True, bufsize=1
     )

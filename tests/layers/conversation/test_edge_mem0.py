@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from layers.conversation.edge_mem0 import EdgeVectorStore
 from layers.conversation.policy import Phase
-from layers.conversation.store import ConversationStore, StoreSettings
-from tests.layers.conversation.test_store import embedder, memory  # noqa: F401 - the real model fixture
+from tests.layers.conversation.test_store import memory
 
 PRIVATE_A = Phase("private", "private", owner="a")
-
-
-@pytest.fixture
-def store(tmp_path, embedder):  # noqa: F811
-    s = ConversationStore(StoreSettings("embedded", tmp_path / "l4"), embedder, embedder.dimension())
-    s.connect()
-    yield s
-    s.close()
 
 
 def test_mem0_runs_on_the_edge_shard_and_its_entity_store_too(store, tmp_path):

@@ -11,13 +11,13 @@ import numpy as np
 from layers.conversation import migrate
 from layers.conversation.policy import Phase
 from layers.conversation.store import QDRANT_LOCAL, ConversationStore, StoreSettings
-from tests.layers.conversation.test_store import embedder, memory  # noqa: F401 - the real model fixture
+from tests.layers.conversation.test_store import memory
 
 PRIVATE_A = Phase("private", "private", owner="a")
 PUBLIC = Phase("public", "public")
 
 
-def old_store(tmp_path, embedder, n: int) -> list[str]:  # noqa: F811
+def old_store(tmp_path, embedder, n: int) -> list[str]:
     """A store written by the previous engine (qdrant-client's local mode), closed; the ids it holds."""
     s = ConversationStore(StoreSettings("embedded", tmp_path / "l4", engine=QDRANT_LOCAL), embedder, 384)
     s.connect()
@@ -27,7 +27,7 @@ def old_store(tmp_path, embedder, n: int) -> list[str]:  # noqa: F811
     return [r.ids[0] for r in results]
 
 
-def test_the_old_store_is_imported_once_and_kept(tmp_path, embedder, caplog):  # noqa: F811
+def test_the_old_store_is_imported_once_and_kept(tmp_path, embedder, caplog):
     ids = old_store(tmp_path, embedder, 40)
     caplog.set_level(logging.INFO, logger="layers.conversation.store")
     s = ConversationStore(StoreSettings("embedded", tmp_path / "l4"), embedder, 384)
@@ -59,7 +59,7 @@ def test_the_old_store_is_imported_once_and_kept(tmp_path, embedder, caplog):  #
     assert "importing" not in caplog.text, "imported once"
 
 
-def test_an_interrupted_import_starts_again_cleanly(tmp_path, embedder):  # noqa: F811
+def test_an_interrupted_import_starts_again_cleanly(tmp_path, embedder):
     """Half the points in the shard and no marker (a kill mid-import): the next open imports everything once."""
     from layers.conversation.edge import EdgeCollection
 

@@ -11,10 +11,9 @@ import uuid
 
 import pytest
 
-from daemon.config import DEFAULT_MODEL_PATH
 from layers.conversation.policy import Phase
 from layers.conversation.store import ConversationStore, NewMemory, StoreConfigError, StoreSettings
-from layers.local.vectors import LocalEmbedder, OpenAIEmbedder
+from layers.local.vectors import OpenAIEmbedder
 
 CREATED = "2026-11-30T08:00:00+00:00"
 
@@ -22,20 +21,6 @@ CREATED = "2026-11-30T08:00:00+00:00"
 def memory(agent: str, text: str, visibility: str = "private", project: str | None = None, **kw) -> NewMemory:
     fields = {"memory_type": "knowledge", "expiration_date": None, "expires_at": None, "created_at": CREATED, **kw}
     return NewMemory(str(uuid.uuid4()), agent, text, visibility=visibility, project_id=project, **fields)
-
-
-@pytest.fixture(scope="module")
-def embedder():
-    assert DEFAULT_MODEL_PATH.is_file(), "the model is built by `make setup` (memstrata model build)"
-    return LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
-
-
-@pytest.fixture
-def store(tmp_path, embedder):
-    s = ConversationStore(StoreSettings("embedded", tmp_path / "l4"), embedder, embedder.dimension())
-    s.connect()
-    yield s
-    s.close()
 
 
 PUBLIC, INFRA, PRIVATE_A, PRIVATE_B = (

@@ -14,14 +14,14 @@ import pytest
 
 from layers.conversation.policy import Phase
 from layers.conversation.store import ConversationStore, StoreSettings
-from tests.layers.conversation.test_store import embedder, memory  # noqa: F401 - fixture
+from tests.layers.conversation.test_store import memory
 
 URL = os.environ.get("MEMSTRATA_TEST_QDRANT_URL")
 pytestmark = pytest.mark.skipif(not URL, reason="no Qdrant server: set MEMSTRATA_TEST_QDRANT_URL to run")
 
 
 @pytest.fixture
-def remote(tmp_path, embedder):  # noqa: F811
+def remote(tmp_path, embedder):
     settings = StoreSettings(
         "remote",
         tmp_path,

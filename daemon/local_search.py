@@ -1,0 +1,99 @@
+"""An L3 search from an API thread: the agent's own index, on a read-only connection of its own.
+
+The loop is the index's single writer; a search that finds the index stale,
+missing or damaged does not repair it here but asks the loop to rebuild it
+(through its job queue) and answers "retry shortly".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import apsw
+
+from daemon.agents import Agents
+from daemon.embedding import EmbedWorker
+from daemon.errors import IndexUnavailableError
+from daemon.indexer import Indexer
+from daemon.jobs import Jobs
+from daemon.storage import is_storage_error
+from daemon.tracker import AgentTracker
+from layers.local.index import Filters, ForeignFile, Identity, IndexStale, LocalIndex
+from layers.local.search import search as search_index
+from layers.local.vectors import Embedder
+
+
+class LocalSearch:
+    def __init__(
+        self,
+        agents: Agents,
+        indexer: Indexer,
+        identity: Identity,
+        embedder: Embedder | None,
+        embed_worker: Callable[[], EmbedWorker | None],
+        loop_jobs: Jobs,
+    ) -> None:
+        self.agents = agents
+        self.indexer = indexer
+        self.identity = identity
+        self.embedder = embedder
+        self.embed_worker = embed_worker  # started after the API: read at each search
+        self.loop_jobs = loop_jobs
+
+    def search(
+        self,
+        agent_id: str,
+        text: str,
+        *,
+        mode: str = "auto",
+        limit: int = 10,
+        filters: Filters | None = None,
+        explain: bool = False,
+    ) -> dict:
+        """Search an agent's index from an API thread (its own read connection)."""
+        tracker = self.agents.get(agent_id)
+        if tracker is None:
+            raise LookupError(f"unknown agent {agent_id!r}")
+        refused = self.indexer.refused(agent_id)
+        if refused:
+            raise IndexUnavailableError(f"the index of {agent_id} is refused: {refused}")
+        try:
+            index = LocalIndex(tracker.agent.index, self.identity, readonly=True, verify=False)
+        except ForeignFile as exc:
+            raise IndexUnavailableError(f"the index of {agent_id} is refused: {exc}") from None
+        except (IndexStale, FileNotFoundError) as exc:
+            self.request_repair(tracker, str(exc))
+            raise IndexUnavailableError(
+                f"the index of {agent_id} is being rebuilt from markdown ({exc}); retry shortly"
+            ) from None
+        except (apsw.Error, OSError) as exc:
+            if not is_storage_error(exc):
+                raise
+            raise IndexUnavailableError(f"the index of {agent_id} cannot be opened: the disk is full ({exc})") from None
+        embed = self.embedder.embed_query if self.embedder is not None else None
+        worker = self.embed_worker()
+        try:
+            with index:
+                answer = search_index(
+                    index,
+                    text,
+                    limit=limit,
+                    mode=mode,
+                    filters=filters,
+                    embed_query=embed,
+                    no_embedder_reason="vectors are off (vectors.backend: off)",
+                    blocked_reason=worker.waiting_reason if worker else "",
+                    explain=explain,
+                )
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            self.request_repair(tracker, f"the index file is damaged ({exc})")
+            raise IndexUnavailableError(
+                f"the index of {agent_id} is damaged and being rebuilt ({exc}); retry shortly"
+            ) from None
+        return answer.to_dict()
+
+    def request_repair(self, tracker: AgentTracker, why: str) -> None:
+        """From an API thread: have the loop (the index's single writer) rebuild it."""
+        if self.indexer.rebuilding(tracker.id):
+            return  # already rebuilding
+        self.loop_jobs.submit(lambda: self.indexer.repair(tracker.agent, why))

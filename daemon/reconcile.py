@@ -1,0 +1,77 @@
+"""The periodic reconcile: every workspace's files against the records, repairing what the watcher missed.
+
+Runs in the loop every ``watch.reconcile_interval_s`` (and at start, after a reload,
+after a watcher restart): new workspaces are added, vanished ones dropped, each
+tracker re-checks its files by checksum and each index is brought in step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+
+from daemon.agents import Agents
+from daemon.current import Current
+from daemon.indexer import Indexer
+from daemon.storage import StorageHealth, is_storage_error
+from daemon.tracker import AgentTracker
+
+log = logging.getLogger("daemon.service")  # the lines operators (and tests) know come from the service
+
+
+def iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds") if ts else None
+
+
+class Reconciler:
+    def __init__(self, current: Current, agents: Agents, indexer: Indexer, storage: StorageHealth) -> None:
+        self.current = current
+        self.agents = agents
+        self.indexer = indexer
+        self.storage = storage
+        self.last: dict = {"time": None, "repaired": 0, "duration_ms": None}
+        self.next_at = 0.0  # monotonic time of the next periodic reconcile
+
+    def one(self, tracker: AgentTracker) -> int:
+        """Reconcile one agent's files and index; how many files it repaired."""
+        try:
+            repaired = tracker.reconcile()
+        except Exception as exc:
+            if is_storage_error(exc):  # git init/archive on a full disk (the record reports itself)
+                self.storage.failed("git", exc, subject=tracker.id, path=tracker.workspace)
+            else:
+                log.exception("%s: reconcile failed", tracker.id)
+            return 0
+        try:
+            self.storage.attempt(
+                "index",
+                lambda: self.indexer.open(tracker.agent, self.agents.desired(tracker)),
+                subject=tracker.id,
+                path=tracker.agent.index,
+            )
+        except Exception:
+            log.exception("%s: index sync failed", tracker.id)
+        return repaired
+
+    def all(self) -> None:
+        """Every agent, after adding new workspaces and dropping vanished ones."""
+        started = time.monotonic()
+        known = set(self.agents.trackers)
+        for agent in self.agents.discover():
+            if agent.id not in known:
+                self.agents.add(agent)
+        for agent_id in list(self.agents.trackers):
+            if not self.agents.trackers[agent_id].workspace.is_dir():
+                log.warning("%s: workspace disappeared; no longer watching it", agent_id)
+                self.agents.drop(agent_id)
+                self.storage.forget(agent_id)
+        repaired = sum(self.one(t) for t in self.agents.all())
+        if repaired and self.last["time"] is not None:
+            log.info("reconcile repaired %d file(s) the watcher had missed", repaired)
+        self.last = {
+            "time": iso(time.time()),
+            "repaired": repaired,
+            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+        }
+        self.next_at = time.monotonic() + self.current.config.watch.reconcile_interval_s

@@ -1,0 +1,166 @@
+"""Where a file event goes: from a path the watcher reported to (agent, file), debounced.
+
+The watcher thread only queues paths (:meth:`Router.on_change`); the loop takes
+them (:meth:`Router.take`), finds the agent each belongs to (discovering a new
+spoke workspace on the way), expands a directory into its memory files, and
+holds each file until it has been quiet for ``watch.debounce_ms``
+(:meth:`Router.pop_due`).  The loop then hands it to that agent's tracker.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from daemon.agents import Agents
+from daemon.config import Config
+from daemon.current import Current
+from daemon.tracker import AgentTracker
+from daemon.workspaces import is_memory_path, make_agent, spoke_id
+
+log = logging.getLogger("daemon.service")  # the lines operators (and tests) know come from the service
+
+STALE_EVENT_RECHECK_S = 1.0  # see Router._stale_event
+
+FileKey = tuple[str, str]  # (agent id, path relative to its workspace)
+
+
+def watch_roots(config: Config) -> list[Path]:
+    """The directories the watcher watches: the main workspace and agents_dir (unless inside it)."""
+    paths = config.paths
+    roots = [paths.workspace]
+    if paths.workspace not in paths.agents_dir.parents:
+        roots.append(paths.agents_dir)
+    return roots
+
+
+class Router:
+    def __init__(
+        self,
+        current: Current,
+        agents: Agents,
+        reconcile: Callable[[AgentTracker], int],
+        wake: Callable[[], None],
+    ) -> None:
+        self.current = current
+        self.agents = agents
+        self.reconcile = reconcile  # a new workspace is reconciled as a whole when it is found
+        self.wake = wake
+        self._inbox: collections.deque[tuple[str, bool]] = collections.deque()
+        self._debounce: dict[FileKey, float] = {}
+        self.recheck_at: float | None = None  # an early reconcile, after an event under a name that is gone
+
+    # ------------------------------------------------------------ the watcher thread
+
+    def on_change(self, path: str, is_directory: bool) -> None:
+        """Called by the watcher thread: queue the path and wake the loop."""
+        self._inbox.append((path, is_directory))
+        self.wake()
+
+    # ------------------------------------------------------------ the loop
+
+    @property
+    def waiting(self) -> bool:
+        """Events not yet taken, or files not yet settled."""
+        return bool(self._inbox) or bool(self._debounce)
+
+    @property
+    def settling(self) -> bool:
+        """Files still inside their debounce."""
+        return bool(self._debounce)
+
+    def deadline(self) -> float | None:
+        """When the loop must look again: the first file to settle, or an early reconcile."""
+        deadlines = [d for d in (self.recheck_at, min(self._debounce.values(), default=None)) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def recheck_due(self, now: float) -> bool:
+        """True (once) when the early reconcile asked for by a stale event is due."""
+        if self.recheck_at is not None and now >= self.recheck_at:
+            self.recheck_at = None
+            return True
+        return False
+
+    def take(self, now: float) -> bool:
+        """Move queued events into the debounce; True when an agent was dropped (its workspace is gone)."""
+        debounce = self.current.config.watch.debounce_ms / 1000
+        changed = False
+        while self._inbox:
+            path, is_dir = self._inbox.popleft()
+            located = self.locate(Path(path))
+            if located is None:
+                continue
+            tracker, rel = located
+            if not tracker.workspace.is_dir():
+                log.warning("%s: workspace %s disappeared; no longer watching it", tracker.id, tracker.workspace)
+                self.agents.drop(tracker.id)
+                changed = True
+                continue
+            rels = tracker.paths_under(rel) if is_dir or rel == "" else {rel} if is_memory_path(rel) else set()
+            for r in rels:
+                self._debounce[(tracker.id, r)] = now + debounce
+        return changed
+
+    def pop_due(self, now: float) -> list[FileKey]:
+        """The files quiet for long enough, removed from the debounce."""
+        due = [key for key, deadline in self._debounce.items() if deadline <= now]
+        for key in due:
+            del self._debounce[key]
+        return due
+
+    def pop_all(self) -> list[FileKey]:
+        """Every file still in the debounce (the final pass before a stop)."""
+        keys = list(self._debounce)
+        self._debounce.clear()
+        return keys
+
+    def _stale_event(self) -> None:
+        """An event named a directory under agents_dir that no longer exists.
+
+        A workspace is assembled under a temporary name and renamed into place; inotify
+        can still report a file written just after the rename under the old name (the
+        watch's path is updated later), and such an event cannot be placed.  A reconcile
+        shortly after looks at every workspace's files, so that edit is not left for the
+        periodic one.
+        """
+        if self.recheck_at is None:
+            self.recheck_at = time.monotonic() + STALE_EVENT_RECHECK_S
+
+    def locate(self, path: Path) -> tuple[AgentTracker, str] | None:
+        """Which agent a path belongs to (discovering new spoke workspaces on the way)."""
+        config = self.current.config
+        paths = config.paths
+        try:
+            parts = path.relative_to(paths.agents_dir).parts
+        except ValueError:
+            parts = None
+        if parts is not None:
+            if not parts:
+                return None
+            agent_id = spoke_id(parts[0])
+            if agent_id is None:
+                if not os.path.lexists(paths.agents_dir / parts[0]):
+                    log.debug("an event under a name that is gone, %s: reconciling shortly", path)
+                    self._stale_event()
+                return None
+            tracker = self.agents.get(agent_id)
+            if tracker is None:
+                agent = make_agent(config, agent_id)
+                if not agent.workspace.is_dir() or agent.workspace.is_symlink():
+                    return None
+                tracker = self.agents.add(agent)
+                self.reconcile(tracker)
+                return None  # the reconcile covered every file of the new workspace
+            return tracker, "/".join(parts[1:])
+        try:
+            rel = path.relative_to(paths.workspace).as_posix()
+        except ValueError:
+            return None
+        tracker = self.agents.get("main")
+        if tracker is None:
+            return None
+        return tracker, "" if rel == "." else rel

@@ -1,0 +1,110 @@
+"""The status document the daemon publishes: assembled in the loop, read by API threads.
+
+The loop builds it (:meth:`StatusBoard.publish`) after changes, at most every
+BURST_PUBLISH_S while files still settle (see daemon/loop.py); API threads read
+a copy (:meth:`StatusBoard.read`) with the parts that move on their own
+(uptime, L4, storage) filled in fresh.  The summary line goes to systemd's
+status.  The document's keys are what ``memstrata status``, the skill and the
+MCP server read.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from daemon import __version__
+from daemon.reconcile import iso
+from daemon.routing import watch_roots
+from daemon.wiring import limits_of
+
+if TYPE_CHECKING:
+    from daemon.service import MemoryDaemon
+
+
+class StatusBoard:
+    def __init__(self, daemon: MemoryDaemon) -> None:
+        self.d = daemon
+        self._snapshot: dict = {}
+        self._lock = threading.Lock()
+        self.line = ""  # the summary line systemd shows (STATUS=)
+
+    def read(self) -> dict:
+        """The latest snapshot, for the API thread."""
+        with self._lock:
+            snap = dict(self._snapshot)
+        if snap:
+            snap["daemon"] = dict(snap["daemon"], uptime_s=round(time.time() - self.d.started, 1))
+            snap["conversation"] = self.conversation()
+            snap["storage"] = self.d.storage.snapshot()
+        return snap
+
+    def conversation(self) -> dict:
+        d = self.d
+        if d.broker is not None:
+            return d.broker.status()
+        return {"enabled": d.config.conversation.enabled, "backend": d.config.conversation.backend}
+
+    def vectors(self) -> dict:
+        d = self.d
+        if d.embedder is None:
+            return {"backend": "off"}
+        if d.embed_worker is None:
+            return dict(d.embedder.status())
+        return d.embed_worker.status()
+
+    def publish(self, running: bool = True) -> None:
+        """Build the document from every part's state now (loop thread)."""
+
+        d = self.d
+        trackers = d.agents.all()
+        reports = []
+        for tracker in trackers:
+            report = tracker.report()
+            report["index"] = d.indexer.report(tracker.id)
+            reports.append(report)
+        files = sum(r["files"] for r in reports)
+        commits = [t.last_commit.time for t in trackers if t.last_commit]
+        line = f"{len(reports)} agent{'s' if len(reports) != 1 else ''}, {files} files"
+        if commits:
+            line += f", last commit {max(commits)[11:19]}"
+        held = sum(len(r["held_back"]) for r in reports)
+        if held:
+            line += f", {held} held back"
+        if d.watcher and d.watcher.mode == "polling":
+            line += ", polling"
+        if d.storage.next_retry() is not None:
+            line += ", STORAGE FAILING"
+        config = d.config
+        snapshot = {
+            "daemon": {
+                "running": running,
+                "pid": os.getpid(),
+                "version": __version__,
+                "started": iso(d.started),
+                "config": str(config.source) if config.source else None,
+                "socket": str(config.paths.socket),
+                "state_dir": str(config.paths.state_dir),
+                "summary": line,
+                "config_error": d.reloader.config_error or None,
+                "restart_needed": d.reloader.restart_needed or None,
+            },
+            "watcher": {
+                "mode": d.watcher.mode if d.watcher else "stopped",
+                "reason": d.watcher.reason if d.watcher else "",
+                "roots": [str(r) for r in watch_roots(config)],
+            },
+            "reconcile": dict(d.reconciler.last, interval_s=config.watch.reconcile_interval_s),
+            "limits": limits_of(config),
+            "vectors": self.vectors(),
+            "conversation": self.conversation(),
+            "agents": reports,
+            "storage": d.storage.snapshot(),
+        }
+        with self._lock:
+            self._snapshot = snapshot
+        if line != self.line:
+            self.line = line
+            d.notifier.status(line)
