@@ -64,9 +64,12 @@ run: setup
 	  printf '%s\n' "$$out" | grep -v -e '^next: ' -e '^$$'; exit $$status
 	$(BIN)/memstrata --config $(DEMO_ROOT)/memstrata.yaml run
 
-# system-deps again: apt packages can be gone while the virtualenv stays (a new machine, same disk)
+# system-deps again: apt packages can be gone while the virtualenv stays (a new machine, same disk).
+# Two workers: most tests wait on a daemon, git or a booted container, so two keep both cores busy
+# (one test module per worker: a module's fixtures, such as its booted container, stay in one place).
+TEST_WORKERS ?= 2
 test: setup system-deps
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: setup
 	$(BIN)/python bench/run.py

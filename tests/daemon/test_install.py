@@ -209,7 +209,7 @@ def test_an_existing_config_is_kept_and_a_foreign_unit_is_backed_up(tree):
     assert tree.config.read_bytes() == kept, "an existing configuration is never rewritten"
 
     # a unit file someone copied by hand is backed up before it is replaced
-    other = Tree(tree.base / "other")
+    other = Tree(tree.base / "o")  # short: a Unix socket path is at most 107 bytes
     other.units.mkdir(parents=True)
     (other.units / "memstrata.service").write_text("[Service]\nExecStart=/bin/true\n")
     proc = other.install()
