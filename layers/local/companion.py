@@ -112,6 +112,14 @@ _shared: CompanionEmbedder | None = None
 _shared_lock = threading.Lock()
 
 
+def configure(*, min_free_mb: int, threads: int, idle_unload_s: float) -> None:
+    """The shared companion follows the same settings as the local model (``vectors.*``)."""
+    c = shared()
+    with c._lock:
+        c.gate = MemoryGate(min_free_mb, RESIDENT_BYTES)
+        c.threads, c.idle_unload_s = threads, idle_unload_s
+
+
 def shared() -> CompanionEmbedder:
     """The process's one companion (the embedding worker and the search threads use the same weights)."""
     global _shared

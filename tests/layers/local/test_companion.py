@@ -67,3 +67,19 @@ def test_a_hybrid_answer_fuses_the_companion_list_when_the_index_holds_it(tmp_pa
         assert "vector" in answer.lists and "vector:use" in answer.lists
         ranks = {r["path"]: r["ranks"] for r in answer.results}
         assert ranks["memory/a.md"]["vector:use"] == 1, "the companion finds the Chinese note of an English question"
+
+
+def test_the_companion_follows_the_vectors_settings(tmp_path):
+    """An operator's ``vectors.min_free_mb`` and ``threads`` hold for the companion as for the GGUF model."""
+    from daemon.config import parse_config
+    from daemon.embedding import make_embedder
+
+    source = tmp_path / "memstrata.yaml"
+    text = f"paths:\n  root: {tmp_path}\nvectors:\n  min_free_mb: 123456789\n  threads: 1\n"
+    source.write_text(text)
+    try:
+        make_embedder(parse_config(text, source))
+        gate = companion.shared().gate.check()
+        assert not gate.open and gate.needed_mb >= 123456789 and companion.shared().threads == 1
+    finally:
+        companion.configure(min_free_mb=300, threads=2, idle_unload_s=120.0)
