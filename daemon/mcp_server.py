@@ -15,29 +15,19 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal
-
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import ConfigDict, Field, model_validator
+from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
 from daemon.client import DaemonClient, DaemonRequestError, DaemonUnavailableError, connect
 from daemon.contracts import StatusDocument
 from daemon.limits import MAX_QUERY_CHARS, QueryTooLongError
+from daemon.mcp_protocol import Param, Server, Tool, ToolError
 from daemon.wiring import client_timeout
 from daemon.workspaces import core_of, get_agent
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES, retention_for
-from layers.conversation.registry import load_registry
 
 if TYPE_CHECKING:
     from daemon.config import Config
-
-# Enums in the tools' JSON schema, so a model picks a valid value up front; built from
-# the policy's tuples so the schema cannot drift from what the daemon accepts.
-MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
-Visibility = Literal[VISIBILITIES]  # type: ignore[valid-type]
 
 INSTRUCTIONS = """\
 memstrata is this agent's long-term memory, in layers:
@@ -86,6 +76,8 @@ def _own_status(status: StatusDocument, agent_id: str) -> dict:
 
 def _permissions(config: Config, agent_id: str) -> dict:
     """The agent's projects and whether it may write public memories, from the project registry."""
+    from layers.conversation.registry import load_registry  # pydantic + yaml: only memory_status pays
+
     try:
         registry = load_registry(config.paths.registry)
     except (OSError, ValueError) as exc:
@@ -115,195 +107,249 @@ def _one_paragraph(text: str | None) -> str:
     return " ".join(inspect.cleandoc(text or "").split())
 
 
-def _strict_arguments(base: type, tool: str, agent_id: str) -> type:
-    """The tool's argument model, refusing what it does not know (pydantic ignores extras by default).
+def _refuse_unknown(tool: str, agent_id: str) -> Callable[[list[str], list[str]], str]:
+    """The refusal of an argument the tool does not take.
 
     An ``agent_id`` argument in particular would otherwise be dropped without a word, and a model
     could believe it had read or written as another agent.
     """
-    allowed = {field.alias or name for name, field in base.model_fields.items()}
 
-    class Strict(base):  # type: ignore[misc, valid-type]
-        model_config = ConfigDict(**base.model_config, extra="forbid")
+    def message(unknown: list[str], known: list[str]) -> str:
+        who = (
+            f" this server acts for agent {agent_id!r} only (fixed when it started), and no tool takes an agent id."
+            if {"agent_id", "agent", "user_id"} & set(unknown)
+            else ""
+        )
+        return f"unknown argument(s) {', '.join(unknown)} for {tool} (it takes: {', '.join(known) or 'none'});{who}"
 
-        @model_validator(mode="before")
-        @classmethod
-        def _known_only(cls, data: Any) -> Any:
-            if isinstance(data, dict):
-                unknown = sorted(set(data) - allowed)
-                if unknown:
-                    who = (
-                        f" this server acts for agent {agent_id!r} only (fixed when it started), and no tool "
-                        "takes an agent id."
-                        if {"agent_id", "agent", "user_id"} & set(unknown)
-                        else ""
-                    )
-                    known = ", ".join(sorted(allowed)) or "none"
-                    raise ValueError(f"unknown argument(s) {', '.join(unknown)} for {tool} (it takes: {known});{who}")
-            return data
-
-    Strict.__name__ = base.__name__
-    return Strict
+    return message
 
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+def _hints(read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
+    """MCP tool annotations; every tool here acts on this cluster only (no open world)."""
+    return {
+        "destructiveHint": destructive,
+        "idempotentHint": idempotent,
+        "openWorldHint": False,
+        "readOnlyHint": read_only,
+    }
 
 
-def build_refusing_server(reason: str) -> MCPServer:
+READ_ONLY = _hints(read_only=True, destructive=False, idempotent=True)
+WRITES = _hints(read_only=False, destructive=False, idempotent=False)
+CHANGES = _hints(read_only=False, destructive=True, idempotent=True)
+
+
+def build_refusing_server(reason: str) -> Server:
     """A server that says why it cannot serve, for an agent id the configuration does not know.
 
     Exiting at start leaves the reason in a log few MCP clients show; a server that starts,
     states the problem in its instructions and answers every call with it puts the message
     where the user of the client sees it."""
     message = f"memstrata cannot serve this agent: {reason}. Fix the --agent argument of the MCP server's command."
-    server = MCPServer(name="memstrata", instructions=message, version=__version__)
 
-    @server.tool(annotations=READ_ONLY)
     def memory_status() -> dict[str, Any]:
-        """Why this memstrata MCP server has no memory to offer (its agent is unknown)."""
         raise ToolError(message)
 
-    return server
+    status = Tool(
+        "memory_status",
+        "Why this memstrata MCP server has no memory to offer (its agent is unknown).",
+        memory_status,
+        annotations=READ_ONLY,
+    )
+    return Server(name="memstrata", version=__version__, instructions=message, tools=[status])
 
 
-def build_server(config: Config, agent_id: str) -> MCPServer:
+def _memory_id(description: str) -> Param:
+    return Param("memory_id", str, description)
+
+
+def build_server(config: Config, agent_id: str) -> Server:
     """The MCP server for ``agent_id``; raises UnknownAgentError for an agent without a workspace."""
     agent = get_agent(config, agent_id)
-    server = MCPServer(name="memstrata", instructions=INSTRUCTIONS, version=__version__)
-    lifetimes = _lifetimes(config)
 
     def ask(request: Callable[[DaemonClient], dict]) -> dict:
         return _ask(config, agent.id, request)
 
-    @server.tool(annotations=READ_ONLY)
-    def memory_search(
-        query: Annotated[
-            str, Field(description=f"What to look for, in natural language (at most {MAX_QUERY_CHARS} characters).")
-        ],
-        limit: Annotated[int, Field(ge=1, le=100, description="Most results to return.")] = 10,
-        fallback: Annotated[
-            bool, Field(description="While the shared store is down, answer from your local index (degraded).")
-        ] = True,
-    ) -> dict[str, Any]:
-        """Search the shared conversation memory (L4) for what you may read: public memories, those of
-        your projects, and your private ones. Use it before answering from assumptions about people,
-        decisions, preferences or the state of work. `degraded: true` means the shared store was down
-        and the results come from your own local files instead."""
+    def memory_search(query: str, limit: int, fallback: bool) -> dict[str, Any]:
         return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback))
 
-    @server.tool(
-        annotations=ToolAnnotations(
-            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
-        )
-    )
     def memory_add(
-        text: Annotated[str, Field(description="One self-contained fact, decision or preference.")],
-        type: Annotated[
-            MemoryType | None,
-            Field(description="Kind of memory; it sets how long it lives (default: knowledge; see above)."),
-        ] = None,
-        visibility: Annotated[
-            Visibility | None,
-            Field(
-                description="Who may read it: public (every agent), project (the agents of `project`) or "
-                "private (only you). Default: a project named in the text, else private."
-            ),
-        ] = None,
-        project: Annotated[str | None, Field(description="Project of a project memory.")] = None,
-        expires: Annotated[
-            str | None, Field(description="Last day it is shown, YYYY-MM-DD, today or later (default: by type).")
-        ] = None,
+        text: str, type: str | None, visibility: str | None, project: str | None, expires: str | None
     ) -> dict[str, Any]:
-        """Remember something in the shared conversation memory (L4), as this agent. Write what a future
-        session (yours or another agent's) should know; never secrets (they are refused). Choose the
-        visibility deliberately: private for notes about your own work, project for your team, public only
-        for what every agent should know (it needs permission). `queued: true` means the store was down
-        and the write will be applied once it is back."""
         fields = {"type": type, "visibility": visibility, "project": project, "expires": expires}
         return ask(lambda c: c.add(agent.id, text, **fields))
 
-    @server.tool(annotations=READ_ONLY)
-    def memory_get_all(
-        limit: Annotated[int, Field(ge=1, le=1000, description="Most memories to return.")] = 100,
-        cursor: Annotated[str | None, Field(description="`next_cursor` of the previous page.")] = None,
-    ) -> dict[str, Any]:
-        """List every conversation memory (L4) you may read, page by page (follow `next_cursor`). Use it
-        to review or audit what is remembered; to answer a question, memory_search is better."""
+    def memory_get_all(limit: int, cursor: str | None) -> dict[str, Any]:
         return ask(lambda c: c.get_all(agent.id, limit=limit, cursor=cursor))
 
-    @server.tool(annotations=READ_ONLY)
-    def memory_get(
-        memory_id: Annotated[str, Field(description="The memory's id, as memory_search or memory_add answered.")],
-    ) -> dict[str, Any]:
-        """One conversation memory (L4) by id: its text, owner, visibility, type, created_at, updated_at and
-        expiry. A memory you may not read is answered as not found."""
+    def memory_get(memory_id: str) -> dict[str, Any]:
         return ask(lambda c: c.get(agent.id, memory_id))
 
-    @server.tool(
-        annotations=ToolAnnotations(
-            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
-        )
-    )
-    def memory_update(
-        memory_id: Annotated[str, Field(description="The id of one of your own memories.")],
-        text: Annotated[str, Field(description="Its corrected text, replacing the old one.")],
-        expires: Annotated[
-            str | None, Field(description="A new last day it is shown, YYYY-MM-DD, today or later.")
-        ] = None,
-    ) -> dict[str, Any]:
-        """Correct one of your own conversation memories (L4): the text is replaced (the old one stays in
-        memory_history), the memory keeps its id, visibility, type and created_at, and gets updated_at.
-        Only the memory's owner may update it; while the shared store is down the update is refused and
-        nothing changes (try again later)."""
+    def memory_update(memory_id: str, text: str, expires: str | None) -> dict[str, Any]:
         return ask(lambda c: c.update(agent.id, memory_id, text, expires=expires))
 
-    @server.tool(
-        annotations=ToolAnnotations(
-            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
-        )
-    )
-    def memory_delete(
-        memory_id: Annotated[str, Field(description="The id of one of your own memories.")],
-    ) -> dict[str, Any]:
-        """Delete one of your own conversation memories (L4) that is wrong or no longer true; its history
-        (memory_history) keeps what it said. Only the owner may delete it; while the shared store is down
-        the delete is refused and nothing changes."""
+    def memory_delete(memory_id: str) -> dict[str, Any]:
         return ask(lambda c: c.delete(agent.id, memory_id))
 
-    @server.tool(annotations=READ_ONLY)
-    def memory_history(
-        memory_id: Annotated[str, Field(description="The memory's id.")],
-    ) -> dict[str, Any]:
-        """The changes of one conversation memory (L4) you may read, oldest first: ADD, UPDATE (with the
-        old and new text) and DELETE events, also after it was deleted."""
+    def memory_history(memory_id: str) -> dict[str, Any]:
         return ask(lambda c: c.history(agent.id, memory_id))
 
-    @server.tool(annotations=READ_ONLY)
     def memory_status() -> dict[str, Any]:
-        """Whether the shared conversation store (L4) is reachable, its write queue, the state of your
-        workspace (last commit, files held back by the secret guard), and your permissions: the projects
-        you belong to and where you may write (private always, project for your projects, public only
-        with permission). Use it when a memory tool reports a problem or answers `degraded`."""
         return {**_own_status(ask(lambda c: c.status()), agent.id), "permissions": _permissions(config, agent.id)}
 
-    @server.tool(annotations=READ_ONLY)
-    def memory_core(
-        include_reference: Annotated[
-            bool, Field(description="Also load the reference files AGENTS.md and TOOLS.md.")
-        ] = False,
-        budget: Annotated[
-            int | None, Field(ge=1, description="Token budget (default: the configured core.budget_tokens).")
-        ] = None,
-    ) -> str:
-        """Your L1 core memory: the cluster's shared core, CORE_INDEX, IDENTITY, SOUL and USER, cut at a
-        token budget with a visible marker. Read it at the start of a session. It comes from your
-        workspace files (edit them to change it), not from the conversation memory."""
+    def memory_core(include_reference: bool, budget: int | None) -> str:
         return core_of(config, agent, include_reference, budget).render()
 
-    for tool in server._tool_manager.list_tools():  # the SDK has no public hook for either
+    tools = [
+        Tool(
+            "memory_search",
+            """Search the shared conversation memory (L4) for what you may read: public memories, those of
+            your projects, and your private ones. Use it before answering from assumptions about people,
+            decisions, preferences or the state of work. `degraded: true` means the shared store was down
+            and the results come from your own local files instead.""",
+            memory_search,
+            (
+                Param("query", str, f"What to look for, in natural language (at most {MAX_QUERY_CHARS} characters)."),
+                Param("limit", int, "Most results to return.", default=10, minimum=1, maximum=100),
+                Param(
+                    "fallback",
+                    bool,
+                    "While the shared store is down, answer from your local index (degraded).",
+                    default=True,
+                ),
+            ),
+            READ_ONLY,
+        ),
+        Tool(
+            "memory_add",
+            """Remember something in the shared conversation memory (L4), as this agent. Write what a future
+            session (yours or another agent's) should know; never secrets (they are refused). Choose the
+            visibility deliberately: private for notes about your own work, project for your team, public only
+            for what every agent should know (it needs permission). `queued: true` means the store was down
+            and the write will be applied once it is back."""
+            f" How long each type lives: {_lifetimes(config)}.",
+            memory_add,
+            (
+                Param("text", str, "One self-contained fact, decision or preference."),
+                Param(
+                    "type",
+                    str,
+                    "Kind of memory; it sets how long it lives (default: knowledge; see above).",
+                    default=None,
+                    nullable=True,
+                    enum=MEMORY_TYPES,
+                ),
+                Param(
+                    "visibility",
+                    str,
+                    "Who may read it: public (every agent), project (the agents of `project`) or "
+                    "private (only you). Default: a project named in the text, else private.",
+                    default=None,
+                    nullable=True,
+                    enum=VISIBILITIES,
+                ),
+                Param("project", str, "Project of a project memory.", default=None, nullable=True),
+                Param(
+                    "expires",
+                    str,
+                    "Last day it is shown, YYYY-MM-DD, today or later (default: by type).",
+                    default=None,
+                    nullable=True,
+                ),
+            ),
+            WRITES,
+        ),
+        Tool(
+            "memory_get_all",
+            """List every conversation memory (L4) you may read, page by page (follow `next_cursor`). Use it
+            to review or audit what is remembered; to answer a question, memory_search is better.""",
+            memory_get_all,
+            (
+                Param("limit", int, "Most memories to return.", default=100, minimum=1, maximum=1000),
+                Param("cursor", str, "`next_cursor` of the previous page.", default=None, nullable=True),
+            ),
+            READ_ONLY,
+        ),
+        Tool(
+            "memory_get",
+            """One conversation memory (L4) by id: its text, owner, visibility, type, created_at, updated_at and
+            expiry. A memory you may not read is answered as not found.""",
+            memory_get,
+            (_memory_id("The memory's id, as memory_search or memory_add answered."),),
+            READ_ONLY,
+        ),
+        Tool(
+            "memory_update",
+            """Correct one of your own conversation memories (L4): the text is replaced (the old one stays in
+            memory_history), the memory keeps its id, visibility, type and created_at, and gets updated_at.
+            Only the memory's owner may update it; while the shared store is down the update is refused and
+            nothing changes (try again later).""",
+            memory_update,
+            (
+                _memory_id("The id of one of your own memories."),
+                Param("text", str, "Its corrected text, replacing the old one."),
+                Param(
+                    "expires",
+                    str,
+                    "A new last day it is shown, YYYY-MM-DD, today or later.",
+                    default=None,
+                    nullable=True,
+                ),
+            ),
+            CHANGES,
+        ),
+        Tool(
+            "memory_delete",
+            """Delete one of your own conversation memories (L4) that is wrong or no longer true; its history
+            (memory_history) keeps what it said. Only the owner may delete it; while the shared store is down
+            the delete is refused and nothing changes.""",
+            memory_delete,
+            (_memory_id("The id of one of your own memories."),),
+            CHANGES,
+        ),
+        Tool(
+            "memory_history",
+            """The changes of one conversation memory (L4) you may read, oldest first: ADD, UPDATE (with the
+            old and new text) and DELETE events, also after it was deleted.""",
+            memory_history,
+            (_memory_id("The memory's id."),),
+            READ_ONLY,
+        ),
+        Tool(
+            "memory_status",
+            """Whether the shared conversation store (L4) is reachable, its write queue, the state of your
+            workspace (last commit, files held back by the secret guard), and your permissions: the projects
+            you belong to and where you may write (private always, project for your projects, public only
+            with permission). Use it when a memory tool reports a problem or answers `degraded`.""",
+            memory_status,
+            (),
+            READ_ONLY,
+        ),
+        Tool(
+            "memory_core",
+            """Your L1 core memory: the cluster's shared core, CORE_INDEX, IDENTITY, SOUL and USER, cut at a
+            token budget with a visible marker. Read it at the start of a session. It comes from your
+            workspace files (edit them to change it), not from the conversation memory.""",
+            memory_core,
+            (
+                Param(
+                    "include_reference", bool, "Also load the reference files AGENTS.md and TOOLS.md.", default=False
+                ),
+                Param(
+                    "budget",
+                    int,
+                    "Token budget (default: the configured core.budget_tokens).",
+                    default=None,
+                    nullable=True,
+                    minimum=1,
+                ),
+            ),
+            READ_ONLY,
+            returns_text=True,
+        ),
+    ]
+    for tool in tools:
         tool.description = _one_paragraph(tool.description)
-        if tool.name == "memory_add":
-            tool.description += f" How long each type lives: {lifetimes}."
-        tool.fn_metadata.arg_model = _strict_arguments(tool.fn_metadata.arg_model, tool.name, agent.id)
-        tool.parameters["additionalProperties"] = False
-    return server
+        tool.unknown_arguments = _refuse_unknown(tool.name, agent.id)
+    return Server(name="memstrata", version=__version__, instructions=INSTRUCTIONS, tools=tools)

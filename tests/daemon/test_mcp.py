@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -307,3 +308,103 @@ def test_unknown_agent_is_said_where_the_mcp_client_shows_it(tmp_path):
     proc = run_cli("mcp", "--agent", "nobody", config=cluster.config, check=False, input="")  # EOF: ends at once
     assert proc.returncode == 1
     assert "unknown agent 'nobody'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- the protocol itself, raw JSON lines
+
+
+def _raw_session(tmp_path: Path, *messages: Any) -> list[dict]:
+    """Send ``messages`` (a str is sent as is) as lines to ``memstrata mcp --agent main`` with no
+    daemon, close stdin (the server ends), and return every line it wrote to stdout, parsed."""
+    config = init_root(tmp_path, vectors={"backend": "off"})
+    lines = [m if isinstance(m, str) else json.dumps(m) for m in messages]
+    proc = run_cli("mcp", "--agent", "main", config=config, input="\n".join(lines) + "\n")
+    return [json.loads(line) for line in proc.stdout.splitlines()]  # stdout is protocol only
+
+
+def _request(request_id: Any, method: str, params: Any = None) -> dict:
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    return message if params is None else {**message, "params": params}
+
+
+def _initialize(request_id: int, version: str) -> dict:
+    return _request(
+        request_id,
+        "initialize",
+        {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+    )
+
+
+def test_raw_handshake_ping_notifications_and_json_rpc_errors(tmp_path):
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+
+    answers = _raw_session(
+        tmp_path,
+        "this is not json {",
+        _initialize(1, "2025-06-18"),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        _request(2, "ping"),
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}},
+        _request(3, "resources/list"),
+        _request(4, "server/discover"),
+        _initialize(5, "1999-01-01"),
+        _request(6, "tools/list", ["not", "an", "object"]),
+        "[1, 2]",
+    )
+    # One answer per request, none for the two notifications, in order.
+    assert [a.get("id") for a in answers] == [None, 1, 2, 3, 4, 5, 6, None], answers
+    assert all(a["jsonrpc"] == "2.0" for a in answers)
+    assert answers[0]["error"]["code"] == -32700
+    hello = answers[1]["result"]
+    assert hello["protocolVersion"] == "2025-06-18"  # the client's, when supported
+    assert hello["serverInfo"]["name"] == "memstrata" and "tools" in hello["capabilities"]
+    assert "long-term memory" in hello["instructions"]
+    assert answers[2] == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    assert answers[3]["error"]["code"] == -32601 and "resources/list" in answers[3]["error"]["message"]
+    assert answers[4]["error"]["code"] == -32601  # the stateless era: a client falls back to initialize
+    assert answers[5]["result"]["protocolVersion"] == LATEST_HANDSHAKE_VERSION  # else the newest
+    assert LATEST_HANDSHAKE_VERSION in HANDSHAKE_PROTOCOL_VERSIONS
+    assert answers[6]["error"]["code"] == -32602
+    assert answers[7]["error"]["code"] == -32600  # a batch: not in the protocol since 2025-06-18
+
+
+def test_raw_tool_calls_with_bad_arguments_are_tool_errors_and_unknown_tools_protocol_errors(tmp_path):
+    def call(request_id: int, name: str, arguments: Any) -> dict:
+        return _request(request_id, "tools/call", {"name": name, "arguments": arguments})
+
+    answers = _raw_session(
+        tmp_path,
+        _initialize(1, "2025-11-25"),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        call(2, "memory_search", {"query": 5}),
+        call(3, "memory_get_all", {"limit": 0}),
+        call(4, "memory_add", {"text": "a fact", "type": "rumour"}),
+        call(5, "memory_core", {"budget": True}),
+        call(6, "memory_get", {}),
+        call(7, "memory_teleport", {}),
+        call(8, "memory_core", ["not", "an", "object"]),
+        call(9, "memory_core", {"include_reference": False}),
+    )
+    assert [a["id"] for a in answers] == list(range(1, 10)), answers
+    errors = {a["id"]: a["result"]["content"][0]["text"] for a in answers[1:6]}
+    assert all(a["result"]["isError"] is True for a in answers[1:6])
+    assert "query: expected string" in errors[2]
+    assert "limit: must be ≥ 1" in errors[3]
+    assert "'rumour' is not one of" in errors[4] and "decision" in errors[4]
+    assert "budget: expected integer" in errors[5]  # true is not a number in JSON
+    assert "memory_id: required" in errors[6]
+    assert "Traceback" not in json.dumps(answers)
+    assert answers[6]["error"]["code"] == -32602 and "memory_teleport" in answers[6]["error"]["message"]
+    assert answers[7]["error"]["code"] == -32602
+    core = answers[8]["result"]
+    assert core["isError"] is False and "memstrata core bundle" in core["structuredContent"]["result"]
+    assert core["content"] == [{"type": "text", "text": core["structuredContent"]["result"]}]
+
+
+def test_the_mcp_server_imports_no_sdk_and_no_validation_library():
+    """What made ``memstrata mcp`` slow to answer ``initialize``: the MCP SDK's server side (~1.5 s CPU of
+    pydantic protocol models, starlette and uvicorn); the registry's pydantic + PyYAML load on use."""
+    code = "import sys, daemon.mcp_server; print('\\n'.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    loaded = {name.split(".")[0] for name in out.stdout.split()}
+    assert not loaded & {"mcp", "mcp_types", "pydantic", "starlette", "uvicorn", "anyio", "yaml"}, loaded
