@@ -74,10 +74,9 @@ def test_the_cli_and_status_import_nothing_of_the_service(module):
 
 
 def test_the_mcp_server_imports_nothing_of_the_service():
-    """The MCP SDK brings starlette and uvicorn itself (mcp.server.lowlevel imports its HTTP transports);
-    what must not come along is the daemon's own service side."""
+    """The MCP server is the standard library's (daemon/mcp_protocol.py): no service side, no web server."""
     loaded = _loaded_by("daemon.mcp_server")
-    assert _forbidden(loaded, SERVICE_SIDE) == []
+    assert _forbidden(loaded, SERVICE_SIDE + WEB_SERVER) == []
 
 
 def test_cli_commands_are_registered_explicitly():
