@@ -1079,6 +1079,7 @@ class Broker:
             "backend": s.backend,
             "engine": s.engine if s.backend == "embedded" else None,
             "import": self.store.import_progress,  # an old local-mode store being brought into Edge
+            "index": self.store.index_status(),  # Edge: indexed vs unindexed points, the optimize under way/last
             "collection": s.collection,
             "url": s.url,
             "reachable": self.breaker.closed,

@@ -59,7 +59,8 @@ def snapshot_embedded(data_dir: Path, dest_dir: Path, collection: str, engine: s
         if engine == "edge":
             (staging / "edge").mkdir()  # empty when nothing was ever stored: that state is backed up too
             if edge.is_dir():
-                for shard in sorted(p for p in edge.iterdir() if p.is_dir()):
+                # dot-directories are an optimize's scratch (.optimize: a copy being rebuilt), not shards
+                for shard in sorted(p for p in edge.iterdir() if p.is_dir() and not p.name.startswith(".")):
                     shutil.copytree(shard, staging / "edge" / shard.name, symlinks=True)
         else:
             (staging / "qdrant").mkdir()

@@ -226,6 +226,7 @@ class ConversationStore:
         self._entities = None  # mem0's entity store on Edge (a shard of its own, opened on first use)
         # the one-time import of an old local-mode store, for status: {"state", "done", "total", ...}
         self.import_progress: dict | None = None
+        self.optimizer = None  # Edge only: when the shard's index is rebuilt (layers/conversation/optimizer.py)
 
     @property
     def connected(self) -> bool:
@@ -438,7 +439,7 @@ class ConversationStore:
     # ------------------------------------------------------------ operations
 
     def ping(self) -> float:
-        """Round-trip time of a cheap request, in milliseconds."""
+        """Round-trip time of a cheap request, in milliseconds; on Edge, then the index upkeep (``upkeep``)."""
         client = self._client_only()
         started = time.perf_counter()
         with _translate_errors("ping"):
@@ -447,7 +448,32 @@ class ConversationStore:
                     client.count()
             else:
                 client.collection_exists(self.settings.collection)
-        return round((time.perf_counter() - started) * 1000, 2)
+        rtt = round((time.perf_counter() - started) * 1000, 2)
+        self.upkeep(refresh=True)
+        return rtt
+
+    def upkeep(self, refresh: bool = False) -> None:
+        """On Edge: swap in a finished optimize or start one that is due (see optimizer.py); never raises.
+
+        Runs on the caller's thread, which must be the one that owns the store: the daemon's store
+        thread calls it after each write and on every ping.
+        """
+        if not self.settings.on_edge or self._client is None:
+            return
+        if self.optimizer is None:
+            from layers.conversation.optimizer import Optimizer
+
+            self.optimizer = Optimizer()
+        self.optimizer.tick(self._client, refresh=refresh)
+
+    def index_status(self) -> dict | None:
+        """The Edge shard's index for status (indexed vs unindexed points, optimizes); None elsewhere.
+
+        Figures the store thread last saw: reading them never touches the engine.
+        """
+        if not self.settings.on_edge:
+            return None
+        return self.optimizer.status() if self.optimizer is not None else {"optimizing_since": None}
 
     def add(self, memory: NewMemory) -> list[dict]:
         mem0, _ = self._require()
@@ -459,6 +485,7 @@ class ConversationStore:
                 expiration_date=memory.expiration_date,
                 infer=memory.infer,
             )
+        self.upkeep()
         return [{"id": r.get("id"), "event": r.get("event"), "memory": r.get("memory")} for r in result["results"]]
 
     def find_write(self, write_id: str) -> list[str]:
@@ -581,6 +608,7 @@ class ConversationStore:
                 mem0.db.batch_add_history(history)
             for (memory, _), memory_id in zip(todo, ids, strict=True):
                 results[memory.write_id] = BatchResult(memory.write_id, "ADD", (memory_id,))
+        self.upkeep()
         return [results[m.write_id] for m in memories]
 
     @contextmanager
@@ -716,6 +744,7 @@ class ConversationStore:
         mem0, _ = self._require()
         with _translate_errors("delete"):
             mem0.delete(memory_id)
+        self.upkeep()
 
     def count(self) -> int:
         client = self._client_only()
@@ -766,6 +795,7 @@ class ConversationStore:
             if shard is not None:
                 with _translate_errors("delete"):
                     shard.delete(ids)
+                self.upkeep()
             return
         from qdrant_client import models
 
@@ -786,6 +816,7 @@ class ConversationStore:
             options = {"metadata": {EXPIRY_FIELD: expiration[1]}, "expiration_date": expiration[0]}
         with _translate_errors("update"):
             mem0.update(memory_id, text=text, **options)
+        self.upkeep()
 
     def history(self, memory_id: str) -> list[dict]:
         """mem0's history of one memory: its ADD/UPDATE/DELETE events, oldest first."""
