@@ -104,6 +104,8 @@ def restore_embedded(archive: Path, data_dir: Path) -> Path:
             (data_dir / layout).replace(kept)
         (staged / layout).replace(data_dir / layout)
         if (staged / "history.db").exists():
+            for stale in ("history.db-wal", "history.db-shm"):  # the replaced database's, not this one's
+                (data_dir / stale).unlink(missing_ok=True)
             (staged / "history.db").replace(data_dir / "history.db")
     return kept
 
