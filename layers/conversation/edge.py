@@ -190,6 +190,7 @@ class EdgeCollection:
         self._work = self.path.parent / WORK_DIR
         self._copy = self._work / f"{self.path.name}.optimizing"
         self._replaced = self._work / f"{self.path.name}.replaced"
+        self._swapped = self._work / f"{self.path.name}.swapped"  # the copy in place holds the journal too
         self._child: subprocess.Popen | None = None
         self._journal: list | None = None  # the writes since the copy was taken, while an optimize runs
         self.writes = 0  # points written through this handle (the optimize schedule counts them)
@@ -205,12 +206,14 @@ class EdgeCollection:
     def _recover(self) -> str:
         """Undo what an interrupted optimize left (under the lock); what was done, "" when nothing.
 
-        The shard at ``path`` stays the truth until a swap has renamed the optimized copy into its
-        place: with ``path`` gone and the replaced shard still aside, the process died between the
-        swap's two renames, and the replaced shard (flushed and closed before the first) goes back.
+        The replaced shard (flushed and closed before the swap's first rename) stays the truth
+        until the swapped-in copy holds the journal too, which the ``<name>.swapped`` marker says:
+        without it the copy is dropped and the replaced shard put back.
         """
         done = []
-        if not self.path.exists() and (self._replaced / "edge_config.json").is_file():
+        if (self._replaced / "edge_config.json").is_file() and not self._swapped.exists():
+            if self.path.exists():
+                shutil.rmtree(self.path)  # the copy, maybe without the writes made while it was optimized
             os.rename(self._replaced, self.path)
             _fsync_dir(self.path.parent)
             done.append("put back the shard an interrupted swap had moved aside")
@@ -218,6 +221,7 @@ class EdgeCollection:
             if leftover.exists():
                 shutil.rmtree(leftover)
                 done.append(f"removed {leftover.name}")
+        self._swapped.unlink(missing_ok=True)
         return "; ".join(done)
 
     def _open(self) -> qe.EdgeShard:
@@ -405,43 +409,36 @@ class EdgeCollection:
         shutil.rmtree(self._copy, ignore_errors=True)
 
     def _swap(self, journal: list) -> None:
-        """The journal onto the optimized copy, then the copy in the live shard's place.
+        """The optimized copy in the live shard's place, then the journal onto it.
 
-        Until the second rename the live shard (flushed and closed before the first) is the truth;
-        a crash in between is undone by ``_recover`` at the next open.
+        The live shard is flushed, closed and renamed aside, the copy renamed in, opened, and given
+        the journal; only once that is flushed does the ``.swapped`` marker say the copy is whole.
+        Until then ``_recover`` (at the next open) and the error path here put the replaced shard back.
         """
-        try:
-            copy = _engine(lambda: qe.EdgeShard.load(str(self._copy)))
-            try:
-                for operation in journal:
-                    _check_room(self._copy, self.min_free)
-                    _engine(lambda op=operation: copy.update(op))
-                _engine(copy.flush)
-            finally:
-                _engine(copy.close)
-        except BaseException:
-            shutil.rmtree(self._copy, ignore_errors=True)
-            raise
         shard, self._shard = self._live(), None
         _engine(shard.flush)
         _engine(shard.close)
         try:
             os.rename(self.path, self._replaced)
             os.rename(self._copy, self.path)
-        except OSError:
-            if not self.path.exists():
-                os.rename(self._replaced, self.path)
+            _fsync_dir(self.path.parent)
             self._shard = _engine(lambda: qe.EdgeShard.load(str(self.path)))
-            shutil.rmtree(self._copy, ignore_errors=True)
+            for operation in journal:
+                _check_room(self.path, self.min_free)
+                _engine(lambda op=operation: self._shard.update(op))
+            _engine(self._shard.flush)
+            self._swapped.touch()
+            _fsync_dir(self._work)
+        except BaseException:
+            if self._shard is not None:
+                with contextlib.suppress(Exception):
+                    self._shard.close()
+            self._shard = None
+            self._recover()  # the replaced shard back (or, before the first rename, nothing to undo)
+            self._shard = _engine(lambda: qe.EdgeShard.load(str(self.path)))
             raise
-        _fsync_dir(self.path.parent)
-        _fsync_dir(self._work)
-        self._shard = _engine(lambda: qe.EdgeShard.load(str(self.path)))
         shutil.rmtree(self._replaced, ignore_errors=True)
-
-    def flush(self) -> None:
-        """Everything written so far onto the segment files (the WAL already has it)."""
-        _engine(lambda: self._live().flush())
+        self._swapped.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Stop any optimize, flush and release the shard and its lock; a second close does nothing."""

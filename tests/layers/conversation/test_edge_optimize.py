@@ -176,21 +176,28 @@ def _alive(pid_: int) -> bool:
         return False
 
 
-def test_an_interrupted_swap_is_undone_at_the_next_open(tmp_path):
-    """The state a SIGKILL between the swap's two renames leaves: the shard aside, the copy beside it."""
+@pytest.mark.parametrize("cut", ["between the renames", "before the journal was in"])
+def test_an_interrupted_swap_is_undone_at_the_next_open(tmp_path, cut):
+    """The states a SIGKILL inside the swap leaves: the shard aside, the copy beside it or in its place."""
     path = tmp_path / "edge" / "shard"
-    c = EdgeCollection(path, DIM)
-    _fill(c, 0, 50)
-    c.close()
     work = tmp_path / "edge" / WORK_DIR
-    work.mkdir()
-    subprocess.run(["cp", "-a", str(path), str(work / "shard.optimizing")], check=True)
+    c = EdgeCollection(path, DIM)
+    _fill(c, 0, 40)
+    c.close()
+    subprocess.run(["cp", "-a", str(path), str(tmp_path / "copy")], check=True)  # the copy: 40 points
+    c = EdgeCollection(path, DIM)
+    _fill(c, 40, 10)  # acknowledged after the copy was taken: the journal's
+    c.close()
+    work.mkdir(exist_ok=True)
+    os.rename(tmp_path / "copy", work / "shard.optimizing")
     os.rename(path, work / "shard.replaced")
+    if cut == "before the journal was in":
+        os.rename(work / "shard.optimizing", path)
     c = EdgeCollection(path, DIM)
     try:
         assert "put back" in c.recovered
-        assert len(_ids(c)) == 50
-        assert not list(work.iterdir()) or not any(p.is_dir() for p in work.iterdir())
+        assert Counter(_ids(c)) == Counter({pid(i): 1 for i in range(50)})
+        assert not [p for p in work.iterdir() if p.is_dir()]
     finally:
         c.close()
 
