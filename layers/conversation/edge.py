@@ -440,6 +440,10 @@ class EdgeCollection:
         shutil.rmtree(self._replaced, ignore_errors=True)
         self._swapped.unlink(missing_ok=True)
 
+    def flush(self) -> None:
+        """Everything written so far onto the segment files (the WAL already has it)."""
+        _engine(lambda: self._live().flush())
+
     def close(self) -> None:
         """Stop any optimize, flush and release the shard and its lock; a second close does nothing."""
         if self._shard is None:

@@ -222,7 +222,8 @@ class ConversationStore:
         self.embedder = embedder
         self.dim = dim
         self._client = None  # qdrant-client (remote, or local mode), or an EdgeCollection (Edge)
-        self._memory = None
+        self._mem0 = None  # mem0's Memory; on Edge built at the first call that needs it (see ``_memory``)
+        self._edge_open = False  # Edge: the shard is open and checked (mem0 may not be built yet)
         self._entities = None  # mem0's entity store on Edge (a shard of its own, opened on first use)
         # the one-time import of an old local-mode store, for status: {"state", "done", "total", ...}
         self.import_progress: dict | None = None
@@ -230,7 +231,19 @@ class ConversationStore:
 
     @property
     def connected(self) -> bool:
-        return self._memory is not None
+        return self._mem0 is not None or self._edge_open
+
+    @property
+    def _memory(self):
+        """mem0's ``Memory``, built when first needed on Edge (importing mem0 costs the daemon ~88 MB).
+
+        Listing, counting, cleanup, backup, the probe and status need only the shard; a write, a
+        search or an edit builds mem0.
+        """
+        if self._mem0 is None and self._edge_open:
+            with _translate_errors("connect"):
+                self._mem0 = self._build_edge_memory(self._client)
+        return self._mem0
 
     # ------------------------------------------------------------ connection
 
@@ -306,15 +319,18 @@ class ConversationStore:
         client.create_payload_index(self.settings.collection, EXPIRY_FIELD, models.PayloadSchemaType.FLOAT)
 
     def connect(self) -> None:
-        """Open the collection (creating it), check it, and build mem0 on top."""
-        if self._memory is not None:
+        """Open the collection (creating it), check it, and build mem0 on top (on Edge: when first needed)."""
+        if self.connected:
             return
         client = self._client_only()
         try:
             with _translate_errors("connect"):
                 if self.settings.on_edge:
                     self._import_local_mode(client)
-                    memory = self._build_edge_memory(client)
+                    self._prepare_edge(client)
+                    self._edge_open = True
+                    log.info("conversation store: embedded (Edge) collection %r ready", self.settings.collection)
+                    return
                 else:
                     self._check_vector_size(client)
                     memory = self._build_memory(client)
@@ -323,7 +339,7 @@ class ConversationStore:
         except BaseException:
             self.close()
             raise
-        self._memory = memory
+        self._mem0 = memory
         if self.settings.backend == "embedded" and not self.settings.on_edge:
             _keep_local_meta(self.settings.data_dir / "qdrant")
         log.info("conversation store: %s collection %r ready", self.settings.backend, self.settings.collection)
@@ -392,6 +408,16 @@ class ConversationStore:
             local,
         )
 
+    def _prepare_edge(self, shard) -> None:
+        """The shard's payload indexes; StoreConfigError when there is no shard (no embedder to size one)."""
+        from layers.conversation.edge import FLOAT, KEYWORD
+
+        if shard is None:
+            raise StoreConfigError("the conversation store needs an embedder to create its collection")
+        for name in KEYWORD_FIELDS:
+            shard.ensure_index(name, KEYWORD)
+        shard.ensure_index(EXPIRY_FIELD, FLOAT)
+
     def _build_edge_memory(self, shard):
         """mem0 on a placeholder in-memory client, then its vector stores swapped for Edge shards.
 
@@ -401,14 +427,8 @@ class ConversationStore:
         """
         from qdrant_client import QdrantClient
 
-        from layers.conversation.edge import FLOAT, KEYWORD
         from layers.conversation.edge_mem0 import EdgeVectorStore
 
-        if shard is None:
-            raise StoreConfigError("the conversation store needs an embedder to create its collection")
-        for name in KEYWORD_FIELDS:
-            shard.ensure_index(name, KEYWORD)
-        shard.ensure_index(EXPIRY_FIELD, FLOAT)
         memory = self._build_memory(QdrantClient(location=":memory:"))
         memory.vector_store = EdgeVectorStore(self.settings.collection, shard.dim, lambda: shard)
         self._entities = EdgeVectorStore(
@@ -421,15 +441,16 @@ class ConversationStore:
         if self._entities is not None:
             with suppress(Exception):
                 self._entities.close()
-        if self._memory is not None:  # mem0's history: checkpointed and closed (a restore replaces the file)
+        if self._mem0 is not None:  # mem0's history: checkpointed and closed (a restore replaces the file)
             with suppress(Exception):
-                self._memory.db.connection.close()
+                self._mem0.db.connection.close()
         if self._client is not None:
             self._client.close()
-        self._client = self._memory = self._entities = None
+        self._client = self._mem0 = self._entities = None
+        self._edge_open = False
 
     def _require(self):
-        if self._memory is None:
+        if not self.connected:
             self.connect()
         return self._memory, self._client
 
