@@ -84,6 +84,7 @@ ConversationStatus = TypedDict(
         "backend": str,
         "engine": str | None,
         "import": dict | None,
+        "index": dict | None,  # Edge: indexed vs unindexed points, the optimize under way / the last one
         "collection": str,
         "url": str | None,
         "reachable": bool,

@@ -37,6 +37,7 @@ def conversation_status(broker: Broker) -> dict:
         "backend": s.backend,
         "engine": s.engine if s.backend == "embedded" else None,
         "import": store.import_progress,  # an old local-mode store being brought into Edge
+        "index": store.index_status(),  # Edge: indexed vs unindexed points, the optimize under way/last
         "collection": s.collection,
         "url": s.url,
         "reachable": closed,

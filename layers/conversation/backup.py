@@ -63,7 +63,8 @@ def snapshot_embedded(data_dir: Path, dest_dir: Path, collection: str, engine: s
         if engine == "edge":
             (staging / "edge").mkdir()  # empty when nothing was ever stored: that state is backed up too
             if edge.is_dir():
-                for shard in sorted(p for p in edge.iterdir() if p.is_dir()):
+                # dot-directories are an optimize's scratch (.optimize: a copy being rebuilt), not shards
+                for shard in sorted(p for p in edge.iterdir() if p.is_dir() and not p.name.startswith(".")):
                     shutil.copytree(shard, staging / "edge" / shard.name, symlinks=True)
         else:
             (staging / "qdrant").mkdir()
@@ -107,6 +108,8 @@ def restore_embedded(archive: Path, data_dir: Path) -> Path:
             (data_dir / layout).replace(kept)
         (staged / layout).replace(data_dir / layout)
         if (staged / "history.db").exists():
+            for stale in ("history.db-wal", "history.db-shm"):  # the replaced database's, not this one's
+                (data_dir / stale).unlink(missing_ok=True)
             (staged / "history.db").replace(data_dir / "history.db")
     return kept
 

@@ -11,8 +11,11 @@ Things the engine does that callers must know (seen with 0.9.0):
 - a second ``EdgeShard.load`` of a directory that is open raises a bare ``Exception`` (WAL
   "WouldBlock") *and* leaves the first handle unable to flush: so a lock file beside the shard is
   taken before the engine ever sees the path, and a second open gets :class:`EdgeLockedError`;
-- ``optimize()`` blocks until the segments are rebuilt, and vectors are searched by brute force
-  until it has run (the caller decides when: see ``optimize``);
+- ``optimize()`` blocks until the segments are rebuilt, *holding the GIL* (a Python thread beside
+  it ran 2 times in 11.6 s at 10k), and vectors are searched by brute force until it has run.  So it
+  runs in a child process on a copy of the flushed shard (``start_optimize``) while this handle
+  keeps serving and journals its writes; ``finish_optimize`` applies the journal to the optimized
+  copy and swaps it in (see docs/edge.md);
 - point ids come back as ``uuid.UUID``; they are handed out here as strings;
 - a vector of the wrong size raises a bare ``Exception`` ("Vector dimension error"), a malformed
   id a ``ValueError``;
@@ -37,6 +40,11 @@ import fcntl
 import json
 import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +59,11 @@ LOCK_SUFFIX = ".lock"
 # 32 MiB but sparse (filled as written).  optimize() rewrites segments: it wants their size again.
 MIN_FREE_BYTES = 16 << 20
 WAL_SEGMENT_BYTES = 32 << 20  # the engine's WAL segment size (sparse when created)
+# An optimize works beside the shard, in a dot-directory (backups copy shard directories, not these):
+# <parent>/.optimize/<name>.optimizing is the copy the child optimizes, <name>.replaced the shard a
+# swap has moved aside (only ever present mid-swap), <name>.log the child's stderr.
+WORK_DIR = ".optimize"
+JOURNAL_MAX = 20_000  # writes kept for one swap; past that the optimize is given up (retried later)
 
 KEYWORD = "keyword"
 FLOAT = "float"
@@ -174,11 +187,42 @@ class EdgeCollection:
         except BlockingIOError:
             os.close(self._lock_fd)
             raise EdgeLockedError(f"the embedded store at {self.path} is open in another process or handle") from None
+        self._work = self.path.parent / WORK_DIR
+        self._copy = self._work / f"{self.path.name}.optimizing"
+        self._replaced = self._work / f"{self.path.name}.replaced"
+        self._swapped = self._work / f"{self.path.name}.swapped"  # the copy in place holds the journal too
+        self._child: subprocess.Popen | None = None
+        self._journal: list | None = None  # the writes since the copy was taken, while an optimize runs
+        self.writes = 0  # points written through this handle (the optimize schedule counts them)
+        self.last_write = 0.0  # time.monotonic() of the last write
+        self._shard = None
         try:
+            self.recovered = self._recover()
             self._shard = self._open()
         except BaseException:
             os.close(self._lock_fd)
             raise
+
+    def _recover(self) -> str:
+        """Undo what an interrupted optimize left (under the lock); what was done, "" when nothing.
+
+        The replaced shard (flushed and closed before the swap's first rename) stays the truth
+        until the swapped-in copy holds the journal too, which the ``<name>.swapped`` marker says:
+        without it the copy is dropped and the replaced shard put back.
+        """
+        done = []
+        if (self._replaced / "edge_config.json").is_file() and not self._swapped.exists():
+            if self.path.exists():
+                shutil.rmtree(self.path)  # the copy, maybe without the writes made while it was optimized
+            os.rename(self._replaced, self.path)
+            _fsync_dir(self.path.parent)
+            done.append("put back the shard an interrupted swap had moved aside")
+        for leftover in (self._copy, self._replaced):
+            if leftover.exists():
+                shutil.rmtree(leftover)
+                done.append(f"removed {leftover.name}")
+        self._swapped.unlink(missing_ok=True)
+        return "; ".join(done)
 
     def _open(self) -> qe.EdgeShard:
         if (self.path / "edge_config.json").is_file():
@@ -197,38 +241,38 @@ class EdgeCollection:
         """Insert or replace points (id, vector, payload) in one update (one WAL record)."""
         batch = [qe.Point(_point_id(pid), [float(x) for x in vector], dict(payload)) for pid, vector, payload in points]
         if batch:
-            self._write(lambda: self._live().update(qe.UpdateOperation.upsert_points(batch)))
+            self._update(qe.UpdateOperation.upsert_points(batch), len(batch))
 
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
             targets = [_point_id(i) for i in ids]
-            self._write(lambda: self._live().update(qe.UpdateOperation.delete_points(targets)))
+            self._update(qe.UpdateOperation.delete_points(targets), len(targets))
 
     def delete_where(self, filters: Mapping[str, Any]) -> None:
         flt = to_filter(filters)
         if flt is None:
             raise ValueError("delete_where needs a filter (an empty one would delete everything)")
-        self._write(lambda: self._live().update(qe.UpdateOperation.delete_points_by_filter(flt)))
+        self._update(qe.UpdateOperation.delete_points_by_filter(flt))
 
     def set_payload(self, point_id: str, payload: Mapping) -> None:
         """Merge ``payload`` into the point's payload (other keys kept)."""
         pid = _point_id(point_id)
-        self._write(lambda: self._live().update(qe.UpdateOperation.set_payload([pid], dict(payload))))
+        self._update(qe.UpdateOperation.set_payload([pid], dict(payload)))
 
     def replace_payload(self, point_id: str, payload: Mapping) -> None:
         pid = _point_id(point_id)
-        self._write(lambda: self._live().update(qe.UpdateOperation.overwrite_payload([pid], dict(payload))))
+        self._update(qe.UpdateOperation.overwrite_payload([pid], dict(payload)))
 
     def set_vector(self, point_id: str, vector: Sequence[float]) -> None:
         pv = qe.PointVectors(_point_id(point_id), [float(x) for x in vector])
-        self._write(lambda: self._live().update(qe.UpdateOperation.update_vectors([pv])))
+        self._update(qe.UpdateOperation.update_vectors([pv]))
 
     def ensure_index(self, field: str, kind: str) -> None:
         """A payload index on ``field`` (``keyword`` or ``float``); nothing when it is already there."""
         if field in self.indexes():
             return
         schema = _SCHEMAS[kind]
-        self._write(lambda: self._live().update(qe.UpdateOperation.create_field_index(field, schema)))
+        self._update(qe.UpdateOperation.create_field_index(field, schema))
 
     # reads ------------------------------------------------------------------
 
@@ -293,18 +337,119 @@ class EdgeCollection:
     # upkeep -----------------------------------------------------------------
 
     def optimize(self) -> bool:
-        """Build the HNSW index and merge segments; blocks until done.  True when anything changed."""
+        """Build the HNSW index and merge segments in this process; blocks it (GIL held) until done.
+
+        For tests and tools only: the store optimizes off the request path (``start_optimize``).
+        """
         return bool(self._write(lambda: self._live().optimize(), extra=_disk_usage(self.path / "segments")))
+
+    @property
+    def optimizing(self) -> bool:
+        """An optimize was started and not yet finished or cancelled (its child may have ended)."""
+        return self._child is not None
+
+    @property
+    def optimize_pid(self) -> int | None:
+        return self._child.pid if self._child is not None else None
+
+    def start_optimize(self) -> None:
+        """Optimize a copy of the flushed shard in a child process (nice 19, one core); returns at once.
+
+        Runs on the thread that owns this handle: the flush and the copy are the only pause (writes
+        cannot come between them).  From the copy on, every write goes to this shard as before and
+        is journalled too.  ``finish_optimize`` swaps the copy in; ``cancel_optimize`` drops it.
+        The child gets SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG).
+        """
+        if self._child is not None:
+            return
+        _engine(lambda: self._live().flush())
+        size = _disk_usage(self.path)
+        _check_room(self.path, self.min_free + 2 * size)  # the copy, and the optimize's rewrite of it
+        self._work.mkdir(mode=0o700, exist_ok=True)
+        for leftover in (self._copy, self._replaced):
+            if leftover.exists():
+                shutil.rmtree(leftover)
+        _copy_tree(self.path, self._copy)
+        self._journal = []
+        with open(self._work / f"{self.path.name}.log", "wb") as log_file:
+            self._child = subprocess.Popen(
+                [sys.executable, "-P", __file__, "optimize", str(self._copy), str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log_file,
+                close_fds=True,
+                env={**os.environ, "RAYON_NUM_THREADS": "1"},
+            )
+
+    def finish_optimize(self) -> dict | None:
+        """None while the child runs; once it has ended, the optimized copy swapped in.
+
+        Returns ``{"journal": writes re-applied, "pid": the child's}``; raises EdgeError (the
+        child failed, or the swap could not complete: the live shard is then kept as it was).
+        """
+        child = self._child
+        if child is None or child.poll() is None:
+            return None
+        journal = self._journal or []
+        self._child = self._journal = None
+        if child.returncode != 0:
+            reason = _tail(self._work / f"{self.path.name}.log")
+            shutil.rmtree(self._copy, ignore_errors=True)
+            raise EdgeError(f"the optimize process ended with {_exit_text(child.returncode)}: {reason}")
+        self._swap(journal)
+        return {"journal": len(journal), "pid": child.pid}
+
+    def cancel_optimize(self) -> None:
+        """Stop a running optimize (SIGKILL) and drop its copy and journal; the live shard is untouched."""
+        child, self._child, self._journal = self._child, None, None
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGKILL)
+            child.wait()
+        shutil.rmtree(self._copy, ignore_errors=True)
+
+    def _swap(self, journal: list) -> None:
+        """The optimized copy in the live shard's place, then the journal onto it.
+
+        The live shard is flushed, closed and renamed aside, the copy renamed in, opened, and given
+        the journal; only once that is flushed does the ``.swapped`` marker say the copy is whole.
+        Until then ``_recover`` (at the next open) and the error path here put the replaced shard back.
+        """
+        shard, self._shard = self._live(), None
+        _engine(shard.flush)
+        _engine(shard.close)
+        try:
+            os.rename(self.path, self._replaced)
+            os.rename(self._copy, self.path)
+            _fsync_dir(self.path.parent)
+            self._shard = _engine(lambda: qe.EdgeShard.load(str(self.path)))
+            for operation in journal:
+                _check_room(self.path, self.min_free)
+                _engine(lambda op=operation: self._shard.update(op))
+            _engine(self._shard.flush)
+            self._swapped.touch()
+            _fsync_dir(self._work)
+        except BaseException:
+            if self._shard is not None:
+                with contextlib.suppress(Exception):
+                    self._shard.close()
+            self._shard = None
+            self._recover()  # the replaced shard back (or, before the first rename, nothing to undo)
+            self._shard = _engine(lambda: qe.EdgeShard.load(str(self.path)))
+            raise
+        shutil.rmtree(self._replaced, ignore_errors=True)
+        self._swapped.unlink(missing_ok=True)
 
     def flush(self) -> None:
         """Everything written so far onto the segment files (the WAL already has it)."""
         _engine(lambda: self._live().flush())
 
     def close(self) -> None:
-        """Flush and release the shard and its lock; a second close does nothing."""
+        """Stop any optimize, flush and release the shard and its lock; a second close does nothing."""
         if self._shard is None:
             return
         try:
+            self.cancel_optimize()
             _engine(lambda: self._shard.flush())
             _engine(lambda: self._shard.close())
         finally:
@@ -314,6 +459,16 @@ class EdgeCollection:
     @property
     def closed(self) -> bool:
         return self._shard is None
+
+    def _update(self, operation, points: int = 1) -> None:
+        """One update (of ``points`` points) on the live shard; journalled while an optimize runs, for its copy."""
+        self._write(lambda: self._live().update(operation))
+        self.writes += points
+        self.last_write = time.monotonic()
+        if self._journal is not None:
+            self._journal.append(operation)
+            if len(self._journal) > JOURNAL_MAX:
+                self.cancel_optimize()  # too many writes to hold: the next optimize starts afresh
 
     def _write(self, call, extra: int = 0):
         """``call`` when the file system has room for it (see the module's note on SIGBUS), else ENOSPC."""
@@ -354,6 +509,43 @@ def _check_room(path: Path, wanted: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
 
+def _copy_tree(source: Path, target: Path) -> None:
+    """A copy of a (flushed) shard directory: reflinked where the file system can, holes kept sparse."""
+    try:
+        subprocess.run(
+            ["cp", "-a", "--reflink=auto", "--sparse=always", str(source), str(target)],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        shutil.rmtree(target, ignore_errors=True)
+        detail = getattr(exc, "stderr", b"") or b""
+        raise OSError(errno.EIO, f"copying {source} failed: {detail.decode(errors='replace').strip() or exc}") from None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    return lines[-1][:300] if lines else "no message"
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal {signal.Signals(-code).name}"
+    return f"exit status {code}"
+
+
 def _disk_usage(path: Path) -> int:
     """Bytes the files under ``path`` occupy on disk (sparse files count what they hold)."""
     total = 0
@@ -382,3 +574,28 @@ def _engine(call):
         if str(exc).startswith("Vector dimension error"):
             raise ValueError(str(exc)) from None
         raise EdgeError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from exc
+
+
+def _optimize_child(path: str, parent: int) -> int:
+    """The child ``start_optimize`` runs: optimize the copy at ``path``, nice and on one core, then exit 0."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the starter
+    if os.getppid() != parent:
+        return 3  # the starter is already gone: nobody would swap this copy in
+    with contextlib.suppress(OSError):
+        os.nice(19)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+    shard = qe.EdgeShard.load(path)
+    shard.optimize()
+    shard.flush()
+    shard.close()
+    return 0
+
+
+if __name__ == "__main__":  # python -P edge.py optimize <copy> <parent pid>  (see start_optimize)
+    if len(sys.argv) != 4 or sys.argv[1] != "optimize":
+        sys.exit("usage: edge.py optimize <shard copy> <parent pid>")
+    sys.exit(_optimize_child(sys.argv[2], int(sys.argv[3])))

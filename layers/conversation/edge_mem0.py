@@ -17,6 +17,7 @@ other backends here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 from mem0.vector_stores.base import VectorStoreBase
@@ -32,6 +33,9 @@ class EdgeVectorStore(VectorStoreBase):
         self.embedding_model_dims = dim
         self._open = open_shard
         self._shard: EdgeCollection | None = None
+        # mem0 over-fetches max(4 x top_k, 60) candidates for its BM25 and entity boosts; with neither
+        # (see ``fetch_only``) the ranking is the semantic one, and only the top this many are asked for
+        self.fetch_cap: int | None = None
 
     @property
     def shard(self) -> EdgeCollection:
@@ -61,11 +65,21 @@ class EdgeVectorStore(VectorStoreBase):
         self.shard.upsert(zip(ids, vectors, payloads, strict=True))
 
     def search(self, query, vectors, top_k=5, filters=None) -> list[Hit]:
-        hits = self.shard.search(vectors, limit=top_k, filters=filters)
+        limit = min(top_k, self.fetch_cap) if self.fetch_cap else top_k
+        hits = self.shard.search(vectors, limit=limit, filters=filters)
         return [Hit(h.id, h.payload, max(0.0, float(h.score or 0.0))) for h in hits]
 
     def search_batch(self, queries, vectors_list, top_k=1, filters=None) -> list[list[Hit]]:
         return [self.search(q, v, top_k=top_k, filters=filters) for q, v in zip(queries, vectors_list, strict=True)]
+
+    @contextmanager
+    def fetch_only(self, limit: int):
+        """Within the block searches fetch ``limit`` hits, not mem0's over-fetch (the caller knows no boost applies)."""
+        self.fetch_cap = limit
+        try:
+            yield
+        finally:
+            self.fetch_cap = None
 
     def keyword_search(self, query, top_k=5, filters=None):
         return None
