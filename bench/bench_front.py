@@ -92,6 +92,9 @@ def main(quick: bool = False) -> None:
     env["PYTHONPYCACHEPREFIX"] = str(REPO_ROOT / ".cache" / "pycache-bench")
     with tempfile.TemporaryDirectory(prefix="memstrata-bench-front-") as tmp:
         root = Path(tmp) / "root"
+        # The front's validated-configuration cache (daemon/config_cache.py), filled by the warm-up
+        # run as by an agent's first call: kept with the temporary root, not left in ~/.cache.
+        env["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")
         config = init_root(root, vectors={"backend": "off"}, conversation={"enabled": False})
         (root / "workspace" / "memory" / "2026-11-30.md").write_text(
             "# Notes\n\nqdrant listens on port 6333 of the central node.\n", encoding="utf-8"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import click
 
 from daemon import __version__, cli_conversation, cli_install, cli_local, cli_maintenance, skill
-from daemon.cli_common import agent_option, config_of, echo_json, json_option
+from daemon.cli_common import agent_option, config_of, echo_json, front_config, json_option
 from daemon.errors import DaemonError
 from daemon.tokens import WORKSPACE_TOKEN, TokenStore
 from daemon.wiring import ENV_VAR, SYSTEM_CONFIG, guard_from, workspace_repo
@@ -307,12 +307,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
     from daemon.client import DaemonUnavailableError, connect
     from daemon.status import offline_status, render
 
-    config = config_of(ctx)
     try:
-        with connect(config, timeout=5) as client:
+        with connect(front_config(ctx), timeout=5) as client:
             data = client.status()
     except DaemonUnavailableError as exc:
-        data = offline_status(config, str(exc))
+        data = offline_status(config_of(ctx), str(exc))  # reads the layers: the whole configuration
     if as_json:
         echo_json(data)
     else:

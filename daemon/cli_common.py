@@ -13,6 +13,7 @@ import click
 
 if TYPE_CHECKING:
     from daemon.config import Config
+    from daemon.config_cache import FrontConfig
 
 
 def config_of(ctx: click.Context) -> Config:
@@ -23,6 +24,37 @@ def config_of(ctx: click.Context) -> Config:
     if "config" not in obj:
         obj["config"] = load_config(obj.get("config_path"))
     return obj["config"]
+
+
+def front_config(ctx: click.Context) -> Config | FrontConfig:
+    """The configuration's resolved paths, for a call that only talks to a running daemon.
+
+    From the validated-configuration cache (daemon/config_cache.py) when the file,
+    its path, the environment and the code are those of an earlier full validation;
+    else validated in full here (same errors as :func:`config_of`) and recorded.
+    Only ``.paths`` and ``.source`` may be read from what this returns: anything
+    else (a daemon that is down, another layer) goes through :func:`config_of`.
+    """
+    from daemon import config_cache
+
+    obj = ctx.ensure_object(dict)
+    if "config" in obj:
+        return obj["config"]
+    raw = config_cache.read_config_bytes(obj.get("config_path"))
+    if raw is not None:
+        cached = config_cache.load(raw)
+        if cached is not None:
+            return cached
+        try:
+            text = raw.raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return config_of(ctx)  # the full reader names the line of the bad byte
+        from daemon.config import parse_config
+
+        obj["config"] = config = parse_config(text, raw.path)  # the very bytes the key hashes
+        config_cache.store(raw, config.paths)
+        return config
+    return config_of(ctx)
 
 
 def echo_json(data: object) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from daemon.cli_common import agent_option, config_of, echo_json, json_option
+from daemon.cli_common import agent_option, config_of, echo_json, front_config, json_option
 from daemon.contracts import StatusDocument
 from daemon.workspaces import get_agent
 
@@ -144,16 +144,18 @@ def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until
     from daemon.client import DaemonRequestError, DaemonUnavailableError, connect
 
     refuse_long_query(query)
-    config = config_of(ctx)
-    get_agent(config, agent_id)
     if layer in ("conversation", "all"):
         from daemon.cli_conversation import search_conversation
 
+        config = config_of(ctx)
+        get_agent(config, agent_id)
         search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json)
         return
+    paths_only = front_config(ctx)  # L3 through the daemon needs the paths alone
+    get_agent(paths_only, agent_id)
     layer = None if layer == "local" else layer
     try:
-        with connect(config, agent_id, timeout=120) as client:
+        with connect(paths_only, agent_id, timeout=120) as client:
             answer = client.search(
                 agent_id,
                 query,
@@ -169,7 +171,7 @@ def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until
         raise request_failed(exc) from None
     except DaemonUnavailableError:
         answer = local_search(
-            config,
+            config_of(ctx),  # reads the index itself: the whole configuration
             agent_id,
             query,
             mode=mode,

@@ -20,7 +20,8 @@ from typing import Annotated, Any, Literal, get_args
 import pydantic
 import yaml
 
-from daemon.wiring import ENV_VAR, OPENCLAW_ROOT, SYSTEM_CONFIG
+from daemon.config_cache import Paths, config_path  # kept there: the front's cache builds it without pydantic
+from daemon.wiring import ENV_VAR, OPENCLAW_ROOT, SYSTEM_CONFIG  # noqa: F401 (ENV_VAR, SYSTEM_CONFIG: re-exported)
 from layers.conversation.policy import DEFAULT_RETENTION_DAYS
 from layers.yamlfile import (
     Problem,
@@ -324,31 +325,6 @@ class ConfigFile(StrictModel):
 
 
 @dataclass(frozen=True)
-class Paths:
-    """Absolute paths after templates and relative paths are resolved."""
-
-    root: Path
-    workspace: Path
-    agents_dir: Path
-    index_template: str
-    state_dir: Path
-    socket: Path
-    registry: Path
-    audit_dir: Path
-    # Where the old default put the index, when paths.index is the default: an index of
-    # ours found there moves to index_for() once.  None when paths.index is configured.
-    legacy_index_template: str | None = None
-
-    def index_for(self, agent: str) -> Path:
-        return Path(self.index_template.replace("{agent}", agent))
-
-    def legacy_index_for(self, agent: str) -> Path | None:
-        if self.legacy_index_template is None:
-            return None
-        return Path(self.legacy_index_template.replace("{agent}", agent))
-
-
-@dataclass(frozen=True)
 class Config:
     """What the daemon and the CLI run on: the validated file plus resolved paths."""
 
@@ -499,14 +475,10 @@ def load_config(path: Path | None = None) -> Config:
 
     With none of them present the built-in defaults (OpenClaw's layout) apply.
     """
-    if path is None and os.environ.get(ENV_VAR):
-        path = Path(os.environ[ENV_VAR])
-    if path is None and SYSTEM_CONFIG.exists():
-        path = SYSTEM_CONFIG
+    path = config_path(path)  # the one rule, shared with the front's cache
     if path is None:
         model = ConfigFile()
         return Config(model, _resolve_paths(model.paths, Path("/"), Path("<defaults>"), None), None)
-    path = path.expanduser().absolute()
     try:
         text = read_text(path)  # bounded, never blocks (a FIFO is refused), UTF-8 checked
     except FileNotFoundError:
