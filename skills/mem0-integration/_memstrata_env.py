@@ -5,9 +5,8 @@ from a copy in an agent's workspace (``{workspace}/skills/mem0-integration``).
 A copy finds memstrata through ``memstrata-install.json`` next to it (written by
 ``memstrata install``/``init``/``agent add`` and the daemon): the virtualenv's
 python, the checkout, the configuration and the workspace's agent.  In the
-checkout itself the repository is two directories up.  When memstrata's
-libraries are not importable from the interpreter that was started, the script
-re-executes itself with memstrata's python.
+checkout itself the repository is two directories up.  Started with any other
+interpreter, the script re-executes itself with memstrata's python.
 """
 
 from __future__ import annotations
@@ -40,23 +39,29 @@ def installed_agent() -> str | None:
 def use_memstrata(script: str) -> None:
     """Make ``daemon`` and ``layers`` importable, re-executing ``script`` with memstrata's python if needed.
 
-    The configuration written at install becomes ``$MEMSTRATA_CONFIG`` unless
-    that is set (``--config`` on the command line still wins over both).
+    Whenever memstrata's python exists and is not the one running, the script
+    re-executes with it: that interpreter has every library the script may
+    reach (apsw, the store), while another python may import the light front
+    (click alone suffices) and fail later.  The configuration written at
+    install becomes ``$MEMSTRATA_CONFIG`` unless that is set (``--config`` on the
+    command line still wins over both).
     """
     info = installed()
     checkout = Path(info["checkout"]) if isinstance(info.get("checkout"), str) else HERE.parents[1]
     python = Path(info["python"]) if isinstance(info.get("python"), str) else checkout / ".venv" / "bin" / "python"
     if isinstance(info.get("config"), str) and not os.environ.get(CONFIG_ENV):
         os.environ[CONFIG_ENV] = info["config"]
+    venv = python.parent.parent
+    # compare prefixes, not binaries: a venv's python is a symlink to the system one
+    if python.exists() and Path(sys.prefix).resolve() != venv.resolve():
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # leave no caches in the agent's workspace
+        os.execve(str(python), [str(python), script, *sys.argv[1:]], env)
     sys.path.insert(0, str(checkout))
     try:
+        import apsw  # noqa: F401 - the heaviest library a script reaches; the front alone imports without it
+
         import daemon.cli  # noqa: F401
     except ImportError as exc:
-        venv = python.parent.parent
-        # compare prefixes, not binaries: a venv's python is a symlink to the system one
-        if python.exists() and Path(sys.prefix).resolve() != venv.resolve():
-            env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # leave no caches in the agent's workspace
-            os.execve(str(python), [str(python), script, *sys.argv[1:]], env)
         where = f"memstrata at {checkout} with {python}"
         raise SystemExit(
             f"{Path(script).name}: cannot load {where} ({exc}); "

@@ -7,8 +7,8 @@ is down; `memstrata search` is the everyday entry point.
 
     python3 local_search.py "Qdrant 端口" [--agent main] [--json] [--limit 10] [--config FILE]
 
-Run with any python3: it re-executes itself with memstrata's virtualenv when the
-libraries are not importable from the interpreter it was started with.  In a
+Run with any python3: it re-executes itself with memstrata's virtualenv when it
+was started with another interpreter.  In a
 workspace's copy of the skill the agent defaults to that workspace's
 (``$MEMSTRATA_AGENT`` overrides it), and the configuration to the installed one.
 """

@@ -49,7 +49,8 @@ def test_sighup_reconnects_the_store_and_loses_no_queued_write(tmp_path, daemons
     wait_for(lambda: d.status()["conversation"]["backend"] == "remote", what="switched to the remote store")
     conversation = d.status()["conversation"]
     assert conversation["url"] == dead and conversation["reachable"] is False
-    log = d.log()
+    # the reload's summary line is written once the whole reload ran, maybe after status shows the new store
+    log = wait_for(lambda: (lambda text: "configuration reloaded" in text and text)(d.log()), what="the reload logged")
     assert "conversation store (reconnected)" in log and "NOT applied until a restart" not in log
     assert client.add("a", "written while the new store is down")["queued"] is True
     wait_for(lambda: d.status()["conversation"]["queue"]["depth"] == 1, what="the write queued")
