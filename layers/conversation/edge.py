@@ -64,6 +64,20 @@ WAL_SEGMENT_BYTES = 32 << 20  # the engine's WAL segment size (sparse when creat
 # swap has moved aside (only ever present mid-swap), <name>.log the child's stderr.
 WORK_DIR = ".optimize"
 JOURNAL_MAX = 20_000  # writes kept for one swap; past that the optimize is given up (retried later)
+# The HNSW settings, measured at 50k on bench_edge's data with the broker's three filters (public
+# 12.5k points, project "infra" 6.25k, private of agent1 10k): recall@10 against exact numpy search
+# over 47 queries, p95 of the three raw queries; a loaded 2-core host, so latency is +-2x (see
+# docs/edge.md for the table).  Engine defaults (m 16, ef_construct 100, full_scan_threshold
+# 10,000 KB, search ef then ef_construct) send the public and private phases through the graph:
+# recall 0.90 / 0.95.  Search ef 256: 0.98 / 0.99; ef 512: 0.998 / 0.998 at p95 ~25 ms; m 32 +
+# ef_construct 200: 0.97-0.98; payload_m 16: no better; ACORN: 0.99 at p50 ~17 ms.  A full-scan
+# threshold of 20,000 KB (~13k 384-d vectors) makes each of the three an exact scan of its subset
+# through the payload index: recall 1.000, p50 7.7-15 ms p95 9.6-20 ms.  A subset past that (a
+# store well over 50k) goes through the graph, searched with ef 256 (0.90 -> 0.98 above).
+# The threshold is fixed in a segment when it is built: a shard made before gets these settings
+# written at its next load, and they take effect at its next optimize.
+HNSW_FULL_SCAN_KB = 20_000
+HNSW_EF = 256
 
 KEYWORD = "keyword"
 FLOAT = "float"
@@ -230,10 +244,16 @@ class EdgeCollection:
             if stored is not None and stored != self.dim:
                 raise ValueError(f"the shard at {self.path} holds {stored}-dimensional vectors, not {self.dim}")
             _check_room(self.path, self.min_free)
-            return _engine(lambda: qe.EdgeShard.load(str(self.path)))
-        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine))
+            # given again at each load: a shard made before (or with other settings) has them written
+            # into its edge_config.json here, and its next optimize rebuilds the graph with them
+            return _engine(lambda: qe.EdgeShard.load(str(self.path), self._config()))
         _check_room(self.path.parent, self.min_free + WAL_SEGMENT_BYTES)
-        return _engine(lambda: qe.EdgeShard.create(str(self.path), config))
+        return _engine(lambda: qe.EdgeShard.create(str(self.path), self._config()))
+
+    def _config(self) -> qe.EdgeConfig:
+        """Cosine vectors of ``dim``, and the HNSW settings measured above (HNSW_FULL_SCAN_KB)."""
+        hnsw = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=HNSW_FULL_SCAN_KB)
+        return qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine), hnsw_config=hnsw)
 
     # writes -----------------------------------------------------------------
 
@@ -293,7 +313,7 @@ class EdgeCollection:
             query=qe.Query.Nearest([float(x) for x in vector]),
             filter=to_filter(filters),
             with_payload=True,
-            params=qe.SearchParams(exact=True) if exact else None,
+            params=qe.SearchParams(exact=True) if exact else qe.SearchParams(hnsw_ef=HNSW_EF),
         )
         return [_hit(p, p.score) for p in _engine(lambda: self._live().query(request))]
 

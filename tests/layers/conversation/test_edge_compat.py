@@ -206,6 +206,30 @@ def test_optimize_builds_the_index_and_searches_still_answer(tmp_path):
         c.close()
 
 
+def test_the_hnsw_settings_are_written_at_create_and_at_reopen(tmp_path):
+    """HnswIndexConfig in EdgeConfig (create and load): a shard made with the defaults gets ours at reopen."""
+    import json
+
+    import qdrant_edge as qe
+
+    def stored(path):
+        return json.loads((path / "edge_config.json").read_text()).get("hnsw_config") or {}
+
+    c = EdgeCollection(tmp_path / "new", DIM)
+    c.close()
+    assert stored(tmp_path / "new")["full_scan_threshold"] == edge.HNSW_FULL_SCAN_KB
+    params = qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)
+    qe.EdgeShard.create(str(tmp_path / "old"), qe.EdgeConfig(vectors=params)).close()  # as 0.9.0 shards were made
+    assert stored(tmp_path / "old") == {}
+    old = EdgeCollection(tmp_path / "old", DIM)
+    try:
+        old.upsert((pid(i), vec(i), {"n": i}) for i in range(50))
+        assert old.search(vec(9), limit=1)[0].id == pid(9)  # searched with SearchParams(hnsw_ef=HNSW_EF)
+    finally:
+        old.close()
+    assert stored(tmp_path / "old")["full_scan_threshold"] == edge.HNSW_FULL_SCAN_KB
+
+
 def test_flush_then_copy_of_a_closed_shard_loads(tmp_path):
     """Backups are a copy of a flushed shard's directory (the engine creates no snapshots)."""
     import shutil
