@@ -36,6 +36,13 @@ class Service:
         d.reconciler.all()  # adds every agent found, as start() does
         return self
 
+    def spoke_workspace(self, memory: str = "# beta\n", name: str = "beta") -> Path:
+        """A spoke agent's workspace with its MEMORY.md, not yet seen by the daemon."""
+        workspace = self.daemon.config.paths.agents_dir / f"{name}-workspace"
+        workspace.mkdir()
+        (workspace / "MEMORY.md").write_text(memory)
+        return workspace
+
     def close(self) -> None:
         self.daemon.indexer.close()
         self.daemon.release()

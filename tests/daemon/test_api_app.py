@@ -46,9 +46,7 @@ def test_a_search_needs_the_agents_own_token(api, service):
 
 
 def test_another_agents_token_is_forbidden(api, service):
-    beta = service.daemon.config.paths.agents_dir / "beta-workspace"
-    beta.mkdir()
-    (beta / "MEMORY.md").write_text("# beta\n")
+    service.spoke_workspace()
     service.daemon.reconciler.all()
     answer = api.post("/v1/search", json={"agent": "main", "q": "x"}, headers=_bearer(token_of(service.root, "beta")))
     assert answer.status_code == 403

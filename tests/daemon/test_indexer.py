@@ -8,9 +8,7 @@ import apsw
 def test_the_shared_core_is_in_every_agents_index(service):
     d = service.daemon
     (service.workspace / "shared" / "NOTE.md").write_text("# note\nthe cluster keeps tamarind\n")
-    beta = d.config.paths.agents_dir / "beta-workspace"
-    beta.mkdir()
-    (beta / "MEMORY.md").write_text("# beta\n")
+    service.spoke_workspace()
     d.reconciler.all()
     for agent in ("main", "beta"):
         assert [h["path"] for h in d.search(agent, "tamarind")["results"]] == ["shared/NOTE.md"], agent
@@ -30,9 +28,7 @@ def test_settled_files_are_written_at_flush_and_the_report_says_so(service):
 
 def test_a_foreign_file_at_the_index_path_is_refused_not_replaced(service):
     d = service.daemon
-    beta = d.config.paths.agents_dir / "beta-workspace"
-    beta.mkdir()
-    (beta / "MEMORY.md").write_text("# beta\n")
+    service.spoke_workspace()
     from daemon.workspaces import make_agent
 
     index = make_agent(d.config, "beta").index

@@ -21,9 +21,7 @@ def test_reconcile_finds_a_file_the_watcher_missed_and_indexes_it(service):
 
 def test_reconcile_adds_new_workspaces_and_drops_vanished_ones(service):
     d = service.daemon
-    beta = d.config.paths.agents_dir / "beta-workspace"
-    beta.mkdir()
-    (beta / "MEMORY.md").write_text("beta\n")
+    beta = service.spoke_workspace("beta\n")
     d.reconciler.all()
     assert set(d.trackers) == {"main", "beta"}
     shutil.rmtree(beta)

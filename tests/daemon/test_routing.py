@@ -62,9 +62,7 @@ def test_an_event_under_a_name_that_is_gone_asks_for_an_early_reconcile(service)
 
 def test_a_workspace_that_disappeared_is_dropped_at_its_next_event(service):
     d = service.daemon
-    beta = d.config.paths.agents_dir / "beta-workspace"
-    beta.mkdir()
-    (beta / "MEMORY.md").write_text("beta\n")
+    beta = service.spoke_workspace("beta\n")
     d.reconciler.all()
     assert "beta" in d.trackers
     shutil.rmtree(beta)
