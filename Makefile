@@ -67,9 +67,13 @@ run: setup
 # system-deps again: apt packages can be gone while the virtualenv stays (a new machine, same disk).
 # Two workers: most tests wait on a daemon, git or a booted container, so two keep both cores busy
 # (one test module per worker: a module's fixtures, such as its booted container, stay in one place).
+# Tests marked serial use up a per-user limit of the host (inotify instances) that every daemon of
+# the other worker shares, so they run alone afterwards; both passes run, and either failing fails.
 TEST_WORKERS ?= 2
 test: setup system-deps
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial"; parallel=$$?; \
+	  $(BIN)/python -m pytest -m serial; serial=$$?; \
+	  test $$parallel -eq 0 && test $$serial -eq 0
 
 bench: setup
 	$(BIN)/python bench/run.py

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.helpers import FAKE_API_KEY, FAST, committed, git, init_root, wait_for
 
 
@@ -105,6 +107,9 @@ _EXHAUST = textwrap.dedent(
 )
 
 
+# serial: while the helper holds every inotify instance of this uid, a daemon another worker starts
+# would fall back to polling too, and one that exits would free an instance this test's daemon takes.
+@pytest.mark.serial
 def test_falls_back_to_polling_when_inotify_is_exhausted_and_says_so(tmp_path, daemons):
     config = init_root(tmp_path, **FAST)
     ws = tmp_path / "workspace"
