@@ -88,6 +88,22 @@ def _duration(seconds: float) -> str:
     return " ".join([*parts, f"{minutes}m {secs}s"])
 
 
+def _edge_index_lines(index: dict | None) -> list[str]:
+    """The embedded shard's HNSW index: points it searches by brute force until the next optimize."""
+    if not index or "points" not in index:
+        return []
+    line = f"  index: {index['indexed_vectors']:,} of {index['points']:,} points in the HNSW index"
+    if index.get("optimizing_since"):
+        line += f"; optimizing a copy since {index['optimizing_since']}"
+    elif index.get("pending_writes"):
+        line += f"; {index['pending_writes']:,} written since the last optimize"
+    lines = [line]
+    last = index.get("last_optimize")
+    if last:
+        lines.append(f"  last optimize: {last['result']} at {last['ended_at']} ({last['seconds']:g} s)")
+    return lines
+
+
 def _conversation_lines(c: dict) -> list[str]:
     if not c.get("enabled"):
         return ["conversation (L4): disabled"] if c else []
@@ -106,6 +122,7 @@ def _conversation_lines(c: dict) -> list[str]:
         lines.append(f"  importing the old local-mode store: {imp.get('done', 0)}/{imp.get('total') or '?'} memories")
     elif imp.get("state") == "failed":
         lines.append(f"  import of the old local-mode store failed (tried again at the next start): {imp.get('error')}")
+    lines.extend(_edge_index_lines(c.get("index")))
     q = c.get("queue") or {}
     if q.get("depth"):
         lines.append(f"  queued writes: {q['depth']} (oldest {_duration(q.get('oldest_age_s') or 0)} old)")

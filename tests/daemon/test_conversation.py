@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from daemon.client import DaemonClient, DaemonRequestError
-from tests.helpers import FAKE_API_KEY, FAST, init_root, registry_of, run_cli, token_of, wait_reachable
+from tests.helpers import FAKE_API_KEY, FAST, init_root, registry_of, run_cli, token_of, wait_for, wait_reachable
 
 
 class Cluster:
@@ -155,6 +155,15 @@ def test_cli_add_and_search_layers(cluster):
     status = json.loads(run_cli("status", "--json", config=cfg).stdout)["conversation"]
     assert status["backend"] == "embedded" and status["reachable"] and status["queue"]["depth"] == 0
     assert "conversation (L4): embedded" in run_cli("status", config=cfg).stdout
+    # the Edge shard's index, in words too (figures refreshed on the store's periodic ping)
+    index = wait_for(
+        lambda: (json.loads(run_cli("status", "--json", config=cfg).stdout)["conversation"]["index"] or {}).get(
+            "points"
+        ),
+        timeout=60,
+        what="the shard's figures in status",
+    )
+    assert f"of {index:,} points in the HNSW index" in run_cli("status", config=cfg).stdout
 
 
 def test_a_broken_registry_is_named_at_start_and_kept_out_on_reload(tmp_path, daemons):
