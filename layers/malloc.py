@@ -30,7 +30,10 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 
 ARENA_MAX = 2  # the main arena and one shared by every other thread
-MMAP_THRESHOLD = 128 * 1024  # glibc's own starting value, kept fixed: a block this size or more is its own mapping
+# Fixed (not glibc's dynamic one): a block this size or more is its own mapping, returned when freed.
+# 1 MiB rather than glibc's starting 128 KiB: the companion's working arrays (~0.8 MB) stay in the
+# arena, reused, instead of a fresh mapping (page faults) per operation; the memory gain was the same.
+MMAP_THRESHOLD = 1024 * 1024
 
 
 @functools.cache
