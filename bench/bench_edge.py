@@ -10,7 +10,8 @@ perturbed) go into a store on each engine, and the same queries are asked:
 - recall@10 of each phase against an exact numpy search over the points the phase allows;
 - add (infer=False) minus its embedding; open (close + connect) with the store full;
 - cleanup of the store with 10 % expired (execute);
-- the process's anonymous memory (RssAnon) after the fill and after the reopen.
+- the process's anonymous memory (RssAnon, glibc tuned as the daemon's): building mem0, after the
+  fill, and after the reopen.
 
 Local mode is measured at 1k and 10k only (at 50k one search takes 36-40 s).  Printed as
 ratios, in the same run.  Usage: ``python -m bench.bench_edge [--sizes 1000,10000,50000]``.
@@ -106,6 +107,9 @@ def run(size: int, engine: str, embedder: LocalEmbedder, queries: list[str]) -> 
         settings = StoreSettings("embedded", Path(tmp), engine=engine)
         store = ConversationStore(settings, embedder, embedder.dimension())
         store.connect()
+        base_anon = rss_anon_mb()
+        store._memory  # noqa: B018 -- mem0 built (on Edge at the first write): its imports apart from the points
+        out["anon_mem0_mb"] = rss_anon_mb() - base_anon
         base_anon = rss_anon_mb()
         t = time.perf_counter()
         _fill(store, embedder, size, old_session_every=10)  # every 10th: a session from last year (expired)
@@ -228,13 +232,47 @@ def _memory_of(pid: int) -> dict:
     return {
         "vm_rss_mb": int(status["VmRSS"].split()[0]) / 1024,
         "anonymous_mb": int(smaps["Anonymous"].split()[0]) / 1024,
+        "threads": int(status["Threads"].split()[0]),
     }
 
 
-def idle_daemon_memory(agents: int = 10, idle_s: float = 30.0) -> dict:
+def _mappings_of(pid: int) -> dict[str, tuple[float, float]]:
+    """RSS and anonymous MB per kind of mapping: [heap], [anon] (glibc arenas, Python's object
+    arenas, thread stacks, big buffers), [stack], and each file (its anonymous part is relocations)."""
+    rss: dict[str, float] = {}
+    anon: dict[str, float] = {}
+    name = ""
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split(maxsplit=5)
+        if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+            name = head[5].strip() if len(head) == 6 else "[anon]"
+        elif head and head[0] == "Rss:":
+            rss[name] = rss.get(name, 0.0) + int(head[1]) / 1024
+        elif head and head[0] == "Anonymous:":
+            anon[name] = anon.get(name, 0.0) + int(head[1]) / 1024
+    return {k: (rss[k], anon.get(k, 0.0)) for k in sorted(rss, key=rss.get, reverse=True)}
+
+
+def _idle(status: dict) -> str:
+    """What the daemon is still doing ("" once idle): L4 opening, chunks to embed, a model loaded."""
+    if not (status.get("conversation") or {}).get("reachable"):
+        return "L4 not reachable yet"
+    pending = sum((a.get("index") or {}).get("pending_embeddings") or 0 for a in status.get("agents") or [])
+    states = {(a.get("index") or {}).get("state") for a in status.get("agents") or []}
+    if pending or states != {"ready"}:
+        return f"indexes {sorted(map(str, states))}, {pending} chunks to embed"
+    v = status.get("vectors") or {}
+    if v.get("loaded") or v.get("companion_loaded"):
+        return f"model loaded {v.get('loaded')}, companion loaded {v.get('companion_loaded')}"
+    return ""
+
+
+def idle_daemon_memory(agents: int = 10, settle_s: float = 10.0, breakdown: bool = False) -> dict:
     """The real daemon, L4 embedded (the default), ``agents`` agents, nothing stored: memory once idle.
 
-    The model's own idle unload (vectors.idle_unload_s) is set to 5 s so "idle" is reached here.
+    Idle means: L4 reachable, every agent's chunks embedded, and both models (the GGUF and the
+    companion) unloaded again -- vectors.idle_unload_s is set to 5 s so that comes soon after the
+    demo workspaces are embedded; then ``settle_s`` more before the figures are read.
     """
     from tests.helpers import DaemonProcess, init_root, run_cli, wait_for
 
@@ -244,21 +282,40 @@ def idle_daemon_memory(agents: int = 10, idle_s: float = 30.0) -> dict:
             run_cli("agent", "add", f"agent{a}", config=config)
         daemon = DaemonProcess(config).start()
         try:
-            wait_for(lambda: (daemon.status().get("conversation") or {}).get("reachable"), timeout=300, what="L4")
-            time.sleep(idle_s)
-            figures = _memory_of(daemon.proc.pid)
-            figures["model_loaded"] = daemon.status()["vectors"].get("loaded")
+            started = time.monotonic()
+            figures = {"at_start": _memory_of(daemon.proc.pid)}
+            wait_for(lambda: not _idle(daemon.status()), timeout=900, what="the daemon idle")
+            figures["idle_after_s"] = time.monotonic() - started
+            time.sleep(settle_s)
+            status = daemon.status()
+            figures.update(_memory_of(daemon.proc.pid), busy=_idle(status) or None)
+            figures["model_loaded"] = status["vectors"].get("loaded")
+            figures["companion_loaded"] = status["vectors"].get("companion_loaded")
+            if breakdown:
+                figures["mappings"] = _mappings_of(daemon.proc.pid)
         finally:
             daemon.stop()
     return figures
 
 
-def main(sizes: list[int]) -> None:
-    idle = idle_daemon_memory()
+def print_idle(idle: dict) -> None:
     print(
         f"idle daemon, L4 embedded, 10 agents, nothing stored: VmRSS {idle['vm_rss_mb']:.1f} MB, anonymous "
-        f"{idle['anonymous_mb']:.1f} MB (target VmRSS <= 150 MB; model loaded: {idle['model_loaded']})"
+        f"{idle['anonymous_mb']:.1f} MB, {idle['threads']} threads (target VmRSS <= 150 MB; model loaded: "
+        f"{idle['model_loaded']}, companion loaded: {idle['companion_loaded']}; idle {idle['idle_after_s']:.0f} s "
+        f"after the start, when VmRSS was {idle['at_start']['vm_rss_mb']:.1f} MB)"
     )
+    for name, (rss, anon) in list((idle.get("mappings") or {}).items())[:12]:
+        print(f"  {rss:7.1f} MB RSS {anon:7.1f} MB anonymous  {name}")
+
+
+def main(sizes: list[int], memory_only: bool = False) -> None:
+    from layers import malloc
+
+    malloc.tune()  # the daemon's allocator settings (memstrata run), so the anonymous figures are its own
+    print_idle(idle_daemon_memory(breakdown=memory_only))
+    if memory_only:
+        return
     embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
     embedder.embed_query("warm up")
     queries = (QUERIES * 3)[:20]
@@ -285,7 +342,8 @@ def main(sizes: list[int]) -> None:
             f"(>= 200; the model embeds ~{1000 / edge['embedding_p50_ms']:.0f}/s one at a time); "
             f"open {edge['open_s']:.2f} s (<= 3);"
             f" cleanup {edge['cleanup_s']:.1f} s ({edge['cleanup_deleted']} deleted, <= 30); fill "
-            f"{edge['fill_s']:.1f} s; anon +{edge['anon_after_fill_mb']:.0f} MB after fill, "
+            f"{edge['fill_s']:.1f} s; anon +{edge['anon_mem0_mb']:.0f} MB building mem0, then "
+            f"+{edge['anon_after_fill_mb']:.0f} MB after the fill, "
             f"+{edge['anon_after_reopen_mb']:.0f} MB after reopen"
         )
         if local:
@@ -302,4 +360,8 @@ def main(sizes: list[int]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000", help="comma-separated store sizes (default 1000,10000)")
-    main([int(s) for s in parser.parse_args().sizes.split(",")])
+    parser.add_argument(
+        "--memory-only", action="store_true", help="only the idle daemon's memory, with its breakdown by mapping"
+    )
+    args = parser.parse_args()
+    main([int(s) for s in args.sizes.split(",")], args.memory_only)

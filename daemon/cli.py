@@ -273,6 +273,10 @@ def run(ctx: click.Context) -> None:
     8 s, leaving what cannot finish for the next start; SIGHUP reloads the
     configuration.
     """
+    from layers import malloc
+
+    malloc.tune()  # before any thread starts: at most two malloc arenas, a fixed mmap threshold (layers/malloc.py)
+
     from daemon.api import SocketInUseError
     from daemon.logs import setup_logging
     from daemon.service import MemoryDaemon

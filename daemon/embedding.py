@@ -219,7 +219,8 @@ class EmbedWorker:
                 continue
             if isinstance(self.embedder, LocalEmbedder) and self.embedder.maybe_unload():
                 self.on_change()
-            companion.shared().maybe_unload()
+            if companion.shared().maybe_unload():
+                self.on_change()
             self._wake.wait(RETRY_S if self.waiting_reason else IDLE_CHECK_S)
             self._wake.clear()
         for _, index in self._connections.values():
@@ -231,4 +232,6 @@ class EmbedWorker:
     def status(self) -> dict:
         out = dict(self.embedder.status())
         out.update(embedded=self.embedded, waiting=self.waiting_reason or None, last_error=self.last_error or None)
+        if has_companion(self.identity.embed_model):
+            out["companion_loaded"] = companion.shared().loaded  # ~120 MB resident while True
         return out

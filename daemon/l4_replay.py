@@ -18,8 +18,6 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from itertools import groupby
 
-import httpx
-
 from daemon.audit import AuditLog
 from daemon.l4_queue import QueueAccess
 from daemon.l4_store_thread import StoreDown, StoreThread
@@ -148,6 +146,8 @@ class Replayer:
         s = self.thread.store.settings
         if s.backend != "remote":
             return ""
+        import httpx  # only for a remote server: ~5 MB resident the embedded backend does not need
+
         headers = {"api-key": s.api_key} if s.api_key else {}
         try:
             response = httpx.get(s.url.rstrip("/") + "/readyz", headers=headers, timeout=self.probe_timeout_s)

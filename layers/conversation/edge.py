@@ -78,6 +78,11 @@ JOURNAL_MAX = 20_000  # writes kept for one swap; past that the optimize is give
 # written at its next load, and they take effect at its next optimize.
 HNSW_FULL_SCAN_KB = 20_000
 HNSW_EF = 256
+# The shard's search pool (per-segment reads in parallel): the engine sizes it from the host's CPUs
+# (8 threads on this 2-core guest), each thread with its own stack and malloc arena; a shard has
+# a few segments and the daemon asks one search at a time (the store thread).  Kept in the shard's
+# edge_config.json, so the optimize child and a load without a config use it too.
+SEARCH_THREADS = 2
 
 KEYWORD = "keyword"
 FLOAT = "float"
@@ -253,7 +258,11 @@ class EdgeCollection:
     def _config(self) -> qe.EdgeConfig:
         """Cosine vectors of ``dim``, and the HNSW settings measured above (HNSW_FULL_SCAN_KB)."""
         hnsw = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=HNSW_FULL_SCAN_KB)
-        return qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine), hnsw_config=hnsw)
+        return qe.EdgeConfig(
+            vectors=qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine),
+            hnsw_config=hnsw,
+            max_search_threads=SEARCH_THREADS,
+        )
 
     # writes -----------------------------------------------------------------
 

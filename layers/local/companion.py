@@ -24,6 +24,7 @@ package the identity has no companion and everything works on e5 alone.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import logging
 import threading
@@ -31,6 +32,7 @@ import time
 
 import numpy as np
 
+from layers import malloc
 from layers.local.vectors import MemoryGate, VectorsUnavailableError
 
 log = logging.getLogger(__name__)
@@ -104,8 +106,10 @@ class CompanionEmbedder:
             if self._model is None or time.monotonic() - self._last_used < self.idle_unload_s:
                 return False
             self._model = None
-            log.info("unloaded the companion model")
-            return True
+        gc.collect()  # the tokenizer's tables, should a cycle hold them
+        malloc.trim()  # what they freed stays resident in malloc's arenas otherwise
+        log.info("unloaded the companion model")
+        return True
 
 
 _shared: CompanionEmbedder | None = None

@@ -73,6 +73,13 @@ def test_the_cli_and_status_import_nothing_of_the_service(module):
     assert "pydantic" not in loaded, "the configuration's models load when a command reads it, not at import"
 
 
+def test_the_service_imports_no_client_library_the_embedded_store_does_not_need():
+    """The idle daemon on the embedded store (the default) holds no HTTP client (~5 MB, a remote
+    server's probe), no mem0 and no qdrant-client (~88 MB, built at the first write or search)."""
+    loaded = _loaded_by("daemon.service")
+    assert _forbidden(loaded, ("httpx", "mem0", "qdrant_client")) == []
+
+
 def test_the_mcp_server_imports_nothing_of_the_service():
     """The MCP server is the standard library's (daemon/mcp_protocol.py): no service side, no web server."""
     loaded = _loaded_by("daemon.mcp_server")

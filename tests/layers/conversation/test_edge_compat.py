@@ -273,3 +273,29 @@ def test_a_full_file_system_is_enospc_not_sigbus(tmp_path):
         assert EdgeCollection(small.path / "s", DIM).count() == 6
     finally:
         small.unmount()
+
+
+def _search_threads() -> int:
+    from pathlib import Path
+
+    return sum(p.read_text().startswith("edge-search") for p in Path("/proc/self/task").glob("*/comm"))
+
+
+def test_the_search_pool_is_sized_and_stored_in_the_shard(tmp_path):
+    """EdgeConfig(max_search_threads): the pool the engine starts (it sized it from the host's CPUs:
+    8 threads on a 2-core guest), kept in edge_config.json for a load without a config (the swap)."""
+    import json
+
+    import qdrant_edge as qe
+
+    c = EdgeCollection(tmp_path / "s", DIM)
+    try:
+        assert _search_threads() == edge.SEARCH_THREADS
+    finally:
+        c.close()
+    assert json.loads((tmp_path / "s" / "edge_config.json").read_text())["max_search_threads"] == edge.SEARCH_THREADS
+    raw = qe.EdgeShard.load(str(tmp_path / "s"))
+    try:
+        assert _search_threads() == edge.SEARCH_THREADS
+    finally:
+        raw.close()
