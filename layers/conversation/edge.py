@@ -74,8 +74,10 @@ NEXT_LINK_SUFFIX = ".next"  # <parent>/<name>.next: the new link, renamed over <
 # A running optimize child is stopped (SIGSTOP) for the length of each read and continued after it:
 # its HNSW build competes with a brute-force search for the shared cache and memory bandwidth (a
 # search's p95 doubled beside it; a spinning process beside it cost nothing; see docs/edge.md).  It is
-# held at most this share of its run, so a stream of reads slows an optimize but cannot starve it.
+# held at most this share of its run (after a first YIELD_GRACE_S), so a stream of reads slows an
+# optimize but cannot starve it.
 YIELD_SHARE = 0.5
+YIELD_GRACE_S = 1.0
 JOURNAL_MAX = 20_000  # writes kept for one swap; past that the optimize is given up (retried later)
 # The HNSW settings, measured at 50k on bench_edge's data with the broker's three filters (public
 # 12.5k points, project "infra" 6.25k, private of agent1 10k): recall@10 against exact numpy search
@@ -603,7 +605,8 @@ class EdgeCollection:
         if child is None or child.returncode is not None:
             return _engine(call)
         started = time.monotonic()
-        if self._held_s > YIELD_SHARE * (started - self._child_started) or _stopped(child.pid):
+        budget = YIELD_GRACE_S + YIELD_SHARE * (started - self._child_started)
+        if self._held_s > budget or _stopped(child.pid):
             return _engine(call)
         try:
             os.kill(child.pid, signal.SIGSTOP)
