@@ -281,9 +281,9 @@ class EdgeCollection:
                 )
             os.symlink(os.path.join(GEN_DIR, f"{self.path.name}.0"), self.path)
             _fsync_dir(self.path.parent)
-        current = self._current()
+        current = os.path.realpath(self._current())
         for gen in self._generations():
-            if gen != current:
+            if os.path.realpath(gen) != current:  # both resolved: compared as the same file system path
                 shutil.rmtree(gen)
                 done.append(f"removed {gen.name}")
         return "; ".join(done)
@@ -307,8 +307,11 @@ class EdgeCollection:
         self._swapped.unlink(missing_ok=True)
 
     def _current(self) -> Path:
-        """The generation directory the link names (it may not exist yet: a shard not yet created)."""
-        return (self.path.parent / os.readlink(self.path)).resolve()
+        """The generation directory the link names (it may not exist yet: a shard not yet created).
+
+        Spelled from ``path`` (not resolved): a parent reached through a symlink stays as given.
+        """
+        return Path(os.path.normpath(self.path.parent / os.readlink(self.path)))
 
     def _generations(self) -> list[Path]:
         pattern = re.compile(re.escape(self.path.name) + r"\.(\d+)$")
