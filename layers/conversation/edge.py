@@ -231,6 +231,7 @@ class EdgeCollection:
         self._retired: tuple | None = None  # (shard, its directory) a swap replaced, closed by ``tidy``
         self._child_started = 0.0  # time.monotonic() the child was started
         self._held_s = 0.0  # how long reads have held the child stopped
+        self._holding = False  # inside ``reading``: the child is stopped already
         self.writes = 0  # points written through this handle (the optimize schedule counts them)
         self.last_write = 0.0  # time.monotonic() of the last write
         self._remover: threading.Thread | None = None  # removing a replaced generation's files
@@ -601,28 +602,40 @@ class EdgeCollection:
             if len(self._journal) > JOURNAL_MAX:
                 self.cancel_optimize()  # too many writes to hold: the next optimize starts afresh
 
-    def _read(self, call):
-        """A read on the live shard, with a running optimize child stopped while it runs (see YIELD_SHARE).
+    @contextlib.contextmanager
+    def reading(self):
+        """A running optimize child held stopped for the block (see YIELD_SHARE); every read is in one.
 
-        A child stopped by someone else (state ``T``: a test holding it) is left as it is.
+        The store holds it across the broker's three phases: stopping and continuing it once per
+        phase left the search's p95 at 36 ms against 28 ms held once (50k, alternating windows).  A
+        child stopped by someone else (state ``T``: a test holding it) is left as it is.
         """
         child = self._child
-        if child is None or child.returncode is not None:
-            return _engine(call)
+        if self._holding or child is None or child.returncode is not None:
+            yield
+            return
         started = time.monotonic()
         budget = YIELD_GRACE_S + YIELD_SHARE * (started - self._child_started)
         if self._held_s > budget or _stopped(child.pid):
-            return _engine(call)
+            yield
+            return
         try:
             os.kill(child.pid, signal.SIGSTOP)
         except ProcessLookupError:
-            return _engine(call)
+            yield
+            return
+        self._holding = True
         try:
-            return _engine(call)
+            yield
         finally:
+            self._holding = False
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGCONT)
             self._held_s += time.monotonic() - started
+
+    def _read(self, call):
+        with self.reading():
+            return _engine(call)
 
     def _write(self, call, extra: int = 0):
         """``call`` when the file system has room for it (see the module's note on SIGBUS), else ENOSPC."""

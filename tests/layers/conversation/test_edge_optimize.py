@@ -342,6 +342,12 @@ def test_reads_hold_the_optimize_child_stopped_while_they_run_and_leave_a_stoppe
             shard.search(vec(i), 3)
         assert seen == ["held"] * 5, "each search ran with the optimize child stopped"
         assert not _held(child), "and it was continued after each"
+        seen.clear()
+        with shard.reading():  # the store's three phases: one hold
+            for i in range(3):
+                shard.search(vec(i), 3)
+                assert _held(child)
+        assert seen == ["held"] * 3 and not _held(child)
         _hold(child)
         shard.search(vec(1), 3)
         assert _state(child) == "T", "a child someone else stopped stays stopped"
