@@ -13,9 +13,11 @@ Things the engine does that callers must know (seen with 0.9.0):
   taken before the engine ever sees the path, and a second open gets :class:`EdgeLockedError`;
 - ``optimize()`` blocks until the segments are rebuilt, *holding the GIL* (a Python thread beside
   it ran 2 times in 11.6 s at 10k), and vectors are searched by brute force until it has run.  So it
-  runs in a child process on a copy of the flushed shard (``start_optimize``) while this handle
-  keeps serving and journals its writes; ``finish_optimize`` applies the journal to the optimized
-  copy and swaps it in (see docs/edge.md);
+  runs in a child process on a copy of the shard (``start_optimize``) while this handle keeps
+  serving and journals its writes; ``finish_optimize`` loads the optimized copy beside it, applies
+  the journal and makes it the current generation (see GEN_DIR and docs/edge.md);
+- every engine call holds the GIL, a load or a close of a 50k shard for 0.2-0.4 s: the swap keeps
+  to one load, and the replaced shard is closed in a later turn (``tidy``);
 - point ids come back as ``uuid.UUID``; they are handed out here as strings;
 - a vector of the wrong size raises a bare ``Exception`` ("Vector dimension error"), a malformed
   id a ``ValueError``;
@@ -44,6 +46,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,10 +62,24 @@ LOCK_SUFFIX = ".lock"
 # 32 MiB but sparse (filled as written).  optimize() rewrites segments: it wants their size again.
 MIN_FREE_BYTES = 16 << 20
 WAL_SEGMENT_BYTES = 32 << 20  # the engine's WAL segment size (sparse when created)
-# An optimize works beside the shard, in a dot-directory (backups copy shard directories, not these):
-# <parent>/.optimize/<name>.optimizing is the copy the child optimizes, <name>.replaced the shard a
-# swap has moved aside (only ever present mid-swap), <name>.log the child's stderr.
+# A shard's files live in a generation directory, <parent>/.gen/<name>.<N>, and <parent>/<name> is a
+# relative symlink naming the current one: an optimize copies the shard into generation N+1, the child
+# optimizes it there, and the swap loads it there (while generation N still answers) and replaces the
+# link, so no open shard's directory is ever renamed (the engine keeps its paths).  The link is the
+# one truth: any other generation is an unfinished copy or a replaced shard, removed at the next open.
+# Dot-directories are skipped by backups (which copy what <name> names).  <parent>/.optimize/ holds
+# the child's stderr (<name>.log), and <name>.replaced / <name>.swapped of the layout before
+# generations (an interrupted swap of that layout is still repaired at open).
+GEN_DIR = ".gen"
 WORK_DIR = ".optimize"
+NEXT_LINK_SUFFIX = ".next"  # <parent>/<name>.next: the new link, renamed over <name> (atomic)
+# A running optimize child is stopped (SIGSTOP) for the length of each read and continued after it:
+# its HNSW build competes with a brute-force search for the shared cache and memory bandwidth (a
+# search's p95 doubled beside it; a spinning process beside it cost nothing; see docs/edge.md).  It is
+# held at most this share of its run (after a first YIELD_GRACE_S), so a stream of reads slows an
+# optimize but cannot starve it.
+YIELD_SHARE = 0.5
+YIELD_GRACE_S = 1.0
 JOURNAL_MAX = 20_000  # writes kept for one swap; past that the optimize is given up (retried later)
 # The HNSW settings, measured at 50k on bench_edge's data with the broker's three filters (public
 # 12.5k points, project "infra" 6.25k, private of agent1 10k): recall@10 against exact numpy search
@@ -207,53 +224,125 @@ class EdgeCollection:
             os.close(self._lock_fd)
             raise EdgeLockedError(f"the embedded store at {self.path} is open in another process or handle") from None
         self._work = self.path.parent / WORK_DIR
-        self._copy = self._work / f"{self.path.name}.optimizing"
+        self._gens = self.path.parent / GEN_DIR
+        self._next_link = self.path.parent / f"{self.path.name}{NEXT_LINK_SUFFIX}"
+        # the layout before generations (kept for repairing a swap it interrupted)
+        self._legacy_copy = self._work / f"{self.path.name}.optimizing"
         self._replaced = self._work / f"{self.path.name}.replaced"
-        self._swapped = self._work / f"{self.path.name}.swapped"  # the copy in place holds the journal too
+        self._swapped = self._work / f"{self.path.name}.swapped"
         self._child: subprocess.Popen | None = None
+        self._next: Path | None = None  # the generation being optimized (the copy), while an optimize runs
         self._journal: list | None = None  # the writes since the copy was taken, while an optimize runs
+        self._retired: tuple | None = None  # (shard, its directory) a swap replaced, closed by ``tidy``
+        self._child_started = 0.0  # time.monotonic() the child was started
+        self._held_s = 0.0  # how long reads have held the child stopped
+        self._holding = False  # inside ``reading``: the child is stopped already
         self.writes = 0  # points written through this handle (the optimize schedule counts them)
         self.last_write = 0.0  # time.monotonic() of the last write
+        self._remover: threading.Thread | None = None  # removing a replaced generation's files
         self._shard = None
         try:
             self.recovered = self._recover()
+            self._live_dir = self._current()  # the generation the engine has open
             self._shard = self._open()
         except BaseException:
             os.close(self._lock_fd)
             raise
 
     def _recover(self) -> str:
-        """Undo what an interrupted optimize left (under the lock); what was done, "" when nothing.
+        """Put the directory in the generation layout and drop what an interrupted optimize left; what was done.
 
-        The replaced shard (flushed and closed before the swap's first rename) stays the truth
-        until the swapped-in copy holds the journal too, which the ``<name>.swapped`` marker says:
-        without it the copy is dropped and the replaced shard put back.
+        Under the lock, before the engine sees the path.  The link ``<name>`` names the truth; a
+        ``<name>.next`` link beside it is a swap's (or a conversion's) new link: dropped when
+        ``<name>`` is there, renamed in when it is not (the conversion moved the directory first).
+        A real directory at ``<name>`` (the layout before generations) is moved into generation 0.
         """
         done = []
+        self._recover_legacy_swap(done)
+        if self._next_link.is_symlink():
+            if self.path.is_symlink() or self.path.exists():
+                self._next_link.unlink()
+            else:
+                os.rename(self._next_link, self.path)
+                _fsync_dir(self.path.parent)
+                done.append("completed the move into generation directories")
+        if self.path.is_dir() and not self.path.is_symlink():
+            self._gens.mkdir(mode=0o700, exist_ok=True)
+            first = self._gens / f"{self.path.name}.0"
+            if first.exists():
+                shutil.rmtree(first)  # a copy left by an optimize: the directory at <name> is the truth
+            os.symlink(os.path.relpath(first, self.path.parent), self._next_link)
+            _fsync_dir(self.path.parent)
+            os.rename(self.path, first)
+            os.rename(self._next_link, self.path)
+            _fsync_dir(self.path.parent)
+            _fsync_dir(self._gens)
+        elif not self.path.is_symlink():  # a new shard: its link first (dangling until created)
+            self._gens.mkdir(mode=0o700, exist_ok=True)
+            stale = self._generations()
+            if stale:
+                raise EdgeError(
+                    f"{self.path} is missing but {self._gens} holds its generations "
+                    f"({', '.join(p.name for p in stale)}): link the current one as {self.path}"
+                )
+            os.symlink(os.path.join(GEN_DIR, f"{self.path.name}.0"), self.path)
+            _fsync_dir(self.path.parent)
+        current = os.path.realpath(self._current())
+        for gen in self._generations():
+            if os.path.realpath(gen) != current:  # both resolved: compared as the same file system path
+                shutil.rmtree(gen)
+                done.append(f"removed {gen.name}")
+        return "; ".join(done)
+
+    def _recover_legacy_swap(self, done: list) -> None:
+        """The repair of a swap interrupted in the layout before generations (a shard renamed aside).
+
+        There the replaced shard (flushed and closed before the swap's first rename) stayed the truth
+        until the swapped-in copy held the journal too, which the ``<name>.swapped`` marker said.
+        """
         if (self._replaced / "edge_config.json").is_file() and not self._swapped.exists():
             if self.path.exists():
                 shutil.rmtree(self.path)  # the copy, maybe without the writes made while it was optimized
             os.rename(self._replaced, self.path)
             _fsync_dir(self.path.parent)
             done.append("put back the shard an interrupted swap had moved aside")
-        for leftover in (self._copy, self._replaced):
+        for leftover in (self._legacy_copy, self._replaced):
             if leftover.exists():
                 shutil.rmtree(leftover)
                 done.append(f"removed {leftover.name}")
         self._swapped.unlink(missing_ok=True)
-        return "; ".join(done)
+
+    def _current(self) -> Path:
+        """The generation directory the link names (it may not exist yet: a shard not yet created).
+
+        Spelled from ``path`` (not resolved): a parent reached through a symlink stays as given.
+        """
+        return Path(os.path.normpath(self.path.parent / os.readlink(self.path)))
+
+    def _generations(self) -> list[Path]:
+        pattern = re.compile(re.escape(self.path.name) + r"\.(\d+)$")
+        if not self._gens.is_dir():
+            return []
+        found = [p for p in self._gens.iterdir() if pattern.match(p.name)]
+        return sorted(found, key=lambda p: int(pattern.match(p.name).group(1)))
+
+    def _next_generation(self) -> Path:
+        numbers = [int(p.name.rsplit(".", 1)[1]) for p in [*self._generations(), self._current()]]
+        return self._gens / f"{self.path.name}.{max(numbers) + 1}"
 
     def _open(self) -> qe.EdgeShard:
-        if (self.path / "edge_config.json").is_file():
-            stored = stored_dim(self.path)
+        """The engine on the current generation, by its own path (the link is never handed to it)."""
+        real = self._current()
+        if (real / "edge_config.json").is_file():
+            stored = stored_dim(real)
             if stored is not None and stored != self.dim:
                 raise ValueError(f"the shard at {self.path} holds {stored}-dimensional vectors, not {self.dim}")
-            _check_room(self.path, self.min_free)
+            _check_room(real, self.min_free)
             # given again at each load: a shard made before (or with other settings) has them written
             # into its edge_config.json here, and its next optimize rebuilds the graph with them
-            return _engine(lambda: qe.EdgeShard.load(str(self.path), self._config()))
+            return _engine(lambda: qe.EdgeShard.load(str(real), self._config()))
         _check_room(self.path.parent, self.min_free + WAL_SEGMENT_BYTES)
-        return _engine(lambda: qe.EdgeShard.create(str(self.path), self._config()))
+        return _engine(lambda: qe.EdgeShard.create(str(real), self._config()))
 
     def _config(self) -> qe.EdgeConfig:
         """Cosine vectors of ``dim``, and the HNSW settings measured above (HNSW_FULL_SCAN_KB)."""
@@ -311,7 +400,7 @@ class EdgeCollection:
         if not ids:
             return []
         targets = [_point_id(i) for i in ids]
-        return [_hit(p) for p in _engine(lambda: self._live().retrieve(targets, with_payload, with_vector))]
+        return [_hit(p) for p in self._read(lambda: self._live().retrieve(targets, with_payload, with_vector))]
 
     def search(
         self, vector: Sequence[float], limit: int, filters: Mapping[str, Any] | None = None, exact: bool = False
@@ -324,7 +413,7 @@ class EdgeCollection:
             with_payload=True,
             params=qe.SearchParams(exact=True) if exact else qe.SearchParams(hnsw_ef=HNSW_EF),
         )
-        return [_hit(p, p.score) for p in _engine(lambda: self._live().query(request))]
+        return [_hit(p, p.score) for p in self._read(lambda: self._live().query(request))]
 
     def scroll(
         self,
@@ -342,12 +431,12 @@ class EdgeCollection:
             with_payload=with_payload,
             with_vector=with_vector,
         )
-        records, next_offset = _engine(lambda: self._live().scroll(request))
+        records, next_offset = self._read(lambda: self._live().scroll(request))
         return [_hit(r) for r in records], (str(next_offset) if next_offset is not None else None)
 
     def count(self, filters: Mapping[str, Any] | None = None) -> int:
         request = qe.CountRequest(exact=True, filter=to_filter(filters))
-        return int(_engine(lambda: self._live().count(request)))
+        return int(self._read(lambda: self._live().count(request)))
 
     def indexes(self) -> dict[str, str]:
         """The payload indexes: field → ``keyword`` / ``float`` / the engine's name for other kinds."""
@@ -382,92 +471,112 @@ class EdgeCollection:
         return self._child.pid if self._child is not None else None
 
     def start_optimize(self) -> None:
-        """Optimize a copy of the flushed shard in a child process (nice 19, one core); returns at once.
+        """Optimize a copy of the shard in a child process (nice 19, one core); returns once the copy is taken.
 
-        Runs on the thread that owns this handle: the flush and the copy are the only pause (writes
-        cannot come between them).  From the copy on, every write goes to this shard as before and
-        is journalled too.  ``finish_optimize`` swaps the copy in; ``cancel_optimize`` drops it.
-        The child gets SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG).
+        Runs on the thread that owns this handle: the copy (a ``cp`` of the directory into the next
+        generation, no engine call) is the only pause, and no write can come during it.  No flush
+        first: between two calls the shard's files are what a SIGKILL would leave, which its WAL
+        makes whole at the child's load (a flush held the GIL 0.07-0.55 s at 50k; the copy, 0.14 s,
+        does not).  From the copy on, every write goes to this shard as before and is journalled
+        too.  ``finish_optimize`` swaps the copy in; ``cancel_optimize`` drops it.  The child gets
+        SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG).
         """
         if self._child is not None:
             return
-        _engine(lambda: self._live().flush())
-        size = _disk_usage(self.path)
-        _check_room(self.path, self.min_free + 2 * size)  # the copy, and the optimize's rewrite of it
+        self.tidy()
+        live = self._live_dir
+        size = _disk_usage(live)
+        _check_room(live, self.min_free + 2 * size)  # the copy, and the optimize's rewrite of it
         self._work.mkdir(mode=0o700, exist_ok=True)
-        for leftover in (self._copy, self._replaced):
-            if leftover.exists():
-                shutil.rmtree(leftover)
-        _copy_tree(self.path, self._copy)
-        self._journal = []
+        target = self._next_generation()
+        _copy_tree(live, target)
+        self._next, self._journal = target, []
+        self._held_s, self._child_started = 0.0, time.monotonic()
         with open(self._work / f"{self.path.name}.log", "wb") as log_file:
-            self._child = subprocess.Popen(
-                [sys.executable, "-P", __file__, "optimize", str(self._copy), str(os.getpid())],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log_file,
-                close_fds=True,
-                env={**os.environ, "RAYON_NUM_THREADS": "1"},
-            )
+            try:
+                self._child = subprocess.Popen(
+                    [sys.executable, "-P", __file__, "optimize", str(target), str(os.getpid())],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log_file,
+                    close_fds=True,
+                    env={**os.environ, "RAYON_NUM_THREADS": "1"},
+                )
+            except BaseException:
+                self._next = self._journal = None
+                shutil.rmtree(target, ignore_errors=True)
+                raise
 
     def finish_optimize(self) -> dict | None:
         """None while the child runs; once it has ended, the optimized copy swapped in.
 
         Returns ``{"journal": writes re-applied, "pid": the child's}``; raises EdgeError (the
         child failed, or the swap could not complete: the live shard is then kept as it was).
+        The shard the swap replaced is closed by the next ``tidy`` (a separate turn: closing a
+        shard holds the GIL about as long as loading one).
         """
         child = self._child
         if child is None or child.poll() is None:
             return None
-        journal = self._journal or []
-        self._child = self._journal = None
+        journal, target = self._journal or [], self._next
+        self._child = self._journal = self._next = None
         if child.returncode != 0:
             reason = _tail(self._work / f"{self.path.name}.log")
-            shutil.rmtree(self._copy, ignore_errors=True)
+            shutil.rmtree(target, ignore_errors=True)
             raise EdgeError(f"the optimize process ended with {_exit_text(child.returncode)}: {reason}")
-        self._swap(journal)
+        self._swap(target, journal)
         return {"journal": len(journal), "pid": child.pid}
 
     def cancel_optimize(self) -> None:
         """Stop a running optimize (SIGKILL) and drop its copy and journal; the live shard is untouched."""
-        child, self._child, self._journal = self._child, None, None
+        child, target = self._child, self._next
+        self._child = self._journal = self._next = None
         if child is not None:
             with contextlib.suppress(ProcessLookupError):
                 child.send_signal(signal.SIGKILL)
             child.wait()
-        shutil.rmtree(self._copy, ignore_errors=True)
+        if target is not None:
+            shutil.rmtree(target, ignore_errors=True)
 
-    def _swap(self, journal: list) -> None:
-        """The optimized copy in the live shard's place, then the journal onto it.
+    def _swap(self, target: Path, journal: list) -> None:
+        """The optimized generation loaded beside the live shard, given the journal, then named by the link.
 
-        The live shard is flushed, closed and renamed aside, the copy renamed in, opened, and given
-        the journal; only once that is flushed does the ``.swapped`` marker say the copy is whole.
-        Until then ``_recover`` (at the next open) and the error path here put the replaced shard back.
+        The live shard answers until the link is replaced (``<name>.next`` renamed over ``<name>``,
+        atomic); before that a crash leaves the live generation the truth and the new one a leftover
+        for ``_recover``, after it the new one holds every acknowledged write (the journal's in its
+        WAL).  Nothing is renamed but the link, so the live shard need not be closed first.
         """
-        shard, self._shard = self._live(), None
-        _engine(shard.flush)
-        _engine(shard.close)
+        _check_room(target, self.min_free)
+        fresh = None
         try:
-            os.rename(self.path, self._replaced)
-            os.rename(self._copy, self.path)
-            _fsync_dir(self.path.parent)
-            self._shard = _engine(lambda: qe.EdgeShard.load(str(self.path)))
+            fresh = _engine(lambda: qe.EdgeShard.load(str(target), self._config()))
             for operation in journal:
-                _check_room(self.path, self.min_free)
-                _engine(lambda op=operation: self._shard.update(op))
-            _engine(self._shard.flush)
-            self._swapped.touch()
-            _fsync_dir(self._work)
+                _check_room(target, self.min_free)
+                _engine(lambda op=operation: fresh.update(op))
+            self._next_link.unlink(missing_ok=True)
+            os.symlink(os.path.relpath(target, self.path.parent), self._next_link)
+            os.rename(self._next_link, self.path)  # from here the new generation is the truth
         except BaseException:
-            if self._shard is not None:
+            if fresh is not None:
                 with contextlib.suppress(Exception):
-                    self._shard.close()
-            self._shard = None
-            self._recover()  # the replaced shard back (or, before the first rename, nothing to undo)
-            self._shard = _engine(lambda: qe.EdgeShard.load(str(self.path)))
+                    fresh.close()
+            self._next_link.unlink(missing_ok=True)
+            shutil.rmtree(target, ignore_errors=True)
             raise
-        shutil.rmtree(self._replaced, ignore_errors=True)
-        self._swapped.unlink(missing_ok=True)
+        self._retired = (self._shard, self._live_dir)
+        self._shard, self._live_dir = fresh, target
+        _fsync_dir(self.path.parent)  # the new link on disk (it already names what this handle serves)
+
+    def tidy(self) -> None:
+        """Close the shard a swap replaced and remove its generation (the files go in the background)."""
+        retired, self._retired = self._retired, None
+        if retired is None:
+            return
+        shard, directory = retired
+        with contextlib.suppress(Exception):
+            _engine(shard.close)
+        self._remover = threading.Thread(target=shutil.rmtree, args=(directory, True), name="edge-tidy", daemon=True)
+        self._remover.start()
 
     def flush(self) -> None:
         """Everything written so far onto the segment files (the WAL already has it)."""
@@ -479,10 +588,13 @@ class EdgeCollection:
             return
         try:
             self.cancel_optimize()
+            self.tidy()
             _engine(lambda: self._shard.flush())
             _engine(lambda: self._shard.close())
         finally:
             self._shard = None
+            if self._remover is not None:
+                self._remover.join()
             os.close(self._lock_fd)
 
     @property
@@ -498,6 +610,41 @@ class EdgeCollection:
             self._journal.append(operation)
             if len(self._journal) > JOURNAL_MAX:
                 self.cancel_optimize()  # too many writes to hold: the next optimize starts afresh
+
+    @contextlib.contextmanager
+    def reading(self):
+        """A running optimize child held stopped for the block (see YIELD_SHARE); every read is in one.
+
+        The store holds it across the broker's three phases: stopping and continuing it once per
+        phase left the search's p95 at 36 ms against 28 ms held once (50k, alternating windows).  A
+        child stopped by someone else (state ``T``: a test holding it) is left as it is.
+        """
+        child = self._child
+        if self._holding or child is None or child.returncode is not None:
+            yield
+            return
+        started = time.monotonic()
+        budget = YIELD_GRACE_S + YIELD_SHARE * (started - self._child_started)
+        if self._held_s > budget or _stopped(child.pid):
+            yield
+            return
+        try:
+            os.kill(child.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            yield
+            return
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGCONT)
+            self._held_s += time.monotonic() - started
+
+    def _read(self, call):
+        with self.reading():
+            return _engine(call)
 
     def _write(self, call, extra: int = 0):
         """``call`` when the file system has room for it (see the module's note on SIGBUS), else ENOSPC."""
@@ -550,6 +697,16 @@ def _copy_tree(source: Path, target: Path) -> None:
         shutil.rmtree(target, ignore_errors=True)
         detail = getattr(exc, "stderr", b"") or b""
         raise OSError(errno.EIO, f"copying {source} failed: {detail.decode(errors='replace').strip() or exc}") from None
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped (``T``: SIGSTOP) or gone (a zombie, or reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b") ", 1)[1][:1]
+    except (OSError, IndexError):
+        return True
+    return state in (b"T", b"t", b"Z", b"X")
 
 
 def _fsync_dir(path: Path) -> None:

@@ -5,8 +5,10 @@ the GIL for as long as it runs (tens of seconds at 50k), so the store never call
 :meth:`EdgeCollection.start_optimize` optimizes a copy in a child process while the shard keeps
 answering, and :meth:`EdgeCollection.finish_optimize` swaps it in.  This module only decides when,
 from counters the shard keeps, and remembers what happened for status.  :meth:`Optimizer.tick`
-runs on the store's thread (after writes, and on the store's periodic ping), so a start (flush and
-copy) and a swap pause the store's other work, never run beside it.
+runs on the store's thread (after writes, and on the store's periodic ping), so a start (the copy)
+and a swap (loading the optimized copy, re-applying the journal) pause the store's other work,
+never run beside it; the close of the replaced shard is a turn of its own (the next tick), so
+requests queue behind one of these at a time.
 
 An optimize starts when the shard is open and not optimizing, at least ``min_interval_s`` after
 the previous one ended, and either ``after_writes`` points were written since the last one, or at
@@ -78,6 +80,7 @@ class Optimizer:
             # the shard gave it up itself (more writes arrived than one swap re-applies)
             self._finished(shard, now, "cancelled", error="too many writes arrived while it ran")
         try:
+            shard.tidy()  # the shard the previous tick's swap replaced, if any
             if shard.optimizing:
                 result = shard.finish_optimize()
                 if result is not None:

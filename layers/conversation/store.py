@@ -674,7 +674,7 @@ class ConversationStore:
         """Each phase searched on its own, merged by score, de-duplicated by content hash."""
         mem0, _ = self._require()
         found: list[dict] = []
-        with _translate_errors("search"), self._fetch_only(mem0, query, limit):
+        with _translate_errors("search"), self._fetch_only(mem0, query, limit), self._optimize_held():
             for phase in phases:
                 answer = mem0.search(query, top_k=limit, filters=phase.mem0_filters(), threshold=SEARCH_THRESHOLD)
                 for result in answer["results"]:
@@ -690,6 +690,11 @@ class ConversationStore:
                 seen.add(key)
                 merged.append(view)
         return merged[:limit]
+
+    def _optimize_held(self):
+        """On Edge, a running optimize child stopped for the whole search (all phases; see EdgeCollection.reading)."""
+        reading = getattr(self._client, "reading", None) if self.settings.on_edge else None
+        return reading() if reading is not None else nullcontext()
 
     def _fetch_only(self, mem0, query: str, limit: int):
         """On Edge, mem0's candidate over-fetch cut to ``limit`` when nothing could re-rank the candidates.

@@ -10,6 +10,7 @@ only the in-process ``optimize()``, which holds the GIL (a Python thread beside 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from layers.conversation.edge import WORK_DIR, EdgeCollection, EdgeError
+from layers.conversation.edge import GEN_DIR, WORK_DIR, EdgeCollection, EdgeError
 from layers.conversation.optimizer import Optimizer, OptimizeSchedule
 from tests.layers.conversation.test_edge_compat import DIM, pid, vec
 
@@ -62,7 +63,7 @@ def shard(tmp_path):
 def test_searches_answer_during_an_optimize_and_its_writes_are_there_once_after_the_swap(shard, tmp_path):
     shard.start_optimize()
     child = shard.optimize_pid
-    os.kill(child, signal.SIGSTOP)  # the optimize is certainly under way for what follows
+    _hold(child)  # the optimize is certainly under way for what follows
     try:
         hits = shard.search(vec(7), 5, {"visibility": "private"})
         assert hits and hits[0].id == pid(7)
@@ -80,9 +81,10 @@ def test_searches_answer_during_an_optimize_and_its_writes_are_there_once_after_
     assert Counter(ids) == Counter({pid(i): 1 for i in range(340) if not 100 <= i < 110})
     assert shard.retrieve([pid(200)])[0].payload["tag"] == "during"
     assert shard.search(vec(330), 1)[0].id == pid(330)
-    assert not list((tmp_path / "edge" / WORK_DIR).glob("shard.*/")), "the copy or the replaced shard was left"
     # the swapped-in shard is the one on disk: it reopens with everything
     shard.close()
+    assert _generations(tmp_path) == ["shard.1"], "the replaced shard was left"
+    assert not list((tmp_path / "edge" / WORK_DIR).glob("shard.*/")), "a directory of the layout before was left"
     again = EdgeCollection(tmp_path / "edge" / "shard", DIM)
     try:
         assert sorted(_ids(again)) == sorted(ids)
@@ -97,7 +99,7 @@ def test_a_killed_optimize_child_changes_nothing_and_the_next_one_runs(shard, tm
     _fill(shard, 300, 5)
     with pytest.raises(EdgeError, match="SIGKILL"):
         _finish(shard)
-    assert not (tmp_path / "edge" / WORK_DIR / "shard.optimizing").exists()
+    assert _generations(tmp_path) == ["shard.0"], "the killed optimize's copy was left"
     assert len(_ids(shard)) == 305
     shard.start_optimize()
     assert _finish(shard)["journal"] == 0
@@ -149,7 +151,7 @@ def test_sigkill_during_the_optimize_or_before_the_swap_loses_nothing_and_the_ne
                 break
             acked.append(int(value))
         assert child is not None, "the holder ended early"
-        assert (tmp_path / "edge" / WORK_DIR / "shard.optimizing").is_dir()
+        assert _generations(tmp_path) == ["shard.0", "shard.1"]  # the live shard, the copy
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     finally:
@@ -162,11 +164,31 @@ def test_sigkill_during_the_optimize_or_before_the_swap_loses_nothing_and_the_ne
     assert acked == list(range(300, 320))
     c = EdgeCollection(path, DIM)
     try:
-        assert "removed shard.optimizing" in c.recovered
+        assert "removed shard.1" in c.recovered
         assert Counter(_ids(c)) == Counter({pid(i): 1 for i in range(320)})
-        assert not (tmp_path / "edge" / WORK_DIR / "shard.optimizing").exists()
+        assert _generations(tmp_path) == ["shard.0"]
     finally:
         c.close()
+
+
+def _as_before_generations(path: Path) -> None:
+    """The shard's directory at ``path`` itself, as the layout before generation directories had it."""
+    real = path.resolve()
+    path.unlink()
+    os.rename(real, path)
+
+
+def _generations(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "edge" / GEN_DIR).iterdir())
+
+
+def _hold(pid_: int) -> None:
+    """SIGSTOP, and wait until it took (the shard's reads leave a stopped child alone, not a stopping one)."""
+    os.kill(pid_, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid_}/stat").read_text().rsplit(") ", 1)[1][0] != "T":
+        assert time.monotonic() < deadline, "the child did not stop"
+        time.sleep(0.005)
 
 
 def _alive(pid_: int) -> bool:
@@ -184,10 +206,12 @@ def test_an_interrupted_swap_is_undone_at_the_next_open(tmp_path, cut):
     c = EdgeCollection(path, DIM)
     _fill(c, 0, 40)
     c.close()
+    _as_before_generations(path)
     subprocess.run(["cp", "-a", str(path), str(tmp_path / "copy")], check=True)  # the copy: 40 points
     c = EdgeCollection(path, DIM)
     _fill(c, 40, 10)  # acknowledged after the copy was taken: the journal's
     c.close()
+    _as_before_generations(path)
     work.mkdir(exist_ok=True)
     os.rename(tmp_path / "copy", work / "shard.optimizing")
     os.rename(path, work / "shard.replaced")
@@ -235,3 +259,204 @@ def _finish_through(opt: Optimizer, shard: EdgeCollection) -> None:
         time.sleep(0.05)
         opt.tick(shard)
     assert not shard.optimizing
+
+
+# ------------------------------------------------ generations: the swap never closes the live shard first
+#
+# Reproduced before (the layout where the copy was renamed in): the swap closed the live shard
+# before loading the copy, so while it loaded and re-applied the journal a search from another
+# thread met a closed shard, and during the journal re-apply it was answered by the copy without
+# the writes made during the optimize; reads never held the optimize child back.
+
+
+def _state(pid_: int) -> str:
+    return Path(f"/proc/{pid_}/stat").read_text().rsplit(") ", 1)[1][0]
+
+
+def _held(pid_: int) -> bool:
+    """Stopped, or with a SIGSTOP pending (it lands when the child next runs: a busy host may not run it at once)."""
+    if _state(pid_) == "T":
+        return True
+    status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid_}/status").read_text().splitlines())
+    pending = int(status["SigPnd"], 16) | int(status["ShdPnd"], 16)
+    return bool(pending & (1 << (signal.SIGSTOP - 1)))
+
+
+def _wait_ended(pid_: int) -> None:
+    deadline = time.monotonic() + 120
+    while _state(pid_) != "Z":  # ended, not yet reaped: finish_optimize will find it done
+        assert time.monotonic() < deadline, "the optimize did not end"
+        time.sleep(0.02)
+
+
+def test_the_live_shard_answers_with_every_write_while_the_swap_loads_the_copy_and_reapplies_the_journal(
+    shard, monkeypatch
+):
+    import threading
+
+    from layers.conversation import edge
+
+    shard.start_optimize()
+    _fill(shard, 300, 20)  # the journal's
+    _wait_ended(shard.optimize_pid)
+    entered, release = threading.Event(), threading.Event()
+    real_check = edge._check_room
+
+    def held_check(path, wanted):  # the swap's first look at the disk, before it loads the copy
+        if threading.current_thread().name == "swap" and not entered.is_set():
+            entered.set()
+            assert release.wait(60)
+        return real_check(path, wanted)
+
+    monkeypatch.setattr(edge, "_check_room", held_check)
+    result: dict = {}
+    swap = threading.Thread(target=lambda: result.update(shard.finish_optimize() or {}), name="swap")
+    swap.start()
+    try:
+        assert entered.wait(60), "the swap did not start"
+        assert shard.search(vec(310), 1)[0].id == pid(310), "a write made during the optimize is answered"
+        assert shard.count() == 320
+    finally:
+        release.set()
+        swap.join(60)
+    assert result["journal"] == 1
+    assert Counter(_ids(shard)) == Counter({pid(i): 1 for i in range(320)})
+    assert os.readlink(shard.path) == os.path.join(GEN_DIR, "shard.1")
+
+
+def test_reads_hold_the_optimize_child_stopped_while_they_run_and_leave_a_stopped_one_stopped(shard, monkeypatch):
+    from layers.conversation import edge
+
+    shard.start_optimize()
+    child = shard.optimize_pid
+    seen: list[str] = []
+    real_engine = edge._engine
+
+    def watching(call):
+        seen.append("held" if _held(child) else _state(child))
+        return real_engine(call)
+
+    monkeypatch.setattr(edge, "_engine", watching)
+    try:
+        for i in range(5):
+            shard.search(vec(i), 3)
+        assert seen == ["held"] * 5, "each search ran with the optimize child stopped"
+        assert not _held(child), "and it was continued after each"
+        seen.clear()
+        with shard.reading():  # the store's three phases: one hold
+            for i in range(3):
+                shard.search(vec(i), 3)
+                assert _held(child)
+        assert seen == ["held"] * 3 and not _held(child)
+        _hold(child)
+        shard.search(vec(1), 3)
+        assert _state(child) == "T", "a child someone else stopped stays stopped"
+    finally:
+        monkeypatch.setattr(edge, "_engine", real_engine)
+        os.kill(child, signal.SIGCONT)
+    _finish(shard)
+    assert len(_ids(shard)) == 300
+
+
+SWAP_KILLER = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    from layers.conversation import edge
+    from tests.layers.conversation.test_edge_compat import DIM, pid, vec
+
+    path, cut = Path(sys.argv[1]), sys.argv[2]
+    c = edge.EdgeCollection(path, DIM)
+    c.upsert((pid(i), vec(i), {"n": i}) for i in range(300))
+    c.start_optimize()
+    for i in range(300, 320):  # the journal's
+        c.upsert([(pid(i), vec(i), {"n": i})])
+        print("acked", i, flush=True)
+    real_rename = os.rename
+
+    def rename(src, dst, *args, **kwargs):
+        if cut == "before the link" and str(src).endswith(".next") and Path(dst) == path:
+            os.kill(os.getpid(), signal.SIGKILL)  # the optimized copy is loaded and holds the journal
+        return real_rename(src, dst, *args, **kwargs)
+
+    edge.os.rename = rename
+    while c.finish_optimize() is None:
+        time.sleep(0.02)
+    for i in range(320, 325):  # after the swap: written to the new generation only
+        c.upsert([(pid(i), vec(i), {"n": i})])
+        print("acked", i, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # before the replaced shard is closed and removed
+    """
+)
+
+
+@pytest.mark.parametrize("cut", ["before the link", "after the link"])
+def test_sigkill_inside_the_swap_leaves_every_acknowledged_write_once(tmp_path, cut):
+    path = tmp_path / "edge" / "shard"
+    proc = subprocess.run(
+        [sys.executable, "-c", SWAP_KILLER, str(path), cut],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[3],
+        timeout=300,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    acked = [int(line.split()[1]) for line in proc.stdout.splitlines()]
+    assert acked == list(range(300, 320 if cut == "before the link" else 325))
+    assert _generations(tmp_path) == ["shard.0", "shard.1"]  # the killed process's live shard and the other
+    c = EdgeCollection(path, DIM)
+    try:
+        dropped = "shard.1" if cut == "before the link" else "shard.0"
+        assert f"removed {dropped}" in c.recovered
+        assert Counter(_ids(c)) == Counter({pid(i): 1 for i in range(max(acked) + 1)})
+        assert _generations(tmp_path) == [{"shard.1": "shard.0", "shard.0": "shard.1"}[dropped]]
+        assert not (tmp_path / "edge" / "shard.next").exists()
+        kept = {"shard.1": "shard.0", "shard.0": "shard.1"}[dropped]
+        assert os.readlink(path) == os.path.join(GEN_DIR, kept)
+    finally:
+        c.close()
+
+
+def test_a_shard_directory_of_the_layout_before_becomes_generation_0_even_when_the_move_was_cut(tmp_path):
+    path = tmp_path / "edge" / "shard"
+    c = EdgeCollection(path, DIM)
+    _fill(c, 0, 30)
+    c.close()
+    _as_before_generations(path)
+    shutil.rmtree(tmp_path / "edge" / GEN_DIR)
+    c = EdgeCollection(path, DIM)  # a real directory at <name>: moved into .gen/<name>.0, linked
+    try:
+        assert path.is_symlink() and os.readlink(path) == os.path.join(GEN_DIR, "shard.0")
+        assert len(_ids(c)) == 30
+    finally:
+        c.close()
+    # the move cut after the directory went into .gen, before the new link was renamed in
+    _as_before_generations(path)
+    os.symlink(os.path.join(GEN_DIR, "shard.0"), tmp_path / "edge" / "shard.next")
+    os.rename(path, tmp_path / "edge" / GEN_DIR / "shard.0")
+    c = EdgeCollection(path, DIM)
+    try:
+        assert "completed the move" in c.recovered
+        assert Counter(_ids(c)) == Counter({pid(i): 1 for i in range(30)})
+    finally:
+        c.close()
+
+
+def test_a_shard_reached_through_a_symlinked_directory_keeps_its_generation_through_reopens_and_a_swap(tmp_path):
+    """Seen while measuring: the current generation compared resolved against one spelled through the
+    link was taken for a leftover and removed at open (the shard came back empty)."""
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "via")
+    path = tmp_path / "via" / "edge" / "shard"
+    c = EdgeCollection(path, DIM)
+    _fill(c, 0, 30)
+    c.start_optimize()
+    _finish(c)
+    c.close()
+    for _ in range(2):
+        c = EdgeCollection(path, DIM)
+        try:
+            assert c.recovered == ""
+            assert len(_ids(c)) == 30
+        finally:
+            c.close()
