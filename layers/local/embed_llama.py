@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import threading
 from collections.abc import Callable
@@ -72,6 +71,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import llama_cpp as _ll
 import numpy as np
+
+from layers import malloc
 
 
 @_ll.llama_log_callback
@@ -95,16 +96,6 @@ def _init_backend(quiet: bool = True) -> None:
 
 class EncodeAborted(RuntimeError):
     """``should_abort`` asked to stop while a model loaded or texts were encoded."""
-
-
-def malloc_trim() -> bool:
-    """Return free heap pages to the OS (glibc only; no-op elsewhere)."""
-    name = ctypes.util.find_library("c") or "libc.so.6"
-    try:
-        libc = ctypes.CDLL(name)
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
 
 
 class LlamaEmbedder:
@@ -167,7 +158,7 @@ class LlamaEmbedder:
         if self.ctx:
             _ll.llama_free(self.ctx)
             self.ctx = None
-            malloc_trim()
+            malloc.trim()
         self.ctx = _ll.llama_init_from_model(self.model, self._cparams)
         if not self.ctx:
             self.close()
@@ -291,7 +282,7 @@ class LlamaEmbedder:
             if self.model:
                 _ll.llama_model_free(self.model)
                 self.model = None
-        malloc_trim()
+        malloc.trim()
 
     def abandon(self) -> None:
         """Forget context and model without freeing them: the process is about to exit.
