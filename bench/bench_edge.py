@@ -11,7 +11,7 @@ perturbed) go into a store on each engine, and the same queries are asked:
 - add (infer=False) minus its embedding; open (close + connect) with the store full;
 - cleanup of the store with 10 % expired (execute);
 - the process's anonymous memory (RssAnon, glibc tuned as the daemon's): building mem0, after the
-  fill, and after the reopen.
+  fill, after the optimize (the daemon's state once its schedule ran, no restart), and after the reopen.
 
 Local mode is measured at 1k and 10k only (at 50k one search takes 36-40 s).  Printed as
 ratios, in the same run.  Usage: ``python -m bench.bench_edge [--sizes 1000,10000,50000]``.
@@ -250,6 +250,8 @@ def run(size: int, engine: str, embedder: LocalEmbedder, queries: list[str]) -> 
             # and the upkeep; searches arrive every SEARCH_EVERY_S whether or not the last one is answered
             # (a write after every 10th), so a search that arrives during a pause waits for it
             out.update(_during_optimize(store, three_phase, queries))
+            # the daemon's own state after its optimize (the unoptimized shard closed), no restart
+            out["anon_after_optimize_mb"] = rss_anon_mb() - base_anon
             out["indexed"] = store._client.info()
             searches("")
         if engine == EDGE:
@@ -436,8 +438,9 @@ def main(sizes: list[int], memory_only: bool = False, idle_daemon: bool = True) 
             f"open {edge['open_s']:.2f} s (<= 3);"
             f" cleanup {edge['cleanup_s']:.1f} s ({edge['cleanup_deleted']} deleted, <= 30); fill "
             f"{edge['fill_s']:.1f} s; anon +{edge['anon_mem0_mb']:.0f} MB building mem0, then "
-            f"+{edge['anon_after_fill_mb']:.0f} MB after the fill, "
-            f"+{edge['anon_after_reopen_mb']:.0f} MB after reopen"
+            f"+{edge['anon_after_fill_mb']:.0f} MB after the fill, +{edge['anon_after_optimize_mb']:.0f} MB after the "
+            "optimize, "
+            f"+{edge['anon_after_reopen_mb']:.0f} MB to reopen it (from the closed store)"
         )
         if local:
             print(
