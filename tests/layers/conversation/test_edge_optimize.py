@@ -118,7 +118,12 @@ HOLDER = textwrap.dedent(
     c.start_optimize()
     child = c.optimize_pid
     if sys.argv[2] == "running":  # held, once it has armed its death signal (its nice 19 follows that)
-        while int(open(f"/proc/{child}/stat").read().split(") ")[1].split()[16]) != 19:
+        while True:
+            state, *fields = open(f"/proc/{child}/stat").read().split(") ")[1].split()
+            if state == "Z":  # the child failed (its log says why): end, so the test fails instead of waiting
+                sys.exit("the optimize child ended before it could be held")
+            if int(fields[15]) == 19:
+                break
             time.sleep(0.01)
         os.kill(child, signal.SIGSTOP)
     for i in range(300, 320):
