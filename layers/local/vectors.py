@@ -21,6 +21,8 @@ from typing import Protocol
 import numpy as np
 import psutil
 
+from layers.local.model_parts import split_encoder
+
 log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
@@ -148,7 +150,10 @@ class LocalEmbedder:
         self.threads = threads
         self.max_tokens = max_tokens
         size = model_path.stat().st_size if model_path.is_file() else 0
-        self.gate = MemoryGate(min_free_mb, size)
+        # the split form (embed_llama.LlamaEmbedder) loads its encoder too; its vectors are the plain
+        # GGUF's bit for bit (tests/layers/local/test_vectors.py), so the identity names the GGUF alone
+        encoder = split_encoder(model_path)
+        self.gate = MemoryGate(min_free_mb, size + (encoder.stat().st_size if encoder else 0))
         self.model_id = f"gguf:{model_path.name}:{size}:{profile}"
         self._model = None
         self._lock = threading.RLock()
@@ -272,6 +277,7 @@ class LocalEmbedder:
             "backend": "local",
             "model": str(self.model_path),
             "model_id": self.model_id,
+            "form": "split" if split_encoder(self.model_path) else "plain",
             "loaded": self.loaded,
             "gate": gate.as_dict(),
             "idle_s": idle,

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from daemon.config import DEFAULT_MODEL_PATH
 from layers.local.model_build import build_e5_gguf
+from layers.local.model_parts import split_encoder, split_paths
 from layers.local.vectors import LocalEmbedder, MemoryGate, VectorsUnavailableError
 
 SENTENCES = [
@@ -48,10 +52,88 @@ def test_vectors_agree_with_the_source_packages_own_engine(model_path):
     assert ours_q[0] @ ours_p[0] > ours_q[0] @ ours_p[2]
 
 
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_the_build_is_reproducible(model_path, tmp_path):
     facts = build_e5_gguf(tmp_path / "again.gguf")
     assert facts["dims"] == 384
-    assert facts["sha256"] == hashlib.sha256(model_path.read_bytes()).hexdigest()
+    assert facts["sha256"] == _sha(model_path)
+    for built, installed in zip(split_paths(tmp_path / "again.gguf"), split_paths(model_path), strict=True):
+        assert _sha(built) == _sha(installed), built.name
+
+
+def _plain_copy(model_path, tmp_path):
+    """The same GGUF without its split form beside it: what a model someone else made looks like."""
+    plain = tmp_path / model_path.name
+    shutil.copyfile(model_path, plain)
+    assert split_encoder(plain) is None
+    return plain
+
+
+LONG = "passage: " + "Loki 的保留期从 14 天改为 30 天，compactor 每两小时清理一次过期的日志块。" * 12
+
+
+def test_the_split_form_computes_the_plain_ggufs_vectors_bit_for_bit(model_path, tmp_path):
+    """The daemon runs the split form (no vocabulary in the encoder, lanes): same vectors, so no index re-embeds."""
+    from layers.local.embed_llama import LlamaEmbedder
+
+    texts = ["passage: " + s for s in SENTENCES] + ["query: 记忆", LONG]
+    plain_path = _plain_copy(model_path, tmp_path)
+    split = LlamaEmbedder(model_path, n_ctx=256, pool_windows=True)
+    plain = LlamaEmbedder(plain_path, n_ctx=256, pool_windows=True)
+    try:
+        assert split.lanes == 2 and plain.lanes == 1
+        assert np.array_equal(split.embed(texts), plain.embed(texts))
+    finally:
+        split.close()
+        plain.close()
+    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0)
+    assert embedder.status()["form"] == "split"
+    assert embedder.model_id == LocalEmbedder(plain_path).model_id
+
+
+def test_one_lane_and_two_lanes_give_the_same_vectors(model_path):
+    from layers.local.embed_llama import LlamaEmbedder
+
+    texts = [LONG, *("passage: " + s for s in SENTENCES), LONG[:300]]  # windows of unequal length
+    one = LlamaEmbedder(model_path, n_ctx=256, n_threads=1, pool_windows=True)
+    two = LlamaEmbedder(model_path, n_ctx=256, n_threads=2, pool_windows=True)
+    try:
+        assert (one.lanes, two.lanes) == (1, 2)
+        assert np.array_equal(one.embed(texts), two.embed(texts))
+        assert np.array_equal(one.embed(texts[:1]), two.embed(texts[:1]))  # one window: both threads in one lane
+    finally:
+        one.close()
+        two.close()
+
+
+_PEAK_CHILD = """
+import re, sys
+from pathlib import Path
+from layers.local.embed_llama import LlamaEmbedder
+
+def mb(key):
+    return int(re.search(rf"^{key}:\\s+(\\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) / 1024
+
+embedder = LlamaEmbedder(sys.argv[1], n_ctx=256, pool_windows=True)
+embedder.embed(["passage: warm"])
+Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from here
+before = mb("VmRSS")
+vectors = embedder.embed([sys.argv[2]])
+assert len(embedder.windows(sys.argv[2])) >= 2
+print(mb("VmHWM") - before)
+"""
+
+
+def test_a_long_input_does_not_cost_a_megabyte_per_token(model_path):
+    """The plain GGUF's context holds 250k logits per input token (~1 MiB): +256 MB for one 256-token window."""
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_CHILD, str(model_path), LONG], capture_output=True, text=True, check=True
+    )
+    grown = float(out.stdout.split()[-1])
+    assert grown < 48, f"an embedding of 256-token windows raised the peak RSS by {grown:.0f} MB"
 
 
 def test_closed_gate_refuses_to_load_and_says_why(model_path):
