@@ -134,7 +134,6 @@ class _Lane:
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = 0
             b.logits[i] = 1
-
         self.threads = cparams.n_threads
 
     def use_threads(self, n: int) -> None:
@@ -188,8 +187,10 @@ class LlamaEmbedder:
         self._abort_cb = _ll.ggml_abort_callback(self._abort_requested)
         self._progress_cb = _ll.llama_progress_callback(self._keep_loading)
 
-        self._tokens = None  # the split form's word table (raw q4_0 rows, memory-mapped)
-        encoder = self._split_parts(pathlib.Path(os.fsdecode(path)))
+        path = pathlib.Path(os.fsdecode(path))
+        encoder = split_encoder(path)
+        # the split form's word table (raw q4_0 rows, memory-mapped: a text touches the pages of its tokens)
+        self._tokens = np.load(split_paths(path)[1], mmap_mode="r") if encoder else None
         try:
             if encoder is None:
                 self.model = self._load(path)
@@ -220,13 +221,6 @@ class LlamaEmbedder:
         except BaseException:
             self.close()
             raise
-
-    def _split_parts(self, path: pathlib.Path) -> pathlib.Path | None:
-        """The encoder beside ``path`` (and its word table, memory-mapped), or None: a plain GGUF."""
-        encoder = split_encoder(path)
-        if encoder is not None:
-            self._tokens = np.load(split_paths(path)[1], mmap_mode="r")
-        return encoder
 
     def _load(self, path: str | os.PathLike, vocab_only: bool = False):
         mparams = _ll.llama_model_default_params()
