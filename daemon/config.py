@@ -238,7 +238,7 @@ class VectorsConfig(StrictModel):
     min_free_mb: int = pydantic.Field(300, ge=0)
     idle_unload_s: float = pydantic.Field(120.0, gt=0)
     batch_size: int = pydantic.Field(16, ge=1, le=512)
-    threads: int = pydantic.Field(2, ge=1, le=64)
+    threads: int = pydantic.Field(2, ge=1, le=64)  # cores an embedding uses; the built model: a llama context each
     openai: OpenAIEmbeddingConfig = OpenAIEmbeddingConfig()
 
 

@@ -165,7 +165,7 @@ def test_backup_and_cleanup_started_right_after_the_daemon_succeed(installed, se
     c = installed
     c.run("systemctl", "restart", "memstrata.service", timeout=150)
     proc = c.run("systemctl", "start", service, check=False, timeout=600)
-    assert proc.returncode == 0, (proc.stderr, c.journal(service, 40))
+    assert proc.returncode == 0, proc.stderr + c.journal(service, 40) + c.journal("memstrata.service", 40)
     shown = c.show(service, "Result", "ExecMainStatus")
     assert (shown["Result"], shown["ExecMainStatus"]) == ("success", "0"), shown
 
@@ -194,7 +194,7 @@ def test_backup_and_cleanup_run_while_the_daemon_is_stopped(installed, service):
     c.run("systemctl", "stop", "memstrata.service", timeout=60)
     assert c.run("test", "-e", "/run/memstrata", check=False).returncode != 0, "runtime directory removed"
     proc = c.run("systemctl", "start", service, check=False, timeout=600)
-    assert proc.returncode == 0, (proc.stderr, c.journal(service, 40))
+    assert proc.returncode == 0, proc.stderr + c.journal(service, 40) + c.journal("memstrata.service", 40)
     shown = c.show(service, "Result", "ExecMainStatus")
     assert (shown["Result"], shown["ExecMainStatus"]) == ("success", "0"), shown
 
