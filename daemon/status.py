@@ -199,7 +199,8 @@ def render(status: StatusDocument) -> str:
         gate = v.get("gate") or {}
         gate_text = "open" if gate.get("open") else "closed"
         lines.append(
-            f"vectors: local model {'loaded' if v.get('loaded') else 'not loaded'} ({Path(v['model']).name}); "
+            f"vectors: local model {'loaded' if v.get('loaded') else 'not loaded'} ({Path(v['model']).name}, "
+            f"{v.get('form', 'plain')} form); "
             f"memory gate {gate_text}: {gate.get('available_mb')} MB free, {gate.get('needed_mb')} MB needed"
             + (f"; embedded {v['embedded']}" if v.get("embedded") is not None else "")
         )

@@ -70,6 +70,7 @@ def test_closed_gate_answers_lexically_then_vectors_fill_when_it_opens(tmp_path,
     assert status["gate"]["open"] is False and status["loaded"] is False and "memory gate closed" in status["waiting"]
     human = run_cli("status", config=config).stdout
     assert "memory gate closed" in human and "waiting for vectors" in human
+    assert "q4_0.gguf, split form)" in human  # what the daemon runs (layers/local/model_parts.py)
 
     data = yaml.safe_load(config.read_text())
     data["vectors"]["min_free_mb"] = 0
