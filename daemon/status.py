@@ -206,6 +206,8 @@ def render(status: StatusDocument) -> str:
         )
         if v.get("waiting"):
             lines.append(f"  waiting: {v['waiting']}")
+        if v.get("form_problem"):
+            lines.append(f"  {v['form_problem']}")
     elif v.get("backend"):
         lines.append(f"vectors: {v['backend']}" + (f" ({v.get('model_id')})" if v.get("model_id") else ""))
     lines.extend(_conversation_lines(status.get("conversation") or {}))

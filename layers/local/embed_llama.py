@@ -115,6 +115,13 @@ class EncodeAborted(RuntimeError):
     """``should_abort`` asked to stop while a model loaded or texts were encoded."""
 
 
+class SplitFormError(RuntimeError):
+    """A part of the model's split form is missing, damaged or another model's: the plain GGUF still works."""
+
+    def __str__(self) -> str:
+        return super().__str__() + ": `memstrata model build --force` writes it again"
+
+
 class _Lane:
     """One llama context and its batch: what one thread encodes with.
 
@@ -157,7 +164,9 @@ class LlamaEmbedder:
       the tokenizer, the encoder (no vocabulary) computes, fed the word-table rows
       of each text's tokens. ``n_threads`` contexts ("lanes") of one thread each
       take the next window, so no thread waits for another inside a graph;
-    * plain, any other GGUF: one context with ``n_threads`` threads.
+    * plain, any other GGUF (or ``split=False``): one context with ``n_threads`` threads.
+
+    A split form that cannot be used raises :class:`SplitFormError`.
 
     >>> emb = LlamaEmbedder("out/e5-small-q4_0.gguf")
     >>> v = emb.embed(["query: how much protein per day"])   # (1, 384) float32
@@ -174,6 +183,7 @@ class LlamaEmbedder:
         flash_attn: bool = False,
         should_abort: Callable[[], bool] | None = None,
         pool_windows: bool = False,
+        split: bool = True,
     ) -> None:
         _init_backend(quiet)
         self.pool_windows = pool_windows  # a longer text: the mean of its windows instead of its first n_ctx tokens
@@ -188,21 +198,17 @@ class LlamaEmbedder:
         self._progress_cb = _ll.llama_progress_callback(self._keep_loading)
 
         path = pathlib.Path(os.fsdecode(path))
-        encoder = split_encoder(path)
-        # the split form's word table (raw q4_0 rows, memory-mapped: a text touches the pages of its tokens)
-        self._tokens = np.load(split_paths(path)[1], mmap_mode="r") if encoder else None
+        encoder = split_encoder(path) if split else None
+        self._tokens = None
         try:
-            if encoder is None:
-                self.model = self._load(path)
-                self._vocab_model = self.model
-            else:
-                self._vocab_model = self._load(path, vocab_only=True)
-                self.model = self._load(encoder)
+            self._vocab_model = self._load(path, vocab_only=encoder is not None)  # split: only the tokenizer
             self._vocab = _ll.llama_model_get_vocab(self._vocab_model)
+            if encoder is None:
+                self.model = self._vocab_model
+            else:
+                self._load_split_parts(path, encoder)
             self._eos = _ll.llama_vocab_eos(self._vocab)
             self.dim = _ll.llama_model_n_embd(self.model)
-            if self._tokens is not None and len(self._tokens) != _ll.llama_vocab_n_tokens(self._vocab):
-                raise RuntimeError(f"{encoder} does not belong to {path}: run `memstrata model build --force`")
 
             self.n_ctx = n_ctx = min(n_ctx, _ll.llama_model_n_ctx_train(self.model))
             cparams = _ll.llama_context_default_params()
@@ -221,6 +227,26 @@ class LlamaEmbedder:
         except BaseException:
             self.close()
             raise
+
+    @property
+    def form(self) -> str:
+        """ "split" or "plain" (:mod:`layers.local.model_parts`)."""
+        return "split" if self._tokens is not None else "plain"
+
+    def _load_split_parts(self, path: pathlib.Path, encoder: pathlib.Path) -> None:
+        """The encoder and the word table, checked against the vocabulary; :class:`SplitFormError` if unusable."""
+        tokens = split_paths(path)[1]
+        try:
+            # raw q4_0 rows, memory-mapped: a text touches the pages of its tokens
+            self._tokens = np.load(tokens, mmap_mode="r")
+            self.model = self._load(encoder)
+        except EncodeAborted:
+            raise
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise SplitFormError(f"the split form of {path.name} is unreadable ({exc})") from None
+        row_bytes = _ll.llama_model_n_embd(self.model) // 32 * 18  # q4_0: 18 bytes per 32 weights
+        if self._tokens.shape != (_ll.llama_vocab_n_tokens(self._vocab), row_bytes):
+            raise SplitFormError(f"{tokens.name} {self._tokens.shape} does not belong to {path.name}")
 
     def _load(self, path: str | os.PathLike, vocab_only: bool = False):
         mparams = _ll.llama_model_default_params()

@@ -161,6 +161,7 @@ class LocalEmbedder:
         self._last_used = 0.0
         self.loads = 0
         self.dim: int | None = None
+        self.split_problem = ""  # why the split form could not be used at the last load ("" when it was)
 
     def configure(self, *, min_free_mb: int, idle_unload_s: float) -> None:
         """Settings a reload may change without touching the index identity."""
@@ -207,16 +208,28 @@ class LocalEmbedder:
         state = self.gate.check()
         if not state.open:
             raise VectorsUnavailableError(state.reason)
-        from layers.local.embed_llama import LlamaEmbedder  # llama.cpp only when really needed
+        from layers.local.embed_llama import LlamaEmbedder, SplitFormError  # llama.cpp only when really needed
 
         started = time.monotonic()
-        self._model = LlamaEmbedder(
-            self.model_path,
-            n_ctx=self.max_tokens,
-            n_threads=self.threads,
-            should_abort=self._aborted.is_set,
-            pool_windows=True,  # a text longer than max_tokens: the mean of its windows, not its first part
-        )
+
+        def load(split: bool) -> LlamaEmbedder:
+            return LlamaEmbedder(
+                self.model_path,
+                n_ctx=self.max_tokens,
+                n_threads=self.threads,
+                should_abort=self._aborted.is_set,
+                pool_windows=True,  # a text longer than max_tokens: the mean of its windows, not its first part
+                split=split,
+            )
+
+        try:
+            self._model = load(split=True)
+            self.split_problem = ""
+        except SplitFormError as exc:  # the same vectors come from the plain GGUF, slower: nothing waits
+            if str(exc) != self.split_problem:
+                log.warning("%s; embedding with the plain GGUF meanwhile", exc)
+            self.split_problem = str(exc)
+            self._model = load(split=False)
         self.dim = self._model.dim
         self.loads += 1
         log.info(
@@ -277,7 +290,8 @@ class LocalEmbedder:
             "backend": "local",
             "model": str(self.model_path),
             "model_id": self.model_id,
-            "form": "split" if split_encoder(self.model_path) else "plain",
+            "form": self._model.form if self._model else "split" if split_encoder(self.model_path) else "plain",
+            "form_problem": self.split_problem or None,
             "loaded": self.loaded,
             "gate": gate.as_dict(),
             "idle_s": idle,

@@ -221,3 +221,32 @@ def test_a_long_passage_is_embedded_whole_as_the_mean_of_its_windows(model_path)
     finally:
         truncating.close()
         pooling.close()
+
+
+@pytest.mark.parametrize("damage", ["truncated word table", "another model's word table", "damaged encoder"])
+def test_an_unusable_split_form_falls_back_to_the_plain_gguf_and_says_so(model_path, tmp_path, damage):
+    """A bad part loses no vector: the plain GGUF gives the same ones, and status says why it is used."""
+    model = _plain_copy(model_path, tmp_path)
+    encoder, tokens = split_paths(model)
+    shutil.copyfile(split_paths(model_path)[0], encoder)
+    shutil.copyfile(split_paths(model_path)[1], tokens)
+    if damage == "truncated word table":
+        tokens.write_bytes(tokens.read_bytes()[:4096])
+    elif damage == "another model's word table":
+        np.save(tokens, np.zeros((10, 216), np.uint8))
+    else:
+        encoder.write_bytes(encoder.read_bytes()[:100_000])
+    embedder = LocalEmbedder(model, "e5", min_free_mb=0)
+    try:
+        fallen_back = embedder.embed_passages(SENTENCES)
+        status = embedder.status()
+        assert status["form"] == "plain" and "memstrata model build --force" in status["form_problem"], status
+        assert model.name in status["form_problem"]
+    finally:
+        embedder.unload()
+    reference = LocalEmbedder(model_path, "e5", min_free_mb=0)
+    try:
+        assert np.array_equal(fallen_back, reference.embed_passages(SENTENCES))
+        assert reference.status()["form"] == "split" and reference.status()["form_problem"] is None
+    finally:
+        reference.unload()
