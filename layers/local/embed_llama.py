@@ -230,7 +230,7 @@ class LlamaEmbedder:
 
     @property
     def form(self) -> str:
-        """ "split" or "plain" (:mod:`layers.local.model_parts`)."""
+        """Which form of the model runs: "split" or "plain" (:mod:`layers.local.model_parts`)."""
         return "split" if self._tokens is not None else "plain"
 
     def _load_split_parts(self, path: pathlib.Path, encoder: pathlib.Path) -> None:
