@@ -1,6 +1,6 @@
 """glibc's allocator, told to give memory back (a long-running process that loads models now and then).
 
-Why (measured in docs/memory.md): the daemon loads the GGUF model (~235 MB) and the companion
+Why (measured in docs/memory.md): the daemon loads the GGUF model (~155 MB) and the companion
 (~120 MB) while it embeds, on its embedding thread, and lets both go after a quiet spell.  With
 glibc's defaults what they freed largely stayed resident:
 

@@ -244,7 +244,9 @@ class LlamaEmbedder:
             raise
         except (OSError, ValueError, RuntimeError) as exc:
             raise SplitFormError(f"the split form of {path.name} is unreadable ({exc})") from None
-        row_bytes = _ll.llama_model_n_embd(self.model) // 32 * 18  # q4_0: 18 bytes per 32 weights
+        from layers.local.model_build import Q4_BLOCK_BYTES, QK  # the word table's layout (gguf: imported anyway)
+
+        row_bytes = _ll.llama_model_n_embd(self.model) // QK * Q4_BLOCK_BYTES
         if self._tokens.shape != (_ll.llama_vocab_n_tokens(self._vocab), row_bytes):
             raise SplitFormError(f"{tokens.name} {self._tokens.shape} does not belong to {path.name}")
 
