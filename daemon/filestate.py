@@ -9,86 +9,11 @@ reconcile then repeats, harmlessly, the work that was in flight).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.storage import StorageHealth, is_storage_error
-from layers.fsutil import atomic_write, private_dirs, resolves_inside
-
-_HASH_BLOCK = 1024 * 1024
-
-SKIP_OUTSIDE = "symlink leading outside the workspace (never followed)"
-SKIP_NOT_REGULAR = "not a regular file"
-
-
-@dataclass(frozen=True)
-class Inspection:
-    """One look at a memory file, without ever following it out of its workspace."""
-
-    exists: bool
-    sha256: str | None = None
-    size: int = 0
-    skip: str | None = None  # neither versioned nor indexed, and why
-    index_skip: str | None = None  # versioned, but not indexed, and why
-
-    @property
-    def usable(self) -> bool:
-        return self.exists and self.skip is None
-
-
-def safe_stat(path: Path, workspace: Path) -> os.stat_result | Inspection:
-    """The file's stat when it may be opened; otherwise an Inspection saying why not."""
-    if not os.path.lexists(path):
-        return Inspection(exists=False)
-    if not resolves_inside(path, workspace):
-        return Inspection(exists=True, skip=SKIP_OUTSIDE)
-    try:
-        st = path.stat()
-    except OSError:
-        return Inspection(exists=False)
-    if not stat.S_ISREG(st.st_mode):
-        return Inspection(exists=True, skip=SKIP_NOT_REGULAR)
-    return st
-
-
-def inspect(path: Path, workspace: Path, max_index_bytes: int) -> Inspection:
-    """Hash a file and decide what may be done with it.
-
-    Symlinks out of the workspace and non-regular files (a FIFO would block the
-    daemon forever) are reported but never opened.
-    """
-    st = safe_stat(path, workspace)
-    if isinstance(st, Inspection):
-        return st
-    digest = hashlib.sha256()
-    utf8_ok = True
-    try:
-        with path.open("rb") as fh:
-            if st.st_size <= max_index_bytes:
-                data = fh.read()
-                digest.update(data)
-                try:
-                    data.decode("utf-8")
-                except UnicodeDecodeError:
-                    utf8_ok = False
-            else:
-                while block := fh.read(_HASH_BLOCK):
-                    digest.update(block)
-    except FileNotFoundError:
-        return Inspection(exists=False)
-    index_skip = None
-    if st.st_size > max_index_bytes:
-        index_skip = (
-            f"larger than the indexing limit ({st.st_size / 1e6:.1f} MB > "
-            f"{max_index_bytes / 1e6:.1f} MB): versioned, not indexed"
-        )
-    elif not utf8_ok:
-        index_skip = "not valid UTF-8: versioned, not indexed"
-    return Inspection(True, digest.hexdigest(), st.st_size, None, index_skip)
+from layers.fsutil import atomic_write, private_dirs
 
 
 class FileState:

@@ -14,17 +14,36 @@ has one, else the whole match; only that span is redacted.
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
-# Files are scanned in blocks of whole lines: a 50 MB file costs a bounded
-# amount of memory and every pattern still sees complete lines.
+# Files are scanned in blocks of whole lines, so every pattern sees complete lines.  A line
+# longer than a block (a file without newlines) is cut, and the block after it starts with
+# the cut's last _OVERLAP_BYTES again: memory stays bounded and a secret across the cut is
+# still seen whole (secrets without a newline are far shorter than the overlap).
 _BLOCK_BYTES = 1024 * 1024
+_OVERLAP_BYTES = 4096
+
+
+def _text_blocks(fh: BinaryIO) -> Iterator[tuple[str, int]]:
+    """(text, number of its first line) for consecutive blocks of at most 2 MiB of ``fh``."""
+    line_no = 1
+    carry = b""
+    while block := fh.read(_BLOCK_BYTES):
+        if not block.endswith(b"\n"):
+            block += fh.readline(_BLOCK_BYTES)
+        block = carry + block
+        carry = b"" if block.endswith(b"\n") else block[-_OVERLAP_BYTES:]
+        text = block.decode("utf-8", errors="replace")
+        yield text, line_no
+        line_no += text.count("\n")
 
 
 def shannon_entropy(value: str) -> float:
@@ -110,20 +129,20 @@ class SecretGuard:
         return next(iter(self._spans(text)), None) is not None
 
     def scan_file(self, path: Path) -> list[Finding]:
-        """Scan a file of any size or encoding; unreadable bytes are replaced, not fatal."""
-        findings: list[Finding] = []
-        line_no = 1
+        """Scan a file of any size or encoding (for files the daemon owns; workspace files come as bytes)."""
         with path.open("rb") as fh:
-            while True:
-                block = fh.read(_BLOCK_BYTES)
-                if not block:
-                    break
-                if not block.endswith(b"\n"):
-                    block += fh.readline()
-                text = block.decode("utf-8", errors="replace")
-                findings.extend(self.scan_text(text, line_no))
-                line_no += text.count("\n")
-        return findings
+            return self.scan_stream(fh)
+
+    def scan_bytes(self, data: bytes) -> list[Finding]:
+        """Scan the bytes of one file version (what :mod:`daemon.fileread` read)."""
+        return self.scan_stream(io.BytesIO(data))
+
+    def scan_stream(self, fh: BinaryIO) -> list[Finding]:
+        """Scan in bounded blocks; unreadable bytes are replaced, not fatal."""
+        findings: set[Finding] = set()
+        for text, first_line in _text_blocks(fh):
+            findings.update(self.scan_text(text, first_line))
+        return sorted(findings, key=lambda f: (f.line, f.kind))
 
     def redact(self, text: str) -> str:
         """``text`` with every secret span replaced by ``[redacted KIND]``."""

@@ -16,7 +16,6 @@ an update is never dropped.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import apsw
 
-from daemon.filestate import Inspection
+from daemon.fileread import Inspection, read_version
 from daemon.guard import SecretGuard
 from daemon.index_files import IndexClaims
 from daemon.storage import StorageHealth, is_storage_error
@@ -41,6 +40,7 @@ SHARED_PREFIX = core.SHARED_DIR + "/"
 WRITE_BUSY_TIMEOUT_MS = 1500  # the loop serves every agent: wait this long for a lock, then retry later
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 10.0
+DEFAULT_MAX_BYTES = 5 * 1024 * 1024  # watch.max_file_mb's default
 
 
 def is_indexable(rel: str) -> bool:
@@ -58,18 +58,17 @@ def layer_of(rel: str) -> tuple[str, str | None]:
     return "daily", day.isoformat() if day else None
 
 
-def read_document(rel: str, path: Path, sha256: str) -> Document | None:
-    """The file as a Document; None when it vanished or is not UTF-8 (reported by the tracker).
+def document_of(rel: str, inspection: Inspection) -> Document | None:
+    """The version's bytes as a Document; None when there are none to index (reported by the tracker).
 
     The index names it :func:`~layers.names.shown` (SQLite text must be UTF-8): a
     file called ``bad\\xffname.md`` is indexed and found under that spelling.
     """
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+    text = inspection.text()
+    if text is None or inspection.sha256 is None:
         return None
     layer, day = layer_of(rel)
-    return Document(shown(rel), text, sha256, layer, day)
+    return Document(shown(rel), text, inspection.sha256, layer, day)
 
 
 @dataclass
@@ -99,6 +98,7 @@ class Indexer:
         guard: Callable[[], SecretGuard | None] = lambda: None,
         withheld: Callable[[Agent], set[str]] = lambda agent: set(),
         claims: IndexClaims | None = None,
+        max_bytes: Callable[[], int] = lambda: DEFAULT_MAX_BYTES,
     ):
         self.identity = identity
         self.claims = claims or IndexClaims(None)  # the index files this daemon made (see daemon/index_files.py)
@@ -111,6 +111,7 @@ class Indexer:
         # withholds are scrubbed, not merely deleted, when an index still has them.
         self.guard = guard
         self.withheld = withheld
+        self.max_bytes = max_bytes  # watch.max_file_mb: a larger file is never read
         self.agents: dict[str, AgentIndex] = {}
 
     # ------------------------------------------------------------ lifecycle
@@ -177,33 +178,39 @@ class Indexer:
 
     def _documents(self, agent: Agent, desired: dict[str, str]) -> Iterator[Document]:
         for rel, sha in sorted(desired.items()):
-            doc = self._read(agent, rel, self._source(agent, rel), sha)
+            doc = self._read(agent, rel, sha)
             if doc is not None:
                 yield doc
 
-    def _read(self, agent: Agent, rel: str, path: Path, sha256: str) -> Document | None:
-        """The file as a Document, or None when unreadable or when its text holds a secret."""
-        doc = read_document(rel, path, sha256)
-        return None if doc is None or self._holds_secret(agent, doc) else doc
+    def _read(self, agent: Agent, rel: str, sha256: str) -> Document | None:
+        """The file as a Document, or None when unreadable or when its text holds a secret.
+
+        Read once through :func:`~daemon.fileread.read_version` (never through a symlink,
+        and a file of ``shared/`` from inside the main workspace's ``shared/``), like the edit
+        flow: a rebuild or ``reindex`` cannot read what the edit flow would refuse.
+        """
+        base = self.main_workspace if rel.startswith(SHARED_PREFIX) else agent.workspace
+        doc = document_of(rel, read_version(base, rel, self.max_bytes()))
+        if doc is None:
+            return None
+        if doc.sha256 != sha256 and self._holds_secret(agent, doc):
+            return None
+        return doc
 
     def _holds_secret(self, agent: Agent, doc: Document) -> bool:
-        """True when the text about to be stored matches never_store.
+        """True when text the tracker did not scan matches never_store.
 
-        The tracker scanned the content whose checksum it recorded; text that hashes to
-        that checksum is what it scanned (the check costs 5% of a scan), anything else
-        changed on disk since and is scanned here, before a byte of it is stored.
+        The tracker scanned the version whose checksum it recorded; a version read
+        here that has another checksum changed on disk since, and is scanned before
+        a byte of it is stored.
         """
         guard = self.guard()
-        if guard is None or hashlib.sha256(doc.text.encode("utf-8")).hexdigest() == doc.sha256:
+        if guard is None:
             return False
         if guard.contains_secret(doc.text):
             log.warning("%s: %s holds a secret (never_store): not indexed", agent.id, doc.path)
             return True
         return False
-
-    def _source(self, agent: Agent, rel: str) -> Path:
-        base = self.main_workspace if rel.startswith(SHARED_PREFIX) else agent.workspace
-        return base / rel
 
     def rebuild(self, agent: Agent, desired: dict[str, str], reason: str, progress=None) -> dict:
         """Build a fresh index from markdown; the old file answers searches until the swap."""
@@ -276,18 +283,15 @@ class Indexer:
             entry.index = None
         self.rebuild(agent, self.desired(agent), reason=why)
 
-    def file_changed(self, agent: Agent, rel: str, path: Path, inspection: Inspection) -> None:
-        """Queue the file's new content; :meth:`flush` writes it (the latest content wins)."""
+    def file_changed(self, agent: Agent, rel: str, inspection: Inspection) -> None:
+        """Queue the version the tracker read (its bytes, scanned); :meth:`flush` writes it (the latest wins)."""
         if not is_indexable(rel) or (rel.startswith(SHARED_PREFIX) and agent.id != MAIN_AGENT):
             return
         if inspection.index_skip:
             self.file_removed(agent, rel)
             return
-        doc = read_document(rel, path, inspection.sha256 or "")
+        doc = document_of(rel, inspection)
         if doc is None:
-            return
-        if self._holds_secret(agent, doc):  # changed since the tracker looked: nothing of it stays
-            self.file_withheld(agent, rel)
             return
         for entry in self._targets(agent, rel):
             entry.queue[rel] = doc
@@ -424,7 +428,7 @@ class Indexer:
                 for done, (key, rel) in enumerate(sorted(keyed.items()), start=1):
                     sha = desired[rel]
                     if indexed.get(key) != sha:
-                        doc = self._read(agent, rel, self._source(agent, rel), sha)
+                        doc = self._read(agent, rel, sha)
                         if doc is not None:
                             index.update_document(doc)
                             changed += 1

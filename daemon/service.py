@@ -96,6 +96,7 @@ class MemoryDaemon:
             guard=lambda: self.current.guard,
             withheld=lambda agent: self.agents.withheld(agent.id),
             claims=IndexClaims(config.paths.state_dir),
+            max_bytes=lambda: settings_from(self.current.config).max_index_bytes,
         )
         self.tokens = TokenStore(config.paths.state_dir)
         self.audit = audit_log(config)

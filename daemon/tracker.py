@@ -20,7 +20,8 @@ from typing import Protocol
 
 import git
 
-from daemon.filestate import FileState, Inspection, inspect, safe_stat
+from daemon.fileread import Identity, Inspection, read_version
+from daemon.filestate import FileState
 from daemon.guard import Finding, SecretGuard
 from daemon.workspaces import MEMORY_DIRS, MEMORY_FILES, PATHSPECS, Agent, is_editor_temp, is_memory_path
 from layers import daily, safefs
@@ -36,7 +37,8 @@ class EditListener(Protocol):
     checksum changed; an exception is logged and does not stop versioning.
     """
 
-    def file_changed(self, agent: Agent, rel: str, path: Path, inspection: Inspection) -> None: ...
+    def file_changed(self, agent: Agent, rel: str, inspection: Inspection) -> None:
+        """``inspection`` carries the bytes of the new version: the only read of it (never by name again)."""
 
     def file_removed(self, agent: Agent, rel: str) -> None: ...
 
@@ -104,7 +106,9 @@ class AgentTracker:
     #: Files whose content matches never_store: never indexed (decided here, as each file is
     #: processed, not only at commit time), with the guard and checksum that decided it.
     withheld: dict[str, list[Finding]] = field(default_factory=dict)
-    _verdicts: dict[str, tuple[str, SecretGuard, list[Finding]]] = field(default_factory=dict, repr=False)
+    #: rel → the version last read (identity, checksum), the guard that scanned it and its findings:
+    #: a version is read once, and its verdict serves the edit flow and the commit decision alike.
+    _verdicts: dict[str, tuple[Identity, str, SecretGuard, list[Finding]]] = field(default_factory=dict, repr=False)
 
     @property
     def id(self) -> str:
@@ -129,13 +133,32 @@ class AgentTracker:
         self.last_change = now
         self.commit_now = self.commit_now or immediate
 
+    def look(self, rel: str) -> tuple[Inspection, list[Finding]]:
+        """The file's current version and its never_store findings, reading it only if it is new.
+
+        A version already read and scanned by the current guard is recognised from its
+        open fd (:func:`~daemon.fileread.read_version`'s ``known``) and not read again.
+        """
+        cached = self._verdicts.get(rel)
+        known = (cached[0], cached[1]) if cached is not None and cached[2] is self.guard else None
+        inspection = read_version(self.workspace, rel, self.settings.max_index_bytes, known)
+        if not inspection.usable:
+            self._verdicts.pop(rel, None)
+            return inspection, []
+        if inspection.data is None and cached is not None:
+            return inspection, cached[3]
+        assert inspection.data is not None and inspection.identity is not None and inspection.sha256 is not None
+        findings = self.guard.scan_bytes(inspection.data)
+        self._verdicts[rel] = (inspection.identity, inspection.sha256, self.guard, findings)
+        return inspection, findings
+
     def process(self, rel: str) -> bool:
         """Bring one file's record, listeners and commit schedule up to date; True if it changed."""
-        inspection = inspect(self.workspace / rel, self.workspace, self.settings.max_index_bytes)
+        inspection, findings = self.look(rel)
         previous = self.files.get(rel)
         self._update_naming(rel, inspection.exists)
         if inspection.skip:
-            if rel not in self.skipped:
+            if self.skipped.get(rel) != inspection.skip:
                 log.warning("%s: ignoring %s: %s", self.id, rel, inspection.skip)
             self.skipped[rel] = inspection.skip
             self.not_indexed.pop(rel, None)
@@ -150,7 +173,6 @@ class AgentTracker:
             self.not_indexed.pop(rel, None)
             self.held_back.pop(rel, None)
             self.withheld.pop(rel, None)
-            self._verdicts.pop(rel, None)
             self.mark_dirty()
             if previous is None:
                 return False
@@ -159,7 +181,8 @@ class AgentTracker:
             return True
         assert inspection.sha256 is not None
         was_withheld = rel in self.withheld
-        secrets = self._secrets_in(rel, inspection)
+        # never indexed when not indexable text; the commit decision still holds it back from git
+        secrets = [] if inspection.index_skip else findings
         if secrets:
             if not was_withheld:
                 log.warning("%s: %s holds a secret (%s): not indexed", self.id, rel, "; ".join(map(str, secrets)))
@@ -174,6 +197,12 @@ class AgentTracker:
         changed = inspection.sha256 != previous
         if not changed and bool(secrets) == was_withheld:
             return False  # a new guard (reload) may change the verdict of an unchanged file
+        if inspection.data is None and not secrets:
+            # the version is the one read before, but the index must hear of it again: read it
+            self._verdicts.pop(rel, None)
+            inspection, _ = self.look(rel)
+            if not inspection.usable or inspection.sha256 is None:
+                return self.process(rel)
         self.files.set(rel, inspection.sha256)
         if changed:
             self.mark_dirty()
@@ -182,25 +211,10 @@ class AgentTracker:
                 if secrets:
                     listener.file_withheld(self.agent, rel)
                 else:
-                    listener.file_changed(self.agent, rel, self.workspace / rel, inspection)
+                    listener.file_changed(self.agent, rel, inspection)
             except Exception:
                 log.exception("%s: listener failed on %s", self.id, rel)
         return True
-
-    def _secrets_in(self, rel: str, inspection: Inspection) -> list[Finding]:
-        """never_store findings in a file that would be indexed; cached per checksum and guard."""
-        if inspection.index_skip:
-            self._verdicts.pop(rel, None)
-            return []  # never indexed; the commit-time scan still holds it back from git
-        cached = self._verdicts.get(rel)
-        if cached is not None and cached[0] == inspection.sha256 and cached[1] is self.guard:
-            return cached[2]
-        try:
-            findings = self.guard.scan_file(self.workspace / rel)
-        except OSError:
-            findings = []  # vanished meanwhile: the next event removes it
-        self._verdicts[rel] = (inspection.sha256 or "", self.guard, findings)
-        return findings
 
     def _update_naming(self, rel: str, exists: bool) -> None:
         if not rel.startswith(daily.MEMORY_DIR + "/"):
@@ -273,7 +287,10 @@ class AgentTracker:
         refused: dict[str, str] = {}
         for src, dst in daily.archive_plan(self.workspace, days, date.today()) if days else []:
             try:
-                if self.guard.scan_file(self.workspace / src):
+                inspection, findings = self.look(src)
+                if not inspection.usable:
+                    continue
+                if findings:
                     log.debug("%s: not archiving %s: it holds what looks like a secret", self.id, src)
                     continue
                 info = self.repo.move(src, dst, f"memstrata: archive {src} → {dst}\n\nR {src} → {dst}\n")
@@ -332,13 +349,11 @@ class AgentTracker:
             if not is_memory_path(change.path):
                 continue
             if change.kind != "deleted":
-                path = self.workspace / change.path
-                unsafe = safe_stat(path, self.workspace)
-                if isinstance(unsafe, Inspection):
-                    if unsafe.skip:
-                        self.skipped[change.path] = unsafe.skip
+                inspection, findings = self.look(change.path)
+                if not inspection.usable:
+                    if inspection.skip:
+                        self.skipped[change.path] = inspection.skip
                     continue
-                findings = self.guard.scan_file(path)
                 if findings:
                     held[change.path] = findings
                     continue

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from layers.fsutil import resolves_inside
+from layers import safefs
 
 START_FILES = ("CORE_INDEX.md", "IDENTITY.md", "SOUL.md", "USER.md")
 ON_DEMAND_FILES = ("AGENTS.md", "TOOLS.md")
@@ -125,17 +126,26 @@ class CoreBundle:
         return json.dumps(data, ensure_ascii=False, indent=2)
 
 
-def _read_section(name: str, path: Path, workspace: Path) -> CoreSection:
-    section = CoreSection(name=name, path=str(path))
-    if not path.is_file():
+def _read_section(name: str, root: Path, rel: str) -> CoreSection:
+    """``root/rel`` as a section, read through one no-follow fd (a symlink anywhere on the way is not read)."""
+    section = CoreSection(name=name, path=str(root / rel))
+    try:
+        fd = safefs.open_file(root, rel)
+    except (FileNotFoundError, NotADirectoryError):
         section.missing = True
         section.note = "file does not exist"
         return section
-    if not resolves_inside(path, workspace):
+    except safefs.UnsafePathError as exc:
         section.missing = True
-        section.note = "symlink leading outside the workspace (not followed)"
+        symlink = "symbolic link" in exc.why
+        section.note = "symbolic link: not followed (it could lead outside the workspace)" if symlink else exc.why
         return section
-    with path.open("rb") as fh:
+    except PermissionError as exc:
+        section.missing = True
+        section.note = f"cannot be read ({exc.strerror})"
+        return section
+    os.set_blocking(fd, True)  # a regular file (checked by open_file)
+    with os.fdopen(fd, "rb") as fh:
         raw = fh.read(_READ_CAP_BYTES + 1)
     if len(raw) > _READ_CAP_BYTES:
         raw = raw[:_READ_CAP_BYTES]
@@ -185,10 +195,10 @@ def load_core(
     sections: list[CoreSection] = []
     for path in shared_core_files(shared_dir):
         assert shared_dir is not None
-        sections.append(_read_section(f"{SHARED_DIR}/{path.name}", path, shared_dir.parent))
+        sections.append(_read_section(f"{SHARED_DIR}/{path.name}", shared_dir.parent, f"{SHARED_DIR}/{path.name}"))
     names = START_FILES + (ON_DEMAND_FILES if on_demand else ())
     for name in names:
-        sections.append(_read_section(name, workspace / name, workspace))
+        sections.append(_read_section(name, workspace, name))
 
     bundle.full_tokens = sum(s.tokens for s in sections)
     remaining = budget if budget is not None else None

@@ -154,6 +154,46 @@ def lstat(root: Path, rel: str) -> os.stat_result | None:
         return None
 
 
+def open_file(root: Path, rel: str) -> int:
+    """A read-only fd of the regular file ``root/rel``, opened once and never through a symlink.
+
+    Every directory of ``rel`` is walked with ``O_NOFOLLOW`` from ``root``, so the
+    fd is of a file inside ``root`` whatever the names are swapped to meanwhile;
+    ``O_NONBLOCK`` means a FIFO put in the file's place cannot hang the caller,
+    and what the fd refers to is checked with ``fstat`` (a regular file).  The
+    caller reads from the fd, never from the name again, and closes it.
+    A file with other hard links is refused too: it may be a file from elsewhere
+    (another agent's) under a second name, and which name is its own cannot be told.
+    Raises ``FileNotFoundError`` when missing and :class:`UnsafePathError` for a
+    symlink, anything but a regular file, or a file with other links.
+    """
+    with _parent(root, rel, False, None) as (dfd, name):
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO):
+                raise _refusal(root, rel, dfd, name, "regular file") from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            raise UnsafePathError(root, rel, "is not a regular file" if st.st_nlink == 1 else "has other hard links")
+        return fd
+
+
+def same_file(root: Path, rel: str, st: os.stat_result) -> bool:
+    """True while the name ``root/rel`` (not followed) still is the file ``st`` describes.
+
+    Checked after reading an fd from :func:`open_file`: False means the name was
+    swapped (renamed over, replaced by a symlink) while the file was being read.
+    """
+    try:
+        now = lstat(root, rel)
+    except (OSError, ValueError):
+        return False
+    return now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
 def read_bytes(root: Path, rel: str) -> bytes | None:
     """Content of the regular file ``root/rel``; None when missing; a symlink is refused."""
     try:

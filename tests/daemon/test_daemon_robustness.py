@@ -58,15 +58,17 @@ def test_huge_and_non_utf8_files_do_not_crash_and_are_reported(tmp_path, daemons
     wait_for(lambda: committed(ws, "A", "memory/2026-11-29.md"), timeout=60, what="ordinary work continues")
 
     def both_reported():
-        reasons = {r["path"]: r["reason"] for r in d.agent("main")["not_indexed"]}
-        return len(reasons) == 2 and reasons
+        skipped = {r["path"]: r["reason"] for r in d.agent("main")["skipped"]}
+        not_indexed = {r["path"]: r["reason"] for r in d.agent("main")["not_indexed"]}
+        return "memory/2026-11-27.md" in skipped and "memory/2026-11-28.md" in not_indexed and (skipped, not_indexed)
 
-    reasons = wait_for(both_reported, what="both files reported")
-    assert "larger than the indexing limit" in reasons["memory/2026-11-27.md"]
-    assert "not valid UTF-8" in reasons["memory/2026-11-28.md"]
+    skipped, not_indexed = wait_for(both_reported, what="both files reported")
+    assert "larger than watch.max_file_mb" in skipped["memory/2026-11-27.md"]
+    assert "not valid UTF-8" in not_indexed["memory/2026-11-28.md"]
     assert d.status()["limits"]["max_file_mb"] == 5
-    # they are still memory: versioned, just not indexed
-    wait_for(lambda: committed(ws, "A", "memory/2026-11-28.md") and committed(ws, "A", "memory/2026-11-27.md"))
+    # not UTF-8 is still memory: versioned, just not indexed; over the size limit is not read at all
+    wait_for(lambda: committed(ws, "A", "memory/2026-11-28.md"))
+    assert "2026-11-27.md" not in git(ws, "ls-files")
     assert d.proc.poll() is None
 
 
