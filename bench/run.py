@@ -19,6 +19,7 @@ from bench import (
     bench_daemon,
     bench_edge,
     bench_front,
+    bench_hostile_files,
     bench_index,
     bench_stop,
     recall,
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "conversation": bench_conversation.main,
     "edge": lambda quick: bench_edge.main([1000] if quick else [1000, 10_000, 50_000]),
     "stop": bench_stop.main,
+    "hostile-files": bench_hostile_files.main,
     "recall": recall.main,
 }
 

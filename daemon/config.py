@@ -522,7 +522,7 @@ watch:
   mode: auto               # auto | inotify | polling (auto falls back to polling when inotify runs out)
   debounce_ms: 300         # per-file quiet time before a change is processed
   reconcile_interval_s: 300
-  max_file_mb: 5           # larger files are versioned but not indexed
+  max_file_mb: 5           # larger files are never read: neither versioned nor indexed (status lists them)
 
 git:
   quiet_period_s: 5        # commit after this long without changes…
