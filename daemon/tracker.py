@@ -198,11 +198,10 @@ class AgentTracker:
         if not changed and bool(secrets) == was_withheld:
             return False  # a new guard (reload) may change the verdict of an unchanged file
         if inspection.data is None and not secrets:
-            # the version is the one read before, but the index must hear of it again: read it
+            # the version read before, but the index must hear of it again (it left the index while
+            # withheld): forget the verdict, so the version is read once more and its bytes passed on
             self._verdicts.pop(rel, None)
-            inspection, _ = self.look(rel)
-            if not inspection.usable or inspection.sha256 is None:
-                return self.process(rel)
+            return self.process(rel)
         self.files.set(rel, inspection.sha256)
         if changed:
             self.mark_dirty()

@@ -37,6 +37,7 @@ MARKER = "zebraquokka" + "betaonly"  # in beta's MEMORY.md and a root-only file,
 SLOW_LINE = "- password = see the vault entry for the staging database, rotated monthly\n"
 SLOW_MB = 3
 
+
 def _setup(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     config = init_root(tmp_path, **LEAN)
     ws = tmp_path / "workspace"
