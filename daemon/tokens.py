@@ -188,6 +188,7 @@ def own_token(state_dir: Path, agent_id: str, workspace: Path) -> tuple[str | No
             )
         return given, None
     path = workspace / WORKSPACE_TOKEN
+    token = None
     try:
         data = safefs.read_bytes(workspace, WORKSPACE_TOKEN.as_posix())
         token = data.decode("utf-8", errors="replace").strip() if data is not None else None

@@ -144,3 +144,28 @@ def test_without_alphas_token_the_server_starts_and_every_answer_says_why(tmp_pa
 
     with_mcp(server(cluster, "alpha", None, cwd=tmp_path), token_issued_meanwhile)
     _beta_memory_untouched(cluster, beta_id)
+
+
+@pytest.mark.parametrize("planted", [".memstrata/token", ".memstrata"])
+def test_a_token_symlinked_to_another_agents_is_never_read(tmp_path, daemons, planted):
+    """Alpha's workspace is alpha's to write: a symlink there to beta's token (or to beta's whole
+    ``.memstrata``) would make alpha's server, run as root, act as beta. It is refused unread."""
+    cluster = make_cluster(tmp_path, daemons, agents=("alpha", "beta"))
+    beta_id = _beta_memory(cluster)
+    mine, theirs = cluster.workspace("alpha") / planted, cluster.workspace("beta") / planted
+    if planted == ".memstrata":
+        (mine / "token").unlink()
+        mine.rmdir()
+    else:
+        mine.unlink()
+    mine.symlink_to(theirs)
+
+    async def planted_link(client: Client) -> None:
+        assert "refused" in (client.instructions or "") and "symlink" in (client.instructions or "")
+        message = await fail(client, "memory_get", memory_id=beta_id)
+        assert "no token for agent 'alpha'" in message and "vault combination" not in message, message
+        listed = await fail(client, "memory_get_all")
+        assert "vault combination" not in listed
+
+    with_mcp(server(cluster, "alpha", None, cwd=tmp_path), planted_link)
+    _beta_memory_untouched(cluster, beta_id)
