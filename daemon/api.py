@@ -177,7 +177,7 @@ def authorize(daemon: DaemonApi, request: Request, agent: str | None) -> bool:
 
 # What a caller without the administrator's token sees of the daemon and of L4: health
 # and counts, never a path, a workspace, or another agent's files.
-_PUBLIC_DAEMON = ("running", "pid", "version", "started", "uptime_s", "summary", "stopped")
+_PUBLIC_DAEMON = ("running", "pid", "version", "started", "uptime_s", "summary", "stopped", "starting")
 _PUBLIC_STORAGE = ("place", "since", "failures", "retry_in_s")  # no agent, path or error text
 _PUBLIC_CONVERSATION = (
     "enabled",

@@ -4,6 +4,7 @@ Every command goes through the daemon, which owns the store (the embedded
 Qdrant storage is single-process) and applies the rules; the CLI only shows
 what the daemon answers.  As the administrator (who can read the state
 directory) the CLI may act for any agent; otherwise it uses the agent's token.
+``mcp`` never acts as the administrator: it serves one agent, with that agent's token.
 """
 
 from __future__ import annotations
@@ -151,15 +152,15 @@ def mcp_cmd(ctx: click.Context, agent_id: str) -> None:
     Register it in the MCP client as a stdio server, for example:
       {"mcpServers": {"memstrata": {
          "command": "memstrata",
-         "args": ["--config", "/etc/memstrata/memstrata.yaml", "mcp", "--agent", "ID"],
-         "env": {"MEMSTRATA_TOKEN": "<contents of ID's workspace .memstrata/token>"}}}}
+         "args": ["--config", "/etc/memstrata/memstrata.yaml", "mcp", "--agent", "ID"]}}}
     (Claude Code: claude mcp add memstrata -- memstrata --config FILE mcp --agent ID)
 
-    Give the agent's token in $MEMSTRATA_TOKEN when the client runs as a user
-    who can read the administrator's token; otherwise the workspace's own
-    .memstrata/token is used. stdout carries the protocol; logs go to stderr.
-    An agent id with no workspace is not served: the server says so in its
-    instructions and in the answer to every call, so the MCP client shows it.
+    The server acts as agent ID only, with ID's own token: $MEMSTRATA_TOKEN
+    when set, else ID's workspace .memstrata/token. It never uses the
+    administrator's token, even as root (and refuses it in $MEMSTRATA_TOKEN).
+    Without ID's token it starts, and says why in its instructions and in the
+    answer to every call; so does an agent id with no workspace, so the MCP
+    client shows it. stdout carries the protocol; logs go to stderr.
     """
     from daemon.mcp_server import build_refusing_server, build_server
 

@@ -4,8 +4,12 @@ A thin layer over the daemon's Unix-socket API: the daemon owns the L4 store and
 applies every rule (tokens, visibility, the secret guard, the outage queue), so
 this server adds none of its own and cannot weaken them.  The agent id is fixed
 when the server starts and no tool takes one: a model talking to the server
-cannot ask for another agent's memory, and the daemon still checks the token
-(``$MEMSTRATA_TOKEN``, see :func:`daemon.tokens.caller_token`) against that id.
+cannot ask for another agent's memory, and the daemon checks the token against
+that id.  The token is the agent's own (``$MEMSTRATA_TOKEN``, else the
+workspace's ``.memstrata/token``, see :func:`daemon.tokens.own_token`), never
+the administrator's, even when the server runs as root and could read it:
+without the agent's token the server still starts and says why in its
+instructions and in every answer.
 
 L1 core memory is read straight from the agent's workspace, as ``memstrata
 core`` does, so it keeps working while the daemon is down.
@@ -18,12 +22,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
-from daemon.client import DaemonClient, DaemonRequestError, DaemonUnavailableError, connect
+from daemon.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
 from daemon.contracts import StatusDocument
 from daemon.limits import MAX_QUERY_CHARS, QueryTooLongError
 from daemon.mcp_protocol import Param, Server, Tool, ToolError
+from daemon.tokens import own_token
 from daemon.wiring import client_timeout
-from daemon.workspaces import core_of, get_agent
+from daemon.workspaces import Agent, core_of, get_agent
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES, retention_for
 
 if TYPE_CHECKING:
@@ -57,10 +62,19 @@ def _daemon_error(exc: Exception) -> ToolError:
     return ToolError(str(exc))
 
 
-def _ask(config: Config, agent_id: str, request: Callable[[DaemonClient], dict]) -> dict:
-    """Run one request as ``agent_id``; daemon errors become :class:`ToolError`."""
+def _token_problem(config: Config, agent: Agent) -> str | None:
+    """Why this server has no token of the agent's own now, or None (looked up at each call: a
+    token the daemon writes, or `memstrata agent token` issues, after the start is then used)."""
+    return own_token(config.paths.state_dir, agent.id, agent.workspace)[1]
+
+
+def _ask(config: Config, agent: Agent, request: Callable[[DaemonClient], dict]) -> dict:
+    """Run one request as ``agent`` with its own token; no token and daemon errors become :class:`ToolError`."""
+    token, problem = own_token(config.paths.state_dir, agent.id, agent.workspace)
+    if problem:
+        raise ToolError(problem)  # nothing is sent: without a token the daemon would answer for nobody
     try:
-        with connect(config, agent_id, timeout=client_timeout(config)) as client:
+        with DaemonClient(config.paths.socket, timeout=client_timeout(config), token=token) as client:
             return request(client)
     except QueryTooLongError as exc:  # refused before sending: a model can shorten it and retry
         raise ToolError(str(exc)) from None
@@ -72,6 +86,15 @@ def _own_status(status: StatusDocument, agent_id: str) -> dict:
     """The parts of the daemon's status that concern this agent: the store, and its own workspace."""
     mine = next((a for a in status.get("agents") or [] if a.get("id") == agent_id), None)
     return {"conversation": status.get("conversation") or {}, "agent": mine}
+
+
+def _health(config: Config) -> dict:
+    """The shared store's health, asked without a token (what the daemon shows anyone)."""
+    try:
+        with DaemonClient(config.paths.socket, timeout=client_timeout(config)) as client:
+            return {"conversation": client.status().get("conversation") or {}}
+    except (DaemonRequestError, DaemonUnavailableError) as exc:
+        return {"conversation": {"error": str(_daemon_error(exc))}}
 
 
 def _permissions(config: Config, agent_id: str) -> dict:
@@ -169,7 +192,7 @@ def build_server(config: Config, agent_id: str) -> Server:
     agent = get_agent(config, agent_id)
 
     def ask(request: Callable[[DaemonClient], dict]) -> dict:
-        return _ask(config, agent.id, request)
+        return _ask(config, agent, request)
 
     def memory_search(query: str, limit: int, fallback: bool) -> dict[str, Any]:
         return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback))
@@ -196,10 +219,17 @@ def build_server(config: Config, agent_id: str) -> Server:
         return ask(lambda c: c.history(agent.id, memory_id))
 
     def memory_status() -> dict[str, Any]:
+        problem = _token_problem(config, agent)
+        if problem:  # the store's health needs no token; the agent's own entry does
+            return {**_health(config), "agent": None, "permissions": _permissions(config, agent.id), "problem": problem}
         return {**_own_status(ask(lambda c: c.status()), agent.id), "permissions": _permissions(config, agent.id)}
 
     def memory_core(include_reference: bool, budget: int | None) -> str:
-        return core_of(config, agent, include_reference, budget).render()
+        bundle = core_of(config, agent, include_reference, budget).render()
+        problem = _token_problem(config, agent)
+        if problem:
+            bundle = f"{bundle.rstrip()}\n\n(memstrata: conversation memory is unavailable: {problem})\n"
+        return bundle
 
     tools = [
         Tool(
@@ -352,4 +382,6 @@ def build_server(config: Config, agent_id: str) -> Server:
     for tool in tools:
         tool.description = _one_paragraph(tool.description)
         tool.unknown_arguments = _refuse_unknown(tool.name, agent.id)
-    return Server(name="memstrata", version=__version__, instructions=INSTRUCTIONS, tools=tools)
+    problem = _token_problem(config, agent)
+    instructions = f"{INSTRUCTIONS}\n\nNOT AVAILABLE NOW: {problem}" if problem else INSTRUCTIONS
+    return Server(name="memstrata", version=__version__, instructions=instructions, tools=tools)

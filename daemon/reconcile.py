@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from daemon.agents import Agents
 from daemon.current import Current
 from daemon.indexer import Indexer
+from daemon.starting import CHECKING, INDEXING, StartProgress
 from daemon.storage import StorageHealth, is_storage_error
 from daemon.tracker import AgentTracker
 
@@ -33,16 +34,22 @@ class Reconciler:
         self.last: dict = {"time": None, "repaired": 0, "duration_ms": None}
         self.next_at = 0.0  # monotonic time of the next periodic reconcile
 
-    def one(self, tracker: AgentTracker) -> int:
-        """Reconcile one agent's files and index; how many files it repaired."""
+    def one(self, tracker: AgentTracker, progress: StartProgress | None = None) -> int:
+        """Reconcile one agent's files and index; how many files it repaired.
+
+        ``progress`` (at start only) counts each file checked, for status while the start runs."""
+        if progress is not None:
+            progress.begin(tracker.id, CHECKING)
         try:
-            repaired = tracker.reconcile()
+            repaired = tracker.reconcile(on_file=progress.file_checked if progress is not None else None)
         except Exception as exc:
             if is_storage_error(exc):  # git init/archive on a full disk (the record reports itself)
                 self.storage.failed("git", exc, subject=tracker.id, path=tracker.workspace)
             else:
                 log.exception("%s: reconcile failed", tracker.id)
             return 0
+        if progress is not None:
+            progress.begin(tracker.id, INDEXING)
         try:
             self.storage.attempt(
                 "index",
@@ -54,8 +61,8 @@ class Reconciler:
             log.exception("%s: index sync failed", tracker.id)
         return repaired
 
-    def all(self) -> None:
-        """Every agent, after adding new workspaces and dropping vanished ones."""
+    def all(self, progress: StartProgress | None = None) -> None:
+        """Every agent, after adding new workspaces and dropping vanished ones (``progress``: see :meth:`one`)."""
         started = time.monotonic()
         known = set(self.agents.trackers)
         for agent in self.agents.discover():
@@ -66,7 +73,7 @@ class Reconciler:
                 log.warning("%s: workspace disappeared; no longer watching it", agent_id)
                 self.agents.drop(agent_id)
                 self.storage.forget(agent_id)
-        repaired = sum(self.one(t) for t in self.agents.all())
+        repaired = sum(self.one(t, progress) for t in self.agents.all())
         if repaired and self.last["time"] is not None:
             log.info("reconcile repaired %d file(s) the watcher had missed", repaired)
         self.last = {

@@ -45,6 +45,7 @@ from daemon.reconcile import Reconciler
 from daemon.reload import Reloader
 from daemon.routing import Router, watch_roots
 from daemon.snapshot import StatusBoard
+from daemon.starting import StartProgress
 from daemon.stop import STOP_BUDGET_S, STOP_SHARES_S, Shutdown, StopBudget
 from daemon.storage import StorageHealth
 from daemon.storage_retry import StorageRetry
@@ -196,8 +197,11 @@ class MemoryDaemon:
                 storage=self.storage,
             )
             self.embed_worker.start()
-        self.reconciler.all()
+        # The first check of every file: a minute on 20,000 files, while status says how far it got.
+        self.board.starting = StartProgress.of(self.agents.all())
+        self.reconciler.all(self.board.starting)
         self.board.publish()
+        self.board.starting = None
         self.notifier.ready(self.board.line)
         log.info("ready: %s", self.board.line)
 

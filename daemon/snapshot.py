@@ -22,6 +22,7 @@ from daemon.wiring import limits_of
 
 if TYPE_CHECKING:
     from daemon.service import MemoryDaemon
+    from daemon.starting import StartProgress
 
 
 class StatusBoard:
@@ -30,16 +31,55 @@ class StatusBoard:
         self._snapshot: dict = {}
         self._lock = threading.Lock()
         self.line = ""  # the summary line systemd shows (STATUS=)
+        #: Set while the daemon starts (daemon/starting.py): what status shows until the first publish.
+        self.starting: StartProgress | None = None
 
     def read(self) -> dict:
         """The latest snapshot, for the API thread."""
         with self._lock:
             snap = dict(self._snapshot)
-        if snap:
-            snap["daemon"] = dict(snap["daemon"], uptime_s=round(time.time() - self.d.started, 1))
-            snap["conversation"] = self.conversation()
-            snap["storage"] = self.d.storage.snapshot()
+        if not snap:
+            return self.while_starting()
+        snap["daemon"] = dict(snap["daemon"], uptime_s=round(time.time() - self.d.started, 1))
+        snap["conversation"] = self.conversation()
+        snap["storage"] = self.d.storage.snapshot()
         return snap
+
+    def while_starting(self) -> dict:
+        """The document before the loop first built one: the daemon's own parts, and how far the
+        start has got instead of the agents (their trackers are still being checked).  Read by
+        API threads: only what they may read while the loop works (no tracker, no index connection)."""
+        d, config = self.d, self.d.config
+        progress = self.starting
+        index = None
+        if progress is not None and progress.agent is not None:
+            entry = d.indexer.agents.get(progress.agent)
+            index = dict(entry.progress) if entry is not None and entry.progress else None
+        starting = progress.report(index) if progress is not None else {"text": "starting"}
+        return {
+            "daemon": {
+                "running": True,
+                "pid": os.getpid(),
+                "version": __version__,
+                "started": iso(d.started),
+                "uptime_s": round(time.time() - d.started, 1),
+                "config": str(config.source) if config.source else None,
+                "socket": str(config.paths.socket),
+                "state_dir": str(config.paths.state_dir),
+                "summary": starting["text"],
+                "starting": starting,
+            },
+            "watcher": {
+                "mode": d.watcher.mode if d.watcher else "starting",
+                "reason": d.watcher.reason if d.watcher else "",
+                "roots": [str(r) for r in watch_roots(config)],
+            },
+            "reconcile": dict(d.reconciler.last, interval_s=config.watch.reconcile_interval_s),
+            "limits": limits_of(config),
+            "vectors": self.vectors(),
+            "conversation": self.conversation(),
+            "storage": d.storage.snapshot(),
+        }
 
     def conversation(self) -> dict:
         d = self.d

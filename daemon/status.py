@@ -169,7 +169,13 @@ def _storage_lines(storage: dict | None) -> list[str]:
 def render(status: StatusDocument) -> str:
     d = status["daemon"]
     lines = []
-    if d["running"]:
+    if d.get("starting"):
+        lines.append(
+            f"memstrata {d['version']}: daemon starting (pid {d.get('pid')}, up {_duration(d.get('uptime_s', 0))})"
+            + (f" on {d['socket']}" if d.get("socket") else "")
+        )
+        lines.append(f"  {d['starting'].get('text') or d.get('summary')}")
+    elif d["running"]:
         lines.append(
             f"memstrata {d['version']}: daemon running (pid {d['pid']}, up {_duration(d.get('uptime_s', 0))})"
             + (f" on {d['socket']}" if d.get("socket") else "")
@@ -211,6 +217,9 @@ def render(status: StatusDocument) -> str:
     elif v.get("backend"):
         lines.append(f"vectors: {v['backend']}" + (f" ({v.get('model_id')})" if v.get("model_id") else ""))
     lines.extend(_conversation_lines(status.get("conversation") or {}))
+    if d.get("starting"):
+        lines.append("\nagents: shown once every workspace has been checked (the start is still running)")
+        return "\n".join(lines) + "\n"
     if "agents" not in status:  # the daemon shows per-agent details only to a token holder
         c = status.get("counts") or {}
         lines.append(

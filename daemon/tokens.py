@@ -166,3 +166,40 @@ def caller_token(state_dir: Path, workspace: Path | None = None) -> str | None:
         or read_token(state_dir / ADMIN_TOKEN_FILE)
         or (_agent_token(workspace) if workspace else None)
     )
+
+
+def own_token(state_dir: Path, agent_id: str, workspace: Path) -> tuple[str | None, str | None]:
+    """(token, None) for a client that must act as ``agent_id`` only, or (None, why there is none).
+
+    What an MCP server or another per-agent front presents: ``$MEMSTRATA_TOKEN``, else the
+    agent's own ``.memstrata/token`` (read without following symlinks), as the skill finds it.
+    Never the administrator's, which root can read and :func:`caller_token` would fall back
+    to: with it the model behind one agent could read and change every agent's memory.  A
+    ``$MEMSTRATA_TOKEN`` that holds the administrator's token is refused for the same reason.
+    """
+    never_admin = "this server never uses the administrator's token (it would act for every agent)"
+    given = os.environ.get(TOKEN_ENV, "").strip()
+    if given:
+        admin = read_token(state_dir / ADMIN_TOKEN_FILE)
+        if admin and hmac.compare_digest(given.encode(), admin.encode()):
+            return None, (
+                f"${TOKEN_ENV} holds the administrator's token and {never_admin}: set it to agent "
+                f"{agent_id!r}'s own token (the contents of {workspace / WORKSPACE_TOKEN}) or leave it unset"
+            )
+        return given, None
+    path = workspace / WORKSPACE_TOKEN
+    token = None
+    try:
+        data = safefs.read_bytes(workspace, WORKSPACE_TOKEN.as_posix())
+        token = data.decode("utf-8", errors="replace").strip() if data is not None else None
+        state = "does not exist" if data is None else None if token else "is empty"
+    except safefs.UnsafePathError as exc:
+        state = f"was refused ({exc.why}; a token is never read through a symlink)"
+    except (PermissionError, NotADirectoryError) as exc:
+        state = f"cannot be read ({exc.strerror})"
+    if state is None:
+        return token, None
+    return None, (
+        f"no token for agent {agent_id!r}: ${TOKEN_ENV} is not set and {path} {state}. The daemon writes "
+        f"that file when it starts, and `memstrata agent token {agent_id}` issues a new one; {never_admin}"
+    )

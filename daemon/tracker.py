@@ -240,10 +240,12 @@ class AgentTracker:
 
     # ------------------------------------------------------------ reconcile
 
-    def reconcile(self, commit_check: bool = True) -> int:
-        """Compare the disk with the record and repair what the watcher missed; count repairs."""
+    def reconcile(self, commit_check: bool = True, on_file: Callable[[], None] | None = None) -> int:
+        """Compare the disk with the record and repair what the watcher missed; count repairs.
+
+        ``on_file`` is called after each file is checked (the start's progress in status)."""
         fresh = self.files.fresh
-        repaired = self.refresh()
+        repaired = self.refresh(on_file)
         repaired = 0 if fresh else repaired
         if commit_check and self.first_change is None:
             try:
@@ -259,9 +261,14 @@ class AgentTracker:
         self.files.save()
         return repaired
 
-    def refresh(self) -> int:
+    def refresh(self, on_file: Callable[[], None] | None = None) -> int:
         """Run every memory file through the edit flow; count those that changed."""
-        return sum(1 for rel in sorted(self.paths_under("")) if self.process(rel))
+        changed = 0
+        for rel in sorted(self.paths_under("")):
+            changed += self.process(rel)
+            if on_file is not None:
+                on_file()
+        return changed
 
     def survey(self) -> None:
         """A read-only look for ``status`` when the daemon is down: nothing is written or committed."""

@@ -109,7 +109,8 @@ class DaemonProcess:
         if self.proc and self.proc.poll() is not None:
             raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
         try:
-            return bool(self.status()["daemon"]["running"])
+            daemon = self.status()["daemon"]
+            return bool(daemon["running"]) and not daemon.get("starting")  # every workspace checked
         except DaemonUnavailableError:
             return False
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import stat
 import time
@@ -574,6 +575,18 @@ class LocalIndex:
         return self.db.execute(
             "SELECT count(*) FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ?", (model,)
         ).fetchone()[0]
+
+    def without_vectors(self, chunk_ids: Iterable[int]) -> set[int]:
+        """Those of ``chunk_ids`` that have no vector of the index's model yet (still waiting for one)."""
+        ids = list(chunk_ids)
+        if not ids:
+            return set()
+        rows = self.db.execute(
+            "SELECT c.id FROM chunks c LEFT JOIN vectors v ON v.hash = c.hash AND v.model = ? "
+            "WHERE v.hash IS NULL AND c.id IN (SELECT value FROM json_each(?))",
+            (self.identity.embed_model, json.dumps(ids)),
+        )
+        return {row[0] for row in rows}
 
     # ------------------------------------------------------------ search
 

@@ -66,8 +66,9 @@ class SearchAnswer:
 
 
 def _fuse(
-    lists: dict[str, list[Hit]], limit: int, weights: dict[str, float] = WEIGHTS
+    lists: dict[str, list[Hit]], limit: int | None, weights: dict[str, float] = WEIGHTS
 ) -> list[tuple[Hit, float, dict[str, int]]]:
+    """Reciprocal-rank fusion of ``lists``: the best ``limit`` (None: every candidate), with each one's ranks."""
     scores: dict[int, float] = {}
     ranks: dict[int, dict[str, int]] = {}
     hits: dict[int, Hit] = {}
@@ -88,10 +89,68 @@ def _end_with_the_matches(fused: list[tuple[Hit, float, dict[str, int]]]) -> lis
     chunk that has every term, a chunk the model ranks lower than all of them
     is filler (``6333端口``: one hit, then nine template files).
     """
-    matched = [ranks for _, _, ranks in fused if "fts" in ranks or "fts@date" in ranks]
+    matched = [ranks for _, _, ranks in fused if _is_match(ranks)]
     worst = max((ranks.get("vector", 0) for ranks in matched), default=0)
     keep = max(worst, MIN_VECTOR_ONLY)
     return [item for item in fused if not _only_vectors(item[2]) or _vector_rank(item[2]) <= keep]
+
+
+def _keep_the_matches(
+    page: list[tuple[Hit, float, dict[str, int]]], fused: list[tuple[Hit, float, dict[str, int]]], limit: int
+) -> list[tuple[Hit, float, dict[str, int]]]:
+    """Every chunk that has every term stays in the answer: one the cut left below the page takes the place
+    of the lowest result only the vectors found.
+
+    Several vector lists (e5 and the companion) give a chunk both of them place
+    ahead of one the lexical list alone ranks first, so a page of ``limit`` could
+    fill with vector-only results and lose the one note that holds the query's
+    rare word, while the answer says ``matched: all``.
+    """
+    shown = {hit.chunk_id for hit, _, _ in page}
+    missing = [item for item in fused if _is_match(item[2]) and item[0].chunk_id not in shown]
+    if not missing:
+        return page
+    page = list(page)
+    room = limit - len(page)
+    for i in range(len(page) - 1, -1, -1):
+        if room >= len(missing):
+            break
+        if _only_vectors(page[i][2]):
+            del page[i]
+            room += 1
+    return page + missing[:room]  # below every result of the page: their scores are lower
+
+
+def _waiting_for_vectors(
+    index: LocalIndex,
+    fused: list[tuple[Hit, float, dict[str, int]]],
+    lists: dict[str, list[Hit]],
+    weights: dict[str, float],
+) -> list[tuple[Hit, float, dict[str, int]]]:
+    """Scores of full matches that have no vector yet, as if the vector lists had ranked them as the others did.
+
+    While the embedding worker catches up (a file just written, a fresh index), such
+    a chunk can be in no vector list, and reciprocal-rank fusion would rank it below
+    any chunk the vector lists merely find near.  The share of its lexical lists is
+    scaled up to the weight of every list, so it competes as a chunk that has its
+    vectors; once it has them, their ranks count.  Only chunks with every query term
+    (not a relaxed list's), and an index whose chunks all have vectors is left as it is.
+    """
+    present = {name: weights.get(name, 1.0) for name, hits in lists.items() if hits}
+    lexical = sum(w for name, w in present.items() if not name.startswith("vector"))
+    if lexical == 0 or lexical == sum(present.values()) or index.pending_count() == 0:
+        return fused
+    candidates = (hit.chunk_id for hit, _, ranks in fused if _is_match(ranks) and not _vector_rank(ranks))
+    waiting = index.without_vectors(candidates)
+    if not waiting:
+        return fused
+    scale = sum(present.values()) / lexical
+    rescored = [(hit, score * scale if hit.chunk_id in waiting else score, ranks) for hit, score, ranks in fused]
+    return sorted(rescored, key=lambda item: -item[1])
+
+
+def _is_match(ranks: dict[str, int]) -> bool:
+    return "fts" in ranks or "fts@date" in ranks
 
 
 def _only_vectors(ranks: dict[str, int]) -> bool:
@@ -247,9 +306,12 @@ def search(
             for name in ("fts", "fts@date"):
                 if name in lists:
                     lists[name] = _thin_matches_out(lists[name], lexical)
-        fused = _fuse(lists, limit, weights)
+        every = _fuse(lists, None, weights)  # every candidate, best first
+        if answer.vectors == "used" and not answer.relaxed:
+            every = _waiting_for_vectors(index, every, lists, weights)
+        fused = every[:limit]
         if lists.get("fts") and not answer.relaxed:
-            fused = _end_with_the_matches(fused)
+            fused = _keep_the_matches(_end_with_the_matches(fused), every, limit)
     wanted = query.token_set
     for hit, score, ranks in fused:
         result = {

@@ -9,20 +9,16 @@ below would prove nothing.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp.types import CallToolResult
+from mcp import Client
 
-from tests.helpers import FAST, REPO_ROOT, DaemonProcess, init_root, run_cli, wait_for
+from tests.helpers import REPO_ROOT, init_root, run_cli
+from tests.mcp_session import Cluster, call, fail, make_cluster, memory_texts, remember, server, with_mcp
 
 pytestmark = pytest.mark.slow
 
@@ -38,100 +34,6 @@ TOOLS = {
     "memory_core",
 }
 READ_ONLY = {"memory_search", "memory_get_all", "memory_get", "memory_history", "memory_status", "memory_core"}
-CALL_TIMEOUT_S = 180  # longer than the server waits for the daemon, which waits for a model load
-
-
-@dataclass
-class Cluster:
-    root: Path
-    config: Path
-    daemon: DaemonProcess | None
-
-    def workspace(self, agent: str) -> Path:
-        return self.root / "workspace" if agent == "main" else self.root / "workspace" / "agents" / f"{agent}-workspace"
-
-    def token(self, agent: str) -> str:
-        return (self.workspace(agent) / ".memstrata" / "token").read_text().strip()
-
-    def store_settled(self) -> None:
-        """Wait until the L4 store answers and holds every queued write."""
-        assert self.daemon is not None
-
-        def settled() -> bool:
-            conversation = self.daemon.status()["conversation"]
-            return conversation["reachable"] and conversation["queue"]["depth"] == 0
-
-        wait_for(settled, timeout=180, what=f"conversation store reachable, queue empty\n{self.daemon.log()}")
-
-
-def _cluster(tmp_path: Path, daemons=None) -> Cluster:
-    """A root with agents a and b; with ``daemons``, a running daemon whose L4 store is reachable."""
-    # L3 vectors off: these tests exercise L4 and L1, and L3's embedding worker would only
-    # compete for the CPU (L4 then loads the same local model for itself, on first use).
-    config = init_root(tmp_path, **FAST, vectors={"backend": "off"})
-    for agent in ("a", "b"):
-        run_cli("agent", "add", agent, config=config)
-    cluster = Cluster(tmp_path, config, daemons(config) if daemons else None)
-    if cluster.daemon:
-        cluster.store_settled()  # the store connects in the background after start
-    return cluster
-
-
-def _server(cluster: Cluster, agent: str, token_of: str | None = None) -> StdioServerParameters:
-    """``python -m daemon --config CFG mcp --agent AGENT`` authenticated as ``token_of`` (default: the agent)."""
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "daemon", "--config", str(cluster.config), "mcp", "--agent", agent],
-        env={**os.environ, "MEMSTRATA_TOKEN": cluster.token(token_of or agent)},
-        cwd=REPO_ROOT,
-    )
-
-
-def _with_mcp(params: StdioServerParameters, scenario: Callable[[Client], Awaitable[None]]) -> None:
-    """Start the MCP server subprocess, run ``scenario`` against it, stop it (the SDK kills it on exit)."""
-
-    async def main() -> None:
-        with anyio.fail_after(300):
-            async with Client(params, read_timeout_seconds=CALL_TIMEOUT_S) as client:
-                await scenario(client)
-
-    anyio.run(main)
-
-
-async def _call(client: Client, tool: str, **arguments: Any) -> Any:
-    """Call a tool that must succeed; its structured answer (a dict, or ``result`` for plain text)."""
-    result = await client.call_tool(tool, arguments)
-    assert not result.is_error, f"{tool} failed: {_text(result)}"
-    assert result.structured_content is not None
-    content = result.structured_content
-    return content["result"] if set(content) == {"result"} else content
-
-
-async def _fail(client: Client, tool: str, **arguments: Any) -> str:
-    """Call a tool that must fail; the error text it returns to the model."""
-    result = await client.call_tool(tool, arguments)
-    assert result.is_error, f"{tool} should have failed, answered {result.structured_content}"
-    return _text(result)
-
-
-def _text(result: CallToolResult) -> str:
-    return "\n".join(getattr(part, "text", "") for part in result.content)
-
-
-async def _remember(client: Client, cluster: Cluster, **arguments: Any) -> dict:
-    """memory_add that must reach the store. A write the daemon queued (the store was briefly down,
-    say while a busy machine loaded the model) is waited out until it has been replayed."""
-    added = await _call(client, "memory_add", **arguments)
-    if added["queued"]:
-        await anyio.to_thread.run_sync(cluster.store_settled)
-    return added
-
-
-async def _texts(client: Client, tool: str, **arguments: Any) -> list[str]:
-    """The memory texts a search or listing answers, after checking it came from the shared store."""
-    answer = await _call(client, tool, **arguments)
-    assert not answer.get("degraded"), answer
-    return [r["memory"] for r in answer["results"]]
 
 
 def _add_public_as_main(cluster: Cluster, text: str) -> None:
@@ -148,7 +50,7 @@ def _add_public_as_main(cluster: Cluster, text: str) -> None:
 
 
 def test_every_tool_answers_for_the_agent_the_server_was_started_for(tmp_path, daemons):
-    cluster = _cluster(tmp_path, daemons)
+    cluster = make_cluster(tmp_path, daemons)
     (cluster.workspace("a") / "IDENTITY.md").write_text("# IDENTITY\n\nI am agent a, keeper of the zebra ledger.\n")
     fact = "the staging database moved to port 6543"
 
@@ -158,52 +60,52 @@ def test_every_tool_answers_for_the_agent_the_server_was_started_for(tmp_path, d
         # No tool lets the caller name an agent: the command line fixed it.
         assert not any("agent" in (t.input_schema.get("properties") or {}) for t in tools)
 
-        added = await _remember(client, cluster, text=fact, type="decision")
+        added = await remember(client, cluster, text=fact, type="decision")
         assert added["visibility"] == "private" and added["memory_type"] == "decision"
 
-        assert fact in await _texts(client, "memory_search", query="which port does the staging database use")
-        assert fact in await _texts(client, "memory_get_all")
+        assert fact in await memory_texts(client, "memory_search", query="which port does the staging database use")
+        assert fact in await memory_texts(client, "memory_get_all")
 
-        bundle = await _call(client, "memory_core")
+        bundle = await call(client, "memory_core")
         assert "keeper of the zebra ledger" in bundle and "agent a" in bundle
 
-        status = await _call(client, "memory_status")
+        status = await call(client, "memory_status")
         assert set(status) == {"conversation", "agent", "permissions"}
         assert status["permissions"] == {"projects": [], "can_write_public": False, "may_write": ["private"]}
         assert status["conversation"]["reachable"] is True
         assert status["agent"]["id"] == "a"
         assert "b-workspace" not in json.dumps(status)  # nothing of the other agents
 
-    _with_mcp(_server(cluster, "a"), scenario)
+    with_mcp(server(cluster, "a", cluster.token("a")), scenario)
 
 
 def test_private_memory_of_one_agent_never_reaches_another(tmp_path, daemons):
-    cluster = _cluster(tmp_path, daemons)
+    cluster = make_cluster(tmp_path, daemons)
     public = "the team standup is at nine thirty every weekday"
     private = "agent a keeps its scratch notes in the purple notebook"
     _add_public_as_main(cluster, public)
 
     async def write_as_a(client: Client) -> None:
-        added = await _remember(client, cluster, text=private, visibility="private")
+        added = await remember(client, cluster, text=private, visibility="private")
         assert added["visibility"] == "private"
         # The author reads it back: the store does hold it, so b's blindness below means something.
-        assert private in await _texts(client, "memory_search", query="purple notebook scratch notes")
+        assert private in await memory_texts(client, "memory_search", query="purple notebook scratch notes")
 
     async def read_as_b(client: Client) -> None:
-        found = await _texts(client, "memory_search", query="purple notebook scratch notes", limit=100)
+        found = await memory_texts(client, "memory_search", query="purple notebook scratch notes", limit=100)
         assert not any("purple notebook" in text for text in found)
-        assert public in await _texts(client, "memory_search", query="when is the team standup")
+        assert public in await memory_texts(client, "memory_search", query="when is the team standup")
 
-        listed = await _texts(client, "memory_get_all", limit=1000)
+        listed = await memory_texts(client, "memory_get_all", limit=1000)
         assert public in listed
         assert not any("purple notebook" in text for text in listed)
 
-    _with_mcp(_server(cluster, "a"), write_as_a)
-    _with_mcp(_server(cluster, "b"), read_as_b)
+    with_mcp(server(cluster, "a", cluster.token("a")), write_as_a)
+    with_mcp(server(cluster, "b", cluster.token("b")), read_as_b)
 
 
 def test_correct_and_remove_a_memory_and_other_agents_cannot(tmp_path, daemons):
-    cluster = _cluster(tmp_path, daemons)
+    cluster = make_cluster(tmp_path, daemons)
     wrong = "the backup job runs at three in the morning"
     right = "the backup job runs at four in the morning"
     ids: dict[str, str] = {}
@@ -219,22 +121,22 @@ def test_correct_and_remove_a_memory_and_other_agents_cannot(tmp_path, daemons):
         assert tools["memory_update"].annotations.idempotent_hint is True
         assert "session (7 days)" in tools["memory_add"].description
 
-        added = await _remember(client, cluster, text=wrong, visibility="private")
-        memory_id = ids["a"] = (await _call(client, "memory_get_all"))["results"][0]["id"]
+        added = await remember(client, cluster, text=wrong, visibility="private")
+        memory_id = ids["a"] = (await call(client, "memory_get_all"))["results"][0]["id"]
         assert added["visibility"] == "private"
-        assert (await _call(client, "memory_get", memory_id=memory_id))["memory"] == wrong
-        updated = await _call(client, "memory_update", memory_id=memory_id, text=right)
+        assert (await call(client, "memory_get", memory_id=memory_id))["memory"] == wrong
+        updated = await call(client, "memory_update", memory_id=memory_id, text=right)
         assert updated["memory"] == right and updated["event"] == "UPDATE"
-        history = (await _call(client, "memory_history", memory_id=memory_id))["results"]
+        history = (await call(client, "memory_history", memory_id=memory_id))["results"]
         assert [(e["event"], e["new_memory"]) for e in history] == [("ADD", wrong), ("UPDATE", right)]
 
-        message = await _fail(client, "memory_search", query="backup", agent_id="b")
+        message = await fail(client, "memory_search", query="backup", agent_id="b")
         assert "agent_id" in message and "acts for agent 'a'" in message
-        message = await _fail(client, "memory_get_all", limit=5, user="b")
+        message = await fail(client, "memory_get_all", limit=5, user="b")
         assert "unknown argument(s) user" in message
-        message = await _fail(client, "memory_add", text="an old fact", expires="2020-01-01")
+        message = await fail(client, "memory_add", text="an old fact", expires="2020-01-01")
         assert "in the past" in message and "400" in message
-        message = await _fail(client, "memory_update", memory_id=memory_id, text=right, expires="2020-01-01")
+        message = await fail(client, "memory_update", memory_id=memory_id, text=right, expires="2020-01-01")
         assert "in the past" in message
 
     async def as_b(client: Client) -> None:
@@ -245,66 +147,66 @@ def test_correct_and_remove_a_memory_and_other_agents_cannot(tmp_path, daemons):
             ("memory_update", {"text": "b was here"}),
             ("memory_delete", {}),
         ):
-            message = await _fail(client, tool, memory_id=memory_id, **arguments)
+            message = await fail(client, tool, memory_id=memory_id, **arguments)
             assert "404" in message and right not in message, tool
 
     async def a_deletes(client: Client) -> None:
         memory_id = ids["a"]
-        assert (await _call(client, "memory_delete", memory_id=memory_id)) == {"deleted": memory_id}
-        assert "404" in await _fail(client, "memory_get", memory_id=memory_id)
-        history = (await _call(client, "memory_history", memory_id=memory_id))["results"]
+        assert (await call(client, "memory_delete", memory_id=memory_id)) == {"deleted": memory_id}
+        assert "404" in await fail(client, "memory_get", memory_id=memory_id)
+        history = (await call(client, "memory_history", memory_id=memory_id))["results"]
         assert [e["event"] for e in history] == ["ADD", "UPDATE", "DELETE"]
 
-    _with_mcp(_server(cluster, "a"), as_a)
-    _with_mcp(_server(cluster, "b"), as_b)
-    _with_mcp(_server(cluster, "a"), a_deletes)
+    with_mcp(server(cluster, "a", cluster.token("a")), as_a)
+    with_mcp(server(cluster, "b", cluster.token("b")), as_b)
+    with_mcp(server(cluster, "a", cluster.token("a")), a_deletes)
 
 
 # ---------------------------------------------------------------- errors
 
 
 def test_daemon_refusals_come_back_as_tool_errors(tmp_path, daemons):
-    cluster = _cluster(tmp_path, daemons)
+    cluster = make_cluster(tmp_path, daemons)
 
     async def as_a(client: Client) -> None:
         # Agents may not write public memories unless the registry allows it.
-        message = await _fail(client, "memory_add", text="every agent should read this", visibility="public")
+        message = await fail(client, "memory_add", text="every agent should read this", visibility="public")
         assert "403" in message and "Traceback" not in message
 
     async def b_with_the_token_of_a(client: Client) -> None:
-        message = await _fail(client, "memory_get_all")
+        message = await fail(client, "memory_get_all")
         assert "belongs to agent 'a'" in message and "Traceback" not in message
 
-    _with_mcp(_server(cluster, "a"), as_a)
-    _with_mcp(_server(cluster, "b", token_of="a"), b_with_the_token_of_a)
+    with_mcp(server(cluster, "a", cluster.token("a")), as_a)
+    with_mcp(server(cluster, "b", cluster.token("a")), b_with_the_token_of_a)
 
 
 def test_without_a_daemon_l4_tools_fail_clearly_and_core_still_works(tmp_path):
-    cluster = _cluster(tmp_path)
+    cluster = make_cluster(tmp_path)
     (cluster.workspace("b") / "SOUL.md").write_text("# SOUL\n\nCalm, precise, fond of lighthouses.\n")
 
     async def scenario(client: Client) -> None:
-        message = await _fail(client, "memory_search", query="anything")
+        message = await fail(client, "memory_search", query="anything")
         assert "no daemon socket" in message and "memstrata run" in message and "Traceback" not in message
-        assert "fond of lighthouses" in await _call(client, "memory_core")
+        assert "fond of lighthouses" in await call(client, "memory_core")
 
-    _with_mcp(_server(cluster, "b"), scenario)
+    with_mcp(server(cluster, "b", cluster.token("b")), scenario)
 
 
 def test_unknown_agent_is_said_where_the_mcp_client_shows_it(tmp_path):
     """It used to exit 1 at start with the reason on stderr only, which an MCP client rarely shows."""
-    cluster = _cluster(tmp_path)
-    params = _server(cluster, "a")
+    cluster = make_cluster(tmp_path)
+    params = server(cluster, "a", cluster.token("a"))
     params.args[params.args.index("a")] = "nobody"
 
     async def scenario(client: Client) -> None:
         assert "unknown agent 'nobody'" in (client.instructions or ""), client.instructions
         assert [tool.name for tool in (await client.list_tools()).tools] == ["memory_status"]
-        message = await _fail(client, "memory_status")
+        message = await fail(client, "memory_status")
         assert "unknown agent 'nobody'" in message and "known agents: main, a, b" in message, message
         assert "Traceback" not in message
 
-    _with_mcp(params, scenario)
+    with_mcp(params, scenario)
     proc = run_cli("mcp", "--agent", "nobody", config=cluster.config, check=False, input="")  # EOF: ends at once
     assert proc.returncode == 1
     assert "unknown agent 'nobody'" in proc.stderr and "Traceback" not in proc.stderr
