@@ -207,10 +207,14 @@ def _copy_index(git_dir: Path, private: Path) -> None:
             return  # a symlink where git keeps its index: start from HEAD, and replace it
         raise
     with os.fdopen(fd, "rb") as src:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return
         with open(private, "wb") as dst:
             shutil.copyfileobj(src, dst)
+        # git trusts an entry's stat data only when the file is older than the index itself ("racy
+        # git"): the copy keeps the index's time, or an edit in the same second as an entry is missed
+        os.utime(private, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def _install(private: Path, lock: _Lock) -> None:
@@ -218,22 +222,24 @@ def _install(private: Path, lock: _Lock) -> None:
     with open(private, "rb") as src:
         while block := src.read(1 << 20):
             os.write(lock.fd, block)
+        st = os.fstat(src.fileno())
+    os.utime(lock.fd, ns=(st.st_atime_ns, st.st_mtime_ns))  # the time git wrote it: see _copy_index
     os.fsync(lock.fd)
     os.rename(lock.path, lock.path.with_name("index"))
     lock.renamed = True
 
 
-def _stageable(work_tree: Path, paths: list[str]) -> list[str]:
-    """``paths`` that are a file, a symlink or gone (git removes those); a directory now is left out."""
-    keep = []
+def _directories(work_tree: Path, paths: list[str]) -> set[str]:
+    """Those of ``paths`` that are a directory now: a file that became one is committed as deleted
+    (its files are paths of their own)."""
+    found = set()
     for path in paths:
         try:
             if stat.S_ISDIR(os.lstat(work_tree / path).st_mode):
-                continue
+                found.add(path)
         except OSError:
             pass
-        keep.append(path)
-    return keep
+    return found
 
 
 def commit_paths(
@@ -249,8 +255,9 @@ def commit_paths(
     index, :class:`layers.gitrun.Cancelled` when stopped before the commit was
     written; once the branch has moved, the rest runs to its end.
     """
-    paths = _stageable(git.work_tree, list(dict.fromkeys(paths)))
+    paths = list(dict.fromkeys(paths))
     ours = set(paths)
+    directories = _directories(git.work_tree, paths)
     git_dir = git.work_tree / ".git"
     result = CommitResult()
     if not paths:
@@ -267,7 +274,11 @@ def commit_paths(
             # what a person staged for other paths is theirs: out of this commit, back in the index after it
             theirs = [c for c in _differences(staging, head) if c.path not in ours]
             _set_entries(staging, _back_to_head(theirs))
-            staging.run("update-index", "--add", "--remove", "-z", "--stdin", input=_nul(paths))
+            # in the index's own (byte) order: git hashes them one after the other as they come
+            listed = _nul(sorted((p for p in paths if p not in directories), key=os.fsencode))
+            staging.run("update-index", "--add", "--remove", "-z", "--stdin", input=listed)
+            if directories:
+                staging.run("update-index", "--force-remove", "-z", "--stdin", input=_nul(sorted(directories)))
             changes = _differences(staging, head)
             result.held = _check_blobs(staging, changes, check) if check is not None else {}
             if result.held:
