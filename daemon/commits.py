@@ -118,6 +118,7 @@ class CommitJob:
         self.marks: tuple[float | None, float | None, bool] = (None, None, False)  # the tracker's, while it runs
         self.done = 0
         self.total = 0
+        self.on_progress: Callable[[], None] = lambda: None  # called from the worker after each batch
         self._lock = threading.Lock()
 
     @property
@@ -139,6 +140,7 @@ class CommitJob:
             parts = batches(eligible, self.repo.path)
             with self._lock:
                 self.total = len(eligible)
+            self.on_progress()
             for number, batch in enumerate(parts, 1):
                 part = f"{number}/{len(parts)}" if len(parts) > 1 else ""
                 done = self.repo.commit_checked(
@@ -154,6 +156,7 @@ class CommitJob:
                     log.info("%s: committed %s %s", self.agent_id, done.info.short, done.info.subject)
                 with self._lock:
                     self.done += len(batch)
+                self.on_progress()
         except Cancelled:
             outcome.cancelled = True
         except (daily.RepoBusyError, daily.RepoRefusedError, git.GitCommandError, OSError) as exc:

@@ -28,8 +28,11 @@ WORKERS = 4  # agents committing at once; more wait their turn (each commit is m
 
 
 class Committer:
-    def __init__(self, wake: Callable[[], None], workers: int = WORKERS) -> None:
+    def __init__(
+        self, wake: Callable[[], None], progress: Callable[[], None] = lambda: None, workers: int = WORKERS
+    ) -> None:
         self._wake = wake
+        self._progress = progress  # from a worker: a batch is committed (the status shows how far it got)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit")
         self._done: queue.SimpleQueue[tuple[AgentTracker, CommitJob, Future]] = queue.SimpleQueue()
         self._running: dict[str, Future] = {}
@@ -45,6 +48,7 @@ class Committer:
             return False
         tracker.repo.cancel = self.cancel_token
         job = tracker.begin_commit(now)
+        job.on_progress = self._progress
         future = self._pool.submit(job)
         self._running[tracker.id] = future
         future.add_done_callback(lambda f: self._finished(tracker, job, f))

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("daemon.service")  # the lines operators (and tests) know come from the service
 
 BURST_PUBLISH_S = 0.5  # while files still settle, records and status are written at most this often
-# Settled files one turn processes, at most: past it the rest wait for the next turn, so a burst of
-# 20,000 files never holds SIGTERM, a reload or another agent's edit for longer than this.
+# How long one turn takes events and processes settled files, at most: past it the rest wait for the
+# next turn, so a burst of 20,000 files never holds SIGTERM, a reload or another agent's edit longer.
 TURN_BUDGET_S = 0.5
 
 
@@ -66,6 +66,11 @@ class Loop:
         """From any thread: write the status at the next turn."""
         self._publish_requested = True
         self.wakeup.wake()
+
+    @property
+    def stopping(self) -> bool:
+        """SIGTERM or SIGINT arrived: long work in progress (a reconcile at start) ends early."""
+        return self._stop
 
     def has_fresh_edits(self) -> bool:
         """True while edits wait for the loop or it is working on them (read by the embedding worker)."""
@@ -133,7 +138,7 @@ class Loop:
         for tracker in d.committer.collect(now):  # commits that ended on their workers
             d.storage_retry.note_commit(tracker)
             changed = True
-        changed |= d.router.take(now)
+        changed |= d.router.take(now, until=now + TURN_BUDGET_S / 2)
         d.router.settle(now)
         due = False
         self.working = True

@@ -97,11 +97,18 @@ class Router:
             return True
         return False
 
-    def take(self, now: float) -> bool:
-        """Move queued events into the debounce; True when an agent was dropped (its workspace is gone)."""
+    def take(self, now: float, until: float | None = None) -> bool:
+        """Move queued events into the debounce; True when an agent was dropped (its workspace is gone).
+
+        ``until`` (monotonic): events left when it passes wait in the inbox for the next call, so a
+        burst of 20,000 events never holds the loop (a SIGTERM, another agent's edit) for seconds.
+        """
         debounce = self.current.config.watch.debounce_ms / 1000
         changed = False
         while self._inbox:
+            if until is not None and time.monotonic() >= until:
+                self.wake()  # the rest at the next turn, at once
+                break
             path, is_dir = self._inbox.popleft()
             located = self.locate(Path(path))
             if located is None:

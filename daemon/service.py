@@ -90,7 +90,8 @@ class MemoryDaemon:
         self.wakeup = Wakeup()
         self.jobs = Jobs(on_submit=self.wakeup.wake)  # call_in_loop: the loop runs them each turn
         self.loop = Loop(self, self.wakeup, self.jobs)
-        self.committer = Committer(self.wakeup.wake)  # commits run on its workers, never on the loop
+        # commits run on its workers, never on the loop; each batch they commit refreshes the status
+        self.committer = Committer(self.wakeup.wake, progress=self.loop.request_publish)
         self.storage = StorageHealth(on_change=self.loop.request_publish)
         self.indexer = Indexer(
             self.identity,
@@ -110,6 +111,7 @@ class MemoryDaemon:
             self.current, make_tracker, self.indexer, self.listeners, self.audit.record, self.storage, self.provision
         )
         self.reconciler = Reconciler(self.current, self.agents, self.indexer, self.storage)
+        self.reconciler.stopping = lambda: self.loop.stopping
         self.router = Router(self.current, self.agents, self.reconciler.one, self.wakeup.wake)
         self.storage_retry = StorageRetry(self.agents, self.provision, self.indexer, self.reconciler, self.storage)
         self.embed_worker: EmbedWorker | None = None

@@ -101,7 +101,7 @@ class Shutdown:
         d = self.d
         started = time.monotonic()
         process_until = started + (deadline - started) / 2
-        d.router.take(started)
+        d.router.take(started, until=process_until)  # events not taken: the next start's reconcile
         settling = d.router.pop_all()
         for done, (agent_id, rel) in enumerate(settling):
             if time.monotonic() >= process_until:

@@ -248,10 +248,10 @@ class AgentTracker:
 
     # ------------------------------------------------------------ reconcile
 
-    def reconcile(self, commit_check: bool = True) -> int:
+    def reconcile(self, commit_check: bool = True, stopping: Callable[[], bool] | None = None) -> int:
         """Compare the disk with the record and repair what the watcher missed; count repairs."""
         fresh = self.files.fresh
-        repaired = self.refresh()
+        repaired = self.refresh(stopping)
         repaired = 0 if fresh else repaired
         if commit_check and self.first_change is None and self.committing is None:
             try:
@@ -269,9 +269,19 @@ class AgentTracker:
         self.files.save()
         return repaired
 
-    def refresh(self) -> int:
-        """Run every memory file through the edit flow; count those that changed."""
-        return sum(1 for rel in sorted(self.paths_under("")) if self.process(rel))
+    def refresh(self, stopping: Callable[[], bool] | None = None) -> int:
+        """Run every memory file through the edit flow; count those that changed.
+
+        ``stopping`` is asked between files: a SIGTERM while 20,000 new files are
+        reconciled (a start after a burst) is not held up by them; the records
+        of those not reached are unchanged, so the next start reconciles them.
+        """
+        changed = 0
+        for rel in sorted(self.paths_under("")):
+            if stopping is not None and stopping():
+                break
+            changed += self.process(rel)
+        return changed
 
     def survey(self) -> None:
         """A read-only look for ``status`` when the daemon is down: nothing is written or committed."""
