@@ -20,6 +20,7 @@ from bench import (
     bench_edge,
     bench_front,
     bench_index,
+    bench_many_files,
     bench_stop,
     recall,
 )
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "conversation": bench_conversation.main,
     "edge": lambda quick: bench_edge.main([1000] if quick else [1000, 10_000, 50_000]),
     "stop": bench_stop.main,
+    "many_files": bench_many_files.main,
     "recall": recall.main,
 }
 

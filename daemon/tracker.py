@@ -113,6 +113,7 @@ class AgentTracker:
     committing: CommitJob | None = None
     #: Histories of this workspace found rewritten (kept in the daemon's copy), newest first.
     history_lost: list[dict] = field(default_factory=list)
+    _history_read: bool = field(default=False, repr=False)
 
     @property
     def id(self) -> str:
@@ -463,6 +464,8 @@ class AgentTracker:
         rewritten = self.repo.history_check()
         if rewritten is not None:
             self._rewritten(rewritten)
+        elif not self._history_read:
+            self.refresh_history_lost()  # what earlier runs found stays shown after a restart
 
     def _rewritten(self, found: daily.Rewritten) -> None:
         """A lost history, said once: logged, audited, shown in status; the last commit shown is git's again."""
@@ -492,6 +495,7 @@ class AgentTracker:
         copy = self.repo.copy
         if copy is None:
             return
+        self._history_read = True
         with contextlib.suppress(git.GitCommandError, OSError):
             self.history_lost = [
                 {
