@@ -21,6 +21,7 @@ from bench import (
     bench_front,
     bench_hostile_files,
     bench_index,
+    bench_many_files,
     bench_stop,
     recall,
 )
@@ -34,6 +35,7 @@ BENCHMARKS = {
     "edge": lambda quick: bench_edge.main([1000] if quick else [1000, 10_000, 50_000]),
     "stop": bench_stop.main,
     "hostile-files": bench_hostile_files.main,
+    "many-files": bench_many_files.main,
     "recall": recall.main,
 }
 

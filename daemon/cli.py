@@ -387,14 +387,29 @@ def history(
     config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     rel = _workspace_file(agent_obj.workspace, file) if file else None
-    commits = workspace_repo(config, agent_obj.workspace).log(rel, limit)
+    repo = workspace_repo(config, agent_obj.workspace, agent_obj.id)
+    commits = repo.log(rel, limit) if (agent_obj.workspace / ".git").exists() else []
+    kept = repo.kept_elsewhere(rel, limit)  # versions only the daemon's copy still has
     if as_json:
-        echo_json([{"sha": c.sha, "time": c.time, "author": c.author, "subject": c.subject} for c in commits])
+        echo_json(
+            [{"sha": c.sha, "time": c.time, "author": c.author, "subject": c.subject} for c in commits]
+            + [
+                {"sha": c.sha, "time": c.time, "author": c.author, "subject": c.subject, "only_in_copy": True}
+                for c in kept
+            ]
+        )
         return
     if not commits:
         click.echo("no commits" + (f" touching {rel}" if rel else ""))
     for c in commits:
         click.echo(f"{c.short}  {c.time}  {c.subject}")
+    if kept:
+        click.echo(
+            f"\nno longer in the workspace's history, kept in the daemon's copy {repo.copy.path} "
+            "(`memstrata restore --at SHA` brings a file back):"
+        )
+        for c in kept:
+            click.echo(f"{c.short}  {c.time}  {c.subject}")
 
 
 @main.command()
@@ -408,7 +423,7 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
     config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     rel = _workspace_file(agent_obj.workspace, file)
-    repo = workspace_repo(config, agent_obj.workspace)
+    repo = workspace_repo(config, agent_obj.workspace, agent_obj.id)
     guard = guard_from(config)
 
     def refuse_secrets(what: str, content: bytes) -> None:
@@ -437,6 +452,7 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
         "changed": done.changed,
         "commit": done.commit.sha if done.commit else None,
         "kept_edits_commit": done.kept_edits_commit.sha if done.kept_edits_commit else None,
+        "from_copy": done.from_copy,
     }
     if as_json:
         echo_json(result)
@@ -446,6 +462,8 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
             f"kept the uncommitted edits of {rel} as commit {done.kept_edits_commit.short} "
             f"(no commit held them; `memstrata restore --at {done.kept_edits_commit.short}` brings them back)"
         )
+    if done.from_copy:
+        click.echo(f"{done.source[:10]} is no longer in the workspace's history: taken from the daemon's copy")
     if done.changed and done.commit:
         click.echo(f"restored {rel} from {done.source[:10]} as commit {done.commit.short}")
     elif done.changed:

@@ -68,11 +68,14 @@ class AgentReport(TypedDict, total=False):
     pending_commit: list
     held_back: list
     not_indexed: list
-    naming_violations: list
+    naming_violations: list  # the first REPORT_LISTED (daemon/tracker.py), sorted
+    naming_violations_total: int
     skipped: list
     commits_failing: dict | None
     last_error: str | None
     refused: list
+    committing: dict | None  # {"done", "total"} files of the commit running now
+    history_lost: list  # histories the workspace no longer holds, kept in the daemon's copy (newest first)
     index: IndexReport
 
 

@@ -74,6 +74,39 @@ def identity_of(st: os.stat_result) -> Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _open(root: Path, rel: str, max_bytes: int) -> tuple[int, os.stat_result] | Inspection:
+    """The fd and fstat of ``root/rel`` when it may be read; otherwise an Inspection saying why not."""
+    try:
+        fd = safefs.open_file(root, rel)
+    except FileNotFoundError:
+        return Inspection(exists=False)
+    except safefs.UnsafePathError as exc:
+        return Inspection(exists=True, skip=_SKIPS.get(exc.why, SKIP_NOT_REGULAR))
+    except NotADirectoryError:
+        return Inspection(exists=False)  # a directory of its path is a file now: this name is gone
+    except PermissionError as exc:
+        return Inspection(exists=True, skip=f"cannot be read ({exc.strerror}): neither versioned nor indexed")
+    st = os.fstat(fd)
+    if st.st_size > max_bytes:
+        os.close(fd)
+        return Inspection(exists=True, size=st.st_size, skip=skip_too_large(st.st_size, max_bytes))
+    return fd, st
+
+
+def peek(root: Path, rel: str, max_bytes: int) -> Inspection:
+    """Whether ``root/rel`` may be read, from its open fd, without reading a byte (no checksum, no data).
+
+    For a commit job off the loop thread: the edit flow read the version, and what git
+    stages of it is checked again before it is committed.
+    """
+    opened = _open(root, rel, max_bytes)
+    if isinstance(opened, Inspection):
+        return opened
+    fd, st = opened
+    os.close(fd)
+    return Inspection(True, size=st.st_size, identity=identity_of(st))
+
+
 def read_version(
     root: Path,
     rel: str,
@@ -86,20 +119,11 @@ def read_version(
     open fd is still that version, nothing is read and the Inspection carries
     that checksum without data (the caller keeps the verdict it made then).
     """
+    opened = _open(root, rel, max_bytes)
+    if isinstance(opened, Inspection):
+        return opened
+    fd, st = opened
     try:
-        fd = safefs.open_file(root, rel)
-    except FileNotFoundError:
-        return Inspection(exists=False)
-    except safefs.UnsafePathError as exc:
-        return Inspection(exists=True, skip=_SKIPS.get(exc.why, SKIP_NOT_REGULAR))
-    except NotADirectoryError:
-        return Inspection(exists=False)  # a directory of its path is a file now: this name is gone
-    except PermissionError as exc:
-        return Inspection(exists=True, skip=f"cannot be read ({exc.strerror}): neither versioned nor indexed")
-    try:
-        st = os.fstat(fd)
-        if st.st_size > max_bytes:
-            return Inspection(exists=True, size=st.st_size, skip=skip_too_large(st.st_size, max_bytes))
         identity = identity_of(st)
         if known is not None and known[0] == identity:
             return Inspection(True, known[1], st.st_size, identity=identity)

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("daemon.service")  # the lines operators (and tests) know come from the service
 
 BURST_PUBLISH_S = 0.5  # while files still settle, records and status are written at most this often
+# How long one turn takes events and processes settled files, at most: past it the rest wait for the
+# next turn, so a burst of 20,000 files never holds SIGTERM, a reload or another agent's edit longer.
+TURN_BUDGET_S = 0.5
 
 
 class Wakeup:
@@ -64,6 +67,11 @@ class Loop:
         self._publish_requested = True
         self.wakeup.wake()
 
+    @property
+    def stopping(self) -> bool:
+        """SIGTERM or SIGINT arrived: long work in progress (a reconcile at start) ends early."""
+        return self._stop
+
     def has_fresh_edits(self) -> bool:
         """True while edits wait for the loop or it is working on them (read by the embedding worker)."""
         return self.working or self.d.router.waiting
@@ -90,6 +98,14 @@ class Loop:
             signal.set_wakeup_fd(old_fd)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    @staticmethod
+    def _check_history(tracker) -> bool:
+        try:
+            tracker.check_history()
+        except Exception as exc:  # git refusing a broken repository: the next commit says why
+            log.warning("%s: could not look at the history: %s", tracker.id, exc)
+        return True
 
     def _on_signal(self, signum: int, _frame) -> None:
         if signum == signal.SIGHUP:
@@ -119,25 +135,36 @@ class Loop:
         d = self.d
         now = time.monotonic()
         changed = self.jobs.run_pending()
-        changed |= d.router.take(now)
-        due = d.router.pop_due(now)
-        self.working = bool(due)
+        for tracker in d.committer.collect(now):  # commits that ended on their workers
+            d.storage_retry.note_commit(tracker)
+            changed = True
+        changed |= d.router.take(now, until=now + TURN_BUDGET_S / 2)
+        d.router.settle(now)
+        due = False
+        self.working = True
         try:
-            for agent_id, rel in due:
+            for agent_id, rel in d.router.ready():  # one agent's file after the other's
+                due = True
                 tracker = d.agents.get(agent_id)
+                edited = d.router.edited.pop((agent_id, rel), None)
                 if tracker is not None:
-                    changed |= tracker.process(rel)
+                    with tracker.edited_at(edited):
+                        changed |= tracker.process(rel)
+                if time.monotonic() - now > TURN_BUDGET_S:
+                    break  # the rest wait in their queues: due at the next turn
             changed |= d.indexer.flush(now) > 0  # every settled file of an agent in one transaction
         finally:
             self.working = False
+        for agent_id in d.router.history_due(now):  # a .git changed: is the daemon's last commit still there?
+            tracker = d.agents.get(agent_id)
+            if tracker is not None and tracker.committing is not None:
+                d.router.history_later(agent_id, now + 1.0)  # the commit looks for itself; then again
+            elif tracker is not None:
+                changed |= self._check_history(tracker)
         for tracker in d.agents.all():
             deadline = tracker.commit_deadline()
-            if deadline is not None and deadline <= now:
-                tracker.commit(now)
-                d.storage_retry.note_commit(tracker)
-                changed = True
-                if d.router.waiting:
-                    break  # fresh edits first: the other due commits follow in the next turns
+            if deadline is not None and deadline <= now and d.committer.start(tracker, now):
+                changed = True  # git runs on a worker: the loop goes on
         if now >= d.reconciler.next_at or d.router.recheck_due(now):
             d.router.recheck_at = None  # this reconcile covers the early one asked for
             d.reconciler.all()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from daemon.agents import Agents
@@ -33,6 +34,8 @@ class Reconciler:
         self.storage = storage
         self.last: dict = {"time": None, "repaired": 0, "duration_ms": None}
         self.next_at = 0.0  # monotonic time of the next periodic reconcile
+        #: Asked between files (the loop sets it): a stop requested meanwhile ends the reconcile early.
+        self.stopping: Callable[[], bool] = lambda: False
 
     def one(self, tracker: AgentTracker, progress: StartProgress | None = None) -> int:
         """Reconcile one agent's files and index; how many files it repaired.
@@ -41,7 +44,9 @@ class Reconciler:
         if progress is not None:
             progress.begin(tracker.id, CHECKING)
         try:
-            repaired = tracker.reconcile(on_file=progress.file_checked if progress is not None else None)
+            repaired = tracker.reconcile(
+                on_file=progress.file_checked if progress is not None else None, stopping=self.stopping
+            )
         except Exception as exc:
             if is_storage_error(exc):  # git init/archive on a full disk (the record reports itself)
                 self.storage.failed("git", exc, subject=tracker.id, path=tracker.workspace)
@@ -73,7 +78,7 @@ class Reconciler:
                 log.warning("%s: workspace disappeared; no longer watching it", agent_id)
                 self.agents.drop(agent_id)
                 self.storage.forget(agent_id)
-        repaired = sum(self.one(t, progress) for t in self.agents.all())
+        repaired = sum(self.one(t, progress) for t in self.agents.all() if not self.stopping())
         if repaired and self.last["time"] is not None:
             log.info("reconcile repaired %d file(s) the watcher had missed", repaired)
         self.last = {

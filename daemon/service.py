@@ -13,8 +13,11 @@ Other threads never write: the watcher puts changed paths into the router's
 inbox; the API reads the status snapshot, searches on read-only index
 connections of its own, and hands anything that writes (reindex, repairs) to the
 loop; the embedding worker writes only vectors, on its own connections.
-Everything that touches git, the records or the indexes' chunks happens in the
-main loop: one writer, no lock juggling.
+Everything that touches the records or the indexes' chunks happens in the main
+loop: one writer, no lock juggling.  Commits are the exception that proves it:
+git runs on the committer's workers (daemon/committer.py), one job per agent,
+which read the workspace and return what they did; the loop applies it to the
+tracker.  While an agent's commit runs, the loop leaves that repository alone.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from daemon.agents import Agents
 from daemon.api import ApiServer
 from daemon.audit import audit_log
 from daemon.broker import Broker, store_settings
+from daemon.committer import Committer
 from daemon.config import Config
 from daemon.contracts import StatusDocument
 from daemon.current import Current
@@ -87,6 +91,8 @@ class MemoryDaemon:
         self.wakeup = Wakeup()
         self.jobs = Jobs(on_submit=self.wakeup.wake)  # call_in_loop: the loop runs them each turn
         self.loop = Loop(self, self.wakeup, self.jobs)
+        # commits run on its workers, never on the loop; each batch they commit refreshes the status
+        self.committer = Committer(self.wakeup.wake, progress=self.loop.request_publish)
         self.storage = StorageHealth(on_change=self.loop.request_publish)
         self.indexer = Indexer(
             self.identity,
@@ -107,6 +113,7 @@ class MemoryDaemon:
             self.current, make_tracker, self.indexer, self.listeners, self.audit.record, self.storage, self.provision
         )
         self.reconciler = Reconciler(self.current, self.agents, self.indexer, self.storage)
+        self.reconciler.stopping = lambda: self.loop.stopping
         self.router = Router(self.current, self.agents, self.reconciler.one, self.wakeup.wake)
         self.storage_retry = StorageRetry(self.agents, self.provision, self.indexer, self.reconciler, self.storage)
         self.embed_worker: EmbedWorker | None = None
@@ -259,6 +266,7 @@ class MemoryDaemon:
         self.stopper.run()
 
     def release(self) -> None:
+        self.committer.close()
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None

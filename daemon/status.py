@@ -166,6 +166,22 @@ def _storage_lines(storage: dict | None) -> list[str]:
     return lines
 
 
+def _history_lines(agent: dict) -> list[str]:
+    """A history the workspace lost (reset, rewritten, .git removed): what the daemon's copy keeps of it."""
+    lost = agent.get("history_lost") or []
+    if not lost:
+        return []
+    newest = lost[0]
+    earlier = f" ({len(lost) - 1} earlier)" if len(lost) > 1 else ""
+    return [
+        f"  HISTORY REWRITTEN (found {_clock(newest['found'])}){earlier}: the daemon's commit {newest['commit']} "
+        f"{newest['subject']!r} and the versions before it are no longer in the workspace's history; "
+        f"kept in {newest['copy']}",
+        f"    `memstrata history --agent {agent['id']}` lists them; "
+        f"`memstrata restore --agent {agent['id']} FILE --at {newest['commit']}` brings a file back",
+    ]
+
+
 def render(status: StatusDocument) -> str:
     d = status["daemon"]
     lines = []
@@ -236,10 +252,18 @@ def render(status: StatusDocument) -> str:
         last = f"{commit['sha']} {_clock(commit['time'])} {commit['subject']!r}" if commit else "none"
         pending = "  (changes waiting to be committed)" if a["pending_commit"] else ""
         lines.append(f"  files: {a['files']}   last commit: {last}{pending}")
+        if a.get("committing"):
+            c = a["committing"]
+            done = f"{c['done']:,} of {c['total']:,} files" if c["total"] else "listing and checking the changes"
+            lines.append(f"  committing: {done}")
+        lines.extend(_history_lines(a))
         for h in a["held_back"]:
             lines.append(f"  HELD BACK from git: {h['path']} line {h['line']} (never_store pattern {h['kind']!r})")
         for name in a["naming_violations"]:
             lines.append(f"  naming: {name} does not follow memory/YYYY-MM-DD.md")
+        more = (a.get("naming_violations_total") or 0) - len(a["naming_violations"])
+        if more > 0:
+            lines.append(f"  naming: … and {more:,} more files that do not follow memory/YYYY-MM-DD.md")
         for s in a["skipped"]:
             lines.append(f"  ignored: {s['path']}: {s['reason']}")
         for s in a["not_indexed"]:

@@ -90,26 +90,47 @@ class Shutdown:
         log.info("stopped in %.1f s", time.monotonic() - budget.started)
 
     def final_commits(self, deadline: float) -> None:
-        """Settle debounced files and commit, retrying failures until ``deadline``."""
+        """Settle debounced files and commit, retrying failures until ``deadline``; then cut what still runs.
+
+        Files are processed for at most half the time (the next start's reconcile
+        processes those left: their records did not change); the commits run on
+        the committer's workers, which the loop waits for, and at the deadline the
+        git they wait for is killed.  What is left uncommitted is committed by the
+        next start's reconcile: nothing a stop cuts is lost.
+        """
         d = self.d
-        d.router.take(time.monotonic())
-        for agent_id, rel in d.router.pop_all():
+        started = time.monotonic()
+        process_until = started + (deadline - started) / 2
+        d.router.take(started, until=process_until)  # events not taken: the next start's reconcile
+        settling = d.router.pop_all()
+        for done, (agent_id, rel) in enumerate(settling):
+            if time.monotonic() >= process_until:
+                log.warning("stopping: %d changed file(s) left for the next start to process", len(settling) - done)
+                break
             tracker = d.agents.get(agent_id)
             if tracker is not None:
                 tracker.process(rel)
         d.indexer.flush()  # a busy index is left queued: the next start's reconcile indexes it
-        pending = [t for t in d.agents.all() if t.pending]
-        while pending and time.monotonic() < deadline:
-            for tracker in pending:
-                tracker.commit()  # now, whatever its back-off says
-            pending = [t for t in pending if t.pending]
-            if pending:
-                time.sleep(max(0.0, min(0.2, deadline - time.monotonic())))
-        for tracker in pending:
-            log.error(
-                "%s: left uncommitted at shutdown (%s); reconcile commits it at next start",
-                tracker.id,
-                tracker.last_error,
-            )
+        while time.monotonic() < deadline:
+            turn = time.monotonic()
+            d.committer.collect()
+            for tracker in d.agents.all():
+                if tracker.pending and tracker.committing is None:
+                    d.committer.start(tracker)  # now, whatever its back-off says
+            if not d.committer.running:
+                break
+            d.committer.wait(min(deadline, turn + 0.2))
+            time.sleep(max(0.0, min(deadline, turn + 0.2) - time.monotonic()))  # a commit failing at once: not a spin
+        if d.committer.running:
+            d.committer.cancel()  # the git they wait for is killed; each job ends at once
+            d.committer.wait(time.monotonic() + 1.0)
+        d.committer.collect()
+        for tracker in d.agents.all():
+            if tracker.pending:
+                log.error(
+                    "%s: left uncommitted at shutdown (%s); reconcile commits it at next start",
+                    tracker.id,
+                    tracker.last_error or "stopped while committing",
+                )
         for tracker in d.agents.all():
             tracker.files.save()

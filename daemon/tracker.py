@@ -9,10 +9,11 @@ same story about held-back files, skipped files and naming.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import Protocol
 
 import git
 
-from daemon.fileread import Identity, Inspection, read_version
+from daemon.commits import CommitJob, CommitOutcome
+from daemon.fileread import Identity, Inspection, peek, read_version
 from daemon.filestate import FileState
 from daemon.guard import Finding, SecretGuard
 from daemon.workspaces import MEMORY_DIRS, MEMORY_FILES, PATHSPECS, Agent, is_editor_temp, is_memory_path
@@ -57,6 +59,7 @@ class Settings:
 
 
 WITHHELD = "holds a secret (never_store): held back from git and not indexed"
+REPORT_LISTED = 100  # naming violations a report names; the total says how many there are
 
 
 def list_memory_files(workspace: Path) -> list[str]:
@@ -99,7 +102,7 @@ class AgentTracker:
     held_back: dict[str, list[Finding]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     not_indexed: dict[str, str] = field(default_factory=dict)
-    naming: list[str] = field(default_factory=list)
+    naming: set[str] = field(default_factory=set)
     #: Paths where the daemon expected a file or directory of its own and found a symlink.
     refused: dict[str, str] = field(default_factory=dict)
     _archive_refused: set[str] = field(default_factory=set)
@@ -109,6 +112,12 @@ class AgentTracker:
     #: rel → the version last read (identity, checksum), the guard that scanned it and its findings:
     #: a version is read once, and its verdict serves the edit flow and the commit decision alike.
     _verdicts: dict[str, tuple[Identity, str, SecretGuard, list[Finding]]] = field(default_factory=dict, repr=False)
+    _edited_at: float | None = field(default=None, repr=False)
+    #: The commit running now on a worker thread (daemon/committer.py); None between commits.
+    committing: CommitJob | None = None
+    #: Histories of this workspace found rewritten (kept in the daemon's copy), newest first.
+    history_lost: list[dict] = field(default_factory=list)
+    _history_read: bool = field(default=False, repr=False)
 
     @property
     def id(self) -> str:
@@ -127,10 +136,10 @@ class AgentTracker:
     # ------------------------------------------------------------ edit flow
 
     def mark_dirty(self, now: float | None = None, immediate: bool = False) -> None:
-        now = time.monotonic() if now is None else now
-        if self.first_change is None:
-            self.first_change = now
-        self.last_change = now
+        if now is None:
+            now = self._edited_at if self._edited_at is not None else time.monotonic()
+        self.first_change = now if self.first_change is None else min(self.first_change, now)
+        self.last_change = now if self.last_change is None else max(self.last_change, now)
         self.commit_now = self.commit_now or immediate
 
     def look(self, rel: str) -> tuple[Inspection, list[Finding]]:
@@ -151,6 +160,19 @@ class AgentTracker:
         findings = self.guard.scan_bytes(inspection.data)
         self._verdicts[rel] = (inspection.identity, inspection.sha256, self.guard, findings)
         return inspection, findings
+
+    @contextlib.contextmanager
+    def edited_at(self, when: float | None) -> Iterator[None]:
+        """Changes found meanwhile are dated ``when`` (the file's last event), not when the loop got to them.
+
+        In a burst the loop works through files for a while after the writing
+        stopped; dated by the loop, the quiet period would start only then.
+        """
+        self._edited_at = when
+        try:
+            yield
+        finally:
+            self._edited_at = None
 
     def process(self, rel: str) -> bool:
         """Bring one file's record, listeners and commit schedule up to date; True if it changed."""
@@ -219,10 +241,10 @@ class AgentTracker:
         if not rel.startswith(daily.MEMORY_DIR + "/"):
             return
         bad = exists and not daily.follows_convention(rel) and not is_editor_temp(rel.rpartition("/")[2])
-        if bad and rel not in self.naming:
-            self.naming = sorted([*self.naming, rel])
-        elif not bad and rel in self.naming:
-            self.naming = [n for n in self.naming if n != rel]
+        if bad:
+            self.naming.add(rel)  # a set: 20,000 oddly named files of a burst cost no sorting per file
+        else:
+            self.naming.discard(rel)
 
     def _notify_removed(self, rel: str) -> None:
         for listener in self.listeners:
@@ -240,31 +262,46 @@ class AgentTracker:
 
     # ------------------------------------------------------------ reconcile
 
-    def reconcile(self, commit_check: bool = True, on_file: Callable[[], None] | None = None) -> int:
+    def reconcile(
+        self,
+        commit_check: bool = True,
+        on_file: Callable[[], None] | None = None,
+        stopping: Callable[[], bool] | None = None,
+    ) -> int:
         """Compare the disk with the record and repair what the watcher missed; count repairs.
 
         ``on_file`` is called after each file is checked (the start's progress in status)."""
         fresh = self.files.fresh
-        repaired = self.refresh(on_file)
+        repaired = self.refresh(on_file, stopping)
         repaired = 0 if fresh else repaired
-        if commit_check and self.first_change is None:
+        if commit_check and self.first_change is None and self.committing is None:
             try:
                 self.repo.ensure()
+                self.check_history()
                 if self.repo.changes(PATHSPECS):
                     self.mark_dirty(immediate=True)
             except (git.GitCommandError, daily.RepoRefusedError, OSError) as exc:
                 # Not silently: commit() tries, fails, backs off and shows it in status until it works.
                 self.last_error = _error_text(exc, self.workspace)
                 self.mark_dirty(immediate=True)
-        self.archive()
-        self.naming = daily.naming_violations(self.workspace)
+        if self.committing is None:  # the running commit's repository is left to it
+            self.archive()
+        self.naming = set(daily.naming_violations(self.workspace))
         self.files.save()
         return repaired
 
-    def refresh(self, on_file: Callable[[], None] | None = None) -> int:
-        """Run every memory file through the edit flow; count those that changed."""
+    def refresh(self, on_file: Callable[[], None] | None = None, stopping: Callable[[], bool] | None = None) -> int:
+        """Run every memory file through the edit flow; count those that changed.
+
+        ``on_file`` is called after each file (the start's progress); ``stopping`` is asked
+        between files: a SIGTERM while 20,000 new files are reconciled (a start after a
+        burst) is not held up by them; the records of those not reached are unchanged, so
+        the next start reconciles them.
+        """
         changed = 0
         for rel in sorted(self.paths_under("")):
+            if stopping is not None and stopping():
+                break
             changed += self.process(rel)
             if on_file is not None:
                 on_file()
@@ -273,8 +310,9 @@ class AgentTracker:
     def survey(self) -> None:
         """A read-only look for ``status`` when the daemon is down: nothing is written or committed."""
         self.refresh()
+        self.refresh_history_lost()
         self.first_change = self.last_change = None  # "pending" is git's answer, below
-        self.naming = daily.naming_violations(self.workspace)
+        self.naming = set(daily.naming_violations(self.workspace))
         if self.repo.exists:
             try:
                 if self.scan_for_commit():
@@ -336,7 +374,7 @@ class AgentTracker:
     # ------------------------------------------------------------ commits
 
     def commit_deadline(self) -> float | None:
-        if self.first_change is None or self.last_change is None:
+        if self.first_change is None or self.last_change is None or self.committing is not None:
             return None
         if self.commit_now:
             due = self.first_change
@@ -347,49 +385,156 @@ class AgentTracker:
             )
         return max(due, self.retry_at) if self.retry_at else due
 
-    def scan_for_commit(self) -> list[daily.Change]:
-        """Uncommitted L1/L2 changes that may be committed; records what is held back."""
+    def scan_changes(
+        self, known: dict[str, list[Finding]] | None = None
+    ) -> tuple[list[daily.Change], dict[str, list[Finding]], dict[str, str]]:
+        """Uncommitted L1/L2 changes that may be committed, those held back (a secret in the file) and those
+        skipped (unsafe to open); reads the workspace and git only, so a commit job runs it off the loop.
+
+        Without ``known``, each file's content is checked here (``status`` with the daemon down).  A
+        commit job passes the verdicts the edit flow reached (``withheld``): those files are held back,
+        and no other file is read here, because what git stages of each is checked before it is
+        committed (daemon/commits.py), a secret written since the edit flow's look included.
+        """
         eligible = []
         held: dict[str, list[Finding]] = {}
+        skipped: dict[str, str] = {}
+        cancel = self.repo.cancel
         for change in self.repo.changes(PATHSPECS):
+            if cancel is not None:
+                cancel.check()  # the daemon is stopping: a scan of 20,000 files is not waited for
             if not is_memory_path(change.path):
                 continue
             if change.kind != "deleted":
-                inspection, findings = self.look(change.path)
+                if known is None:
+                    inspection, findings = self.look(change.path)
+                else:  # off the loop thread: the file is opened and fstat'ed, not read (see above)
+                    inspection = peek(self.workspace, change.path, self.settings.max_index_bytes)
+                    findings = known.get(change.path, [])
                 if not inspection.usable:
                     if inspection.skip:
-                        self.skipped[change.path] = inspection.skip
+                        skipped[change.path] = inspection.skip
                     continue
                 if findings:
                     held[change.path] = findings
                     continue
             eligible.append(change)
+        return eligible, held, skipped
+
+    def scan_for_commit(self) -> list[daily.Change]:
+        """Uncommitted L1/L2 changes that may be committed; records what is held back."""
+        eligible, held, skipped = self.scan_changes()
+        self.skipped.update(skipped)
+        self._hold_back(held)
+        return eligible
+
+    def _hold_back(self, held: dict[str, list[Finding]]) -> None:
         for rel, findings in held.items():
             if self.held_back.get(rel) != findings:
                 log.warning("%s: holding back %s from git: %s", self.id, rel, "; ".join(str(f) for f in findings))
         self.held_back = held
-        return eligible
 
-    def commit(self, now: float | None = None) -> daily.CommitInfo | None:
-        """Commit pending L1/L2 changes in one batch; on failure, back off and keep them pending."""
-        now = time.monotonic() if now is None else now
-        try:
-            self.repo.ensure()
-            eligible = self.scan_for_commit()
-            info = self.repo.commit([c.path for c in eligible], daily.commit_message(eligible)) if eligible else None
-        except (daily.RepoBusyError, daily.RepoRefusedError, git.GitCommandError, OSError) as exc:
-            return self._failed(now, _error_text(exc, self.workspace))
-        if info is not None:
-            self.last_commit = info
-            log.info("%s: committed %s %s", self.id, info.short, info.subject)
-        self.first_change = self.last_change = self.retry_at = None
+    def begin_commit(self, now: float | None = None) -> CommitJob:
+        """The commit of what is pending, as a job to run (off the loop thread); the pending marks wait in it."""
+        job = CommitJob(self.id, self.repo, self.guard, functools.partial(self.scan_changes, dict(self.withheld)))
+        job.marks = (self.first_change, self.last_change, self.commit_now)
+        self.first_change = self.last_change = None
         self.commit_now = False
+        self.committing = job
+        return job
+
+    def finish_commit(
+        self, job: CommitJob, outcome: CommitOutcome, now: float | None = None
+    ) -> daily.CommitInfo | None:
+        """Apply what ``job`` did (loop thread): commits, held-back files, a rewritten history, failures.
+
+        Edits made while it ran keep their own marks; a failed, stopped or
+        unfinished job gives its marks back, so nothing pending is forgotten.
+        """
+        now = time.monotonic() if now is None else now
+        if self.committing is job:
+            self.committing = None
+        if outcome.scanned:
+            self.skipped.update(outcome.skipped)
+            self._hold_back(outcome.held)
+        if outcome.commits:
+            self.last_commit = outcome.commits[-1]
+        if outcome.rewritten is not None:
+            self._rewritten(outcome.rewritten)
+        if outcome.error is not None or outcome.cancelled or outcome.left:
+            first, last, immediate = job.marks
+            if first is not None:
+                self.first_change = min(first, self.first_change if self.first_change is not None else first)
+                self.last_change = max(last or first, self.last_change or first)
+            self.mark_dirty(now, immediate=immediate or outcome.left > 0)
+            if outcome.error is not None:
+                return self._failed(now, _error_text(outcome.error, self.workspace))
+            return outcome.commits[-1] if outcome.commits else None
+        self.retry_at = None
         if self.failures:
             log.info("%s: commits work again after %d failed attempt(s)", self.id, self.failures)
         self.failures = 0
         self.failing_since = None
         self.last_error = None
-        return info
+        return outcome.commits[-1] if outcome.commits else None
+
+    def commit(self, now: float | None = None) -> daily.CommitInfo | None:
+        """Commit pending L1/L2 changes now, in this thread; on failure, back off and keep them pending."""
+        job = self.begin_commit(now)
+        return self.finish_commit(job, job(), now)
+
+    # ------------------------------------------------------------ history
+
+    def check_history(self) -> None:
+        """Whether the workspace's history still holds the daemon's last commit (never while a commit runs)."""
+        if self.committing is not None:
+            return
+        rewritten = self.repo.history_check()
+        if rewritten is not None:
+            self._rewritten(rewritten)
+        elif not self._history_read:
+            self.refresh_history_lost()  # what earlier runs found stays shown after a restart
+
+    def _rewritten(self, found: daily.Rewritten) -> None:
+        """A lost history, said once: logged, audited, shown in status; the last commit shown is git's again."""
+        copy = self.repo.copy
+        subject = found.commit.subject if found.commit else ""
+        log.warning(
+            "%s: HISTORY REWRITTEN: the daemon's commit %s (%r) is gone from %s: %s; it and every version "
+            "before it are kept in %s",
+            self.id,
+            found.lost[:10],
+            subject,
+            self.workspace,
+            found.why,
+            copy.path if copy else "no copy",
+        )
+        if self.audit is not None:
+            self.audit("history_rewritten", agent=self.id, lost_commit=found.lost, head=found.head, reason=found.why)
+        self.last_commit = None
+        with contextlib.suppress(git.GitCommandError, daily.RepoRefusedError, OSError):
+            if (self.workspace / ".git").is_dir():
+                self.last_commit = self.repo.head()
+        self.refresh_history_lost()
+        self.mark_dirty(immediate=True)  # a removed .git is made anew and every file committed into it
+
+    def refresh_history_lost(self) -> None:
+        """What the copy keeps of histories the workspace lost (shown in status)."""
+        copy = self.repo.copy
+        if copy is None:
+            return
+        self._history_read = True
+        with contextlib.suppress(git.GitCommandError, OSError):
+            self.history_lost = [
+                {
+                    "commit": lost.commit.short,
+                    "subject": lost.commit.subject,
+                    "time": lost.commit.time,
+                    "found": lost.found,
+                    "copy": str(copy.path),
+                }
+                for lost in copy.lost()
+            ]
 
     def _failed(self, now: float, error: str) -> None:
         self.failures += 1
@@ -404,7 +549,7 @@ class AgentTracker:
 
     @property
     def pending(self) -> bool:
-        return self.first_change is not None
+        return self.first_change is not None or self.committing is not None
 
     # ------------------------------------------------------------ report
 
@@ -424,7 +569,8 @@ class AgentTracker:
                 for rel, findings in sorted(self.held_back.items())
                 for f in findings
             ],
-            "naming_violations": list(self.naming),
+            "naming_violations": sorted(self.naming)[:REPORT_LISTED],
+            "naming_violations_total": len(self.naming),
             "skipped": [{"path": p, "reason": r} for p, r in sorted(self.skipped.items())],
             "not_indexed": [{"path": p, "reason": r} for p, r in sorted(self.not_indexed.items())],
             "last_error": self.last_error,
@@ -438,6 +584,8 @@ class AgentTracker:
                 else None
             ),
             "refused": [{"path": p, "reason": r} for p, r in sorted(self.refused.items())],
+            "committing": self.committing.progress if self.committing else None,
+            "history_lost": self.history_lost,
         }
         # A name that is not UTF-8 is shown escaped (bad\xffname.md): it never breaks the report.
         return json_safe(report)

@@ -53,6 +53,19 @@ def _in_git_dir(path: str) -> bool:
     return "/.git/" in path or path.endswith("/.git")
 
 
+def _names_history(path: str) -> bool:
+    """A path in a ``.git`` whose change can change what history the repository holds.
+
+    Only these leave the handler: ``.git`` itself (removed, replaced), ``HEAD``,
+    ``packed-refs`` and ``refs/``; git writes thousands of objects per commit,
+    and those events are noise.
+    """
+    if path.endswith("/.git"):
+        return True
+    _, _, inside = path.rpartition("/.git/")
+    return inside in ("HEAD", "packed-refs") or inside.startswith("refs/")
+
+
 class _Handler(FileSystemEventHandler):
     def __init__(self, on_change: ChangeCallback) -> None:
         self.on_change = on_change
@@ -63,7 +76,7 @@ class _Handler(FileSystemEventHandler):
             paths.append(event.dest_path)
         for raw in paths:
             path = os.fsdecode(raw)
-            if path and not _in_git_dir(path):
+            if path and (not _in_git_dir(path) or _names_history(path)):
                 self.on_change(path, event.is_directory)
 
 

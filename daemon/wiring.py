@@ -65,11 +65,25 @@ def settings_from(config: Config) -> Settings:
     )
 
 
-def workspace_repo(config: Config, workspace: Path):
-    """The git repository of ``workspace`` with the configured author and stale-lock age (one construction)."""
-    from layers import daily
+HISTORY_DIR = "history"  # under state_dir: the daemon's copy of each workspace's history (layers/history_copy.py)
 
-    return daily.WorkspaceRepo(workspace, (config.git.author_name, config.git.author_email), config.git.stale_lock_s)
+
+def history_copy_path(config: Config, agent_id: str) -> Path:
+    return config.paths.state_dir / HISTORY_DIR / f"{agent_id}.git"
+
+
+def workspace_repo(config: Config, workspace: Path, agent_id: str | None = None):
+    """The git repository of ``workspace`` with the configured author and stale-lock age (one construction).
+
+    With ``agent_id``, every commit made through it is also kept in that agent's
+    copy under the state directory, out of the agent's reach.
+    """
+    from layers import daily
+    from layers.history_copy import HistoryCopy
+
+    copy = HistoryCopy(history_copy_path(config, agent_id)) if agent_id else None
+    author = (config.git.author_name, config.git.author_email)
+    return daily.WorkspaceRepo(workspace, author, config.git.stale_lock_s, copy)
 
 
 def make_tracker(
@@ -86,9 +100,8 @@ def make_tracker(
     from daemon.tracker import AgentTracker
 
     files = FileState(record, storage, agent.id)
-    return AgentTracker(
-        agent, workspace_repo(config, agent.workspace), files, guard, settings_from(config), listeners, audit
-    )
+    repo = workspace_repo(config, agent.workspace, agent.id)
+    return AgentTracker(agent, repo, files, guard, settings_from(config), listeners, audit)
 
 
 def limits_of(config: Config) -> dict:

@@ -18,13 +18,17 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
-from layers import safefs
+from layers import gitcommit, safefs
+from layers.gitcommit import Check, StagedChange
+from layers.gitlog import LOG_FORMAT, CommitInfo, parse_log
+from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git
+from layers.history_copy import HistoryCopy
 from layers.names import shown as printable
 
 if TYPE_CHECKING:
@@ -50,9 +54,6 @@ MEMORY_DIR = "memory"
 ARCHIVE_DIR = "memory/archive"
 LONG_TERM_FILE = "MEMORY.md"
 DAILY_NAME_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})\.md$")
-
-T = TypeVar("T")
-
 
 # ---------------------------------------------------------------- daily files
 
@@ -161,23 +162,6 @@ class RepoRefusedError(RuntimeError):
     """A repository git is not run in: its ``.git`` is a symlink or a gitfile pointing elsewhere."""
 
 
-# Settings every git command gets on its command line, whatever the repository's
-# own .git/config (which the agent can write) says: the daemon runs git as root
-# in directories agents control, and none of these may make root run a program
-# of the agent's choosing.  Command-line settings win over every config file.
-_NEUTRAL_CONFIG = (
-    ("core.hooksPath", "/dev/null"),
-    ("core.fsmonitor", "false"),
-    ("core.attributesFile", "/dev/null"),
-    ("core.pager", "cat"),
-    ("core.editor", "true"),
-    ("commit.gpgSign", "false"),
-    ("tag.gpgSign", "false"),
-    ("gc.auto", "0"),
-    ("maintenance.auto", "false"),
-    ("credential.helper", ""),
-    ("submodule.recurse", "false"),
-)
 # Per driver named in any config file: a filter (run on every file ``git add`` or
 # ``git status`` hashes) is emptied, which makes git use the content as it is.
 _FILTER_KEYS = (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false"))
@@ -192,30 +176,6 @@ class Change:
 
 
 @dataclass(frozen=True)
-class CommitInfo:
-    sha: str
-    time: str  # ISO 8601 with offset
-    author: str
-    subject: str
-
-    @property
-    def short(self) -> str:
-        return self.sha[:10]
-
-
-_LOG_FORMAT = "%H%x1f%aI%x1f%an%x1f%s"
-
-
-def _parse_log(output: str) -> list[CommitInfo]:
-    commits = []
-    for line in output.splitlines():
-        parts = line.split("\x1f")
-        if len(parts) == 4:
-            commits.append(CommitInfo(*parts))
-    return commits
-
-
-@dataclass(frozen=True)
 class Restored:
     """What ``restore`` did: the commit that keeps the edits it replaced, and the restore commit."""
 
@@ -224,6 +184,27 @@ class Restored:
     changed: bool  # whether the file's content changed
     commit: CommitInfo | None
     kept_edits_commit: CommitInfo | None
+    from_copy: bool = False  # taken from the daemon's copy: the workspace's history no longer had it
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a commit did: the commit, what it holds, what ``check`` held back, a rewritten history found."""
+
+    info: CommitInfo | None
+    changes: list[StagedChange] = field(default_factory=list)
+    held: dict[str, object] = field(default_factory=dict)
+    lost: str | None = None  # the daemon's previous last commit, when this one does not descend from it
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """The daemon's last commit is no longer in the workspace's history (kept in the copy)."""
+
+    lost: str
+    commit: CommitInfo | None  # as the copy holds it
+    head: str | None  # the workspace's HEAD now (None: no commits)
+    why: str
 
 
 class WorkspaceRepo:
@@ -242,12 +223,19 @@ class WorkspaceRepo:
         path: Path,
         author: tuple[str, str] = ("memstrata", "memstrata@localhost"),
         stale_lock_s: float = 60.0,
+        copy: HistoryCopy | None = None,
     ) -> None:
         self.path = path
         self.stale_lock_s = stale_lock_s
+        #: Where every commit made here is copied, out of the agent's reach (None: nowhere).
+        self.copy = copy
+        #: Set by the daemon's stop: kills the commit pipeline's running git (see layers/gitrun.py).
+        self.cancel: Cancel | None = None
         self._author = author
         self._git: git.Git | None = None
         self._filters: tuple[str, ...] = ()
+        self._prefix: list[str] = []
+        self._env: dict[str, str | None] = {}
 
     # -- set-up
 
@@ -281,21 +269,27 @@ class WorkspaceRepo:
         if self._git is None:
             cmd = git.Git(self.path)
             real = os.path.realpath(self.path)
-            options = [f"safe.directory={real}", *(f"{k}={v}" for k, v in _NEUTRAL_CONFIG)]
+            options = [f"safe.directory={real}", *(f"{k}={v}" for k, v in NEUTRAL_CONFIG)]
             cmd.set_persistent_git_options(git_dir=os.path.join(real, ".git"), work_tree=real, c=options)
+            self._prefix = ["git", f"--git-dir={os.path.join(real, '.git')}", f"--work-tree={real}"]
+            self._prefix += [arg for option in options for arg in ("-c", option)]
             name, email = self._author
-            cmd.update_environment(
-                GIT_AUTHOR_NAME=name,
-                GIT_AUTHOR_EMAIL=email,
-                GIT_COMMITTER_NAME=name,
-                GIT_COMMITTER_EMAIL=email,
-                GIT_TERMINAL_PROMPT="0",
+            self._env = {
+                "GIT_AUTHOR_NAME": name,
+                "GIT_AUTHOR_EMAIL": email,
+                "GIT_COMMITTER_NAME": name,
+                "GIT_COMMITTER_EMAIL": email,
+                "GIT_TERMINAL_PROMPT": "0",
                 # status never rewrites the index (a root-owned copy in the agent's repository)
-                GIT_OPTIONAL_LOCKS="0",
-                GIT_PAGER="cat",
-                GIT_EXTERNAL_DIFF=None,
-                GIT_CONFIG_NOSYSTEM=None,
-            )
+                "GIT_OPTIONAL_LOCKS": "0",
+                "GIT_PAGER": "cat",
+                "GIT_EXTERNAL_DIFF": None,
+                "GIT_CONFIG_NOSYSTEM": None,
+                "GIT_INDEX_FILE": None,
+                "GIT_DIR": None,
+                "GIT_WORK_TREE": None,
+            }
+            cmd.update_environment(**self._env)
             self._git = cmd
             self._filters = ()
         return created
@@ -329,8 +323,14 @@ class WorkspaceRepo:
                 env[f"GIT_CONFIG_VALUE_{i}"] = value
             env["GIT_CONFIG_COUNT"] = str(len(pairs)) if pairs else None
             cmd.update_environment(**env)
+            self._env.update(env)
             self._filters = tuple(names)
         return cmd
+
+    def _runner(self) -> Git:
+        """The repository's git for the commit pipeline (stdin, deadlines, cancel), filters emptied."""
+        self._worktree_git()
+        return Git(self._prefix, self._env, self.path, self.cancel)
 
     # -- lock handling
 
@@ -349,22 +349,6 @@ class WorkspaceRepo:
         with contextlib.suppress(FileNotFoundError):
             self._lock.unlink()
         return True
-
-    def _locked(self, action: Callable[[], T]) -> T:
-        """Run a git command that takes the index lock; a crashed git's lock is removed once.
-
-        A fresh lock means another git is at work: :class:`RepoBusyError` lets the
-        caller retry later instead of failing in a loop.
-        """
-        self._clear_stale_lock()
-        try:
-            return action()
-        except git.GitCommandError:
-            if not os.path.lexists(self._lock):
-                raise
-            if self._clear_stale_lock():
-                return action()
-            raise RepoBusyError(f"{self._lock} is held by another git process") from None
 
     # -- reading
 
@@ -386,21 +370,6 @@ class WorkspaceRepo:
             found.append(Change(rel, kind))
         return found
 
-    def is_tracked(self, rel: str) -> bool:
-        try:
-            self.git.ls_files("--error-unmatch", "--", rel)
-        except git.GitCommandError:
-            return False
-        return True
-
-    def _in_head(self, paths: list[str]) -> set[str]:
-        """Which of ``paths`` the newest commit holds (a path removed from the index is still one)."""
-        try:
-            out = self.git.ls_tree("-z", "--name-only", "--full-tree", "HEAD", "--", *paths)
-        except git.GitCommandError:
-            return set()  # no commits yet
-        return set(out.split("\0")) - {""}
-
     def head(self) -> CommitInfo | None:
         """The newest commit, or None in a repository without commits."""
         commits = self.log(limit=1)
@@ -408,11 +377,11 @@ class WorkspaceRepo:
 
     def log(self, rel: str | None = None, limit: int = 20) -> list[CommitInfo]:
         """Commits newest first; with ``rel``, the history of that file across renames."""
-        args = [f"--format={_LOG_FORMAT}", f"-n{int(limit)}"]
+        args = [f"--format={LOG_FORMAT}", f"-n{int(limit)}"]
         if rel:
             args += ["--follow", "--", rel]
         try:
-            return _parse_log(self.git.log(*args))
+            return parse_log(self.git.log(*args))
         except git.GitCommandError as exc:
             if "does not have any commits" in str(exc.stderr) or "bad default revision" in str(exc.stderr):
                 return []
@@ -437,28 +406,105 @@ class WorkspaceRepo:
 
     # -- writing
 
-    def commit(self, paths: list[str], message: str) -> CommitInfo | None:
-        """Commit exactly ``paths`` (adds, edits, deletions, renames); None when nothing changed.
+    def commit(
+        self, paths: list[str], message: str | Callable[[list[StagedChange]], str], check: Check | None = None
+    ) -> CommitInfo | None:
+        """Commit exactly ``paths`` (adds, edits, deletions, renames); None when nothing changed."""
+        return self.commit_checked(paths, message, check).info
 
-        Only these paths go into the commit (``git commit -- paths``), so anything
-        a person has staged by hand stays staged and untouched.
+    def commit_checked(
+        self,
+        paths: list[str],
+        message: str | Callable[[list[StagedChange]], str],
+        check: Check | None = None,
+        keep: bool = True,
+    ) -> Committed:
+        """Commit exactly ``paths``, each as git staged it and ``check`` passed it (:mod:`layers.gitcommit`).
+
+        Only these paths go into the commit, so anything a person has staged by
+        hand for other paths stays staged and untouched.  A fresh ``index.lock``
+        (another git at work) raises :class:`RepoBusyError` before anything is
+        done.  The commit is then copied to :attr:`copy` (unless ``keep`` is False:
+        a caller making several commits in a row copies the last one, which
+        reaches the others).
         """
-        paths = list(dict.fromkeys(paths))
-        gone = [p for p in paths if not os.path.lexists(self.path / p)]
-        in_head = self._in_head(gone) if gone else set()
-        present = [p for p in paths if p not in gone or p in in_head or self.is_tracked(p)]
-        if not present:
-            return None
-        cmd = self._worktree_git()
+        self.ensure()
+        self._clear_stale_lock()
+        if os.path.lexists(self._lock):
+            raise RepoBusyError(f"{self._lock} is held by another git process")
+        runner = self._runner()
         try:
-            self._locked(lambda: cmd.add("-A", "--", *present))
-            staged = cmd.diff("--cached", "--name-only", "--no-renames", "-z", "--", *present)
-            if not staged.strip("\0"):
-                return None
-            self._locked(lambda: cmd.commit("--no-edit", "--no-verify", "-m", message, "--", *present))
-            return self.head()
+            result = gitcommit.commit_paths(runner, paths, message, check)
+            info = self._info(runner, result.sha) if result.sha else None
+        except gitcommit.IndexBusy as exc:
+            raise RepoBusyError(str(exc)) from None
         finally:
             self._give_to_owner()
+        lost = self.keep(result.sha) if result.sha and keep else None
+        return Committed(info, result.committed, result.held, lost)
+
+    def _info(self, runner: Git, sha: str) -> CommitInfo | None:
+        commits = parse_log(runner.run("log", f"--format={LOG_FORMAT}", "-n1", sha).decode(errors="replace"))
+        return commits[0] if commits else None
+
+    # -- the copy out of the agent's reach
+
+    def kept_elsewhere(self, rel: str | None = None, limit: int = 20) -> list[CommitInfo]:
+        """Commits only :attr:`copy` still has: histories this workspace lost (empty without a readable copy)."""
+        if self.copy is None or not self.copy.exists or not self.copy.lost():
+            return []
+        head = None
+        if (self.path / ".git").is_dir():
+            head = gitcommit.head_commit(self._runner())
+        beyond = (self.path / ".git" / "objects", head) if head else None
+        return self.copy.log(rel, limit, beyond)
+
+    def keep(self, sha: str) -> str | None:
+        """Copy commit ``sha`` to :attr:`copy`; the daemon's previous last commit when ``sha`` does not
+        descend from it (the history was rewritten; the copy keeps the old one).  A copy that fails is
+        logged: the commit stands, and the next one copies everything it reaches."""
+        if self.copy is None:
+            return None
+        try:
+            return self.copy.keep(self.path / ".git" / "objects", sha)
+        except (git.GitCommandError, OSError) as exc:
+            log.warning("could not copy commit %s of %s to %s: %s", sha[:10], self.path, self.copy.path, exc)
+            return None
+
+    def history_check(self) -> Rewritten | None:
+        """Whether the workspace's history still holds the daemon's last commit; what was lost when not.
+
+        A rewrite found is recorded in the copy once (the lost history kept, the
+        copy following the workspace from then on), so the next check is clean.
+        A copy that has nothing yet is seeded with the workspace's history.
+        """
+        if self.copy is None or (os.path.lexists(self.copy.path) and not self.copy.exists):
+            return None  # no copy, or one this process may not read
+        last = self.copy.last()
+        present = (self.path / ".git").is_dir() and not (self.path / ".git").is_symlink()
+        head = gitcommit.head_commit(self._runner()) if present else None
+        if last is None:
+            if head is not None:
+                self.keep(head)  # a copy to start: the history as it is now
+            return None
+        if head == last:
+            return None
+        # exit 128: the workspace no longer has the commit at all (gc'd after a reset)
+        if head is not None and self._runner().status("merge-base", "--is-ancestor", last, head, fatal=False)[0] == 0:
+            self.keep(head)  # the copy follows: commits made since (a person's, or ours a stop cut) are kept too
+            return None
+        if not present:
+            why = "the workspace's repository (.git) was removed or replaced"
+        elif head is None:
+            why = "the workspace's repository has no commits any more (emptied or made anew)"
+        else:
+            why = "the workspace's history no longer contains it (reset, rebased or rewritten)"
+        commit = self.copy.info(last)
+        if head is None:
+            self.copy.forget_last()
+        else:
+            self.keep(head)
+        return Rewritten(last, commit, head, why)
 
     def _give_to_owner(self) -> None:
         """What git just wrote as root (objects, index, refs) goes to the workspace's owner, so an
@@ -485,8 +531,19 @@ class WorkspaceRepo:
         is called with ("uncommitted edits", content) and (sha, content) before
         anything is written; it raises to refuse (the daemon's secret guard).
         """
-        sha = self.resolve(rev)
-        content = self.read_at(sha, rel)
+        try:
+            sha = self.resolve(rev)
+            content = self.read_at(sha, rel)
+            from_copy = False
+        except ValueError:
+            if self.copy is None or not self.copy.exists:
+                raise
+            try:
+                sha = self.copy.resolve(rev)  # a version the workspace's history no longer holds
+            except ValueError:
+                raise ValueError(f"no commit {rev!r} in {self.path} nor in the daemon's copy of it") from None
+            content = self.copy.read_at(sha, rel)
+            from_copy = True
         if check is not None:
             check(sha[:10], content)
         current = safefs.read_bytes(self.path, rel)
@@ -500,9 +557,10 @@ class WorkspaceRepo:
                 f"The file had changes no commit held; this commit keeps them.\n\nM {rel}\n",
             )
         if current == content:
-            return Restored(rel, sha, False, None, kept)
+            return Restored(rel, sha, False, None, kept, from_copy)
         safefs.write_atomic(self.path, rel, content, owner=safefs.owner_of(self.path))
-        message = f"memstrata: restore {rel} from {sha[:10]}\n\nM {rel}\n"
+        where = " (kept in the daemon's copy of this history)" if from_copy else ""
+        message = f"memstrata: restore {rel} from {sha[:10]}{where}\n\nM {rel}\n"
         for attempt in range(busy_retries + 1):  # the file is written: its commit must not be given up lightly
             try:
                 info = self.commit([rel], message)
@@ -511,14 +569,33 @@ class WorkspaceRepo:
                 if attempt == busy_retries:
                     raise
                 time.sleep(0.5)
-        return Restored(rel, sha, True, info, kept)
+        return Restored(rel, sha, True, info, kept, from_copy)
 
 
-def commit_message(changes: list[Change], verb: str = "update") -> str:
-    """A subject that names the files, and a body listing every one with its change."""
-    names = [printable(c.path) for c in changes]  # a name that is not UTF-8 is written escaped
+MESSAGE_LISTED = 100  # files a commit message names one per line; the others are counted
+_NAME_CHARS = 160  # of one name in a message (a path may be 4 KiB)
+
+
+def _name(path: str) -> str:
+    name = printable(path)  # a name that is not UTF-8 is written escaped
+    return name if len(name) <= _NAME_CHARS else name[: _NAME_CHARS - 1] + "…"
+
+
+def commit_message(changes: Sequence[Change | StagedChange], verb: str = "update", part: str = "") -> str:
+    """A subject that names the first files, a body that lists up to MESSAGE_LISTED and counts the rest.
+
+    Bounded whatever the batch: 20,000 files listed one per line made a 640 KB
+    message.  ``part`` (``2/10``) says which batch of a large change this is.
+    """
+    names = [_name(c.path) for c in changes]
     shown = ", ".join(names[:3])
-    more = f" (+{len(names) - 3} more)" if len(names) > 3 else ""
+    more = f" (+{len(names) - 3:,} more)" if len(names) > 3 else ""
     marks = {"added": "A", "modified": "M", "deleted": "D"}
-    body = "\n".join(f"{marks.get(c.kind, '?')} {printable(c.path)}" for c in changes)
-    return f"memstrata: {verb} {shown}{more}\n\n{body}\n"
+    lines = [f"{marks.get(c.kind, '?')} {name}" for c, name in zip(changes[:MESSAGE_LISTED], names, strict=False)]
+    if len(changes) > MESSAGE_LISTED:
+        counts = {kind: sum(1 for c in changes if c.kind == kind) for kind in marks}
+        lines.append(f"… and {len(changes) - MESSAGE_LISTED:,} more")
+        lines.append("")
+        lines.append(f"{len(changes):,} files: " + ", ".join(f"{n:,} {kind}" for kind, n in counts.items() if n))
+    suffix = f" [part {part}]" if part else ""
+    return f"memstrata: {verb} {shown}{more}{suffix}\n\n" + "\n".join(lines) + "\n"
