@@ -14,12 +14,13 @@ work (a reindex), and the client decides how long to wait.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from daemon.limits import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S
+from daemon.limits import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_HEADER_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,19 @@ class DeadlineH11Protocol(H11Protocol):
         self._cancel("_header_timer")
         self._cancel("_idle_timer")
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse (or whose headers are over the limit): a JSON error like every other."""
+        problem = f"a malformed request line or header, or over {MAX_HEADER_BYTES:,} bytes of them"
+        body = json.dumps({"error": f"invalid HTTP request: {problem}"}).encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        try:
+            self.transport.write(self.conn.send(h11.Response(status_code=400, headers=headers, reason=b"Bad Request")))
+            self.transport.write(self.conn.send(h11.Data(data=body)))
+            self.transport.write(self.conn.send(h11.EndOfMessage()))
+        except h11.LocalProtocolError:
+            pass  # no answer is possible in this state: closing says it
+        self.transport.close()
 
     def _arm_header_timer(self) -> None:
         self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
