@@ -233,12 +233,18 @@ def main(quick: bool = False) -> None:
         for agent in ("alpha", "beta"):
             run_cli("agent", "add", agent, config=config)
         agents = root / "workspace" / "agents"
-        _write_corpus(agents / "alpha-workspace", 40, seed=3)
-        _write_corpus(agents / "beta-workspace", 40, seed=4)
+        _write_corpus(agents / "alpha-workspace", 20, seed=3)
+        _write_corpus(agents / "beta-workspace", 20, seed=4)
         daemon = DaemonProcess(config).start()
         try:
             beta = DaemonClient(daemon.socket, timeout=60, token=token_of(root, "beta"))
             wait_for(lambda: beta.search("beta", "qdrant")["results"], timeout=300, what="beta indexed")
+            wait_for(  # idle means idle: every chunk has its vector
+                lambda: all(not (a.get("index") or {}).get("pending_embeddings") for a in daemon.status()["agents"]),
+                timeout=3600,
+                interval=2,
+                what="vectors built",
+            )
             wait_reachable(daemon)
             bench_search_flood(daemon, root, quick)
             bench_add_flood(daemon, root, quick)

@@ -18,6 +18,7 @@ from bench import (
     bench_conversation,
     bench_daemon,
     bench_edge,
+    bench_flood,
     bench_front,
     bench_index,
     bench_stop,
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "conversation": bench_conversation.main,
     "edge": lambda quick: bench_edge.main([1000] if quick else [1000, 10_000, 50_000]),
     "stop": bench_stop.main,
+    "flood": bench_flood.main,
     "recall": recall.main,
 }
 

@@ -23,9 +23,9 @@ MAX_QUERY_CHARS = 4096  # documented in README.md ("Limits")
 MAX_SEARCH_BODY_BYTES = 6 * MAX_QUERY_CHARS + 8192
 MAX_MEMORY_TEXT_CHARS = 20_000  # one L4 memory's text
 # An add or update body: the text JSON-escaped (6 bytes per character at worst) and a few short fields.
-MAX_MEMORY_BODY_BYTES = 6 * MAX_MEMORY_TEXT_CHARS + 8192
+MAX_MEMORY_BODY_BYTES = 128 * 1024
+assert MAX_MEMORY_BODY_BYTES >= 6 * MAX_MEMORY_TEXT_CHARS + 8192
 MAX_SMALL_BODY_BYTES = 8192  # reindex, admin maintenance: a few flags and a path
-MAX_JSON_DEPTH = 32  # no request nests deeper than 2; this refuses a 100,000-deep body before it is parsed
 
 # A value the daemon repeats back (in an error) or writes down (in the audit log) is cut to this many
 # characters; what it was is said by its length ("… (5,242,880 characters)").
