@@ -146,6 +146,8 @@ class Writes:
         depth = self.queue.depth()  # None: the queue cannot be read (a full disk kept it from opening)
         if depth == 0 or (depth is None and self.queue.nothing_queued()):  # earlier queued writes go first
             attempted = self.thread.breaker.closed
+            if not infer:  # with an LLM, mem0 embeds the facts it extracts, not the text
+                self.thread.embed_ahead(record.text)
             try:
                 results = self.thread.call("add", lambda: self.write(record, check_first=retry))
                 self.storage.succeeded("store")
