@@ -311,12 +311,10 @@ def build_app(daemon: DaemonApi) -> Starlette:
     async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": f"{request.method} is not a method of {request.url.path}"[:1000]}, 405)
 
-    app = Starlette(
+    return Starlette(
         routes=[Route(path, endpoint, methods=[method]) for path, method, endpoint in routes],
         exception_handlers={404: not_found, 405: not_allowed},
     )
-    app.state.gate = gate  # the lanes, for status and tests
-    return app
 
 
 def bind_unix_socket(path: Path) -> socket.socket:

@@ -29,6 +29,7 @@ from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 from layers.ids import AGENT_ID_PATTERN
 from layers.local.search import MODES as SEARCH_MODES
 
+CHOICES_OF = {"type": "memory type", "visibility": "visibility", "mode": "search mode", "role": "role"}
 ID_RULE = "1-64 characters from a-z, 0-9, '_' and '-', starting with a letter or digit"
 
 
@@ -219,7 +220,8 @@ def _problem(error: dict, fields: Mapping[str, object], model: type[Request]) ->
     if kind in ("greater_than_equal", "greater_than"):
         return f"{field} must be at least {ctx.get('ge', ctx.get('gt'))}"
     if kind == "literal_error":
-        return f"{field} must be one of {ctx.get('expected', '')}"
+        noun = CHOICES_OF.get(field, "value")
+        return f"{field}: unknown {noun}, use one of {ctx.get('expected', '')}"
     if kind == "value_error":
         return f"{field} {str(error['msg']).removeprefix('Value error, ')}"
     return f"{field}: {error['msg']}"

@@ -57,7 +57,6 @@ class FairScheduler:
         self._turns: deque[Hashable] = deque()  # callers with a request waiting, next in turn first
         self._busy = 0
         self._mean_s: dict[Hashable, float] = {}
-        self.refused = 0  # 429s answered, for status
 
     async def run(self, caller: Hashable, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` on a thread once ``caller``'s turn comes; Busy when its queue is full."""
@@ -69,15 +68,6 @@ class FairScheduler:
             return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
         finally:
             self._release(caller, time.monotonic() - started)
-
-    def snapshot(self) -> dict:
-        """Who runs and waits now (counts only), for status."""
-        return {
-            "running": self._busy,
-            "waiting": sum(len(q) for q in self._waiting.values()),
-            "callers": len(set(self._running) | set(self._waiting)),
-            "refused": self.refused,
-        }
 
     def retry_after(self, caller: Hashable, waiting: int) -> int:
         """Seconds until a caller with ``waiting`` queued requests likely has room again."""
@@ -92,7 +82,6 @@ class FairScheduler:
             return
         depth = len(waiting) if waiting else 0
         if depth >= self.queued:
-            self.refused += 1
             raise Busy(caller, depth, self.retry_after(caller, depth))
         turn: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(caller, deque()).append(turn)
@@ -123,6 +112,9 @@ class FairScheduler:
         if took is not None:
             mean = self._mean_s.get(caller)
             self._mean_s[caller] = took if mean is None else (1 - _SMOOTHING) * mean + _SMOOTHING * took
+        if caller in self._turns:  # who was just served waits behind everyone else
+            self._turns.remove(caller)
+            self._turns.append(caller)
         self._dispatch()
 
     def _forget(self, caller: Hashable) -> None:

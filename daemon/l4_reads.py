@@ -72,7 +72,6 @@ class Reads:
 
         registry = self.registry.current()
         phases = read_phases(registry, agent)
-        self.thread.embed_ahead(query, query=True)
         try:
             found = self.thread.call("search", lambda: self.thread.store.search(query, phases, limit))
         except StoreDown as exc:

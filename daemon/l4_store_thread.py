@@ -77,9 +77,11 @@ class StoreThread:
     def embed_ahead(self, text: str, query: bool = False) -> None:
         """From the caller's thread: embed what its store call will need before the call is queued.
 
-        The store thread then runs store operations only, so one agent's stream of writes holds
-        another agent's search up by one store operation (milliseconds), not by a write's embedding.
-        Anything that goes wrong here is left to the store call, which embeds as it always did.
+        Writes use it: the store thread then spends a write's time on the store, so one agent's
+        stream of writes holds another agent's search up by one store operation, not by a write's
+        embedding.  (A search embeds its query on the store thread, where an index rebuild of the
+        embedded store is held stopped meanwhile.)  Anything that goes wrong here is left to the
+        store call, which embeds as it always did.
         """
         if self.breaker.closed and not self.stopping:
             with contextlib.suppress(Exception):
