@@ -18,6 +18,7 @@ from bench import (
     bench_conversation,
     bench_daemon,
     bench_edge,
+    bench_flood,
     bench_front,
     bench_hostile_files,
     bench_index,
@@ -36,6 +37,7 @@ BENCHMARKS = {
     "stop": bench_stop.main,
     "hostile-files": bench_hostile_files.main,
     "many-files": bench_many_files.main,
+    "flood": bench_flood.main,
     "recall": recall.main,
 }
 

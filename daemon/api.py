@@ -4,54 +4,59 @@ The socket is bound here, not by uvicorn, so its mode is 0660 from the first
 moment (uvicorn would make it 0666): only root and the socket's group can talk
 to the daemon.  A socket left behind by a crashed daemon is replaced; a live
 one means another daemon owns it, and start-up stops with a clear message.
+
+Each route is its work alone: who may call it, its body limit, its schema and
+its lane are declared in :func:`build_app` and applied by daemon/api_gate.py;
+errors become statuses in daemon/api_answers.py.  uvicorn serves with the
+connection limits of daemon/limits.py and the header and idle deadlines of
+daemon/api_protocol.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
 import os
 import socket
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.routing import Route
 
+from daemon.api_answers import INTERNAL_ERROR, ApiError, JSONResponse  # noqa: F401 - importable from here
+from daemon.api_gate import Caller, Gate
+from daemon.api_protocol import DeadlineH11Protocol
+from daemon.api_requests import (
+    AddRequest,
+    AgentParams,
+    BackupRequest,
+    CleanupRequest,
+    DeleteAllParams,
+    ListParams,
+    MemorySearchRequest,
+    ReindexRequest,
+    RestoreRequest,
+    SearchRequest,
+    UpdateRequest,
+)
 from daemon.broker import Broker
 from daemon.contracts import StatusDocument
-from daemon.errors import (
-    ConversationUnavailableError,
-    IndexUnavailableError,
-    InvalidRequestError,
-    NotStoredError,
-    SecretRefusedError,
-    StateUnreadableError,
+from daemon.guard import SecretGuard
+from daemon.limits import (
+    KEEP_ALIVE_S,
+    MAX_CONNECTIONS,
+    MAX_HEADER_BYTES,
+    MAX_MEMORY_BODY_BYTES,
+    MAX_SEARCH_BODY_BYTES,
+    MAX_SMALL_BODY_BYTES,
+    check_query,
 )
-from daemon.limits import MAX_SEARCH_BODY_BYTES, QueryTooLongError, check_query
 from daemon.maintenance import DEFAULT_KEEP, CleanupOptions
 from daemon.tokens import ADMIN
-from layers.conversation.backup import NotABackupError
-from layers.conversation.edge import EdgeLockedError
-from layers.conversation.policy import ForbiddenError, PolicyError
-from layers.conversation.store import StoreRequestError
-from layers.daily import RepoBusyError
-from layers.ids import InvalidIdError
 from layers.local.index import Filters
-from layers.local.query import EmptyQueryError
-from layers.local.search import MODES as SEARCH_MODES
-from layers.local.vectors import VectorsUnavailableError
-from layers.names import json_safe
-from layers.yamlfile import YamlFileError
-
-log = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o660
 
@@ -59,6 +64,9 @@ SOCKET_MODE = 0o660
 class DaemonApi(Protocol):
     broker: Broker | None
     trackers: dict  # agent id → its tracker: the agents the daemon knows
+
+    @property
+    def guard(self) -> SecretGuard: ...  # the never_store patterns in force (errors are redacted with them)
 
     def status(self) -> StatusDocument: ...
 
@@ -75,103 +83,20 @@ class SocketInUseError(RuntimeError):
     """Another process is serving on the configured socket."""
 
 
-class JSONResponse(_StarletteJSONResponse):
-    """JSON that a file name which is not UTF-8 cannot break: such strings go out escaped.
+def authorize(daemon: DaemonApi, caller: Caller, agent: str, path: str) -> bool:
+    """Check that ``caller`` may act as ``agent``; True when the caller is the administrator.
 
-    The reports escape names at the source (:mod:`layers.names`); this is the
-    net under them, so one bad name never costs every agent its status.
+    A valid token of another agent is 403 and goes to the audit log (it is an
+    attempt to read or write as someone else); a missing one never gets here.
     """
-
-    def render(self, content: object) -> bytes:
-        try:
-            return super().render(content)
-        except UnicodeEncodeError:
-            return super().render(json_safe(content))
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-# The domain exceptions of the layers, the broker and the daemon, as HTTP statuses: the one place
-# that says which condition is whose fault (first match wins).  Anything else, a bare ValueError or
-# RuntimeError included, is a bug: a 500 with a log line (see _as_response), never "bad request"
-# (the caller would change a request that was fine) or "retry" (it would fail again).
-_STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
-    (ApiError, 0),
-    (NotStoredError, 507),  # a full disk: neither the store nor the queue kept the write
-    (SecretRefusedError, 422),
-    (QueryTooLongError, 413),
-    (ForbiddenError, 403),
-    (ConversationUnavailableError, 503),
-    (IndexUnavailableError, 503),
-    (StateUnreadableError, 503),
-    (RepoBusyError, 503),  # another git process holds a workspace's index.lock: a moment later it works
-    (EdgeLockedError, 503),  # another process holds the embedded store
-    (LookupError, 404),  # unknown agent, no such memory
-    (FileNotFoundError, 404),  # no backup at that path
-    (EmptyQueryError, 400),
-    (PolicyError, 400),
-    (InvalidIdError, 400),
-    (InvalidRequestError, 400),
-    (StoreRequestError, 400),  # the store refused the request itself (mem0's validation)
-    (NotABackupError, 400),
-    (YamlFileError, 400),
-    (VectorsUnavailableError, 409),
-)
-# Bugs are caught by these too, so that they are answered as a 500 in JSON and logged once.
-_BUG_KINDS = (ValueError, RuntimeError)
-
-INTERNAL_ERROR = "internal error in the memstrata daemon (a bug, not your request): its log has the details"
-
-
-def _as_response(exc: BaseException, request: Request | None = None) -> JSONResponse:
-    for kind, status in _STATUS_OF:
-        if isinstance(exc, kind):
-            if isinstance(exc, ApiError):
-                return _error(exc.status, str(exc))
-            message = str(exc.args[0]) if isinstance(exc, LookupError) and exc.args else str(exc)
-            if isinstance(exc, VectorsUnavailableError):
-                message = f"vectors unavailable: {message}"
-            return _error(status, message)
-    where = f"{request.method} {request.url.path}" if request is not None else "a request"
-    log.error("%s failed with %s (answered 500)", where, type(exc).__name__, exc_info=exc)
-    return _error(500, f"{INTERNAL_ERROR} ({type(exc).__name__})")
-
-
-def _token_of(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-
-
-def authorize(daemon: DaemonApi, request: Request, agent: str | None) -> bool:
-    """Check that the caller may act as ``agent``; True when the caller is the administrator.
-
-    A missing or unknown token is 401; a valid token of another agent is 403 and
-    goes to the audit log (it is an attempt to read or write as someone else).
-    """
-    if not agent:
-        raise ApiError(400, "agent is required")
-    caller = daemon.identify(_token_of(request))
-    if caller is None:
-        raise ApiError(
-            401, "a valid token is required (Authorization: Bearer …, from the workspace's .memstrata/token)"
-        )
-    if caller == ADMIN:
+    if caller.admin:
         if agent not in daemon.trackers:
             raise ApiError(404, f"unknown agent {agent!r}")
         return True
-    if caller != agent:
+    if caller.id != agent:
         if daemon.broker is not None:
-            daemon.broker.audit.record("impersonation_denied", caller=caller, agent=agent, path=request.url.path)
-        raise ApiError(403, f"this token belongs to agent {caller!r}, not {agent!r}")
+            daemon.broker.audit.record("impersonation_denied", caller=caller.id, agent=agent, path=path)
+        raise ApiError(403, f"this token belongs to agent {caller.id!r}, not {agent!r}")
     return False
 
 
@@ -246,252 +171,149 @@ def _conversation(daemon: DaemonApi) -> Broker:
     return daemon.broker
 
 
-def _int_param(value: str | None, default: int, low: int, high: int, name: str) -> int:
-    if value in (None, ""):
-        return default
-    try:
-        return max(low, min(int(value), high))
-    except ValueError:
-        raise ApiError(400, f"{name} must be a number") from None
-
-
-def _str_arg(args: Mapping, name: str) -> str | None:
-    value = args.get(name)
-    if value in (None, ""):
-        return None
-    if not isinstance(value, str):
-        raise ApiError(400, f"{name} must be a string")
-    return value
-
-
-def _flag(value: object, default: bool | None = None) -> bool | None:
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool):
-        return value
-    return str(value).lower() in ("1", "true", "yes")
+def _clamped(value: int | None, default: int, low: int, high: int) -> int:
+    return default if value is None else max(low, min(value, high))
 
 
 def build_app(daemon: DaemonApi) -> Starlette:
-    # Plain (sync) endpoints: Starlette runs them in its thread pool, so a slow
-    # search or reindex never blocks the event loop.
-    def status(request: Request) -> JSONResponse:
-        token = _token_of(request)
-        caller = daemon.identify(token)
-        view = scoped_status(daemon.status(), caller)
-        if token and caller is None:
+    gate = Gate(daemon.identify, lambda: daemon.guard.redact)
+
+    def status(request: Request, caller: Caller, _args: None) -> dict:
+        view = scoped_status(daemon.status(), caller.id)
+        if caller.token_given and caller.id is None:
             view["note"] = "the token presented belongs to no agent: showing daemon-level health only"
-        return JSONResponse(view)
-
-    # Errors raised by the layers and the broker become HTTP statuses in one place
-    # (the exception handlers below), so the endpoints read as the happy path.
-    def handled(fn):
-        def endpoint(request: Request) -> JSONResponse:
-            return JSONResponse(fn(request))
-
-        return endpoint
-
-    def handled_with_body(fn, max_bytes: int | None = None):
-        async def endpoint(request: Request) -> JSONResponse:
-            declared = request.headers.get("content-length", "")
-            if max_bytes and declared.isdigit() and int(declared) > max_bytes:
-                raise ApiError(413, f"the request body is {int(declared):,} bytes; the limit is {max_bytes:,}")
-            raw = await request.body()
-            if max_bytes and len(raw) > max_bytes:
-                raise ApiError(413, f"the request body is {len(raw):,} bytes; the limit is {max_bytes:,}")
-            try:
-                body = json.loads(raw) if raw else {}
-            except ValueError:
-                raise ApiError(400, "the request body is not JSON") from None
-            if not isinstance(body, dict):
-                raise ApiError(400, "the request body must be a JSON object")
-            return JSONResponse(await run_in_threadpool(fn, request, body))
-
-        return endpoint
-
-    def query_of(args: Mapping) -> str:
-        text = args.get("q")
-        if not isinstance(text, str):
-            raise ApiError(400, "q is required")
-        check_query(text)
-        return text
+        return view
 
     # Searches: POST with a JSON body (what every client sends: a query has no room in a URL),
     # GET with query parameters for older clients. Both take the same fields.
-    def search(request: Request, args: Mapping) -> dict:
-        authorize(daemon, request, args.get("agent"))
-        text = query_of(args)
-        filters = Filters(
-            layer=_str_arg(args, "layer"),
-            path_glob=_str_arg(args, "path"),
-            since=_str_arg(args, "since"),
-            until=_str_arg(args, "until"),
-        )
-        mode = _str_arg(args, "mode") or "auto"
-        if mode not in SEARCH_MODES:
-            raise ApiError(400, f"unknown search mode {mode!r} (choose from {', '.join(SEARCH_MODES)})")
+    def search(request: Request, caller: Caller, args: SearchRequest) -> dict:
+        authorize(daemon, caller, args.agent, request.url.path)
+        check_query(args.q)
+        filters = Filters(layer=args.layer, path_glob=args.path, since=args.since, until=args.until)
         return daemon.search(
-            args["agent"],
-            text,
-            mode=mode,
-            limit=_int_param(args.get("limit"), 10, 1, 200, "limit"),
+            args.agent,
+            args.q,
+            mode=args.mode or "auto",
+            limit=_clamped(args.limit, 10, 1, 200),
             filters=filters,
-            explain=bool(_flag(args.get("explain"), False)),
+            explain=bool(args.explain),
         )
 
-    def memory_search(request: Request, args: Mapping) -> dict:
-        authorize(daemon, request, args.get("agent"))
-        text = query_of(args)
-        if not text.strip():
+    def memory_search(request: Request, caller: Caller, args: MemorySearchRequest) -> dict:
+        authorize(daemon, caller, args.agent, request.url.path)
+        check_query(args.q)
+        if not args.q.strip():
             raise ApiError(400, "q is required")
         return _conversation(daemon).search(
-            args["agent"],
-            text,
-            limit=_int_param(args.get("limit"), 10, 1, 100, "limit"),
-            fallback=bool(_flag(args.get("fallback"), True)),
+            args.agent,
+            args.q,
+            limit=_clamped(args.limit, 10, 1, 100),
+            fallback=args.fallback is not False,
         )
 
-    search_get = handled(lambda request: search(request, request.query_params))
-    search_post = handled_with_body(search, MAX_SEARCH_BODY_BYTES)
-    memory_search_get = handled(lambda request: memory_search(request, request.query_params))
-    memory_search_post = handled_with_body(memory_search, MAX_SEARCH_BODY_BYTES)
-
-    @handled_with_body
-    def memory_add(request: Request, body: dict) -> dict:
-        agent = body.get("agent")
-        authorize(daemon, request, agent)
-        text = body.get("text")
-        if not isinstance(text, str):
-            raise ApiError(400, "text is required")
+    def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
+        authorize(daemon, caller, args.agent, request.url.path)
         return _conversation(daemon).add(
-            agent,
-            text,
-            memory_type=body.get("type"),
-            visibility=body.get("visibility"),
-            project=body.get("project"),
-            expires=body.get("expires"),
-            infer=_flag(body.get("infer")),
-            write_id=body.get("write_id"),
-            role=_str_arg(body, "role"),
+            args.agent,
+            args.text,
+            memory_type=args.memory_type,
+            visibility=args.visibility,
+            project=args.project,
+            expires=args.expires,
+            infer=args.infer,
+            write_id=args.write_id,
+            role=args.role,
         )
 
-    def require_admin(request: Request) -> None:
-        if daemon.identify(_token_of(request)) != ADMIN:
-            raise ApiError(403, "this needs the administrator's token (state_dir/admin.token)")
+    def admin_cleanup(request: Request, caller: Caller, args: CleanupRequest) -> dict:
+        return _conversation(daemon).cleanup(CleanupOptions.from_dict(args.model_dump(by_alias=True)))
 
-    @handled_with_body
-    def admin_cleanup(request: Request, body: dict) -> dict:
-        require_admin(request)
-        return _conversation(daemon).cleanup(CleanupOptions.from_dict(body))
+    def admin_backup(request: Request, caller: Caller, args: BackupRequest) -> dict:
+        return _conversation(daemon).backup(DEFAULT_KEEP if args.keep is None else args.keep)
 
-    @handled_with_body
-    def admin_backup(request: Request, body: dict) -> dict:
-        require_admin(request)
-        keep = body.get("keep", DEFAULT_KEEP)
-        if not isinstance(keep, int) or keep < 1:
-            raise ApiError(400, "keep must be a whole number, at least 1")
-        return _conversation(daemon).backup(keep)
+    def admin_restore(request: Request, caller: Caller, args: RestoreRequest) -> dict:
+        return _conversation(daemon).restore(Path(args.path))
 
-    @handled_with_body
-    def admin_restore(request: Request, body: dict) -> dict:
-        require_admin(request)
-        if not isinstance(body.get("path"), str):
-            raise ApiError(400, "path (of a backup) is required")
-        return _conversation(daemon).restore(Path(body["path"]))
+    def memory_list(request: Request, caller: Caller, args: ListParams) -> dict:
+        authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).get_all(args.agent, limit=_clamped(args.limit, 100, 1, 1000), cursor=args.cursor)
 
-    @handled
-    def memory_list(request: Request) -> dict:
-        q = request.query_params
-        authorize(daemon, request, q.get("agent"))
-        return _conversation(daemon).get_all(
-            q["agent"], limit=_int_param(q.get("limit"), 100, 1, 1000, "limit"), cursor=q.get("cursor") or None
-        )
+    def memory_get(request: Request, caller: Caller, args: AgentParams) -> dict:
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).get(args.agent, request.path_params["memory_id"], admin=admin)
 
-    @handled
-    def memory_get(request: Request) -> dict:
-        agent = request.query_params.get("agent")
-        admin = authorize(daemon, request, agent)
-        return _conversation(daemon).get(agent, request.path_params["memory_id"], admin=admin)
+    def memory_delete(request: Request, caller: Caller, args: AgentParams) -> dict:
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).delete(args.agent, request.path_params["memory_id"], admin=admin)
 
-    @handled
-    def memory_delete(request: Request) -> dict:
-        agent = request.query_params.get("agent")
-        admin = authorize(daemon, request, agent)
-        return _conversation(daemon).delete(agent, request.path_params["memory_id"], admin=admin)
+    def memory_update(request: Request, caller: Caller, args: UpdateRequest) -> dict:
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        memory_id = request.path_params["memory_id"]
+        return _conversation(daemon).update(args.agent, memory_id, args.text, expires=args.expires, admin=admin)
 
-    @handled_with_body
-    def memory_update(request: Request, body: dict) -> dict:
-        agent = body.get("agent")
-        admin = authorize(daemon, request, agent)
-        text = body.get("text")
-        if not isinstance(text, str):
-            raise ApiError(400, "text is required (the memory's new text)")
-        unknown = sorted(set(body) - {"agent", "text", "expires"})
-        if unknown:
-            raise ApiError(400, f"unknown field(s) {', '.join(unknown)}: an update takes text and expires")
-        return _conversation(daemon).update(
-            agent, request.path_params["memory_id"], text, expires=_str_arg(body, "expires"), admin=admin
-        )
+    def memory_history(request: Request, caller: Caller, args: AgentParams) -> dict:
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).history(args.agent, request.path_params["memory_id"], admin=admin)
 
-    @handled
-    def memory_history(request: Request) -> dict:
-        agent = request.query_params.get("agent")
-        admin = authorize(daemon, request, agent)
-        return _conversation(daemon).history(agent, request.path_params["memory_id"], admin=admin)
-
-    @handled
-    def memory_delete_all(request: Request) -> dict:
-        q = request.query_params
-        authorize(daemon, request, q.get("agent"))  # the administrator too deletes only the named agent's
-        unknown = sorted(set(q) - {"agent", "type", "visibility", "project", "dry_run"})
-        if unknown:
-            raise ApiError(400, f"unknown parameter(s) {', '.join(unknown)}: filter by type, visibility, project")
+    def memory_delete_all(request: Request, caller: Caller, args: DeleteAllParams) -> dict:
+        authorize(daemon, caller, args.agent, request.url.path)  # the administrator too deletes only the named agent's
         return _conversation(daemon).delete_all(
-            q["agent"],
-            memory_type=q.get("type") or None,
-            visibility=q.get("visibility") or None,
-            project=q.get("project") or None,
-            dry_run=bool(_flag(q.get("dry_run"), False)),
+            args.agent,
+            memory_type=args.memory_type,
+            visibility=args.visibility,
+            project=args.project,
+            dry_run=bool(args.dry_run),
         )
 
-    @handled_with_body
-    def reindex(request: Request, body: dict) -> dict:
-        agent = body.get("agent")
-        if agent is None and daemon.identify(_token_of(request)) != ADMIN:
+    def reindex(request: Request, caller: Caller, args: ReindexRequest) -> dict:
+        if args.agent is None and not caller.admin:
             raise ApiError(403, "reindexing every agent needs the administrator's token")
-        if agent is not None:
-            authorize(daemon, request, agent)
+        if args.agent is not None:
+            authorize(daemon, caller, args.agent, request.url.path)
         try:
-            return daemon.call_in_loop(lambda: daemon.reindex(agent, rebuild=bool(body.get("rebuild"))))
+            return daemon.call_in_loop(lambda: daemon.reindex(args.agent, rebuild=bool(args.rebuild)))
         except KeyError:
-            raise LookupError(f"unknown agent {agent!r}") from None
+            raise LookupError(f"unknown agent {args.agent!r}") from None
+
+    search_body = {"schema": SearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
+    memory_search_body = {"schema": MemorySearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
+    admin = {"who": "admin", "lane": "maintenance", "body_limit": MAX_SMALL_BODY_BYTES}
+    routes = [
+        ("/v1/status", "GET", gate.route(status, who="anyone", lane="status")),
+        ("/v1/search", "POST", gate.route(search, **search_body)),
+        ("/v1/search", "GET", gate.route(search, schema=SearchRequest)),
+        (
+            "/v1/reindex",
+            "POST",
+            gate.route(reindex, schema=ReindexRequest, body_limit=MAX_SMALL_BODY_BYTES, lane="maintenance"),
+        ),
+        ("/v1/admin/cleanup", "POST", gate.route(admin_cleanup, schema=CleanupRequest, **admin)),
+        ("/v1/admin/backup", "POST", gate.route(admin_backup, schema=BackupRequest, **admin)),
+        ("/v1/admin/restore", "POST", gate.route(admin_restore, schema=RestoreRequest, **admin)),
+        ("/v1/memories", "POST", gate.route(memory_add, schema=AddRequest, body_limit=MAX_MEMORY_BODY_BYTES)),
+        ("/v1/memories", "GET", gate.route(memory_list, schema=ListParams)),
+        ("/v1/memories", "DELETE", gate.route(memory_delete_all, schema=DeleteAllParams)),
+        ("/v1/memories/search", "POST", gate.route(memory_search, **memory_search_body)),
+        ("/v1/memories/search", "GET", gate.route(memory_search, schema=MemorySearchRequest)),
+        ("/v1/memories/{memory_id}", "GET", gate.route(memory_get, schema=AgentParams)),
+        ("/v1/memories/{memory_id}", "DELETE", gate.route(memory_delete, schema=AgentParams)),
+        (
+            "/v1/memories/{memory_id}",
+            "PUT",
+            gate.route(memory_update, schema=UpdateRequest, body_limit=MAX_MEMORY_BODY_BYTES),
+        ),
+        ("/v1/memories/{memory_id}/history", "GET", gate.route(memory_history, schema=AgentParams)),
+    ]
 
     async def not_found(request: Request, exc: Exception) -> JSONResponse:
-        return _error(404, f"no such endpoint: {request.method} {request.url.path}")
+        return JSONResponse({"error": f"no such endpoint: {request.method} {request.url.path}"[:1000]}, 404)
 
-    async def mapped(request: Request, exc: Exception) -> JSONResponse:
-        return _as_response(exc, request)
+    async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"{request.method} is not a method of {request.url.path}"[:1000]}, 405)
 
     return Starlette(
-        routes=[
-            Route("/v1/status", status, methods=["GET"]),
-            Route("/v1/search", search_post, methods=["POST"]),
-            Route("/v1/search", search_get, methods=["GET"]),
-            Route("/v1/reindex", reindex, methods=["POST"]),
-            Route("/v1/admin/cleanup", admin_cleanup, methods=["POST"]),
-            Route("/v1/admin/backup", admin_backup, methods=["POST"]),
-            Route("/v1/admin/restore", admin_restore, methods=["POST"]),
-            Route("/v1/memories", memory_add, methods=["POST"]),
-            Route("/v1/memories", memory_list, methods=["GET"]),
-            Route("/v1/memories/search", memory_search_post, methods=["POST"]),
-            Route("/v1/memories/search", memory_search_get, methods=["GET"]),
-            Route("/v1/memories/{memory_id}", memory_get, methods=["GET"]),
-            Route("/v1/memories", memory_delete_all, methods=["DELETE"]),
-            Route("/v1/memories/{memory_id}", memory_delete, methods=["DELETE"]),
-            Route("/v1/memories/{memory_id}", memory_update, methods=["PUT"]),
-            Route("/v1/memories/{memory_id}/history", memory_history, methods=["GET"]),
-        ],
-        exception_handlers={404: not_found, **{kind: mapped for kind in (*(k for k, _ in _STATUS_OF), *_BUG_KINDS)}},
+        routes=[Route(path, endpoint, methods=[method]) for path, method, endpoint in routes],
+        exception_handlers={404: not_found, 405: not_allowed},
     )
 
 
@@ -514,7 +336,7 @@ def bind_unix_socket(path: Path) -> socket.socket:
     finally:
         os.umask(old_umask)
     os.chmod(path, SOCKET_MODE)
-    sock.listen(64)
+    sock.listen(256)  # a burst of clients waits in the backlog rather than being refused
     return sock
 
 
@@ -531,7 +353,15 @@ class ApiServer:
     def start(self) -> None:
         self._sock = bind_unix_socket(self.path)
         config = uvicorn.Config(
-            self.app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2
+            self.app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            http=DeadlineH11Protocol,  # h11 with header and idle deadlines
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            limit_concurrency=MAX_CONNECTIONS,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

@@ -75,7 +75,7 @@ class Broker:
         self.storage = storage or StorageHealth()  # the queue's and the store's full disks
         self.config = config
         self.registry = RegistryCache(config.paths.registry)
-        self.audit = audit_log(config)
+        self.audit = audit_log(config, guard=guard)
         self.queue = WriteQueue(config.paths.state_dir / "conversation" / "queue.sqlite")
         self.tombstones = Tombstones(config.paths.state_dir / "conversation" / "deleted.sqlite")
         self.queue_access = QueueAccess(self.queue, self.storage)
@@ -136,6 +136,7 @@ class Broker:
         prober_ended = self.replayer.join(max(0.0, deadline - time.monotonic()))
         worker_ended = self.thread.close(max(0.0, deadline - time.monotonic()))
         self._final_status = self.status()
+        self.audit.flush()  # the counts of refusals folded since their last line
         if not prober_ended:
             return False  # it still holds the queue; the process exit closes it
         self.queue.close()

@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import http.client
 import json as _json
+import random
 import socket
+import time
 from pathlib import Path
 from urllib.parse import urlencode
 
 from daemon.contracts import MemoryAnswer, SearchAnswer, StatusDocument
-from daemon.limits import check_query
+from daemon.limits import CLIENT_RETRIES, CLIENT_RETRY_CAP_S, check_query
+
+
+def retry_delay(retry_after: str | None) -> float:
+    """How long to wait after a 429: the daemon's Retry-After (capped), spread a little so that
+    callers told the same figure do not all come back in the same instant."""
+    try:
+        seconds = float(retry_after) if retry_after else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(CLIENT_RETRY_CAP_S, max(0.1, seconds)) * random.uniform(1.0, 1.25)
 
 
 class DaemonUnavailableError(ConnectionError):
@@ -64,6 +76,7 @@ class DaemonClient:
         params: dict | None = None,
         timeout: float | None = None,
     ) -> dict:
+        """One request; told 429 (this caller's earlier requests fill its share), waits and tries again."""
         if not self.socket_path.exists():
             raise DaemonUnavailableError(f"no daemon socket at {self.socket_path}")
         headers = dict(self._headers)
@@ -73,23 +86,41 @@ class DaemonClient:
             headers["Content-Type"] = "application/json"
         if params:
             path += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()})
-        connection = _UnixConnection(self.socket_path, self.timeout if timeout is None else timeout)
-        try:
-            connection.request(method, path, body=body, headers=headers)
-            response = connection.getresponse()
-            status, raw = response.status, response.read()
-        except (http.client.HTTPException, OSError) as exc:
-            raise DaemonUnavailableError(f"daemon not reachable at {self.socket_path}: {exc}") from exc
-        finally:
-            connection.close()
+        waited = 0.0
+        status, raw, retry_after = self._exchange(method, path, body, headers, timeout)
+        for _ in range(CLIENT_RETRIES):
+            if status != 429:
+                break
+            pause = retry_delay(retry_after)
+            time.sleep(pause)
+            waited += pause
+            status, raw, retry_after = self._exchange(method, path, body, headers, timeout)
         text = raw.decode("utf-8", errors="replace")
         if status >= 400:
             try:
                 message = _json.loads(text).get("error", text)
             except (ValueError, AttributeError):
                 message = text
+            if status == 429:
+                message = (
+                    f"the daemon is busy with this caller's earlier requests: {message} "
+                    f"(tried {CLIENT_RETRIES + 1} times over {waited:.0f} s)"
+                )
             raise DaemonRequestError(status, message)
         return _json.loads(text)
+
+    def _exchange(
+        self, method: str, path: str, body: bytes | None, headers: dict, timeout: float | None
+    ) -> tuple[int, bytes, str | None]:
+        connection = _UnixConnection(self.socket_path, self.timeout if timeout is None else timeout)
+        try:
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read(), response.getheader("Retry-After")
+        except (http.client.HTTPException, OSError) as exc:
+            raise DaemonUnavailableError(f"daemon not reachable at {self.socket_path}: {exc}") from exc
+        finally:
+            connection.close()
 
     def status(self) -> StatusDocument:
         return self._request("GET", "/v1/status")

@@ -1,7 +1,7 @@
 """Domain exceptions the front (API mapping, CLI, MCP) names without importing the service.
 
-Each one stands for a condition a caller can act on; daemon/api.py maps them to
-status codes in one place (``ERROR_STATUS``).  Anything else raised while
+Each one stands for a condition a caller can act on; daemon/api_answers.py maps
+them to status codes in one place (``STATUS_OF``).  Anything else raised while
 answering a request is a bug and becomes a 500 with a log line.
 """
 

@@ -9,6 +9,7 @@ while the breaker is open, waits at most its deadline, and opens the breaker
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -72,6 +73,19 @@ class StoreThread:
                 raise StoreDown(f"conversation store cannot write ({exc})") from None
             self.failed(str(exc))
         raise StoreDown(self.down_reason())
+
+    def embed_ahead(self, text: str, query: bool = False) -> None:
+        """From the caller's thread: embed what its store call will need before the call is queued.
+
+        Writes use it: the store thread then spends a write's time on the store, so one agent's
+        stream of writes holds another agent's search up by one store operation, not by a write's
+        embedding.  (A search embeds its query on the store thread, where an index rebuild of the
+        embedded store is held stopped meanwhile.)  Anything that goes wrong here is left to the
+        store call, which embeds as it always did.
+        """
+        if self.breaker.closed and not self.stopping:
+            with contextlib.suppress(Exception):
+                self.store.embed_ahead(text, query)
 
     def failed(self, error: str) -> None:
         if self.breaker.failure(error):

@@ -25,6 +25,7 @@ from daemon.guard import SecretGuard
 from daemon.l4_queue import QueueAccess
 from daemon.l4_reads import Reads, audit_denied
 from daemon.l4_store_thread import StoreDown, StoreThread
+from daemon.limits import MAX_MEMORY_TEXT_CHARS
 from daemon.storage import StorageHealth, is_storage_error
 from daemon.storage import describe as describe_storage
 from layers.conversation.cleanup import Selection
@@ -33,7 +34,7 @@ from layers.conversation.registry import RegistryCache
 from layers.conversation.store import NewMemory
 from layers.conversation.tombstones import Tombstones
 
-MAX_TEXT_CHARS = 20_000
+MAX_TEXT_CHARS = MAX_MEMORY_TEXT_CHARS
 
 
 def not_changed(exc: Exception, done: int = 0) -> str:
@@ -145,6 +146,8 @@ class Writes:
         depth = self.queue.depth()  # None: the queue cannot be read (a full disk kept it from opening)
         if depth == 0 or (depth is None and self.queue.nothing_queued()):  # earlier queued writes go first
             attempted = self.thread.breaker.closed
+            if not infer:  # with an LLM, mem0 embeds the facts it extracts, not the text
+                self.thread.embed_ahead(record.text)
             try:
                 results = self.thread.call("add", lambda: self.write(record, check_first=retry))
                 self.storage.succeeded("store")

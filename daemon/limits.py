@@ -1,4 +1,4 @@
-"""Limits of the daemon's API that every client checks before it sends anything.
+"""Limits of the daemon's API: what clients check before sending, and what the daemon holds to.
 
 A search query travels in a JSON body (``POST /v1/search``, ``POST
 /v1/memories/search``), never in the URL, whose length HTTP servers cap at a
@@ -6,13 +6,52 @@ few KiB.  Queries are still bounded: nobody searches memory with a page of
 text, and scoring one costs time per term.  The skill client
 (skills/mem0-integration/mem0_client.py, standard library only) keeps a copy
 of :data:`MAX_QUERY_CHARS`; tests/skills checks that the two agree.
+
+The rest bounds what one caller can make the daemon hold or do: every route
+has a body limit (refused from the declared length, before a byte of the body
+is read), a connection must send its headers within a deadline and may not go
+quiet mid-request, and each caller gets a bounded share of the API's threads.
+README.md ("Limits") documents these figures.
 """
 
 from __future__ import annotations
 
+import os
+
 MAX_QUERY_CHARS = 4096  # documented in README.md ("Limits")
 # A search body holds the query (at most 6 bytes per character once JSON-escaped) and a few options.
 MAX_SEARCH_BODY_BYTES = 6 * MAX_QUERY_CHARS + 8192
+MAX_MEMORY_TEXT_CHARS = 20_000  # one L4 memory's text
+# An add or update body: the text JSON-escaped (6 bytes per character at worst) and a few short fields.
+MAX_MEMORY_BODY_BYTES = 128 * 1024
+assert MAX_MEMORY_BODY_BYTES >= 6 * MAX_MEMORY_TEXT_CHARS + 8192
+MAX_SMALL_BODY_BYTES = 8192  # reindex, admin maintenance: a few flags and a path
+
+# A value the daemon repeats back (in an error) or writes down (in the audit log) is cut to this many
+# characters; what it was is said by its length ("… (5,242,880 characters)").
+MAX_ECHO_CHARS = 120
+
+# Connections: the headers of a request must arrive within HEADER_TIMEOUT_S of its first byte (or of
+# the connection), and a request half sent may be silent for at most IDLE_TIMEOUT_S; between requests
+# a kept-alive connection is closed after KEEP_ALIVE_S.  MAX_HEADER_BYTES bounds the request line and
+# headers; MAX_CONNECTIONS bounds the connections served at once (past it: 503).
+HEADER_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = 30.0
+KEEP_ALIVE_S = 5
+MAX_HEADER_BYTES = 16 * 1024
+MAX_CONNECTIONS = 1024
+
+# Fairness: each caller (one token: an agent, the administrator, or callers without a token) runs at
+# most PER_CALLER_RUNNING requests at once and queues at most PER_CALLER_QUEUED more; past that it is
+# answered 429 with Retry-After.  WORK_THREADS bound the requests of all callers running at once; a
+# free thread goes to the callers in turn (round robin), so a flood from one never starves another.
+PER_CALLER_RUNNING = 1
+PER_CALLER_QUEUED = 32
+WORK_THREADS = max(8, 4 * (os.cpu_count() or 1))
+# A client told 429 waits Retry-After seconds (at most CLIENT_RETRY_CAP_S) and tries again, at most
+# CLIENT_RETRIES times, then reports that the daemon is busy with the caller's own earlier requests.
+CLIENT_RETRIES = 4
+CLIENT_RETRY_CAP_S = 10.0
 
 
 class QueryTooLongError(ValueError):

@@ -106,7 +106,7 @@ class MemoryDaemon:
             max_bytes=lambda: settings_from(self.current.config).max_index_bytes,
         )
         self.tokens = TokenStore(config.paths.state_dir)
-        self.audit = audit_log(config)
+        self.audit = audit_log(config, guard=lambda: self.current.guard)
         self.listeners: list[EditListener] = [self.indexer]
         self.provision = Provisioner(self.current, self.tokens, self.audit, self.storage)
         self.agents = Agents(

@@ -80,6 +80,9 @@ class Shutdown:
         d.indexer.close()
         if d.api:
             d.api.stop(budget.left("indexes and API"))
+        for audit in (d.audit, d.broker.audit if d.broker is not None else None):
+            if audit is not None:
+                audit.flush()  # the counts of refusals folded since their last line (no request comes now)
         d.board.publish(running=False)
         snapshot = d.board.read()
         snapshot["daemon"]["stopped"] = iso(time.time())

@@ -112,8 +112,10 @@ def lifetime(
         try:
             day = date.fromisoformat(expires)
         except ValueError:
-            raise PolicyError(f"expires must be a date like 2026-12-31, not {expires!r}") from None
+            raise PolicyError("expires must be a date like 2026-12-31") from None
         today = created.astimezone(timezone.utc).date()
+        if day >= date.max:  # its end (the next midnight) is past the last date there is
+            raise PolicyError(f"expires must be before {date.max.isoformat()}, not {expires}")
         if day < today:
             raise PolicyError(f"expires {expires} is in the past (today is {today.isoformat()} UTC)")
     else:

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 import time
 import uuid
 import warnings
@@ -513,6 +514,16 @@ class ConversationStore:
         self.upkeep()
         return [{"id": r.get("id"), "event": r.get("event"), "memory": r.get("memory")} for r in result["results"]]
 
+    def embed_ahead(self, text: str, query: bool = False) -> None:
+        """Embed, on the calling thread, what the next write (a passage) or search (a query) of ``text`` needs.
+
+        Only once mem0 is built (building it is the store thread's work); an error is left for the
+        store call itself to meet, which embeds as it always did when nothing was embedded ahead.
+        """
+        model = getattr(self._mem0, "embedding_model", None)
+        if isinstance(model, _Mem0Embedder):
+            model.embed_ahead(text, query)
+
     def find_write(self, write_id: str) -> list[str]:
         """Ids of memories a write already produced (replay skips such writes)."""
         return self.find_writes([write_id]).get(write_id, [])
@@ -883,7 +894,7 @@ class ConversationStore:
         if memory.project_id:
             filters["project_id"] = memory.project_id
         with _translate_errors("dedup"):
-            vector = mem0.embedding_model.embed(memory.text, "add")
+            vector = mem0.embedding_model.embed(memory.text, "dedup")  # kept for the write that may follow
             hits = mem0.vector_store.search(query=memory.text, vectors=vector, top_k=count, filters=filters)
         now = time.time()
         found = []
@@ -1032,8 +1043,16 @@ class _NoCommit:
         return getattr(self._connection, name)
 
 
+AHEAD_KEPT = 64  # vectors embedded ahead and not yet used (a call that never came) are forgotten past this
+
+
 class _Mem0Embedder:
-    """Our embedder in mem0's shape: passages for writes, queries (with the query prefix) for search."""
+    """Our embedder in mem0's shape: passages for writes, queries (with the query prefix) for search.
+
+    A vector may be embedded ahead, on the caller's thread (:meth:`embed_ahead`), so the one thread
+    that touches the store spends its time on the store and not on the model: one agent's stream of
+    writes then holds another agent's search up by one store operation, not by an embedding.
+    """
 
     def __init__(self, embedder: Embedder, dim: int) -> None:
         from mem0.configs.embeddings.base import BaseEmbedderConfig
@@ -1041,15 +1060,35 @@ class _Mem0Embedder:
         self.config = BaseEmbedderConfig(embedding_dims=dim)
         self._embedder = embedder
         self._last_query: tuple[str, list[float]] | None = None  # the phases of one search share it
+        self._ahead: dict[tuple[str, bool], list[float]] = {}  # (text, is a query) -> its vector
+        self._ahead_lock = threading.Lock()
+
+    def embed_ahead(self, text: str, query: bool) -> None:
+        """Embed ``text`` now, on the calling thread; the store call that needs it finds it here."""
+        vector = (self._embedder.embed_query(text) if query else self._embedder.embed_passages([text])[0]).tolist()
+        self._keep(text, query, vector)
+
+    def _keep(self, text: str, query: bool, vector: list[float]) -> None:
+        with self._ahead_lock:
+            self._ahead[(text, query)] = vector
+            while len(self._ahead) > AHEAD_KEPT:
+                self._ahead.pop(next(iter(self._ahead)))
+
+    def _taken(self, text: str, query: bool) -> list[float] | None:
+        with self._ahead_lock:
+            return self._ahead.pop((text, query), None)
 
     def embed(self, text, memory_action=None) -> list[float]:
         if memory_action == "search":
             if self._last_query and self._last_query[0] == text:
                 return self._last_query[1]
-            vector = self._embedder.embed_query(text).tolist()
+            vector = self._taken(text, True) or self._embedder.embed_query(text).tolist()
             self._last_query = (text, vector)
             return vector
-        return self._embedder.embed_passages([text])[0].tolist()
+        vector = self._taken(text, False) or self._embedder.embed_passages([text])[0].tolist()
+        if memory_action == "dedup":  # the write embeds the same text next: one embedding serves both
+            self._keep(text, False, vector)
+        return vector
 
     def embed_batch(self, texts, memory_action="add") -> list[list[float]]:
         if memory_action == "search":

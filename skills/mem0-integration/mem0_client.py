@@ -31,10 +31,12 @@ import argparse
 import http.client
 import json
 import os
+import random
 import re
 import socket
 import stat
 import sys
+import time
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -66,6 +68,10 @@ PAGE_MAX = 1000  # the largest page GET /v1/memories serves
 MAX_QUERY_CHARS = 4096  # daemon/limits.py: a longer search query is refused (HTTP 413)
 CONFIG_MAX_BYTES = 256 * 1024  # layers/yamlfile.py MAX_BYTES
 DEFAULT_TIMEOUT_S = 60.0  # the first write may wait for the daemon to load its embedding model
+# daemon/limits.py CLIENT_RETRIES, CLIENT_RETRY_CAP_S: told 429 (this agent's earlier requests fill its
+# share of the daemon), wait Retry-After and try again, this many times at most
+BUSY_RETRIES = 4
+BUSY_RETRY_CAP_S = 10.0
 
 
 class MemstrataError(Exception):
@@ -330,6 +336,15 @@ def _decode(status: int, body: bytes) -> dict:
     return data
 
 
+def _busy_delay(retry_after: str | None) -> float:
+    """The wait after a 429: the daemon's Retry-After, capped, spread a little between callers."""
+    try:
+        seconds = float(retry_after) if retry_after else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(BUSY_RETRY_CAP_S, max(0.1, seconds)) * random.uniform(1.0, 1.25)
+
+
 def _query(params: dict[str, object]) -> str:
     clean = {k: v for k, v in params.items() if v is not None}
     return "?" + urlencode(clean) if clean else ""
@@ -389,11 +404,21 @@ class Mem0Client:
         if body is not None:
             payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
             headers["Content-Type"] = "application/json"
+        target = path + _query(params or {})
+        status, raw, retry_after = self._exchange(method, target, payload, headers)
+        for _ in range(BUSY_RETRIES):  # 429: this agent's earlier requests fill its share of the daemon
+            if status != 429:
+                break
+            time.sleep(_busy_delay(retry_after))
+            status, raw, retry_after = self._exchange(method, target, payload, headers)
+        return _decode(status, raw)
+
+    def _exchange(self, method: str, path: str, payload: bytes | None, headers: dict) -> tuple[int, bytes, str | None]:
         connection = UnixHTTPConnection(self.socket_path, self.timeout)
         try:
-            connection.request(method, path + _query(params or {}), body=payload, headers=headers)
+            connection.request(method, path, body=payload, headers=headers)
             response = connection.getresponse()
-            return _decode(response.status, response.read())
+            return response.status, response.read(), response.getheader("Retry-After")
         except TimeoutError:
             raise MemstrataError(f"no answer from the daemon within {self.timeout:g} s ({method} {path})") from None
         except (http.client.HTTPException, ConnectionResetError, BrokenPipeError) as exc:

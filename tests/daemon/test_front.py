@@ -25,6 +25,7 @@ from daemon.api import INTERNAL_ERROR, build_app
 from daemon.cli import main
 from daemon.config import ConfigFile, demo_config_text, load_config, parse_config
 from daemon.errors import ConversationUnavailableError, IndexUnavailableError, NotStoredError, SecretRefusedError
+from daemon.guard import SecretGuard
 from daemon.limits import QueryTooLongError
 from daemon.status import offline_status
 from daemon.tokens import ADMIN
@@ -186,6 +187,7 @@ class _Daemon:
     """The API's view of the daemon (daemon.api.DaemonApi) whose search raises what a test gives it."""
 
     broker = None
+    guard = SecretGuard([])
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
