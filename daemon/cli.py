@@ -26,6 +26,7 @@ from daemon.wiring import ENV_VAR, SYSTEM_CONFIG, guard_from, workspace_repo
 from daemon.workspaces import UnknownAgentError, core_of, create_workspace, discover, get_agent
 from layers import daily
 from layers.fsutil import atomic_write, private_dirs
+from layers.gitrun import GitFailed
 from layers.ids import MAIN_AGENT, InvalidIdError, check_id
 from layers.safefs import UnsafePathError
 
@@ -40,6 +41,7 @@ _USER_ERRORS = (
     ValueError,
     UnsafePathError,
     daily.RepoRefusedError,
+    GitFailed,  # the commit pipeline's and the history copy's git (layers/gitrun.py)
 )
 
 

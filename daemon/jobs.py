@@ -1,12 +1,12 @@
 """Calls handed to the one thread that owns a resource, run there in order.
 
 Two threads of the daemon own something no other thread may touch: the loop
-owns git, the records and the indexes' chunks; the store thread owns the L4
-store.  Both take work from other threads the same way: a job (a callable, a
-future, an optional deadline) goes into a :class:`Jobs` queue, the owning thread
-runs it, the caller waits on the future.  The loop drains its queue once per
-turn (:meth:`Jobs.run_pending`); the store thread blocks on it
-(:class:`StoreWorker`).
+owns the records and the indexes' chunks (and hands commits to the committer's
+workers, daemon/committer.py); the store thread owns the L4 store.  Both take
+work from other threads the same way: a job (a callable, a future, an optional
+deadline) goes into a :class:`Jobs` queue, the owning thread runs it, the caller
+waits on the future.  The loop drains its queue once per turn
+(:meth:`Jobs.run_pending`); the store thread blocks on it (:class:`StoreWorker`).
 """
 
 from __future__ import annotations

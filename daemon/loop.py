@@ -1,10 +1,15 @@
-"""The daemon's main loop: one thread that owns git, the records and the indexes' chunks.
+"""The daemon's main loop: one thread that owns the records and the indexes' chunks, and starts commits.
+
+Commits themselves run on the committer's workers (daemon/committer.py); the
+loop starts them when due and applies what they did.
 
 Signals wake it through ``signal.set_wakeup_fd`` on the same socket the watcher
 and API threads use (:meth:`Loop.wake`), so SIGTERM is handled within one turn
 even when the daemon is idle.  Each turn (:meth:`Loop.turn`): the jobs other
-threads handed in, the watcher's events, settled files, due commits, reconcile,
-the watcher's health, storage retries, the status, the systemd watchdog.
+threads handed in, finished commits, the watcher's events and settled files
+(within TURN_BUDGET_S, one agent's file after the other's), histories to check,
+due commits, reconcile, the watcher's health, storage retries, the status, the
+systemd watchdog.
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ def _history_lines(agent: dict) -> list[str]:
     newest = lost[0]
     earlier = f" ({len(lost) - 1} earlier)" if len(lost) > 1 else ""
     return [
-        f"  HISTORY REWRITTEN (found {_clock(newest['found'])}){earlier}: the daemon's commit {newest['commit']} "
+        f"  HISTORY REWRITTEN (found {_clock(newest['found'])}){earlier}: memstrata's last commit {newest['commit']} "
         f"{newest['subject']!r} and the versions before it are no longer in the workspace's history; "
         f"kept in {newest['copy']}",
         f"    `memstrata history --agent {agent['id']}` lists them; "

@@ -27,6 +27,7 @@ from daemon.filestate import FileState
 from daemon.guard import Finding, SecretGuard
 from daemon.workspaces import MEMORY_DIRS, MEMORY_FILES, PATHSPECS, Agent, is_editor_temp, is_memory_path
 from layers import daily, safefs
+from layers.gitrun import GitFailed
 from layers.names import json_safe
 
 log = logging.getLogger(__name__)
@@ -280,7 +281,7 @@ class AgentTracker:
                 self.check_history()
                 if self.repo.changes(PATHSPECS):
                     self.mark_dirty(immediate=True)
-            except (git.GitCommandError, daily.RepoRefusedError, OSError) as exc:
+            except (git.GitCommandError, GitFailed, daily.RepoRefusedError, OSError) as exc:
                 # Not silently: commit() tries, fails, backs off and shows it in status until it works.
                 self.last_error = _error_text(exc, self.workspace)
                 self.mark_dirty(immediate=True)
@@ -317,7 +318,7 @@ class AgentTracker:
             try:
                 if self.scan_for_commit():
                     self.mark_dirty()
-            except (git.GitCommandError, daily.RepoRefusedError) as exc:
+            except (git.GitCommandError, GitFailed, daily.RepoRefusedError) as exc:
                 self.last_error = _error_text(exc, self.workspace)
 
     def archive(self) -> None:
@@ -344,7 +345,7 @@ class AgentTracker:
             except FileExistsError:
                 log.warning("%s: not archiving %s: %s already exists", self.id, src, dst)
                 continue
-            except (git.GitCommandError, daily.RepoBusyError, daily.RepoRefusedError) as exc:
+            except (git.GitCommandError, GitFailed, daily.RepoBusyError, daily.RepoRefusedError) as exc:
                 # Moved but not committed: the next batch commits it (git sees the rename).
                 log.warning("%s: archived %s, commit postponed: %s", self.id, src, _error_text(exc, self.workspace))
                 info = None
@@ -500,7 +501,7 @@ class AgentTracker:
         copy = self.repo.copy
         subject = found.commit.subject if found.commit else ""
         log.warning(
-            "%s: HISTORY REWRITTEN: the daemon's commit %s (%r) is gone from %s: %s; it and every version "
+            "%s: HISTORY REWRITTEN: memstrata's last commit %s (%r) is gone from %s: %s; it and every version "
             "before it are kept in %s",
             self.id,
             found.lost[:10],
@@ -512,7 +513,7 @@ class AgentTracker:
         if self.audit is not None:
             self.audit("history_rewritten", agent=self.id, lost_commit=found.lost, head=found.head, reason=found.why)
         self.last_commit = None
-        with contextlib.suppress(git.GitCommandError, daily.RepoRefusedError, OSError):
+        with contextlib.suppress(git.GitCommandError, GitFailed, daily.RepoRefusedError, OSError):
             if (self.workspace / ".git").is_dir():
                 self.last_commit = self.repo.head()
         self.refresh_history_lost()
@@ -524,7 +525,7 @@ class AgentTracker:
         if copy is None:
             return
         self._history_read = True
-        with contextlib.suppress(git.GitCommandError, OSError):
+        with contextlib.suppress(GitFailed, OSError):
             self.history_lost = [
                 {
                     "commit": lost.commit.short,

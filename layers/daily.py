@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from layers import gitcommit, safefs
 from layers.gitcommit import Check, StagedChange
 from layers.gitlog import LOG_FORMAT, CommitInfo, parse_log
-from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git
+from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git, GitFailed
 from layers.history_copy import HistoryCopy
 from layers.names import shown as printable
 
@@ -467,7 +467,7 @@ class WorkspaceRepo:
             return None
         try:
             return self.copy.keep(self.path / ".git" / "objects", sha)
-        except (git.GitCommandError, OSError) as exc:
+        except (GitFailed, OSError) as exc:
             log.warning("could not copy commit %s of %s to %s: %s", sha[:10], self.path, self.copy.path, exc)
             return None
 

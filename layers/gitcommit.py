@@ -41,9 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from git import GitCommandError
-
-from layers.gitrun import Cancelled, Git
+from layers.gitrun import Cancelled, Git, GitFailed
 
 ZERO_OID = "0" * 40
 BLOB_MODES = ("100644", "100755", "120000")  # a file, an executable, a symlink's target
@@ -159,7 +157,7 @@ def _check_blobs(git: Git, changes: list[StagedChange], check: Check) -> dict[st
             proc.stdin.flush()
             header = proc.stdout.readline().decode(errors="replace").split()
             if len(header) != 3 or header[1] != "blob":
-                raise GitCommandError(["git", "cat-file"], 1, f"cannot read the staged blob of {change.path}")
+                raise GitFailed("cat-file", 1, f"cannot read the staged blob of {change.path}")
             reader = _BlobReader(proc.stdout, int(header[2]))
             why = check(change.path, reader.read)
             reader.drain()
@@ -297,7 +295,7 @@ def commit_paths(
             subject = text.partition("\n")[0][:200]
             try:
                 git.run("update-ref", "-m", f"commit: {subject}", "HEAD", sha, head or ZERO_OID, killable=False)
-            except GitCommandError as exc:
+            except GitFailed as exc:
                 # HEAD moved since it was read (a person's `git commit --only`?), or its lock is held: again
                 if "cannot lock ref" not in str(exc.stderr) or attempt == _UPDATE_REF_TRIES - 1:
                     raise

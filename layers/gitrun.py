@@ -26,8 +26,6 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from git import GitCommandError
-
 # Settings every git command gets on its command line, whatever the repository's
 # own .git/config (which the agent can write) says: the daemon runs git as root
 # in directories agents control, and none of these may make root run a program
@@ -49,6 +47,21 @@ NEUTRAL_CONFIG = (
 # A single git command of the pipeline never needs this long (the slowest, ``git add`` of a
 # batch of 2,000 files, takes about a second); past it, git is stuck and the commit is retried.
 GIT_TIMEOUT_S = 120.0
+
+
+class GitFailed(RuntimeError):
+    """A git command run here failed: which one, its exit status, and the last line git said.
+
+    Not GitPython's GitCommandError: importing GitPython costs a command line call
+    ~60 ms, and the front (``status``, ``history``) imports this module.
+    """
+
+    def __init__(self, what: str, status: int, stderr: str) -> None:
+        self.what = what
+        self.status = status
+        self.stderr = stderr
+        lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+        super().__init__(f"git {what} failed: {lines[-1] if lines else f'exit {status}'}")
 
 
 class Cancelled(RuntimeError):
@@ -144,12 +157,11 @@ def run(
 ) -> tuple[int, bytes]:
     """Run ``argv`` to its end; (exit status, stdout).
 
-    An exit status outside ``ok`` raises :class:`git.GitCommandError` with git's
-    stderr, as GitPython does, so callers handle both the same way; it names the
-    command as ``git WHAT`` (the options before the subcommand are noise there).
-    Past ``timeout`` the command is killed and reported as failed.
+    An exit status outside ``ok`` raises :class:`GitFailed` with git's stderr,
+    naming the command as ``git WHAT`` (the options before the subcommand are
+    noise there).  Past ``timeout`` the command is killed and reported as failed.
     """
-    named = ["git", what] if what else list(argv)
+    named = what or os.path.basename(argv[0])
     if cancel is not None:
         cancel.check()
     proc = popen(argv, env, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
@@ -160,7 +172,7 @@ def run(
         except subprocess.TimeoutExpired:
             _kill(proc)
             proc.communicate()
-            raise GitCommandError(named, -9, f"timed out after {timeout:g} s and was killed") from None
+            raise GitFailed(named, -9, f"timed out after {timeout:g} s and was killed") from None
         except BaseException:
             _kill(proc)
             proc.wait()
@@ -168,7 +180,7 @@ def run(
     if cancel is not None and cancel.cancelled and proc.returncode < 0:
         raise Cancelled("cancelled: the daemon is stopping")
     if proc.returncode not in ok:
-        raise GitCommandError(named, proc.returncode, os.fsdecode(err.strip()) or f"exit {proc.returncode}")
+        raise GitFailed(named, proc.returncode, os.fsdecode(err.strip()))
     return proc.returncode, out
 
 

@@ -27,11 +27,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from git import GitCommandError
-
 from layers.fsutil import private_dirs
 from layers.gitlog import LOG_FORMAT, CommitInfo, parse_log
-from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git
+from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git, GitFailed
 
 DAEMON_REF = "refs/heads/daemon"
 LOST_PREFIX = "refs/lost/"
@@ -114,7 +112,7 @@ class HistoryCopy:
     def read_at(self, sha: str, rel: str) -> bytes:
         try:
             return self._git().run("cat-file", "blob", f"{sha}:{rel}")
-        except GitCommandError:
+        except GitFailed:
             raise ValueError(f"{rel} does not exist in commit {sha[:10]}") from None
 
     def log(self, rel: str | None = None, limit: int = 20, beyond: tuple[Path, str] | None = None) -> list[CommitInfo]:
@@ -169,13 +167,13 @@ class HistoryCopy:
                 self._record_lost(last)
             try:
                 self._git().run("update-ref", "-m", "kept", DAEMON_REF, sha, last or "0" * 40, killable=False)
-            except GitCommandError as exc:
+            except GitFailed as exc:
                 if "cannot lock ref" in str(exc.stderr):
                     continue  # another memstrata process (the CLI's restore) moved it meanwhile: again
                 raise
             self._merge_packs()
             return lost
-        raise GitCommandError(["git", "update-ref"], 1, f"{DAEMON_REF} in {self.path} kept moving")
+        raise GitFailed("update-ref", 1, f"{DAEMON_REF} in {self.path} kept moving")
 
     def forget_last(self) -> str | None:
         """The workspace has no history at all any more: keep the last one as lost, and start again."""
