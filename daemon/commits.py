@@ -98,11 +98,13 @@ class CommitJob:
         self,
         agent_id: str,
         repo: daily.WorkspaceRepo,
-        guard: SecretGuard,
+        guard: Callable[[], SecretGuard],
         scan: Callable[[], tuple[list[daily.Change], dict[str, list[Finding]], dict[str, str]]],
     ) -> None:
         self.agent_id = agent_id
         self.repo = repo
+        #: The guard in force *when a blob is checked*: a reload (a new never_store pattern) while the
+        #: job runs applies to every file staged after it, as it would to a commit started after it.
         self.guard = guard
         self.scan = scan
         self.marks: tuple[float | None, float | None, bool] = (None, None, False)  # the tracker's, while it runs
@@ -118,7 +120,7 @@ class CommitJob:
             return {"done": self.done, "total": self.total}
 
     def _check(self, rel: str, read: Callable[[int], bytes]) -> list[Finding]:
-        return staged_secrets(self.guard, read)
+        return staged_secrets(self.guard(), read)
 
     def __call__(self) -> CommitOutcome:
         outcome = CommitOutcome()

@@ -437,7 +437,8 @@ class AgentTracker:
 
     def begin_commit(self, now: float | None = None) -> CommitJob:
         """The commit of what is pending, as a job to run (off the loop thread); the pending marks wait in it."""
-        job = CommitJob(self.id, self.repo, self.guard, functools.partial(self.scan_changes, dict(self.withheld)))
+        scan = functools.partial(self.scan_changes, dict(self.withheld))
+        job = CommitJob(self.id, self.repo, lambda: self.guard, scan)
         job.marks = (self.first_change, self.last_change, self.commit_now)
         self.first_change = self.last_change = None
         self.commit_now = False

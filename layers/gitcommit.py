@@ -19,9 +19,9 @@ inside, each step one git program with its input on stdin (:mod:`layers.gitrun`)
    of 2,000 names costs seconds against an index of 20,000);
 3. ``diff-index --cached --raw``: what the commit would change, with each new blob;
 4. every new blob is read back (``cat-file --batch``) and given to ``check``;
-   a path it flags goes back to HEAD's version in the private index: held
-   back.  What is committed is exactly what was checked, whatever the file
-   holds by the time the commit is written;
+   a path it flags goes back to HEAD's version in the private index, and its
+   blob leaves the object store: held back.  What is committed is exactly what
+   was checked, whatever the file holds by the time the commit is written;
 5. ``write-tree``, ``commit-tree`` (message on stdin), ``update-ref HEAD NEW OLD``:
    the branch moves only if HEAD is still the commit the index was built from;
 6. the private index, with what a person had staged put back, becomes the
@@ -167,6 +167,25 @@ def _check_blobs(git: Git, changes: list[StagedChange], check: Check) -> dict[st
     return held
 
 
+def _forget_blobs(git: Git, blobs: set[str]) -> None:
+    """Held-back blobs that staging wrote leave the object store: a secret never stays in ``.git``.
+
+    Only loose objects nothing reaches (no ref, reflog or index entry) are removed:
+    the same content committed earlier (before a pattern knew it) is history's.
+    Rare (a file that gained a secret after the edit flow looked at it), so the
+    full walk of the history it costs is paid only then.
+    """
+    objects = git.work_tree / ".git" / "objects"
+    loose = {blob for blob in blobs if (objects / blob[:2] / blob[2:]).is_file()}
+    if not loose:
+        return
+    listed = git.run("rev-list", "--objects", "--all", "--reflog", "--indexed-objects", killable=False)
+    reached = {line.partition(" ")[0] for line in listed.decode(errors="replace").splitlines()}
+    for blob in loose - reached:
+        with contextlib.suppress(OSError):
+            os.unlink(objects / blob[:2] / blob[2:])
+
+
 class _Lock:
     """The ``index.lock`` we created: its fd, and whether it became the index (then it is not ours to remove)."""
 
@@ -280,7 +299,9 @@ def commit_paths(
             changes = _differences(staging, head)
             result.held = _check_blobs(staging, changes, check) if check is not None else {}
             if result.held:
-                _set_entries(staging, _back_to_head(c for c in changes if c.path in result.held))
+                flagged = [c for c in changes if c.path in result.held]
+                _set_entries(staging, _back_to_head(flagged))
+                _forget_blobs(git, {c.new_blob for c in flagged})
                 changes = [c for c in changes if c.path not in result.held]
             if not changes:
                 _set_entries(staging, _as_staged(theirs))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from daemon.config import load_config
+from daemon.guard import SecretGuard
 from daemon.wiring import guard_from, make_tracker, settings_from
 from daemon.workspaces import discover
 from tests.helpers import FAKE_API_KEY, commits, file_at_head
@@ -51,3 +52,28 @@ def test_reconfigure_applies_a_new_guard_and_settings(tracker, service_root):
     guard = guard_from(config)
     tracker.reconfigure(guard, settings_from(config), 99.0)
     assert tracker.guard is guard and tracker.repo.stale_lock_s == 99.0
+
+
+def test_a_secret_written_after_the_edit_flow_looked_is_held_back_by_the_staged_check(tracker):
+    ws = tracker.workspace
+    (ws / "memory" / "2026-12-01.md").write_text("# clean so far\n")
+    tracker.process("memory/2026-12-01.md")
+    assert "memory/2026-12-01.md" not in tracker.withheld
+    with (ws / "memory" / "2026-12-01.md").open("a") as fh:  # no event processed since: the verdict is stale
+        fh.write(f"the key is {FAKE_API_KEY}\n")
+    tracker.commit()
+    assert file_at_head(ws, "memory/2026-12-01.md") is None, "never committed"
+    assert [h["path"] for h in tracker.report()["held_back"]] == ["memory/2026-12-01.md"]
+
+
+def test_a_reload_while_a_commit_runs_applies_to_what_it_stages_after(tracker, service_root):
+    """The commit began with the old patterns; a file written after the reload is checked with the new ones."""
+    ws = tracker.workspace
+    config = load_config(service_root)
+    job = tracker.begin_commit()
+    patterns = [*config.guard.never_store, ("codename", "PROJECT-KESTREL")]
+    tracker.reconfigure(SecretGuard(patterns), settings_from(config), 60.0)
+    (ws / "memory" / "2026-12-02.md").write_text("the PROJECT-KESTREL plan\n")
+    tracker.finish_commit(job, job())
+    assert file_at_head(ws, "memory/2026-12-02.md") is None
+    assert tracker.report()["held_back"] == [{"path": "memory/2026-12-02.md", "line": 1, "kind": "codename"}]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import zlib
 
 import pytest
 
@@ -68,6 +69,10 @@ def test_a_staged_blob_the_check_flags_is_held_back_and_never_staged(repo):
     assert set(done.held) == {"memory/2026-01-02.md", "MEMORY.md"}
     assert _git(ws, "show", "--name-only", "--format=", "HEAD").split() == ["memory/2026-01-01.md"]
     assert FAKE_API_KEY not in _git(ws, "log", "--all", "-p")
+    loose = list((ws / ".git" / "objects").glob("??/*"))
+    assert loose and not [p for p in loose if FAKE_API_KEY.encode() in zlib.decompress(p.read_bytes())], (
+        "the held-back blobs staging wrote are gone from the object store"
+    )
     assert _git(ws, "diff", "--cached", "--name-only") == ""
     assert _git(ws, "status", "--porcelain").splitlines() == [" M MEMORY.md", "?? memory/2026-01-02.md"]
 
