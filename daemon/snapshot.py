@@ -69,15 +69,7 @@ class StatusBoard:
                 "summary": starting["text"],
                 "starting": starting,
             },
-            "watcher": {
-                "mode": d.watcher.mode if d.watcher else "starting",
-                "reason": d.watcher.reason if d.watcher else "",
-                "roots": [str(r) for r in watch_roots(config)],
-            },
-            "reconcile": dict(d.reconciler.last, interval_s=config.watch.reconcile_interval_s),
-            "limits": limits_of(config),
-            "vectors": self.vectors(),
-            "conversation": self.conversation(),
+            **self._parts(config, "starting"),
             "storage": d.storage.snapshot(),
         }
 
@@ -86,6 +78,21 @@ class StatusBoard:
         if d.broker is not None:
             return d.broker.status()
         return {"enabled": d.config.conversation.enabled, "backend": d.config.conversation.backend}
+
+    def _parts(self, config, no_watcher: str) -> dict:
+        """What the starting and the full snapshot both report; ``no_watcher`` names the mode before one runs."""
+        d = self.d
+        return {
+            "watcher": {
+                "mode": d.watcher.mode if d.watcher else no_watcher,
+                "reason": d.watcher.reason if d.watcher else "",
+                "roots": [str(r) for r in watch_roots(config)],
+            },
+            "reconcile": dict(d.reconciler.last, interval_s=config.watch.reconcile_interval_s),
+            "limits": limits_of(config),
+            "vectors": self.vectors(),
+            "conversation": self.conversation(),
+        }
 
     def vectors(self) -> dict:
         d = self.d
@@ -131,15 +138,7 @@ class StatusBoard:
                 "config_error": d.reloader.config_error or None,
                 "restart_needed": d.reloader.restart_needed or None,
             },
-            "watcher": {
-                "mode": d.watcher.mode if d.watcher else "stopped",
-                "reason": d.watcher.reason if d.watcher else "",
-                "roots": [str(r) for r in watch_roots(config)],
-            },
-            "reconcile": dict(d.reconciler.last, interval_s=config.watch.reconcile_interval_s),
-            "limits": limits_of(config),
-            "vectors": self.vectors(),
-            "conversation": self.conversation(),
+            **self._parts(config, "stopped"),
             "agents": reports,
             "storage": d.storage.snapshot(),
         }

@@ -168,17 +168,27 @@ def open_file(root: Path, rel: str) -> int:
     symlink, anything but a regular file, or a file with other links.
     """
     with _parent(root, rel, False, None) as (dfd, name):
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENXIO):
-                raise _refusal(root, rel, dfd, name, "regular file") from None
-            raise
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            os.close(fd)
-            raise UnsafePathError(root, rel, "is not a regular file" if st.st_nlink == 1 else "has other hard links")
-        return fd
+        return _single_regular(root, rel, dfd, name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+
+
+def _single_regular(root: Path, rel: str, dfd: int, name: str, flags: int) -> int:
+    """``name`` in ``dfd`` opened with ``flags`` (no-follow), refused unless a regular file with one link."""
+    try:
+        fd = os.open(name, flags, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            raise _refusal(root, rel, dfd, name, "regular file") from None
+        raise
+    _check_single_regular(root, rel, fd)
+    return fd
+
+
+def _check_single_regular(root: Path, rel: str, fd: int) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        why = "is not a regular file" if not stat.S_ISREG(st.st_mode) else "has other hard links"
+        raise UnsafePathError(root, rel, why)
 
 
 def same_file(root: Path, rel: str, st: os.stat_result) -> bool:
@@ -280,18 +290,9 @@ def open_append(root: Path, rel: str, *, owner: Owner | None = None) -> BinaryIO
         try:
             fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dfd)
             fchown_if_needed(fd, owner)
+            _check_single_regular(root, rel, fd)
         except FileExistsError:
-            try:
-                fd = os.open(name, flags, dir_fd=dfd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENXIO):
-                    raise _refusal(root, rel, dfd, name, "regular file") from None
-                raise
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            os.close(fd)
-            why = "is not a regular file" if not stat.S_ISREG(st.st_mode) else "has other hard links"
-            raise UnsafePathError(root, rel, why)
+            fd = _single_regular(root, rel, dfd, name, flags)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "r+b")
 
