@@ -44,6 +44,7 @@ from daemon.api_requests import (
 )
 from daemon.broker import Broker
 from daemon.contracts import StatusDocument
+from daemon.fairness import Courtesy
 from daemon.guard import SecretGuard
 from daemon.limits import (
     KEEP_ALIVE_S,
@@ -64,6 +65,7 @@ SOCKET_MODE = 0o660
 class DaemonApi(Protocol):
     broker: Broker | None
     trackers: dict  # agent id → its tracker: the agents the daemon knows
+    courtesy: Courtesy  # where a flooding caller's requests make way (daemon/fairness.py)
 
     @property
     def guard(self) -> SecretGuard: ...  # the never_store patterns in force (errors are redacted with them)
@@ -176,7 +178,7 @@ def _clamped(value: int | None, default: int, low: int, high: int) -> int:
 
 
 def build_app(daemon: DaemonApi) -> Starlette:
-    gate = Gate(daemon.identify, lambda: daemon.guard.redact)
+    gate = Gate(daemon.identify, lambda: daemon.guard.redact, daemon.courtesy)
 
     def status(request: Request, caller: Caller, _args: None) -> dict:
         view = scoped_status(daemon.status(), caller.id)

@@ -32,7 +32,7 @@ from daemon.api_answers import ApiError, JSONResponse, as_response
 from daemon.api_requests import Request as RequestSchema
 from daemon.api_requests import json_body, parse
 from daemon.echo import Redact
-from daemon.fairness import Busy, FairScheduler
+from daemon.fairness import Busy, Courtesy, FairScheduler
 from daemon.limits import PER_CALLER_QUEUED, PER_CALLER_RUNNING, WORK_THREADS
 from daemon.tokens import ADMIN
 
@@ -59,12 +59,12 @@ def token_of(request: Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def _lanes() -> dict[Lane, FairScheduler]:
+def _lanes(courtesy: Courtesy) -> dict[Lane, FairScheduler]:
     def work_share(caller: Hashable) -> int:
         return 4 if caller == ADMIN else PER_CALLER_RUNNING  # the operator's own commands are no flood
 
     return {
-        "work": FairScheduler(WORK_THREADS, work_share, PER_CALLER_QUEUED),
+        "work": FairScheduler(WORK_THREADS, work_share, PER_CALLER_QUEUED, courtesy),
         "status": FairScheduler(4, lambda caller: 2, 64),
         # keyed by (caller, route): one reindex, cleanup, backup or restore of each caller at a time
         "maintenance": FairScheduler(4, lambda caller: 1, 8),
@@ -74,10 +74,12 @@ def _lanes() -> dict[Lane, FairScheduler]:
 class Gate:
     """Builds the endpoints: the steps above around each route's work."""
 
-    def __init__(self, identify: Callable[[str | None], str | None], redact: Callable[[], Redact]) -> None:
+    def __init__(
+        self, identify: Callable[[str | None], str | None], redact: Callable[[], Redact], courtesy: Courtesy
+    ) -> None:
         self.identify = identify
         self.redact = redact  # the never_store patterns in force, for error messages
-        self.lanes = _lanes()
+        self.lanes = _lanes(courtesy)
 
     def route(
         self,

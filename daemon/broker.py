@@ -70,7 +70,9 @@ class Broker:
         embedder_ready: Callable[[], str] = lambda: "",
         on_change: Callable[[], None] = lambda: None,
         storage: StorageHealth | None = None,
+        pause: Callable[[], None] = lambda: None,
     ) -> None:
+        """``pause``: called before a write embeds its text (a flood's write makes way there)."""
         c = config.conversation
         self.storage = storage or StorageHealth()  # the queue's and the store's full disks
         self.config = config
@@ -80,7 +82,9 @@ class Broker:
         self.tombstones = Tombstones(config.paths.state_dir / "conversation" / "deleted.sqlite")
         self.queue_access = QueueAccess(self.queue, self.storage)
         self.queue_access.open()  # a full disk leaves it closed: writes then go to the store or get 507
-        self.thread = StoreThread(store, Breaker(c.probe_interval_s), store_deadline(config), self.storage, on_change)
+        self.thread = StoreThread(
+            store, Breaker(c.probe_interval_s), store_deadline(config), self.storage, on_change, pause
+        )
         self.reads = Reads(self.thread, self.registry, self.audit, self.tombstones, local_search)
         self.replayer: Replayer  # set below: writes ask it for the replay rate
         self.writes = Writes(

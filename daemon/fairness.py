@@ -12,15 +12,26 @@ of each other caller, however many those have queued.
 
 The bookkeeping runs on the event loop (every method but the work itself), so
 it needs no lock; the work runs on a thread of this scheduler's own limiter.
+
+A turn of its own is not enough on two cores: a flooding caller always has one
+request running, and a search is mostly two model encodes that take both cores
+(or wait for each other's model lock), so another caller's single search ran
+2.6x slower than alone (bench/bench_flood.py).  So a request started while its
+caller has more waiting (or right after its last one) is *patient*: at each
+costly step (:meth:`Courtesy.pause`, before a model encode) it waits while a
+request of a caller without a backlog runs, for at most MAX_PAUSE_S each time.
+That caller's search then waits for at most the one step the flooder is in.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 import anyio.to_thread
@@ -30,6 +41,46 @@ T = TypeVar("T")
 
 _SMOOTHING = 0.2  # weight of the newest duration in a caller's mean (for Retry-After)
 MAX_RETRY_AFTER_S = 60
+# A request admitted within this long of its caller's last one ending is a flood's (no time to read
+# an answer between them); and a patient request waits at most this long at each pause.
+BACK_TO_BACK_S = 0.02
+MAX_PAUSE_S = 1.0
+
+
+class Courtesy:
+    """Where a flooding caller's running request lets the requests of other callers pass.
+
+    Thread-safe: :meth:`running` wraps the work on its API thread, :meth:`pause`
+    is called from that same thread (the local search, before each model encode).
+    """
+
+    def __init__(self, max_pause_s: float = MAX_PAUSE_S) -> None:
+        self.max_pause_s = max_pause_s
+        self._prompt = 0  # requests running now that no other request should slow down
+        self._changed = threading.Condition()
+        self._thread = threading.local()
+
+    @contextmanager
+    def running(self, patient: bool) -> Iterator[None]:
+        """The request running in this thread meanwhile; ``patient``: it makes way at each pause."""
+        self._thread.patient = patient
+        if not patient:
+            with self._changed:
+                self._prompt += 1
+        try:
+            yield
+        finally:
+            self._thread.patient = False
+            if not patient:
+                with self._changed:
+                    self._prompt -= 1
+                    self._changed.notify_all()
+
+    def pause(self) -> None:
+        """Before a costly step: a patient request waits while a prompt one runs (bounded)."""
+        if getattr(self._thread, "patient", False):
+            with self._changed:
+                self._changed.wait_for(lambda: self._prompt == 0, timeout=self.max_pause_s)
 
 
 class Busy(Exception):
@@ -45,12 +96,17 @@ class Busy(Exception):
 
 
 class FairScheduler:
-    def __init__(self, threads: int, running: Callable[[Hashable], int], queued: int) -> None:
+    def __init__(
+        self, threads: int, running: Callable[[Hashable], int], queued: int, courtesy: Courtesy | None = None
+    ) -> None:
         """``threads``: requests of all callers running at once; ``running(caller)``: that caller's
-        share; ``queued``: how many more a caller may have waiting."""
+        share; ``queued``: how many more a caller may have waiting; ``courtesy``: where the
+        requests of a caller with a backlog make way for the others' (None: they do not)."""
         self.threads = threads
         self.running_for = running
         self.queued = queued
+        self.courtesy = courtesy
+        self._last_end: dict[Hashable, float] = {}
         self._limiter: CapacityLimiter | None = None  # made on the event loop, at the first request
         self._running: Counter = Counter()
         self._waiting: dict[Hashable, deque[asyncio.Future]] = {}
@@ -60,14 +116,31 @@ class FairScheduler:
 
     async def run(self, caller: Hashable, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` on a thread once ``caller``'s turn comes; Busy when its queue is full."""
+        arrived = time.monotonic()
         await self._admit(caller)
         started = time.monotonic()
+        patient = self._flooding(caller, arrived)
+        courtesy = self.courtesy
+
+        def work() -> T:
+            if courtesy is None:
+                return fn(*args)
+            with courtesy.running(patient):
+                return fn(*args)
+
         try:
             if self._limiter is None:
                 self._limiter = CapacityLimiter(self.threads)
-            return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+            return await anyio.to_thread.run_sync(work, limiter=self._limiter)
         finally:
             self._release(caller, time.monotonic() - started)
+
+    def _flooding(self, caller: Hashable, arrived: float) -> bool:
+        """A request that starts with more of its caller's waiting, or came right after its last one."""
+        if self._waiting.get(caller) or self._running[caller] > 1:
+            return True
+        last = self._last_end.get(caller)
+        return last is not None and arrived - last < BACK_TO_BACK_S
 
     def retry_after(self, caller: Hashable, waiting: int) -> int:
         """Seconds until a caller with ``waiting`` queued requests likely has room again."""
@@ -109,6 +182,7 @@ class FairScheduler:
         if self._running[caller] <= 0:
             del self._running[caller]
         self._busy -= 1
+        self._last_end[caller] = time.monotonic()
         if took is not None:
             mean = self._mean_s.get(caller)
             self._mean_s[caller] = took if mean is None else (1 - _SMOOTHING) * mean + _SMOOTHING * took

@@ -39,6 +39,7 @@ class StoreThread:
         deadline_s: float,
         storage: StorageHealth,
         on_change: Callable[[], None],
+        pause: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store  # swapped (on the thread) when a reload changes the store settings
         self.breaker = breaker
@@ -49,6 +50,7 @@ class StoreThread:
         self.stopping = False  # set once the daemon stops: replay and cleanup end between items
         self.attention = threading.Event()  # wakes the probe/replay loop before its interval
         self.worker = StoreWorker()
+        self.pause = pause  # before a write's embedding: a flood's write makes way (daemon/fairness.py)
 
     def call(self, what: str, fn: Callable[[], object], deadline: float | None = None, patient: bool = False) -> object:
         """Run ``fn`` on the store's thread; raise StoreDown (and open the breaker) when it fails.
@@ -84,6 +86,7 @@ class StoreThread:
         store call, which embeds as it always did.
         """
         if self.breaker.closed and not self.stopping:
+            self.pause()
             with contextlib.suppress(Exception):
                 self.store.embed_ahead(text, query)
 

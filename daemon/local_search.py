@@ -32,13 +32,16 @@ class LocalSearch:
         embedder: Embedder | None,
         embed_worker: Callable[[], EmbedWorker | None],
         loop_jobs: Jobs,
+        pause: Callable[[], None] = lambda: None,
     ) -> None:
+        """``pause``: called before each model encode of a search (a flood's request makes way there)."""
         self.agents = agents
         self.indexer = indexer
         self.identity = identity
         self.embedder = embedder
         self.embed_worker = embed_worker  # started after the API: read at each search
         self.loop_jobs = loop_jobs
+        self.pause = pause
 
     def search(
         self,
@@ -84,6 +87,7 @@ class LocalSearch:
                     no_embedder_reason="vectors are off (vectors.backend: off)",
                     blocked_reason=worker.waiting_reason if worker else "",
                     explain=explain,
+                    pause=self.pause,
                 )
         except (apsw.CorruptError, apsw.NotADBError) as exc:
             self.request_repair(tracker, f"the index file is damaged ({exc})")

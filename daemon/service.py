@@ -37,6 +37,7 @@ from daemon.contracts import StatusDocument
 from daemon.current import Current
 from daemon.embedding import EmbedWorker, conversation_embedder, make_embedder
 from daemon.errors import DaemonError
+from daemon.fairness import Courtesy
 from daemon.guard import SecretGuard
 from daemon.index_files import IndexClaims
 from daemon.indexer import Indexer
@@ -117,8 +118,15 @@ class MemoryDaemon:
         self.router = Router(self.current, self.agents, self.reconciler.one, self.wakeup.wake)
         self.storage_retry = StorageRetry(self.agents, self.provision, self.indexer, self.reconciler, self.storage)
         self.embed_worker: EmbedWorker | None = None
+        self.courtesy = Courtesy()  # one agent's flood makes way for the others' requests (daemon/fairness.py)
         self.local = LocalSearch(
-            self.agents, self.indexer, self.identity, self.embedder, lambda: self.embed_worker, self.jobs
+            self.agents,
+            self.indexer,
+            self.identity,
+            self.embedder,
+            lambda: self.embed_worker,
+            self.jobs,
+            pause=self.courtesy.pause,
         )
         self.board = StatusBoard(self)
         self.reloader = Reloader(self)
@@ -238,6 +246,7 @@ class MemoryDaemon:
                 embedder_ready=embedder.not_ready,
                 on_change=self.loop.request_publish,
                 storage=self.storage,
+                pause=self.courtesy.pause,
             )
         except (OSError, ValueError, YamlFileError) as exc:
             raise DaemonError(f"conversation memory (L4) cannot start: {exc}") from exc

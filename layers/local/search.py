@@ -225,8 +225,12 @@ def search(
     no_embedder_reason: str = "no embedder available",
     blocked_reason: str = "",
     explain: bool = False,
+    pause: Callable[[], None] = lambda: None,
 ) -> SearchAnswer:
     """Search ``index``; ``auto`` is hybrid when vectors exist, else full-text.
+
+    ``pause`` is called before each model encode (the query's, the companion's):
+    a caller that shares the cores with other searches may make one wait there.
 
     ``blocked_reason`` is what the embedder already knows stops it now (a closed
     memory gate): the query is then not even tried against the model.
@@ -261,12 +265,14 @@ def search(
             reason = f"no chunk has a vector yet ({index.pending_count()} waiting to be embedded)"
         if not reason:
             try:
+                pause()
                 vector = embed_query(text)  # type: ignore[misc]
                 lists["vector"] = index.search_vectors(vector, pool, filters)
                 if dated is not None:
                     lists["vector@date"] = index.search_vectors(vector, pool, dated)
                 answer.vectors = "used"
                 if has_companion(index.identity.embed_model):
+                    pause()
                     lists.update(_companion_lists(index, text, vector.shape[0], pool, filters, dated))
             except VectorsUnavailableError as exc:
                 reason = str(exc)

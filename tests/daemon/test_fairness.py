@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
-from daemon.fairness import Busy, FairScheduler
+from daemon.fairness import Busy, Courtesy, FairScheduler
 
 
 def _scheduler(threads: int = 2, running: int = 1, queued: int = 3) -> FairScheduler:
@@ -75,3 +76,54 @@ def test_a_request_given_up_while_waiting_frees_its_place():
         assert await first is True and await again == "again"
 
     asyncio.run(scenario())
+
+
+def test_a_flooding_callers_request_makes_way_at_each_pause_for_another_callers():
+    """Alpha has a backlog, so its running request is patient: at a pause it waits while beta's runs."""
+
+    async def scenario() -> list[str]:
+        courtesy = Courtesy()
+        scheduler = FairScheduler(4, lambda caller: 1, 10, courtesy)
+        events: list[str] = []
+        beta_running, beta_done, alpha_paused = threading.Event(), threading.Event(), threading.Event()
+
+        def alpha_work(n: int) -> None:
+            if n == 1:
+                beta_running.wait(10)
+                alpha_paused.set()
+                courtesy.pause()  # beta's request is running: alpha waits here until it ends
+                events.append(f"alpha passed its pause, beta done: {beta_done.is_set()}")
+
+        def beta_work() -> None:
+            beta_running.set()
+            alpha_paused.wait(10)
+            courtesy.pause()  # beta is prompt: its pause never waits
+            time.sleep(0.2)  # the rest of beta's work, while alpha is held at its pause
+            events.append("beta done")
+            beta_done.set()
+
+        first = asyncio.ensure_future(scheduler.run("alpha", alpha_work, 0))
+        await asyncio.sleep(0)
+        backlog = [asyncio.ensure_future(scheduler.run("alpha", alpha_work, n)) for n in (1, 2, 3)]
+        await first  # alpha's second request starts with two more waiting: patient
+        beta = asyncio.ensure_future(scheduler.run("beta", beta_work))
+        await asyncio.gather(beta, *backlog)
+        return events
+
+    assert asyncio.run(scenario()) == ["beta done", "alpha passed its pause, beta done: True"]
+
+
+def test_a_pause_waits_at_most_its_bound():
+    courtesy = Courtesy(max_pause_s=0.2)
+    result: list[str] = []
+
+    def patient() -> None:
+        with courtesy.running(patient=True):
+            courtesy.pause()
+            result.append("passed")
+
+    with courtesy.running(patient=False):  # a prompt request that never ends in time
+        thread = threading.Thread(target=patient)
+        thread.start()
+        thread.join(5)
+    assert result == ["passed"]  # a flooder is slowed, never stopped

@@ -25,6 +25,7 @@ from daemon.api import INTERNAL_ERROR, build_app
 from daemon.cli import main
 from daemon.config import ConfigFile, demo_config_text, load_config, parse_config
 from daemon.errors import ConversationUnavailableError, IndexUnavailableError, NotStoredError, SecretRefusedError
+from daemon.fairness import Courtesy
 from daemon.guard import SecretGuard
 from daemon.limits import QueryTooLongError
 from daemon.status import offline_status
@@ -188,6 +189,7 @@ class _Daemon:
 
     broker = None
     guard = SecretGuard([])
+    courtesy = Courtesy()
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
