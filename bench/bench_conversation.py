@@ -38,8 +38,8 @@ import numpy as np
 import yaml
 
 from bench.bench_index import _pct
-from daemon.client import DaemonClient
-from daemon.config import DEFAULT_MODEL_PATH
+from daemon.front.client import DaemonClient
+from daemon.shared.config import DEFAULT_MODEL_PATH
 from layers.conversation.policy import Phase
 from layers.conversation.queue import WriteQueue
 from layers.conversation.store import ConversationStore, NewMemory, StoreSettings

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from daemon.config import DEFAULT_MODEL_PATH
+from daemon.shared.config import DEFAULT_MODEL_PATH
 from layers.local.vectors import LocalEmbedder
 
 DUPLICATES = [

@@ -33,7 +33,7 @@ import numpy as np
 
 from bench.bench_conversation import QUERIES, _fill, _memory
 from bench.bench_index import _pct
-from daemon.config import DEFAULT_MODEL_PATH
+from daemon.shared.config import DEFAULT_MODEL_PATH
 from layers.conversation.policy import DEFAULT_RETENTION_DAYS, Phase
 from layers.conversation.store import EDGE, QDRANT_LOCAL, ConversationStore, StoreSettings
 from layers.local.vectors import LocalEmbedder

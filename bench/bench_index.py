@@ -205,8 +205,8 @@ def _peak_rss_mb() -> float:
 
 def embeddings_child(quick: bool) -> None:
     """Runs in a fresh interpreter, so RSS figures are the model's alone."""
-    from daemon.config import DEFAULT_MODEL_PATH
-    from daemon.embedding import STOP_SLICE
+    from daemon.local.embedding import STOP_SLICE
+    from daemon.shared.config import DEFAULT_MODEL_PATH
     from layers.local.vectors import LocalEmbedder
 
     corpus = Corpus(seed=9)

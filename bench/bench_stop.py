@@ -4,7 +4,7 @@ Baseline, measured in the same run: SIGTERM → exit of the same daemon when it
 is idle (every chunk embedded, nothing pending).  The loaded case keeps the
 real model encoding near-cap passages while busy loops hog every core, the
 state in which a stop used to wait for the embedding worker's slice (18-23 s).
-The promise is an exit within 10 s (STOP_BUDGET_S in daemon/stop.py is 8 s).
+The promise is an exit within 10 s (STOP_BUDGET_S in daemon/service/stop.py is 8 s).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from daemon.stop import STOP_BUDGET_S
+from daemon.service.stop import STOP_BUDGET_S
 from tests.failure_modes.test_sigterm_stops_within_budget import _passage, busy_cores
 from tests.helpers import FAST, DaemonProcess, init_root, wait_for
 

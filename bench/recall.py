@@ -33,7 +33,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.client import DaemonClient
+from daemon.front.client import DaemonClient
 from tests.helpers import FAST, DaemonProcess, init_root, wait_for
 
 SET_DIR = Path(__file__).resolve().parent / "recall_set"

@@ -1,3 +1,3 @@
-from daemon.cli import main
+from daemon.front.cli import main
 
 main(prog_name="memstrata")

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import yaml
 
-from daemon.client import DaemonClient, DaemonUnavailableError
+from daemon.front.client import DaemonClient, DaemonUnavailableError
 
 T = TypeVar("T")
 MEMSTRATA = [sys.executable, "-m", "daemon"]
@@ -115,7 +115,7 @@ class DaemonProcess:
             return False
 
     def admin_token(self) -> str | None:
-        from daemon.tokens import ADMIN_TOKEN_FILE, read_token
+        from daemon.shared.tokens import ADMIN_TOKEN_FILE, read_token
 
         return read_token(self.state_dir / ADMIN_TOKEN_FILE)
 

@@ -112,7 +112,7 @@ def _seconds(value: str) -> float:
 
 def test_stop_timeout_exceeds_the_daemons_stop_budget_and_the_comment_agrees():
     """systemd must not SIGKILL a daemon that keeps its promise; the unit's comment states that promise."""
-    from daemon.stop import STOP_BUDGET_S, STOP_SHARES_S
+    from daemon.service.stop import STOP_BUDGET_S, STOP_SHARES_S
 
     text = UNIT.read_text()
     timeouts = re.findall(r"^TimeoutStopSec=(.+)$", text, re.MULTILINE)

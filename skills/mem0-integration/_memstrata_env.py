@@ -60,7 +60,7 @@ def use_memstrata(script: str) -> None:
     try:
         import apsw  # noqa: F401 - the heaviest library a script reaches; the front alone imports without it
 
-        import daemon.cli  # noqa: F401
+        import daemon.front.cli  # noqa: F401
     except ImportError as exc:
         where = f"memstrata at {checkout} with {python}"
         raise SystemExit(

@@ -26,16 +26,16 @@ from _memstrata_env import installed_agent, use_memstrata  # noqa: E402
 
 use_memstrata(__file__)
 
-from daemon.cli import echo_json  # noqa: E402
-from daemon.cli_local import local_search, print_search  # noqa: E402
-from daemon.config import ENV_VAR, load_config  # noqa: E402
+from daemon.front.cli import echo_json  # noqa: E402
+from daemon.front.local_commands import local_search, print_search  # noqa: E402
+from daemon.shared.config import ENV_VAR, load_config  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from daemon.limits import QueryTooLongError, check_query
-    from daemon.workspaces import UnknownAgentError
+    from daemon.shared.limits import QueryTooLongError, check_query
+    from daemon.shared.workspaces import UnknownAgentError
     from layers.local.query import EmptyQueryError
     from layers.yamlfile import YamlFileError
 

@@ -45,10 +45,10 @@ AGENT_ENV = "MEMSTRATA_AGENT"
 SOCKET_ENV = "MEMSTRATA_SOCKET"
 CONFIG_ENV = "MEMSTRATA_CONFIG"
 SYSTEM_CONFIG = Path("/etc/memstrata/memstrata.yaml")
-# The daemon's defaults (daemon/config.py PathsConfig), repeated: this file cannot import it.
+# The daemon's defaults (daemon/shared/config.py PathsConfig), repeated: this file cannot import it.
 DEFAULT_PATHS = {"root": "/root/.openclaw", "workspace": "{root}/workspace", "socket": "/run/memstrata/memstrata.sock"}
 WORKSPACE_TOKEN = Path(".memstrata") / "token"
-LAUNCHER_FILE = "memstrata-install.json"  # written next to a workspace's copy of the skill (daemon/skill.py)
+LAUNCHER_FILE = "memstrata-install.json"  # written next to a workspace's copy of the skill (daemon/shared/skill.py)
 WORKSPACE_SUFFIX = "-workspace"
 MAIN_AGENT = "main"
 AGENT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # layers/ids.py AGENT_ID_PATTERN
@@ -65,10 +65,10 @@ MEMORY_TYPES = (
 )
 VISIBILITIES = ("public", "project", "private")
 PAGE_MAX = 1000  # the largest page GET /v1/memories serves
-MAX_QUERY_CHARS = 4096  # daemon/limits.py: a longer search query is refused (HTTP 413)
+MAX_QUERY_CHARS = 4096  # daemon/shared/limits.py: a longer search query is refused (HTTP 413)
 CONFIG_MAX_BYTES = 256 * 1024  # layers/yamlfile.py MAX_BYTES
 DEFAULT_TIMEOUT_S = 60.0  # the first write may wait for the daemon to load its embedding model
-# daemon/limits.py CLIENT_RETRIES, CLIENT_RETRY_CAP_S: told 429 (this agent's earlier requests fill its
+# daemon/shared/limits.py CLIENT_RETRIES, CLIENT_RETRY_CAP_S: told 429 (this agent's earlier requests fill its
 # share of the daemon), wait Retry-After and try again, this many times at most
 BUSY_RETRIES = 4
 BUSY_RETRY_CAP_S = 10.0
@@ -208,7 +208,7 @@ def parse_paths(text: str) -> dict[str, str]:
 
 
 def resolve_socket(paths: dict[str, str], base: Path) -> Path:
-    """``paths.socket`` resolved as daemon/config.py ``_resolve_paths`` does it.
+    """``paths.socket`` resolved as daemon/shared/config.py ``_resolve_paths`` does it.
 
     Templates ``{root}`` and ``{workspace}`` are filled in (root first, then
     workspace, each from what came before), ``~`` is expanded, and a relative
@@ -242,7 +242,7 @@ def socket_from_config(path: Path | None) -> Path:
 
 
 def read_config_text(path: Path, limit: int = CONFIG_MAX_BYTES) -> str:
-    """The configuration's text; never blocks on a FIFO or reads without bound (as daemon/config.py)."""
+    """The configuration's text; never blocks on a FIFO or reads without bound (as daemon/shared/config.py)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
@@ -864,8 +864,8 @@ class Memory:
 # ------------------------------------------------------------------ readable output
 
 
-# The keys of the daemon's answers this client reads (daemon/contracts.py defines them; this file cannot
-# import it, being stdlib only): tests/daemon/test_front.py checks that each exists there.
+# The keys of the daemon's answers this client reads (daemon/shared/contracts.py defines them; this file cannot
+# import it, being stdlib only): tests/daemon/front/test_front.py checks that each exists there.
 READS = {
     "StatusDocument": ("daemon", "conversation"),
     "DaemonInfo": ("running", "summary"),

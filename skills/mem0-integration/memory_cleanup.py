@@ -24,7 +24,7 @@ from _memstrata_env import use_memstrata  # noqa: E402
 
 use_memstrata(__file__)
 
-from daemon.cli import main as memstrata  # noqa: E402
+from daemon.front.cli import main as memstrata  # noqa: E402
 
 
 def command_line(argv: list[str]) -> list[str]:

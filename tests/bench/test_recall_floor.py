@@ -13,7 +13,7 @@ import json
 import pytest
 
 from bench.recall import SET_DIR, load_questions, run
-from daemon.config import DEFAULT_MODEL_PATH
+from daemon.shared.config import DEFAULT_MODEL_PATH
 from layers.local import companion
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import load_config
+from daemon.shared.config import load_config
 from tests.helpers import LEAN, init_root
 
 
@@ -22,7 +22,7 @@ class Service:
     """A root and the daemon built on it; ``reload_from`` rewrites the config the daemon reads."""
 
     def __init__(self, root: Path, config_path: Path) -> None:
-        from daemon.service import MemoryDaemon
+        from daemon.service.memory_daemon import MemoryDaemon
 
         self.root = root
         self.config_path = config_path

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.client import DaemonClient
+from daemon.front.client import DaemonClient
 from tests.helpers import FAST, init_root, wait_for
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ Before the fix these were plain-text 500s (or a dropped connection):
 1e308`` (TypeError, the connection reset), ``write_id: {…}`` (a dict bound into
 SQLite), a body nested 100,000 deep (RecursionError), and a lone surrogate
 ``\\ud800`` in a query was taken as text.  Now every route checks its fields
-against its schema (daemon/api_requests.py) before anything runs.
+against its schema (daemon/api/requests.py) before anything runs.
 
 The named cases are checked first; then hypothesis drives every route, with
 valid values generated from the route's own JSON schema
@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.api_requests import SCHEMAS
+from daemon.api.requests import SCHEMAS
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_reachable
 
 pytestmark = pytest.mark.slow
@@ -62,7 +62,7 @@ LIKELY = {
 
 
 def from_schema(schema: dict, name: str = "") -> st.SearchStrategy:
-    """Values a JSON schema of daemon/api_requests.py allows (the few forms pydantic writes for them)."""
+    """Values a JSON schema of daemon/api/requests.py allows (the few forms pydantic writes for them)."""
     if "anyOf" in schema:
         rest = {k: v for k, v in schema.items() if k != "anyOf"}
         return st.one_of([from_schema({**rest, **option}, name) for option in schema["anyOf"]])

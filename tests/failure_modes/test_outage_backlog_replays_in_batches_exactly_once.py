@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.client import DaemonClient
+from daemon.front.client import DaemonClient
 from layers.conversation.policy import DEFAULT_RETENTION_DAYS, lifetime
 from layers.conversation.queue import WriteQueue
 from layers.conversation.store import NewMemory

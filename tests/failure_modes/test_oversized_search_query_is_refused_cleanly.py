@@ -18,8 +18,8 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
-from daemon.client import DaemonClient
-from daemon.limits import MAX_QUERY_CHARS
+from daemon.front.client import DaemonClient
+from daemon.shared.limits import MAX_QUERY_CHARS
 from tests.helpers import FAST, REPO_ROOT, init_root, run_cli, wait_for
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ an index of ours at the old default moves there once; a configured path holding 
 program's database (or any file memstrata did not create) is refused, named with its
 tables, in the log, ``status`` and ``reindex`` (exit 1), and is never opened for writing,
 while the other agents keep working.  A damaged index of ours is still rebuilt
-(tests/daemon/test_daemon_index.py).
+(tests/daemon/service/test_daemon_index.py).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from daemon.client import DaemonClient
+from daemon.front.client import DaemonClient
 from layers.conversation.queue import WriteQueue
 from tests.daemon.test_conversation_outage import free_port, set_backend
 from tests.helpers import FAST, committed, file_at_head, init_root, run_cli, token_of, wait_for

@@ -78,7 +78,7 @@ def test_status_is_scoped_by_token(tmp_path, daemons):
 
 def test_set_aside_writes_and_storage_problems_are_shown_to_their_owner_only():
     """Which writes were set aside, and where a disk refuses writes, name agents and paths."""
-    from daemon.api import scoped_status
+    from daemon.api.app import scoped_status
 
     snapshot = {
         "daemon": {"running": True, "summary": "2 agents", "socket": "/run/memstrata.sock"},

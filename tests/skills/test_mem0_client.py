@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import demo_config_text, parse_config
+from daemon.shared.config import demo_config_text, parse_config
 from tests.helpers import FAKE_API_KEY, FAST, DaemonProcess, init_root, run_cli, wait_for
 
 CLIENT = Path(__file__).resolve().parents[2] / "skills" / "mem0-integration" / "mem0_client.py"
@@ -135,9 +135,9 @@ def test_client_imports_only_the_standard_library():
 
 def test_copied_constants_agree_with_the_daemon():
     """The client cannot import the daemon's modules (stdlib only), so its copies are checked here."""
-    from daemon.limits import MAX_QUERY_CHARS
-    from daemon.tokens import WORKSPACE_TOKEN
-    from daemon.workspaces import WORKSPACE_SUFFIX
+    from daemon.shared.limits import MAX_QUERY_CHARS
+    from daemon.shared.tokens import WORKSPACE_TOKEN
+    from daemon.shared.workspaces import WORKSPACE_SUFFIX
     from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
     from layers.ids import AGENT_ID_PATTERN, MAIN_AGENT
     from layers.yamlfile import MAX_BYTES
@@ -162,7 +162,7 @@ def test_copied_constants_agree_with_the_daemon():
     ],
 )
 def test_fallback_parser_finds_the_socket_the_daemon_uses(tmp_path, paths):
-    """Without PyYAML the line parser must agree with daemon/config.py on paths.socket."""
+    """Without PyYAML the line parser must agree with daemon/shared/config.py on paths.socket."""
     if paths is None:
         text = demo_config_text(tmp_path)
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.config import DEFAULT_MODEL_PATH
+from daemon.shared.config import DEFAULT_MODEL_PATH
 from layers.conversation.store import ConversationStore, StoreSettings
 from layers.local.vectors import LocalEmbedder
 

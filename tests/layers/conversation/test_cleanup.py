@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from daemon.audit import AuditLog
+from daemon.shared.audit import AuditLog
 from layers.conversation.cleanup import Rules, Selection, run_cleanup
 from layers.conversation.policy import DEFAULT_RETENTION_DAYS, MEMORY_TYPES
 from layers.conversation.store import NewMemory

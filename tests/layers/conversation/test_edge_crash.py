@@ -20,7 +20,7 @@ WRITER = textwrap.dedent(
     """
     import sys, uuid
     from pathlib import Path
-    from daemon.config import DEFAULT_MODEL_PATH
+    from daemon.shared.config import DEFAULT_MODEL_PATH
     from layers.conversation.store import ConversationStore, NewMemory, StoreSettings
     from layers.local.vectors import LocalEmbedder
 

@@ -140,7 +140,7 @@ def test_no_outbound_connection_is_attempted(tmp_path):
                 attempts.append("getaddrinfo " + repr(args[0]))
         sys.addaudithook(hook)
         from pathlib import Path
-        from daemon.config import DEFAULT_MODEL_PATH
+        from daemon.shared.config import DEFAULT_MODEL_PATH
         from layers.conversation.policy import Phase
         from layers.conversation.store import ConversationStore, NewMemory, StoreSettings
         from layers.local.vectors import LocalEmbedder

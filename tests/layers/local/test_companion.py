@@ -71,8 +71,8 @@ def test_a_hybrid_answer_fuses_the_companion_list_when_the_index_holds_it(tmp_pa
 
 def test_the_companion_follows_the_vectors_settings(tmp_path):
     """An operator's ``vectors.min_free_mb`` and ``threads`` hold for the companion as for the GGUF model."""
-    from daemon.config import parse_config
-    from daemon.embedding import make_embedder
+    from daemon.local.embedding import make_embedder
+    from daemon.shared.config import parse_config
 
     source = tmp_path / "memstrata.yaml"
     text = f"paths:\n  root: {tmp_path}\nvectors:\n  min_free_mb: 123456789\n  threads: 1\n"

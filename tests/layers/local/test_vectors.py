@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from daemon.config import DEFAULT_MODEL_PATH
+from daemon.shared.config import DEFAULT_MODEL_PATH
 from layers.local.model_build import build_e5_gguf
 from layers.local.model_parts import split_encoder, split_paths
 from layers.local.vectors import LocalEmbedder, MemoryGate, VectorsUnavailableError

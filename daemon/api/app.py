@@ -1,0 +1,383 @@
+"""The local API: HTTP/JSON over the daemon's Unix socket (Starlette served by uvicorn).
+
+The socket is bound here, not by uvicorn, so its mode is 0660 from the first
+moment (uvicorn would make it 0666): only root and the socket's group can talk
+to the daemon.  A socket left behind by a crashed daemon is replaced; a live
+one means another daemon owns it, and start-up stops with a clear message.
+
+Each route is its work alone: who may call it, its body limit, its schema and
+its lane are declared in :func:`build_app` and applied by daemon/api/gate.py;
+errors become statuses in daemon/api/answers.py.  uvicorn serves with the
+connection limits of daemon/shared/limits.py and the header and idle deadlines of
+daemon/api/protocol.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Protocol
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Route
+
+from daemon.api.answers import INTERNAL_ERROR, ApiError, JSONResponse  # noqa: F401 - importable from here
+from daemon.api.fairness import Courtesy
+from daemon.api.gate import Caller, Gate
+from daemon.api.protocol import DeadlineH11Protocol
+from daemon.api.requests import (
+    AddRequest,
+    AgentParams,
+    BackupRequest,
+    CleanupRequest,
+    DeleteAllParams,
+    ListParams,
+    MemorySearchRequest,
+    ReindexRequest,
+    RestoreRequest,
+    SearchRequest,
+    UpdateRequest,
+)
+from daemon.conversation.broker import Broker
+from daemon.ops.maintenance import DEFAULT_KEEP, CleanupOptions
+from daemon.shared.contracts import StatusDocument
+from daemon.shared.guard import SecretGuard
+from daemon.shared.limits import (
+    KEEP_ALIVE_S,
+    MAX_CONNECTIONS,
+    MAX_HEADER_BYTES,
+    MAX_MEMORY_BODY_BYTES,
+    MAX_SEARCH_BODY_BYTES,
+    MAX_SMALL_BODY_BYTES,
+    check_query,
+)
+from daemon.shared.tokens import ADMIN
+from layers.local.index import Filters
+
+SOCKET_MODE = 0o660
+
+
+class DaemonApi(Protocol):
+    broker: Broker | None
+    trackers: dict  # agent id → its tracker: the agents the daemon knows
+    courtesy: Courtesy  # where a flooding caller's requests make way (daemon/api/fairness.py)
+
+    @property
+    def guard(self) -> SecretGuard: ...  # the never_store patterns in force (errors are redacted with them)
+
+    def status(self) -> StatusDocument: ...
+
+    def identify(self, token: str | None) -> str | None: ...
+
+    def search(self, agent_id: str, text: str, **options) -> dict: ...
+
+    def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict: ...
+
+    def call_in_loop(self, fn, timeout: float = ...) -> object: ...
+
+
+class SocketInUseError(RuntimeError):
+    """Another process is serving on the configured socket."""
+
+
+def authorize(daemon: DaemonApi, caller: Caller, agent: str, path: str) -> bool:
+    """Check that ``caller`` may act as ``agent``; True when the caller is the administrator.
+
+    A valid token of another agent is 403 and goes to the audit log (it is an
+    attempt to read or write as someone else); a missing one never gets here.
+    """
+    if caller.admin:
+        if agent not in daemon.trackers:
+            raise ApiError(404, f"unknown agent {agent!r}")
+        return True
+    if caller.id != agent:
+        if daemon.broker is not None:
+            daemon.broker.audit.record("impersonation_denied", caller=caller.id, agent=agent, path=path)
+        raise ApiError(403, f"this token belongs to agent {caller.id!r}, not {agent!r}")
+    return False
+
+
+# What a caller without the administrator's token sees of the daemon and of L4: health
+# and counts, never a path, a workspace, or another agent's files.
+_PUBLIC_DAEMON = ("running", "pid", "version", "started", "uptime_s", "summary", "stopped", "starting")
+_PUBLIC_STORAGE = ("place", "since", "failures", "retry_in_s")  # no agent, path or error text
+_PUBLIC_CONVERSATION = (
+    "enabled",
+    "backend",
+    "collection",
+    "reachable",
+    "rtt_ms",
+    "breaker",
+    "last_error",
+    "error",
+    "queue",
+    "infer_default",
+)
+
+
+def scoped_status(snapshot: StatusDocument, caller: str | None) -> StatusDocument:
+    """The status a caller may see: everything for the administrator, its own entry for an
+    agent, daemon-level health and counts for anyone else (``GET /v1/status`` needs no token).
+    """
+    agents = snapshot.get("agents") or []
+    counts = {
+        "agents": len(agents),
+        "files": sum(a.get("files", 0) for a in agents),
+        "held_back": sum(len(a.get("held_back") or ()) for a in agents),
+        "pending_commits": sum(1 for a in agents if a.get("pending_commit")),
+        "agents_with_errors": sum(1 for a in agents if a.get("last_error") or (a.get("index") or {}).get("error")),
+    }
+    if caller == ADMIN:
+        return {**snapshot, "access": ADMIN, "counts": counts}
+    view: dict = {
+        "access": f"agent {caller}" if caller else "none",
+        "daemon": {k: v for k, v in (snapshot.get("daemon") or {}).items() if k in _PUBLIC_DAEMON},
+        "counts": counts,
+    }
+    for key in ("reconcile", "limits", "vectors"):
+        if key in snapshot:
+            view[key] = snapshot[key]
+    if "watcher" in snapshot:
+        view["watcher"] = {k: v for k, v in snapshot["watcher"].items() if k != "roots"}
+    conversation = snapshot.get("conversation")
+    if conversation is not None:
+        view["conversation"] = (
+            dict(conversation) if caller else {k: v for k, v in conversation.items() if k in _PUBLIC_CONVERSATION}
+        )
+        queue = conversation.get("queue")
+        if isinstance(queue, dict) and queue.get("set_aside_recent"):  # which writes, and whose: the owner's only
+            mine = [w for w in queue["set_aside_recent"] if caller and w.get("agent_id") == caller]
+            view["conversation"]["queue"] = {**queue, "set_aside_recent": mine}
+    storage = snapshot.get("storage")
+    if storage is not None:  # health for anyone; where and why only for the agent it concerns
+        view["storage"] = {
+            "ok": storage.get("ok", True),
+            "problems": [
+                p if caller and p.get("agent") == caller else {k: p.get(k) for k in _PUBLIC_STORAGE}
+                for p in storage.get("problems", [])
+            ],
+        }
+    if caller:
+        view["agents"] = [a for a in agents if a.get("id") == caller]
+    return view
+
+
+def _conversation(daemon: DaemonApi) -> Broker:
+    if daemon.broker is None:
+        raise ApiError(503, "conversation memory is disabled (conversation.enabled: false)")
+    return daemon.broker
+
+
+def _clamped(value: int | None, default: int, low: int, high: int) -> int:
+    return default if value is None else max(low, min(value, high))
+
+
+def build_app(daemon: DaemonApi) -> Starlette:
+    gate = Gate(daemon.identify, lambda: daemon.guard.redact, daemon.courtesy)
+
+    def status(request: Request, caller: Caller, _args: None) -> dict:
+        view = scoped_status(daemon.status(), caller.id)
+        if caller.token_given and caller.id is None:
+            view["note"] = "the token presented belongs to no agent: showing daemon-level health only"
+        return view
+
+    # Searches: POST with a JSON body (what every client sends: a query has no room in a URL),
+    # GET with query parameters for older clients. Both take the same fields.
+    def search(request: Request, caller: Caller, args: SearchRequest) -> dict:
+        authorize(daemon, caller, args.agent, request.url.path)
+        check_query(args.q)
+        filters = Filters(layer=args.layer, path_glob=args.path, since=args.since, until=args.until)
+        return daemon.search(
+            args.agent,
+            args.q,
+            mode=args.mode or "auto",
+            limit=_clamped(args.limit, 10, 1, 200),
+            filters=filters,
+            explain=bool(args.explain),
+        )
+
+    def memory_search(request: Request, caller: Caller, args: MemorySearchRequest) -> dict:
+        authorize(daemon, caller, args.agent, request.url.path)
+        check_query(args.q)
+        if not args.q.strip():
+            raise ApiError(400, "q is required")
+        return _conversation(daemon).search(
+            args.agent,
+            args.q,
+            limit=_clamped(args.limit, 10, 1, 100),
+            fallback=args.fallback is not False,
+        )
+
+    def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
+        authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).add(
+            args.agent,
+            args.text,
+            memory_type=args.memory_type,
+            visibility=args.visibility,
+            project=args.project,
+            expires=args.expires,
+            infer=args.infer,
+            write_id=args.write_id,
+            role=args.role,
+        )
+
+    def admin_cleanup(request: Request, caller: Caller, args: CleanupRequest) -> dict:
+        return _conversation(daemon).cleanup(CleanupOptions.from_dict(args.model_dump(by_alias=True)))
+
+    def admin_backup(request: Request, caller: Caller, args: BackupRequest) -> dict:
+        return _conversation(daemon).backup(DEFAULT_KEEP if args.keep is None else args.keep)
+
+    def admin_restore(request: Request, caller: Caller, args: RestoreRequest) -> dict:
+        return _conversation(daemon).restore(Path(args.path))
+
+    def memory_list(request: Request, caller: Caller, args: ListParams) -> dict:
+        authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).get_all(args.agent, limit=_clamped(args.limit, 100, 1, 1000), cursor=args.cursor)
+
+    def memory_get(request: Request, caller: Caller, args: AgentParams) -> dict:
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).get(args.agent, request.path_params["memory_id"], admin=admin)
+
+    def memory_delete(request: Request, caller: Caller, args: AgentParams) -> dict:
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).delete(args.agent, request.path_params["memory_id"], admin=admin)
+
+    def memory_update(request: Request, caller: Caller, args: UpdateRequest) -> dict:
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        memory_id = request.path_params["memory_id"]
+        return _conversation(daemon).update(args.agent, memory_id, args.text, expires=args.expires, admin=admin)
+
+    def memory_history(request: Request, caller: Caller, args: AgentParams) -> dict:
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).history(args.agent, request.path_params["memory_id"], admin=admin)
+
+    def memory_delete_all(request: Request, caller: Caller, args: DeleteAllParams) -> dict:
+        authorize(daemon, caller, args.agent, request.url.path)  # the administrator too deletes only the named agent's
+        return _conversation(daemon).delete_all(
+            args.agent,
+            memory_type=args.memory_type,
+            visibility=args.visibility,
+            project=args.project,
+            dry_run=bool(args.dry_run),
+        )
+
+    def reindex(request: Request, caller: Caller, args: ReindexRequest) -> dict:
+        if args.agent is None and not caller.admin:
+            raise ApiError(403, "reindexing every agent needs the administrator's token")
+        if args.agent is not None:
+            authorize(daemon, caller, args.agent, request.url.path)
+        try:
+            return daemon.call_in_loop(lambda: daemon.reindex(args.agent, rebuild=bool(args.rebuild)))
+        except KeyError:
+            raise LookupError(f"unknown agent {args.agent!r}") from None
+
+    search_body = {"schema": SearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
+    memory_search_body = {"schema": MemorySearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
+    admin = {"who": "admin", "lane": "maintenance", "body_limit": MAX_SMALL_BODY_BYTES}
+    routes = [
+        ("/v1/status", "GET", gate.route(status, who="anyone", lane="status")),
+        ("/v1/search", "POST", gate.route(search, **search_body)),
+        ("/v1/search", "GET", gate.route(search, schema=SearchRequest)),
+        (
+            "/v1/reindex",
+            "POST",
+            gate.route(reindex, schema=ReindexRequest, body_limit=MAX_SMALL_BODY_BYTES, lane="maintenance"),
+        ),
+        ("/v1/admin/cleanup", "POST", gate.route(admin_cleanup, schema=CleanupRequest, **admin)),
+        ("/v1/admin/backup", "POST", gate.route(admin_backup, schema=BackupRequest, **admin)),
+        ("/v1/admin/restore", "POST", gate.route(admin_restore, schema=RestoreRequest, **admin)),
+        ("/v1/memories", "POST", gate.route(memory_add, schema=AddRequest, body_limit=MAX_MEMORY_BODY_BYTES)),
+        ("/v1/memories", "GET", gate.route(memory_list, schema=ListParams)),
+        ("/v1/memories", "DELETE", gate.route(memory_delete_all, schema=DeleteAllParams)),
+        ("/v1/memories/search", "POST", gate.route(memory_search, **memory_search_body)),
+        ("/v1/memories/search", "GET", gate.route(memory_search, schema=MemorySearchRequest)),
+        ("/v1/memories/{memory_id}", "GET", gate.route(memory_get, schema=AgentParams)),
+        ("/v1/memories/{memory_id}", "DELETE", gate.route(memory_delete, schema=AgentParams)),
+        (
+            "/v1/memories/{memory_id}",
+            "PUT",
+            gate.route(memory_update, schema=UpdateRequest, body_limit=MAX_MEMORY_BODY_BYTES),
+        ),
+        ("/v1/memories/{memory_id}/history", "GET", gate.route(memory_history, schema=AgentParams)),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"no such endpoint: {request.method} {request.url.path}"[:1000]}, 404)
+
+    async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"{request.method} is not a method of {request.url.path}"[:1000]}, 405)
+
+    return Starlette(
+        routes=[Route(path, endpoint, methods=[method]) for path, method, endpoint in routes],
+        exception_handlers={404: not_found, 405: not_allowed},
+    )
+
+
+def bind_unix_socket(path: Path) -> socket.socket:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    if path.exists() or path.is_symlink():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale: nobody is listening
+        else:
+            raise SocketInUseError(f"{path} is in use: is another memstrata daemon running?")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o117)  # the socket is created 0660, never briefly wider
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, SOCKET_MODE)
+    sock.listen(256)  # a burst of clients waits in the backlog rather than being refused
+    return sock
+
+
+class ApiServer:
+    """uvicorn in a background thread, on a socket bound by us."""
+
+    def __init__(self, path: Path, daemon: DaemonApi) -> None:
+        self.path = path
+        self.app = build_app(daemon)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+
+    def start(self) -> None:
+        self._sock = bind_unix_socket(self.path)
+        config = uvicorn.Config(
+            self.app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            http=DeadlineH11Protocol,  # h11 with header and idle deadlines
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            limit_concurrency=MAX_CONNECTIONS,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, name="api", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop serving; a request still running after ``timeout`` is left to its daemon thread."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+        if self._sock is not None:
+            self._sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()

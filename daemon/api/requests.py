@@ -1,0 +1,255 @@
+"""What each API request may hold: one schema per route, checked before anything else runs.
+
+Every value a caller sends meets its field's type and bounds here, and a value
+that does not is a 400 naming the field: before these schemas, ``expires:
+"9999-12-31"`` overflowed the date arithmetic, ``expires: 1e308`` and
+``write_id: {…}`` reached code that expected strings, and a 5 MB ``project``
+travelled into the error message and the audit log.  A value is never echoed
+from here: a message says what the field must be, and at most the kind or the
+length of what came.
+
+The body itself (size, JSON, nesting) is read by :func:`json_body`; query
+parameters of the GET and DELETE routes go through the same schemas, which is
+why numbers and flags also take their text forms (``limit=10``, ``dry_run=true``).
+tests/failure_modes/test_no_request_value_gives_a_500.py drives every route
+with values generated from these schemas.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
+
+from daemon.shared.echo import cut
+from daemon.shared.errors import InvalidRequestError
+from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+from layers.ids import AGENT_ID_PATTERN
+from layers.local.search import MODES as SEARCH_MODES
+
+CHOICES_OF = {"type": "memory type", "visibility": "visibility", "mode": "search mode", "role": "role"}
+ID_RULE = "1-64 characters from a-z, 0-9, '_' and '-', starting with a letter or digit"
+
+
+def _unicode(value: str) -> str:
+    """Refuse lone surrogates (``"\\ud800"`` in JSON): not text, and every encoder after this would fail on them."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"is not valid Unicode text (a lone surrogate at character {exc.start:,})") from None
+    return value
+
+
+def _no_control(value: str) -> str:
+    if any(ord(c) < 32 or c == "\x7f" for c in value):
+        raise ValueError("may not hold control characters")
+    return value
+
+
+def _absent_when_empty(value: object) -> object:
+    """An empty value means "not given" (a query string sends ``layer=`` for an unset filter)."""
+    return None if value == "" else value
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+Short = Annotated[str, StringConstraints(max_length=1024), AfterValidator(_unicode), AfterValidator(_no_control)]
+Id = Annotated[str, StringConstraints(max_length=64, pattern=AGENT_ID_PATTERN)]
+Day = Annotated[str, StringConstraints(max_length=10, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
+WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+Days = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=1)]
+Unset = BeforeValidator(_absent_when_empty)
+
+MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
+Visibility = Literal[VISIBILITIES]  # type: ignore[valid-type]
+SearchMode = Literal[SEARCH_MODES]  # type: ignore[valid-type]
+
+
+class Request(BaseModel):
+    """Unknown fields are ignored (older and newer clients send a few more); a route that refuses them says so."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+class SearchRequest(Request):
+    agent: Id
+    q: Text
+    layer: Annotated[Short | None, Unset] = None
+    path: Annotated[Short | None, Unset] = None
+    since: Annotated[Short | None, Unset] = None
+    until: Annotated[Short | None, Unset] = None
+    mode: Annotated[SearchMode | None, Unset] = None
+    limit: Annotated[int | None, Unset] = None
+    explain: Annotated[bool | None, Unset] = None
+
+
+class MemorySearchRequest(Request):
+    agent: Id
+    q: Text
+    limit: Annotated[int | None, Unset] = None
+    fallback: Annotated[bool | None, Unset] = None
+
+
+class AddRequest(Request):
+    agent: Id
+    text: Text
+    memory_type: Annotated[MemoryType | None, Unset] = Field(None, alias="type")
+    visibility: Annotated[Visibility | None, Unset] = None
+    project: Annotated[Id | None, Unset] = None
+    expires: Annotated[Day | None, Unset] = None
+    infer: Annotated[bool | None, Unset] = None
+    write_id: Annotated[WriteId | None, Unset] = None
+    role: Annotated[Literal["user", "assistant"] | None, Unset] = None
+
+
+class UpdateRequest(Request):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    agent: Id
+    text: Text
+    expires: Annotated[Day | None, Unset] = None
+
+
+class ReindexRequest(Request):
+    agent: Annotated[Id | None, Unset] = None
+    rebuild: Annotated[bool | None, Unset] = None
+
+
+class CleanupRequest(Request):
+    execute: bool
+    max_age_days: Annotated[Days | None, Unset] = None
+    include_permanent: Annotated[bool | None, Unset] = None
+    agent: Annotated[Id | None, Unset] = None
+    visibility: Annotated[Visibility | None, Unset] = None
+    project: Annotated[Id | None, Unset] = None
+    memory_type: Annotated[MemoryType | None, Unset] = Field(None, alias="type")
+
+
+class BackupRequest(Request):
+    keep: Annotated[Count | None, Unset] = None
+
+
+class RestoreRequest(Request):
+    path: Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(_unicode)]
+
+
+class AgentParams(Request):
+    """``?agent=`` of the routes that name one memory (get, delete, history)."""
+
+    agent: Id
+
+
+class ListParams(Request):
+    agent: Id
+    limit: Annotated[int | None, Unset] = None
+    cursor: Annotated[Short | None, Unset] = None
+
+
+class DeleteAllParams(Request):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    agent: Id
+    memory_type: Annotated[MemoryType | None, Unset] = Field(None, alias="type")
+    visibility: Annotated[Visibility | None, Unset] = None
+    project: Annotated[Id | None, Unset] = None
+    dry_run: Annotated[bool | None, Unset] = None
+
+
+# The schema of each route's body (POST, PUT) or query (GET, DELETE): what the hypothesis test drives.
+SCHEMAS: dict[tuple[str, str], type[Request]] = {
+    ("POST", "/v1/search"): SearchRequest,
+    ("GET", "/v1/search"): SearchRequest,
+    ("POST", "/v1/memories/search"): MemorySearchRequest,
+    ("GET", "/v1/memories/search"): MemorySearchRequest,
+    ("POST", "/v1/memories"): AddRequest,
+    ("GET", "/v1/memories"): ListParams,
+    ("DELETE", "/v1/memories"): DeleteAllParams,
+    ("GET", "/v1/memories/{memory_id}"): AgentParams,
+    ("DELETE", "/v1/memories/{memory_id}"): AgentParams,
+    ("PUT", "/v1/memories/{memory_id}"): UpdateRequest,
+    ("GET", "/v1/memories/{memory_id}/history"): AgentParams,
+    ("POST", "/v1/reindex"): ReindexRequest,
+    ("POST", "/v1/admin/cleanup"): CleanupRequest,
+    ("POST", "/v1/admin/backup"): BackupRequest,
+    ("POST", "/v1/admin/restore"): RestoreRequest,
+}
+
+R = TypeVar("R", bound=Request)
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, str):
+        return f"a string of {len(value):,} characters" if len(value) > 40 else "a string"
+    return {
+        bool: "true/false",
+        int: "a number",
+        float: "a number",
+        dict: "an object",
+        list: "a list",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def _problem(error: dict, fields: Mapping[str, object], model: type[Request]) -> str:
+    """One validation error as a sentence naming the field, never quoting the value."""
+    loc = error.get("loc") or ()
+    field = cut(str(loc[0]) if loc else "the request")
+    given = fields.get(str(loc[0])) if loc else None
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind == "missing":
+        return f"{field} is required"
+    if kind == "extra_forbidden":
+        taken = ", ".join(sorted(f.alias or name for name, f in model.model_fields.items()))
+        return f"unknown field {field}: this request takes {taken}"
+    if kind == "string_pattern_mismatch":
+        if ctx.get("pattern") == AGENT_ID_PATTERN:
+            return f"{field} must be an id: {ID_RULE}"
+        if "{4}-" in str(ctx.get("pattern")):
+            return f"{field} must be a date like 2026-12-31"
+        return f"{field} must hold only the characters A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+    if kind == "string_too_long":
+        return f"{field} is {len(given) if isinstance(given, str) else 0:,} characters; at most {ctx['max_length']:,}"
+    if kind == "string_too_short":
+        return f"{field} may not be empty"
+    if kind == "string_type":
+        return f"{field} must be a string, not {_kind(given)}"
+    if kind.startswith("int_") or kind == "finite_number":
+        return f"{field} must be a whole number, not {_kind(given)}"
+    if kind.startswith("bool_"):
+        return f"{field} must be true or false, not {_kind(given)}"
+    if kind in ("greater_than_equal", "greater_than"):
+        return f"{field} must be at least {ctx.get('ge', ctx.get('gt'))}"
+    if kind == "literal_error":
+        noun = CHOICES_OF.get(field, "value")
+        return f"{field}: unknown {noun}, use one of {ctx.get('expected', '')}"
+    if kind == "value_error":
+        return f"{field} {str(error['msg']).removeprefix('Value error, ')}"
+    return f"{field}: {error['msg']}"
+
+
+def parse(model: type[R], fields: Mapping[str, object]) -> R:
+    """``fields`` as ``model``, or InvalidRequestError (400) naming the first field that is wrong."""
+    try:
+        return model.model_validate(dict(fields))
+    except ValidationError as exc:
+        errors = exc.errors(include_input=False, include_url=False)
+        problems = [_problem(e, fields, model) for e in errors[:3]]
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise InvalidRequestError("; ".join(problems) + more) from None
+
+
+def json_body(raw: bytes) -> dict:
+    """A request body as a JSON object; 400 for anything else, however it is malformed."""
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise InvalidRequestError(
+            "the request body nests too deeply to read (no field of a request holds nested lists or objects)"
+        ) from None
+    except ValueError as exc:  # not UTF-8, not JSON, a number of more than 4,300 digits
+        raise InvalidRequestError(f"the request body is not JSON ({cut(str(exc))})") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("the request body must be a JSON object")
+    return body

@@ -1,0 +1,235 @@
+"""The L4 broker: every conversation-memory request passes through here.
+
+It applies, in order, what the API layer cannot know and the store must not
+decide: the secret guard, placement (visibility from the project registry),
+lifetime, and the outage rules.  This module composes the parts, one job each:
+
+- daemon/conversation/writes.py   where an L4 write goes (add, update, delete; queued when the store is down)
+- daemon/conversation/reads.py    search (with the L3 fallback), list, get, history
+- daemon/conversation/store_thread.py  the one thread that touches the store, and the circuit breaker
+- daemon/conversation/queue.py    the durable write queue on a disk that may be full
+- daemon/conversation/replay.py   the probe loop: reconnects, replays the queue exactly once
+- daemon/conversation/maintenance_jobs.py  cleanup, backup, restore from the running daemon
+- daemon/conversation/status.py   the ``conversation`` section of status
+- daemon/conversation/tailscale.py   what tailscale says about a remote store's peer
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from daemon.conversation.maintenance_jobs import Maintenance
+from daemon.conversation.queue import QueueAccess
+from daemon.conversation.reads import Reads
+from daemon.conversation.replay import Replayer
+from daemon.conversation.status import conversation_status
+from daemon.conversation.store_thread import StoreThread
+from daemon.conversation.tailscale import tailscale_view
+from daemon.conversation.writes import Writes
+from daemon.ops import maintenance
+from daemon.shared.audit import audit_log
+from daemon.shared.config import Config
+from daemon.shared.contracts import ConversationStatus
+from daemon.shared.guard import SecretGuard
+from daemon.shared.jobs import StoreWorker
+from daemon.shared.settings import (  # noqa: F401 - the names stay importable from here
+    EMBEDDED_DEADLINE_S,
+    REMOTE_BACKSTOP_S,
+    client_timeout,
+    store_deadline,
+    store_settings,
+)
+from daemon.shared.storage import StorageHealth
+from layers.conversation.breaker import Breaker
+from layers.conversation.queue import WriteQueue
+from layers.conversation.registry import RegistryCache
+from layers.conversation.store import ConversationStore
+from layers.conversation.tombstones import Tombstones
+
+__all__ = ["Broker", "StoreWorker", "tailscale_view"]
+
+log = logging.getLogger(__name__)
+
+# The Qdrant client's own timeout bounds every request to a server; a caller's deadline is
+# only the backstop for a call that also waits on the embedder (a model load, L3's batch).
+STOP_WAIT_S = 3.0  # stop()'s default wait; the daemon passes its own share of STOP_BUDGET_S
+
+
+class Broker:
+    """The L4 parts composed; the methods the API server and the daemon call."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: ConversationStore,
+        local_search: Callable[[str, str, int], dict],
+        guard: Callable[[], SecretGuard],
+        embedder_ready: Callable[[], str] = lambda: "",
+        on_change: Callable[[], None] = lambda: None,
+        storage: StorageHealth | None = None,
+        pause: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``pause``: called before a write embeds its text (a flood's write makes way there)."""
+        c = config.conversation
+        self.storage = storage or StorageHealth()  # the queue's and the store's full disks
+        self.config = config
+        self.registry = RegistryCache(config.paths.registry)
+        self.audit = audit_log(config, guard=guard)
+        self.queue = WriteQueue(config.paths.state_dir / "conversation" / "queue.sqlite")
+        self.tombstones = Tombstones(config.paths.state_dir / "conversation" / "deleted.sqlite")
+        self.queue_access = QueueAccess(self.queue, self.storage)
+        self.queue_access.open()  # a full disk leaves it closed: writes then go to the store or get 507
+        self.thread = StoreThread(
+            store, Breaker(c.probe_interval_s), store_deadline(config), self.storage, on_change, pause
+        )
+        self.reads = Reads(self.thread, self.registry, self.audit, self.tombstones, local_search)
+        self.replayer: Replayer  # set below: writes ask it for the replay rate
+        self.writes = Writes(
+            self.thread,
+            self.reads,
+            self.queue_access,
+            self.registry,
+            self.audit,
+            self.tombstones,
+            self.storage,
+            guard,
+            replay_rate=lambda: self.replayer.rate(),
+            on_change=on_change,
+        )
+        self.writes.configure(c.retention_days, c.dedup, c.llm is not None)
+        self.replayer = Replayer(
+            self.thread,
+            self.queue_access,
+            self.storage,
+            self.audit,
+            self.writes.write,
+            embedder_ready,
+            on_change,
+            c.probe_timeout_s,
+        )
+        self.maintenance = Maintenance(self.thread, lambda: self.config)
+        self._final_status: dict | None = None  # what status() says once the queue is closed
+
+    @property
+    def store(self) -> ConversationStore:
+        return self.thread.store
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self.replayer.start()
+
+    def request_stop(self) -> None:
+        """Begin stopping, without waiting: replay and cleanup end before their next item or page."""
+        self.thread.stopping = True
+        self.thread.attention.set()
+
+    def stop(self, timeout: float = STOP_WAIT_S) -> bool:
+        """Stop within ``timeout``: the call in progress may finish, nothing new starts.
+
+        Queued writes not yet replayed stay queued (replay is exactly-once by
+        write_id, so the next start goes on where this one stopped).  A call that
+        does not end in time (a hung link) is left to its daemon thread; the
+        result says whether every thread of the broker has ended.
+        """
+        deadline = time.monotonic() + timeout
+        self.request_stop()
+        prober_ended = self.replayer.join(max(0.0, deadline - time.monotonic()))
+        worker_ended = self.thread.close(max(0.0, deadline - time.monotonic()))
+        self._final_status = self.status()
+        self.audit.flush()  # the counts of refusals folded since their last line
+        if not prober_ended:
+            return False  # it still holds the queue; the process exit closes it
+        self.queue.close()
+        self.tombstones.close()
+        return worker_ended
+
+    def reconfigure(self, config: Config) -> list[str]:
+        """SIGHUP: apply ``conversation.*`` changes; returns what changed, for the log.
+
+        Retention, probe settings and deadlines apply at once.  Another store
+        (backend, url, collection, timeout, API key, LLM) is reconnected: the swap
+        runs as a job on the store thread, so calls queued before it finish on the
+        old store and everything after goes to the new one; the breaker opens
+        meanwhile, so writes go to the durable queue (which the swap does not
+        touch) and are replayed, exactly once by write_id, when the probe has
+        connected the new store.  Nothing acknowledged is lost.  ``enabled`` is
+        the daemon's to apply (a restart).  Raises OSError/ValueError when the new
+        store settings cannot be read (an API key file): nothing is changed then.
+        """
+        new, old = config.conversation, self.config.conversation
+        settings = store_settings(config)  # may raise: the running store is then kept
+        changed = [
+            f"conversation.{name}"
+            for name in ("retention_days", "probe_interval_s", "probe_timeout_s", "dedup")
+            if getattr(new, name) != getattr(old, name)
+        ]
+        self.config = config
+        llm_configured = self.writes.llm_configured
+        self.thread.breaker.probe_interval_s = new.probe_interval_s
+        self.replayer.probe_timeout_s = new.probe_timeout_s
+        self.thread.deadline_s = store_deadline(config)
+        if settings != self.thread.store.settings:
+            changed.append("conversation store (reconnected)")
+            llm_configured = new.llm is not None
+            self.replayer.reconnecting()
+            self.thread.reconnect(settings)
+            log.info("conversation store: reconnecting to %s", settings.url or f"embedded {settings.data_dir}")
+        self.writes.configure(new.retention_days, new.dedup, llm_configured)
+        return changed
+
+    # ------------------------------------------------------------ requests (daemon/conversation/writes.py, l4_reads.py)
+
+    def add(self, agent: str, text: str, **options) -> dict:
+        return self.writes.add(agent, text, **options)
+
+    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None, admin: bool = False) -> dict:
+        return self.writes.update(agent, memory_id, text, expires=expires, admin=admin)
+
+    def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        return self.writes.delete(agent, memory_id, admin=admin)
+
+    def delete_all(self, agent: str, **options) -> dict:
+        return self.writes.delete_all(agent, **options)
+
+    def search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict:
+        return self.reads.search(agent, query, limit, fallback)
+
+    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> dict:
+        return self.reads.get_all(agent, limit, cursor)
+
+    def get(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        return self.reads.get(agent, memory_id, admin=admin)
+
+    def history(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        return self.reads.history(agent, memory_id, admin=admin)
+
+    # ------------------------------------------------------------ maintenance (daemon/conversation/maintenance_jobs.py)
+
+    def wait_until_open(self, what: str, wait_s: float | None = None) -> None:
+        if wait_s is None:
+            self.thread.wait_until_open(what)
+        else:
+            self.thread.wait_until_open(what, wait_s)
+
+    def cleanup(self, options: maintenance.CleanupOptions) -> dict:
+        """Page by page on the store thread, so agents' requests go on between the pages."""
+        return self.maintenance.cleanup(options)
+
+    def backup(self, keep: int) -> dict:
+        return self.maintenance.backup(keep)
+
+    def restore(self, archive: Path) -> dict:
+        return self.maintenance.restore(archive)
+
+    # ------------------------------------------------------------ status (daemon/conversation/status.py)
+
+    def status(self) -> ConversationStatus:
+        if self._final_status is not None:
+            return self._final_status
+        return conversation_status(
+            self.thread, self.registry, self.replayer, self.queue_access, self.storage, self.writes.llm_configured
+        )

@@ -1,0 +1,141 @@
+"""Where an L4 read goes: search (with the L3 fallback), list, get, history, each checked against the registry.
+
+Private memories are only ever returned to their owner, project memories to the
+project's members (layers/conversation/policy.py); a denied read is audited and
+answered as "not found".  While the store is down, a search is answered from the
+caller's own L3 index with ``degraded: true`` and the reason; the other reads
+are refused (503).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from daemon.conversation.store_thread import StoreDown, StoreThread
+from daemon.shared.audit import AuditLog
+from daemon.shared.errors import ConversationUnavailableError
+from layers.conversation.policy import PolicyError, may_read, read_phases
+from layers.conversation.registry import RegistryCache
+from layers.conversation.tombstones import Tombstones
+
+
+def local_view(result: dict) -> dict:
+    """An L3 hit in the shape of a conversation result, so clients handle one list."""
+    return {
+        "memory": result["text"],
+        "snippet": result.get("snippet"),
+        "score": result.get("score"),
+        "source": "local",
+        "path": result.get("path"),
+        "lines": result.get("lines"),
+        "heading": result.get("heading"),
+    }
+
+
+def is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def audit_denied(audit: AuditLog, event: str, agent: str, memory: dict) -> None:
+    """A cross-scope attempt, for the audit log (ids and placement, never the text)."""
+    audit.record(
+        event,
+        agent=agent,
+        memory_id=memory.get("id"),
+        owner=memory.get("agent_id"),
+        visibility=memory.get("visibility"),
+        project=memory.get("project_id"),
+    )
+
+
+class Reads:
+    def __init__(
+        self,
+        thread: StoreThread,
+        registry: RegistryCache,
+        audit: AuditLog,
+        tombstones: Tombstones,
+        local_search: Callable[[str, str, int], dict],
+    ) -> None:
+        self.thread = thread
+        self.registry = registry
+        self.audit = audit
+        self.tombstones = tombstones
+        self.local_search = local_search
+
+    def search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict:
+
+        registry = self.registry.current()
+        phases = read_phases(registry, agent)
+        try:
+            found = self.thread.call("search", lambda: self.thread.store.search(query, phases, limit))
+        except StoreDown as exc:
+            reason = str(exc)
+        else:
+            results = [r for r in found if may_read(registry, agent, r)]  # the filters already did; checked again
+            return {"layer": "conversation", "degraded": False, "query": query, "results": results}
+        if not fallback:
+            raise ConversationUnavailableError(reason)
+        local = self.local_search(agent, query, limit)
+        return {
+            "layer": "local",
+            "degraded": True,
+            "reason": reason,
+            "query": query,
+            "results": [local_view(r) for r in local["results"]],
+            "vectors": local.get("vectors"),
+        }
+
+    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> dict:
+
+        registry = self.registry.current()
+        phases = read_phases(registry, agent)
+        try:
+            page, next_cursor = self.thread.call("list", lambda: self.thread.store.list(phases, limit, cursor))
+        except StoreDown as exc:
+            raise ConversationUnavailableError(str(exc)) from None
+        except ValueError as exc:
+            raise PolicyError(str(exc)) from None
+        results = [r for r in page if may_read(registry, agent, r)]
+        return {"results": results, "next_cursor": next_cursor, "truncated": next_cursor is not None}
+
+    def fetch(self, memory_id: str) -> dict | None:
+        """One memory by id, unchecked (the caller checks who may see it); None when there is none."""
+
+        if not is_uuid(memory_id):
+            return None  # memory ids are UUIDs; anything else is simply not found
+        try:
+            return self.thread.call("get", lambda: self.thread.store.get(memory_id))
+        except StoreDown as exc:
+            raise ConversationUnavailableError(str(exc)) from None
+
+    def get(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        memory = self.fetch(memory_id)
+        if memory is None:
+            raise LookupError(f"no memory {memory_id}")
+        if not admin and not may_read(self.registry.current(), agent, memory):
+            audit_denied(self.audit, "read_denied", agent, memory)
+            raise LookupError(f"no memory {memory_id}")  # another's memory is not even admitted to exist
+        return memory
+
+    def history(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        """mem0's ADD/UPDATE/DELETE events of a memory the caller may read (or could, before it was deleted)."""
+
+        memory = self.fetch(memory_id)
+        if memory is None:
+            memory = self.tombstones.lookup(memory_id) if is_uuid(memory_id) else None
+        if memory is None:
+            raise LookupError(f"no memory {memory_id}")
+        if not admin and not may_read(self.registry.current(), agent, memory):
+            audit_denied(self.audit, "history_denied", agent, memory)
+            raise LookupError(f"no memory {memory_id}")
+        try:
+            events = self.thread.call("history", lambda: self.thread.store.history(memory_id))
+        except StoreDown as exc:
+            raise ConversationUnavailableError(str(exc)) from None
+        return {"memory_id": memory_id, "results": events}

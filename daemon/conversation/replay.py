@@ -1,0 +1,319 @@
+"""The L4 probe loop: brings the store back after an outage and replays the durable queue.
+
+One thread (``l4-probe``).  While the breaker is open it probes (a quick HTTP
+look at a remote server, then connect and ping on the store thread); once the
+store answers it replays the queue in order, exactly once by write_id: plain
+writes in batches (one lookup, one embedding call, one upsert each), inferred
+ones one by one in their place; a write the store refuses is set aside (kept,
+audited, shown in status) instead of blocking every write behind it.  While up,
+it measures the round-trip now and then and refreshes the Tailscale view.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
+from itertools import groupby
+
+from daemon.conversation.queue import QueueAccess
+from daemon.conversation.store_thread import StoreDown, StoreThread
+from daemon.conversation.tailscale import TailscaleWatch
+from daemon.shared.audit import AuditLog
+from daemon.shared.storage import StorageHealth, has_room, is_storage_error
+from layers.conversation.queue import QueuedWrite
+from layers.conversation.store import (
+    BatchResult,
+    NewMemory,
+    StoreConfigError,
+    StoreRequestError,
+    StoreUnavailableError,
+    describe_error,
+)
+
+log = logging.getLogger(__name__)
+
+CONNECT_DEADLINE_S = 120.0  # opening the store (mem0 import, a large embedded collection) may take a while
+PING_INTERVAL_S = 30.0  # while up, how often the round-trip time is measured
+# A replay batch is sized from the last one's rate to take about REPLAY_BATCH_S, so a search
+# queued behind it on the store thread, or a stop, waits about that long at most.  It starts
+# small and at most doubles from one batch to the next: the embedder may be slow (the local
+# model on a loaded machine embeds a few texts a second).
+REPLAY_BATCH_S = 1.0
+REPLAY_BATCH_MIN = 16
+REPLAY_BATCH_MAX = 500
+REPLAY_PER_WRITE_S = 0.5  # a batch's deadline grows by this per write (the embedder's share)
+
+
+class Replayer:
+    def __init__(
+        self,
+        thread: StoreThread,
+        queue: QueueAccess,
+        storage: StorageHealth,
+        audit: AuditLog,
+        write: Callable[[NewMemory, bool], list[dict]],
+        embedder_ready: Callable[[], str],
+        on_change: Callable[[], None],
+        probe_timeout_s: float,
+    ) -> None:
+        self.thread = thread
+        self.queue = queue
+        self.storage = storage
+        self.audit = audit
+        self.write = write  # Writes.write: the same write-once path a direct add takes
+        self.embedder_ready = embedder_ready  # "" when the embedder can work, else why not
+        self.on_change = on_change
+        self.probe_timeout_s = probe_timeout_s
+        self.rtt_ms: float | None = None
+        self.replayed = 0
+        self.skipped = 0
+        self.set_aside = 0
+        self.tailscale = TailscaleWatch()
+        self._batch_size = REPLAY_BATCH_MIN
+        self._drain: dict | None = None  # this drain's handled writes and busy seconds, for rate and time to go
+        self.head_checked = False  # the queue's head at start may be in any earlier version's crash window
+        self._last_ping = 0.0
+        self._prober = threading.Thread(target=self._probe_loop, name="l4-probe", daemon=True)
+
+    def start(self) -> None:
+        self._prober.start()
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the probe loop to end (after ``thread.stopping``); True when it did (or never started)."""
+        if self._prober.ident is None:
+            return True
+        self._prober.join(timeout=timeout)
+        return not self._prober.is_alive()
+
+    def reconnecting(self) -> None:
+        """Another store: its round-trip is unknown and the queue's head is checked again."""
+        self.rtt_ms = None
+        self.head_checked = False
+
+    # ------------------------------------------------------------ the loop
+
+    def _probe_loop(self) -> None:
+        t = self.thread
+        while not t.stopping:
+            try:
+                self._check_storage()
+                if t.fatal:
+                    pass
+                elif not t.breaker.closed:
+                    self._probe()
+                elif not self._replay_waits() and self.queue.queue.opened and self.queue.depth():
+                    self._replay()
+                    continue  # drain the next batch at once
+                elif time.monotonic() - self._last_ping >= PING_INTERVAL_S:
+                    self._ping()
+                settings = t.store.settings
+                self.tailscale.refresh(settings.backend, settings.url)
+            except Exception:  # the prober must survive anything
+                log.exception("conversation probe failed")
+            t.attention.wait(t.breaker.probe_interval_s)
+            t.attention.clear()
+
+    def _check_storage(self) -> None:
+        """Once a back-off has passed: does the queue (or the store's disk) take writes again?"""
+        queue = self.queue.queue
+        if self.storage.failing("queue") and not self.storage.waiting("queue"):
+            if queue.opened:
+                self.storage.attempt("queue", queue.check_writable, path=queue.path)
+            else:
+                self.queue.open()
+        if self.storage.failing("store") and not self.storage.waiting("store") and not self.queue.depth():
+            # no queued write to try it with: free space is the sign (a write that still fails says so again)
+            settings = self.thread.store.settings
+            if settings.backend == "remote" or has_room(settings.data_dir):
+                self.storage.succeeded("store")
+            else:
+                self.storage.postpone("store", "")
+
+    def _replay_waits(self) -> bool:
+        """While the store's or the queue's disk is full, replay waits for the back-off."""
+        return self.storage.waiting("store") or self.storage.waiting("queue")
+
+    # ------------------------------------------------------------ probe, ping
+
+    def _reachable(self) -> str:
+        """A quick look (probe timeout) before anything waits on the store; "" when it answers."""
+        not_ready = self.embedder_ready()
+        if not_ready:
+            return f"embedder unavailable: {not_ready}"
+        s = self.thread.store.settings
+        if s.backend != "remote":
+            return ""
+        import httpx  # only for a remote server: ~5 MB resident the embedded backend does not need
+
+        headers = {"api-key": s.api_key} if s.api_key else {}
+        try:
+            response = httpx.get(s.url.rstrip("/") + "/readyz", headers=headers, timeout=self.probe_timeout_s)
+        except httpx.HTTPError as exc:
+            return f"probe: {describe_error(exc)}"
+        return "" if response.status_code < 500 else f"probe: HTTP {response.status_code}"
+
+    def _probe(self) -> None:
+        t = self.thread
+        problem = self._reachable()
+        if problem:
+            t.breaker.failure(problem)
+            return
+        future = t.worker.submit(lambda: (t.store.connect(), t.store.ping())[1], CONNECT_DEADLINE_S)
+        try:
+            self.rtt_ms = t.worker.wait(future, CONNECT_DEADLINE_S)
+        except StoreConfigError as exc:
+            t.fatal = str(exc)
+            t.breaker.failure(t.fatal)
+            log.error("conversation store is off: %s", exc)
+            self.on_change()
+            return
+        except (StoreUnavailableError, FutureTimeout) as exc:
+            future.cancel()
+            if is_storage_error(exc):  # the embedded store cannot even open on a full disk
+                self.storage.failed("store", str(exc), path=t.store.settings.data_dir)
+            t.breaker.failure(describe_error(exc) if isinstance(exc, FutureTimeout) else str(exc))
+            return
+        if (self.storage.error("store") or "").startswith("connect"):
+            self.storage.succeeded("store")  # it opened; a write that still fails says so again
+        self._last_ping = time.monotonic()
+        if t.breaker.success():
+            log.info("conversation store is reachable (%.1f ms)", self.rtt_ms)
+            self.on_change()
+
+    def _ping(self) -> None:
+        try:
+            self.rtt_ms = self.thread.call("ping", self.thread.store.ping)
+        except StoreDown:
+            return
+        self._last_ping = time.monotonic()
+
+    # ------------------------------------------------------------ replay
+
+    def _replay(self) -> None:
+        """The next batch of queued writes, oldest first, each exactly once; stops at the first failure."""
+        items = self.queue.queue.peek(self._batch_size)
+        started = time.monotonic()
+        handled = 0
+        for plain, group in groupby(items, key=lambda item: not item.request.get("infer")):
+            if self.thread.stopping:
+                break  # the rest stays queued for the next start
+            run = list(group)
+            count = self._replay_plain(run) if plain else self._replay_inferred(run)
+            handled += count
+            if count < len(run):
+                break  # the store failed: the breaker is open, the rest waits for it
+        busy = time.monotonic() - started
+        drain = self._drain or {"handled": 0, "busy_s": 0.0}
+        drain["handled"] += handled
+        drain["busy_s"] += busy
+        self._drain = drain
+        if handled == len(items) and busy > 0:
+            size = min(2 * len(items), int(handled / busy * REPLAY_BATCH_S))
+        else:  # the store failed (or was slow past its deadline): try smaller next time
+            size = self._batch_size // 2
+        self._batch_size = max(REPLAY_BATCH_MIN, min(REPLAY_BATCH_MAX, size))
+        if handled:
+            self.on_change()
+        if self.queue.queue.depth() == 0:
+            log.info(
+                "queue drained: %d written, %d already present, %d set aside (%.1f writes/s)",
+                self.replayed,
+                self.skipped,
+                self.set_aside,
+                drain["handled"] / max(drain["busy_s"], 1e-6),
+            )
+            self._drain = None
+
+    def _replay_plain(self, items: list[QueuedWrite]) -> int:
+        """``infer=False`` writes as one batch; how many left the queue (all of them unless the store failed)."""
+        t, queue = self.thread, self.queue.queue
+        readable: list[tuple[QueuedWrite, NewMemory]] = []
+        handled = 0
+        for item in items:
+            try:
+                readable.append((item, NewMemory(**item.request)))
+            except TypeError as exc:  # written by another version: it can never be replayed as it is
+                self._set_aside(item, f"unreadable queued request: {describe_error(exc)}")
+                handled += 1
+        if not readable:
+            return handled
+        records = [record for _, record in readable]
+        # tried before (a direct add that failed, an earlier batch that timed out): maybe stored already
+        suspects = {item.write_id for item, _ in readable if item.attempts}
+        if not self.head_checked:
+            suspects.add(readable[0][0].write_id)
+        deadline = t.deadline_s + REPLAY_PER_WRITE_S * len(records)
+        try:
+            results = t.call("replay", lambda: t.store.add_batch(records, suspects), deadline, patient=True)
+        except StoreDown as exc:
+            if not t.stopping:
+                self.queue.note(readable[0][0].write_id, str(exc))
+            return handled
+        except StoreRequestError as exc:
+            if len(readable) > 1:  # find the one(s) refused: each alone
+                for item, _ in readable:
+                    count = self._replay_plain([item])
+                    handled += count
+                    if not count:
+                        break
+                return handled
+            results = [BatchResult(records[0].write_id, "REFUSED", reason=str(exc))]
+        self.head_checked = True
+        done = []
+        for (item, _), result in zip(readable, results, strict=True):
+            if result.event == "REFUSED":
+                self._set_aside(item, result.reason)
+                continue
+            done.append(item.write_id)
+            if result.event == "EXISTS":
+                self.skipped += 1
+            else:
+                self.replayed += 1
+        self.storage.succeeded("store")
+        if not self.storage.attempt("queue", lambda: queue.done_many(done), path=queue.path):
+            return handled  # written, still queued: replaying them again replaces the same points
+        return handled + len(readable)
+
+    def _replay_inferred(self, items: list[QueuedWrite]) -> int:
+        """``infer=True`` writes one by one through mem0's LLM path, in their place in the queue."""
+        t, queue = self.thread, self.queue.queue
+        for handled, item in enumerate(items):
+            try:
+                record = NewMemory(**item.request)
+                results = t.call("replay", lambda r=record: self.write(r, True), patient=True)
+            except TypeError as exc:
+                self._set_aside(item, f"unreadable queued request: {describe_error(exc)}")
+                continue
+            except StoreRequestError as exc:
+                self._set_aside(item, str(exc))
+                continue
+            except StoreDown as exc:
+                if not t.stopping:
+                    # the attempt count is a courtesy: a full queue disk must not stop the replay loop
+                    self.storage.attempt("queue", lambda w=item.write_id, e=str(exc): queue.failed(w, e))
+                return handled
+            self.storage.succeeded("store")
+            if not self.storage.attempt("queue", lambda w=item.write_id: queue.done(w), path=queue.path):
+                return handled  # written, still queued: the next replay finds its write_id in the store
+            if results and all(r.get("event") == "EXISTS" for r in results):
+                self.skipped += 1
+            else:
+                self.replayed += 1
+        return len(items)
+
+    def _set_aside(self, item: QueuedWrite, reason: str) -> None:
+        """A write the store refuses: kept aside with the reason, so the writes behind it go on."""
+        if self.queue.queue.set_aside(item.write_id, reason):
+            self.set_aside += 1
+        log.warning("queued write %s of %s set aside: the store refuses it: %s", item.write_id, item.agent_id, reason)
+        self.audit.record("queued_write_set_aside", agent=item.agent_id, write_id=item.write_id, reason=reason)
+
+    def rate(self) -> float | None:
+        """Writes per second over this drain's batches; None when no drain is under way."""
+        drain = self._drain
+        if not drain or not drain["handled"] or drain["busy_s"] <= 0:
+            return None
+        return drain["handled"] / drain["busy_s"]

@@ -1,0 +1,357 @@
+"""Where an L4 write goes: add, update, delete, each through the guard and the placement rules.
+
+``add``: the secret guard (never_store), placement (visibility from the project
+registry, private when unsure), lifetime (expiration from the memory type), then
+the store (``infer=False``, or ``True`` with an LLM), with exact duplicates of a
+memory in the same scope answered NOOP.  When the store cannot take it (or earlier
+writes are still queued) the write goes to the durable queue, answered
+``queued``, and is replayed later exactly once by write_id (daemon/conversation/replay.py).
+Updates and deletes are never queued: whose a memory is, and what it says now,
+can only be read from the store, so while it is down they are refused (503).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import datetime, timezone
+
+import apsw
+
+from daemon.conversation.queue import QueueAccess
+from daemon.conversation.reads import Reads, audit_denied
+from daemon.conversation.store_thread import StoreDown, StoreThread
+from daemon.shared.audit import AuditLog
+from daemon.shared.errors import ConversationUnavailableError, NotStoredError, SecretRefusedError
+from daemon.shared.guard import SecretGuard
+from daemon.shared.limits import MAX_MEMORY_TEXT_CHARS
+from daemon.shared.storage import StorageHealth, is_storage_error
+from daemon.shared.storage import describe as describe_storage
+from layers.conversation.cleanup import Selection
+from layers.conversation.policy import DEFAULT_TYPE, ForbiddenError, PolicyError, lifetime, may_read, place
+from layers.conversation.registry import RegistryCache
+from layers.conversation.store import NewMemory
+from layers.conversation.tombstones import Tombstones
+
+MAX_TEXT_CHARS = MAX_MEMORY_TEXT_CHARS
+
+
+def not_changed(exc: Exception, done: int = 0) -> str:
+    """Why a change was refused while the store is down, and that it was not queued."""
+    first = f"{done} deleted before the store stopped answering; " if done else ""
+    return f"{exc}; {first}nothing (more) was changed and nothing was queued: try again once the store is back"
+
+
+def normalised(text: str) -> str:
+    """A memory's text as exact-duplicate detection compares it: whitespace collapsed, case folded."""
+    return " ".join(text.split()).casefold()
+
+
+def seconds(value: float) -> str:
+    return f"{value:.0f} s" if value < 120 else f"{value / 60:.0f} min"
+
+
+class Writes:
+    def __init__(
+        self,
+        thread: StoreThread,
+        reads: Reads,
+        queue: QueueAccess,
+        registry: RegistryCache,
+        audit: AuditLog,
+        tombstones: Tombstones,
+        storage: StorageHealth,
+        guard: Callable[[], SecretGuard],
+        replay_rate: Callable[[], float | None],
+        on_change: Callable[[], None],
+    ) -> None:
+        self.thread = thread
+        self.reads = reads
+        self.queue = queue
+        self.registry = registry
+        self.audit = audit
+        self.tombstones = tombstones
+        self.storage = storage
+        self.guard = guard
+        self.replay_rate = replay_rate
+        self.on_change = on_change
+        # conversation.* settings, replaced by a reload (see Broker.reconfigure)
+        self.retention: dict = {}
+        self.dedup = None
+        self.llm_configured = False
+
+    def configure(self, retention: dict, dedup, llm_configured: bool) -> None:
+        self.retention = dict(retention)
+        self.dedup = dedup
+        self.llm_configured = llm_configured
+
+    # ------------------------------------------------------------ add
+
+    def add(
+        self,
+        agent: str,
+        text: str,
+        *,
+        memory_type: str | None = None,
+        visibility: str | None = None,
+        project: str | None = None,
+        expires: str | None = None,
+        infer: bool | None = None,
+        write_id: str | None = None,
+        role: str | None = None,
+    ) -> dict:
+
+        text = self.checked_text(agent, text)
+        if role not in (None, "user", "assistant"):
+            raise PolicyError(f"role must be user or assistant, not {role!r}")
+        try:
+            placement = place(self.registry.current(), agent, text, visibility, project)
+        except ForbiddenError as exc:
+            self.audit.record("write_denied", agent=agent, visibility=visibility, project=project, reason=str(exc))
+            raise
+        memory_type = memory_type or DEFAULT_TYPE
+        created = datetime.now(timezone.utc)
+        life = lifetime(memory_type, self.retention, created, expires)
+        if infer is None:
+            infer = self.llm_configured
+        elif infer and not self.llm_configured:
+            raise PolicyError("infer needs an LLM: configure conversation.llm")
+        retry = write_id is not None
+        record = NewMemory(
+            write_id=write_id or str(uuid.uuid4()),
+            agent_id=agent,
+            text=text,
+            memory_type=memory_type,
+            visibility=placement.visibility,
+            project_id=placement.project_id,
+            created_at=created.isoformat(timespec="seconds"),
+            expiration_date=life.expiration_date,
+            expires_at=life.expires_at,
+            infer=infer,
+            role=role or "user",
+        )
+        answer = {
+            "write_id": record.write_id,
+            "visibility": record.visibility,
+            "project_id": record.project_id,
+            "visibility_inferred": placement.inferred,
+            "memory_type": memory_type,
+            "expiration_date": record.expiration_date,
+            "infer": infer,
+        }
+        if retry and self.queue.contains(record.write_id):
+            return {**answer, **self._queued(record.write_id, "this write_id is already queued")}
+        attempted = False
+        depth = self.queue.depth()  # None: the queue cannot be read (a full disk kept it from opening)
+        if depth == 0 or (depth is None and self.queue.nothing_queued()):  # earlier queued writes go first
+            attempted = self.thread.breaker.closed
+            if not infer:  # with an LLM, mem0 embeds the facts it extracts, not the text
+                self.thread.embed_ahead(record.text)
+            try:
+                results = self.thread.call("add", lambda: self.write(record, check_first=retry))
+                self.storage.succeeded("store")
+                return {**answer, "queued": False, "results": results}
+            except StoreDown as exc:
+                reason = str(exc)
+        elif depth is None:
+            reason = "the write queue cannot be read, so earlier writes may be waiting in it"
+        else:
+            reason = "earlier writes are still queued"
+        queue = self.queue.queue
+        try:
+            queue.put(record.write_id, agent, asdict(record))
+        except (apsw.Error, OSError) as exc:
+            if not is_storage_error(exc):
+                raise
+            self.storage.failed("queue", exc, path=queue.path)
+            raise NotStoredError(
+                f"not stored: {reason}, and the write queue {queue.path} cannot be written "
+                f"({describe_storage(exc)}); nothing was kept: write it again once there is space"
+            ) from None
+        self.storage.succeeded("queue")
+        if attempted or retry:  # it may be in the store under mem0's random id: replay looks it up by write_id
+            self.queue.note(record.write_id, reason)
+        self.thread.attention.set()
+        self.on_change()
+        return {**answer, **self._queued(record.write_id, reason)}
+
+    def _queued(self, write_id: str, reason: str) -> dict:
+        """The answer for a queued write: how many go before it and, while draining, how long that takes."""
+        ahead = self.queue.queue.ahead_of(write_id)
+        rate = self.replay_rate()
+        eta = f", replaying at {rate:,.0f}/s, about {seconds(ahead / rate)} to go" if rate and ahead else ""
+        return {"queued": True, "ahead": ahead, "reason": f"{reason}: {ahead:,} ahead{eta}"}
+
+    def write(self, record: NewMemory, check_first: bool) -> list[dict]:
+        """On the store thread: write once (a write_id already in the store is not written again)."""
+        store = self.thread.store
+        if check_first:
+            existing = store.find_write(record.write_id)
+            if existing:
+                return [{"id": i, "event": "EXISTS"} for i in existing]
+        if not record.infer and self.dedup.enabled:
+            merged = self._dedup(record)
+            if merged is not None:
+                return merged
+        return store.add(record)
+
+    def _dedup(self, record: NewMemory) -> list[dict] | None:
+        """On the store thread: the answer when ``record`` restates a memory already in its scope, else None.
+
+        Same owner, visibility, project and type only (another type has another lifetime).  The
+        same text up to whitespace and case: nothing is written, the existing id comes back with
+        event NOOP.  When ``conversation.dedup.near_threshold`` is set (it is not by default: see
+        DedupConfig for why), a passage cosine at or above it: the existing memory takes the new
+        text (mem0's update: an UPDATE event in its history), the newest wording being the one kept.
+        Replayed (queued) writes skip this: they are written once each by write_id, as queued.
+        """
+        store = self.thread.store
+        candidates = [(m, score) for m, score in store.nearest(record) if m.get("memory_type") == record.memory_type]
+        if not candidates:
+            return None
+        wanted = normalised(record.text)
+        for memory, score in candidates:
+            if normalised(memory["memory"]) == wanted:
+                return [{"id": memory["id"], "event": "NOOP", "memory": memory["memory"], "score": round(score, 4)}]
+        memory, score = candidates[0]
+        if self.dedup.near_threshold is None or score < self.dedup.near_threshold:
+            return None
+        store.update(memory["id"], record.text)
+        self.audit.record(
+            "memory_updated", agent=record.agent_id, memory_id=memory["id"], owner=record.agent_id, by="dedup"
+        )
+        return [
+            {
+                "id": memory["id"],
+                "event": "UPDATE",
+                "memory": record.text,
+                "previous_memory": memory["memory"],
+                "score": round(score, 4),
+            }
+        ]
+
+    def checked_text(self, agent: str, text: str) -> str:
+        """A memory's text as add and update accept it: stripped, not empty, not too long, no secret."""
+
+        text = text.strip()
+        if not text:
+            raise PolicyError("nothing to remember: the text is empty")
+        if len(text) > MAX_TEXT_CHARS:
+            raise PolicyError(f"the text is {len(text)} characters; a memory holds at most {MAX_TEXT_CHARS}")
+        findings = self.guard().scan_text(text)
+        if findings:
+            kinds = sorted({f.kind for f in findings})
+            self.audit.record("secret_refused", agent=agent, kinds=kinds)
+            raise SecretRefusedError(
+                f"refused: the text matches never_store pattern(s) {', '.join(kinds)}; "
+                "remove the secret (store where it is kept, not the secret itself)"
+            )
+        return text
+
+    # ------------------------------------------------------------ update, delete
+
+    def _owned(self, agent: str, memory_id: str, admin: bool, what: str) -> dict:
+        """The memory, when ``agent`` owns it; 403 when the agent may read it but not change it, else 404."""
+
+        try:
+            memory = self.reads.fetch(memory_id)
+        except ConversationUnavailableError as exc:
+            raise ConversationUnavailableError(not_changed(exc)) from None
+        if memory is None:
+            raise LookupError(f"no memory {memory_id}")
+        if not admin and memory.get("agent_id") != agent:
+            audit_denied(self.audit, f"{what}_denied", agent, memory)
+            if may_read(self.registry.current(), agent, memory):
+                owner = memory.get("agent_id")
+                raise ForbiddenError(f"memory {memory_id} belongs to {owner}; only its owner may {what} it")
+            raise LookupError(f"no memory {memory_id}")
+        return memory
+
+    def _deleted(self, agent: str, memory: dict) -> None:
+        """After a delete: its owner kept for its history (see layers/conversation/tombstones.py), audited."""
+        self.tombstones.record(memory, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        self.audit.record("memory_deleted", agent=agent, memory_id=memory.get("id"), owner=memory.get("agent_id"))
+
+    def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        """Delete one of ``agent``'s own memories; while the store is down refused (503), never queued."""
+
+        memory = self._owned(agent, memory_id, admin, "delete")
+        try:
+            self.thread.call("delete", lambda: self.thread.store.delete(memory_id))
+        except StoreDown as exc:
+            raise ConversationUnavailableError(not_changed(exc)) from None
+        self._deleted(agent, memory)
+        return {"deleted": memory_id}
+
+    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None, admin: bool = False) -> dict:
+        """Replace the text of one of ``agent``'s own memories (mem0's ``update``).
+
+        The memory keeps its id, owner, placement, type and created_at; it is
+        re-embedded, gets updated_at and an UPDATE event in its history, and the
+        change is audited.  The same checks as ``add`` apply to the new text
+        (empty, too long, secrets).  While the store is down an update is refused
+        with 503 and nothing changes (it is never queued: whose the memory is,
+        and what it says now, can only be read from the store).
+        """
+
+        text = self.checked_text(agent, text)
+        memory = self._owned(agent, memory_id, admin, "update")
+        expiration = None
+        if expires is not None:
+            now = datetime.now(timezone.utc)
+            life = lifetime(memory.get("memory_type") or DEFAULT_TYPE, self.retention, now, expires)
+            expiration = (life.expiration_date, life.expires_at)
+        try:
+            self.thread.call("update", lambda: self.thread.store.update(memory_id, text, expiration))
+        except StoreDown as exc:
+            raise ConversationUnavailableError(not_changed(exc)) from None
+        self.audit.record("memory_updated", agent=agent, memory_id=memory_id, owner=memory.get("agent_id"))
+        updated = self.reads.fetch(memory_id) or {**memory, "memory": text}
+        return {**updated, "event": "UPDATE", "previous_memory": memory.get("memory")}
+
+    def delete_all(
+        self,
+        agent: str,
+        *,
+        memory_type: str | None = None,
+        visibility: str | None = None,
+        project: str | None = None,
+        dry_run: bool = False,
+    ) -> dict:
+        """Delete every one of ``agent``'s own memories that match the filter (never another agent's).
+
+        Each goes through mem0's delete, so each gets its DELETE event.  While
+        the store is down this is refused (503) and nothing is deleted; stopped
+        half-way by an outage, the answer says how many went first and running
+        it again deletes the rest.
+        """
+
+        selection = Selection(agent=agent, visibility=visibility, project=project, memory_type=memory_type)
+        deleted: list[str] = []
+        cursor: str | None = None
+        while True:
+            try:
+                page, cursor = self.thread.call(
+                    "delete_all", lambda c=None if not dry_run else cursor: self.thread.store.scan(selection, 256, c)
+                )
+            except StoreDown as exc:
+                raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
+            mine = [m for m in page if m.get("agent_id") == agent]  # the filter already did; checked again
+            if dry_run:
+                deleted += [m["id"] for m in mine]
+                if not cursor:
+                    break
+                continue
+            if not mine:
+                break
+            for memory in mine:
+                try:
+                    self.thread.call("delete", lambda i=memory["id"]: self.thread.store.delete(i))
+                except StoreDown as exc:
+                    raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
+                self._deleted(agent, memory)
+                deleted.append(memory["id"])
+            if len(mine) < len(page):  # a filter the store did not apply: never loop on what is left
+                break
+        return {"deleted": len(deleted), "ids": deleted, "dry_run": dry_run}

@@ -1,0 +1,89 @@
+"""The periodic reconcile: every workspace's files against the records, repairing what the watcher missed.
+
+Runs in the loop every ``watch.reconcile_interval_s`` (and at start, after a reload,
+after a watcher restart): new workspaces are added, vanished ones dropped, each
+tracker re-checks its files by checksum and each index is brought in step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from daemon.files.agents import Agents
+from daemon.files.starting import CHECKING, INDEXING, StartProgress
+from daemon.files.tracker import AgentTracker
+from daemon.local.indexer import Indexer
+from daemon.shared.current import Current
+from daemon.shared.storage import StorageHealth, is_storage_error
+
+log = logging.getLogger(__name__)
+
+
+def iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds") if ts else None
+
+
+class Reconciler:
+    def __init__(self, current: Current, agents: Agents, indexer: Indexer, storage: StorageHealth) -> None:
+        self.current = current
+        self.agents = agents
+        self.indexer = indexer
+        self.storage = storage
+        self.last: dict = {"time": None, "repaired": 0, "duration_ms": None}
+        self.next_at = 0.0  # monotonic time of the next periodic reconcile
+        #: Asked between files (the loop sets it): a stop requested meanwhile ends the reconcile early.
+        self.stopping: Callable[[], bool] = lambda: False
+
+    def one(self, tracker: AgentTracker, progress: StartProgress | None = None) -> int:
+        """Reconcile one agent's files and index; how many files it repaired.
+
+        ``progress`` (at start only) counts each file checked, for status while the start runs."""
+        if progress is not None:
+            progress.begin(tracker.id, CHECKING)
+        try:
+            repaired = tracker.reconcile(
+                on_file=progress.file_checked if progress is not None else None, stopping=self.stopping
+            )
+        except Exception as exc:
+            if is_storage_error(exc):  # git init/archive on a full disk (the record reports itself)
+                self.storage.failed("git", exc, subject=tracker.id, path=tracker.workspace)
+            else:
+                log.exception("%s: reconcile failed", tracker.id)
+            return 0
+        if progress is not None:
+            progress.begin(tracker.id, INDEXING)
+        try:
+            self.storage.attempt(
+                "index",
+                lambda: self.indexer.open(tracker.agent, self.agents.desired(tracker)),
+                subject=tracker.id,
+                path=tracker.agent.index,
+            )
+        except Exception:
+            log.exception("%s: index sync failed", tracker.id)
+        return repaired
+
+    def all(self, progress: StartProgress | None = None) -> None:
+        """Every agent, after adding new workspaces and dropping vanished ones (``progress``: see :meth:`one`)."""
+        started = time.monotonic()
+        known = set(self.agents.trackers)
+        for agent in self.agents.discover():
+            if agent.id not in known:
+                self.agents.add(agent)
+        for agent_id in list(self.agents.trackers):
+            if not self.agents.trackers[agent_id].workspace.is_dir():
+                log.warning("%s: workspace disappeared; no longer watching it", agent_id)
+                self.agents.drop(agent_id)
+                self.storage.forget(agent_id)
+        repaired = sum(self.one(t, progress) for t in self.agents.all() if not self.stopping())
+        if repaired and self.last["time"] is not None:
+            log.info("reconcile repaired %d file(s) the watcher had missed", repaired)
+        self.last = {
+            "time": iso(time.time()),
+            "repaired": repaired,
+            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+        }
+        self.next_at = time.monotonic() + self.current.config.watch.reconcile_interval_s

@@ -1,0 +1,498 @@
+"""``memstrata``: the command line over the daemon and the layers.
+
+Every command takes ``--config FILE`` (or ``$MEMSTRATA_CONFIG``, else
+``/etc/memstrata/memstrata.yaml``, else OpenClaw's defaults).  Errors a person
+can fix (bad configuration, unknown agent, invalid id) are one clear message and
+exit status 1; usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import sys
+import time
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+import click
+
+from daemon import __version__
+from daemon.front import conversation_commands, install_commands, local_commands, maintenance_commands
+from daemon.front.options import agent_option, config_of, echo_json, front_config, json_option
+from daemon.shared import skill
+from daemon.shared.errors import DaemonError
+from daemon.shared.locations import ENV_VAR, SYSTEM_CONFIG
+from daemon.shared.settings import guard_from
+from daemon.shared.tokens import WORKSPACE_TOKEN, TokenStore
+from daemon.shared.workspaces import UnknownAgentError, core_of, create_workspace, discover, get_agent, workspace_repo
+from layers import daily
+from layers.fsutil import atomic_write, private_dirs
+from layers.gitrun import GitFailed
+from layers.ids import MAIN_AGENT, InvalidIdError, check_id
+from layers.safefs import UnsafePathError
+
+if TYPE_CHECKING:
+    from daemon.shared.config import Config
+
+# A bad configuration or registry is a layers.yamlfile.YamlFileError, a ValueError (naming file, key, line).
+_USER_ERRORS = (
+    UnknownAgentError,
+    InvalidIdError,
+    FileNotFoundError,
+    ValueError,
+    UnsafePathError,
+    daily.RepoRefusedError,
+    GitFailed,  # the commit pipeline's and the history copy's git (layers/gitrun.py)
+)
+
+
+class MemstrataGroup(click.Group):
+    """Turns errors a user can act on into one line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except daily.RepoBusyError as exc:
+            raise click.ClickException(f"{exc}; try again in a moment") from None
+        except _USER_ERRORS as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+def _workspace_file(workspace: Path, file: str) -> str:
+    """Normalise a user-given file to a workspace-relative path, refusing escapes."""
+    path = Path(file)
+    if path.is_absolute():
+        try:
+            path = path.resolve().relative_to(workspace.resolve())
+        except ValueError:
+            raise ValueError(f"{file} is not inside the workspace {workspace}") from None
+    rel = PurePosixPath(path.as_posix())
+    if ".." in rel.parts or not rel.parts:
+        raise ValueError(f"{file!r}: give a path inside the workspace (no '..')")
+    return rel.as_posix()
+
+
+@click.group(cls=MemstrataGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar=ENV_VAR,
+    help=f"Configuration file (default: ${ENV_VAR}, else {SYSTEM_CONFIG}, else built-in defaults).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log what commands do (the daemon logs per log.level).")
+@click.version_option(__version__, prog_name="memstrata")
+@click.pass_context
+def main(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
+    """memstrata: four-layer, local-first memory for clusters of AI agents.
+
+    \b
+    L1 core     CORE_INDEX/IDENTITY/SOUL/USER.md, loaded at session start  (memstrata core)
+    L2 daily    MEMORY.md + memory/YYYY-MM-DD.md, versioned with git      (memstrata note, history, restore)
+    L3 local    per-agent SQLite FTS5 index (offline)
+    L4 shared   Mem0/Qdrant memory shared across agents
+
+    Start with `memstrata init --root DIR`, then `memstrata --config DIR/memstrata.yaml run`.
+    """
+    ctx.ensure_object(dict)["config_path"] = config_path
+    # Commands report through their output; their log lines would repeat it.
+    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+
+
+# ---------------------------------------------------------------- set-up
+
+
+@main.command()
+@click.option("--root", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory to set up.")
+@click.pass_context
+def init(ctx: click.Context, root: Path) -> None:
+    """Set up a self-contained root: config, main workspace (with git), registry.
+
+    Every path of the written DIR/memstrata.yaml lies under DIR. Safe to run again:
+    existing files are never overwritten.
+    """
+    from daemon.shared.config import demo_config_text, load_config
+
+    root = root.expanduser().absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    config_path = root / "memstrata.yaml"
+    if config_path.exists():
+        click.echo(f"kept     {config_path}")
+    else:
+        atomic_write(config_path, demo_config_text(root))
+        click.echo(f"created  {config_path}")
+    config = load_config(config_path)
+    ctx.obj["config"] = config
+    agent, created = create_workspace(config, MAIN_AGENT)
+    click.echo(f"{'created' if created else 'kept   '}  {agent.workspace} (main workspace, git)")
+    for directory in (config.paths.agents_dir, config.paths.socket.parent):
+        directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+    private_dirs(config.paths.state_dir)
+    _make_audit_dir(config)
+    _install_skill(config, MAIN_AGENT, agent.workspace)
+    for line in skill.seed_registry(config.paths.workspace, config.paths.registry):
+        click.echo(line)
+    _register(config, MAIN_AGENT, (), can_write_public=True)  # the hub curates cluster-wide memory
+    tokens = TokenStore(config.paths.state_dir)
+    tokens.ensure_admin()
+    tokens.ensure(MAIN_AGENT, agent.workspace)
+    click.echo(f"\nnext: memstrata --config {config_path} run")
+
+
+def _make_audit_dir(config: Config) -> None:
+    """``audit_dir`` (the daemon's audit, the cron jobs' logs) and the other directories the daemon,
+    the units and the cron lines write to; in a workspace, made without following symlinks."""
+    from daemon.ops.install import make_directories
+
+    for action in make_directories(config):
+        click.echo(f"created  {action.target} ({action.detail})")
+
+
+def _install_skill(config: Config, agent_id: str, workspace: Path) -> None:
+    """The memory skill in ``{workspace}/skills/mem0-integration``, with its launcher (see daemon/shared/skill.py)."""
+    launcher = skill.Launcher.current(config.source, agent_id)
+    try:
+        changes = skill.sync_skill(workspace, launcher)
+    except UnsafePathError as exc:
+        click.echo(f"skill not installed: {exc}", err=True)
+        return
+    if changes:
+        click.echo(f"skill    {workspace / skill.SKILL_REL} ({len(changes)} files written)")
+
+
+def _register(
+    config: Config,
+    agent_id: str,
+    projects: tuple[str, ...],
+    can_write_public: bool | None = None,
+    keywords: tuple[str, ...] = (),
+) -> None:
+    from layers.conversation import registry as project_registry
+
+    registry = project_registry.load_registry(config.paths.registry)
+    known = agent_id in registry.data.agents
+    have = registry.keywords()
+    keywords_known = all(
+        set(keywords or (p,)) <= set(have.get(p, ())) or (not keywords and have.get(p)) for p in projects
+    )
+    if known and set(projects) <= registry.projects_of(agent_id) and keywords_known:
+        return  # never rewrite a registry that already says it
+    project_registry.add_agent(config.paths.registry, agent_id, projects, can_write_public, keywords)
+    click.echo(
+        f"recorded {agent_id} in {config.paths.registry}" + (f" (projects: {', '.join(projects)})" if projects else "")
+    )
+
+
+@main.group()
+def agent() -> None:
+    """Create and list agents."""
+
+
+@agent.command("add")
+@click.argument("agent_id", metavar="ID")
+@click.option("--project", "projects", multiple=True, metavar="P", help="Project the agent belongs to (repeatable).")
+@click.option(
+    "--keywords",
+    metavar="K1,K2",
+    help="Words that put an agent's memory into the project (with one --project; default: the project's name).",
+)
+@click.option("--can-write-public", is_flag=True, default=None, help="Allow the agent to write public memories.")
+@click.pass_context
+def agent_add(
+    ctx: click.Context, agent_id: str, projects: tuple[str, ...], keywords: str | None, can_write_public: bool | None
+) -> None:
+    """Create agents/ID-workspace from the template (with git), record it in the registry
+    and give it an API token (ID-workspace/.memstrata/token, mode 0600); install the
+    memory skill into it (skills/mem0-integration).
+
+    A project new to the registry gets --keywords, else its own name, as keywords:
+    a memory written without a visibility whose text contains one goes to that
+    project. IDs are 1-64 characters of a-z, 0-9, '_' and '-', starting with a
+    letter or digit.
+    """
+    check_id(agent_id)
+    for project in projects:
+        check_id(project, "project")
+    words = tuple(w.strip() for w in (keywords or "").split(",") if w.strip())
+    if keywords is not None and len(projects) != 1:
+        raise click.UsageError("--keywords belongs to one project: give exactly one --project with it")
+    if keywords is not None and not words:
+        raise click.UsageError("--keywords: give at least one word (comma-separated)")
+    if agent_id == MAIN_AGENT:
+        raise click.ClickException("'main' is the main workspace's agent; `memstrata init` creates it")
+    config = config_of(ctx)
+    if not config.paths.workspace.is_dir():
+        raise click.ClickException(f"no main workspace at {config.paths.workspace}: run `memstrata init` first")
+    agent_obj, created = create_workspace(config, agent_id)
+    click.echo(f"{'created' if created else 'exists '}  {agent_obj.workspace}")
+    _register(config, agent_id, projects, can_write_public, words)
+    if TokenStore(config.paths.state_dir).ensure(agent_id, agent_obj.workspace):
+        click.echo(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}")
+    _install_skill(config, agent_id, agent_obj.workspace)
+
+
+@agent.command("token")
+@click.argument("agent_id", metavar="ID")
+@click.pass_context
+def agent_token(ctx: click.Context, agent_id: str) -> None:
+    """Issue a new API token for agent ID (the old one stops working at once)."""
+    config = config_of(ctx)
+    agent_obj = get_agent(config, agent_id)
+    TokenStore(config.paths.state_dir).issue(agent_id, agent_obj.workspace)
+    click.echo(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}")
+
+
+@agent.command("list")
+@json_option
+@click.pass_context
+def agent_list(ctx: click.Context, as_json: bool) -> None:
+    """List agents with their workspaces and projects."""
+    from layers.conversation.registry import load_registry
+
+    config = config_of(ctx)
+    registry = load_registry(config.paths.registry)
+    rows = [
+        {"id": a.id, "workspace": str(a.workspace), "projects": sorted(registry.projects_of(a.id))}
+        for a in discover(config)
+    ]
+    if as_json:
+        echo_json(rows)
+        return
+    for row in rows:
+        projects = f"  [{', '.join(row['projects'])}]" if row["projects"] else ""
+        click.echo(f"{row['id']:<16} {row['workspace']}{projects}")
+
+
+# ---------------------------------------------------------------- daemon
+
+
+@main.command()
+@click.pass_context
+def run(ctx: click.Context) -> None:
+    """Run the daemon in the foreground (systemd: Type=notify).
+
+    Watches every workspace, commits L1/L2 changes to git, serves the local API on
+    the configured Unix socket. SIGTERM makes the final commits and exits within
+    8 s, leaving what cannot finish for the next start; SIGHUP reloads the
+    configuration.
+    """
+    from layers import malloc
+
+    malloc.tune()  # before any thread starts: at most two malloc arenas, a fixed mmap threshold (layers/malloc.py)
+
+    from daemon.api.app import SocketInUseError
+    from daemon.service.memory_daemon import MemoryDaemon
+    from daemon.shared.logs import setup_logging
+
+    config = config_of(ctx)
+    setup_logging(config.log.level, guard_from(config))
+    faulthandler.enable()  # a crash in native code (llama.cpp, SQLite) still leaves a traceback in the journal
+    try:
+        code = MemoryDaemon(config).run()
+    except (DaemonError, SocketInUseError, PermissionError) as exc:
+        raise click.ClickException(str(exc)) from None
+    # The daemon has committed, saved and closed everything it owns.  The interpreter's teardown
+    # would only free memory, and took 2.5-3 s of the stop budget on a busy 2-core host (measured);
+    # it could also free what a thread left inside native code (llama.cpp, the store) still uses.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+@main.command()
+@json_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show the daemon and every agent: files, commits, held-back files, naming, watcher.
+
+    Works when the daemon is down (reads disk and git, says so). Exit status: 0
+    when the daemon runs, 3 when it does not (as `systemctl status`). Every agent's
+    details need the administrator's token (root reads it from the state directory);
+    with $MEMSTRATA_TOKEN of an agent, that agent's; without a token, health only.
+    """
+    from daemon.front.client import DaemonUnavailableError, connect
+    from daemon.front.status import offline_status, render
+
+    try:
+        with connect(front_config(ctx), timeout=5) as client:
+            data = client.status()
+    except DaemonUnavailableError as exc:
+        data = offline_status(config_of(ctx), str(exc))  # reads the layers: the whole configuration
+    if as_json:
+        echo_json(data)
+    else:
+        click.echo(render(data), nl=False)
+    sys.exit(0 if data["daemon"]["running"] else 3)
+
+
+# ---------------------------------------------------------------- L1 / L2
+
+
+@main.command("core")
+@agent_option
+@click.option(
+    "--budget", type=click.IntRange(min=1), metavar="TOKENS", help="Token budget (default: core.budget_tokens)."
+)
+@click.option("--all", "on_demand", is_flag=True, help="Also load the on-demand files (AGENTS.md, TOOLS.md).")
+@json_option
+@click.pass_context
+def core_cmd(ctx: click.Context, agent_id: str, budget: int | None, on_demand: bool, as_json: bool) -> None:
+    """Print the agent's session-start bundle: shared core, CORE_INDEX, IDENTITY, SOUL, USER.
+
+    Token counts are estimates (one per CJK character, one per ~4 ASCII characters).
+    Over budget, the bundle is cut at a line with a visible marker.
+    """
+    config = config_of(ctx)
+    bundle = core_of(config, get_agent(config, agent_id), on_demand, budget)
+    if as_json:
+        click.echo(bundle.to_json())
+        return
+    click.echo(bundle.render(), nl=False)
+    if bundle.missing:
+        click.echo(f"memstrata: {agent_id}: missing core files: {', '.join(bundle.missing)}", err=True)
+
+
+@main.command()
+@agent_option
+@click.argument("text", nargs=-1)
+@click.pass_context
+def note(ctx: click.Context, agent_id: str, text: tuple[str, ...]) -> None:
+    """Append a timestamped line to today's memory/YYYY-MM-DD.md (TEXT, or stdin)."""
+    config = config_of(ctx)
+    agent_obj = get_agent(config, agent_id)
+    body = " ".join(text) if text else ("" if sys.stdin.isatty() else sys.stdin.read())
+    path = daily.append_note(agent_obj.workspace, body)
+    click.echo(str(path))
+
+
+@main.command()
+@agent_option
+@click.argument("file", required=False)
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--memory", "memory_id", metavar="ID", help="Instead: the ADD/UPDATE/DELETE events of L4 memory ID.")
+@json_option
+@click.pass_context
+def history(
+    ctx: click.Context, agent_id: str, file: str | None, limit: int, memory_id: str | None, as_json: bool
+) -> None:
+    """Show the git history of the agent's memory (or of one FILE, across renames).
+
+    With --memory ID: the changes of one shared conversation memory (L4) instead.
+    """
+    if memory_id:
+        from daemon.front.conversation_commands import print_memory_history
+
+        if file:
+            raise click.UsageError("give a FILE (L2 git history) or --memory ID (L4), not both")
+        print_memory_history(ctx, agent_id, memory_id, as_json)
+        return
+    config = config_of(ctx)
+    agent_obj = get_agent(config, agent_id)
+    rel = _workspace_file(agent_obj.workspace, file) if file else None
+    repo = workspace_repo(config, agent_obj.workspace, agent_obj.id)
+    commits = repo.log(rel, limit) if (agent_obj.workspace / ".git").exists() else []
+    kept = repo.kept_elsewhere(rel, limit)  # versions only the daemon's copy still has
+    if as_json:
+        echo_json(
+            [{"sha": c.sha, "time": c.time, "author": c.author, "subject": c.subject} for c in commits]
+            + [
+                {"sha": c.sha, "time": c.time, "author": c.author, "subject": c.subject, "only_in_copy": True}
+                for c in kept
+            ]
+        )
+        return
+    if not commits:
+        click.echo("no commits" + (f" touching {rel}" if rel else ""))
+    for c in commits:
+        click.echo(f"{c.short}  {c.time}  {c.subject}")
+    if kept:
+        click.echo(
+            f"\nno longer in the workspace's history, kept in the daemon's copy {repo.copy.path} "
+            "(`memstrata restore --at SHA` brings a file back):"
+        )
+        for c in kept:
+            click.echo(f"{c.short}  {c.time}  {c.subject}")
+
+
+@main.command()
+@agent_option
+@click.argument("file")
+@click.option("--at", "rev", required=True, metavar="REV", help="Commit to take FILE from (see `memstrata history`).")
+@json_option
+@click.pass_context
+def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: bool) -> None:
+    """Bring FILE back as it was at REV, as a new commit (history is never rewritten)."""
+    config = config_of(ctx)
+    agent_obj = get_agent(config, agent_id)
+    rel = _workspace_file(agent_obj.workspace, file)
+    repo = workspace_repo(config, agent_obj.workspace, agent_obj.id)
+    guard = guard_from(config)
+
+    def refuse_secrets(what: str, content: bytes) -> None:
+        findings = guard.scan_text(content.decode("utf-8", errors="replace"))
+        if not findings:
+            return
+        found = "; ".join(map(str, findings))
+        if what == "uncommitted edits":
+            raise click.ClickException(
+                f"{rel} has uncommitted edits that contain what looks like a secret ({found}); no commit holds "
+                "them and a restore would destroy them, so nothing was restored: remove the secret and retry"
+            )
+        raise click.ClickException(f"{rel} at {what} contains what looks like a secret ({found}); not restored")
+
+    for attempt in range(10):
+        try:
+            done = repo.restore(rel, rev, refuse_secrets)
+            break
+        except daily.RepoBusyError:
+            if attempt == 9:
+                raise
+            time.sleep(0.5)
+    result = {
+        "file": rel,
+        "from": done.source,
+        "changed": done.changed,
+        "commit": done.commit.sha if done.commit else None,
+        "kept_edits_commit": done.kept_edits_commit.sha if done.kept_edits_commit else None,
+        "from_copy": done.from_copy,
+    }
+    if as_json:
+        echo_json(result)
+        return
+    if done.kept_edits_commit:
+        click.echo(
+            f"kept the uncommitted edits of {rel} as commit {done.kept_edits_commit.short} "
+            f"(no commit held them; `memstrata restore --at {done.kept_edits_commit.short}` brings them back)"
+        )
+    if done.from_copy:
+        click.echo(f"{done.source[:10]} is no longer in the workspace's history: taken from the daemon's copy")
+    if done.changed and done.commit:
+        click.echo(f"restored {rel} from {done.source[:10]} as commit {done.commit.short}")
+    elif done.changed:
+        click.echo(f"restored {rel} from {done.source[:10]} (the daemon had committed it already)")
+    else:
+        click.echo(f"{rel} already matches {done.source[:10]}; nothing to restore")
+
+
+# The L3 commands (search, reindex, model), the L4 ones (add, get, list, update, delete, mcp),
+# maintenance (cleanup, backup, restore-backup) and install/uninstall live in their own modules.
+for command in (
+    local_commands.search_cmd,
+    local_commands.reindex,
+    local_commands.model,
+    conversation_commands.add_cmd,
+    conversation_commands.mcp_cmd,
+    conversation_commands.get_cmd,
+    conversation_commands.list_cmd,
+    conversation_commands.update_cmd,
+    conversation_commands.delete_cmd,
+    maintenance_commands.cleanup_cmd,
+    maintenance_commands.backup_cmd,
+    maintenance_commands.restore_cmd,
+    install_commands.install_cmd,
+    install_commands.uninstall_cmd,
+):
+    main.add_command(command)

@@ -1,0 +1,187 @@
+"""Talking to a running daemon over its Unix socket.
+
+Standard library only (``http.client`` over ``AF_UNIX``): every ``memstrata``
+call an agent makes goes through here, and importing httpx cost more CPU than
+the rest of a ``search`` call (docs/facts.md; bench/bench_front.py measures it).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json as _json
+import random
+import socket
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+from daemon.shared.contracts import MemoryAnswer, SearchAnswer, StatusDocument
+from daemon.shared.limits import CLIENT_RETRIES, CLIENT_RETRY_CAP_S, check_query
+
+
+def retry_delay(retry_after: str | None) -> float:
+    """How long to wait after a 429: the daemon's Retry-After (capped), spread a little so that
+    callers told the same figure do not all come back in the same instant."""
+    try:
+        seconds = float(retry_after) if retry_after else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(CLIENT_RETRY_CAP_S, max(0.1, seconds)) * random.uniform(1.0, 1.25)
+
+
+class DaemonUnavailableError(ConnectionError):
+    """No daemon answers on the socket (not running, or no permission)."""
+
+
+class DaemonRequestError(RuntimeError):
+    """The daemon answered with an error; ``status`` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a Unix socket."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("memstrata", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self.socket_path))
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class DaemonClient:
+    """The daemon's API; ``token`` authenticates the caller as an agent (or the administrator)."""
+
+    def __init__(self, socket_path: Path, timeout: float = 5.0, token: str | None = None) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: dict | None = None,
+        params: dict | None = None,
+        timeout: float | None = None,
+    ) -> dict:
+        """One request; told 429 (this caller's earlier requests fill its share), waits and tries again."""
+        if not self.socket_path.exists():
+            raise DaemonUnavailableError(f"no daemon socket at {self.socket_path}")
+        headers = dict(self._headers)
+        body = None
+        if json is not None:
+            body = _json.dumps(json).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if params:
+            path += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()})
+        waited = 0.0
+        status, raw, retry_after = self._exchange(method, path, body, headers, timeout)
+        for _ in range(CLIENT_RETRIES):
+            if status != 429:
+                break
+            pause = retry_delay(retry_after)
+            time.sleep(pause)
+            waited += pause
+            status, raw, retry_after = self._exchange(method, path, body, headers, timeout)
+        text = raw.decode("utf-8", errors="replace")
+        if status >= 400:
+            try:
+                message = _json.loads(text).get("error", text)
+            except (ValueError, AttributeError):
+                message = text
+            if status == 429:
+                message = (
+                    f"the daemon is busy with this caller's earlier requests: {message} "
+                    f"(tried {CLIENT_RETRIES + 1} times over {waited:.0f} s)"
+                )
+            raise DaemonRequestError(status, message)
+        return _json.loads(text)
+
+    def _exchange(
+        self, method: str, path: str, body: bytes | None, headers: dict, timeout: float | None
+    ) -> tuple[int, bytes, str | None]:
+        connection = _UnixConnection(self.socket_path, self.timeout if timeout is None else timeout)
+        try:
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read(), response.getheader("Retry-After")
+        except (http.client.HTTPException, OSError) as exc:
+            raise DaemonUnavailableError(f"daemon not reachable at {self.socket_path}: {exc}") from exc
+        finally:
+            connection.close()
+
+    def status(self) -> StatusDocument:
+        return self._request("GET", "/v1/status")
+
+    def search(self, agent: str, query: str, **params: object) -> SearchAnswer:
+        """L3 search; the query goes in the body (a URL has no room for it), checked against the limit first."""
+        check_query(query)
+        clean = {k: v for k, v in params.items() if v not in (None, False)}
+        return self._request("POST", "/v1/search", json={"agent": agent, "q": query, **clean})
+
+    def reindex(self, agent: str | None = None, rebuild: bool = False, timeout: float = 3600) -> dict:
+        return self._request("POST", "/v1/reindex", json={"agent": agent, "rebuild": rebuild}, timeout=timeout)
+
+    def add(self, agent: str, text: str, **fields: object) -> dict:
+        body = {"agent": agent, "text": text, **{k: v for k, v in fields.items() if v is not None}}
+        return self._request("POST", "/v1/memories", json=body)
+
+    def memory_search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> MemoryAnswer:
+        check_query(query)
+        body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
+        return self._request("POST", "/v1/memories/search", json=body)
+
+    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> MemoryAnswer:
+        params = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}
+        return self._request("GET", "/v1/memories", params=params)
+
+    def get(self, agent: str, memory_id: str) -> dict:
+        return self._request("GET", f"/v1/memories/{memory_id}", params={"agent": agent})
+
+    def delete(self, agent: str, memory_id: str) -> dict:
+        return self._request("DELETE", f"/v1/memories/{memory_id}", params={"agent": agent})
+
+    def update(self, agent: str, memory_id: str, text: str, expires: str | None = None) -> dict:
+        body = {"agent": agent, "text": text, **({"expires": expires} if expires else {})}
+        return self._request("PUT", f"/v1/memories/{memory_id}", json=body)
+
+    def history(self, agent: str, memory_id: str) -> dict:
+        return self._request("GET", f"/v1/memories/{memory_id}/history", params={"agent": agent})
+
+    def delete_all(self, agent: str, **filters: object) -> dict:
+        params = {"agent": agent, **{k: v for k, v in filters.items() if v not in (None, False)}}
+        return self._request("DELETE", "/v1/memories", params=params)
+
+    def admin(self, action: str, body: dict) -> dict:
+        """An administrator's maintenance request: cleanup, backup, restore."""
+        return self._request("POST", f"/v1/admin/{action}", json=body)
+
+    def close(self) -> None:
+        """Nothing stays open between requests (each uses its own connection)."""
+
+    def __enter__(self) -> DaemonClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(config, agent: str | None = None, timeout: float = 5.0) -> DaemonClient:
+    """A client for ``config``'s daemon carrying the caller's token (see :func:`caller_token`)."""
+    from daemon.shared.tokens import caller_token
+    from daemon.shared.workspaces import workspace_of
+
+    workspace = workspace_of(config, agent) if agent else None
+    return DaemonClient(config.paths.socket, timeout=timeout, token=caller_token(config.paths.state_dir, workspace))

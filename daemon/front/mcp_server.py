@@ -1,0 +1,387 @@
+"""``memstrata mcp``: an agent's memory as MCP tools, served over stdio.
+
+A thin layer over the daemon's Unix-socket API: the daemon owns the L4 store and
+applies every rule (tokens, visibility, the secret guard, the outage queue), so
+this server adds none of its own and cannot weaken them.  The agent id is fixed
+when the server starts and no tool takes one: a model talking to the server
+cannot ask for another agent's memory, and the daemon checks the token against
+that id.  The token is the agent's own (``$MEMSTRATA_TOKEN``, else the
+workspace's ``.memstrata/token``, see :func:`daemon.shared.tokens.own_token`), never
+the administrator's, even when the server runs as root and could read it:
+without the agent's token the server still starts and says why in its
+instructions and in every answer.
+
+L1 core memory is read straight from the agent's workspace, as ``memstrata
+core`` does, so it keeps working while the daemon is down.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from daemon import __version__
+from daemon.front.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
+from daemon.front.mcp_protocol import Param, Server, Tool, ToolError
+from daemon.shared.contracts import StatusDocument
+from daemon.shared.limits import MAX_QUERY_CHARS, QueryTooLongError
+from daemon.shared.settings import client_timeout
+from daemon.shared.tokens import own_token
+from daemon.shared.workspaces import Agent, core_of, get_agent
+from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES, retention_for
+
+if TYPE_CHECKING:
+    from daemon.shared.config import Config
+
+INSTRUCTIONS = """\
+memstrata is this agent's long-term memory, in layers:
+- L1 core (memory_core): who you are and who you work for (IDENTITY, SOUL, USER, CORE_INDEX and the
+  cluster's shared core). Read it at the start of a session.
+- L4 conversation memory (memory_search, memory_add, memory_get_all, memory_get, memory_update,
+  memory_delete, memory_history): facts, decisions and preferences shared between the agents of a
+  cluster. Each memory has a visibility: public (every agent), project (the agents of one project) or
+  private (only you). Search before you answer from assumptions; add
+  what a future session (yours or another agent's) should know; correct (memory_update) or remove
+  (memory_delete) a memory of yours that turned out wrong.
+memory_status says whether the shared store is reachable, how your workspace is doing, and where you may
+write."""
+
+
+def _daemon_error(exc: Exception) -> ToolError:
+    """A daemon failure as a message a model can act on (no traceback, no retry hint when futile)."""
+    if isinstance(exc, DaemonUnavailableError):
+        return ToolError(
+            f"{exc}: conversation memory is served by the memstrata daemon (`memstrata run`); "
+            "memory_core still works without it"
+        )
+    if isinstance(exc, DaemonRequestError) and exc.status == 500:
+        return ToolError(f"the memstrata daemon failed on this request (HTTP 500): {exc}")
+    if isinstance(exc, DaemonRequestError):
+        return ToolError(f"the memstrata daemon refused the request (HTTP {exc.status}): {exc}")
+    return ToolError(str(exc))
+
+
+def _token_problem(config: Config, agent: Agent) -> str | None:
+    """Why this server has no token of the agent's own now, or None (looked up at each call: a
+    token the daemon writes, or `memstrata agent token` issues, after the start is then used)."""
+    return own_token(config.paths.state_dir, agent.id, agent.workspace)[1]
+
+
+def _ask(config: Config, agent: Agent, request: Callable[[DaemonClient], dict]) -> dict:
+    """Run one request as ``agent`` with its own token; no token and daemon errors become :class:`ToolError`."""
+    token, problem = own_token(config.paths.state_dir, agent.id, agent.workspace)
+    if problem:
+        raise ToolError(problem)  # nothing is sent: without a token the daemon would answer for nobody
+    try:
+        with DaemonClient(config.paths.socket, timeout=client_timeout(config), token=token) as client:
+            return request(client)
+    except QueryTooLongError as exc:  # refused before sending: a model can shorten it and retry
+        raise ToolError(str(exc)) from None
+    except (DaemonRequestError, DaemonUnavailableError) as exc:
+        raise _daemon_error(exc) from None
+
+
+def _own_status(status: StatusDocument, agent_id: str) -> dict:
+    """The parts of the daemon's status that concern this agent: the store, and its own workspace."""
+    mine = next((a for a in status.get("agents") or [] if a.get("id") == agent_id), None)
+    return {"conversation": status.get("conversation") or {}, "agent": mine}
+
+
+def _health(config: Config) -> dict:
+    """The shared store's health, asked without a token (what the daemon shows anyone)."""
+    try:
+        with DaemonClient(config.paths.socket, timeout=client_timeout(config)) as client:
+            return {"conversation": client.status().get("conversation") or {}}
+    except (DaemonRequestError, DaemonUnavailableError) as exc:
+        return {"conversation": {"error": str(_daemon_error(exc))}}
+
+
+def _permissions(config: Config, agent_id: str) -> dict:
+    """The agent's projects and whether it may write public memories, from the project registry."""
+    from layers.conversation.registry import load_registry  # pydantic + yaml: only memory_status pays
+
+    try:
+        registry = load_registry(config.paths.registry)
+    except (OSError, ValueError) as exc:
+        return {"error": f"the project registry {config.paths.registry} cannot be read: {exc}"}
+    return {
+        "projects": sorted(registry.projects_of(agent_id)),
+        "can_write_public": registry.can_write_public(agent_id),
+        "may_write": [
+            "private",
+            *(["project"] if registry.projects_of(agent_id) else []),
+            *(["public"] if registry.can_write_public(agent_id) else []),
+        ],
+    }
+
+
+def _lifetimes(config: Config) -> str:
+    """Each memory type's lifetime, as configured, for the memory_add description."""
+    parts = []
+    for name in MEMORY_TYPES:
+        days = retention_for(name, config.conversation.retention_days)
+        parts.append(f"{name} ({'never expires' if days is None else f'{days} days'})")
+    return "; ".join(parts)
+
+
+def _one_paragraph(text: str | None) -> str:
+    """A docstring as a tool description: no indentation, no hard line breaks."""
+    return " ".join(inspect.cleandoc(text or "").split())
+
+
+def _refuse_unknown(tool: str, agent_id: str) -> Callable[[list[str], list[str]], str]:
+    """The refusal of an argument the tool does not take.
+
+    An ``agent_id`` argument in particular would otherwise be dropped without a word, and a model
+    could believe it had read or written as another agent.
+    """
+
+    def message(unknown: list[str], known: list[str]) -> str:
+        who = (
+            f" this server acts for agent {agent_id!r} only (fixed when it started), and no tool takes an agent id."
+            if {"agent_id", "agent", "user_id"} & set(unknown)
+            else ""
+        )
+        return f"unknown argument(s) {', '.join(unknown)} for {tool} (it takes: {', '.join(known) or 'none'});{who}"
+
+    return message
+
+
+def _hints(read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
+    """MCP tool annotations; every tool here acts on this cluster only (no open world)."""
+    return {
+        "destructiveHint": destructive,
+        "idempotentHint": idempotent,
+        "openWorldHint": False,
+        "readOnlyHint": read_only,
+    }
+
+
+READ_ONLY = _hints(read_only=True, destructive=False, idempotent=True)
+WRITES = _hints(read_only=False, destructive=False, idempotent=False)
+CHANGES = _hints(read_only=False, destructive=True, idempotent=True)
+
+
+def build_refusing_server(reason: str) -> Server:
+    """A server that says why it cannot serve, for an agent id the configuration does not know.
+
+    Exiting at start leaves the reason in a log few MCP clients show; a server that starts,
+    states the problem in its instructions and answers every call with it puts the message
+    where the user of the client sees it."""
+    message = f"memstrata cannot serve this agent: {reason}. Fix the --agent argument of the MCP server's command."
+
+    def memory_status() -> dict[str, Any]:
+        raise ToolError(message)
+
+    status = Tool(
+        "memory_status",
+        "Why this memstrata MCP server has no memory to offer (its agent is unknown).",
+        memory_status,
+        annotations=READ_ONLY,
+    )
+    return Server(name="memstrata", version=__version__, instructions=message, tools=[status])
+
+
+def _memory_id(description: str) -> Param:
+    return Param("memory_id", str, description)
+
+
+def build_server(config: Config, agent_id: str) -> Server:
+    """The MCP server for ``agent_id``; raises UnknownAgentError for an agent without a workspace."""
+    agent = get_agent(config, agent_id)
+
+    def ask(request: Callable[[DaemonClient], dict]) -> dict:
+        return _ask(config, agent, request)
+
+    def memory_search(query: str, limit: int, fallback: bool) -> dict[str, Any]:
+        return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback))
+
+    def memory_add(
+        text: str, type: str | None, visibility: str | None, project: str | None, expires: str | None
+    ) -> dict[str, Any]:
+        fields = {"type": type, "visibility": visibility, "project": project, "expires": expires}
+        return ask(lambda c: c.add(agent.id, text, **fields))
+
+    def memory_get_all(limit: int, cursor: str | None) -> dict[str, Any]:
+        return ask(lambda c: c.get_all(agent.id, limit=limit, cursor=cursor))
+
+    def memory_get(memory_id: str) -> dict[str, Any]:
+        return ask(lambda c: c.get(agent.id, memory_id))
+
+    def memory_update(memory_id: str, text: str, expires: str | None) -> dict[str, Any]:
+        return ask(lambda c: c.update(agent.id, memory_id, text, expires=expires))
+
+    def memory_delete(memory_id: str) -> dict[str, Any]:
+        return ask(lambda c: c.delete(agent.id, memory_id))
+
+    def memory_history(memory_id: str) -> dict[str, Any]:
+        return ask(lambda c: c.history(agent.id, memory_id))
+
+    def memory_status() -> dict[str, Any]:
+        problem = _token_problem(config, agent)
+        if problem:  # the store's health needs no token; the agent's own entry does
+            return {**_health(config), "agent": None, "permissions": _permissions(config, agent.id), "problem": problem}
+        return {**_own_status(ask(lambda c: c.status()), agent.id), "permissions": _permissions(config, agent.id)}
+
+    def memory_core(include_reference: bool, budget: int | None) -> str:
+        bundle = core_of(config, agent, include_reference, budget).render()
+        problem = _token_problem(config, agent)
+        if problem:
+            bundle = f"{bundle.rstrip()}\n\n(memstrata: conversation memory is unavailable: {problem})\n"
+        return bundle
+
+    tools = [
+        Tool(
+            "memory_search",
+            """Search the shared conversation memory (L4) for what you may read: public memories, those of
+            your projects, and your private ones. Use it before answering from assumptions about people,
+            decisions, preferences or the state of work. `degraded: true` means the shared store was down
+            and the results come from your own local files instead.""",
+            memory_search,
+            (
+                Param("query", str, f"What to look for, in natural language (at most {MAX_QUERY_CHARS} characters)."),
+                Param("limit", int, "Most results to return.", default=10, minimum=1, maximum=100),
+                Param(
+                    "fallback",
+                    bool,
+                    "While the shared store is down, answer from your local index (degraded).",
+                    default=True,
+                ),
+            ),
+            READ_ONLY,
+        ),
+        Tool(
+            "memory_add",
+            """Remember something in the shared conversation memory (L4), as this agent. Write what a future
+            session (yours or another agent's) should know; never secrets (they are refused). Choose the
+            visibility deliberately: private for notes about your own work, project for your team, public only
+            for what every agent should know (it needs permission). `queued: true` means the store was down
+            and the write will be applied once it is back."""
+            f" How long each type lives: {_lifetimes(config)}.",
+            memory_add,
+            (
+                Param("text", str, "One self-contained fact, decision or preference."),
+                Param(
+                    "type",
+                    str,
+                    "Kind of memory; it sets how long it lives (default: knowledge; see above).",
+                    default=None,
+                    nullable=True,
+                    enum=MEMORY_TYPES,
+                ),
+                Param(
+                    "visibility",
+                    str,
+                    "Who may read it: public (every agent), project (the agents of `project`) or "
+                    "private (only you). Default: a project named in the text, else private.",
+                    default=None,
+                    nullable=True,
+                    enum=VISIBILITIES,
+                ),
+                Param("project", str, "Project of a project memory.", default=None, nullable=True),
+                Param(
+                    "expires",
+                    str,
+                    "Last day it is shown, YYYY-MM-DD, today or later (default: by type).",
+                    default=None,
+                    nullable=True,
+                ),
+            ),
+            WRITES,
+        ),
+        Tool(
+            "memory_get_all",
+            """List every conversation memory (L4) you may read, page by page (follow `next_cursor`). Use it
+            to review or audit what is remembered; to answer a question, memory_search is better.""",
+            memory_get_all,
+            (
+                Param("limit", int, "Most memories to return.", default=100, minimum=1, maximum=1000),
+                Param("cursor", str, "`next_cursor` of the previous page.", default=None, nullable=True),
+            ),
+            READ_ONLY,
+        ),
+        Tool(
+            "memory_get",
+            """One conversation memory (L4) by id: its text, owner, visibility, type, created_at, updated_at and
+            expiry. A memory you may not read is answered as not found.""",
+            memory_get,
+            (_memory_id("The memory's id, as memory_search or memory_add answered."),),
+            READ_ONLY,
+        ),
+        Tool(
+            "memory_update",
+            """Correct one of your own conversation memories (L4): the text is replaced (the old one stays in
+            memory_history), the memory keeps its id, visibility, type and created_at, and gets updated_at.
+            Only the memory's owner may update it; while the shared store is down the update is refused and
+            nothing changes (try again later).""",
+            memory_update,
+            (
+                _memory_id("The id of one of your own memories."),
+                Param("text", str, "Its corrected text, replacing the old one."),
+                Param(
+                    "expires",
+                    str,
+                    "A new last day it is shown, YYYY-MM-DD, today or later.",
+                    default=None,
+                    nullable=True,
+                ),
+            ),
+            CHANGES,
+        ),
+        Tool(
+            "memory_delete",
+            """Delete one of your own conversation memories (L4) that is wrong or no longer true; its history
+            (memory_history) keeps what it said. Only the owner may delete it; while the shared store is down
+            the delete is refused and nothing changes.""",
+            memory_delete,
+            (_memory_id("The id of one of your own memories."),),
+            CHANGES,
+        ),
+        Tool(
+            "memory_history",
+            """The changes of one conversation memory (L4) you may read, oldest first: ADD, UPDATE (with the
+            old and new text) and DELETE events, also after it was deleted.""",
+            memory_history,
+            (_memory_id("The memory's id."),),
+            READ_ONLY,
+        ),
+        Tool(
+            "memory_status",
+            """Whether the shared conversation store (L4) is reachable, its write queue, the state of your
+            workspace (last commit, files held back by the secret guard), and your permissions: the projects
+            you belong to and where you may write (private always, project for your projects, public only
+            with permission). Use it when a memory tool reports a problem or answers `degraded`.""",
+            memory_status,
+            (),
+            READ_ONLY,
+        ),
+        Tool(
+            "memory_core",
+            """Your L1 core memory: the cluster's shared core, CORE_INDEX, IDENTITY, SOUL and USER, cut at a
+            token budget with a visible marker. Read it at the start of a session. It comes from your
+            workspace files (edit them to change it), not from the conversation memory.""",
+            memory_core,
+            (
+                Param(
+                    "include_reference", bool, "Also load the reference files AGENTS.md and TOOLS.md.", default=False
+                ),
+                Param(
+                    "budget",
+                    int,
+                    "Token budget (default: the configured core.budget_tokens).",
+                    default=None,
+                    nullable=True,
+                    minimum=1,
+                ),
+            ),
+            READ_ONLY,
+            returns_text=True,
+        ),
+    ]
+    for tool in tools:
+        tool.description = _one_paragraph(tool.description)
+        tool.unknown_arguments = _refuse_unknown(tool.name, agent.id)
+    problem = _token_problem(config, agent)
+    instructions = f"{INSTRUCTIONS}\n\nNOT AVAILABLE NOW: {problem}" if problem else INSTRUCTIONS
+    return Server(name="memstrata", version=__version__, instructions=instructions, tools=tools)

@@ -1,0 +1,308 @@
+"""``memstrata status``: what the daemon reports, or a read-only survey when it is down."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from daemon import __version__
+from daemon.shared.contracts import StatusDocument
+from daemon.shared.settings import SNAPSHOT_FILE, guard_from, limits_of
+from daemon.shared.workspaces import discover
+
+if TYPE_CHECKING:
+    from daemon.shared.config import Config
+
+
+def offline_status(config: Config, reason: str) -> StatusDocument:
+    """The same report the daemon gives, surveyed from disk and git without writing anything."""
+    from daemon.files.tracker import make_tracker  # the offline survey: git and the file readers, only here
+
+    guard = guard_from(config)
+    reports = []
+    for agent in discover(config):
+        tracker = make_tracker(config, agent, guard, record=None)
+        tracker.survey()
+        report = tracker.report()
+        report["index"] = _index_report(agent.index)
+        reports.append(report)
+    last: dict = {}
+    with contextlib.suppress(OSError, ValueError):
+        last = json.loads((config.paths.state_dir / SNAPSHOT_FILE).read_text("utf-8"))
+    return {
+        "daemon": {
+            "running": False,
+            "reason": reason,
+            "version": __version__,
+            "config": str(config.source) if config.source else None,
+            "socket": str(config.paths.socket),
+            "state_dir": str(config.paths.state_dir),
+            "last_seen": (last.get("daemon") or {}).get("stopped"),
+        },
+        "watcher": {"mode": "not running", "reason": ""},
+        "reconcile": last.get("reconcile") or {"time": None},
+        "limits": limits_of(config),
+        "vectors": _vectors_report(config),
+        "agents": reports,
+    }
+
+
+def _index_report(path) -> dict:
+    from layers.local.index import ForeignFile, IndexStale, open_for_reading
+
+    if not path.exists():
+        return {"path": str(path), "state": "missing (the daemon builds it)"}
+    try:
+        with open_for_reading(path) as index:
+            return {"path": str(path), "state": "ready", **index.stats()}
+    except ForeignFile as exc:
+        return {"path": str(path), "state": "refused", "error": str(exc)}
+    except (IndexStale, OSError) as exc:
+        return {"path": str(path), "state": f"unusable: {exc} (the daemon rebuilds it)"}
+
+
+def _vectors_report(config: Config) -> dict:
+    from daemon.local.embedding import make_embedder
+
+    embedder = make_embedder(config)
+    return embedder.status() if embedder is not None else {"backend": "off"}
+
+
+def _clock(iso: str | None) -> str:
+    if not iso:
+        return "never"
+    try:
+        return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    except ValueError:
+        return iso
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days}d"] if days else []
+    parts += [f"{hours}h"] if hours or days else []
+    return " ".join([*parts, f"{minutes}m {secs}s"])
+
+
+def _edge_index_lines(index: dict | None) -> list[str]:
+    """The embedded shard's HNSW index: points it searches by brute force until the next optimize."""
+    if not index or "points" not in index:
+        return []
+    line = f"  index: {index['indexed_vectors']:,} of {index['points']:,} points in the HNSW index"
+    if index.get("optimizing_since"):
+        line += f"; optimizing a copy since {index['optimizing_since']}"
+    elif index.get("pending_writes"):
+        line += f"; {index['pending_writes']:,} written since the last optimize"
+    lines = [line]
+    last = index.get("last_optimize")
+    if last:
+        lines.append(f"  last optimize: {last['result']} at {last['ended_at']} ({last['seconds']:g} s)")
+    return lines
+
+
+def _conversation_lines(c: dict) -> list[str]:
+    if not c.get("enabled"):
+        return ["conversation (L4): disabled"] if c else []
+    where = c["backend"] + (f" {c['url']}" if c.get("url") else "") + f", collection {c.get('collection')}"
+    if c.get("error"):
+        state = f"OFF: {c['error']}"
+    elif c.get("reachable"):
+        state = "reachable" + (f" ({c['rtt_ms']:g} ms)" if c.get("rtt_ms") is not None else "")
+    else:
+        b = c.get("breaker") or {}
+        down = f" for {_duration(b['down_for_s'])}" if b.get("down_for_s") is not None else ""
+        state = f"UNREACHABLE{down} (breaker open; searches answered from L3): {b.get('last_error')}"
+    lines = [f"conversation (L4): {where}: {state}"]
+    imp = c.get("import") or {}
+    if imp.get("state") == "importing":
+        lines.append(f"  importing the old local-mode store: {imp.get('done', 0)}/{imp.get('total') or '?'} memories")
+    elif imp.get("state") == "failed":
+        lines.append(f"  import of the old local-mode store failed (tried again at the next start): {imp.get('error')}")
+    lines.extend(_edge_index_lines(c.get("index")))
+    q = c.get("queue") or {}
+    if q.get("depth"):
+        lines.append(f"  queued writes: {q['depth']} (oldest {_duration(q.get('oldest_age_s') or 0)} old)")
+        if q.get("replay_rate_per_s"):
+            eta = _duration(q.get("eta_s") or 0)
+            lines.append(f"  replaying: {q['replay_rate_per_s']:,.0f} writes/s, about {eta} to go")
+    if q.get("set_aside"):
+        latest = (q.get("set_aside_recent") or [{}])[0]
+        lines.append(
+            f"  set aside: {q['set_aside']} queued write(s) the store refuses (kept in the queue file); "
+            f"latest {latest.get('write_id')} of {latest.get('agent_id')}: {latest.get('reason')}"
+        )
+    if q.get("replayed") or q.get("skipped_already_written"):
+        lines.append(f"  replayed: {q.get('replayed', 0)} written, {q.get('skipped_already_written', 0)} already there")
+    if c.get("last_error") and c.get("reachable"):
+        lines.append(f"  last error: {c['last_error']}")
+    if c.get("registry_error"):
+        lines.append(f"  registry: {c['registry_error']}")
+    ts = c.get("tailscale")
+    if ts:
+        if ts.get("host_name"):
+            online = "online" if ts.get("online") else "OFFLINE"
+            path = ts.get("cur_addr") or (f"relay {ts['relay']}" if ts.get("relay") else "no direct path")
+            lines.append(f"  tailscale: peer {ts['host_name']} ({ts['peer']}) {online}, {path}")
+        else:
+            lines.append(f"  tailscale: {ts.get('reason')}")
+    return lines
+
+
+def _storage_lines(storage: dict | None) -> list[str]:
+    """Writes a full (or read-only) disk refuses, one line per place; they retry by themselves."""
+    lines = []
+    for p in (storage or {}).get("problems") or []:
+        who = f" for {p['agent']}" if p.get("agent") else ""
+        where = f" ({p['path']})" if p.get("path") else ""
+        lines.append(
+            f"STORAGE: writes failing: {p['place']}{who}{where}{': ' + p['error'] if p.get('error') else ''}; "
+            f"since {_clock(p.get('since'))}, "
+            f"{p.get('failures')} attempt(s), next retry in {p.get('retry_in_s', 0):g} s"
+        )
+    return lines
+
+
+def _history_lines(agent: dict) -> list[str]:
+    """A history the workspace lost (reset, rewritten, .git removed): what the daemon's copy keeps of it."""
+    lost = agent.get("history_lost") or []
+    if not lost:
+        return []
+    newest = lost[0]
+    earlier = f" ({len(lost) - 1} earlier)" if len(lost) > 1 else ""
+    return [
+        f"  HISTORY REWRITTEN (found {_clock(newest['found'])}){earlier}: memstrata's last commit {newest['commit']} "
+        f"{newest['subject']!r} and the versions before it are no longer in the workspace's history; "
+        f"kept in {newest['copy']}",
+        f"    `memstrata history --agent {agent['id']}` lists them; "
+        f"`memstrata restore --agent {agent['id']} FILE --at {newest['commit']}` brings a file back",
+    ]
+
+
+def render(status: StatusDocument) -> str:
+    d = status["daemon"]
+    lines = []
+    if d.get("starting"):
+        lines.append(
+            f"memstrata {d['version']}: daemon starting (pid {d.get('pid')}, up {_duration(d.get('uptime_s', 0))})"
+            + (f" on {d['socket']}" if d.get("socket") else "")
+        )
+        lines.append(f"  {d['starting'].get('text') or d.get('summary')}")
+    elif d["running"]:
+        lines.append(
+            f"memstrata {d['version']}: daemon running (pid {d['pid']}, up {_duration(d.get('uptime_s', 0))})"
+            + (f" on {d['socket']}" if d.get("socket") else "")
+        )
+    else:
+        seen = f"; last stopped {_clock(d['last_seen'])}" if d.get("last_seen") else ""
+        lines.append(f"memstrata {d['version']}: daemon NOT running ({d['reason']}){seen}")
+        lines.append("  (the report below is read from disk and git)")
+    lines.extend(_storage_lines(status.get("storage")))
+    if d.get("config_error"):
+        lines.append(f"configuration: {d['config_error']}")
+    if d.get("restart_needed"):
+        lines.append(f"configuration: RESTART NEEDED to apply {', '.join(d['restart_needed'])} (read on reload)")
+    w, r, lim = status["watcher"], status.get("reconcile") or {}, status["limits"]
+    watcher = w["mode"] + (f" — {w['reason']}" if w.get("reason") else "")
+    recon = f"{_clock(r.get('time'))}"
+    if r.get("time") and r.get("repaired") is not None:
+        recon += f" ({r['repaired']} repaired, {r.get('duration_ms')} ms)"
+    lines.append(f"watcher: {watcher}")
+    lines.append(f"last reconcile: {recon}")
+    lines.append(
+        f"limits: index files up to {lim['max_file_mb']:g} MB; debounce {lim['debounce_ms']} ms; "
+        f"commit after {lim['quiet_period_s']:g} s quiet (at most {lim['max_delay_s']:g} s)"
+    )
+    v = status.get("vectors") or {}
+    if v.get("backend") == "local":
+        gate = v.get("gate") or {}
+        gate_text = "open" if gate.get("open") else "closed"
+        lines.append(
+            f"vectors: local model {'loaded' if v.get('loaded') else 'not loaded'} ({Path(v['model']).name}, "
+            f"{v.get('form', 'plain')} form); "
+            f"memory gate {gate_text}: {gate.get('available_mb')} MB free, {gate.get('needed_mb')} MB needed"
+            + (f"; embedded {v['embedded']}" if v.get("embedded") is not None else "")
+        )
+        if v.get("waiting"):
+            lines.append(f"  waiting: {v['waiting']}")
+        if v.get("form_problem"):
+            lines.append(f"  {v['form_problem']}")
+    elif v.get("backend"):
+        lines.append(f"vectors: {v['backend']}" + (f" ({v.get('model_id')})" if v.get("model_id") else ""))
+    lines.extend(_conversation_lines(status.get("conversation") or {}))
+    if d.get("starting"):
+        lines.append("\nagents: shown once every workspace has been checked (the start is still running)")
+        return "\n".join(lines) + "\n"
+    if "agents" not in status:  # the daemon shows per-agent details only to a token holder
+        c = status.get("counts") or {}
+        lines.append(
+            f"\n{c.get('agents', 0)} agents, {c.get('files', 0)} files, {c.get('held_back', 0)} held back; "
+            "per-agent details need a token (run as root, or set $MEMSTRATA_TOKEN to an agent's token)"
+        )
+        return "\n".join(lines) + "\n"
+    if not status["agents"]:
+        lines.append("\nno agents: run `memstrata init --root DIR` or `memstrata agent add ID`")
+    for a in status["agents"]:
+        lines.append("")
+        lines.append(f"{a['id']}  {a['workspace']}")
+        commit = a["last_commit"]
+        last = f"{commit['sha']} {_clock(commit['time'])} {commit['subject']!r}" if commit else "none"
+        pending = "  (changes waiting to be committed)" if a["pending_commit"] else ""
+        lines.append(f"  files: {a['files']}   last commit: {last}{pending}")
+        if a.get("committing"):
+            c = a["committing"]
+            done = f"{c['done']:,} of {c['total']:,} files" if c["total"] else "listing and checking the changes"
+            lines.append(f"  committing: {done}")
+        lines.extend(_history_lines(a))
+        for h in a["held_back"]:
+            lines.append(f"  HELD BACK from git: {h['path']} line {h['line']} (never_store pattern {h['kind']!r})")
+        for name in a["naming_violations"]:
+            lines.append(f"  naming: {name} does not follow memory/YYYY-MM-DD.md")
+        more = (a.get("naming_violations_total") or 0) - len(a["naming_violations"])
+        if more > 0:
+            lines.append(f"  naming: … and {more:,} more files that do not follow memory/YYYY-MM-DD.md")
+        for s in a["skipped"]:
+            lines.append(f"  ignored: {s['path']}: {s['reason']}")
+        for s in a["not_indexed"]:
+            lines.append(f"  not indexed: {s['path']}: {s['reason']}")
+        ix = a.get("index") or {}
+        if "chunks" in ix:
+            indexed = (
+                _clock(datetime.fromtimestamp(ix["last_indexed"]).astimezone().isoformat())
+                if ix.get("last_indexed")
+                else "never"
+            )
+            lines.append(
+                f"  index: {ix['state']}, {ix['files']} files, {ix['chunks']} chunks, last indexed {indexed}, "
+                f"{ix.get('pending_embeddings', 0)} waiting for vectors"
+            )
+            lines.append(f"  index identity: {ix.get('identity')}")
+        elif ix:
+            lines.append(f"  index: {ix.get('state')}")
+        if ix.get("error"):
+            lines.append(f"  index error: {ix['error']}")
+        if ix.get("progress"):
+            lines.append(f"  indexing: {ix['progress']['done']}/{ix['progress']['total']} ({ix['progress']['phase']})")
+        if ix.get("last_rebuild"):
+            rb = ix["last_rebuild"]
+            lines.append(
+                f"  last rebuild: {_clock(datetime.fromtimestamp(rb['time']).astimezone().isoformat())}: {rb['reason']}"
+            )
+        if ix.get("error"):
+            lines.append(f"  INDEX ERROR: {ix['error']}")
+        for r in a.get("refused") or []:
+            lines.append(f"  REFUSED: {r['path']}: {r['reason']}")
+        failing = a.get("commits_failing")
+        if failing:
+            lines.append(
+                f"  COMMITS FAILING since {_clock(failing['since'])} ({failing['attempts']} attempts, retried "
+                f"with back-off): {failing['reason']}"
+            )
+        if a["last_error"] and not (failing and failing["reason"] == a["last_error"]):
+            lines.append(f"  ERROR: {a['last_error']}")
+    return "\n".join(lines) + "\n"

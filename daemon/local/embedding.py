@@ -1,0 +1,239 @@
+"""The embedding worker: fills every index's "to embed" set in the background.
+
+Embedding is slow (~100 short passages/s on two cores) and may not be allowed at
+all (memory gate), so it never runs in the daemon's loop: a thread takes
+batches from each index, embeds them when the gate is open, stores the vectors
+and lets the model go after a quiet spell.
+
+Stopping never waits for llama.cpp: :meth:`EmbedWorker.request_stop` aborts the
+encode in progress (llama.cpp's abort callback, within one graph node) and the
+thread ends at once; what it had not stored stays in the "to embed" sets for the
+next start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from daemon.shared.config import Config
+from daemon.shared.storage import StorageHealth, is_storage_error
+from layers.local import companion
+from layers.local.index import ForeignFile, Identity, IndexStale, LocalIndex
+from layers.local.units import has_companion, passages
+from layers.local.vectors import (
+    Embedder,
+    EmbeddingAborted,
+    LocalEmbedder,
+    OpenAIEmbedder,
+    VectorsUnavailableError,
+)
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 5.0  # how often a closed gate is looked at again while work waits
+IDLE_CHECK_S = 5.0
+# chunks embedded per call, between two looks at the stop flag (an encode itself is aborted at once):
+# enough windows that the embedder's lanes end a call together (bench_index: 8 chunks/s at 8, 7.7 at 4)
+STOP_SLICE = 8
+YIELD_POLL_S = 0.02
+YIELD_MAX_S = 5.0  # under a constant stream of edits, vectors still advance one slice per this long
+
+
+def make_embedder(config: Config) -> Embedder | None:
+    v = config.vectors
+    if v.backend == "off":
+        return None
+    if v.backend == "openai":
+        o = v.openai
+        return OpenAIEmbedder(o.base_url, o.model, o.dim, o.api_key_env, o.timeout_s)
+    companion.configure(min_free_mb=v.min_free_mb, threads=v.threads, idle_unload_s=v.idle_unload_s)
+    return LocalEmbedder(
+        config.model_path, v.profile, min_free_mb=v.min_free_mb, idle_unload_s=v.idle_unload_s, threads=v.threads
+    )
+
+
+def conversation_embedder(config: Config, l3: Embedder | None) -> Embedder:
+    """L4's embedder: L3's when there is one (one model in memory), else the local model.
+
+    ``vectors.backend: off`` switches off L3's vectors only; L4 cannot work without them.
+    """
+    if l3 is not None:
+        return l3
+    v = config.vectors
+    return LocalEmbedder(
+        config.model_path, v.profile, min_free_mb=v.min_free_mb, idle_unload_s=v.idle_unload_s, threads=v.threads
+    )
+
+
+class EmbedWorker:
+    def __init__(
+        self,
+        embedder: Embedder,
+        identity: Identity,
+        indexes: Callable[[], list[tuple[str, Path]]],
+        batch_size: int = 16,
+        on_change: Callable[[], None] = lambda: None,
+        yield_to: Callable[[], bool] = lambda: False,
+        storage: StorageHealth | None = None,
+    ) -> None:
+        self.on_change = on_change  # the daemon refreshes its status when vectors move
+        # True while the loop has fresh edits to index: the worker then leaves it the
+        # cores and the index's write lock (a slice of llama.cpp takes both cores).
+        self.yield_to = yield_to
+        self.storage = storage  # a full index disk is reported there, not logged per pass
+        self.embedder = embedder
+        self.identity = identity
+        self.indexes = indexes
+        self.batch_size = batch_size
+        self.embedded = 0
+        self.waiting_reason = ""
+        self.last_error = ""
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="embed", daemon=True)
+        self._connections: dict[str, tuple[int, LocalIndex]] = {}
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def configure(self, batch_size: int) -> None:
+        """A reload's batch size, used from the next batch on."""
+        self.batch_size = batch_size
+        self.wake()
+
+    def request_stop(self) -> None:
+        """Begin stopping, without waiting: an encode in progress is aborted.
+
+        The local embedder is shared with L4, so from here on every embedding
+        call in the process ends at once; the daemon calls this only to stop.
+        """
+        self._stop = True
+        if isinstance(self.embedder, LocalEmbedder):
+            self.embedder.abort()
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop and wait up to ``timeout``; True when the thread has ended."""
+        self.request_stop()
+        self._thread.join(max(0.0, timeout))
+        if self._thread.is_alive():
+            log.warning("embedding worker still busy after %.1f s; leaving it behind", timeout)
+            return False
+        return True
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def _connection(self, agent_id: str, path: Path) -> LocalIndex | None:
+        """This thread's own connection, reopened when a rebuild swapped the file."""
+        try:
+            inode = os.stat(path).st_ino
+        except FileNotFoundError:
+            return None
+        cached = self._connections.get(agent_id)
+        if cached and cached[0] == inode:
+            return cached[1]
+        if cached:
+            cached[1].close()
+        try:
+            index = LocalIndex(path, self.identity, verify=False)
+        except (IndexStale, ForeignFile):  # the loop rebuilds a damaged index of ours and refuses another's
+            return None
+        self._connections[agent_id] = (inode, index)
+        return index
+
+    def _one_pass(self) -> bool:
+        """Embed one batch per index; True when anything was embedded."""
+        worked = False
+        for agent_id, path in self.indexes():
+            index = self._connection(agent_id, path)
+            if index is None:
+                continue
+            batch = index.take_pending(self.batch_size)
+            # small slices, so that stop() never waits long for llama.cpp (a busy CPU makes a batch slow)
+            for start in range(0, len(batch), STOP_SLICE):
+                self._give_way()
+                if self._stop:
+                    return worked
+                part = batch[start : start + STOP_SLICE]
+                vectors = self._embed(part)
+                index.store_vectors(self.identity.embed_model, zip([h for h, _ in part], vectors, strict=True))
+                if self.storage is not None:
+                    self.storage.succeeded("vectors")
+                self.embedded += len(part)
+                worked = True
+        return worked
+
+    def _embed(self, part: list[tuple[str, str]]) -> list[np.ndarray]:
+        """Each chunk's passages (the whole chunk, then its items) embedded in one call, one array per chunk."""
+        groups = [passages(text) for _, text in part]
+        texts = [p for group in groups for p in group]
+        flat = self.embedder.embed_passages(texts)
+        if has_companion(self.identity.embed_model):  # each row: the model's vector, then the companion's
+            flat = companion.joined(flat, companion.shared().embed(texts))
+        out, at = [], 0
+        for group in groups:
+            out.append(flat[at : at + len(group)])
+            at += len(group)
+        return out
+
+    def _give_way(self) -> None:
+        """Wait (bounded) while the loop indexes fresh edits: they must not queue behind vectors."""
+        deadline = time.monotonic() + YIELD_MAX_S
+        while not self._stop and time.monotonic() < deadline and self.yield_to():
+            time.sleep(YIELD_POLL_S)
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                worked = self._one_pass()
+                if worked or self.waiting_reason:
+                    self.waiting_reason = ""
+                    self.on_change()
+            except EmbeddingAborted:
+                break  # stopping: the batch stays pending for the next start
+            except VectorsUnavailableError as exc:
+                worked = False
+                if str(exc) != self.waiting_reason:
+                    log.info("embeddings wait: %s", exc)
+                    self.waiting_reason = str(exc)
+                    self.on_change()
+            except Exception as exc:  # a bad batch must not kill the worker
+                worked = False
+                self.last_error = f"{exc.__class__.__name__}: {exc}"
+                if self.storage is not None and is_storage_error(exc):
+                    self.storage.failed("vectors", exc)  # logged once; the next pass retries
+                else:
+                    log.exception("embedding batch failed")
+            if worked:
+                continue
+            if isinstance(self.embedder, LocalEmbedder) and self.embedder.maybe_unload():
+                self.on_change()
+            if companion.shared().maybe_unload():
+                self.on_change()
+            self._wake.wait(RETRY_S if self.waiting_reason else IDLE_CHECK_S)
+            self._wake.clear()
+        for _, index in self._connections.values():
+            with contextlib.suppress(Exception):
+                index.close()
+        if isinstance(self.embedder, LocalEmbedder):
+            self.embedder.unload()
+
+    def status(self) -> dict:
+        out = dict(self.embedder.status())
+        out.update(embedded=self.embedded, waiting=self.waiting_reason or None, last_error=self.last_error or None)
+        if has_companion(self.identity.embed_model):
+            out["companion_loaded"] = companion.shared().loaded  # ~120 MB resident while True
+        return out

@@ -1,0 +1,102 @@
+"""An L3 search from an API thread: the agent's own index, on a read-only connection of its own.
+
+The loop is the index's single writer; a search that finds the index stale,
+missing or damaged does not repair it here but asks the loop to rebuild it
+(through its job queue) and answers "retry shortly".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import apsw
+
+from daemon.local.embedding import EmbedWorker
+from daemon.local.indexer import Indexer
+from daemon.shared.errors import IndexUnavailableError
+from daemon.shared.jobs import Jobs
+from daemon.shared.storage import is_storage_error
+from daemon.shared.workspaces import Agent
+from layers.local.index import Filters, ForeignFile, Identity, IndexStale, LocalIndex
+from layers.local.search import search as search_index
+from layers.local.vectors import Embedder
+
+
+class LocalSearch:
+    def __init__(
+        self,
+        agent_of: Callable[[str], Agent | None],
+        indexer: Indexer,
+        identity: Identity,
+        embedder: Embedder | None,
+        embed_worker: Callable[[], EmbedWorker | None],
+        loop_jobs: Jobs,
+        pause: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``pause``: called before each model encode of a search (a flood's request makes way there)."""
+        self.agent_of = agent_of  # an agent id -> the agent the daemon knows (None: unknown)
+        self.indexer = indexer
+        self.identity = identity
+        self.embedder = embedder
+        self.embed_worker = embed_worker  # started after the API: read at each search
+        self.loop_jobs = loop_jobs
+        self.pause = pause
+
+    def search(
+        self,
+        agent_id: str,
+        text: str,
+        *,
+        mode: str = "auto",
+        limit: int = 10,
+        filters: Filters | None = None,
+        explain: bool = False,
+    ) -> dict:
+        """Search an agent's index from an API thread (its own read connection)."""
+        agent = self.agent_of(agent_id)
+        if agent is None:
+            raise LookupError(f"unknown agent {agent_id!r}")
+        refused = self.indexer.refused(agent_id)
+        if refused:
+            raise IndexUnavailableError(f"the index of {agent_id} is refused: {refused}")
+        try:
+            index = LocalIndex(agent.index, self.identity, readonly=True, verify=False)
+        except ForeignFile as exc:
+            raise IndexUnavailableError(f"the index of {agent_id} is refused: {exc}") from None
+        except (IndexStale, FileNotFoundError) as exc:
+            self.request_repair(agent, str(exc))
+            raise IndexUnavailableError(
+                f"the index of {agent_id} is being rebuilt from markdown ({exc}); retry shortly"
+            ) from None
+        except (apsw.Error, OSError) as exc:
+            if not is_storage_error(exc):
+                raise
+            raise IndexUnavailableError(f"the index of {agent_id} cannot be opened: the disk is full ({exc})") from None
+        embed = self.embedder.embed_query if self.embedder is not None else None
+        worker = self.embed_worker()
+        try:
+            with index:
+                answer = search_index(
+                    index,
+                    text,
+                    limit=limit,
+                    mode=mode,
+                    filters=filters,
+                    embed_query=embed,
+                    no_embedder_reason="vectors are off (vectors.backend: off)",
+                    blocked_reason=worker.waiting_reason if worker else "",
+                    explain=explain,
+                    pause=self.pause,
+                )
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            self.request_repair(agent, f"the index file is damaged ({exc})")
+            raise IndexUnavailableError(
+                f"the index of {agent_id} is damaged and being rebuilt ({exc}); retry shortly"
+            ) from None
+        return answer.to_dict()
+
+    def request_repair(self, agent: Agent, why: str) -> None:
+        """From an API thread: have the loop (the index's single writer) rebuild it."""
+        if self.indexer.rebuilding(agent.id):
+            return  # already rebuilding
+        self.loop_jobs.submit(lambda: self.indexer.repair(agent, why))

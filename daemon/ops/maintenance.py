@@ -1,0 +1,114 @@
+"""Cleanup, backup and restore of the L4 store, wherever the store is opened.
+
+The same functions run inside the daemon (the embedded store is single-process,
+so while the daemon runs only it may open the store) and in the CLI (a remote
+server, or the embedded store while the daemon is down).  The daemon passes a
+store whose calls go through its store thread; the CLI passes the store itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon.shared.audit import audit_log
+from daemon.shared.config import Config
+from daemon.shared.errors import InvalidRequestError
+from daemon.shared.settings import DEFAULT_KEEP
+from layers.conversation import backup as backups
+from layers.conversation.cleanup import CleanupStore, Rules, Selection, run_cleanup
+from layers.conversation.store import ConversationStore
+
+
+@dataclass(frozen=True)
+class CleanupOptions:
+    execute: bool
+    max_age_days: int | None = None
+    include_permanent: bool = False
+    selection: Selection = field(default_factory=Selection)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CleanupOptions:
+        """From an API request body; wrong types are an InvalidRequestError (HTTP 400)."""
+        max_age = data.get("max_age_days")
+        if max_age is not None and (not isinstance(max_age, int) or max_age < 0):
+            raise InvalidRequestError("max_age_days must be a whole number of days")
+        if not isinstance(data.get("execute"), bool):
+            raise InvalidRequestError("execute (true or false) is required")
+        selection = Selection(
+            agent=data.get("agent"),
+            visibility=data.get("visibility"),
+            project=data.get("project"),
+            memory_type=data.get("type"),
+        )
+        return cls(data["execute"], max_age, bool(data.get("include_permanent")), selection)
+
+    def to_dict(self) -> dict:
+        s = self.selection
+        return {
+            "execute": self.execute,
+            "max_age_days": self.max_age_days,
+            "include_permanent": self.include_permanent,
+            "agent": s.agent,
+            "visibility": s.visibility,
+            "project": s.project,
+            "type": s.memory_type,
+        }
+
+
+def cleanup(config: Config, store: CleanupStore, options: CleanupOptions) -> dict:
+    """Run the cleanup and write its audit file (``memory-cleanup-YYYY-MM-DD.log``)."""
+    if options.include_permanent and options.max_age_days is None:
+        raise InvalidRequestError("--include-permanent needs --max-age-days (permanent memories have no age limit)")
+    audit = audit_log(config, prefix="memory-cleanup")
+    rules = Rules(config.conversation.retention_days, options.max_age_days, options.include_permanent)
+    report = run_cleanup(store, rules, execute=options.execute, selection=options.selection, audit=audit.write)
+    result = report.to_dict()
+    result["audit_dir"] = str(config.paths.audit_dir)
+    return result
+
+
+def backup_dir(config: Config) -> Path:
+    return config.paths.state_dir / "backups"
+
+
+def backup(config: Config, store: ConversationStore, keep: int = DEFAULT_KEEP) -> dict:
+    """Snapshot the store into the state directory and keep the newest ``keep``."""
+    s = store.settings
+    if s.backend == "embedded" and s.on_edge:
+        # Edge makes no snapshots: the shard is flushed and copied, here on the store's thread (the
+        # daemon runs backups as an admin call there) or in the only process that has it open
+        shard = store._client_only()
+        if shard is not None:
+            shard.flush()
+        path = backups.snapshot_embedded(s.data_dir, backup_dir(config), s.collection)
+    elif s.backend == "embedded":
+        if not (s.data_dir / "qdrant" / "meta.json").is_file():
+            # a fresh root (a timer's backup at first boot may come before the daemon's start):
+            # the store is created, as the daemon would, and its empty state backed up
+            store._client_only()
+        path = backups.snapshot_embedded(s.data_dir, backup_dir(config), s.collection, engine="qdrant-local")
+    else:
+        path = backups.snapshot_remote(
+            store._client_only(), s.collection, backup_dir(config), s.url or "", s.api_key, s.timeout_s
+        )
+    removed = backups.prune(backup_dir(config), keep)
+    return {
+        "backup": str(path),
+        "bytes": path.stat().st_size,
+        "kept": [str(p) for p in backups.backups(backup_dir(config))],
+        "removed": [str(p) for p in removed],
+    }
+
+
+def restore(store: ConversationStore, archive: Path) -> dict:
+    """Put a backup back; the embedded store is closed for it and reopened after."""
+    s = store.settings
+    if not archive.is_file():
+        raise FileNotFoundError(f"no backup at {archive}")
+    if s.backend == "embedded":
+        store.close()
+        kept = backups.restore_embedded(archive, s.data_dir)
+        return {"restored": str(archive), "previous_store_kept_at": str(kept)}
+    backups.restore_remote(archive, s.collection, s.url or "", s.api_key, s.timeout_s)
+    return {"restored": str(archive), "collection": s.collection}

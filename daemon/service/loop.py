@@ -1,0 +1,193 @@
+"""The daemon's main loop: one thread that owns the records and the indexes' chunks, and starts commits.
+
+Commits themselves run on the committer's workers (daemon/files/committer.py); the
+loop starts them when due and applies what they did.
+
+Signals wake it through ``signal.set_wakeup_fd`` on the same socket the watcher
+and API threads use (:meth:`Loop.wake`), so SIGTERM is handled within one turn
+even when the daemon is idle.  Each turn (:meth:`Loop.turn`): the jobs other
+threads handed in, finished commits, the watcher's events and settled files
+(within TURN_BUDGET_S, one agent's file after the other's), histories to check,
+due commits, reconcile, the watcher's health, storage retries, the status, the
+systemd watchdog.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import selectors
+import signal
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from daemon.shared.jobs import Jobs
+
+if TYPE_CHECKING:
+    from daemon.service.memory_daemon import MemoryDaemon
+
+log = logging.getLogger(__name__)
+
+BURST_PUBLISH_S = 0.5  # while files still settle, records and status are written at most this often
+# How long one turn takes events and processes settled files, at most: past it the rest wait for the
+# next turn, so a burst of 20,000 files never holds SIGTERM, a reload or another agent's edit longer.
+TURN_BUDGET_S = 0.5
+
+
+class Wakeup:
+    """A socket pair the loop sleeps on; any thread (or a signal) writes a byte to wake it."""
+
+    def __init__(self) -> None:
+        self.r, self.w = socket.socketpair()
+        for s in (self.r, self.w):
+            s.setblocking(False)
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            self.w.send(b"\0")
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while self.r.recv(4096):
+                pass
+
+
+class Loop:
+    def __init__(self, daemon: MemoryDaemon, wakeup: Wakeup, jobs: Jobs) -> None:
+        self.d = daemon
+        self.wakeup = wakeup
+        self.jobs = jobs  # call_in_loop: work other threads hand to the single writer
+        self.working = False  # the loop is processing settled files (the embedding worker gives way)
+        self._stop = False
+        self._reload = False
+        self._next_ping = 0.0
+        self._publish_requested = False
+        self._unpublished = False  # records/status not yet written since the last change
+        self._last_publish = 0.0
+
+    def request_publish(self) -> None:
+        """From any thread: write the status at the next turn."""
+        self._publish_requested = True
+        self.wakeup.wake()
+
+    @property
+    def stopping(self) -> bool:
+        """SIGTERM or SIGINT arrived: long work in progress (a reconcile at start) ends early."""
+        return self._stop
+
+    def has_fresh_edits(self) -> bool:
+        """True while edits wait for the loop or it is working on them (read by the embedding worker)."""
+        return self.working or self.d.router.waiting
+
+    def run(self, start: Callable[[], None], stop: Callable[[], None]) -> None:
+        """``start()``, turns until SIGTERM/SIGINT (SIGHUP reloads), ``stop()``."""
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        old_fd = signal.set_wakeup_fd(self.wakeup.w.fileno(), warn_on_full_buffer=False)
+        try:
+            start()
+            selector = selectors.DefaultSelector()
+            selector.register(self.wakeup.r, selectors.EVENT_READ)
+            while not self._stop:
+                selector.select(self.timeout())
+                self.wakeup.drain()
+                if self._reload:
+                    self._reload = False
+                    self.d.reload()
+                if self._stop:
+                    break
+                self.turn()
+            stop()
+        finally:
+            signal.set_wakeup_fd(old_fd)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    @staticmethod
+    def _check_history(tracker) -> bool:
+        try:
+            tracker.check_history()
+        except Exception as exc:  # git refusing a broken repository: the next commit says why
+            log.warning("%s: could not look at the history: %s", tracker.id, exc)
+        return True
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        if signum == signal.SIGHUP:
+            self._reload = True
+        else:
+            self._stop = True
+
+    def timeout(self) -> float:
+        d = self.d
+        now = time.monotonic()
+        deadlines = [d.reconciler.next_at]
+        if (routed := d.router.deadline()) is not None:
+            deadlines.append(routed)
+        deadlines += [t for tr in d.agents.all() if (t := tr.commit_deadline()) is not None]
+        if (retry := d.indexer.retry_deadline()) is not None:
+            deadlines.append(retry)
+        if self._unpublished:
+            deadlines.append(self._last_publish + BURST_PUBLISH_S)
+        if d.notifier.watchdog_interval:
+            deadlines.append(self._next_ping)
+        if (retry := d.storage_retry.next_retry()) is not None:
+            deadlines.append(retry)
+        return max(0.0, min(min(deadlines) - now, 30.0))
+
+    def turn(self) -> None:
+        """One pass of the loop: intake, settled files, due commits, reconcile, watchdog."""
+        d = self.d
+        now = time.monotonic()
+        changed = self.jobs.run_pending()
+        for tracker in d.committer.collect(now):  # commits that ended on their workers
+            d.storage_retry.note_commit(tracker)
+            changed = True
+        changed |= d.router.take(now, until=now + TURN_BUDGET_S / 2)
+        d.router.settle(now)
+        due = False
+        self.working = True
+        try:
+            for agent_id, rel in d.router.ready():  # one agent's file after the other's
+                due = True
+                tracker = d.agents.get(agent_id)
+                edited = d.router.edited.pop((agent_id, rel), None)
+                if tracker is not None:
+                    with tracker.edited_at(edited):
+                        changed |= tracker.process(rel)
+                if time.monotonic() - now > TURN_BUDGET_S:
+                    break  # the rest wait in their queues: due at the next turn
+            changed |= d.indexer.flush(now) > 0  # every settled file of an agent in one transaction
+        finally:
+            self.working = False
+        for agent_id in d.router.history_due(now):  # a .git changed: is the daemon's last commit still there?
+            tracker = d.agents.get(agent_id)
+            if tracker is not None and tracker.committing is not None:
+                d.router.history_later(agent_id, now + 1.0)  # the commit looks for itself; then again
+            elif tracker is not None:
+                changed |= self._check_history(tracker)
+        for tracker in d.agents.all():
+            deadline = tracker.commit_deadline()
+            if deadline is not None and deadline <= now and d.committer.start(tracker, now):
+                changed = True  # git runs on a worker: the loop goes on
+        if now >= d.reconciler.next_at or d.router.recheck_due(now):
+            d.router.recheck_at = None  # this reconcile covers the early one asked for
+            d.reconciler.all()
+            changed = True
+        changed |= d.indexer.flush(now) > 0  # what calls, commits or reconcile queued
+        if d.watcher and d.watcher.mode == "inotify" and not d.watcher.healthy():
+            d.restart_watcher("an inotify watch failed")
+            changed = True
+        d.storage_retry.retry_due(now)
+        self._unpublished |= bool(due or changed or self._publish_requested)
+        # In a burst every settle is a turn: writing every record and the status each
+        # time cost more than indexing.  They wait (briefly) until the burst has settled.
+        if self._unpublished and (not d.router.settling or now >= self._last_publish + BURST_PUBLISH_S):
+            self._unpublished = self._publish_requested = False
+            self._last_publish = now
+            for tracker in d.agents.all():
+                tracker.files.save()  # a full disk is noted in d.storage and retried below
+            d.board.publish()
+        if d.notifier.watchdog_interval and now >= self._next_ping:
+            d.notifier.watchdog()
+            self._next_ping = now + d.notifier.watchdog_interval

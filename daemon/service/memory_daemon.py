@@ -1,0 +1,313 @@
+"""The daemon: the parts of the service, composed, behind the face the API and the CLI call.
+
+Where things happen (one module each): daemon/service/loop.py the main loop (signals,
+turns); daemon/files/routing.py where a file event goes (path -> agent, debounce);
+daemon/files/agents.py the agents watched and daemon/files/provision.py what their
+workspaces get; daemon/files/reconcile.py the periodic repair; daemon/service/reload.py
+SIGHUP; daemon/service/stop.py SIGTERM within its budget; daemon/service/snapshot.py the status
+document; daemon/local/search.py L3 searches from API threads;
+daemon/service/storage_retry.py writes a full disk refused; daemon/shared/jobs.py work other
+threads hand to the loop (and to the L4 store thread); daemon/conversation/broker.py L4.
+
+Other threads never write: the watcher puts changed paths into the router's
+inbox; the API reads the status snapshot, searches on read-only index
+connections of its own, and hands anything that writes (reindex, repairs) to the
+loop; the embedding worker writes only vectors, on its own connections.
+Everything that touches the records or the indexes' chunks happens in the main
+loop: one writer, no lock juggling.  Commits are the exception that proves it:
+git runs on the committer's workers (daemon/files/committer.py), one job per agent,
+which read the workspace and return what they did; the loop applies it to the
+tracker.  While an agent's commit runs, the loop leaves that repository alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from daemon.api.app import ApiServer
+from daemon.api.fairness import Courtesy
+from daemon.conversation.broker import Broker, store_settings
+from daemon.files.agents import Agents
+from daemon.files.committer import Committer
+from daemon.files.provision import Provisioner
+from daemon.files.reconcile import Reconciler
+from daemon.files.routing import Router, watch_roots
+from daemon.files.starting import StartProgress
+from daemon.files.tracker import AgentTracker, EditListener, make_tracker, settings_from
+from daemon.files.watcher import Watcher
+from daemon.local.embedding import EmbedWorker, conversation_embedder, make_embedder
+from daemon.local.index_files import IndexClaims
+from daemon.local.indexer import Indexer
+from daemon.local.search import LocalSearch
+from daemon.service.loop import Loop, Wakeup
+from daemon.service.notify import Notifier
+from daemon.service.reload import Reloader
+from daemon.service.snapshot import StatusBoard
+from daemon.service.stop import STOP_BUDGET_S, STOP_SHARES_S, Shutdown, StopBudget
+from daemon.service.storage_retry import StorageRetry
+from daemon.shared.audit import audit_log
+from daemon.shared.config import Config
+from daemon.shared.contracts import StatusDocument
+from daemon.shared.current import Current
+from daemon.shared.errors import DaemonError
+from daemon.shared.guard import SecretGuard
+from daemon.shared.jobs import Jobs
+from daemon.shared.settings import (
+    DAEMON_HOLDER,
+    OFFLINE_LOCK_WAIT_S,
+    acquire_state_lock,
+    guard_from,
+)
+from daemon.shared.storage import StorageHealth
+from daemon.shared.tokens import TokenStore
+from layers.conversation.store import ConversationStore
+from layers.ids import MAIN_AGENT
+from layers.local.index import ForeignFile, Identity
+from layers.local.units import index_model_id
+from layers.yamlfile import YamlFileError
+
+__all__ = ["STOP_BUDGET_S", "STOP_SHARES_S", "DaemonError", "MemoryDaemon", "StopBudget"]
+
+log = logging.getLogger(__name__)
+
+
+class MemoryDaemon:
+    """The service's parts composed; the methods the API server and the CLI's offline paths call."""
+
+    def __init__(self, config: Config, notifier: Notifier | None = None) -> None:
+        self.current = Current(config, guard_from(config))
+        self.notifier = notifier or Notifier()
+        self.started = time.time()
+        self.embedder = make_embedder(config)
+        self.identity = Identity(embed_model=index_model_id(self.embedder.model_id) if self.embedder else "")
+        self.wakeup = Wakeup()
+        self.jobs = Jobs(on_submit=self.wakeup.wake)  # call_in_loop: the loop runs them each turn
+        self.loop = Loop(self, self.wakeup, self.jobs)
+        # commits run on its workers, never on the loop; each batch they commit refreshes the status
+        self.committer = Committer(self.wakeup.wake, progress=self.loop.request_publish)
+        self.storage = StorageHealth(on_change=self.loop.request_publish)
+        self.indexer = Indexer(
+            self.identity,
+            config.paths.workspace,
+            desired=lambda agent: self.agents.desired(self.agents.trackers[agent.id]),
+            on_pending=self._wake_embedder,
+            storage=self.storage,
+            guard=lambda: self.current.guard,
+            withheld=lambda agent: self.agents.withheld(agent.id),
+            claims=IndexClaims(config.paths.state_dir),
+            max_bytes=lambda: settings_from(self.current.config).max_index_bytes,
+        )
+        self.tokens = TokenStore(config.paths.state_dir)
+        self.audit = audit_log(config, guard=lambda: self.current.guard)
+        self.listeners: list[EditListener] = [self.indexer]
+        self.provision = Provisioner(self.current, self.tokens, self.audit, self.storage)
+        self.agents = Agents(
+            self.current, make_tracker, self.indexer, self.listeners, self.audit.record, self.storage, self.provision
+        )
+        self.reconciler = Reconciler(self.current, self.agents, self.indexer, self.storage)
+        self.reconciler.stopping = lambda: self.loop.stopping
+        self.router = Router(self.current, self.agents, self.reconciler.one, self.wakeup.wake)
+        self.storage_retry = StorageRetry(self.agents, self.provision, self.indexer, self.reconciler, self.storage)
+        self.embed_worker: EmbedWorker | None = None
+        self.courtesy = Courtesy()  # one agent's flood makes way for the others' requests (daemon/api/fairness.py)
+        self.local = LocalSearch(
+            self.agents.agent_of,
+            self.indexer,
+            self.identity,
+            self.embedder,
+            lambda: self.embed_worker,
+            self.jobs,
+            pause=self.courtesy.pause,
+        )
+        self.board = StatusBoard(self)
+        self.reloader = Reloader(self)
+        self.stopper = Shutdown(self)
+        self.broker: Broker | None = None
+        self.watcher: Watcher | None = None
+        self.api: ApiServer | None = None
+        self.l4_embedder = None  # L4's embedder when it is not L3's (vectors off)
+        self._lock_file = None
+
+    # ------------------------------------------------------------ what the parts share
+
+    @property
+    def config(self) -> Config:
+        return self.current.config
+
+    @property
+    def guard(self) -> SecretGuard:
+        return self.current.guard
+
+    @property
+    def trackers(self) -> dict[str, AgentTracker]:
+        """Agent id → its tracker: the agents the daemon knows (the API checks names against it)."""
+        return self.agents.trackers
+
+    # ------------------------------------------------------------ other threads
+
+    def on_change(self, path: str, is_directory: bool) -> None:
+        """Called by the watcher thread: queue the path and wake the loop."""
+        self.router.on_change(path, is_directory)
+
+    def status(self) -> StatusDocument:
+        """The latest snapshot, for the API thread."""
+        return self.board.read()
+
+    def identify(self, token: str | None) -> str | None:
+        """The agent (or "admin") a caller's token belongs to; None when it belongs to nobody."""
+        return self.tokens.identify(token)
+
+    def search(self, agent_id: str, text: str, **options) -> dict:
+        """Search an agent's index from an API thread (see daemon/local/search.py)."""
+        return self.local.search(agent_id, text, **options)
+
+    def call_in_loop(self, fn: Callable[[], object], timeout: float = 3600) -> object:
+        """Run ``fn`` in the loop thread (the single writer) and return its result (API threads)."""
+        return self.jobs.call(fn, timeout)
+
+    # ------------------------------------------------------------ start-up
+
+    def _acquire_state_lock(self, holder: str = DAEMON_HOLDER) -> None:
+        wait = OFFLINE_LOCK_WAIT_S if holder == DAEMON_HOLDER else 0.0
+        self._lock_file = acquire_state_lock(self.config.paths.state_dir, holder, wait_offline_s=wait)
+
+    def start(self) -> None:
+        paths = self.config.paths
+        if not paths.workspace.is_dir():
+            raise DaemonError(
+                f"the main workspace {paths.workspace} does not exist: run `memstrata init --root DIR` "
+                "or set paths.workspace in the configuration"
+            )
+        self._acquire_state_lock()
+        paths.agents_dir.mkdir(parents=True, exist_ok=True)
+        self.provision.ensure_audit_dir()
+        self.provision.ensure_admin_token()
+        for agent in self.agents.discover():
+            self.agents.add(agent)
+        if self.config.conversation.enabled:
+            self.broker = self._make_broker()
+            self.broker.start()
+        self.api = ApiServer(paths.socket, self)
+        self.api.start()
+        self.watcher = self._make_watcher()
+        self.watcher.start()
+        log.info("watcher: %s%s", self.watcher.mode, f" ({self.watcher.reason})" if self.watcher.reason else "")
+        if self.embedder is not None:
+            self.embed_worker = EmbedWorker(
+                self.embedder,
+                self.identity,
+                self.agents.index_paths,
+                self.config.vectors.batch_size,
+                on_change=self.loop.request_publish,
+                yield_to=self.loop.has_fresh_edits,
+                storage=self.storage,
+            )
+            self.embed_worker.start()
+        # The first check of every file: a minute on 20,000 files, while status says how far it got.
+        self.board.starting = StartProgress.of(self.agents.all())
+        self.reconciler.all(self.board.starting)
+        self.board.publish()
+        self.board.starting = None
+        self.notifier.ready(self.board.line)
+        log.info("ready: %s", self.board.line)
+
+    def _make_watcher(self) -> Watcher:
+        w = self.config.watch
+        return Watcher(watch_roots(self.config), self.on_change, w.mode, w.poll_interval_s)
+
+    def restart_watcher(self, why: str) -> None:
+        log.warning("restarting the watcher: %s", why)
+        assert self.watcher is not None
+        self.watcher.stop()
+        self.watcher = self._make_watcher()
+        self.watcher.start()
+        self.reconciler.all()
+
+    def _make_broker(self) -> Broker:
+        embedder = conversation_embedder(self.config, self.embedder)
+        self.l4_embedder = embedder
+        try:
+            dim = embedder.dimension()
+            store = ConversationStore(store_settings(self.config), embedder, dim)
+            return Broker(
+                self.config,
+                store,
+                local_search=lambda agent, query, limit: self.search(agent, query, limit=limit),
+                guard=lambda: self.current.guard,
+                embedder_ready=embedder.not_ready,
+                on_change=self.loop.request_publish,
+                storage=self.storage,
+                pause=self.courtesy.pause,
+            )
+        except (OSError, ValueError, YamlFileError) as exc:
+            raise DaemonError(f"conversation memory (L4) cannot start: {exc}") from exc
+
+    def _wake_embedder(self) -> None:
+        if self.embed_worker is not None:
+            self.embed_worker.wake()
+
+    # ------------------------------------------------------------ run, reload, stop
+
+    def run(self) -> int:
+        try:
+            self.loop.run(self.start, self.shutdown)
+            if self.stopper.left_running:  # `memstrata run` exits without the interpreter's teardown
+                log.warning("exiting with %s still running", ", ".join(self.stopper.left_running))
+            return 0
+        finally:
+            self.release()
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the configuration; a bad file keeps the running one (daemon/service/reload.py)."""
+        self.reloader.reload()
+
+    def shutdown(self) -> None:
+        """Stop within STOP_BUDGET_S (daemon/service/stop.py)."""
+        self.stopper.run()
+
+    def release(self) -> None:
+        self.committer.close()
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    # ------------------------------------------------------------ offline mode, reindex
+
+    def offline_prepare(self) -> None:
+        """Trackers without watching or serving, for `memstrata reindex` while the daemon is down.
+
+        The state lock keeps a daemon from starting meanwhile; records stay in
+        memory, so the next daemon start still sees (and commits) every change.
+        """
+        self._acquire_state_lock("memstrata reindex")
+        for agent in self.agents.discover():
+            self.agents.add_offline(agent)
+
+    def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict:
+        """Full reindex (loop thread): the incremental code over every file, or a fresh rebuild."""
+        trackers = self.agents.trackers
+        chosen = [trackers[agent_id]] if agent_id else list(trackers.values())
+        if MAIN_AGENT in trackers:
+            trackers[MAIN_AGENT].refresh()  # the shared core every index holds
+        out = {}
+        for tracker in chosen:
+            if tracker.id != MAIN_AGENT:  # main was refreshed just above
+                tracker.refresh()
+            desired = self.agents.desired(tracker)
+            if rebuild:
+                with contextlib.suppress(ForeignFile):  # refused: reported below, the other agents go on
+                    stats = self.indexer.rebuild(
+                        tracker.agent, desired, reason="requested by memstrata reindex --rebuild"
+                    )
+                    out[tracker.id] = {"files": stats["files"], "chunks": stats["chunks"], "rebuilt": True}
+            else:
+                changed = self.indexer.open(tracker.agent, desired)
+                out[tracker.id] = {"files": len(desired), "changed": changed, "rebuilt": False}
+            refused = self.indexer.refused(tracker.id)
+            if refused:
+                out[tracker.id] = {"files": len(desired), "error": refused}
+        self.board.publish()
+        return out

@@ -1,0 +1,36 @@
+"""Domain exceptions the front (API mapping, CLI, MCP) names without importing the service.
+
+Each one stands for a condition a caller can act on; daemon/api/answers.py maps
+them to status codes in one place (``STATUS_OF``).  Anything else raised while
+answering a request is a bug and becomes a 500 with a log line.
+"""
+
+from __future__ import annotations
+
+
+class DaemonError(RuntimeError):
+    """A condition that prevents the daemon (or an offline command) from starting, with a message for a person."""
+
+
+class ConversationUnavailableError(RuntimeError):
+    """The store cannot answer and the request has no fallback; the message says why."""
+
+
+class NotStoredError(RuntimeError):
+    """A write neither the store nor the queue could keep (a full disk): nothing was kept."""
+
+
+class SecretRefusedError(ValueError):
+    """Content matched a never_store pattern; the message names the kinds, never the text."""
+
+
+class InvalidRequestError(ValueError):
+    """A request whose values cannot be used (HTTP 400); the message says which and why."""
+
+
+class IndexUnavailableError(RuntimeError):
+    """An agent's L3 index cannot answer now (refused, damaged and being rebuilt, a full disk): HTTP 503."""
+
+
+class StateUnreadableError(RuntimeError):
+    """A file of the state directory the daemon needs cannot be read (HTTP 503); the message says how to fix it."""

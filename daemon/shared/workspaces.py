@@ -1,0 +1,211 @@
+"""Agents and their workspaces: discovery, lookup, creation from the template.
+
+The main agent lives in ``paths.workspace``; every spoke agent in
+``paths.agents_dir/<id>-workspace``.  Which files of a workspace are memory (and
+so watched, versioned and indexed) is decided here, once, for everyone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from layers import core, daily, safefs
+from layers.ids import MAIN_AGENT, check_id, is_valid_id
+
+if TYPE_CHECKING:
+    from daemon.shared.config import Config
+
+WORKSPACE_SUFFIX = "-workspace"
+TEMPLATE_ENV = "MEMSTRATA_TEMPLATE"
+
+log = logging.getLogger(__name__)
+
+# Paths whose changes are committed (L1 and L2); everything else in a workspace
+# (skills, logs, caches) belongs to other tools.
+MEMORY_FILES = (*core.CORE_FILES, daily.LONG_TERM_FILE)
+MEMORY_DIRS = (daily.MEMORY_DIR, core.SHARED_DIR)
+PATHSPECS = (*MEMORY_FILES, *MEMORY_DIRS)
+
+# Editors write these next to the file they save; they are never memory.
+_TEMP_SUFFIXES = (".swp", ".swx", ".swo", ".tmp", "~", ".part", ".crdownload")
+_TEMP_PREFIXES = (".#", ".goutputstream-", "#")
+
+
+class UnknownAgentError(LookupError):
+    """No workspace exists for the requested agent id."""
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: str
+    workspace: Path
+    index: Path
+
+
+def is_editor_temp(name: str) -> bool:
+    """Swap, backup and atomic-save temp files of common editors (and vim's ``4913`` probe)."""
+    return name == "4913" or name.endswith(_TEMP_SUFFIXES) or name.startswith(_TEMP_PREFIXES)
+
+
+def is_memory_path(rel: str) -> bool:
+    """True for a workspace-relative path that L1/L2 own (and so is versioned)."""
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts) or is_editor_temp(parts[-1]):
+        return False
+    if len(parts) == 1:
+        return parts[0] in MEMORY_FILES
+    return parts[0] in MEMORY_DIRS and ".git" not in parts
+
+
+def workspace_of(config: Config, agent_id: str) -> Path:
+    if agent_id == MAIN_AGENT:
+        return config.paths.workspace
+    return config.paths.agents_dir / f"{agent_id}{WORKSPACE_SUFFIX}"
+
+
+def make_agent(config: Config, agent_id: str) -> Agent:
+    return Agent(agent_id, workspace_of(config, agent_id), config.paths.index_for(agent_id))
+
+
+def discover(config: Config) -> list[Agent]:
+    """The main agent (when its workspace exists) and every valid ``*-workspace``."""
+    agents = []
+    if config.paths.workspace.is_dir():
+        agents.append(make_agent(config, MAIN_AGENT))
+    agents_dir = config.paths.agents_dir
+    if agents_dir.is_dir():
+        for entry in sorted(agents_dir.iterdir()):
+            agent_id = spoke_id(entry.name)
+            if agent_id and entry.is_dir() and not entry.is_symlink():
+                agents.append(make_agent(config, agent_id))
+    return agents
+
+
+def spoke_id(dirname: str) -> str | None:
+    """``alpha-workspace`` → ``alpha``; None for anything that is not a spoke workspace."""
+    if not dirname.endswith(WORKSPACE_SUFFIX):
+        return None
+    agent_id = dirname[: -len(WORKSPACE_SUFFIX)]
+    return agent_id if is_valid_id(agent_id) and agent_id != MAIN_AGENT else None
+
+
+def get_agent(config: Config, agent_id: str) -> Agent:
+    """The agent with this id, or an error that lists the agents that do exist."""
+    check_id(agent_id)
+    agent = make_agent(config, agent_id)
+    if not agent.workspace.is_dir():
+        known = ", ".join(a.id for a in discover(config)) or "none"
+        raise UnknownAgentError(
+            f"unknown agent {agent_id!r}: no workspace at {agent.workspace} (known agents: {known})"
+        )
+    return agent
+
+
+def template_dir() -> Path:
+    """``workspace-template/`` of this checkout (or ``$MEMSTRATA_TEMPLATE``)."""
+    override = os.environ.get(TEMPLATE_ENV)
+    path = Path(override) if override else Path(__file__).resolve().parents[2] / "workspace-template"
+    if not path.is_dir():
+        raise FileNotFoundError(f"workspace template not found at {path}")
+    return path
+
+
+def copy_template(dest: Path, template: Path | None = None, *, main: bool = False) -> list[str]:
+    """Copy template files that ``dest`` lacks; existing files are never overwritten.
+
+    The cluster-wide ``shared/`` core exists once, in the main workspace.  ``dest``
+    may be an agent's workspace: nothing is created through a symlink (a
+    symlinked ``memory/`` is refused and logged, the rest is still copied), and
+    what is created is handed to the workspace's owner.
+    """
+    template = template or template_dir()
+    owner = safefs.owner_of(dest)
+    created = []
+    for src in sorted(template.rglob("*")):
+        rel = src.relative_to(template)
+        if not main and rel.parts[0] == core.SHARED_DIR:
+            continue
+        try:
+            if src.is_dir():
+                os.close(safefs.open_dir(dest, rel.as_posix(), create=True, owner=owner))
+            elif src.name != ".keep":
+                if safefs.create_new(dest, rel.as_posix(), src.read_bytes(), owner=owner):
+                    created.append(rel.as_posix())
+                elif (st := safefs.lstat(dest, rel.as_posix())) is not None and stat.S_ISLNK(st.st_mode):
+                    log.warning("not copying the template's %s: %s is a symbolic link (never followed)", rel, rel)
+        except safefs.UnsafePathError as exc:
+            log.warning("not copying the template's %s: %s", rel, exc)
+    return created
+
+
+def initial_commit(workspace: Path, config: Config) -> None:
+
+    repo = workspace_repo(config, workspace)
+    repo.ensure()
+    changes = repo.changes([*PATHSPECS, ".gitignore"])
+    if changes:
+        repo.commit([c.path for c in changes], daily.commit_message(changes, "start workspace with"))
+
+
+def create_workspace(config: Config, agent_id: str) -> tuple[Agent, bool]:
+    """Create (or complete) an agent's workspace from the template, with git.
+
+    A new spoke workspace is assembled in a temporary directory and renamed into
+    place, so a running daemon discovers it complete, repository and all.
+    Returns the agent and whether anything was created.
+    """
+    check_id(agent_id)
+    agent = make_agent(config, agent_id)
+    if agent.workspace.is_dir():
+        created = copy_template(agent.workspace, main=agent_id == MAIN_AGENT)
+        if created or not (agent.workspace / ".git").exists():
+            initial_commit(agent.workspace, config)
+        return agent, bool(created)
+    agent.workspace.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".new-{agent_id}-", dir=agent.workspace.parent))
+    try:
+        copy_template(staging, main=agent_id == MAIN_AGENT)
+        initial_commit(staging, config)
+        os.rename(staging, agent.workspace)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return agent, True
+
+
+def core_of(config: Config, agent: Agent, on_demand: bool = False, budget: int | None = None) -> core.CoreBundle:
+    """An agent's L1 bundle with the cluster's shared core, at the configured budget unless one is given."""
+    return core.load_core(
+        agent.id,
+        agent.workspace,
+        config.paths.workspace / core.SHARED_DIR,
+        on_demand=on_demand,
+        budget=budget or config.core.budget_tokens,
+    )
+
+
+HISTORY_DIR = "history"  # under state_dir: the daemon's copy of each workspace's history (layers/history_copy.py)
+
+
+def history_copy_path(config: Config, agent_id: str) -> Path:
+    return config.paths.state_dir / HISTORY_DIR / f"{agent_id}.git"
+
+
+def workspace_repo(config: Config, workspace: Path, agent_id: str | None = None):
+    """The git repository of ``workspace`` with the configured author and stale-lock age (one construction).
+
+    With ``agent_id``, every commit made through it is also kept in that agent's
+    copy under the state directory, out of the agent's reach.
+    """
+    from layers.history_copy import HistoryCopy
+
+    copy = HistoryCopy(history_copy_path(config, agent_id)) if agent_id else None
+    author = (config.git.author_name, config.git.author_email)
+    return daily.WorkspaceRepo(workspace, author, config.git.stale_lock_s, copy)

@@ -1,0 +1,84 @@
+"""daemon/api/app.py: the HTTP app over the in-process service (Starlette's test client, no socket, no daemon)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from starlette.testclient import TestClient
+
+from daemon.api.app import build_app
+from daemon.shared.tokens import read_token
+from tests.helpers import token_of
+
+
+@pytest.fixture
+def api(service):
+    service.daemon.provision.ensure_admin_token()
+    service.daemon.board.publish()
+    with TestClient(build_app(service.daemon)) as client:
+        yield client
+
+
+def _bearer(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_status_shows_each_caller_what_it_may_see(api, service):
+    anonymous = api.get("/v1/status").json()
+    assert anonymous["access"] == "none" and "agents" not in anonymous and anonymous["counts"]["agents"] == 1
+    own = api.get("/v1/status", headers=_bearer(token_of(service.root, "main"))).json()
+    assert own["access"] == "agent main" and [a["id"] for a in own["agents"]] == ["main"]
+    admin = read_token(service.daemon.tokens.admin_path)
+    assert api.get("/v1/status", headers=_bearer(admin)).json()["access"] == "admin"
+    stranger = api.get("/v1/status", headers=_bearer("not-a-token")).json()
+    assert "belongs to no agent" in stranger["note"]
+
+
+def test_a_search_needs_the_agents_own_token(api, service):
+    (service.workspace / "MEMORY.md").write_text("# MEMORY\nthe sapodilla crate\n")
+    service.daemon.reconciler.all()
+    body = {"agent": "main", "q": "sapodilla"}
+    assert api.post("/v1/search", json=body).status_code == 401
+    assert api.post("/v1/search", json=body, headers=_bearer("wrong")).status_code == 401
+    answer = api.post("/v1/search", json=body, headers=_bearer(token_of(service.root, "main")))
+    assert answer.status_code == 200 and [h["path"] for h in answer.json()["results"]] == ["MEMORY.md"]
+
+
+def test_another_agents_token_is_forbidden(api, service):
+    service.spoke_workspace()
+    service.daemon.reconciler.all()
+    answer = api.post("/v1/search", json={"agent": "main", "q": "x"}, headers=_bearer(token_of(service.root, "beta")))
+    assert answer.status_code == 403
+
+
+def test_errors_are_mapped_to_statuses(api, service):
+    admin = _bearer(read_token(service.daemon.tokens.admin_path))
+    main = _bearer(token_of(service.root, "main"))
+    assert api.post("/v1/search", json={"agent": "nobody", "q": "x"}, headers=admin).status_code == 404
+    assert api.post("/v1/search", json={"agent": "main"}, headers=main).status_code == 400  # q is required
+    assert api.post("/v1/search", content=b"{not json", headers=main).status_code == 400
+    disabled = api.post("/v1/memories", json={"agent": "main", "text": "x"}, headers=main)
+    assert disabled.status_code == 503 and "disabled" in disabled.json()["error"]
+    assert api.get("/v1/nowhere").status_code == 404
+
+
+def test_a_reindex_is_run_by_the_loop(api, service):
+    d = service.daemon
+    done = threading.Event()
+
+    def loop() -> None:  # the loop thread: runs what the API hands it
+        while not done.is_set():
+            d.jobs.run_pending()
+            done.wait(0.02)
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    try:
+        answer = api.post("/v1/reindex", json={"agent": "main"}, headers=_bearer(token_of(service.root, "main")))
+    finally:
+        done.set()
+        thread.join(5)
+    assert answer.status_code == 200 and answer.json()["main"]["rebuilt"] is False
+    everyone = api.post("/v1/reindex", json={}, headers=_bearer(token_of(service.root, "main")))
+    assert everyone.status_code == 403, "every agent needs the administrator"
