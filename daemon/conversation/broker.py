@@ -24,7 +24,7 @@ from pathlib import Path
 from daemon.conversation.maintenance_jobs import Maintenance
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import Reads
-from daemon.conversation.replay import Replayer
+from daemon.conversation.replay import DrainRate, Replayer
 from daemon.conversation.status import conversation_status
 from daemon.conversation.store_thread import StoreThread
 from daemon.conversation.tailscale import tailscale_view
@@ -86,7 +86,7 @@ class Broker:
             store, Breaker(c.probe_interval_s), store_deadline(config), self.storage, on_change, pause
         )
         self.reads = Reads(self.thread, self.registry, self.audit, self.tombstones, local_search)
-        self.replayer: Replayer  # set below: writes ask it for the replay rate
+        drain = DrainRate()  # the replayer measures it, a queued write's answer reads it
         self.writes = Writes(
             self.thread,
             self.reads,
@@ -96,7 +96,7 @@ class Broker:
             self.tombstones,
             self.storage,
             guard,
-            replay_rate=lambda: self.replayer.rate(),
+            replay_rate=drain.rate,
             on_change=on_change,
         )
         self.writes.configure(c.retention_days, c.dedup, c.llm is not None)
@@ -109,6 +109,7 @@ class Broker:
             embedder_ready,
             on_change,
             c.probe_timeout_s,
+            drain,
         )
         self.maintenance = Maintenance(self.thread, lambda: self.config)
         self._final_status: dict | None = None  # what status() says once the queue is closed

@@ -47,6 +47,32 @@ REPLAY_BATCH_MAX = 500
 REPLAY_PER_WRITE_S = 0.5  # a batch's deadline grows by this per write (the embedder's share)
 
 
+class DrainRate:
+    """Writes per second of the drain under way: the replayer counts it, a queued write's answer reads it.
+
+    Its own object, handed to both, so neither the replayer nor the writes need the other.
+    """
+
+    def __init__(self) -> None:
+        self.handled = 0
+        self.busy_s = 0.0
+        self.draining = False
+
+    def add(self, handled: int, busy_s: float) -> None:
+        self.handled += handled
+        self.busy_s += busy_s
+        self.draining = True
+
+    def end(self) -> None:
+        self.handled, self.busy_s, self.draining = 0, 0.0, False
+
+    def rate(self) -> float | None:
+        """Writes per second over this drain's batches; None when no drain is under way."""
+        if not self.draining or not self.handled or self.busy_s <= 0:
+            return None
+        return self.handled / self.busy_s
+
+
 class Replayer:
     def __init__(
         self,
@@ -58,6 +84,7 @@ class Replayer:
         embedder_ready: Callable[[], str],
         on_change: Callable[[], None],
         probe_timeout_s: float,
+        drain: DrainRate | None = None,
     ) -> None:
         self.thread = thread
         self.queue = queue
@@ -73,7 +100,7 @@ class Replayer:
         self.set_aside = 0
         self.tailscale = TailscaleWatch()
         self._batch_size = REPLAY_BATCH_MIN
-        self._drain: dict | None = None  # this drain's handled writes and busy seconds, for rate and time to go
+        self.drain = drain or DrainRate()  # this drain's writes and busy seconds, for rate and time to go
         self.head_checked = False  # the queue's head at start may be in any earlier version's crash window
         self._last_ping = 0.0
         self._prober = threading.Thread(target=self._probe_loop, name="l4-probe", daemon=True)
@@ -206,10 +233,7 @@ class Replayer:
             if count < len(run):
                 break  # the store failed: the breaker is open, the rest waits for it
         busy = time.monotonic() - started
-        drain = self._drain or {"handled": 0, "busy_s": 0.0}
-        drain["handled"] += handled
-        drain["busy_s"] += busy
-        self._drain = drain
+        self.drain.add(handled, busy)
         if handled == len(items) and busy > 0:
             size = min(2 * len(items), int(handled / busy * REPLAY_BATCH_S))
         else:  # the store failed (or was slow past its deadline): try smaller next time
@@ -223,9 +247,9 @@ class Replayer:
                 self.replayed,
                 self.skipped,
                 self.set_aside,
-                drain["handled"] / max(drain["busy_s"], 1e-6),
+                self.drain.handled / max(self.drain.busy_s, 1e-6),
             )
-            self._drain = None
+            self.drain.end()
 
     def _replay_plain(self, items: list[QueuedWrite]) -> int:
         """``infer=False`` writes as one batch; how many left the queue (all of them unless the store failed)."""
@@ -313,7 +337,4 @@ class Replayer:
 
     def rate(self) -> float | None:
         """Writes per second over this drain's batches; None when no drain is under way."""
-        drain = self._drain
-        if not drain or not drain["handled"] or drain["busy_s"] <= 0:
-            return None
-        return drain["handled"] / drain["busy_s"]
+        return self.drain.rate()

@@ -112,6 +112,14 @@ class Agents:
         shared = {r: s for r, s in main.files.items().items() if r not in main.not_indexed} if main else {}
         return desired_documents(tracker.files.items(), shared, set(tracker.not_indexed))
 
+    def desired_of(self, agent: Agent) -> dict[str, str]:
+        """What ``agent``'s index should hold (the indexer asks, to rebuild an index after damage)."""
+        return self.desired(self.trackers[agent.id])
+
+    def withheld_of(self, agent: Agent) -> set[str]:
+        """What ``agent``'s index must not hold (the indexer asks before it stores a file)."""
+        return self.withheld(agent.id)
+
     def withheld(self, agent_id: str) -> set[str]:
         """Files an agent's index must not hold because they contain a secret (the shared core's too)."""
         tracker, main = self.trackers.get(agent_id), self.trackers.get(MAIN_AGENT)

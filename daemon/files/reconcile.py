@@ -27,15 +27,23 @@ def iso(ts: float | None) -> str | None:
 
 
 class Reconciler:
-    def __init__(self, current: Current, agents: Agents, indexer: Indexer, storage: StorageHealth) -> None:
+    def __init__(
+        self,
+        current: Current,
+        agents: Agents,
+        indexer: Indexer,
+        storage: StorageHealth,
+        stopping: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """``stopping``: true once the daemon is asked to stop (a long reconcile at start ends early)."""
         self.current = current
         self.agents = agents
         self.indexer = indexer
         self.storage = storage
         self.last: dict = {"time": None, "repaired": 0, "duration_ms": None}
         self.next_at = 0.0  # monotonic time of the next periodic reconcile
-        #: Asked between files (the loop sets it): a stop requested meanwhile ends the reconcile early.
-        self.stopping: Callable[[], bool] = lambda: False
+        #: Asked between files: a stop requested meanwhile ends the reconcile early.
+        self.stopping = stopping
 
     def one(self, tracker: AgentTracker, progress: StartProgress | None = None) -> int:
         """Reconcile one agent's files and index; how many files it repaired.

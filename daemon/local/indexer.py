@@ -92,7 +92,7 @@ class Indexer:
         self,
         identity: Identity,
         main_workspace: Path,
-        desired: Callable[[Agent], dict[str, str]],
+        desired: Callable[[Agent], dict[str, str]] | None = None,
         on_pending: Callable[[], None] = lambda: None,
         storage: StorageHealth | None = None,
         guard: Callable[[], SecretGuard | None] = lambda: None,
@@ -100,11 +100,13 @@ class Indexer:
         claims: IndexClaims | None = None,
         max_bytes: Callable[[], int] = lambda: DEFAULT_MAX_BYTES,
     ):
+        """``desired`` and ``withheld`` come from whoever holds the agents' files; the daemon,
+        whose agents are made with this indexer, hands them over with :meth:`know_files`."""
         self.identity = identity
         self.claims = claims or IndexClaims(None)  # the index files this daemon made (see daemon/local/index_files.py)
         self.storage = storage  # a full disk is noted there and retried by a later sync
         self.main_workspace = main_workspace
-        self.desired = desired  # what an agent's index should hold, for rebuilds after damage
+        self.desired = desired or (lambda agent: {})  # what an agent's index should hold, for rebuilds after damage
         self.on_pending = on_pending  # wakes the embedding worker
         # The tracker decides which files hold secrets; the text is scanned once more right
         # before it is stored (the file may have changed since), and files the tracker
@@ -113,6 +115,11 @@ class Indexer:
         self.withheld = withheld
         self.max_bytes = max_bytes  # watch.max_file_mb: a larger file is never read
         self.agents: dict[str, AgentIndex] = {}
+
+    def know_files(self, desired: Callable[[Agent], dict[str, str]], withheld: Callable[[Agent], set[str]]) -> None:
+        """What each agent's index should hold and must not hold, from the parts that track its files."""
+        self.desired = desired
+        self.withheld = withheld
 
     # ------------------------------------------------------------ lifecycle
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import apsw
 
-from daemon.local.embedding import EmbedWorker
 from daemon.local.indexer import Indexer
 from daemon.shared.errors import IndexUnavailableError
 from daemon.shared.jobs import Jobs
@@ -29,7 +28,7 @@ class LocalSearch:
         indexer: Indexer,
         identity: Identity,
         embedder: Embedder | None,
-        embed_worker: Callable[[], EmbedWorker | None],
+        vectors_blocked: Callable[[], str],
         loop_jobs: Jobs,
         pause: Callable[[], None] = lambda: None,
     ) -> None:
@@ -38,7 +37,7 @@ class LocalSearch:
         self.indexer = indexer
         self.identity = identity
         self.embedder = embedder
-        self.embed_worker = embed_worker  # started after the API: read at each search
+        self.vectors_blocked = vectors_blocked  # why the embedding worker cannot embed now ("" when it can)
         self.loop_jobs = loop_jobs
         self.pause = pause
 
@@ -73,7 +72,6 @@ class LocalSearch:
                 raise
             raise IndexUnavailableError(f"the index of {agent_id} cannot be opened: the disk is full ({exc})") from None
         embed = self.embedder.embed_query if self.embedder is not None else None
-        worker = self.embed_worker()
         try:
             with index:
                 answer = search_index(
@@ -84,7 +82,7 @@ class LocalSearch:
                     filters=filters,
                     embed_query=embed,
                     no_embedder_reason="vectors are off (vectors.backend: off)",
-                    blocked_reason=worker.waiting_reason if worker else "",
+                    blocked_reason=self.vectors_blocked(),
                     explain=explain,
                     pause=self.pause,
                 )

@@ -26,7 +26,16 @@ from typing import TYPE_CHECKING
 from daemon.shared.jobs import Jobs
 
 if TYPE_CHECKING:
-    from daemon.service.memory_daemon import MemoryDaemon
+    from daemon.files.agents import Agents
+    from daemon.files.committer import Committer
+    from daemon.files.reconcile import Reconciler
+    from daemon.files.routing import Router
+    from daemon.files.tracker import AgentTracker
+    from daemon.local.indexer import Indexer
+    from daemon.service.notify import Notifier
+    from daemon.service.snapshot import StatusBoard
+    from daemon.service.started import Started
+    from daemon.service.storage_retry import StorageRetry
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +46,28 @@ TURN_BUDGET_S = 0.5
 
 
 class Wakeup:
-    """A socket pair the loop sleeps on; any thread (or a signal) writes a byte to wake it."""
+    """A socket pair the loop sleeps on; any thread (or a signal) writes a byte to wake it.
+
+    It also carries what other threads ask of the loop (a status to publish) and
+    whether a stop was asked for, so the parts composed before the loop (the
+    committer, the storage health, the reconciler) are handed this, not the loop.
+    """
 
     def __init__(self) -> None:
         self.r, self.w = socket.socketpair()
         for s in (self.r, self.w):
             s.setblocking(False)
+        self.publish_requested = False
+        self.stop_requested = False  # SIGTERM or SIGINT arrived
+
+    def request_publish(self) -> None:
+        """From any thread: write the status at the next turn."""
+        self.publish_requested = True
+        self.wake()
+
+    def stopping(self) -> bool:
+        """SIGTERM or SIGINT arrived: long work in progress (a reconcile at start) ends early."""
+        return self.stop_requested
 
     def wake(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
@@ -55,47 +80,68 @@ class Wakeup:
 
 
 class Loop:
-    def __init__(self, daemon: MemoryDaemon, wakeup: Wakeup, jobs: Jobs) -> None:
-        self.d = daemon
+    def __init__(
+        self,
+        wakeup: Wakeup,
+        jobs: Jobs,
+        *,
+        router: Router,
+        agents: Agents,
+        indexer: Indexer,
+        committer: Committer,
+        reconciler: Reconciler,
+        storage_retry: StorageRetry,
+        notifier: Notifier,
+        board: StatusBoard,
+        started: Started,
+        restart_watcher: Callable[[str], None],
+    ) -> None:
         self.wakeup = wakeup
         self.jobs = jobs  # call_in_loop: work other threads hand to the single writer
+        self.router = router
+        self.agents = agents
+        self.indexer = indexer
+        self.committer = committer
+        self.reconciler = reconciler
+        self.storage_retry = storage_retry
+        self.notifier = notifier
+        self.board = board
+        self.started = started  # the watcher, once it runs
+        self.restart_watcher = restart_watcher
         self.working = False  # the loop is processing settled files (the embedding worker gives way)
-        self._stop = False
         self._reload = False
         self._next_ping = 0.0
-        self._publish_requested = False
         self._unpublished = False  # records/status not yet written since the last change
         self._last_publish = 0.0
 
     def request_publish(self) -> None:
         """From any thread: write the status at the next turn."""
-        self._publish_requested = True
-        self.wakeup.wake()
+        self.wakeup.request_publish()
 
     @property
     def stopping(self) -> bool:
         """SIGTERM or SIGINT arrived: long work in progress (a reconcile at start) ends early."""
-        return self._stop
+        return self.wakeup.stop_requested
 
     def has_fresh_edits(self) -> bool:
         """True while edits wait for the loop or it is working on them (read by the embedding worker)."""
-        return self.working or self.d.router.waiting
+        return self.working or self.router.waiting
 
-    def run(self, start: Callable[[], None], stop: Callable[[], None]) -> None:
-        """``start()``, turns until SIGTERM/SIGINT (SIGHUP reloads), ``stop()``."""
+    def run(self, start: Callable[[], None], reload: Callable[[], None], stop: Callable[[], None]) -> None:
+        """``start()``, turns until SIGTERM/SIGINT (SIGHUP: ``reload()``), ``stop()``."""
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         old_fd = signal.set_wakeup_fd(self.wakeup.w.fileno(), warn_on_full_buffer=False)
         try:
             start()
             selector = selectors.DefaultSelector()
             selector.register(self.wakeup.r, selectors.EVENT_READ)
-            while not self._stop:
+            while not self.wakeup.stop_requested:
                 selector.select(self.timeout())
                 self.wakeup.drain()
                 if self._reload:
                     self._reload = False
-                    self.d.reload()
-                if self._stop:
+                    reload()
+                if self.wakeup.stop_requested:
                     break
                 self.turn()
             stop()
@@ -105,7 +151,7 @@ class Loop:
                 signal.signal(sig, handler)
 
     @staticmethod
-    def _check_history(tracker) -> bool:
+    def _check_history(tracker: AgentTracker) -> bool:
         try:
             tracker.check_history()
         except Exception as exc:  # git refusing a broken repository: the next commit says why
@@ -116,78 +162,76 @@ class Loop:
         if signum == signal.SIGHUP:
             self._reload = True
         else:
-            self._stop = True
+            self.wakeup.stop_requested = True
 
     def timeout(self) -> float:
-        d = self.d
         now = time.monotonic()
-        deadlines = [d.reconciler.next_at]
-        if (routed := d.router.deadline()) is not None:
+        deadlines = [self.reconciler.next_at]
+        if (routed := self.router.deadline()) is not None:
             deadlines.append(routed)
-        deadlines += [t for tr in d.agents.all() if (t := tr.commit_deadline()) is not None]
-        if (retry := d.indexer.retry_deadline()) is not None:
+        deadlines += [t for tr in self.agents.all() if (t := tr.commit_deadline()) is not None]
+        if (retry := self.indexer.retry_deadline()) is not None:
             deadlines.append(retry)
         if self._unpublished:
             deadlines.append(self._last_publish + BURST_PUBLISH_S)
-        if d.notifier.watchdog_interval:
+        if self.notifier.watchdog_interval:
             deadlines.append(self._next_ping)
-        if (retry := d.storage_retry.next_retry()) is not None:
+        if (retry := self.storage_retry.next_retry()) is not None:
             deadlines.append(retry)
         return max(0.0, min(min(deadlines) - now, 30.0))
 
     def turn(self) -> None:
         """One pass of the loop: intake, settled files, due commits, reconcile, watchdog."""
-        d = self.d
         now = time.monotonic()
         changed = self.jobs.run_pending()
-        for tracker in d.committer.collect(now):  # commits that ended on their workers
-            d.storage_retry.note_commit(tracker)
+        for tracker in self.committer.collect(now):  # commits that ended on their workers
+            self.storage_retry.note_commit(tracker)
             changed = True
-        changed |= d.router.take(now, until=now + TURN_BUDGET_S / 2)
-        d.router.settle(now)
+        changed |= self.router.take(now, until=now + TURN_BUDGET_S / 2)
+        self.router.settle(now)
         due = False
         self.working = True
         try:
-            for agent_id, rel in d.router.ready():  # one agent's file after the other's
+            for agent_id, rel in self.router.ready():  # one agent's file after the other's
                 due = True
-                tracker = d.agents.get(agent_id)
-                edited = d.router.edited.pop((agent_id, rel), None)
+                tracker = self.agents.get(agent_id)
+                edited = self.router.edited.pop((agent_id, rel), None)
                 if tracker is not None:
                     with tracker.edited_at(edited):
                         changed |= tracker.process(rel)
                 if time.monotonic() - now > TURN_BUDGET_S:
                     break  # the rest wait in their queues: due at the next turn
-            changed |= d.indexer.flush(now) > 0  # every settled file of an agent in one transaction
+            changed |= self.indexer.flush(now) > 0  # every settled file of an agent in one transaction
         finally:
             self.working = False
-        for agent_id in d.router.history_due(now):  # a .git changed: is the daemon's last commit still there?
-            tracker = d.agents.get(agent_id)
+        for agent_id in self.router.history_due(now):  # a .git changed: is the daemon's last commit still there?
+            tracker = self.agents.get(agent_id)
             if tracker is not None and tracker.committing is not None:
-                d.router.history_later(agent_id, now + 1.0)  # the commit looks for itself; then again
+                self.router.history_later(agent_id, now + 1.0)  # the commit looks for itself; then again
             elif tracker is not None:
                 changed |= self._check_history(tracker)
-        for tracker in d.agents.all():
+        for tracker in self.agents.all():
             deadline = tracker.commit_deadline()
-            if deadline is not None and deadline <= now and d.committer.start(tracker, now):
+            if deadline is not None and deadline <= now and self.committer.start(tracker, now):
                 changed = True  # git runs on a worker: the loop goes on
-        if now >= d.reconciler.next_at or d.router.recheck_due(now):
-            d.router.recheck_at = None  # this reconcile covers the early one asked for
-            d.reconciler.all()
+        if now >= self.reconciler.next_at or self.router.recheck_due(now):
+            self.router.recheck_at = None  # this reconcile covers the early one asked for
+            self.reconciler.all()
             changed = True
-        changed |= d.indexer.flush(now) > 0  # what calls, commits or reconcile queued
-        if d.watcher and d.watcher.mode == "inotify" and not d.watcher.healthy():
-            d.restart_watcher("an inotify watch failed")
+        changed |= self.indexer.flush(now) > 0  # what calls, commits or reconcile queued
+        if self.started.watcher and self.started.watcher.mode == "inotify" and not self.started.watcher.healthy():
+            self.restart_watcher("an inotify watch failed")
             changed = True
-        d.storage_retry.retry_due(now)
-        self._unpublished |= bool(due or changed or self._publish_requested)
+        self.storage_retry.retry_due(now)
+        self._unpublished |= bool(due or changed or self.wakeup.publish_requested)
         # In a burst every settle is a turn: writing every record and the status each
         # time cost more than indexing.  They wait (briefly) until the burst has settled.
-        if self._unpublished and (not d.router.settling or now >= self._last_publish + BURST_PUBLISH_S):
-            self._unpublished = self._publish_requested = False
+        if self._unpublished and (not self.router.settling or now >= self._last_publish + BURST_PUBLISH_S):
+            self._unpublished = self.wakeup.publish_requested = False
             self._last_publish = now
-            for tracker in d.agents.all():
-                tracker.files.save()  # a full disk is noted in d.storage and retried below
-            d.board.publish()
-        if d.notifier.watchdog_interval and now >= self._next_ping:
-            d.notifier.watchdog()
-            self._next_ping = now + d.notifier.watchdog_interval
+            for tracker in self.agents.all():
+                tracker.files.save()  # a full disk is noted in the storage health and retried
+            self.board.publish()
+        if self.notifier.watchdog_interval and now >= self._next_ping:
+            self.notifier.watchdog()
+            self._next_ping = now + self.notifier.watchdog_interval

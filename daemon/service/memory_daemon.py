@@ -36,7 +36,7 @@ from daemon.files.provision import Provisioner
 from daemon.files.reconcile import Reconciler
 from daemon.files.routing import Router, watch_roots
 from daemon.files.starting import StartProgress
-from daemon.files.tracker import AgentTracker, EditListener, make_tracker, settings_from
+from daemon.files.tracker import AgentTracker, EditListener, make_tracker
 from daemon.files.watcher import Watcher
 from daemon.local.embedding import EmbedWorker, conversation_embedder, make_embedder
 from daemon.local.index_files import IndexClaims
@@ -45,7 +45,8 @@ from daemon.local.search import LocalSearch
 from daemon.service.loop import Loop, Wakeup
 from daemon.service.notify import Notifier
 from daemon.service.reload import Reloader
-from daemon.service.snapshot import StatusBoard
+from daemon.service.snapshot import ReloadOutcome, StatusBoard
+from daemon.service.started import Started
 from daemon.service.stop import STOP_BUDGET_S, STOP_SHARES_S, Shutdown, StopBudget
 from daemon.service.storage_retry import StorageRetry
 from daemon.shared.audit import audit_log
@@ -85,50 +86,90 @@ class MemoryDaemon:
         self.identity = Identity(embed_model=index_model_id(self.embedder.model_id) if self.embedder else "")
         self.wakeup = Wakeup()
         self.jobs = Jobs(on_submit=self.wakeup.wake)  # call_in_loop: the loop runs them each turn
-        self.loop = Loop(self, self.wakeup, self.jobs)
+        self.parts = Started()  # what start() makes: the broker, the API, the watcher, the embedding worker
         # commits run on its workers, never on the loop; each batch they commit refreshes the status
-        self.committer = Committer(self.wakeup.wake, progress=self.loop.request_publish)
-        self.storage = StorageHealth(on_change=self.loop.request_publish)
+        self.committer = Committer(self.wakeup.wake, progress=self.wakeup.request_publish)
+        self.storage = StorageHealth(on_change=self.wakeup.request_publish)
         self.indexer = Indexer(
             self.identity,
             config.paths.workspace,
-            desired=lambda agent: self.agents.desired(self.agents.trackers[agent.id]),
             on_pending=self._wake_embedder,
             storage=self.storage,
-            guard=lambda: self.current.guard,
-            withheld=lambda agent: self.agents.withheld(agent.id),
+            guard=self.current.guard_now,
             claims=IndexClaims(config.paths.state_dir),
-            max_bytes=lambda: settings_from(self.current.config).max_index_bytes,
+            max_bytes=self.current.max_index_bytes,
         )
         self.tokens = TokenStore(config.paths.state_dir)
-        self.audit = audit_log(config, guard=lambda: self.current.guard)
+        self.audit = audit_log(config, guard=self.current.guard_now)
         self.listeners: list[EditListener] = [self.indexer]
         self.provision = Provisioner(self.current, self.tokens, self.audit, self.storage)
         self.agents = Agents(
             self.current, make_tracker, self.indexer, self.listeners, self.audit.record, self.storage, self.provision
         )
-        self.reconciler = Reconciler(self.current, self.agents, self.indexer, self.storage)
-        self.reconciler.stopping = lambda: self.loop.stopping
+        self.indexer.know_files(desired=self.agents.desired_of, withheld=self.agents.withheld_of)
+        self.reconciler = Reconciler(self.current, self.agents, self.indexer, self.storage, self.wakeup.stopping)
         self.router = Router(self.current, self.agents, self.reconciler.one, self.wakeup.wake)
         self.storage_retry = StorageRetry(self.agents, self.provision, self.indexer, self.reconciler, self.storage)
-        self.embed_worker: EmbedWorker | None = None
         self.courtesy = Courtesy()  # one agent's flood makes way for the others' requests (daemon/api/fairness.py)
         self.local = LocalSearch(
             self.agents.agent_of,
             self.indexer,
             self.identity,
             self.embedder,
-            lambda: self.embed_worker,
+            self.parts.vectors_blocked,
             self.jobs,
             pause=self.courtesy.pause,
         )
-        self.board = StatusBoard(self)
-        self.reloader = Reloader(self)
-        self.stopper = Shutdown(self)
-        self.broker: Broker | None = None
-        self.watcher: Watcher | None = None
-        self.api: ApiServer | None = None
-        self.l4_embedder = None  # L4's embedder when it is not L3's (vectors off)
+        reload_outcome = ReloadOutcome()
+        self.board = StatusBoard(
+            current=self.current,
+            started_at=self.started,
+            agents=self.agents,
+            indexer=self.indexer,
+            storage=self.storage,
+            reconciler=self.reconciler,
+            notifier=self.notifier,
+            embedder=self.embedder,
+            started=self.parts,
+            reload_outcome=reload_outcome,
+        )
+        self.reloader = Reloader(
+            current=self.current,
+            notifier=self.notifier,
+            agents=self.agents,
+            reconciler=self.reconciler,
+            board=self.board,
+            outcome=reload_outcome,
+            embedder=self.embedder,
+            identity=self.identity,
+            started=self.parts,
+            restart_watcher=self.restart_watcher,
+        )
+        self.stopper = Shutdown(
+            current=self.current,
+            notifier=self.notifier,
+            started=self.parts,
+            router=self.router,
+            agents=self.agents,
+            committer=self.committer,
+            indexer=self.indexer,
+            audit=self.audit,
+            board=self.board,
+        )
+        self.loop = Loop(
+            self.wakeup,
+            self.jobs,
+            router=self.router,
+            agents=self.agents,
+            indexer=self.indexer,
+            committer=self.committer,
+            reconciler=self.reconciler,
+            storage_retry=self.storage_retry,
+            notifier=self.notifier,
+            board=self.board,
+            started=self.parts,
+            restart_watcher=self.restart_watcher,
+        )
         self._lock_file = None
 
     # ------------------------------------------------------------ what the parts share
@@ -140,6 +181,27 @@ class MemoryDaemon:
     @property
     def guard(self) -> SecretGuard:
         return self.current.guard
+
+    # the parts start() makes, as the API and the tests know them
+    @property
+    def broker(self) -> Broker | None:
+        return self.parts.broker
+
+    @broker.setter
+    def broker(self, broker: Broker | None) -> None:
+        self.parts.broker = broker
+
+    @property
+    def watcher(self) -> Watcher | None:
+        return self.parts.watcher
+
+    @property
+    def api(self) -> ApiServer | None:
+        return self.parts.api
+
+    @property
+    def embed_worker(self) -> EmbedWorker | None:
+        return self.parts.embed_worker
 
     @property
     def trackers(self) -> dict[str, AgentTracker]:
@@ -187,25 +249,26 @@ class MemoryDaemon:
         self.provision.ensure_admin_token()
         for agent in self.agents.discover():
             self.agents.add(agent)
+        parts = self.parts
         if self.config.conversation.enabled:
-            self.broker = self._make_broker()
-            self.broker.start()
-        self.api = ApiServer(paths.socket, self)
-        self.api.start()
-        self.watcher = self._make_watcher()
-        self.watcher.start()
-        log.info("watcher: %s%s", self.watcher.mode, f" ({self.watcher.reason})" if self.watcher.reason else "")
+            parts.broker = self._make_broker()
+            parts.broker.start()
+        parts.api = ApiServer(paths.socket, self)
+        parts.api.start()
+        parts.watcher = self._make_watcher()
+        parts.watcher.start()
+        log.info("watcher: %s%s", parts.watcher.mode, f" ({parts.watcher.reason})" if parts.watcher.reason else "")
         if self.embedder is not None:
-            self.embed_worker = EmbedWorker(
+            parts.embed_worker = EmbedWorker(
                 self.embedder,
                 self.identity,
                 self.agents.index_paths,
                 self.config.vectors.batch_size,
-                on_change=self.loop.request_publish,
+                on_change=self.wakeup.request_publish,
                 yield_to=self.loop.has_fresh_edits,
                 storage=self.storage,
             )
-            self.embed_worker.start()
+            parts.embed_worker.start()
         # The first check of every file: a minute on 20,000 files, while status says how far it got.
         self.board.starting = StartProgress.of(self.agents.all())
         self.reconciler.all(self.board.starting)
@@ -220,15 +283,15 @@ class MemoryDaemon:
 
     def restart_watcher(self, why: str) -> None:
         log.warning("restarting the watcher: %s", why)
-        assert self.watcher is not None
-        self.watcher.stop()
-        self.watcher = self._make_watcher()
-        self.watcher.start()
+        assert self.parts.watcher is not None
+        self.parts.watcher.stop()
+        self.parts.watcher = self._make_watcher()
+        self.parts.watcher.start()
         self.reconciler.all()
 
     def _make_broker(self) -> Broker:
         embedder = conversation_embedder(self.config, self.embedder)
-        self.l4_embedder = embedder
+        self.parts.l4_embedder = embedder
         try:
             dim = embedder.dimension()
             store = ConversationStore(store_settings(self.config), embedder, dim)
@@ -236,9 +299,9 @@ class MemoryDaemon:
                 self.config,
                 store,
                 local_search=lambda agent, query, limit: self.search(agent, query, limit=limit),
-                guard=lambda: self.current.guard,
+                guard=self.current.guard_now,
                 embedder_ready=embedder.not_ready,
-                on_change=self.loop.request_publish,
+                on_change=self.wakeup.request_publish,
                 storage=self.storage,
                 pause=self.courtesy.pause,
             )
@@ -246,14 +309,14 @@ class MemoryDaemon:
             raise DaemonError(f"conversation memory (L4) cannot start: {exc}") from exc
 
     def _wake_embedder(self) -> None:
-        if self.embed_worker is not None:
-            self.embed_worker.wake()
+        if self.parts.embed_worker is not None:
+            self.parts.embed_worker.wake()
 
     # ------------------------------------------------------------ run, reload, stop
 
     def run(self) -> int:
         try:
-            self.loop.run(self.start, self.shutdown)
+            self.loop.run(self.start, self.reload, self.shutdown)
             if self.stopper.left_running:  # `memstrata run` exits without the interpreter's teardown
                 log.warning("exiting with %s still running", ", ".join(self.stopper.left_running))
             return 0

@@ -11,6 +11,7 @@ running (paths, conversation.enabled, the vectors model) is listed in status
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -23,23 +24,57 @@ from layers.local.vectors import LocalEmbedder
 from layers.yamlfile import YamlFileError
 
 if TYPE_CHECKING:
-    from daemon.service.memory_daemon import MemoryDaemon
+    from daemon.files.agents import Agents
+    from daemon.files.reconcile import Reconciler
+    from daemon.service.notify import Notifier
+    from daemon.service.snapshot import ReloadOutcome, StatusBoard
+    from daemon.service.started import Started
+    from daemon.shared.current import Current
+    from layers.local.index import Identity
+    from layers.local.vectors import Embedder
 
 log = logging.getLogger(__name__)
 
 
 class Reloader:
-    def __init__(self, daemon: MemoryDaemon) -> None:
-        self.d = daemon
-        self.config_error = ""  # why the last SIGHUP was refused, until one succeeds
-        self.restart_needed: list[str] = []  # settings the last SIGHUP read but cannot apply while running
+    def __init__(
+        self,
+        *,
+        current: Current,
+        notifier: Notifier,
+        agents: Agents,
+        reconciler: Reconciler,
+        board: StatusBoard,
+        outcome: ReloadOutcome,
+        embedder: Embedder | None,
+        identity: Identity,
+        started: Started,
+        restart_watcher: Callable[[str], None],
+    ) -> None:
+        self.current = current
+        self.notifier = notifier
+        self.agents = agents
+        self.reconciler = reconciler
+        self.board = board
+        self.outcome = outcome
+        self.embedder = embedder
+        self.identity = identity
+        self.started = started  # the broker and the embedding worker, once they run
+        self.restart_watcher = restart_watcher
+
+    @property
+    def config_error(self) -> str:
+        return self.outcome.config_error
+
+    @property
+    def restart_needed(self) -> list[str]:
+        return self.outcome.restart_needed
 
     def reload(self) -> None:
         """SIGHUP: re-read the configuration; a bad file keeps the running one."""
 
-        d = self.d
-        d.notifier.reloading()
-        old = d.config
+        self.notifier.reloading()
+        old = self.current.config
         try:
             new = load_config(old.source)
         except Exception as exc:  # a bad file (or anything it makes the parser do) keeps the running one
@@ -58,19 +93,19 @@ class Reloader:
             log.error("reload failed, keeping the running configuration: %s", why)
             self._refused(why)
             return
-        self.config_error = ""
+        self.outcome.config_error = ""
         watch_changed = (new.watch.mode, new.watch.poll_interval_s) != (old.watch.mode, old.watch.poll_interval_s)
-        d.current.config = new
-        d.current.guard = guard_from(new)
-        for tracker in d.agents.all():
-            tracker.reconfigure(d.current.guard, settings_from(new), new.git.stale_lock_s)
+        self.current.config = new
+        self.current.guard = guard_from(new)
+        for tracker in self.agents.all():
+            tracker.reconfigure(self.current.guard, settings_from(new), new.git.stale_lock_s)
         logging.getLogger().setLevel(new.log.level.upper())
         self._vectors(new, restart)
         if watch_changed:
-            d.restart_watcher("watch settings changed")
-        d.reconciler.all()
-        self.restart_needed = restart
-        d.board.publish()
+            self.restart_watcher("watch settings changed")
+        self.reconciler.all()
+        self.outcome.restart_needed = restart
+        self.board.publish()
         done = f" (applied: {', '.join(applied)})" if applied else ""
         if restart:
             log.warning(
@@ -81,31 +116,30 @@ class Reloader:
             )
         else:
             log.info("configuration reloaded from %s%s", new.source, done)
-        d.notifier.ready(d.board.line)
+        self.notifier.ready(self.board.line)
 
     def _refused(self, why: str) -> None:
-        self.config_error = f"{why} (reload refused; the running configuration stays in force)"
-        self.d.board.publish()
-        self.d.notifier.ready(self.d.board.line)
+        self.outcome.config_error = f"{why} (reload refused; the running configuration stays in force)"
+        self.board.publish()
+        self.notifier.ready(self.board.line)
 
     def _conversation(self, new: Config, restart: list[str]) -> list[str]:
         """``conversation.*`` on SIGHUP: applied by the broker (reconnecting the store when it
         changed, queued writes kept), except ``enabled``, which needs a restart."""
-        if new.conversation.enabled != self.d.config.conversation.enabled:
+        if new.conversation.enabled != self.current.config.conversation.enabled:
             restart.append("conversation.enabled")
             return []
-        if self.d.broker is None:
+        if self.started.broker is None:
             return []
-        return self.d.broker.reconfigure(new)
+        return self.started.broker.reconfigure(new)
 
     def _vectors(self, new: Config, restart: list[str]) -> None:
         """Gate and idle settings apply at once; another model or backend needs a restart
         (every index records the model it was built with)."""
-        d = self.d
         fresh = make_embedder(new)
-        if (index_model_id(fresh.model_id) if fresh else "") != d.identity.embed_model:
+        if (index_model_id(fresh.model_id) if fresh else "") != self.identity.embed_model:
             restart.append("vectors.backend/model (indexes are then rebuilt)")
-        if isinstance(d.embedder, LocalEmbedder):
-            d.embedder.configure(min_free_mb=new.vectors.min_free_mb, idle_unload_s=new.vectors.idle_unload_s)
-        if d.embed_worker is not None:
-            d.embed_worker.configure(new.vectors.batch_size)
+        if isinstance(self.embedder, LocalEmbedder):
+            self.embedder.configure(min_free_mb=new.vectors.min_free_mb, idle_unload_s=new.vectors.idle_unload_s)
+        if self.started.embed_worker is not None:
+            self.started.embed_worker.configure(new.vectors.batch_size)

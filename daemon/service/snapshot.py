@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from daemon import __version__
@@ -21,13 +22,50 @@ from daemon.files.routing import watch_roots
 from daemon.shared.settings import limits_of
 
 if TYPE_CHECKING:
+    from daemon.files.agents import Agents
+    from daemon.files.reconcile import Reconciler
     from daemon.files.starting import StartProgress
-    from daemon.service.memory_daemon import MemoryDaemon
+    from daemon.local.indexer import Indexer
+    from daemon.service.notify import Notifier
+    from daemon.service.started import Started
+    from daemon.shared.current import Current
+    from daemon.shared.storage import StorageHealth
+    from layers.local.vectors import Embedder
+
+
+@dataclass
+class ReloadOutcome:
+    """What the last SIGHUP left for status to say (the status board reads it, the reloader writes it)."""
+
+    config_error: str = ""  # why the last SIGHUP was refused, until one succeeds
+    restart_needed: list[str] = field(default_factory=list)  # read by the last SIGHUP, applied only by a restart
 
 
 class StatusBoard:
-    def __init__(self, daemon: MemoryDaemon) -> None:
-        self.d = daemon
+    def __init__(
+        self,
+        *,
+        current: Current,
+        started_at: float,
+        agents: Agents,
+        indexer: Indexer,
+        storage: StorageHealth,
+        reconciler: Reconciler,
+        notifier: Notifier,
+        embedder: Embedder | None,
+        started: Started,
+        reload_outcome: ReloadOutcome,
+    ) -> None:
+        self.current = current
+        self.started_at = started_at  # time.time() of the daemon's start
+        self.agents = agents
+        self.indexer = indexer
+        self.storage = storage
+        self.reconciler = reconciler
+        self.notifier = notifier
+        self.embedder = embedder
+        self.started = started  # the broker, the watcher and the embedding worker, once they run
+        self.reload_outcome = reload_outcome
         self._snapshot: dict = {}
         self._lock = threading.Lock()
         self.line = ""  # the summary line systemd shows (STATUS=)
@@ -40,20 +78,20 @@ class StatusBoard:
             snap = dict(self._snapshot)
         if not snap:
             return self.while_starting()
-        snap["daemon"] = dict(snap["daemon"], uptime_s=round(time.time() - self.d.started, 1))
+        snap["daemon"] = dict(snap["daemon"], uptime_s=round(time.time() - self.started_at, 1))
         snap["conversation"] = self.conversation()
-        snap["storage"] = self.d.storage.snapshot()
+        snap["storage"] = self.self.storage.snapshot()
         return snap
 
     def while_starting(self) -> dict:
         """The document before the loop first built one: the daemon's own parts, and how far the
         start has got instead of the agents (their trackers are still being checked).  Read by
         API threads: only what they may read while the loop works (no tracker, no index connection)."""
-        d, config = self.d, self.d.config
+        config = self.current.config
         progress = self.starting
         index = None
         if progress is not None and progress.agent is not None:
-            entry = d.indexer.agents.get(progress.agent)
+            entry = self.indexer.agents.get(progress.agent)
             index = dict(entry.progress) if entry is not None and entry.progress else None
         starting = progress.report(index) if progress is not None else {"text": "starting"}
         return {
@@ -61,8 +99,8 @@ class StatusBoard:
                 "running": True,
                 "pid": os.getpid(),
                 "version": __version__,
-                "started": iso(d.started),
-                "uptime_s": round(time.time() - d.started, 1),
+                "started": iso(self.started_at),
+                "uptime_s": round(time.time() - self.started_at, 1),
                 "config": str(config.source) if config.source else None,
                 "socket": str(config.paths.socket),
                 "state_dir": str(config.paths.state_dir),
@@ -70,47 +108,46 @@ class StatusBoard:
                 "starting": starting,
             },
             **self._parts(config, "starting"),
-            "storage": d.storage.snapshot(),
+            "storage": self.storage.snapshot(),
         }
 
     def conversation(self) -> dict:
-        d = self.d
-        if d.broker is not None:
-            return d.broker.status()
-        return {"enabled": d.config.conversation.enabled, "backend": d.config.conversation.backend}
+        if self.started.broker is not None:
+            return self.started.broker.status()
+        return {
+            "enabled": self.current.config.conversation.enabled,
+            "backend": self.current.config.conversation.backend,
+        }
 
     def _parts(self, config, no_watcher: str) -> dict:
         """What the starting and the full snapshot both report; ``no_watcher`` names the mode before one runs."""
-        d = self.d
         return {
             "watcher": {
-                "mode": d.watcher.mode if d.watcher else no_watcher,
-                "reason": d.watcher.reason if d.watcher else "",
+                "mode": self.started.watcher.mode if self.started.watcher else no_watcher,
+                "reason": self.started.watcher.reason if self.started.watcher else "",
                 "roots": [str(r) for r in watch_roots(config)],
             },
-            "reconcile": dict(d.reconciler.last, interval_s=config.watch.reconcile_interval_s),
+            "reconcile": dict(self.reconciler.last, interval_s=config.watch.reconcile_interval_s),
             "limits": limits_of(config),
             "vectors": self.vectors(),
             "conversation": self.conversation(),
         }
 
     def vectors(self) -> dict:
-        d = self.d
-        if d.embedder is None:
+        if self.embedder is None:
             return {"backend": "off"}
-        if d.embed_worker is None:
-            return dict(d.embedder.status())
-        return d.embed_worker.status()
+        if self.started.embed_worker is None:
+            return dict(self.embedder.status())
+        return self.started.embed_worker.status()
 
     def publish(self, running: bool = True) -> None:
         """Build the document from every part's state now (loop thread)."""
 
-        d = self.d
-        trackers = d.agents.all()
+        trackers = self.agents.all()
         reports = []
         for tracker in trackers:
             report = tracker.report()
-            report["index"] = d.indexer.report(tracker.id)
+            report["index"] = self.indexer.report(tracker.id)
             reports.append(report)
         files = sum(r["files"] for r in reports)
         commits = [t.last_commit.time for t in trackers if t.last_commit]
@@ -120,30 +157,30 @@ class StatusBoard:
         held = sum(len(r["held_back"]) for r in reports)
         if held:
             line += f", {held} held back"
-        if d.watcher and d.watcher.mode == "polling":
+        if self.started.watcher and self.started.watcher.mode == "polling":
             line += ", polling"
-        if d.storage.next_retry() is not None:
+        if self.storage.next_retry() is not None:
             line += ", STORAGE FAILING"
-        config = d.config
+        config = self.current.config
         snapshot = {
             "daemon": {
                 "running": running,
                 "pid": os.getpid(),
                 "version": __version__,
-                "started": iso(d.started),
+                "started": iso(self.started_at),
                 "config": str(config.source) if config.source else None,
                 "socket": str(config.paths.socket),
                 "state_dir": str(config.paths.state_dir),
                 "summary": line,
-                "config_error": d.reloader.config_error or None,
-                "restart_needed": d.reloader.restart_needed or None,
+                "config_error": self.reload_outcome.config_error or None,
+                "restart_needed": self.reload_outcome.restart_needed or None,
             },
             **self._parts(config, "stopped"),
             "agents": reports,
-            "storage": d.storage.snapshot(),
+            "storage": self.storage.snapshot(),
         }
         with self._lock:
             self._snapshot = snapshot
         if line != self.line:
             self.line = line
-            d.notifier.status(line)
+            self.notifier.status(line)

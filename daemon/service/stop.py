@@ -13,7 +13,15 @@ from layers.fsutil import atomic_write
 from layers.local.vectors import LocalEmbedder
 
 if TYPE_CHECKING:
-    from daemon.service.memory_daemon import MemoryDaemon
+    from daemon.files.agents import Agents
+    from daemon.files.committer import Committer
+    from daemon.files.routing import Router
+    from daemon.local.indexer import Indexer
+    from daemon.service.notify import Notifier
+    from daemon.service.snapshot import StatusBoard
+    from daemon.service.started import Started
+    from daemon.shared.audit import AuditLog
+    from daemon.shared.current import Current
 
 log = logging.getLogger(__name__)
 
@@ -52,42 +60,62 @@ class StopBudget:
 
 
 class Shutdown:
-    def __init__(self, daemon: MemoryDaemon) -> None:
-        self.d = daemon
+    def __init__(
+        self,
+        *,
+        current: Current,
+        notifier: Notifier,
+        started: Started,
+        router: Router,
+        agents: Agents,
+        committer: Committer,
+        indexer: Indexer,
+        audit: AuditLog,
+        board: StatusBoard,
+    ) -> None:
+        self.current = current
+        self.notifier = notifier
+        self.started = started  # what runs: the broker, the watcher, the API, the embedding worker
+        self.router = router
+        self.agents = agents
+        self.committer = committer
+        self.indexer = indexer
+        self.audit = audit
+        self.board = board
         self.left_running: list[str] = []  # threads a stop could not wait for
 
     def run(self) -> None:
         """Stop within STOP_BUDGET_S: final commits first, then every worker within its share."""
 
-        d = self.d
         budget = StopBudget()
-        d.notifier.stopping("stopping: final commits")
+        self.notifier.stopping("stopping: final commits")
         log.info("stopping: finishing pending work")
         # what winds down by itself starts now, alongside the commits
-        if d.broker is not None:
-            d.broker.request_stop()  # first: an aborted embedding is then no store failure
-        if d.embed_worker is not None:
-            d.embed_worker.request_stop()  # aborts an encode in progress
-        if isinstance(d.l4_embedder, LocalEmbedder):
-            d.l4_embedder.abort()  # L4's own model when L3's vectors are off
-        if d.watcher:
-            d.watcher.stop()
+        if self.started.broker is not None:
+            self.started.broker.request_stop()  # first: an aborted embedding is then no store failure
+        if self.started.embed_worker is not None:
+            self.started.embed_worker.request_stop()  # aborts an encode in progress
+        if isinstance(self.started.l4_embedder, LocalEmbedder):
+            self.started.l4_embedder.abort()  # L4's own model when L3's vectors are off
+        if self.started.watcher:
+            self.started.watcher.stop()
         self.final_commits(budget.deadline("final commits"))
-        if d.embed_worker is not None and not d.embed_worker.stop(budget.left("embedding worker")):
+        worker = self.started.embed_worker
+        if worker is not None and not worker.stop(budget.left("embedding worker")):
             self.left_running.append("the embedding worker")
-        if d.broker is not None and not d.broker.stop(budget.left("conversation store")):
+        if self.started.broker is not None and not self.started.broker.stop(budget.left("conversation store")):
             self.left_running.append("a conversation store call")
-        d.indexer.close()
-        if d.api:
-            d.api.stop(budget.left("indexes and API"))
-        for audit in (d.audit, d.broker.audit if d.broker is not None else None):
+        self.indexer.close()
+        if self.started.api:
+            self.started.api.stop(budget.left("indexes and API"))
+        for audit in (self.audit, self.started.broker.audit if self.started.broker is not None else None):
             if audit is not None:
                 audit.flush()  # the counts of refusals folded since their last line (no request comes now)
-        d.board.publish(running=False)
-        snapshot = d.board.read()
+        self.board.publish(running=False)
+        snapshot = self.board.read()
         snapshot["daemon"]["stopped"] = iso(time.time())
         try:
-            atomic_write(d.config.paths.state_dir / SNAPSHOT_FILE, json.dumps(snapshot, ensure_ascii=False))
+            atomic_write(self.current.config.paths.state_dir / SNAPSHOT_FILE, json.dumps(snapshot, ensure_ascii=False))
         except OSError as exc:
             log.warning("could not save the last status: %s", exc)
         log.info("stopped in %.1f s", time.monotonic() - budget.started)
@@ -101,39 +129,38 @@ class Shutdown:
         git they wait for is killed.  What is left uncommitted is committed by the
         next start's reconcile: nothing a stop cuts is lost.
         """
-        d = self.d
         started = time.monotonic()
         process_until = started + (deadline - started) / 2
-        d.router.take(started, until=process_until)  # events not taken: the next start's reconcile
-        settling = d.router.pop_all()
+        self.router.take(started, until=process_until)  # events not taken: the next start's reconcile
+        settling = self.router.pop_all()
         for done, (agent_id, rel) in enumerate(settling):
             if time.monotonic() >= process_until:
                 log.warning("stopping: %d changed file(s) left for the next start to process", len(settling) - done)
                 break
-            tracker = d.agents.get(agent_id)
+            tracker = self.agents.get(agent_id)
             if tracker is not None:
                 tracker.process(rel)
-        d.indexer.flush()  # a busy index is left queued: the next start's reconcile indexes it
+        self.indexer.flush()  # a busy index is left queued: the next start's reconcile indexes it
         while time.monotonic() < deadline:
             turn = time.monotonic()
-            d.committer.collect()
-            for tracker in d.agents.all():
+            self.committer.collect()
+            for tracker in self.agents.all():
                 if tracker.pending and tracker.committing is None:
-                    d.committer.start(tracker)  # now, whatever its back-off says
-            if not d.committer.running:
+                    self.committer.start(tracker)  # now, whatever its back-off says
+            if not self.committer.running:
                 break
-            d.committer.wait(min(deadline, turn + 0.2))
+            self.committer.wait(min(deadline, turn + 0.2))
             time.sleep(max(0.0, min(deadline, turn + 0.2) - time.monotonic()))  # a commit failing at once: not a spin
-        if d.committer.running:
-            d.committer.cancel()  # the git they wait for is killed; each job ends at once
-            d.committer.wait(time.monotonic() + 1.0)
-        d.committer.collect()
-        for tracker in d.agents.all():
+        if self.committer.running:
+            self.committer.cancel()  # the git they wait for is killed; each job ends at once
+            self.committer.wait(time.monotonic() + 1.0)
+        self.committer.collect()
+        for tracker in self.agents.all():
             if tracker.pending:
                 log.error(
                     "%s: left uncommitted at shutdown (%s); reconcile commits it at next start",
                     tracker.id,
                     tracker.last_error or "stopped while committing",
                 )
-        for tracker in d.agents.all():
+        for tracker in self.agents.all():
             tracker.files.save()

@@ -14,3 +14,11 @@ class Current:
 
     config: Config
     guard: SecretGuard  # made from config.guard.never_store
+
+    def guard_now(self) -> SecretGuard:
+        """The never_store patterns in force now (for parts that keep a callable, not this object)."""
+        return self.guard
+
+    def max_index_bytes(self) -> int:
+        """``watch.max_file_mb`` in force now, in bytes: a larger file is never read."""
+        return int(self.config.watch.max_file_mb * 1024 * 1024)

@@ -1,0 +1,33 @@
+"""The parts the daemon makes when it starts rather than when it is composed.
+
+The broker opens the store, the API binds the socket, the watcher and the
+embedding worker start threads: none of that may happen in ``MemoryDaemon()``
+(``memstrata reindex`` composes the daemon offline and starts none of them).
+The parts that use them are composed earlier, so they are handed this holder
+and find each part here once it runs (None before, or when it is off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from daemon.api.app import ApiServer
+    from daemon.conversation.broker import Broker
+    from daemon.files.watcher import Watcher
+    from daemon.local.embedding import EmbedWorker
+    from layers.local.vectors import Embedder
+
+
+@dataclass
+class Started:
+    broker: Broker | None = None
+    watcher: Watcher | None = None
+    embed_worker: EmbedWorker | None = None
+    api: ApiServer | None = None
+    l4_embedder: Embedder | None = None  # L4's embedder when it is not L3's (vectors off)
+
+    def vectors_blocked(self) -> str:
+        """Why the embedding worker cannot embed right now ("" when it can, or when there is none)."""
+        return self.embed_worker.waiting_reason if self.embed_worker is not None else ""
