@@ -59,7 +59,7 @@ def test_unit_verifies_without_warnings(unit):
 
 @pytest.mark.parametrize("name", ["memstrata", "memstrata-backup", "memstrata-cleanup"])
 def test_service_security_exposure_is_at_most_2(tmp_path, name):
-    """Issue 10: every unit scores at most 2.0 (tests/system checks the installed units in a booted systemd)."""
+    """Hardened units: every unit scores at most 2.0 (tests/system checks the installed units in a booted systemd)."""
     binary = REPO_ROOT / ".venv" / "bin" / "memstrata"
     path = tmp_path / f"{name}.service"
     path.write_text((REPO_ROOT / "systemd" / f"{name}.service").read_text().replace(INSTALLED_BINARY, str(binary)))
@@ -126,4 +126,4 @@ def test_stop_timeout_exceeds_the_daemons_stop_budget_and_the_comment_agrees():
     assert margin and float(margin.group(1)) == timeout - STOP_BUDGET_S
     assert sum(share for _, share in STOP_SHARES_S) == STOP_BUDGET_S
     assert STOP_SHARES_S[0][0] == "final commits", "the final commits come first"
-    assert STOP_BUDGET_S <= 10, "issue 9: SIGTERM ends the daemon within 10 s"
+    assert STOP_BUDGET_S <= 10, "SIGTERM ends the daemon within 10 s (the README's promise)"

@@ -80,7 +80,7 @@ class StatusBoard:
             return self.while_starting()
         snap["daemon"] = dict(snap["daemon"], uptime_s=round(time.time() - self.started_at, 1))
         snap["conversation"] = self.conversation()
-        snap["storage"] = self.self.storage.snapshot()
+        snap["storage"] = self.storage.snapshot()
         return snap
 
     def while_starting(self) -> dict:

@@ -859,7 +859,7 @@ class ConversationStore:
         with _translate_errors("delete"):
             client.delete(self.settings.collection, points_selector=models.PointIdsList(points=ids), wait=True)
 
-    # ------------------------------------------------------------ update, history (issue 14)
+    # ------------------------------------------------------------ update, history
 
     def update(self, memory_id: str, text: str, expiration: tuple[str, float] | None = None) -> None:
         """Replace a memory's text through mem0 (re-embedded, created_at kept, updated_at set, UPDATE event).
@@ -880,7 +880,7 @@ class ConversationStore:
         with _translate_errors("history"):
             return list(mem0.history(memory_id))
 
-    # ------------------------------------------------------------ dedup on write (issue 14)
+    # ------------------------------------------------------------ dedup on write
 
     def nearest(self, memory: NewMemory, count: int = 3) -> list[tuple[dict, float]]:
         """The stored memories closest to ``memory`` in its scope (owner, visibility, project), with cosines.

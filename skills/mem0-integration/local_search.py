@@ -7,8 +7,11 @@ is down; `memstrata search` is the everyday entry point.
 
     python3 local_search.py "Qdrant 端口" [--agent main] [--json] [--limit 10] [--config FILE]
 
-Run with any python3: it re-executes itself with memstrata's virtualenv when it
-was started with another interpreter.  In a
+Not standard library only, unlike mem0_client.py: the index is read by memstrata's
+own reader (apsw for FTS5, the query parser that makes Chinese searchable per
+character), which no other interpreter has.  So run it with any python3: it
+re-executes itself with memstrata's virtualenv when it was started with another
+interpreter.  In a
 workspace's copy of the skill the agent defaults to that workspace's
 (``$MEMSTRATA_AGENT`` overrides it), and the configuration to the installed one.
 """

@@ -8,8 +8,10 @@
 
 The configuration is --config FILE, else $MEMSTRATA_CONFIG, else the system file.
 Every option of `memstrata cleanup --help` works here. Exit status: 0 done,
-1 something failed, 2 usage. Runs with any python3 (re-executes itself with
-memstrata's virtualenv when needed).
+1 something failed, 2 usage. Not standard library only, unlike mem0_client.py: with
+the daemon down the cleanup opens the store itself (memstrata's own code, Qdrant
+Edge), so it runs with any python3 and re-executes itself with memstrata's
+virtualenv when needed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Recall on the bilingual dev set must not fall below the committed figures (issue 13).
+"""Recall on the bilingual dev set must not fall below the committed figures (bench/recall_set/README.md).
 
 Runs ``bench/recall.py`` for real: a fresh root, the real daemon, the real
 llama.cpp model, every chunk embedded, every question asked in hybrid and

@@ -1,4 +1,4 @@
-"""SIGTERM ends the daemon with exit 0 within 10 s, whatever it is doing (issue 9, item 11).
+"""SIGTERM ends the daemon with exit 0 within 10 s, whatever it is doing (the stop promise of the systemd unit).
 
 Each test puts a real daemon in one of the states that used to hold a stop up,
 sends a real SIGTERM and times the exit; then a restart shows that what the stop
