@@ -49,7 +49,8 @@ def test_a_caller_with_one_request_is_served_after_one_of_each_other_caller():
 
 def test_a_caller_never_runs_more_than_its_share():
     order, _ = asyncio.run(_started(_scheduler(threads=4, running=1, queued=10), [("alpha", 5), ("beta", 1)]))
-    assert order[:2] == ["alpha", "beta"], order  # beta got a thread while alpha's four waited
+    # beta got a thread while alpha's four waited (the first two threads start in either order)
+    assert sorted(order[:2]) == ["alpha", "beta"], order
 
 
 def test_past_its_queue_a_caller_is_told_busy_with_a_retry_after():
