@@ -57,7 +57,7 @@ def test_twenty_thousand_files_are_committed_while_another_agent_is_served(tmp_p
     _burst(ws)
     wait_for(lambda: d.agent("main")["committing"] or _committed(ws), timeout=120, what="the big commit under way")
     (beta / "MEMORY.md").write_text("# beta\n\n- beta's single edit zqbeta\n")
-    wait_for(lambda: "zqbeta" in git(beta, "show", "HEAD:MEMORY.md"), timeout=30, what="beta's edit committed")
+    wait_for(lambda: "zqbeta" in git(beta, "show", "HEAD:MEMORY.md"), timeout=90, what="beta's edit committed")
     print(f"when beta's edit was committed, main had {_committed(ws)} of {N} files committed")
 
     wait_for(lambda: _committed(ws) == N, timeout=600, interval=1, what="all 20,000 committed")
