@@ -80,7 +80,7 @@ def test_status_during_a_long_start_says_starting_n_of_m_files(tmp_path, daemons
 
 def test_status_while_starting_is_shown_without_a_token_too():
     """The starting document through the API's scoping: health for anyone includes the progress."""
-    from daemon.starting import INDEXING, StartProgress
+    from daemon.files.starting import INDEXING, StartProgress
 
     from daemon.api.app import scoped_status
     from daemon.front.status import render
