@@ -272,10 +272,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
             raise ApiError(403, "reindexing every agent needs the administrator's token")
         if args.agent is not None:
             authorize(daemon, caller, args.agent, request.url.path)
-        try:
-            return daemon.call_in_loop(lambda: daemon.reindex(args.agent, rebuild=bool(args.rebuild)))
-        except KeyError:
-            raise LookupError(f"unknown agent {args.agent!r}") from None
+        return daemon.call_in_loop(lambda: daemon.reindex(args.agent, rebuild=bool(args.rebuild)))
 
     search_body = {"schema": SearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
     memory_search_body = {"schema": MemorySearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}

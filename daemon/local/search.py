@@ -13,7 +13,7 @@ import apsw
 
 from daemon.local.embedding import EmbedWorker
 from daemon.local.indexer import Indexer
-from daemon.shared.errors import IndexUnavailableError
+from daemon.shared.errors import IndexUnavailableError, UnknownAgentError
 from daemon.shared.jobs import Jobs
 from daemon.shared.storage import is_storage_error
 from daemon.shared.workspaces import Agent
@@ -55,7 +55,7 @@ class LocalSearch:
         """Search an agent's index from an API thread (its own read connection)."""
         agent = self.agent_of(agent_id)
         if agent is None:
-            raise LookupError(f"unknown agent {agent_id!r}")
+            raise UnknownAgentError(f"unknown agent {agent_id!r}")
         refused = self.indexer.refused(agent_id)
         if refused:
             raise IndexUnavailableError(f"the index of {agent_id} is refused: {refused}")
