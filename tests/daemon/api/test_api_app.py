@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 from starlette.testclient import TestClient
 
 from daemon.api.app import build_app
+from daemon.shared.limits import MAX_QUERY_CHARS
 from daemon.shared.tokens import read_token
 from tests.helpers import token_of
 
@@ -108,3 +110,26 @@ def test_an_agent_the_daemon_does_not_know_is_a_404_naming_it(api, service, tmp_
         thread.join(5)
     for answer in (searched, reindexed):
         assert answer.status_code == 404 and answer.json() == {"error": "unknown agent 'ghost'"}, answer.text
+
+
+def test_the_longest_query_escaped_at_worst_is_read_and_one_more_character_is_the_query_limit(api, service):
+    """The search body limit holds the longest query the query limit admits, every character escaped as
+    json.dumps escapes it by default (an emoji: "\\ud83d\\ude00", 12 bytes): such a query is searched, and one
+    character more is refused by the query limit, with its message, not by the body limit."""
+    (service.workspace / "MEMORY.md").write_text("# MEMORY\nthe aardvark ledger\n")
+    service.daemon.reconciler.all()
+    main = {**_bearer(token_of(service.root, "main")), "Content-Type": "application/json"}
+    longest = "aardvark " + "\N{GRINNING FACE}" * (MAX_QUERY_CHARS - 9)
+    assert len(longest) == MAX_QUERY_CHARS
+
+    def post(path: str, query: str):
+        return api.post(path, content=json.dumps({"agent": "main", "q": query}).encode(), headers=main)
+
+    searched = post("/v1/search", longest)
+    assert searched.status_code == 200 and [h["path"] for h in searched.json()["results"]] == ["MEMORY.md"]
+    # L4 is off in this service: past the body limit and the query limit, the broker says so
+    assert post("/v1/memories/search", longest).status_code == 503
+    for path in ("/v1/search", "/v1/memories/search"):
+        refused = post(path, longest + "\N{GRINNING FACE}")
+        assert refused.status_code == 413
+        assert refused.json()["error"].startswith(f"the query is {MAX_QUERY_CHARS + 1:,} characters; the limit is")
