@@ -67,6 +67,7 @@ def _or(default: object) -> BeforeValidator:
 
 
 def _clamped(results: Results) -> AfterValidator:
+    """A number of results out of range is taken as the nearest bound: asking for 500 is no error."""
     return AfterValidator(lambda value: max(results.low, min(value, results.high)))
 
 
