@@ -160,7 +160,7 @@ def test_copied_constants_agree_with_the_daemon():
     assert client.WORKSPACE_TOKEN == WORKSPACE_TOKEN and client.WORKSPACE_SUFFIX == WORKSPACE_SUFFIX
     assert client.AGENT_ID_RE.pattern == AGENT_ID_PATTERN and client.MAIN_AGENT == MAIN_AGENT
     assert client.MAX_QUERY_CHARS == MAX_QUERY_CHARS and client.CONFIG_MAX_BYTES == MAX_BYTES
-    assert client.PAGE_MAX == L4_PAGE.high  # noqa: SIM300 - the copy on the left, as above
+    assert L4_PAGE.high == client.PAGE_MAX
 
 
 # ---------------------------------------------------------------- its copy of the request fields (stdlib only)
