@@ -18,12 +18,13 @@ from daemon.shared.errors import (
     ConversationUnavailableError,
     IndexUnavailableError,
     InvalidRequestError,
+    NotFoundError,
     NotStoredError,
     SecretRefusedError,
     StateUnreadableError,
 )
 from daemon.shared.limits import QueryTooLongError
-from layers.conversation.backup import NotABackupError
+from layers.conversation.backup import BackupNotFoundError, NotABackupError
 from layers.conversation.edge import EdgeLockedError
 from layers.conversation.policy import ForbiddenError, PolicyError
 from layers.conversation.store import StoreRequestError
@@ -69,7 +70,8 @@ class ApiError(Exception):
 # The domain exceptions of the layers, the broker and the daemon, as HTTP statuses: the one place
 # that says which condition is whose fault (first match wins).  Anything else, a bare ValueError or
 # RuntimeError included, is a bug: a 500 with a log line (see as_response), never "bad request"
-# (the caller would change a request that was fine) or "retry" (it would fail again).
+# (the caller would change a request that was fine) or "retry" (it would fail again).  So is a bare
+# KeyError, IndexError or FileNotFoundError: "not found" is NotFoundError and BackupNotFoundError.
 STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (NotStoredError, 507),  # a full disk: neither the store nor the queue kept the write
     (SecretRefusedError, 422),
@@ -80,8 +82,8 @@ STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (StateUnreadableError, 503),
     (RepoBusyError, 503),  # another git process holds a workspace's index.lock: a moment later it works
     (EdgeLockedError, 503),  # another process holds the embedded store
-    (LookupError, 404),  # unknown agent, no such memory
-    (FileNotFoundError, 404),  # no backup at that path
+    (NotFoundError, 404),  # unknown agent, no such memory
+    (BackupNotFoundError, 404),  # no backup at that path
     (EmptyQueryError, 400),
     (PolicyError, 400),
     (InvalidIdError, 400),
@@ -103,7 +105,7 @@ def as_response(exc: BaseException, request: Request | None, redact: Redact) -> 
         return error(exc.status, str(exc), redact, exc.headers)
     for kind, status in STATUS_OF:
         if isinstance(exc, kind):
-            message = str(exc.args[0]) if isinstance(exc, LookupError) and exc.args else str(exc)
+            message = str(exc)
             if isinstance(exc, VectorsUnavailableError):
                 message = f"vectors unavailable: {message}"
             return error(status, message, redact)

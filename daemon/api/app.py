@@ -173,10 +173,6 @@ def _conversation(daemon: DaemonApi) -> Broker:
     return daemon.broker
 
 
-def _clamped(value: int | None, default: int, low: int, high: int) -> int:
-    return default if value is None else max(low, min(value, high))
-
-
 def build_app(daemon: DaemonApi) -> Starlette:
     gate = Gate(daemon.identify, lambda: daemon.guard.redact, daemon.courtesy)
 
@@ -192,40 +188,19 @@ def build_app(daemon: DaemonApi) -> Starlette:
         authorize(daemon, caller, args.agent, request.url.path)
         check_query(args.q)
         filters = Filters(layer=args.layer, path_glob=args.path, since=args.since, until=args.until)
-        return daemon.search(
-            args.agent,
-            args.q,
-            mode=args.mode or "auto",
-            limit=_clamped(args.limit, 10, 1, 200),
-            filters=filters,
-            explain=bool(args.explain),
-        )
+        options = {"mode": args.mode, "limit": args.limit, "explain": args.explain}
+        return daemon.search(args.agent, args.q, filters=filters, **options)
 
     def memory_search(request: Request, caller: Caller, args: MemorySearchRequest) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)
         check_query(args.q)
         if not args.q.strip():
             raise ApiError(400, "q is required")
-        return _conversation(daemon).search(
-            args.agent,
-            args.q,
-            limit=_clamped(args.limit, 10, 1, 100),
-            fallback=args.fallback is not False,
-        )
+        return _conversation(daemon).search(args.agent, args.q, limit=args.limit, fallback=args.fallback)
 
     def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).add(
-            args.agent,
-            args.text,
-            memory_type=args.memory_type,
-            visibility=args.visibility,
-            project=args.project,
-            expires=args.expires,
-            infer=args.infer,
-            write_id=args.write_id,
-            role=args.role,
-        )
+        return _conversation(daemon).add(args.agent, args.text, **args.options())
 
     def admin_cleanup(request: Request, caller: Caller, args: CleanupRequest) -> dict:
         return _conversation(daemon).cleanup(CleanupOptions.from_dict(args.model_dump(by_alias=True)))
@@ -238,7 +213,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
 
     def memory_list(request: Request, caller: Caller, args: ListParams) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).get_all(args.agent, limit=_clamped(args.limit, 100, 1, 1000), cursor=args.cursor)
+        return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor)
 
     def memory_get(request: Request, caller: Caller, args: AgentParams) -> dict:
         admin = authorize(daemon, caller, args.agent, request.url.path)
@@ -272,10 +247,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
             raise ApiError(403, "reindexing every agent needs the administrator's token")
         if args.agent is not None:
             authorize(daemon, caller, args.agent, request.url.path)
-        try:
-            return daemon.call_in_loop(lambda: daemon.reindex(args.agent, rebuild=bool(args.rebuild)))
-        except KeyError:
-            raise LookupError(f"unknown agent {args.agent!r}") from None
+        return daemon.call_in_loop(lambda: daemon.reindex(args.agent, rebuild=bool(args.rebuild)))
 
     search_body = {"schema": SearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
     memory_search_body = {"schema": MemorySearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}

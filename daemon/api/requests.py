@@ -13,6 +13,13 @@ parameters of the GET and DELETE routes go through the same schemas, which is
 why numbers and flags also take their text forms (``limit=10``, ``dry_run=true``).
 tests/failure_modes/test_no_request_value_gives_a_500.py drives every route
 with values generated from these schemas.
+
+These schemas are the one definition of the fields of an L4 add, update and
+search and of an L3 search, their defaults and bounds included.  The places
+that spell them out again for their own callers (the CLI's options, the
+client's and the broker's signatures, the MCP tools' parameters, the skill's
+stdlib copy) are each compared with them, field by field, in
+tests/daemon/front/test_request_fields.py and tests/skills/test_mem0_client.py.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from daemon.shared.echo import cut
 from daemon.shared.errors import InvalidRequestError
+from daemon.shared.limits import L3_RESULTS, L4_PAGE, L4_RESULTS, Results
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 from layers.ids import AGENT_ID_PATTERN
 from layers.local.search import MODES as SEARCH_MODES
@@ -53,6 +61,16 @@ def _absent_when_empty(value: object) -> object:
     return None if value == "" else value
 
 
+def _or(default: object) -> BeforeValidator:
+    """A value not given, empty or null is the field's default (older clients send ``"limit": null``)."""
+    return BeforeValidator(lambda value: default if value is None or value == "" else value)
+
+
+def _clamped(results: Results) -> AfterValidator:
+    """A number of results out of range is taken as the nearest bound: asking for 500 is no error."""
+    return AfterValidator(lambda value: max(results.low, min(value, results.high)))
+
+
 Text = Annotated[str, AfterValidator(_unicode)]
 Short = Annotated[str, StringConstraints(max_length=1024), AfterValidator(_unicode), AfterValidator(_no_control)]
 Id = Annotated[str, StringConstraints(max_length=64, pattern=AGENT_ID_PATTERN)]
@@ -61,6 +79,10 @@ WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern
 Days = Annotated[int, Field(ge=0)]
 Count = Annotated[int, Field(ge=1)]
 Unset = BeforeValidator(_absent_when_empty)
+# A number of results: the default when not given, the nearest bound when out of range (daemon/shared/limits.py).
+L3Count = Annotated[int, _or(L3_RESULTS.default), _clamped(L3_RESULTS)]
+L4Count = Annotated[int, _or(L4_RESULTS.default), _clamped(L4_RESULTS)]
+PageCount = Annotated[int, _or(L4_PAGE.default), _clamped(L4_PAGE)]
 
 MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
 Visibility = Literal[VISIBILITIES]  # type: ignore[valid-type]
@@ -74,25 +96,31 @@ class Request(BaseModel):
 
 
 class SearchRequest(Request):
+    """An L3 search of the agent's own index; the query's length is checked by the route (413)."""
+
     agent: Id
     q: Text
     layer: Annotated[Short | None, Unset] = None
     path: Annotated[Short | None, Unset] = None
     since: Annotated[Short | None, Unset] = None
     until: Annotated[Short | None, Unset] = None
-    mode: Annotated[SearchMode | None, Unset] = None
-    limit: Annotated[int | None, Unset] = None
-    explain: Annotated[bool | None, Unset] = None
+    mode: Annotated[SearchMode, _or("auto")] = "auto"
+    limit: L3Count = L3_RESULTS.default
+    explain: Annotated[bool, _or(False)] = False
 
 
 class MemorySearchRequest(Request):
+    """An L4 search; ``fallback``: while the store is down, answer from the agent's L3 index (degraded)."""
+
     agent: Id
     q: Text
-    limit: Annotated[int | None, Unset] = None
-    fallback: Annotated[bool | None, Unset] = None
+    limit: L4Count = L4_RESULTS.default
+    fallback: Annotated[bool, _or(True)] = True
 
 
 class AddRequest(Request):
+    """An L4 write; what is left out (None) the broker decides: type, placement, lifetime, infer."""
+
     agent: Id
     text: Text
     memory_type: Annotated[MemoryType | None, Unset] = Field(None, alias="type")
@@ -102,6 +130,10 @@ class AddRequest(Request):
     infer: Annotated[bool | None, Unset] = None
     write_id: Annotated[WriteId | None, Unset] = None
     role: Annotated[Literal["user", "assistant"] | None, Unset] = None
+
+    def options(self) -> dict[str, object]:
+        """The write's options by field name, as the broker takes them (``Writes.add``)."""
+        return self.model_dump(exclude={"agent", "text"})
 
 
 class UpdateRequest(Request):
@@ -142,7 +174,7 @@ class AgentParams(Request):
 
 class ListParams(Request):
     agent: Id
-    limit: Annotated[int | None, Unset] = None
+    limit: PageCount = L4_PAGE.default
     cursor: Annotated[Short | None, Unset] = None
 
 

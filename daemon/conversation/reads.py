@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.shared.audit import AuditLog
-from daemon.shared.errors import ConversationUnavailableError
+from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError
 from layers.conversation.policy import PolicyError, may_read, read_phases
 from layers.conversation.registry import RegistryCache
 from layers.conversation.tombstones import Tombstones
@@ -117,10 +117,10 @@ class Reads:
     def get(self, agent: str, memory_id: str, admin: bool = False) -> dict:
         memory = self.fetch(memory_id)
         if memory is None:
-            raise LookupError(f"no memory {memory_id}")
+            raise NoSuchMemoryError(f"no memory {memory_id}")
         if not admin and not may_read(self.registry.current(), agent, memory):
             audit_denied(self.audit, "read_denied", agent, memory)
-            raise LookupError(f"no memory {memory_id}")  # another's memory is not even admitted to exist
+            raise NoSuchMemoryError(f"no memory {memory_id}")  # another's memory is not even admitted to exist
         return memory
 
     def history(self, agent: str, memory_id: str, admin: bool = False) -> dict:
@@ -130,10 +130,10 @@ class Reads:
         if memory is None:
             memory = self.tombstones.lookup(memory_id) if is_uuid(memory_id) else None
         if memory is None:
-            raise LookupError(f"no memory {memory_id}")
+            raise NoSuchMemoryError(f"no memory {memory_id}")
         if not admin and not may_read(self.registry.current(), agent, memory):
             audit_denied(self.audit, "history_denied", agent, memory)
-            raise LookupError(f"no memory {memory_id}")
+            raise NoSuchMemoryError(f"no memory {memory_id}")
         try:
             events = self.thread.call("history", lambda: self.thread.store.history(memory_id))
         except StoreDown as exc:

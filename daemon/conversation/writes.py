@@ -23,7 +23,7 @@ from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import Reads, audit_denied
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.shared.audit import AuditLog
-from daemon.shared.errors import ConversationUnavailableError, NotStoredError, SecretRefusedError
+from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError, NotStoredError, SecretRefusedError
 from daemon.shared.guard import SecretGuard
 from daemon.shared.limits import MAX_MEMORY_TEXT_CHARS
 from daemon.shared.storage import StorageHealth, is_storage_error
@@ -259,13 +259,13 @@ class Writes:
         except ConversationUnavailableError as exc:
             raise ConversationUnavailableError(not_changed(exc)) from None
         if memory is None:
-            raise LookupError(f"no memory {memory_id}")
+            raise NoSuchMemoryError(f"no memory {memory_id}")
         if not admin and memory.get("agent_id") != agent:
             audit_denied(self.audit, f"{what}_denied", agent, memory)
             if may_read(self.registry.current(), agent, memory):
                 owner = memory.get("agent_id")
                 raise ForbiddenError(f"memory {memory_id} belongs to {owner}; only its owner may {what} it")
-            raise LookupError(f"no memory {memory_id}")
+            raise NoSuchMemoryError(f"no memory {memory_id}")
         return memory
 
     def _deleted(self, agent: str, memory: dict) -> None:

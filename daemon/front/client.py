@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from daemon.shared.contracts import MemoryAnswer, SearchAnswer, StatusDocument
-from daemon.shared.limits import CLIENT_RETRIES, CLIENT_RETRY_CAP_S, check_query
+from daemon.shared.limits import CLIENT_RETRIES, CLIENT_RETRY_CAP_S, L4_PAGE, L4_RESULTS, check_query
 
 
 def retry_delay(retry_after: str | None) -> float:
@@ -60,7 +60,13 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 class DaemonClient:
-    """The daemon's API; ``token`` authenticates the caller as an agent (or the administrator)."""
+    """The daemon's API; ``token`` authenticates the caller as an agent (or the administrator).
+
+    The keyword arguments of :meth:`search`, :meth:`add`, :meth:`update` and :meth:`memory_search`
+    are the fields of their request schemas (daemon/api/requests.py), named as the API names them:
+    a misspelled one fails here, where the daemon would ignore it (it ignores unknown fields).
+    tests/daemon/front/test_request_fields.py compares them with the schemas.
+    """
 
     def __init__(self, socket_path: Path, timeout: float = 5.0, token: str | None = None) -> None:
         self.socket_path = socket_path
@@ -125,25 +131,62 @@ class DaemonClient:
     def status(self) -> StatusDocument:
         return self._request("GET", "/v1/status")
 
-    def search(self, agent: str, query: str, **params: object) -> SearchAnswer:
+    def search(
+        self,
+        agent: str,
+        query: str,
+        *,
+        layer: str | None = None,
+        path: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        mode: str | None = None,
+        limit: int | None = None,
+        explain: bool = False,
+    ) -> SearchAnswer:
         """L3 search; the query goes in the body (a URL has no room for it), checked against the limit first."""
         check_query(query)
-        clean = {k: v for k, v in params.items() if v not in (None, False)}
+        options = {"layer": layer, "path": path, "since": since, "until": until, "mode": mode, "limit": limit}
+        clean = {k: v for k, v in {**options, "explain": explain}.items() if v not in (None, False)}
         return self._request("POST", "/v1/search", json={"agent": agent, "q": query, **clean})
 
     def reindex(self, agent: str | None = None, rebuild: bool = False, timeout: float = 3600) -> dict:
         return self._request("POST", "/v1/reindex", json={"agent": agent, "rebuild": rebuild}, timeout=timeout)
 
-    def add(self, agent: str, text: str, **fields: object) -> dict:
+    def add(
+        self,
+        agent: str,
+        text: str,
+        *,
+        type: str | None = None,
+        visibility: str | None = None,
+        project: str | None = None,
+        expires: str | None = None,
+        infer: bool | None = None,
+        write_id: str | None = None,
+        role: str | None = None,
+    ) -> dict:
+        """An L4 write; what is left None the daemon decides (type, placement, lifetime, infer)."""
+        fields = {
+            "type": type,
+            "visibility": visibility,
+            "project": project,
+            "expires": expires,
+            "infer": infer,
+            "write_id": write_id,
+            "role": role,
+        }
         body = {"agent": agent, "text": text, **{k: v for k, v in fields.items() if v is not None}}
         return self._request("POST", "/v1/memories", json=body)
 
-    def memory_search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> MemoryAnswer:
+    def memory_search(
+        self, agent: str, query: str, limit: int = L4_RESULTS.default, fallback: bool = True
+    ) -> MemoryAnswer:
         check_query(query)
         body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
         return self._request("POST", "/v1/memories/search", json=body)
 
-    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> MemoryAnswer:
+    def get_all(self, agent: str, limit: int = L4_PAGE.default, cursor: str | None = None) -> MemoryAnswer:
         params = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}
         return self._request("GET", "/v1/memories", params=params)
 

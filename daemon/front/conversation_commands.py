@@ -21,6 +21,7 @@ from daemon.front.options import (
     json_option,
     placement,
 )
+from daemon.shared.limits import L4_PAGE
 from daemon.shared.workspaces import UnknownAgentError, get_agent
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 
@@ -174,7 +175,13 @@ def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
 
 @click.command("list")
 @agent_option
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Most memories shown.")
+@click.option(
+    "--limit",
+    type=click.IntRange(L4_PAGE.low, L4_PAGE.high),
+    default=L4_PAGE.default,
+    show_default=True,
+    help="Most memories shown.",
+)
 @click.option("--cursor", metavar="C", help="Resume where a listing ended (its next_cursor).")
 @filter_options
 @json_option

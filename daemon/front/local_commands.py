@@ -26,6 +26,7 @@ from daemon.front.options import (
     request_failed,
 )
 from daemon.shared.contracts import StatusDocument
+from daemon.shared.limits import L3_RESULTS
 from daemon.shared.workspaces import get_agent
 
 if TYPE_CHECKING:
@@ -164,7 +165,9 @@ def print_conversation(answer: dict) -> None:
 @click.argument("query")
 @agent_option
 @search_mode
-@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 200))
+@click.option(
+    "--limit", default=L3_RESULTS.default, show_default=True, type=click.IntRange(L3_RESULTS.low, L3_RESULTS.high)
+)
 @click.option(
     "--layer",
     type=click.Choice(["local", "conversation", "all", "core", "daily"]),

@@ -25,7 +25,7 @@ from daemon import __version__
 from daemon.front.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
 from daemon.front.mcp_protocol import Param, Server, Tool, ToolError
 from daemon.shared.contracts import StatusDocument
-from daemon.shared.limits import MAX_QUERY_CHARS, QueryTooLongError
+from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, QueryTooLongError
 from daemon.shared.settings import client_timeout
 from daemon.shared.tokens import own_token
 from daemon.shared.workspaces import Agent, core_of, get_agent
@@ -241,7 +241,14 @@ def build_server(config: Config, agent_id: str) -> Server:
             memory_search,
             (
                 Param("query", str, f"What to look for, in natural language (at most {MAX_QUERY_CHARS} characters)."),
-                Param("limit", int, "Most results to return.", default=10, minimum=1, maximum=100),
+                Param(
+                    "limit",
+                    int,
+                    "Most results to return.",
+                    default=L4_RESULTS.default,
+                    minimum=L4_RESULTS.low,
+                    maximum=L4_RESULTS.high,
+                ),
                 Param(
                     "fallback",
                     bool,
@@ -296,7 +303,14 @@ def build_server(config: Config, agent_id: str) -> Server:
             to review or audit what is remembered; to answer a question, memory_search is better.""",
             memory_get_all,
             (
-                Param("limit", int, "Most memories to return.", default=100, minimum=1, maximum=1000),
+                Param(
+                    "limit",
+                    int,
+                    "Most memories to return.",
+                    default=L4_PAGE.default,
+                    minimum=L4_PAGE.low,
+                    maximum=L4_PAGE.high,
+                ),
                 Param("cursor", str, "`next_cursor` of the previous page.", default=None, nullable=True),
             ),
             READ_ONLY,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import apsw
 
 from daemon.local.indexer import Indexer
-from daemon.shared.errors import IndexUnavailableError
+from daemon.shared.errors import IndexUnavailableError, UnknownAgentError
 from daemon.shared.jobs import Jobs
 from daemon.shared.storage import is_storage_error
 from daemon.shared.workspaces import Agent
@@ -54,7 +54,7 @@ class LocalSearch:
         """Search an agent's index from an API thread (its own read connection)."""
         agent = self.agent_of(agent_id)
         if agent is None:
-            raise LookupError(f"unknown agent {agent_id!r}")
+            raise UnknownAgentError(f"unknown agent {agent_id!r}")
         refused = self.indexer.refused(agent_id)
         if refused:
             raise IndexUnavailableError(f"the index of {agent_id} is refused: {refused}")

@@ -105,7 +105,7 @@ def restore(store: ConversationStore, archive: Path) -> dict:
     """Put a backup back; the embedded store is closed for it and reopened after."""
     s = store.settings
     if not archive.is_file():
-        raise FileNotFoundError(f"no backup at {archive}")
+        raise backups.BackupNotFoundError(f"no backup at {archive}")
     if s.backend == "embedded":
         store.close()
         kept = backups.restore_embedded(archive, s.data_dir)

@@ -53,7 +53,7 @@ from daemon.shared.audit import audit_log
 from daemon.shared.config import Config
 from daemon.shared.contracts import StatusDocument
 from daemon.shared.current import Current
-from daemon.shared.errors import DaemonError
+from daemon.shared.errors import DaemonError, UnknownAgentError
 from daemon.shared.guard import SecretGuard
 from daemon.shared.jobs import Jobs
 from daemon.shared.settings import (
@@ -352,6 +352,8 @@ class MemoryDaemon:
     def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict:
         """Full reindex (loop thread): the incremental code over every file, or a fresh rebuild."""
         trackers = self.agents.trackers
+        if agent_id and agent_id not in trackers:
+            raise UnknownAgentError(f"unknown agent {agent_id!r}")
         chosen = [trackers[agent_id]] if agent_id else list(trackers.values())
         if MAIN_AGENT in trackers:
             trackers[MAIN_AGENT].refresh()  # the shared core every index holds

@@ -2,7 +2,9 @@
 
 Each one stands for a condition a caller can act on; daemon/api/answers.py maps
 them to status codes in one place (``STATUS_OF``).  Anything else raised while
-answering a request is a bug and becomes a 500 with a log line.
+answering a request is a bug and becomes a 500 with a log line: a ``KeyError`` or
+an ``IndexError`` too, which is why "not found" is a class of its own here and not
+Python's ``LookupError``.
 """
 
 from __future__ import annotations
@@ -34,3 +36,20 @@ class IndexUnavailableError(RuntimeError):
 
 class StateUnreadableError(RuntimeError):
     """A file of the state directory the daemon needs cannot be read (HTTP 503); the message says how to fix it."""
+
+
+class NotFoundError(LookupError):
+    """What a request names does not exist, or not for this caller (HTTP 404); the message says what.
+
+    A ``LookupError`` for the code that catches one (the CLI's user errors), but only this class is
+    mapped to 404: a ``KeyError`` from a bug answered "not found" would make a caller give up on a
+    request that was fine.
+    """
+
+
+class UnknownAgentError(NotFoundError):
+    """No workspace, or no agent the daemon knows, for the requested agent id."""
+
+
+class NoSuchMemoryError(NotFoundError):
+    """No L4 memory with this id that the caller may read (another's private one is not admitted to exist)."""

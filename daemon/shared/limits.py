@@ -17,15 +17,38 @@ README.md ("Limits") documents these figures.
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 MAX_QUERY_CHARS = 4096  # documented in README.md ("Limits")
-# A search body holds the query (at most 6 bytes per character once JSON-escaped) and a few options.
-MAX_SEARCH_BODY_BYTES = 6 * MAX_QUERY_CHARS + 8192
 MAX_MEMORY_TEXT_CHARS = 20_000  # one L4 memory's text
-# An add or update body: the text JSON-escaped (6 bytes per character at worst) and a few short fields.
+# What one character of text (a code point, as len() and the limits above count) takes in a JSON body
+# at worst: a character outside the Basic Multilingual Plane (an emoji) escaped as its surrogate pair,
+# "\ud83d\ude00", is 12 bytes, and json.dumps escapes so by default (the daemon's own client does).
+# A control character ("\u001f") is 6, and any character unescaped in UTF-8 at most 4.
+JSON_BYTES_PER_CHAR = 12
+# A search body holds the query at worst and a few options: the longest query the limit admits is
+# always read, and one character more is refused by check_query, with the message about the query.
+BODY_FIELDS_BYTES = 8192
+MAX_SEARCH_BODY_BYTES = JSON_BYTES_PER_CHAR * MAX_QUERY_CHARS + BODY_FIELDS_BYTES  # 56 KiB
+# An add or update body: the text escaped at 6 bytes per character (any character of the Basic
+# Multilingual Plane) and a few short fields; a text of 20,000 emoji escaped (240,000 bytes) is not.
 MAX_MEMORY_BODY_BYTES = 128 * 1024
-assert MAX_MEMORY_BODY_BYTES >= 6 * MAX_MEMORY_TEXT_CHARS + 8192
+assert MAX_MEMORY_BODY_BYTES >= 6 * MAX_MEMORY_TEXT_CHARS + BODY_FIELDS_BYTES
 MAX_SMALL_BODY_BYTES = 8192  # reindex, admin maintenance: a few flags and a path
+
+
+class Results(NamedTuple):
+    """How many results a request may ask for: ``default`` when it does not say; a number outside
+    ``low``..``high`` is taken as the nearest bound, not refused (clients have long sent any figure)."""
+
+    default: int
+    low: int
+    high: int
+
+
+L3_RESULTS = Results(10, 1, 200)  # an L3 search (POST /v1/search)
+L4_RESULTS = Results(10, 1, 100)  # an L4 search (POST /v1/memories/search)
+L4_PAGE = Results(100, 1, 1000)  # a page of the L4 listing (GET /v1/memories)
 
 # A value the daemon repeats back (in an error) or writes down (in the audit log) is cut to this many
 # characters; what it was is said by its length ("… (5,242,880 characters)").

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from daemon.shared.errors import UnknownAgentError  # defined with the domain errors, raised (and imported) here
 from layers import core, daily, safefs
 from layers.ids import MAIN_AGENT, check_id, is_valid_id
 
@@ -36,10 +37,6 @@ PATHSPECS = (*MEMORY_FILES, *MEMORY_DIRS)
 # Editors write these next to the file they save; they are never memory.
 _TEMP_SUFFIXES = (".swp", ".swx", ".swo", ".tmp", "~", ".part", ".crdownload")
 _TEMP_PREFIXES = (".#", ".goutputstream-", "#")
-
-
-class UnknownAgentError(LookupError):
-    """No workspace exists for the requested agent id."""
 
 
 @dataclass(frozen=True)

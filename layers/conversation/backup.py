@@ -29,6 +29,10 @@ class NotABackupError(ValueError):
     """The file given to restore is not a backup memstrata can put back; the message says why."""
 
 
+class BackupNotFoundError(FileNotFoundError):
+    """No backup at the path given to restore, or no embedded store to back up; the message says which."""
+
+
 def _copy_sqlite(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(f"file:{source}?mode=ro", uri=True) as src, sqlite3.connect(target) as dst:
@@ -57,7 +61,7 @@ def snapshot_embedded(data_dir: Path, dest_dir: Path, collection: str, engine: s
     qdrant = data_dir / "qdrant"
     edge = data_dir / "edge"
     if engine != "edge" and not (qdrant / "meta.json").is_file():
-        raise FileNotFoundError(f"no embedded store at {qdrant} (nothing has been written yet)")
+        raise BackupNotFoundError(f"no embedded store at {qdrant} (nothing has been written yet)")
     with tempfile.TemporaryDirectory(dir=dest_dir.parent if dest_dir.parent.exists() else None) as tmp:
         staging = Path(tmp)
         if engine == "edge":

@@ -8,6 +8,7 @@ must find the workspace token, the agent id and the socket on its own.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib.util
 import json
@@ -21,8 +22,18 @@ from pathlib import Path
 
 import pytest
 
+from daemon.api.requests import AddRequest, MemorySearchRequest, UpdateRequest
 from daemon.shared.config import demo_config_text, parse_config
 from tests.helpers import FAKE_API_KEY, FAST, DaemonProcess, init_root, run_cli, wait_for
+from tests.request_fields import (
+    SAMPLES,
+    Recorder,
+    argparse_fields,
+    differences,
+    parsed,
+    schema_fields,
+    signature_fields,
+)
 
 CLIENT = Path(__file__).resolve().parents[2] / "skills" / "mem0-integration" / "mem0_client.py"
 STRICT = ("-I", "-S")  # isolated, and no site: only the standard library is importable
@@ -135,7 +146,7 @@ def test_client_imports_only_the_standard_library():
 
 def test_copied_constants_agree_with_the_daemon():
     """The client cannot import the daemon's modules (stdlib only), so its copies are checked here."""
-    from daemon.shared.limits import MAX_QUERY_CHARS
+    from daemon.shared.limits import L4_PAGE, MAX_QUERY_CHARS
     from daemon.shared.tokens import WORKSPACE_TOKEN
     from daemon.shared.workspaces import WORKSPACE_SUFFIX
     from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
@@ -149,6 +160,76 @@ def test_copied_constants_agree_with_the_daemon():
     assert client.WORKSPACE_TOKEN == WORKSPACE_TOKEN and client.WORKSPACE_SUFFIX == WORKSPACE_SUFFIX
     assert client.AGENT_ID_RE.pattern == AGENT_ID_PATTERN and client.MAIN_AGENT == MAIN_AGENT
     assert client.MAX_QUERY_CHARS == MAX_QUERY_CHARS and client.CONFIG_MAX_BYTES == MAX_BYTES
+    assert L4_PAGE.high == client.PAGE_MAX
+
+
+# ---------------------------------------------------------------- its copy of the request fields (stdlib only)
+
+ADD = schema_fields(AddRequest)
+L4_SEARCH = schema_fields(MemorySearchRequest)
+AS_NAMED = {"memory_type": "type", "query": "q"}  # its names of the API's fields
+ITSELF = {"agent": "the client's own agent, found from the workspace (--agent, $MEMSTRATA_AGENT or its name)"}
+ROLE = {"role": "sent by Memory.add: the speaker of a turn of a mem0 conversation"}
+SETUP = {
+    name: "where the daemon and the token are, and how the answer is shown"
+    for name in ("agent", "workspace", "socket", "config", "timeout", "json")
+}
+# mem0's metadata keys on Memory.add, as the API's fields
+METADATA_AS = {"visibility": "visibility", "project_id": "project", "expiration_date": "expires", "memory_type": "type"}
+
+
+def _command(name: str) -> argparse.ArgumentParser:
+    parser = mem0_client.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices[name]
+
+
+def test_its_copy_of_the_request_fields_agrees_with_the_schemas():
+    """Its methods and its commands take the fields of daemon/api/requests.py, as the schemas define them."""
+    client = mem0_client.Mem0Client
+    add = {"renamed": AS_NAMED, "left_out": {**ITSELF, **ROLE}}
+    search = {"renamed": AS_NAMED, "left_out": ITSELF}
+    assert differences(signature_fields(client.add), ADD, says_choices=False, **add) == []
+    assert differences(signature_fields(client.search), L4_SEARCH, says_choices=False, **search) == []
+    assert differences(argparse_fields(_command("add")), ADD, own=SETUP, **add) == []
+    assert differences(argparse_fields(_command("search")), L4_SEARCH, own=SETUP, **search) == []
+    assert set(mem0_client.ADD_METADATA) == set(METADATA_AS) and set(METADATA_AS.values()) <= set(ADD)
+
+
+def test_what_it_sends_is_the_schemas_fields(tmp_path_factory, monkeypatch):
+    """Every value reaches the daemon under the field's name (the daemon ignores the names it does not know)."""
+    sock = tmp_path_factory.mktemp("recorder") / "daemon.sock"
+    with Recorder(sock).serving() as recorder:
+        client = mem0_client.Mem0Client("main", "a token", sock)
+        for method, model in ((client.add, AddRequest), (client.search, MemorySearchRequest)):
+            given = {name: SAMPLES[AS_NAMED.get(name, name)] for name in signature_fields(method)}
+            sent = recorder.one(lambda method=method, given=given: method(**given))
+            expected = {AS_NAMED.get(name, name): value for name, value in given.items()}
+            assert parsed(model, sent) == {**expected, "agent": "main"}, method
+
+        memory = mem0_client.Memory(client=client)
+        metadata = {key: SAMPLES[field] for key, field in METADATA_AS.items()}
+        turn = {"role": SAMPLES["role"], "content": SAMPLES["text"]}
+        sent = recorder.one(lambda: memory.add([turn], metadata=metadata, infer=SAMPLES["infer"]))
+        assert (sent.method, sent.path) == ("POST", "/v1/memories")
+        assert parsed(AddRequest, sent) == {k: SAMPLES[k] for k in ADD if k != "write_id"}  # mem0's add has none
+        sent = recorder.one(
+            lambda: memory.update(SAMPLES["memory_id"], SAMPLES["text"], expiration_date=SAMPLES["expires"])
+        )
+        assert parsed(UpdateRequest, sent) == {"agent": "main", "text": SAMPLES["text"], "expires": SAMPLES["expires"]}
+        assert sent.path == f"/v1/memories/{SAMPLES['memory_id']}"
+
+        monkeypatch.setenv(mem0_client.TOKEN_ENV, "a token")
+        flags = {"type": "--type", "visibility": "--visibility", "project": "--project", "expires": "--expires"}
+        argv = [a for name, flag in flags.items() for a in (flag, str(SAMPLES[name]))]
+        argv += ["--no-infer" if SAMPLES["infer"] is False else "--infer", "--write-id", str(SAMPLES["write_id"])]
+        common = ["--socket", str(sock), "--agent", "main"]
+        sent = recorder.one(lambda: mem0_client.main([*common, "add", SAMPLES["text"], *argv]))
+        assert parsed(AddRequest, sent) == {k: SAMPLES[k] for k in ADD if k != "role"}
+        sent = recorder.one(
+            lambda: mem0_client.main([*common, "search", SAMPLES["q"], "--limit", "7", "--no-fallback"])
+        )
+        assert parsed(MemorySearchRequest, sent) == {k: SAMPLES[k] for k in L4_SEARCH}
 
 
 @pytest.mark.parametrize(

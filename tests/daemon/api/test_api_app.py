@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 from starlette.testclient import TestClient
 
 from daemon.api.app import build_app
+from daemon.shared.limits import MAX_QUERY_CHARS
 from daemon.shared.tokens import read_token
 from tests.helpers import token_of
 
@@ -82,3 +84,52 @@ def test_a_reindex_is_run_by_the_loop(api, service):
     assert answer.status_code == 200 and answer.json()["main"]["rebuilt"] is False
     everyone = api.post("/v1/reindex", json={}, headers=_bearer(token_of(service.root, "main")))
     assert everyone.status_code == 403, "every agent needs the administrator"
+
+
+def test_an_agent_the_daemon_does_not_know_is_a_404_naming_it(api, service, tmp_path):
+    """A valid token of an agent the daemon has no workspace for: the part that looks the agent up says so
+    (daemon/local/search.py, the reindex), as the domain's UnknownAgentError, answered 404 as before."""
+    elsewhere = tmp_path / "ghost-workspace"  # not under the agents' directory: the daemon never sees it
+    elsewhere.mkdir()
+    ghost = _bearer(service.daemon.tokens.issue("ghost", elsewhere))
+    d = service.daemon
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.is_set():
+            d.jobs.run_pending()
+            done.wait(0.02)
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    try:
+        searched = api.post("/v1/search", json={"agent": "ghost", "q": "x"}, headers=ghost)
+        reindexed = api.post("/v1/reindex", json={"agent": "ghost"}, headers=ghost)
+    finally:
+        done.set()
+        thread.join(5)
+    for answer in (searched, reindexed):
+        assert answer.status_code == 404 and answer.json() == {"error": "unknown agent 'ghost'"}, answer.text
+
+
+def test_the_longest_query_escaped_at_worst_is_read_and_one_more_character_is_the_query_limit(api, service):
+    """The search body limit holds the longest query the query limit admits, every character escaped as
+    json.dumps escapes it by default (an emoji: "\\ud83d\\ude00", 12 bytes): such a query is searched, and one
+    character more is refused by the query limit, with its message, not by the body limit."""
+    (service.workspace / "MEMORY.md").write_text("# MEMORY\nthe aardvark ledger\n")
+    service.daemon.reconciler.all()
+    main = {**_bearer(token_of(service.root, "main")), "Content-Type": "application/json"}
+    longest = "aardvark " + "\N{GRINNING FACE}" * (MAX_QUERY_CHARS - 9)
+    assert len(longest) == MAX_QUERY_CHARS
+
+    def post(path: str, query: str):
+        return api.post(path, content=json.dumps({"agent": "main", "q": query}).encode(), headers=main)
+
+    searched = post("/v1/search", longest)
+    assert searched.status_code == 200 and [h["path"] for h in searched.json()["results"]] == ["MEMORY.md"]
+    # L4 is off in this service: past the body limit and the query limit, the broker says so
+    assert post("/v1/memories/search", longest).status_code == 503
+    for path in ("/v1/search", "/v1/memories/search"):
+        refused = post(path, longest + "\N{GRINNING FACE}")
+        assert refused.status_code == 413
+        assert refused.json()["error"].startswith(f"the query is {MAX_QUERY_CHARS + 1:,} characters; the limit is")

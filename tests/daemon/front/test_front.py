@@ -26,11 +26,19 @@ from daemon.front.cli import main
 from daemon.front.status import offline_status
 from daemon.shared import contracts
 from daemon.shared.config import ConfigFile, demo_config_text, load_config, parse_config
-from daemon.shared.errors import ConversationUnavailableError, IndexUnavailableError, NotStoredError, SecretRefusedError
+from daemon.shared.errors import (
+    ConversationUnavailableError,
+    IndexUnavailableError,
+    NoSuchMemoryError,
+    NotStoredError,
+    SecretRefusedError,
+    UnknownAgentError,
+)
 from daemon.shared.guard import SecretGuard
 from daemon.shared.limits import QueryTooLongError
 from daemon.shared.settings import DEFAULT_KEEP
 from daemon.shared.tokens import ADMIN
+from layers.conversation.backup import BackupNotFoundError
 from layers.conversation.policy import ForbiddenError, PolicyError
 from layers.daily import RepoBusyError
 from layers.local.query import EmptyQueryError
@@ -226,7 +234,9 @@ def _search_with(exc: BaseException):
         (ConversationUnavailableError("store down"), 503),
         (IndexUnavailableError("the index of a is refused"), 503),
         (RepoBusyError("index.lock is held"), 503),
-        (LookupError("unknown agent 'b'"), 404),
+        (UnknownAgentError("unknown agent 'b'"), 404),
+        (NoSuchMemoryError("no memory 0d9c…"), 404),
+        (BackupNotFoundError("no backup at /srv/b.tar.gz"), 404),
         (EmptyQueryError("empty"), 400),
         (PolicyError("unknown memory type"), 400),
         (VectorsUnavailableError("model missing"), 409),
@@ -246,6 +256,23 @@ def test_a_bare_value_error_is_a_500_with_a_log_line(caplog):
     assert response.json()["error"].startswith(INTERNAL_ERROR) and "ValueError" in response.json()["error"]
     assert "invalid literal" not in response.text, "a bug's message may carry anything: it goes to the log"
     assert [r for r in caplog.records if "answered 500" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [KeyError("b"), IndexError("list index out of range"), LookupError("b"), FileNotFoundError(2, "No such file")],
+    ids=lambda exc: type(exc).__name__,
+)
+def test_a_lookup_or_a_missing_file_in_code_is_a_500_with_a_log_line(exc, caplog):
+    """Only the domain's "not found" (NotFoundError, BackupNotFoundError) is a 404: a KeyError from a bug
+    answered "not found" would make the caller give up on a request that was fine."""
+    with caplog.at_level(logging.ERROR, logger="daemon.api"):
+        response = _search_with(exc)
+    assert response.status_code == 500, response.text
+    assert response.json()["error"] == f"{INTERNAL_ERROR} ({type(exc).__name__})"
+    logged = [r for r in caplog.records if "answered 500" in r.getMessage()]
+    assert logged and logged[0].getMessage() == f"POST /v1/search failed with {type(exc).__name__} (answered 500)"
+    assert logged[0].exc_info and logged[0].exc_info[1] is exc, "the log line carries the traceback"
 
 
 def test_any_other_unexpected_exception_is_a_500():
