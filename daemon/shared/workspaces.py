@@ -198,7 +198,7 @@ def history_copy_path(config: Config, agent_id: str) -> Path:
     return config.paths.state_dir / HISTORY_DIR / f"{agent_id}.git"
 
 
-def workspace_repo(config: Config, workspace: Path, agent_id: str | None = None):
+def workspace_repo(config: Config, workspace: Path, agent_id: str | None = None) -> daily.WorkspaceRepo:
     """The git repository of ``workspace`` with the configured author and stale-lock age (one construction).
 
     With ``agent_id``, every commit made through it is also kept in that agent's

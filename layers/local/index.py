@@ -34,6 +34,7 @@ import apsw
 import numpy as np
 
 from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
+from layers.local.answers import IndexStats
 from layers.local.chunker import CHUNKER_VERSION, chunk_markdown
 from layers.local.query import Query
 from layers.local.tokenizer import TOKENIZER_VERSION, token_string
@@ -685,7 +686,7 @@ class LocalIndex:
 
     # ------------------------------------------------------------ status
 
-    def stats(self) -> dict:
+    def stats(self) -> IndexStats:
         db = self.db
         files, chunks = db.execute("SELECT count(*), coalesce(sum(chunks), 0) FROM files").fetchone()
         last = db.execute("SELECT max(indexed_at) FROM files").fetchone()[0]
