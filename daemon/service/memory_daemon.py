@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from daemon.api.app import ApiServer
 from daemon.api.fairness import Courtesy
-from daemon.conversation.broker import Broker, store_settings
+from daemon.conversation.broker import Broker
 from daemon.files.agents import Agents
 from daemon.files.committer import Committer
 from daemon.files.provision import Provisioner
@@ -61,6 +61,7 @@ from daemon.shared.settings import (
     OFFLINE_LOCK_WAIT_S,
     acquire_state_lock,
     guard_from,
+    store_settings,
 )
 from daemon.shared.storage import StorageHealth
 from daemon.shared.tokens import TokenStore

@@ -37,8 +37,9 @@ class IndexProgress(TypedDict, total=False):
     phase: str  # rebuild, sync
 
 
-class StartingInfo(TypedDict):
-    """How far the daemon's start has got (daemon/files/starting.py), while the agents are being checked."""
+class StartingInfo(TypedDict, total=False):
+    """How far the daemon's start has got (daemon/files/starting.py), while the agents are being checked
+    (only ``text`` before the loop began counting)."""
 
     files: int
     checked: int
@@ -186,26 +187,18 @@ class AgentReport(TypedDict, total=False):
     index: IndexReport
 
 
-class SetAside(TypedDict, total=False):
-    """A queued write the store refuses: its id and why, never its text."""
-
-    write_id: str
-    agent_id: str
-    reason: str
-
-
 class QueueStatus(TypedDict):
-    """The L4 write queue (daemon/conversation/status.py)."""
+    """The L4 write queue (daemon/conversation/status.py); a figure the queue cannot give now is None."""
 
-    depth: int
+    depth: int | None
     oldest_age_s: float | None
     writable: bool
     replayed: int
     skipped_already_written: int
     replay_rate_per_s: float | None
     eta_s: float | None
-    set_aside: int
-    set_aside_recent: list[SetAside]
+    set_aside: int | None
+    set_aside_recent: list[dict[str, Any]] | None  # write ids, agents and reasons, never the text
 
 
 class TailscaleView(TypedDict, total=False):

@@ -50,3 +50,11 @@ class IndexStats(TypedDict, total=False):
     pending_embeddings: int
     vectors: int
     identity: str
+
+
+class RebuildStats(IndexStats, total=False):
+    """What a rebuild made (:func:`layers.local.index.rebuild`): the new index's statistics, and how."""
+
+    files_indexed: int
+    vectors_reused: int  # vectors carried over from the old file (chunks whose text did not change)
+    seconds: float

@@ -34,7 +34,7 @@ import apsw
 import numpy as np
 
 from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
-from layers.local.answers import IndexStats
+from layers.local.answers import IndexStats, RebuildStats
 from layers.local.chunker import CHUNKER_VERSION, chunk_markdown
 from layers.local.query import Query
 from layers.local.tokenizer import TOKENIZER_VERSION, token_string
@@ -734,7 +734,7 @@ def rebuild(
     progress: Callable[[int], None] | None = None,
     before_swap: Callable[[], None] | None = None,
     owned: bool = False,
-) -> dict:
+) -> RebuildStats:
     """Build a fresh index next to ``path`` and swap it in atomically.
 
     The old file is untouched (and can keep answering) until ``before_swap`` is
@@ -778,8 +778,12 @@ def rebuild(
         raise
     _remove_sidecars(path)
     os.replace(staging, path)
-    stats.update(files_indexed=stats["files"], vectors_reused=reused, seconds=round(time.monotonic() - started, 3))
-    return stats
+    return {
+        **stats,
+        "files_indexed": stats["files"],
+        "vectors_reused": reused,
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def _copy_vectors(new: LocalIndex, old_path: Path) -> int:
