@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+# The L3 search answer (``POST /v1/search``) and its parts are the layer's, re-exported here
 from layers.local.answers import IndexStats
-from layers.local.answers import LocalHit as LocalHit  # re-exported: the parts of a search answer
+from layers.local.answers import LocalHit as LocalHit
 from layers.local.answers import NamedDays as NamedDays
-from layers.local.answers import SearchAnswer as LocalSearchAnswer
+from layers.local.answers import SearchAnswer as SearchAnswer
 
 # ---------------------------------------------------------------- status
 
@@ -269,11 +270,11 @@ class StatusDocument(TypedDict, total=False):
 # ---------------------------------------------------------------- answers
 
 
-class SearchAnswer(LocalSearchAnswer, total=False):
-    """``POST /v1/search``: the L3 answer (layers/local/answers.py), and what an L4 search that fell
-    back to it adds when the daemon is down (``memstrata search --layer all``)."""
+class LocalFallbackAnswer(SearchAnswer, total=False):
+    """``memstrata search --layer all`` while the daemon is down: the L3 answer standing in for L4's
+    (the daemon's own stand-in is a :class:`MemoryAnswer` with ``layer: local``)."""
 
-    layer: str
+    layer: str  # "local"
     degraded: bool
     reason: str
 
