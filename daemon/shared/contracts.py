@@ -331,4 +331,3 @@ class AddAnswer(TypedDict, total=False):
 def keys_of(contract: type) -> frozenset[str]:
     """Every key a contract allows, its bases' included (for the drift tests)."""
     return frozenset(contract.__annotations__)
-

@@ -36,6 +36,7 @@ class WithPaths(Protocol):
     @property
     def paths(self) -> Paths: ...
 
+
 # Paths whose changes are committed (L1 and L2); everything else in a workspace
 # (skills, logs, caches) belongs to other tools.
 MEMORY_FILES = (*core.CORE_FILES, daily.LONG_TERM_FILE)
