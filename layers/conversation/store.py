@@ -39,7 +39,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -117,7 +117,7 @@ class NewMemory:
     role: str = "user"  # whose words: a conversation's assistant turns are stored as such (mem0's ``role``)
 
     def metadata(self) -> dict:
-        meta = {
+        meta: dict[str, Any] = {
             "write_id": self.write_id,
             "visibility": self.visibility,
             "memory_type": self.memory_type,
@@ -568,7 +568,7 @@ class ConversationStore:
                     with_payload=["write_id"],
                 )
                 for point in points:
-                    ids = found.setdefault((point.payload or {}).get("write_id"), [])
+                    ids = found.setdefault((point.payload or {})["write_id"], [])  # the filter matched it
                     if str(point.id) not in ids:
                         ids.append(str(point.id))
                 if offset is None:
@@ -1038,7 +1038,7 @@ class _NoCommit:
     def __enter__(self) -> _NoCommit:
         return self
 
-    def __exit__(self, *exc_info) -> bool:
+    def __exit__(self, *exc_info: object) -> Literal[False]:
         return False
 
     def __getattr__(self, name: str):
