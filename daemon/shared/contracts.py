@@ -7,8 +7,8 @@ daemon/api/app.py) and read in four (``status.render``, the MCP server's
 ``format_status``).  These TypedDicts say which keys exist; every key is
 optional (``total=False``) because the documents differ by who asks (an agent
 sees its own part, a caller without a token only health) and by whether the
-daemon runs.  The records inside them (a commit, a line held back, a storage
-problem, …) always carry every key.  The skill cannot import this module (stdlib
+daemon runs.  The records inside them (a commit, a line held back, …) carry
+every key.  The skill cannot import this module (stdlib
 only, any python3), so it keeps its own copy of the keys it reads, under a drift
 test (tests/daemon/front/test_front.py).  mypy holds the builders and readers to
 these types (strictly: see pyproject.toml).
@@ -92,8 +92,9 @@ class Limits(TypedDict):
     max_delay_s: float
 
 
-class StorageProblem(TypedDict):
-    """One place whose writes fail (daemon/shared/storage.py)."""
+class StorageProblem(TypedDict, total=False):
+    """One place whose writes fail (daemon/shared/storage.py); a caller it does not concern sees
+    only ``place``, ``since``, ``failures`` and ``retry_in_s`` (daemon/api/app.py)."""
 
     place: str
     agent: str | None
