@@ -79,9 +79,11 @@ test: setup system-deps
 bench: setup
 	$(BIN)/python bench/run.py
 
+# mypy reads its configuration (which modules, how strict) from pyproject.toml
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) $(DEMO_ROOT) .pytest_cache

@@ -1,4 +1,4 @@
-"""Burst benchmark: 1,000 files over 10 agents at once, then single edits: one agent's burst must not hold up another agent's edit.
+"""Burst benchmark: 1,000 files over 10 agents at once, then single edits (a burst must not hold up another's edit).
 
 Baseline, measured in the same run on the same daemon before the burst: a single
 edit → searchable.  Reported against it: how long after the burst every one of

@@ -1,4 +1,4 @@
-"""Cosine of e5 passage vectors for exact duplicates, paraphrases and unrelated pairs: where the dedup-on-write threshold comes from.
+"""Cosine of e5 passage vectors for duplicates, paraphrases and unrelated pairs: where the dedup threshold comes from.
 
 The figures calibrate ``conversation.dedup.near_threshold``: run
 ``.venv/bin/python -m bench.bench_dedup`` and read min/max per kind.

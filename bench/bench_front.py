@@ -3,7 +3,7 @@
 Baseline, measured in the same run: bare ``python -c pass`` (interpreter start-up
 and exit).  For each command the CPU time of the child (user + sys, from
 ``os.wait4``) is printed as a ratio against it, with a real daemon running on a
-temporary root (as bench/bench_daemon.py starts one).  Targets (what an agent calling the front many times a session needs):
+temporary root (as bench/bench_daemon.py starts one).  Targets (an agent calls the front many times a session):
 ``--help``, ``status`` and ``search`` (FTS) each ≤ 5× bare python CPU; p50 wall
 of ``search`` ≤ 2× ``status``; ``memstrata mcp`` ready to answer ``initialize``
 ≤ 0.5 s CPU.

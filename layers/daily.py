@@ -33,6 +33,7 @@ from layers.names import shown as printable
 
 if TYPE_CHECKING:
     import git
+    from git import Git as GitCommand  # in the class below, ``git`` is the property
 else:
 
     class _GitOnFirstUse:
@@ -295,12 +296,12 @@ class WorkspaceRepo:
         return created
 
     @property
-    def git(self) -> git.Git:
+    def git(self) -> GitCommand:
         self.ensure()
         assert self._git is not None
         return self._git
 
-    def _worktree_git(self) -> git.Git:
+    def _worktree_git(self) -> GitCommand:
         """``git`` for a command that reads the work tree, with every configured filter emptied.
 
         Driver names are arbitrary strings, so they go through ``GIT_CONFIG_COUNT``

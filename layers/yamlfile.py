@@ -208,10 +208,9 @@ def check_shape(path: Path, text: str, max_depth: int = MAX_DEPTH, limit: int = 
             raise YamlFileError(
                 path, [Problem("", line, f"aliases (*{event.anchor}) are not accepted: write the value out")]
             )
-        if getattr(event, "anchor", None) is not None:
-            raise YamlFileError(
-                path, [Problem("", line, f"anchors (&{event.anchor}) are not accepted: write the value out")]
-            )
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            raise YamlFileError(path, [Problem("", line, f"anchors (&{anchor}) are not accepted: write the value out")])
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > max_depth:

@@ -18,8 +18,9 @@ import contextlib
 import os
 import socket
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 import uvicorn
 from starlette.applications import Starlette
@@ -45,7 +46,7 @@ from daemon.api.requests import (
 )
 from daemon.conversation.broker import Broker
 from daemon.ops.maintenance import DEFAULT_KEEP, CleanupOptions
-from daemon.shared.contracts import StatusDocument
+from daemon.shared.contracts import SearchAnswer, StatusCounts, StatusDocument
 from daemon.shared.guard import SecretGuard
 from daemon.shared.limits import (
     KEEP_ALIVE_S,
@@ -60,11 +61,15 @@ from daemon.shared.tokens import ADMIN
 from layers.local.index import Filters
 
 SOCKET_MODE = 0o660
+T = TypeVar("T")
 
 
 class DaemonApi(Protocol):
     broker: Broker | None
-    trackers: dict  # agent id → its tracker: the agents the daemon knows
+
+    @property
+    def trackers(self) -> Mapping[str, object]: ...  # agent id → its tracker: the agents the daemon knows
+
     courtesy: Courtesy  # where a flooding caller's requests make way (daemon/api/fairness.py)
 
     @property
@@ -74,11 +79,11 @@ class DaemonApi(Protocol):
 
     def identify(self, token: str | None) -> str | None: ...
 
-    def search(self, agent_id: str, text: str, **options) -> dict: ...
+    def search(self, agent_id: str, text: str, **options: Any) -> SearchAnswer: ...
 
     def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict: ...
 
-    def call_in_loop(self, fn, timeout: float = ...) -> object: ...
+    def call_in_loop(self, fn: Callable[[], T], timeout: float = ...) -> T: ...
 
 
 class SocketInUseError(RuntimeError):
@@ -125,7 +130,7 @@ def scoped_status(snapshot: StatusDocument, caller: str | None) -> StatusDocumen
     agent, daemon-level health and counts for anyone else (``GET /v1/status`` needs no token).
     """
     agents = snapshot.get("agents") or []
-    counts = {
+    counts: StatusCounts = {
         "agents": len(agents),
         "files": sum(a.get("files", 0) for a in agents),
         "held_back": sum(len(a.get("held_back") or ()) for a in agents),
@@ -151,7 +156,7 @@ def scoped_status(snapshot: StatusDocument, caller: str | None) -> StatusDocumen
         )
         queue = conversation.get("queue")
         if isinstance(queue, dict) and queue.get("set_aside_recent"):  # which writes, and whose: the owner's only
-            mine = [w for w in queue["set_aside_recent"] if caller and w.get("agent_id") == caller]
+            mine = [w for w in queue["set_aside_recent"] or [] if caller and w.get("agent_id") == caller]
             view["conversation"]["queue"] = {**queue, "set_aside_recent": mine}
     storage = snapshot.get("storage")
     if storage is not None:  # health for anyone; where and why only for the agent it concerns
@@ -164,7 +169,7 @@ def scoped_status(snapshot: StatusDocument, caller: str | None) -> StatusDocumen
         }
     if caller:
         view["agents"] = [a for a in agents if a.get("id") == caller]
-    return view
+    return cast(StatusDocument, view)  # assembled key by key, each part cut to what the caller may see
 
 
 def _conversation(daemon: DaemonApi) -> Broker:
@@ -176,7 +181,7 @@ def _conversation(daemon: DaemonApi) -> Broker:
 def build_app(daemon: DaemonApi) -> Starlette:
     gate = Gate(daemon.identify, lambda: daemon.guard.redact, daemon.courtesy)
 
-    def status(request: Request, caller: Caller, _args: None) -> dict:
+    def status(request: Request, caller: Caller, _args: None) -> StatusDocument:
         view = scoped_status(daemon.status(), caller.id)
         if caller.token_given and caller.id is None:
             view["note"] = "the token presented belongs to no agent: showing daemon-level health only"
@@ -184,7 +189,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
 
     # Searches: POST with a JSON body (what every client sends: a query has no room in a URL),
     # GET with query parameters for older clients. Both take the same fields.
-    def search(request: Request, caller: Caller, args: SearchRequest) -> dict:
+    def search(request: Request, caller: Caller, args: SearchRequest) -> SearchAnswer:
         authorize(daemon, caller, args.agent, request.url.path)
         check_query(args.q)
         filters = Filters(layer=args.layer, path_glob=args.path, since=args.since, until=args.until)
@@ -249,9 +254,9 @@ def build_app(daemon: DaemonApi) -> Starlette:
             authorize(daemon, caller, args.agent, request.url.path)
         return daemon.call_in_loop(lambda: daemon.reindex(args.agent, rebuild=bool(args.rebuild)))
 
-    search_body = {"schema": SearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
-    memory_search_body = {"schema": MemorySearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
-    admin = {"who": "admin", "lane": "maintenance", "body_limit": MAX_SMALL_BODY_BYTES}
+    search_body: dict[str, Any] = {"schema": SearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
+    memory_search_body: dict[str, Any] = {"schema": MemorySearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
+    admin: dict[str, Any] = {"who": "admin", "lane": "maintenance", "body_limit": MAX_SMALL_BODY_BYTES}
     routes = [
         ("/v1/status", "GET", gate.route(status, who="anyone", lane="status")),
         ("/v1/search", "POST", gate.route(search, **search_body)),

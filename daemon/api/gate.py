@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar, cast
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -39,6 +39,13 @@ from daemon.shared.tokens import ADMIN
 Who = Literal["anyone", "agent", "admin"]
 Lane = Literal["work", "status", "maintenance"]
 ANONYMOUS = "(no token)"  # the key callers without a valid token share in the status lane
+#: The arguments a route's work takes: its schema's model, or None for a route without one.
+Args = TypeVar("Args", bound="RequestSchema | None")
+
+
+def _model(schema: type[Args]) -> type[RequestSchema]:
+    """A route's schema, given (not None): the model its arguments are parsed into."""
+    return cast("type[RequestSchema]", schema)
 
 
 @dataclass(frozen=True)
@@ -83,9 +90,9 @@ class Gate:
 
     def route(
         self,
-        work: Callable[[Request, Caller, RequestSchema | None], object],
+        work: Callable[[Request, Caller, Args], object],
         *,
-        schema: type[RequestSchema] | None = None,
+        schema: type[Args] | None = None,
         body_limit: int = 0,
         who: Who = "agent",
         lane: Lane = "work",
@@ -95,12 +102,13 @@ class Gate:
         async def endpoint(request: Request) -> Response:
             try:
                 caller = self._caller(request, who, body_limit)
+                args: RequestSchema | None
                 if schema is None:
                     args = None
                 elif body_limit:
-                    args = parse(schema, json_body(await self._body(request, body_limit)))
+                    args = parse(_model(schema), json_body(await self._body(request, body_limit)))
                 else:
-                    args = parse(schema, request.query_params)
+                    args = parse(_model(schema), request.query_params)
                 key: Hashable = caller.id or ANONYMOUS
                 if lane == "maintenance":
                     key = (key, request.url.path)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -222,7 +222,7 @@ def _kind(value: object) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def _problem(error: dict, fields: Mapping[str, object], model: type[Request]) -> str:
+def _problem(error: Mapping[str, Any], fields: Mapping[str, object], model: type[Request]) -> str:
     """One validation error as a sentence naming the field, never quoting the value."""
     loc = error.get("loc") or ()
     field = cut(str(loc[0]) if loc else "the request")

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from daemon.conversation.maintenance_jobs import Maintenance
 from daemon.conversation.queue import QueueAccess
@@ -32,16 +33,10 @@ from daemon.conversation.writes import Writes
 from daemon.ops import maintenance
 from daemon.shared.audit import audit_log
 from daemon.shared.config import Config
-from daemon.shared.contracts import ConversationStatus
+from daemon.shared.contracts import ConversationStatus, SearchAnswer
 from daemon.shared.guard import SecretGuard
 from daemon.shared.jobs import StoreWorker
-from daemon.shared.settings import (  # noqa: F401 - the names stay importable from here
-    EMBEDDED_DEADLINE_S,
-    REMOTE_BACKSTOP_S,
-    client_timeout,
-    store_deadline,
-    store_settings,
-)
+from daemon.shared.settings import store_deadline, store_settings
 from daemon.shared.storage import StorageHealth
 from layers.conversation.breaker import Breaker
 from layers.conversation.queue import WriteQueue
@@ -65,7 +60,7 @@ class Broker:
         self,
         config: Config,
         store: ConversationStore,
-        local_search: Callable[[str, str, int], dict],
+        local_search: Callable[[str, str, int], SearchAnswer],
         guard: Callable[[], SecretGuard],
         embedder_ready: Callable[[], str] = lambda: "",
         on_change: Callable[[], None] = lambda: None,
@@ -112,7 +107,7 @@ class Broker:
             drain,
         )
         self.maintenance = Maintenance(self.thread, lambda: self.config)
-        self._final_status: dict | None = None  # what status() says once the queue is closed
+        self._final_status: ConversationStatus | None = None  # what status() says once the queue is closed
 
     @property
     def store(self) -> ConversationStore:
@@ -184,28 +179,30 @@ class Broker:
 
     # ------------------------------------------------------------ requests (daemon/conversation/writes.py, l4_reads.py)
 
-    def add(self, agent: str, text: str, **options) -> dict:
+    def add(self, agent: str, text: str, **options: Any) -> dict[str, Any]:
         return self.writes.add(agent, text, **options)
 
-    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None, admin: bool = False) -> dict:
+    def update(
+        self, agent: str, memory_id: str, text: str, *, expires: str | None = None, admin: bool = False
+    ) -> dict[str, Any]:
         return self.writes.update(agent, memory_id, text, expires=expires, admin=admin)
 
-    def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+    def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.writes.delete(agent, memory_id, admin=admin)
 
-    def delete_all(self, agent: str, **options) -> dict:
+    def delete_all(self, agent: str, **options: Any) -> dict[str, Any]:
         return self.writes.delete_all(agent, **options)
 
-    def search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict:
+    def search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict[str, Any]:
         return self.reads.search(agent, query, limit, fallback)
 
-    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> dict:
+    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
         return self.reads.get_all(agent, limit, cursor)
 
-    def get(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+    def get(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.reads.get(agent, memory_id, admin=admin)
 
-    def history(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+    def history(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.reads.history(agent, memory_id, admin=admin)
 
     # ------------------------------------------------------------ maintenance (daemon/conversation/maintenance_jobs.py)
@@ -216,14 +213,14 @@ class Broker:
         else:
             self.thread.wait_until_open(what, wait_s)
 
-    def cleanup(self, options: maintenance.CleanupOptions) -> dict:
+    def cleanup(self, options: maintenance.CleanupOptions) -> dict[str, Any]:
         """Page by page on the store thread, so agents' requests go on between the pages."""
         return self.maintenance.cleanup(options)
 
-    def backup(self, keep: int) -> dict:
+    def backup(self, keep: int) -> dict[str, Any]:
         return self.maintenance.backup(keep)
 
-    def restore(self, archive: Path) -> dict:
+    def restore(self, archive: Path) -> dict[str, Any]:
         return self.maintenance.restore(archive)
 
     # ------------------------------------------------------------ status (daemon/conversation/status.py)

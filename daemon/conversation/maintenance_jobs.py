@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.ops import maintenance
 from daemon.shared.config import Config
 from daemon.shared.errors import ConversationUnavailableError
 from layers.conversation.cleanup import Selection
+
+T = TypeVar("T")
 
 MAINTENANCE_S = 600.0  # a backup or restore of a large store
 
@@ -24,7 +27,7 @@ class Maintenance:
         self.thread = thread
         self.config = config  # the configuration in force (a reload replaces it)
 
-    def admin_call(self, what: str, fn: Callable[[], object], deadline: float | None = None) -> object:
+    def admin_call(self, what: str, fn: Callable[[], T], deadline: float | None = None) -> T:
 
         self.thread.wait_until_open(what)
         try:

@@ -63,7 +63,7 @@ class QueueAccess:
         """A failed attempt, counted on the queued write (a courtesy: a full disk must not stop anything)."""
         self.storage.attempt("queue", lambda: self.queue.failed(write_id, why), path=self.queue.path)
 
-    def view(self, fn: Callable[[], object]) -> object:
+    def view(self, fn: Callable[[], T]) -> T | None:
         """A figure for status, never an exception (status runs in the daemon's loop)."""
         if not self.queue.opened:
             return None

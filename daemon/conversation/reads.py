@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.shared.audit import AuditLog
+from daemon.shared.contracts import LocalHit, SearchAnswer
 from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError
 from layers.conversation.policy import PolicyError, may_read, read_phases
 from layers.conversation.registry import RegistryCache
 from layers.conversation.tombstones import Tombstones
 
 
-def local_view(result: dict) -> dict:
+def local_view(result: LocalHit) -> dict[str, Any]:
     """An L3 hit in the shape of a conversation result, so clients handle one list."""
     return {
         "memory": result["text"],
@@ -60,7 +62,7 @@ class Reads:
         registry: RegistryCache,
         audit: AuditLog,
         tombstones: Tombstones,
-        local_search: Callable[[str, str, int], dict],
+        local_search: Callable[[str, str, int], SearchAnswer],
     ) -> None:
         self.thread = thread
         self.registry = registry

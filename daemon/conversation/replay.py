@@ -11,6 +11,7 @@ it measures the round-trip now and then and refreshes the Tailscale view.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -177,7 +178,7 @@ class Replayer:
 
         headers = {"api-key": s.api_key} if s.api_key else {}
         try:
-            response = httpx.get(s.url.rstrip("/") + "/readyz", headers=headers, timeout=self.probe_timeout_s)
+            response = httpx.get((s.url or "").rstrip("/") + "/readyz", headers=headers, timeout=self.probe_timeout_s)
         except httpx.HTTPError as exc:
             return f"probe: {describe_error(exc)}"
         return "" if response.status_code < 500 else f"probe: HTTP {response.status_code}"
@@ -188,7 +189,12 @@ class Replayer:
         if problem:
             t.breaker.failure(problem)
             return
-        future = t.worker.submit(lambda: (t.store.connect(), t.store.ping())[1], CONNECT_DEADLINE_S)
+
+        def connect_and_ping() -> float:
+            t.store.connect()
+            return t.store.ping()
+
+        future = t.worker.submit(connect_and_ping, CONNECT_DEADLINE_S)
         try:
             self.rtt_ms = t.worker.wait(future, CONNECT_DEADLINE_S)
         except StoreConfigError as exc:
@@ -307,7 +313,7 @@ class Replayer:
         for handled, item in enumerate(items):
             try:
                 record = NewMemory(**item.request)
-                results = t.call("replay", lambda r=record: self.write(r, True), patient=True)
+                results = t.call("replay", functools.partial(self.write, record, True), patient=True)
             except TypeError as exc:
                 self._set_aside(item, f"unreadable queued request: {describe_error(exc)}")
                 continue
@@ -317,10 +323,10 @@ class Replayer:
             except StoreDown as exc:
                 if not t.stopping:
                     # the attempt count is a courtesy: a full queue disk must not stop the replay loop
-                    self.storage.attempt("queue", lambda w=item.write_id, e=str(exc): queue.failed(w, e))
+                    self.storage.attempt("queue", functools.partial(queue.failed, item.write_id, str(exc)))
                 return handled
             self.storage.succeeded("store")
-            if not self.storage.attempt("queue", lambda w=item.write_id: queue.done(w), path=queue.path):
+            if not self.storage.attempt("queue", functools.partial(queue.done, item.write_id), path=queue.path):
                 return handled  # written, still queued: the next replay finds its write_id in the store
             if results and all(r.get("event") == "EXISTS" for r in results):
                 self.skipped += 1

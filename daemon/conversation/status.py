@@ -5,11 +5,12 @@ from __future__ import annotations
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.replay import Replayer
 from daemon.conversation.store_thread import StoreThread
+from daemon.shared.contracts import ConversationStatus, QueueStatus
 from daemon.shared.storage import StorageHealth
 from layers.conversation.registry import RegistryCache
 
 
-def queue_status(queue: QueueAccess, replay: Replayer, storage: StorageHealth) -> dict:
+def queue_status(queue: QueueAccess, replay: Replayer, storage: StorageHealth) -> QueueStatus:
     depth = queue.view(queue.queue.depth)
     rate = replay.rate()
     return {
@@ -33,7 +34,7 @@ def conversation_status(
     queue: QueueAccess,
     storage: StorageHealth,
     llm_configured: bool,
-) -> dict:
+) -> ConversationStatus:
     """The section from the parts the broker composes (each handed in: this module knows no broker)."""
     registry.current()  # re-read if it changed: status shows a broken edit before any request does
     store = thread.store

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TypeVar
 
 from daemon.shared.errors import ConversationUnavailableError
 from daemon.shared.jobs import StoreWorker
@@ -23,6 +24,8 @@ from layers.conversation.breaker import Breaker
 from layers.conversation.store import ConversationStore, StoreSettings, StoreUnavailableError, describe_error
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 STORE_OPEN_WAIT_S = 60.0  # how long a backup or cleanup waits for the store to open (see wait_until_open)
 
@@ -54,7 +57,7 @@ class StoreThread:
         self.worker = StoreWorker()
         self.pause = pause  # before a write's embedding: a flood's write makes way (daemon/api/fairness.py)
 
-    def call(self, what: str, fn: Callable[[], object], deadline: float | None = None, patient: bool = False) -> object:
+    def call(self, what: str, fn: Callable[[], T], deadline: float | None = None, patient: bool = False) -> T:
         """Run ``fn`` on the store's thread; raise StoreDown (and open the breaker) when it fails.
 
         ``patient``: time queued behind other store jobs does not count (see :meth:`daemon.shared.jobs.Jobs.wait`).

@@ -13,13 +13,14 @@ import subprocess
 import time
 from urllib.parse import urlparse
 
+from daemon.shared.contracts import TailscaleView
 from layers.conversation.store import describe_error
 
 TAILSCALE_REFRESH_S = 60.0
 _TAILSCALE_NETS = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd7a:115c:a1e0::/48"))
 
 
-def tailscale_view(url: str) -> dict | None:
+def tailscale_view(url: str) -> TailscaleView | None:
     """What ``tailscale status`` says about the peer at ``url`` (None when it is no Tailscale address)."""
     host = urlparse(url).hostname or ""
     try:
@@ -54,7 +55,7 @@ class TailscaleWatch:
     """The last view of the peer, refreshed at most every TAILSCALE_REFRESH_S."""
 
     def __init__(self) -> None:
-        self.view: dict | None = None
+        self.view: TailscaleView | None = None
         self._at = 0.0
 
     def refresh(self, backend: str, url: str | None) -> None:

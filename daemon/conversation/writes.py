@@ -12,8 +12,9 @@ can only be read from the store, so while it is down they are refused (503).
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from datetime import datetime, timezone
 
@@ -23,6 +24,7 @@ from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import Reads, audit_denied
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.shared.audit import AuditLog
+from daemon.shared.config import DedupConfig
 from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError, NotStoredError, SecretRefusedError
 from daemon.shared.guard import SecretGuard
 from daemon.shared.limits import MAX_MEMORY_TEXT_CHARS
@@ -77,11 +79,11 @@ class Writes:
         self.replay_rate = replay_rate
         self.on_change = on_change
         # conversation.* settings, replaced by a reload (see Broker.reconfigure)
-        self.retention: dict = {}
-        self.dedup = None
+        self.retention: dict[str, int | None] = {}
+        self.dedup = DedupConfig()  # replaced by configure() before the first write
         self.llm_configured = False
 
-    def configure(self, retention: dict, dedup, llm_configured: bool) -> None:
+    def configure(self, retention: Mapping[str, int | None], dedup: DedupConfig, llm_configured: bool) -> None:
         self.retention = dict(retention)
         self.dedup = dedup
         self.llm_configured = llm_configured
@@ -333,7 +335,7 @@ class Writes:
         while True:
             try:
                 page, cursor = self.thread.call(
-                    "delete_all", lambda c=None if not dry_run else cursor: self.thread.store.scan(selection, 256, c)
+                    "delete_all", functools.partial(self.thread.store.scan, selection, 256, cursor if dry_run else None)
                 )
             except StoreDown as exc:
                 raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
@@ -347,7 +349,7 @@ class Writes:
                 break
             for memory in mine:
                 try:
-                    self.thread.call("delete", lambda i=memory["id"]: self.thread.store.delete(i))
+                    self.thread.call("delete", functools.partial(self.thread.store.delete, memory["id"]))
                 except StoreDown as exc:
                     raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
                 self._deleted(agent, memory)

@@ -18,6 +18,7 @@ has a deadline, and the daemon's stop kills the running git
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 
 import git
 
+from daemon.shared.contracts import CommitProgress
 from daemon.shared.guard import Finding, SecretGuard
 from layers import daily
 from layers.gitrun import Cancelled, GitFailed
@@ -114,7 +116,7 @@ class CommitJob:
         self._lock = threading.Lock()
 
     @property
-    def progress(self) -> dict[str, int]:
+    def progress(self) -> CommitProgress:
         """Files committed so far of those found (0 of 0 while it lists and scans them)."""
         with self._lock:
             return {"done": self.done, "total": self.total}
@@ -137,7 +139,7 @@ class CommitJob:
                 part = f"{number}/{len(parts)}" if len(parts) > 1 else ""
                 done = self.repo.commit_checked(
                     [c.path for c in batch],
-                    lambda staged, part=part: daily.commit_message(staged, part=part),
+                    functools.partial(daily.commit_message, part=part),
                     self._check,
                     keep=False,  # the last commit is copied once, below: it reaches the others
                 )

@@ -60,7 +60,7 @@ class Committer:
 
     def collect(self, now: float | None = None) -> list[AgentTracker]:
         """Apply every finished job's outcome to its tracker (loop thread); the trackers it touched."""
-        touched = []
+        touched: list[AgentTracker] = []
         while True:
             try:
                 tracker, job, future = self._done.get_nowait()

@@ -16,6 +16,7 @@ from daemon.files.agents import Agents
 from daemon.files.starting import CHECKING, INDEXING, StartProgress
 from daemon.files.tracker import AgentTracker
 from daemon.local.indexer import Indexer
+from daemon.shared.contracts import ReconcileInfo
 from daemon.shared.current import Current
 from daemon.shared.storage import StorageHealth, is_storage_error
 
@@ -40,7 +41,7 @@ class Reconciler:
         self.agents = agents
         self.indexer = indexer
         self.storage = storage
-        self.last: dict = {"time": None, "repaired": 0, "duration_ms": None}
+        self.last: ReconcileInfo = {"time": None, "repaired": 0, "duration_ms": None}
         self.next_at = 0.0  # monotonic time of the next periodic reconcile
         #: Asked between files: a stop requested meanwhile ends the reconcile early.
         self.stopping = stopping

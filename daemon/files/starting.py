@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from daemon.files.tracker import AgentTracker
+    from daemon.shared.contracts import IndexProgress, StartingInfo
 
 CHECKING = "checking files"
 INDEXING = "indexing"
@@ -49,7 +50,7 @@ class StartProgress:
         self.checked += 1
         self._agent_checked += 1
 
-    def describe(self, index: dict | None = None) -> str:
+    def describe(self, index: IndexProgress | None = None) -> str:
         """The status line: ``starting: N of M files checked``, and what the current agent waits for."""
         text = f"starting: {min(self.checked, self.total):,} of {self.total:,} files checked"
         if self.agent is None:
@@ -62,13 +63,13 @@ class StartProgress:
             return f"{text}; {self.agent}: asking git what changed"
         return text
 
-    def report(self, index: dict | None = None) -> dict:
+    def report(self, index: IndexProgress | None = None) -> StartingInfo:
         """The same as a document part (``daemon.starting`` of the status)."""
         return {
             "files": self.total,
             "checked": min(self.checked, self.total),
             "agent": self.agent,
             "step": self.step,
-            "index": dict(index) if index else None,
+            "index": index.copy() if index else None,
             "text": self.describe(index),
         }

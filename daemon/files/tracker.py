@@ -40,6 +40,7 @@ from layers.names import json_safe
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
+    from daemon.shared.contracts import AgentReport, LostHistory
     from daemon.shared.storage import StorageHealth
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class AgentTracker:
     #: The commit running now on a worker thread (daemon/files/committer.py); None between commits.
     committing: CommitJob | None = None
     #: Histories of this workspace found rewritten (kept in the daemon's copy), newest first.
-    history_lost: list[dict] = field(default_factory=list)
+    history_lost: list[LostHistory] = field(default_factory=list)
     _history_read: bool = field(default=False, repr=False)
 
     @property
@@ -482,7 +483,8 @@ class AgentTracker:
                 self.last_change = max(last or first, self.last_change or first)
             self.mark_dirty(now, immediate=immediate or outcome.left > 0)
             if outcome.error is not None:
-                return self._failed(now, _error_text(outcome.error, self.workspace))
+                self._failed(now, _error_text(outcome.error, self.workspace))
+                return None
             return outcome.commits[-1] if outcome.commits else None
         self.retry_at = None
         if self.failures:
@@ -567,12 +569,12 @@ class AgentTracker:
 
     # ------------------------------------------------------------ report
 
-    def report(self) -> dict:
+    def report(self) -> AgentReport:
         if self.last_commit is None and self.repo.exists:
             with contextlib.suppress(git.GitCommandError):
                 self.last_commit = self.repo.head()
         commit = self.last_commit
-        report = {
+        report: AgentReport = {
             "id": self.id,
             "workspace": str(self.workspace),
             "files": len(self.files),
@@ -602,7 +604,8 @@ class AgentTracker:
             "history_lost": self.history_lost,
         }
         # A name that is not UTF-8 is shown escaped (bad\xffname.md): it never breaks the report.
-        return json_safe(report)
+        safe: AgentReport = json_safe(report)  # the same keys, every string encodable
+        return safe
 
 
 def _error_text(exc: BaseException, workspace: Path) -> str:
@@ -634,8 +637,8 @@ def make_tracker(
     agent: Agent,
     guard: SecretGuard,
     record: Path | None,
-    listeners=(),
-    audit=None,
+    listeners: Sequence[EditListener] = (),
+    audit: Callable[..., None] | None = None,
     storage: StorageHealth | None = None,
 ) -> AgentTracker:
     """A tracker for ``agent``; ``record`` None keeps the processed-files record in memory only."""

@@ -408,7 +408,7 @@ def history(
         click.echo("no commits" + (f" touching {rel}" if rel else ""))
     for c in commits:
         click.echo(f"{c.short}  {c.time}  {c.subject}")
-    if kept:
+    if kept and repo.copy is not None:  # only a copy keeps versions the workspace lost
         click.echo(
             f"\nno longer in the workspace's history, kept in the daemon's copy {repo.copy.path} "
             "(`memstrata restore --at SHA` brings a file back):"

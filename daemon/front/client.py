@@ -13,6 +13,7 @@ import random
 import socket
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 from daemon.shared.contracts import MemoryAnswer, SearchAnswer, StatusDocument
@@ -81,7 +82,7 @@ class DaemonClient:
         json: dict | None = None,
         params: dict | None = None,
         timeout: float | None = None,
-    ) -> dict:
+    ) -> Any:
         """One request; told 429 (this caller's earlier requests fill its share), waits and tries again."""
         if not self.socket_path.exists():
             raise DaemonUnavailableError(f"no daemon socket at {self.socket_path}")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,12 +26,13 @@ from daemon.front.options import (
     placement,
     request_failed,
 )
-from daemon.shared.contracts import StatusDocument
+from daemon.shared.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, SearchAnswer, StatusDocument
 from daemon.shared.limits import L3_RESULTS
 from daemon.shared.workspaces import get_agent
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
+    from layers.local.index import Filters
 
 
 def refuse_long_query(query: str) -> None:
@@ -43,13 +45,15 @@ def refuse_long_query(query: str) -> None:
         raise QueryRefusedError(str(exc)) from None
 
 
-def _filters(layer: str | None, path: str | None, since: str | None, until: str | None):
+def _filters(layer: str | None, path: str | None, since: str | None, until: str | None) -> Filters:
     from layers.local.index import Filters
 
     return Filters(layer=layer, path_glob=path, since=since, until=until)
 
 
-def print_search(answer: dict, explain: bool) -> None:
+def print_search(answer: Mapping[str, Any], explain: bool) -> None:
+    """An answer whose results are L3 hits: a search's, its stand-in for L4 (``--layer all``), or L4's
+    answer served from L3 by the daemon (its results made L3-shaped, :func:`_as_local`)."""
     notes = []
     if answer.get("relaxed"):
         notes.append("no chunk has every term: showing chunks with any of them (relaxed)")
@@ -81,8 +85,16 @@ def print_search(answer: dict, explain: bool) -> None:
 
 
 def local_search(
-    config: Config, agent_id: str, text: str, *, mode: str, limit: int, filters, explain: bool, reason: str
-) -> dict:
+    config: Config,
+    agent_id: str,
+    text: str,
+    *,
+    mode: str,
+    limit: int,
+    filters: Filters | None,
+    explain: bool,
+    reason: str,
+) -> SearchAnswer:
     """Search the index file directly, read-only (no daemon, no model): the offline path."""
     from layers.local.index import ForeignFile, IndexStale, open_for_reading
     from layers.local.search import search as search_index
@@ -131,11 +143,11 @@ def search_conversation(config: Config, agent_id: str, query: str, limit: int, f
         local = local_search(
             config, agent_id, query, mode="auto", limit=limit, filters=None, explain=False, reason=reason
         )
-        answer = {"layer": "local", "degraded": True, "reason": reason, "query": query, **local}
+        fallback_answer: LocalFallbackAnswer = {"layer": "local", "degraded": True, "reason": reason, **local}
         if as_json:
-            echo_json(answer)
+            echo_json(fallback_answer)
         else:
-            print_search(answer, explain=False)
+            print_search(fallback_answer, explain=False)
         return
     if as_json:
         echo_json(answer)
@@ -145,11 +157,11 @@ def search_conversation(config: Config, agent_id: str, query: str, limit: int, f
         print_conversation(answer)
 
 
-def _as_local(result: dict) -> dict:
+def _as_local(result: Memory) -> dict[str, Any]:
     return {**result, "text": result["memory"], "snippet": result.get("snippet") or result["memory"]}
 
 
-def print_conversation(answer: dict) -> None:
+def print_conversation(answer: MemoryAnswer) -> None:
     if not answer["results"]:
         click.echo("no matches")
     for i, r in enumerate(answer["results"], start=1):

@@ -95,9 +95,9 @@ class Param:
             return f"{self.name}: expected {wanted}, got {json.dumps(value)[:80]}"
         if self.enum is not None and value not in self.enum:
             return f"{self.name}: {value!r} is not one of {', '.join(self.enum)}"
-        if self.minimum is not None and value < self.minimum:
+        if isinstance(value, int) and self.minimum is not None and value < self.minimum:
             return f"{self.name}: must be ≥ {self.minimum}, got {value}"
-        if self.maximum is not None and value > self.maximum:
+        if isinstance(value, int) and self.maximum is not None and value > self.maximum:
             return f"{self.name}: must be ≤ {self.maximum}, got {value}"
         return None
 
@@ -127,6 +127,7 @@ class Tool:
             schema["required"] = required
         schema["title"] = f"{self.name}Arguments"
         schema["additionalProperties"] = False
+        output: dict[str, Any]
         if self.returns_text:
             output = {
                 "properties": {"result": {"title": "Result", "type": "string"}},

@@ -68,7 +68,7 @@ def _token_problem(config: Config, agent: Agent) -> str | None:
     return own_token(config.paths.state_dir, agent.id, agent.workspace)[1]
 
 
-def _ask(config: Config, agent: Agent, request: Callable[[DaemonClient], dict]) -> dict:
+def _ask(config: Config, agent: Agent, request: Callable[[DaemonClient], Any]) -> Any:
     """Run one request as ``agent`` with its own token; no token and daemon errors become :class:`ToolError`."""
     token, problem = own_token(config.paths.state_dir, agent.id, agent.workspace)
     if problem:
@@ -191,7 +191,7 @@ def build_server(config: Config, agent_id: str) -> Server:
     """The MCP server for ``agent_id``; raises UnknownAgentError for an agent without a workspace."""
     agent = get_agent(config, agent_id)
 
-    def ask(request: Callable[[DaemonClient], dict]) -> dict:
+    def ask(request: Callable[[DaemonClient], Any]) -> Any:
         return _ask(config, agent, request)
 
     def memory_search(query: str, limit: int, fallback: bool) -> dict[str, Any]:

@@ -7,7 +7,8 @@ modules import this and cli.py imports them: no import circle.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -77,7 +78,7 @@ def request_failed(exc: Exception) -> click.ClickException:
     return QueryRefusedError(str(exc)) if status == 413 else click.ClickException(str(exc))
 
 
-def placement(memory: dict) -> str:
+def placement(memory: Mapping[str, Any]) -> str:
     """Where a memory lives, as every listing shows it: ``public``, ``private`` or ``project:ID``."""
     return memory["visibility"] + (f":{memory['project_id']}" if memory.get("project_id") else "")
 

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
-from daemon.shared.contracts import StatusDocument
+from daemon.shared.contracts import (
+    AgentReport,
+    ConversationStatus,
+    IndexReport,
+    ReconcileInfo,
+    StatusDocument,
+    StorageReport,
+)
 from daemon.shared.settings import SNAPSHOT_FILE, guard_from, limits_of
 from daemon.shared.workspaces import discover
 
@@ -22,16 +30,17 @@ def offline_status(config: Config, reason: str) -> StatusDocument:
     from daemon.files.tracker import make_tracker  # the offline survey: git and the file readers, only here
 
     guard = guard_from(config)
-    reports = []
+    reports: list[AgentReport] = []
     for agent in discover(config):
         tracker = make_tracker(config, agent, guard, record=None)
         tracker.survey()
         report = tracker.report()
         report["index"] = _index_report(agent.index)
         reports.append(report)
-    last: dict = {}
+    last: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
         last = json.loads((config.paths.state_dir / SNAPSHOT_FILE).read_text("utf-8"))
+    reconcile: ReconcileInfo = last.get("reconcile") or ReconcileInfo(time=None)
     return {
         "daemon": {
             "running": False,
@@ -43,28 +52,29 @@ def offline_status(config: Config, reason: str) -> StatusDocument:
             "last_seen": (last.get("daemon") or {}).get("stopped"),
         },
         "watcher": {"mode": "not running", "reason": ""},
-        "reconcile": last.get("reconcile") or {"time": None},
+        "reconcile": reconcile,
         "limits": limits_of(config),
         "vectors": _vectors_report(config),
         "agents": reports,
     }
 
 
-def _index_report(path) -> dict:
+def _index_report(path: Path) -> IndexReport:
     from layers.local.index import ForeignFile, IndexStale, open_for_reading
 
     if not path.exists():
         return {"path": str(path), "state": "missing (the daemon builds it)"}
     try:
         with open_for_reading(path) as index:
-            return {"path": str(path), "state": "ready", **index.stats()}
+            ready: IndexReport = {"path": str(path), "state": "ready"}
+            return {**ready, **index.stats()}
     except ForeignFile as exc:
         return {"path": str(path), "state": "refused", "error": str(exc)}
     except (IndexStale, OSError) as exc:
         return {"path": str(path), "state": f"unusable: {exc} (the daemon rebuilds it)"}
 
 
-def _vectors_report(config: Config) -> dict:
+def _vectors_report(config: Config) -> dict[str, Any]:
     from daemon.local.embedding import make_embedder
 
     embedder = make_embedder(config)
@@ -90,7 +100,7 @@ def _duration(seconds: float) -> str:
     return " ".join([*parts, f"{minutes}m {secs}s"])
 
 
-def _edge_index_lines(index: dict | None) -> list[str]:
+def _edge_index_lines(index: dict[str, Any] | None) -> list[str]:
     """The embedded shard's HNSW index: points it searches by brute force until the next optimize."""
     if not index or "points" not in index:
         return []
@@ -106,7 +116,7 @@ def _edge_index_lines(index: dict | None) -> list[str]:
     return lines
 
 
-def _conversation_lines(c: dict) -> list[str]:
+def _conversation_lines(c: ConversationStatus) -> list[str]:
     if not c.get("enabled"):
         return ["conversation (L4): disabled"] if c else []
     where = c["backend"] + (f" {c['url']}" if c.get("url") else "") + f", collection {c.get('collection')}"
@@ -125,7 +135,7 @@ def _conversation_lines(c: dict) -> list[str]:
     elif imp.get("state") == "failed":
         lines.append(f"  import of the old local-mode store failed (tried again at the next start): {imp.get('error')}")
     lines.extend(_edge_index_lines(c.get("index")))
-    q = c.get("queue") or {}
+    q: Mapping[str, Any] = c.get("queue") or {}
     if q.get("depth"):
         lines.append(f"  queued writes: {q['depth']} (oldest {_duration(q.get('oldest_age_s') or 0)} old)")
         if q.get("replay_rate_per_s"):
@@ -154,10 +164,10 @@ def _conversation_lines(c: dict) -> list[str]:
     return lines
 
 
-def _storage_lines(storage: dict | None) -> list[str]:
+def _storage_lines(storage: StorageReport | None) -> list[str]:
     """Writes a full (or read-only) disk refuses, one line per place; they retry by themselves."""
     lines = []
-    for p in (storage or {}).get("problems") or []:
+    for p in (storage.get("problems") if storage else None) or []:
         who = f" for {p['agent']}" if p.get("agent") else ""
         where = f" ({p['path']})" if p.get("path") else ""
         lines.append(
@@ -168,7 +178,7 @@ def _storage_lines(storage: dict | None) -> list[str]:
     return lines
 
 
-def _history_lines(agent: dict) -> list[str]:
+def _history_lines(agent: AgentReport) -> list[str]:
     """A history the workspace lost (reset, rewritten, .git removed): what the daemon's copy keeps of it."""
     lost = agent.get("history_lost") or []
     if not lost:
@@ -205,8 +215,9 @@ def render(status: StatusDocument) -> str:
     lines.extend(_storage_lines(status.get("storage")))
     if d.get("config_error"):
         lines.append(f"configuration: {d['config_error']}")
-    if d.get("restart_needed"):
-        lines.append(f"configuration: RESTART NEEDED to apply {', '.join(d['restart_needed'])} (read on reload)")
+    restart = d.get("restart_needed")
+    if restart:
+        lines.append(f"configuration: RESTART NEEDED to apply {', '.join(restart)} (read on reload)")
     w, r, lim = status["watcher"], status.get("reconcile") or {}, status["limits"]
     watcher = w["mode"] + (f" — {w['reason']}" if w.get("reason") else "")
     recon = f"{_clock(r.get('time'))}"
@@ -239,9 +250,10 @@ def render(status: StatusDocument) -> str:
         lines.append("\nagents: shown once every workspace has been checked (the start is still running)")
         return "\n".join(lines) + "\n"
     if "agents" not in status:  # the daemon shows per-agent details only to a token holder
-        c = status.get("counts") or {}
+        counts: Mapping[str, object] = status.get("counts") or {}
         lines.append(
-            f"\n{c.get('agents', 0)} agents, {c.get('files', 0)} files, {c.get('held_back', 0)} held back; "
+            f"\n{counts.get('agents', 0)} agents, {counts.get('files', 0)} files, "
+            f"{counts.get('held_back', 0)} held back; "
             "per-agent details need a token (run as root, or set $MEMSTRATA_TOKEN to an agent's token)"
         )
         return "\n".join(lines) + "\n"
@@ -254,9 +266,13 @@ def render(status: StatusDocument) -> str:
         last = f"{commit['sha']} {_clock(commit['time'])} {commit['subject']!r}" if commit else "none"
         pending = "  (changes waiting to be committed)" if a["pending_commit"] else ""
         lines.append(f"  files: {a['files']}   last commit: {last}{pending}")
-        if a.get("committing"):
-            c = a["committing"]
-            done = f"{c['done']:,} of {c['total']:,} files" if c["total"] else "listing and checking the changes"
+        committing = a.get("committing")
+        if committing:
+            done = (
+                f"{committing['done']:,} of {committing['total']:,} files"
+                if committing["total"]
+                else "listing and checking the changes"
+            )
             lines.append(f"  committing: {done}")
         lines.extend(_history_lines(a))
         for h in a["held_back"]:
@@ -270,13 +286,10 @@ def render(status: StatusDocument) -> str:
             lines.append(f"  ignored: {s['path']}: {s['reason']}")
         for s in a["not_indexed"]:
             lines.append(f"  not indexed: {s['path']}: {s['reason']}")
-        ix = a.get("index") or {}
+        ix: IndexReport = a.get("index") or {}
         if "chunks" in ix:
-            indexed = (
-                _clock(datetime.fromtimestamp(ix["last_indexed"]).astimezone().isoformat())
-                if ix.get("last_indexed")
-                else "never"
-            )
+            last_indexed = ix.get("last_indexed")
+            indexed = _clock(datetime.fromtimestamp(last_indexed).astimezone().isoformat()) if last_indexed else "never"
             lines.append(
                 f"  index: {ix['state']}, {ix['files']} files, {ix['chunks']} chunks, last indexed {indexed}, "
                 f"{ix.get('pending_embeddings', 0)} waiting for vectors"
@@ -288,15 +301,15 @@ def render(status: StatusDocument) -> str:
             lines.append(f"  index error: {ix['error']}")
         if ix.get("progress"):
             lines.append(f"  indexing: {ix['progress']['done']}/{ix['progress']['total']} ({ix['progress']['phase']})")
-        if ix.get("last_rebuild"):
-            rb = ix["last_rebuild"]
+        rb = ix.get("last_rebuild")
+        if rb:
             lines.append(
                 f"  last rebuild: {_clock(datetime.fromtimestamp(rb['time']).astimezone().isoformat())}: {rb['reason']}"
             )
         if ix.get("error"):
             lines.append(f"  INDEX ERROR: {ix['error']}")
-        for r in a.get("refused") or []:
-            lines.append(f"  REFUSED: {r['path']}: {r['reason']}")
+        for refused in a.get("refused") or []:
+            lines.append(f"  REFUSED: {refused['path']}: {refused['reason']}")
         failing = a.get("commits_failing")
         if failing:
             lines.append(

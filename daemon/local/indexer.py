@@ -25,12 +25,14 @@ from pathlib import Path
 import apsw
 
 from daemon.local.index_files import IndexClaims
+from daemon.shared.contracts import IndexProgress, IndexReport, LastRebuild
 from daemon.shared.fileread import Inspection, read_version
 from daemon.shared.guard import SecretGuard
 from daemon.shared.storage import StorageHealth, is_storage_error
 from daemon.shared.workspaces import MEMORY_FILES, Agent
 from layers import core, daily
 from layers.ids import MAIN_AGENT
+from layers.local.answers import RebuildStats
 from layers.local.index import Document, ForeignFile, Identity, IndexStale, LocalIndex, check_replaceable, rebuild
 from layers.names import shown
 
@@ -75,9 +77,9 @@ def document_of(rel: str, inspection: Inspection) -> Document | None:
 class AgentIndex:
     agent: Agent
     index: LocalIndex | None = None
-    last_rebuild: dict | None = None
+    last_rebuild: LastRebuild | None = None
     error: str | None = None
-    progress: dict = field(default_factory=dict)
+    progress: IndexProgress = field(default_factory=lambda: IndexProgress())
     queue: dict[str, Document | None] = field(default_factory=dict)  # rel → new content, None: remove
     scrub: set[str] = field(default_factory=set)  # files that turned out to hold a secret: scrubbed first
     failures: int = 0  # consecutive failed flushes
@@ -219,7 +221,9 @@ class Indexer:
             return True
         return False
 
-    def rebuild(self, agent: Agent, desired: dict[str, str], reason: str, progress=None) -> dict:
+    def rebuild(
+        self, agent: Agent, desired: dict[str, str], reason: str, progress: Callable[[int], None] | None = None
+    ) -> RebuildStats:
         """Build a fresh index from markdown; the old file answers searches until the swap."""
         entry = self.agents.setdefault(agent.id, AgentIndex(agent))
         try:
@@ -410,7 +414,7 @@ class Indexer:
             entry.queue.pop(rel, None)  # content queued before the secret appeared is never written
             entry.scrub.add(rel)
 
-    def sync(self, agent: Agent, desired: dict[str, str], progress=None) -> int:
+    def sync(self, agent: Agent, desired: dict[str, str], progress: Callable[[int], None] | None = None) -> int:
         """Make the index hold exactly ``desired`` (rel → sha256); the same code as the edit flow.
 
         This is also ``memstrata reindex``: unchanged files are skipped by
@@ -461,28 +465,27 @@ class Indexer:
 
     # ------------------------------------------------------------ status
 
-    def report(self, agent_id: str) -> dict:
+    def report(self, agent_id: str) -> IndexReport:
         entry = self.agents.get(agent_id)
         if entry is None:
             return {"state": "not open"}
-        out: dict = {"path": str(entry.agent.index)}
+        out: IndexReport = {"path": str(entry.agent.index)}
         if entry.refused:
             return {**out, "state": "refused", "error": entry.refused, "queued_updates": 0, "last_rebuild": None}
         if entry.index is not None:
             try:
-                stats = entry.index.stats()
+                out = {**out, **entry.index.stats()}
             except Exception as exc:  # a file damaged under us: say so, the next sync rebuilds
-                stats = {"error": str(exc)}
-            out.update(stats)
+                out["error"] = str(exc)
             out["state"] = "rebuilding" if entry.progress.get("phase") == "rebuild" else "ready"
         else:
             out["state"] = "rebuilding" if entry.progress else "unavailable"
         if entry.progress:
-            out["progress"] = dict(entry.progress)
+            out["progress"] = entry.progress.copy()
         out["last_rebuild"] = entry.last_rebuild
         out["error"] = entry.error
         if entry.error and entry.queue:
-            out["error"] += f"; {len(entry.queue)} update(s) kept queued, retrying"
+            out["error"] = f"{entry.error}; {len(entry.queue)} update(s) kept queued, retrying"
         out["queued_updates"] = len(entry.queue)
         return out
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import apsw
 
 from daemon.local.indexer import Indexer
+from daemon.shared.contracts import SearchAnswer
 from daemon.shared.errors import IndexUnavailableError, UnknownAgentError
 from daemon.shared.jobs import Jobs
 from daemon.shared.storage import is_storage_error
@@ -50,7 +51,7 @@ class LocalSearch:
         limit: int = 10,
         filters: Filters | None = None,
         explain: bool = False,
-    ) -> dict:
+    ) -> SearchAnswer:
         """Search an agent's index from an API thread (its own read connection)."""
         agent = self.agent_of(agent_id)
         if agent is None:

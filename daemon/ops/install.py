@@ -20,6 +20,7 @@ for tests and packaging, as ``make install DESTDIR=…`` does.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -86,7 +87,7 @@ class Action:
     verb: str  # create, update, backup, mkdir, run, remove, skill
     target: str
     detail: str = ""
-    apply: Callable[[], None] | None = None
+    apply: Callable[[], object] | None = None  # its result is not used
 
     def line(self, dry_run: bool) -> str:
         verb = f"would {self.verb}" if dry_run else _PAST.get(self.verb, self.verb)
@@ -101,7 +102,7 @@ class Plan:
     next_steps: list[str] = field(default_factory=list)
     systemd: str = "running"  # running | not running | no systemctl | destdir
 
-    def add(self, verb: str, target: object, detail: str = "", apply: Callable[[], None] | None = None) -> None:
+    def add(self, verb: str, target: object, detail: str = "", apply: Callable[[], object] | None = None) -> None:
         self.actions.append(Action(verb, str(target), detail, apply))
 
     def execute(self, dry_run: bool, echo: Callable[[str], None] | None = None) -> None:
@@ -149,7 +150,11 @@ def install_config_text(root: Path, config_path: Path, destdir: Path = Path("/")
     head, sep, rest = text.partition("\npaths:\n")
     block, blank, tail = rest.partition("\n\n")
     for key, value in values.items():
-        block, count = re.subn(rf"(?m)^(  {key}:) .*$", lambda m, v=value: f"{m.group(1)} {json.dumps(v)}", block)
+
+        def set_value(m: re.Match[str], v: object = value) -> str:
+            return f"{m.group(1)} {json.dumps(v)}"
+
+        block, count = re.subn(rf"(?m)^(  {key}:) .*$", set_value, block)
         if count != 1:
             raise RuntimeError(f"the demo configuration has no paths.{key} line to set")
     text = head + sep + block + blank + tail
@@ -417,7 +422,7 @@ def plan_skills(plan: Plan, config: Config, config_path: Path, prefix: Path, che
                 "install",
                 target,
                 "; ".join(changes),
-                lambda w=workspace, la=launcher: skill.sync_skill(w, la, checkout=checkout) and None,
+                functools.partial(skill.sync_skill, workspace, launcher, checkout=checkout),
             )
         else:
             plan.kept.append(f"{target} (up to date)")
@@ -574,7 +579,7 @@ def plan_uninstall(config_path: Path = DEFAULT_CONFIG, *, destdir: Path = Path("
                 "remove",
                 agent.workspace / skill.SKILL_REL,
                 "; ".join(changes),
-                lambda w=agent.workspace: skill.remove_skill(w) and None,
+                functools.partial(skill.remove_skill, agent.workspace),
             )
     paths = config.paths
     plan.kept += [

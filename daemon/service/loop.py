@@ -184,8 +184,8 @@ class Loop:
         """One pass of the loop: intake, settled files, due commits, reconcile, watchdog."""
         now = time.monotonic()
         changed = self.jobs.run_pending()
-        for tracker in self.committer.collect(now):  # commits that ended on their workers
-            self.storage_retry.note_commit(tracker)
+        for committed in self.committer.collect(now):  # commits that ended on their workers
+            self.storage_retry.note_commit(committed)
             changed = True
         changed |= self.router.take(now, until=now + TURN_BUDGET_S / 2)
         self.router.settle(now)

@@ -26,10 +26,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import IO, Any, TypeVar
 
 from daemon.api.app import ApiServer
 from daemon.api.fairness import Courtesy
-from daemon.conversation.broker import Broker, store_settings
+from daemon.conversation.broker import Broker
 from daemon.files.agents import Agents
 from daemon.files.committer import Committer
 from daemon.files.provision import Provisioner
@@ -51,7 +52,7 @@ from daemon.service.stop import STOP_BUDGET_S, STOP_SHARES_S, Shutdown, StopBudg
 from daemon.service.storage_retry import StorageRetry
 from daemon.shared.audit import audit_log
 from daemon.shared.config import Config
-from daemon.shared.contracts import StatusDocument
+from daemon.shared.contracts import SearchAnswer, StatusDocument
 from daemon.shared.current import Current
 from daemon.shared.errors import DaemonError, UnknownAgentError
 from daemon.shared.guard import SecretGuard
@@ -61,6 +62,7 @@ from daemon.shared.settings import (
     OFFLINE_LOCK_WAIT_S,
     acquire_state_lock,
     guard_from,
+    store_settings,
 )
 from daemon.shared.storage import StorageHealth
 from daemon.shared.tokens import TokenStore
@@ -73,6 +75,7 @@ from layers.yamlfile import YamlFileError
 __all__ = ["STOP_BUDGET_S", "STOP_SHARES_S", "DaemonError", "MemoryDaemon", "StopBudget"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class MemoryDaemon:
@@ -170,7 +173,7 @@ class MemoryDaemon:
             started=self.parts,
             restart_watcher=self.restart_watcher,
         )
-        self._lock_file = None
+        self._lock_file: IO[str] | None = None
 
     # ------------------------------------------------------------ what the parts share
 
@@ -222,11 +225,11 @@ class MemoryDaemon:
         """The agent (or "admin") a caller's token belongs to; None when it belongs to nobody."""
         return self.tokens.identify(token)
 
-    def search(self, agent_id: str, text: str, **options) -> dict:
+    def search(self, agent_id: str, text: str, **options: Any) -> SearchAnswer:
         """Search an agent's index from an API thread (see daemon/local/search.py)."""
         return self.local.search(agent_id, text, **options)
 
-    def call_in_loop(self, fn: Callable[[], object], timeout: float = 3600) -> object:
+    def call_in_loop(self, fn: Callable[[], T], timeout: float = 3600) -> T:
         """Run ``fn`` in the loop thread (the single writer) and return its result (API threads)."""
         return self.jobs.call(fn, timeout)
 
@@ -349,7 +352,7 @@ class MemoryDaemon:
         for agent in self.agents.discover():
             self.agents.add_offline(agent)
 
-    def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict:
+    def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict[str, Any]:
         """Full reindex (loop thread): the incremental code over every file, or a fresh rebuild."""
         trackers = self.agents.trackers
         if agent_id and agent_id not in trackers:
@@ -357,7 +360,7 @@ class MemoryDaemon:
         chosen = [trackers[agent_id]] if agent_id else list(trackers.values())
         if MAIN_AGENT in trackers:
             trackers[MAIN_AGENT].refresh()  # the shared core every index holds
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for tracker in chosen:
             if tracker.id != MAIN_AGENT:  # main was refreshed just above
                 tracker.refresh()

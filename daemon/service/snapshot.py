@@ -22,12 +22,16 @@ from daemon.files.routing import watch_roots
 from daemon.shared.settings import limits_of
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from daemon.files.agents import Agents
     from daemon.files.reconcile import Reconciler
     from daemon.files.starting import StartProgress
     from daemon.local.indexer import Indexer
     from daemon.service.notify import Notifier
     from daemon.service.started import Started
+    from daemon.shared.config import Config
+    from daemon.shared.contracts import AgentReport, ConversationStatus, IndexProgress, StatusDocument
     from daemon.shared.current import Current
     from daemon.shared.storage import StorageHealth
     from layers.local.vectors import Embedder
@@ -66,33 +70,33 @@ class StatusBoard:
         self.embedder = embedder
         self.started = started  # the broker, the watcher and the embedding worker, once they run
         self.reload_outcome = reload_outcome
-        self._snapshot: dict = {}
+        self._snapshot: StatusDocument = {}
         self._lock = threading.Lock()
         self.line = ""  # the summary line systemd shows (STATUS=)
         #: Set while the daemon starts (daemon/files/starting.py): what status shows until the first publish.
         self.starting: StartProgress | None = None
 
-    def read(self) -> dict:
+    def read(self) -> StatusDocument:
         """The latest snapshot, for the API thread."""
         with self._lock:
-            snap = dict(self._snapshot)
+            snap = self._snapshot.copy()
         if not snap:
             return self.while_starting()
-        snap["daemon"] = dict(snap["daemon"], uptime_s=round(time.time() - self.started_at, 1))
+        snap["daemon"] = {**snap["daemon"], "uptime_s": round(time.time() - self.started_at, 1)}
         snap["conversation"] = self.conversation()
         snap["storage"] = self.storage.snapshot()
         return snap
 
-    def while_starting(self) -> dict:
+    def while_starting(self) -> StatusDocument:
         """The document before the loop first built one: the daemon's own parts, and how far the
         start has got instead of the agents (their trackers are still being checked).  Read by
         API threads: only what they may read while the loop works (no tracker, no index connection)."""
         config = self.current.config
         progress = self.starting
-        index = None
+        index: IndexProgress | None = None
         if progress is not None and progress.agent is not None:
             entry = self.indexer.agents.get(progress.agent)
-            index = dict(entry.progress) if entry is not None and entry.progress else None
+            index = entry.progress.copy() if entry is not None and entry.progress else None
         starting = progress.report(index) if progress is not None else {"text": "starting"}
         return {
             "daemon": {
@@ -111,7 +115,7 @@ class StatusBoard:
             "storage": self.storage.snapshot(),
         }
 
-    def conversation(self) -> dict:
+    def conversation(self) -> ConversationStatus:
         if self.started.broker is not None:
             return self.started.broker.status()
         return {
@@ -119,7 +123,7 @@ class StatusBoard:
             "backend": self.current.config.conversation.backend,
         }
 
-    def _parts(self, config, no_watcher: str) -> dict:
+    def _parts(self, config: Config, no_watcher: str) -> StatusDocument:
         """What the starting and the full snapshot both report; ``no_watcher`` names the mode before one runs."""
         return {
             "watcher": {
@@ -127,13 +131,13 @@ class StatusBoard:
                 "reason": self.started.watcher.reason if self.started.watcher else "",
                 "roots": [str(r) for r in watch_roots(config)],
             },
-            "reconcile": dict(self.reconciler.last, interval_s=config.watch.reconcile_interval_s),
+            "reconcile": {**self.reconciler.last, "interval_s": config.watch.reconcile_interval_s},
             "limits": limits_of(config),
             "vectors": self.vectors(),
             "conversation": self.conversation(),
         }
 
-    def vectors(self) -> dict:
+    def vectors(self) -> dict[str, Any]:
         if self.embedder is None:
             return {"backend": "off"}
         if self.started.embed_worker is None:
@@ -144,7 +148,7 @@ class StatusBoard:
         """Build the document from every part's state now (loop thread)."""
 
         trackers = self.agents.all()
-        reports = []
+        reports: list[AgentReport] = []
         for tracker in trackers:
             report = tracker.report()
             report["index"] = self.indexer.report(tracker.id)
@@ -162,7 +166,7 @@ class StatusBoard:
         if self.storage.next_retry() is not None:
             line += ", STORAGE FAILING"
         config = self.current.config
-        snapshot = {
+        snapshot: StatusDocument = {
             "daemon": {
                 "running": running,
                 "pid": os.getpid(),

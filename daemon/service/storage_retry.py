@@ -57,12 +57,11 @@ class StorageRetry:
             elif place == "tokens":
                 self.provision.ensure_admin_token()
             elif place == "index" and tracker is not None:
-                self.storage.attempt(
-                    "index",
-                    lambda t=tracker: self.indexer.open(t.agent, self.agents.desired(t)),
-                    subject=subject,
-                    path=tracker.agent.index,
-                )
+
+                def open_index(t: AgentTracker = tracker) -> object:
+                    return self.indexer.open(t.agent, self.agents.desired(t))
+
+                self.storage.attempt("index", open_index, subject=subject, path=tracker.agent.index)
             elif place == "git" and tracker is not None and not tracker.pending:
                 # a failed `git init` (a pending commit is retried by the tracker's own back-off)
                 self.reconciler.one(tracker)

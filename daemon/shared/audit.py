@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from daemon.shared.echo import capped
 from daemon.shared.guard import SecretGuard
@@ -42,7 +42,7 @@ MAX_FOLDS = 4096  # distinct events remembered for folding; the oldest is writte
 
 @dataclass
 class _Fold:
-    entry: dict  # the event as written (without its time)
+    entry: dict[str, Any]  # the event as written (without its time)
     started: float  # monotonic: when the first one was written
     first: str  # its time, as written
     last: str = ""
@@ -84,7 +84,7 @@ class AuditLog:
     def record(self, event: str, **fields: object) -> None:
         self.write({"event": event, **fields})
 
-    def write(self, fields: dict) -> None:
+    def write(self, fields: dict[str, Any]) -> None:
         """Append one event (cut, redacted, folded); a failure to write is logged, never raised."""
         redact = self._guard().redact if self._guard is not None else (lambda text: text)
         entry = capped(fields, redact)
@@ -107,26 +107,26 @@ class AuditLog:
     def flush(self) -> None:
         """Write the counts of folded events now (the daemon's stop)."""
         with self._lock:
-            lines: list[dict] = []
+            lines: list[dict[str, Any]] = []
             for fold in self._folds.values():
                 lines += self._summary(fold)
             self._folds.clear()
             self._append(lines)
 
-    def _expired(self, now: float) -> list[dict]:
+    def _expired(self, now: float) -> list[dict[str, Any]]:
         """The count lines of folds whose window has passed (they are forgotten)."""
-        lines: list[dict] = []
+        lines: list[dict[str, Any]] = []
         for key in [k for k, f in self._folds.items() if now - f.started >= FOLD_WINDOW_S]:
             lines += self._summary(self._folds.pop(key))
         return lines
 
     @staticmethod
-    def _summary(fold: _Fold) -> list[dict]:
+    def _summary(fold: _Fold) -> list[dict[str, Any]]:
         if not fold.repeats:
             return []
         return [{"time": fold.last, **fold.entry, "repeated": fold.repeats, "since": fold.first}]
 
-    def _append(self, entries: list[dict]) -> None:
+    def _append(self, entries: list[dict[str, Any]]) -> None:
         if not entries:
             return
         text = "".join(json.dumps(e, ensure_ascii=False, default=str) + "\n" for e in entries)

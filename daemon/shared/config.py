@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 import yaml
+from pydantic_core import CoreSchema, core_schema
 
 from daemon.shared.config_cache import Paths, config_path  # kept there: the front's cache builds it without pydantic
 from daemon.shared.locations import ENV_VAR, OPENCLAW_ROOT, SYSTEM_CONFIG  # noqa: F401 (ENV_VAR, SYSTEM_CONFIG: re-exported)
@@ -51,26 +52,32 @@ YAML_TRUE_WORDS = ("on", "yes", "true", "y")
 YAML_FALSE_WORDS = ("off", "no", "false", "n")
 
 
-def yaml_choice(*choices: str) -> Any:
-    """A ``Literal`` of ``choices`` that forgives YAML 1.1: a boolean read from an unquoted
-    word becomes the one choice spelled that way (``off`` for False, ``on`` for True)."""
-    literal = Literal[choices]  # type: ignore[valid-type]
+class YamlChoice:
+    """In ``Annotated[Literal[...], YAML_CHOICE]``: the ``Literal``'s choices, forgiving YAML 1.1: a
+    boolean read from an unquoted word becomes the one choice spelled that way (``off`` for False,
+    ``on`` for True).  The choices are read from the annotation, so they are written once."""
 
-    def from_yaml_bool(value: object) -> object:
-        if isinstance(value, bool):
-            words = YAML_TRUE_WORDS if value else YAML_FALSE_WORDS
-            matches = [c for c in choices if c.lower() in words]
-            if len(matches) == 1:
-                return matches[0]
-            shown = " / ".join(words[:3])
-            raise ValueError(f"read as a boolean (unquoted {shown}); choose one of: {', '.join(choices)}")
-        return value
+    def __get_pydantic_core_schema__(self, source: Any, handler: pydantic.GetCoreSchemaHandler) -> CoreSchema:
+        choices: tuple[str, ...] = get_args(source)
 
-    return Annotated[literal, pydantic.BeforeValidator(from_yaml_bool)]
+        def from_yaml_bool(value: object) -> object:
+            if isinstance(value, bool):
+                words = YAML_TRUE_WORDS if value else YAML_FALSE_WORDS
+                matches = [c for c in choices if c.lower() in words]
+                if len(matches) == 1:
+                    return matches[0]
+                shown = " / ".join(words[:3])
+                raise ValueError(f"read as a boolean (unquoted {shown}); choose one of: {', '.join(choices)}")
+            return value
+
+        return core_schema.no_info_before_validator_function(from_yaml_bool, handler(source))
+
+
+YAML_CHOICE = YamlChoice()
 
 
 def choices_of(annotation: object) -> tuple[str, ...]:
-    """The values a :func:`yaml_choice` (or plain ``Literal``) field accepts; () for other types."""
+    """The values a ``Literal`` field (with :data:`YAML_CHOICE` or without) accepts; () for other types."""
     for arg in (annotation, *get_args(annotation)):
         values = get_args(arg)
         if values and all(isinstance(v, str) for v in values):
@@ -90,7 +97,7 @@ class PathsConfig(StrictModel):
 
 
 class WatchConfig(StrictModel):
-    mode: yaml_choice("auto", "inotify", "polling") = "auto"
+    mode: Annotated[Literal["auto", "inotify", "polling"], YAML_CHOICE] = "auto"
     debounce_ms: int = pydantic.Field(300, ge=0, le=60_000)
     reconcile_interval_s: float = pydantic.Field(300.0, gt=0)
     poll_interval_s: float = pydantic.Field(2.0, gt=0)
@@ -232,9 +239,9 @@ class OpenAIEmbeddingConfig(StrictModel):
 class VectorsConfig(StrictModel):
     """On-demand vectors for L3: loaded only when free memory allows."""
 
-    backend: yaml_choice("local", "openai", "off") = "local"
+    backend: Annotated[Literal["local", "openai", "off"], YAML_CHOICE] = "local"
     model_path: str | None = None  # None: the model `memstrata model build` writes
-    profile: yaml_choice("e5", "bge-zh", "plain") = "e5"
+    profile: Annotated[Literal["e5", "bge-zh", "plain"], YAML_CHOICE] = "e5"
     min_free_mb: int = pydantic.Field(300, ge=0)
     idle_unload_s: float = pydantic.Field(120.0, gt=0)
     batch_size: int = pydantic.Field(16, ge=1, le=512)
@@ -283,7 +290,7 @@ class ConversationConfig(StrictModel):
     """L4: the shared Mem0/Qdrant memory, brokered by the daemon."""
 
     enabled: bool = True
-    backend: yaml_choice("embedded", "remote") = "embedded"
+    backend: Annotated[Literal["embedded", "remote"], YAML_CHOICE] = "embedded"
     qdrant: QdrantConfig = QdrantConfig()
     llm: LlmConfig | None = None
     # Days a memory of each type lives; null never expires. Types not listed never expire.
@@ -308,7 +315,7 @@ class ConversationConfig(StrictModel):
 
 
 class LogConfig(StrictModel):
-    level: yaml_choice("debug", "info", "warning", "error") = "info"
+    level: Annotated[Literal["debug", "info", "warning", "error"], YAML_CHOICE] = "info"
 
 
 class ConfigFile(StrictModel):
@@ -378,7 +385,7 @@ class Config:
 _SECRET_KEY_RE = re.compile(r"(?i)(api_?key|secret|password|passwd|token)$")
 
 
-def _secret_keys(data: object, path: tuple = ()) -> list[tuple]:
+def _secret_keys(data: object, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
     """Key paths whose name says "secret" and whose value is inline (not *_env/*_file)."""
     found = []
     if isinstance(data, dict):
@@ -402,7 +409,7 @@ def _resolve_paths(raw: PathsConfig, base: Path, source: Path, node: yaml.Node |
 
     def expand(key: str) -> str:
         # Resolution order is root, workspace, the rest: each may use the ones before it.
-        text = values[key]
+        text: str = values[key]
         for name in ("root", "workspace"):
             if name in resolved:
                 text = text.replace("{" + name + "}", resolved[name])

@@ -7,18 +7,47 @@ daemon/api/app.py) and read in four (``status.render``, the MCP server's
 ``format_status``).  These TypedDicts say which keys exist; every key is
 optional (``total=False``) because the documents differ by who asks (an agent
 sees its own part, a caller without a token only health) and by whether the
-daemon runs.  The skill cannot import this module (stdlib only, any python3),
-so it keeps its own copy of the keys it reads, under a drift test
-(tests/daemon/front/test_front.py).
+daemon runs.  The records inside them (a commit, a line held back, …) carry
+every key.  The skill cannot import this module (stdlib
+only, any python3), so it keeps its own copy of the keys it reads, under a drift
+test (tests/daemon/front/test_front.py).  mypy holds the builders and readers to
+these types (strictly: see pyproject.toml).
 
-Standard library only, no import of the service: the front reads these.
+Standard library only (and layers/local/answers.py, stdlib only too), no import of
+the service: the front reads these.
 """
 
 from __future__ import annotations
 
 from typing import Any, TypedDict
 
+# The L3 search answer (``POST /v1/search``) and its parts are the layer's, re-exported here
+from layers.local.answers import IndexStats
+from layers.local.answers import LocalHit as LocalHit
+from layers.local.answers import NamedDays as NamedDays
+from layers.local.answers import SearchAnswer as SearchAnswer
+
 # ---------------------------------------------------------------- status
+
+
+class IndexProgress(TypedDict, total=False):
+    """A rebuild or sync under way: files done of the total (empty when none runs)."""
+
+    done: int
+    total: int
+    phase: str  # rebuild, sync
+
+
+class StartingInfo(TypedDict, total=False):
+    """How far the daemon's start has got (daemon/files/starting.py), while the agents are being checked
+    (only ``text`` before the loop began counting)."""
+
+    files: int
+    checked: int
+    agent: str | None
+    step: str
+    index: IndexProgress | None  # the index being built now: how far it got
+    text: str
 
 
 class DaemonInfo(TypedDict, total=False):
@@ -32,7 +61,8 @@ class DaemonInfo(TypedDict, total=False):
     state_dir: str
     summary: str
     config_error: str | None
-    restart_needed: str | None
+    restart_needed: list[str] | None  # settings the last SIGHUP read that only a restart applies
+    starting: StartingInfo  # only while the daemon starts
     stopped: str | None  # the snapshot's last word: when the daemon stopped
     reason: str  # offline: why no daemon answered
     last_seen: str | None  # offline: when the daemon was last seen (its last snapshot)
@@ -44,64 +74,182 @@ class WatcherInfo(TypedDict, total=False):
     roots: list[str]
 
 
-class IndexReport(TypedDict, total=False):
-    path: str
-    state: str  # ready, missing (…), refused, unavailable, rebuilding, unusable: …
+class ReconcileInfo(TypedDict, total=False):
+    """The last full pass over the workspaces (daemon/files/reconcile.py)."""
+
+    time: str | None
+    repaired: int
+    duration_ms: float | None
+    interval_s: float
+
+
+class Limits(TypedDict):
+    """The settings ``status`` shows (daemon/shared/settings.py ``limits_of``)."""
+
+    max_file_mb: float
+    debounce_ms: int
+    quiet_period_s: float
+    max_delay_s: float
+
+
+class StorageProblem(TypedDict, total=False):
+    """One place whose writes fail (daemon/shared/storage.py); a caller it does not concern sees
+    only ``place``, ``since``, ``failures`` and ``retry_in_s`` (daemon/api/app.py)."""
+
+    place: str
+    agent: str | None
+    path: str | None
     error: str
-    last_rebuild: Any
+    since: str
+    failures: int
+    retry_in_s: float
+
+
+class StorageReport(TypedDict):
+    ok: bool
+    problems: list[StorageProblem]
+
+
+class LastRebuild(TypedDict):
+    time: float  # time.time()
+    reason: str
+    seconds: float
+
+
+class IndexReport(IndexStats, total=False):
+    """An agent's index: its statistics (layers/local/answers.py) and the daemon's view of it."""
+
+    path: str
+    state: str  # ready, missing (…), refused, unavailable, rebuilding, unusable: …, not open
+    error: str | None
+    last_rebuild: LastRebuild | None
     queued_updates: int
-    progress: dict
+    progress: IndexProgress
     phase: str
-    files: int
-    chunks: int
-    last_indexed: str | None
-    pending_embeddings: int
-    vectors: Any
-    identity: Any
+
+
+class LastCommit(TypedDict):
+    sha: str  # short
+    time: str
+    subject: str
+
+
+class HeldBack(TypedDict):
+    """A line a never_store pattern keeps out of git."""
+
+    path: str
+    line: int
+    kind: str
+
+
+class PathReason(TypedDict):
+    path: str
+    reason: str
+
+
+class CommitsFailing(TypedDict):
+    reason: str | None
+    attempts: int
+    since: str
+
+
+class CommitProgress(TypedDict):
+    """The commit running now: files committed of those found (0 of 0 while it lists them)."""
+
+    done: int
+    total: int
+
+
+class LostHistory(TypedDict):
+    """A history the workspace no longer holds, kept in the daemon's copy."""
+
+    commit: str  # memstrata's last commit in it (short)
+    subject: str
+    time: str
+    found: str  # when the daemon found it gone
+    copy: str  # the copy's path
 
 
 class AgentReport(TypedDict, total=False):
     id: str
     workspace: str
     files: int
-    last_commit: dict | None
-    pending_commit: list
-    held_back: list
-    not_indexed: list
-    naming_violations: list  # the first REPORT_LISTED (daemon/files/tracker.py), sorted
+    last_commit: LastCommit | None
+    pending_commit: bool  # changes seen and not yet committed (or a commit of them running)
+    held_back: list[HeldBack]
+    not_indexed: list[PathReason]
+    naming_violations: list[str]  # the first REPORT_LISTED (daemon/files/tracker.py), sorted
     naming_violations_total: int
-    skipped: list
-    commits_failing: dict | None
+    skipped: list[PathReason]
+    commits_failing: CommitsFailing | None
     last_error: str | None
-    refused: list
-    committing: dict | None  # {"done", "total"} files of the commit running now
-    history_lost: list  # histories the workspace no longer holds, kept in the daemon's copy (newest first)
+    refused: list[PathReason]
+    committing: CommitProgress | None
+    history_lost: list[LostHistory]  # newest first
     index: IndexReport
 
 
-# The broker's part; "import" is a keyword, hence the functional form.
+class QueueStatus(TypedDict):
+    """The L4 write queue (daemon/conversation/status.py); a figure the queue cannot give now is None."""
+
+    depth: int | None
+    oldest_age_s: float | None
+    writable: bool
+    replayed: int
+    skipped_already_written: int
+    replay_rate_per_s: float | None
+    eta_s: float | None
+    set_aside: int | None
+    set_aside_recent: list[dict[str, Any]] | None  # write ids, agents and reasons, never the text
+
+
+class TailscaleView(TypedDict, total=False):
+    """What ``tailscale status`` says of the L4 server's peer (daemon/conversation/tailscale.py)."""
+
+    peer: str
+    available: bool
+    reason: str
+    host_name: Any  # the rest as tailscale's JSON has them
+    online: Any
+    last_seen: Any
+    cur_addr: Any
+    relay: Any
+
+
+# The broker's part; "import" is a keyword, hence the functional form.  The parts
+# typed dict[str, Any] are what the L4 layer reports (layers/conversation/), as it has them.
 ConversationStatus = TypedDict(
     "ConversationStatus",
     {
         "enabled": bool,
         "backend": str,
         "engine": str | None,
-        "import": dict | None,
-        "index": dict | None,  # Edge: indexed vs unindexed points, the optimize under way / the last one
+        "import": dict[str, Any] | None,
+        "index": dict[str, Any] | None,  # Edge: indexed vs unindexed points, the optimize under way / the last one
         "collection": str,
         "url": str | None,
         "reachable": bool,
         "rtt_ms": float | None,
-        "breaker": dict,
-        "last_error": str,
+        "breaker": dict[str, Any],
+        "last_error": str | None,
         "error": str | None,
-        "queue": dict,
+        "queue": QueueStatus,
         "infer_default": bool,
         "registry_error": str | None,
-        "tailscale": dict | None,
+        "tailscale": TailscaleView | None,
     },
     total=False,
 )
+
+
+class StatusCounts(TypedDict):
+    """What anyone may know of the agents: how many, and how they are (daemon/api/app.py)."""
+
+    agents: int
+    files: int
+    held_back: int
+    pending_commits: int
+    agents_with_errors: int
 
 
 class StatusDocument(TypedDict, total=False):
@@ -109,41 +257,25 @@ class StatusDocument(TypedDict, total=False):
 
     daemon: DaemonInfo
     watcher: WatcherInfo
-    reconcile: dict
-    limits: dict
-    vectors: dict
+    reconcile: ReconcileInfo
+    limits: Limits
+    vectors: dict[str, Any]  # the embedder's (layers/local/vectors.py) and its worker's state
     conversation: ConversationStatus
     agents: list[AgentReport]
-    storage: dict
+    storage: StorageReport
+    access: str  # the API's: whose view this is
+    counts: StatusCounts  # the API's
     note: str  # a token that belongs to no agent: why only health is shown
 
 
 # ---------------------------------------------------------------- answers
 
 
-class LocalHit(TypedDict, total=False):
-    """One L3 result."""
+class LocalFallbackAnswer(SearchAnswer, total=False):
+    """``memstrata search --layer all`` while the daemon is down: the L3 answer standing in for L4's
+    (the daemon's own stand-in is a :class:`MemoryAnswer` with ``layer: local``)."""
 
-    path: str
-    lines: list[int]
-    heading: str | None
-    snippet: str
-    text: str
-    score: float
-    ranks: dict[str, int]
-
-
-class SearchAnswer(TypedDict, total=False):
-    """``POST /v1/search``: layers.local.search.SearchAnswer as a dict, plus the daemon's degraded note."""
-
-    query: str
-    mode: str
-    results: list[LocalHit]
-    relaxed: bool
-    vectors: str
-    lists: list[str]
-    dates: dict | None
-    matched: str | None
+    layer: str  # "local"
     degraded: bool
     reason: str
 
@@ -184,7 +316,7 @@ class MemoryAnswer(TypedDict, total=False):
 class AddAnswer(TypedDict, total=False):
     """``POST /v1/memories``: where the memory went and what was stored, or that the write was queued."""
 
-    results: list[dict]  # each {id, memory, event}
+    results: list[dict[str, Any]]  # each {id, memory, event}
     visibility: str
     project_id: str | None
     visibility_inferred: bool
@@ -198,5 +330,5 @@ class AddAnswer(TypedDict, total=False):
 
 
 def keys_of(contract: type) -> frozenset[str]:
-    """Every key a contract allows (for the drift tests)."""
+    """Every key a contract allows, its bases' included (for the drift tests)."""
     return frozenset(contract.__annotations__)

@@ -46,7 +46,8 @@ def shown(value: object, redact: Redact = _plain) -> str:
         return repr(cut(value, redact))
     if value is None or isinstance(value, (bool, int, float)):
         return cut(repr(value), redact)
-    return {dict: "an object", list: "a list"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {dict: "an object", list: "a list"}
+    return names.get(type(value), type(value).__name__)
 
 
 def capped(value: object, redact: Redact = _plain, level: int = 0) -> object:

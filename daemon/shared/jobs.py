@@ -18,28 +18,33 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+#: A queued call, its future and its deadline; None tells :meth:`Jobs.serve` to return.
+Job = tuple[Callable[[], Any], Future[Any], float | None]
 
 
 class Jobs:
     """A queue of calls for one owning thread; ``on_submit`` wakes that thread."""
 
     def __init__(self, on_submit: Callable[[], None] = lambda: None) -> None:
-        self._jobs: queue_module.SimpleQueue = queue_module.SimpleQueue()
+        self._jobs: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
         self._on_submit = on_submit
         self._busy_until: float | None = None  # when the job running now is past its own deadline
 
-    def submit(self, fn: Callable[[], object], deadline: float | None = None) -> Future:
+    def submit(self, fn: Callable[[], T], deadline: float | None = None) -> Future[T]:
         """Queue ``fn`` for the owning thread; ``deadline`` is how long it may run once started."""
-        future: Future = Future()
+        future: Future[T] = Future()
         self._jobs.put((fn, future, deadline))
         self._on_submit()
         return future
 
-    def call(self, fn: Callable[[], object], timeout: float) -> object:
+    def call(self, fn: Callable[[], T], timeout: float) -> T:
         """Run ``fn`` in the owning thread and return its result (raises what it raised)."""
         return self.submit(fn).result(timeout)
 
-    def wait(self, future: Future, deadline: float, patient: bool = True) -> object:
+    def wait(self, future: Future[T], deadline: float, patient: bool = True) -> T:
         """``future``'s result; raises FutureTimeout.
 
         ``patient`` (maintenance, replay, connecting: nobody waits at a prompt):
@@ -88,7 +93,7 @@ class Jobs:
         """:meth:`serve` returns after the jobs queued before this one."""
         self._jobs.put(None)
 
-    def _run(self, fn: Callable[[], object], future: Future, deadline: float | None) -> None:
+    def _run(self, fn: Callable[[], Any], future: Future[Any], deadline: float | None) -> None:
         future.started_at = time.monotonic()  # type: ignore[attr-defined]  # read by wait()
         if not future.set_running_or_notify_cancel():
             return  # the caller gave up before it started

@@ -22,7 +22,10 @@ from daemon.shared.guard import SecretGuard
 from layers.fsutil import PRIVATE_FILE, private_dirs, tighten
 
 if TYPE_CHECKING:
+    from typing import IO
+
     from daemon.shared.config import Config
+    from daemon.shared.contracts import Limits
     from layers.conversation.store import StoreSettings
 
 log = logging.getLogger(__name__)
@@ -47,7 +50,7 @@ def guard_from(config: Config) -> SecretGuard:
     return SecretGuard(config.guard.never_store)
 
 
-def limits_of(config: Config) -> dict:
+def limits_of(config: Config) -> Limits:
     """The settings `status` shows, the same whether or not the daemon runs."""
     return {
         "max_file_mb": config.watch.max_file_mb,
@@ -102,7 +105,7 @@ def lock_holder(state: Path) -> str:
         return ""
 
 
-def acquire_state_lock(state: Path, holder: str = DAEMON_HOLDER, wait_offline_s: float = 0.0):
+def acquire_state_lock(state: Path, holder: str = DAEMON_HOLDER, wait_offline_s: float = 0.0) -> IO[str]:
     """The state directory's lock, held for as long as the returned file stays open.
 
     One process at a time owns the state (and the embedded store in it): the

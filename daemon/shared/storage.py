@@ -19,8 +19,12 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import apsw
+
+if TYPE_CHECKING:
+    from daemon.shared.contracts import StorageProblem, StorageReport
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,7 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def has_room(path: os.PathLike | str, minimum: int = 1 << 20) -> bool:
+def has_room(path: os.PathLike[str] | str, minimum: int = 1 << 20) -> bool:
     """True when the file system holding ``path`` is writable and has ``minimum`` bytes free.
 
     For stores whose writes cannot be tried cheaply; a quota (EDQUOT) is not
@@ -102,7 +106,7 @@ class Problem:
     failures: int = 1
     retry_at: float = 0.0  # time.monotonic()
 
-    def view(self, now: float) -> dict:
+    def view(self, now: float) -> StorageProblem:
         return {
             "place": self.place,
             "agent": self.subject or None,
@@ -212,7 +216,7 @@ class StorageHealth:
             for key in [k for k in self._problems if k[1] == subject]:
                 del self._problems[key]
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> StorageReport:
         now = time.monotonic()
         with self._lock:
             problems = [p.view(now) for p in self._problems.values()]

@@ -14,7 +14,7 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from daemon.shared.errors import UnknownAgentError  # defined with the domain errors, raised (and imported) here
 from layers import core, daily, safefs
@@ -22,11 +22,21 @@ from layers.ids import MAIN_AGENT, check_id, is_valid_id
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
+    from daemon.shared.config_cache import Paths
 
 WORKSPACE_SUFFIX = "-workspace"
 TEMPLATE_ENV = "MEMSTRATA_TEMPLATE"
 
 log = logging.getLogger(__name__)
+
+
+class WithPaths(Protocol):
+    """What finding an agent reads of a configuration: its resolved paths (a front call to a running
+    daemon has only these: daemon/shared/config_cache.py ``FrontConfig``)."""
+
+    @property
+    def paths(self) -> Paths: ...
+
 
 # Paths whose changes are committed (L1 and L2); everything else in a workspace
 # (skills, logs, caches) belongs to other tools.
@@ -61,17 +71,17 @@ def is_memory_path(rel: str) -> bool:
     return parts[0] in MEMORY_DIRS and ".git" not in parts
 
 
-def workspace_of(config: Config, agent_id: str) -> Path:
+def workspace_of(config: WithPaths, agent_id: str) -> Path:
     if agent_id == MAIN_AGENT:
         return config.paths.workspace
     return config.paths.agents_dir / f"{agent_id}{WORKSPACE_SUFFIX}"
 
 
-def make_agent(config: Config, agent_id: str) -> Agent:
+def make_agent(config: WithPaths, agent_id: str) -> Agent:
     return Agent(agent_id, workspace_of(config, agent_id), config.paths.index_for(agent_id))
 
 
-def discover(config: Config) -> list[Agent]:
+def discover(config: WithPaths) -> list[Agent]:
     """The main agent (when its workspace exists) and every valid ``*-workspace``."""
     agents = []
     if config.paths.workspace.is_dir():
@@ -93,7 +103,7 @@ def spoke_id(dirname: str) -> str | None:
     return agent_id if is_valid_id(agent_id) and agent_id != MAIN_AGENT else None
 
 
-def get_agent(config: Config, agent_id: str) -> Agent:
+def get_agent(config: WithPaths, agent_id: str) -> Agent:
     """The agent with this id, or an error that lists the agents that do exist."""
     check_id(agent_id)
     agent = make_agent(config, agent_id)
@@ -195,7 +205,7 @@ def history_copy_path(config: Config, agent_id: str) -> Path:
     return config.paths.state_dir / HISTORY_DIR / f"{agent_id}.git"
 
 
-def workspace_repo(config: Config, workspace: Path, agent_id: str | None = None):
+def workspace_repo(config: Config, workspace: Path, agent_id: str | None = None) -> daily.WorkspaceRepo:
     """The git repository of ``workspace`` with the configured author and stale-lock age (one construction).
 
     With ``agent_id``, every commit made through it is also kept in that agent's

@@ -257,7 +257,7 @@ class EdgeCollection:
         ``<name>`` is there, renamed in when it is not (the conversion moved the directory first).
         A real directory at ``<name>`` (the layout before generations) is moved into generation 0.
         """
-        done = []
+        done: list[str] = []
         self._recover_legacy_swap(done)
         if self._next_link.is_symlink():
             if self.path.is_symlink() or self.path.exists():
@@ -294,7 +294,7 @@ class EdgeCollection:
                 done.append(f"removed {gen.name}")
         return "; ".join(done)
 
-    def _recover_legacy_swap(self, done: list) -> None:
+    def _recover_legacy_swap(self, done: list[str]) -> None:
         """The repair of a swap interrupted in the layout before generations (a shard renamed aside).
 
         There the replaced shard (flushed and closed before the swap's first rename) stayed the truth
@@ -323,8 +323,8 @@ class EdgeCollection:
         pattern = re.compile(re.escape(self.path.name) + r"\.(\d+)$")
         if not self._gens.is_dir():
             return []
-        found = [p for p in self._gens.iterdir() if pattern.match(p.name)]
-        return sorted(found, key=lambda p: int(pattern.match(p.name).group(1)))
+        found = [(int(m.group(1)), p) for p in self._gens.iterdir() if (m := pattern.match(p.name))]
+        return [p for _, p in sorted(found, key=lambda numbered: numbered[0])]
 
     def _next_generation(self) -> Path:
         numbers = [int(p.name.rsplit(".", 1)[1]) for p in [*self._generations(), self._current()]]
@@ -363,7 +363,7 @@ class EdgeCollection:
 
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
-            targets = [_point_id(i) for i in ids]
+            targets: list[int | uuid.UUID | str] = [_point_id(i) for i in ids]
             self._update(qe.UpdateOperation.delete_points(targets), len(targets))
 
     def delete_where(self, filters: Mapping[str, Any]) -> None:
@@ -399,7 +399,7 @@ class EdgeCollection:
     ) -> list[Hit]:
         if not ids:
             return []
-        targets = [_point_id(i) for i in ids]
+        targets: list[int | uuid.UUID | str] = [_point_id(i) for i in ids]
         return [_hit(p) for p in self._read(lambda: self._live().retrieve(targets, with_payload, with_vector))]
 
     def search(
@@ -519,6 +519,7 @@ class EdgeCollection:
         if child is None or child.poll() is None:
             return None
         journal, target = self._journal or [], self._next
+        assert target is not None  # set with the child, by start_optimize
         self._child = self._journal = self._next = None
         if child.returncode != 0:
             reason = _tail(self._work / f"{self.path.name}.log")
@@ -678,7 +679,7 @@ def stored_dim(path: Path) -> int | None:
     try:
         config = json.loads((Path(path) / "edge_config.json").read_text())
         vectors = config.get("vectors") or {}
-        params = vectors.get("") if isinstance(vectors, dict) and "" in vectors else vectors
+        params: Any = vectors.get("") if isinstance(vectors, dict) and "" in vectors else vectors
         return int(params["size"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

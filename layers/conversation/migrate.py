@@ -51,7 +51,8 @@ def import_local_mode(
     client = QdrantClient(path=str(local_dir))
     try:
         total = client.count(collection, exact=True).count
-        copied, offset, ids = 0, None, []
+        copied, offset = 0, None
+        ids: list[str] = []
         while True:
             points, offset = client.scroll(collection, limit=PAGE, offset=offset, with_payload=True, with_vectors=True)
             batch = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from layers.conversation.edge import EdgeCollection, EdgeError
 
@@ -37,7 +37,7 @@ class OptimizeSchedule:
 
 
 def _iso(epoch: float | None) -> str | None:
-    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+    return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
 
 
 class Optimizer:

@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -107,7 +108,8 @@ class WriteQueue:
                 "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at) VALUES (?, ?, ?, ?)",
                 (write_id, agent_id, json.dumps(request, ensure_ascii=False), time.time()),
             )
-            return db.changes() > 0
+            added = db.changes() > 0
+        return added
 
     def put_many(self, writes: list[tuple[str, str, dict]]) -> int:
         """Store many ``(write_id, agent_id, request)`` in one commit (an import); how many were new."""
@@ -118,12 +120,13 @@ class WriteQueue:
             db.executemany(
                 "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at) VALUES (?, ?, ?, ?)", rows
             )
-            return db.total_changes() - before
+            added = db.total_changes() - before
+        return added
 
     def peek(self, limit: int = 100) -> list[QueuedWrite]:
         """The oldest ``limit`` writes, in the order they were made."""
         with self._lock:
-            rows = (
+            rows: list[Any] = (
                 self._connection()
                 .execute(
                     "SELECT seq, write_id, agent_id, request, enqueued_at, attempts, last_error FROM writes "
@@ -153,7 +156,7 @@ class WriteQueue:
             )
             moved = db.changes() > 0
             db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
-            return moved
+        return moved
 
     def set_aside_writes(self, limit: int = 100) -> list[dict]:
         """The writes most recently set aside, newest first: which they were (not their text) and why."""
@@ -172,7 +175,7 @@ class WriteQueue:
 
     def set_aside_count(self) -> int:
         with self._lock:
-            return self._connection().execute("SELECT count(*) FROM set_aside").fetchone()[0]
+            return self._connection().execute("SELECT count(*) FROM set_aside").get
 
     def failed(self, write_id: str, error: str) -> None:
         with self._lock, self._connection() as db:
@@ -183,7 +186,7 @@ class WriteQueue:
     def check_writable(self) -> None:
         """One small real write (the file header's user_version): raises while the disk refuses writes."""
         with self._lock, self._connection() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
+            version = db.execute("PRAGMA user_version").get
             db.execute(f"PRAGMA user_version = {(version + 1) % 1_000_000}")
 
     def contains(self, write_id: str) -> bool:
@@ -193,23 +196,22 @@ class WriteQueue:
 
     def depth(self) -> int:
         with self._lock:
-            return self._connection().execute("SELECT count(*) FROM writes").fetchone()[0]
+            return self._connection().execute("SELECT count(*) FROM writes").get
 
     def ahead_of(self, write_id: str) -> int:
         """How many queued writes go before ``write_id``."""
         with self._lock:
-            row = (
+            return (
                 self._connection()
                 .execute(
                     "SELECT count(*) FROM writes WHERE seq < (SELECT seq FROM writes WHERE write_id = ?)", (write_id,)
                 )
-                .fetchone()
+                .get
             )
-        return row[0]
 
     def oldest_age_s(self, now: float | None = None) -> float | None:
         with self._lock:
-            oldest = self._connection().execute("SELECT min(enqueued_at) FROM writes").fetchone()[0]
+            oldest = self._connection().execute("SELECT min(enqueued_at) FROM writes").get
         if oldest is None:
             return None
         return round((time.time() if now is None else now) - oldest, 1)

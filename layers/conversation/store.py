@@ -25,6 +25,7 @@ nothing about callers, tokens or the daemon.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import logging
@@ -38,7 +39,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -116,7 +117,7 @@ class NewMemory:
     role: str = "user"  # whose words: a conversation's assistant turns are stored as such (mem0's ``role``)
 
     def metadata(self) -> dict:
-        meta = {
+        meta: dict[str, Any] = {
             "write_id": self.write_id,
             "visibility": self.visibility,
             "memory_type": self.memory_type,
@@ -567,7 +568,7 @@ class ConversationStore:
                     with_payload=["write_id"],
                 )
                 for point in points:
-                    ids = found.setdefault((point.payload or {}).get("write_id"), [])
+                    ids = found.setdefault((point.payload or {})["write_id"], [])  # the filter matched it
                     if str(point.id) not in ids:
                         ids.append(str(point.id))
                 if offset is None:
@@ -750,7 +751,7 @@ class ConversationStore:
         limit: int = 100,
         cursor: str | None = None,
         include_expired: bool = False,
-    ) -> tuple[list[dict], str | None]:
+    ) -> tuple[builtins.list[dict], str | None]:
         """One page of the memories the phases allow; the cursor resumes where the page ended."""
         client = self._client_only()
         phase_index, offset = 0, None
@@ -809,7 +810,7 @@ class ConversationStore:
                 return client.count() if client is not None else 0
             return client.count(self.settings.collection, exact=True).count
 
-    def scan(self, selection, limit: int = 256, cursor: str | None = None) -> tuple[list[dict], str | None]:
+    def scan(self, selection, limit: int = 256, cursor: str | None = None) -> tuple[builtins.list[dict], str | None]:
         """Every memory ``selection`` (a cleanup Selection) matches, expired ones included, a page at a time."""
         if self.settings.on_edge:
             return self._scan_edge(selection, limit, cursor)
@@ -833,7 +834,7 @@ class ConversationStore:
             )
         return [memory_view(p.id, p.payload or {}) for p in points], (str(next_offset) if next_offset else None)
 
-    def _scan_edge(self, selection, limit: int, cursor: str | None) -> tuple[list[dict], str | None]:
+    def _scan_edge(self, selection, limit: int, cursor: str | None) -> tuple[builtins.list[dict], str | None]:
         shard = self._edge()
         if shard is None:
             return [], None  # nothing was ever written
@@ -842,7 +843,7 @@ class ConversationStore:
             points, next_offset = shard.scroll(filters or None, limit=limit, offset=cursor or None)
         return [memory_view(p.id, p.payload) for p in points], next_offset
 
-    def delete_ids(self, ids: list[str]) -> None:
+    def delete_ids(self, ids: builtins.list[str]) -> None:
         """Delete a batch of points in one request (the seed's script built this call wrongly)."""
         if not ids:
             return
@@ -861,10 +862,11 @@ class ConversationStore:
 
     # ------------------------------------------------------------ update, history
 
-    def update(self, memory_id: str, text: str, expiration: tuple[str, float] | None = None) -> None:
+    def update(self, memory_id: str, text: str, expiration: tuple[str | None, float | None] | None = None) -> None:
         """Replace a memory's text through mem0 (re-embedded, created_at kept, updated_at set, UPDATE event).
 
-        ``expiration`` (mem0's date, our epoch seconds) moves the expiry too; None leaves it as it is.
+        ``expiration`` (mem0's date, our epoch seconds; both None: never) moves the expiry too; None leaves
+        it as it is.
         """
         mem0, _ = self._require()
         options: dict = {}
@@ -874,7 +876,7 @@ class ConversationStore:
             mem0.update(memory_id, text=text, **options)
         self.upkeep()
 
-    def history(self, memory_id: str) -> list[dict]:
+    def history(self, memory_id: str) -> builtins.list[dict]:
         """mem0's history of one memory: its ADD/UPDATE/DELETE events, oldest first."""
         mem0, _ = self._require()
         with _translate_errors("history"):
@@ -882,7 +884,7 @@ class ConversationStore:
 
     # ------------------------------------------------------------ dedup on write
 
-    def nearest(self, memory: NewMemory, count: int = 3) -> list[tuple[dict, float]]:
+    def nearest(self, memory: NewMemory, count: int = 3) -> builtins.list[tuple[dict, float]]:
         """The stored memories closest to ``memory`` in its scope (owner, visibility, project), with cosines.
 
         The new text is embedded as a passage, as stored memories are, so the score is passage to
@@ -1036,7 +1038,7 @@ class _NoCommit:
     def __enter__(self) -> _NoCommit:
         return self
 
-    def __exit__(self, *exc_info) -> bool:
+    def __exit__(self, *exc_info: object) -> Literal[False]:
         return False
 
     def __getattr__(self, name: str):

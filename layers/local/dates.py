@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from layers.local.answers import NamedDays
+
 _MONTHS_EN = {
     name: number
     for number, names in enumerate(
@@ -106,7 +108,7 @@ class DateRange:
     words: tuple[str, ...]  # what the query said, as found in it
     reference: date
 
-    def describe(self) -> dict:
+    def describe(self) -> NamedDays:
         return {
             "since": self.since.isoformat(),
             "until": self.until.isoformat(),

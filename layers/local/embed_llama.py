@@ -199,7 +199,7 @@ class LlamaEmbedder:
 
         path = pathlib.Path(os.fsdecode(path))
         encoder = split_encoder(path) if split else None
-        self._tokens = None
+        self._tokens: np.ndarray | None = None  # the split form's word table (memory-mapped)
         try:
             self._vocab_model = self._load(path, vocab_only=encoder is not None)  # split: only the tokenizer
             self._vocab = _ll.llama_model_get_vocab(self._vocab_model)

@@ -34,6 +34,7 @@ import apsw
 import numpy as np
 
 from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
+from layers.local.answers import IndexStats, RebuildStats
 from layers.local.chunker import CHUNKER_VERSION, chunk_markdown
 from layers.local.query import Query
 from layers.local.tokenizer import TOKENIZER_VERSION, token_string
@@ -128,7 +129,7 @@ class ForeignFile(Exception):
 def _user_tables(db: apsw.Connection) -> tuple[str, ...]:
     """Table names, without SQLite's own and without the shadow tables of virtual tables."""
     sql = "SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-    rows = db.execute(sql).fetchall()
+    rows: list[tuple[str, str | None]] = list(db.execute(sql))
     virtual = [name for name, sql in rows if (sql or "").upper().startswith("CREATE VIRTUAL TABLE")]
     return tuple(sorted(name for name, _ in rows if not any(name.startswith(v + "_") and name != v for v in virtual)))
 
@@ -230,6 +231,10 @@ class Filters:
         )
         used = [(clause, value) for clause, value in conditions if value]
         return "".join(f" AND {clause}" for clause, _ in used), [value for _, value in used]
+
+
+#: A chunk as a query reads it for a :class:`Hit`: id, path, heading, line_start, line_end, text.
+ChunkRow = tuple[int, str, str, int, int, str]
 
 
 @dataclass
@@ -384,7 +389,7 @@ class LocalIndex:
             with write_transaction(self.db):
                 if fresh:
                     self.db.execute("DROP INDEX IF EXISTS chunks_by_path; DROP INDEX IF EXISTS chunks_by_hash")
-                    self._next_id = self.db.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").fetchone()[0]
+                    self._next_id = self.db.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").get
                 yield
                 if fresh:
                     self.db.execute(_INDEXES)
@@ -417,7 +422,7 @@ class LocalIndex:
                 existing[chunk_hash].append(chunk_id)
             # Rows are gathered and written with executemany: per-statement overhead
             # was a large share of a full build.  Ids are assigned here (single writer).
-            next_id = self._next_id or db.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").fetchone()[0]
+            next_id = self._next_id or db.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").get
             kept_rows, new_rows, fts_rows, new_hashes = [], [], [], []
             headings: dict[str, str] = {}
             for seq, chunk in enumerate(chunks):
@@ -510,7 +515,7 @@ class LocalIndex:
     def checkpoint(self, attempts: int = 5) -> bool:
         """Copy the WAL into the file and truncate it to zero bytes; False while readers keep it."""
         for attempt in range(attempts):
-            busy, _log, _done = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            busy, _log, _done = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").get
             if not busy:
                 return True
             time.sleep(0.05 * (attempt + 1))
@@ -519,7 +524,7 @@ class LocalIndex:
     def _delete_chunks(self, ids: list[int]) -> None:
         db = self.db
         for chunk_id in ids:
-            (chunk_hash,) = db.execute("SELECT hash FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
+            chunk_hash = db.execute("SELECT hash FROM chunks WHERE id = ?", (chunk_id,)).get
             db.execute("DELETE FROM chunks WHERE id = ?", (chunk_id,))
             db.execute("DELETE FROM chunks_fts WHERE rowid = ?", (chunk_id,))
             db.execute(
@@ -543,7 +548,7 @@ class LocalIndex:
     # ------------------------------------------------------------ vectors
 
     def pending_count(self) -> int:
-        return self.db.execute("SELECT count(*) FROM pending").fetchone()[0]
+        return self.db.execute("SELECT count(*) FROM pending").get
 
     def take_pending(self, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` (hash, passage text) pairs waiting for an embedding, oldest first."""
@@ -574,7 +579,7 @@ class LocalIndex:
         model = self.identity.embed_model
         return self.db.execute(
             "SELECT count(*) FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ?", (model,)
-        ).fetchone()[0]
+        ).get
 
     def without_vectors(self, chunk_ids: Iterable[int]) -> set[int]:
         """Those of ``chunk_ids`` that have no vector of the index's model yet (still waiting for one)."""
@@ -649,19 +654,17 @@ class LocalIndex:
             best = sorted(best, reverse=True)[:limit]
         if not best:
             return []
-        by_id = {
-            r[0]: r
-            for r in self.db.execute(
-                "SELECT id, path, heading, line_start, line_end, text FROM chunks "
-                f"WHERE id IN ({','.join('?' * len(best))})",
-                [i for _, i in best],
-            )
-        }
+        found: Iterable[ChunkRow] = self.db.execute(
+            "SELECT id, path, heading, line_start, line_end, text FROM chunks "
+            f"WHERE id IN ({','.join('?' * len(best))})",
+            [i for _, i in best],
+        )
+        by_id = {r[0]: r for r in found}
         return [Hit(*by_id[i], score) for score, i in best if i in by_id]
 
     def newest_day(self) -> str | None:
         """The day of the newest daily file (YYYY-MM-DD), the reference for "yesterday" and "last Tuesday"."""
-        return self.db.execute("SELECT max(day) FROM files").fetchone()[0]
+        return self.db.execute("SELECT max(day) FROM files").get
 
     def days_of(self, chunk_ids: Iterable[int]) -> dict[int, str]:
         """chunk id → its daily file's day, for the chunks that are in a daily file."""
@@ -676,7 +679,7 @@ class LocalIndex:
     def chunks_of_days(self, limit: int, filters: Filters) -> list[Hit]:
         """Chunks of daily files in ``filters``' day range, newest day first, each file in order."""
         where, args = filters.sql()
-        rows = self.db.execute(
+        rows: Iterable[ChunkRow] = self.db.execute(
             "SELECT c.id, c.path, c.heading, c.line_start, c.line_end, c.text FROM chunks c "
             f"WHERE c.day IS NOT NULL{where} ORDER BY c.day DESC, c.path, c.seq LIMIT ?",
             (*args, limit),
@@ -685,10 +688,10 @@ class LocalIndex:
 
     # ------------------------------------------------------------ status
 
-    def stats(self) -> dict:
+    def stats(self) -> IndexStats:
         db = self.db
-        files, chunks = db.execute("SELECT count(*), coalesce(sum(chunks), 0) FROM files").fetchone()
-        last = db.execute("SELECT max(indexed_at) FROM files").fetchone()[0]
+        files, chunks = db.execute("SELECT count(*), coalesce(sum(chunks), 0) FROM files").get
+        last = db.execute("SELECT max(indexed_at) FROM files").get
         return {
             "files": files,
             "chunks": chunks,
@@ -733,7 +736,7 @@ def rebuild(
     progress: Callable[[int], None] | None = None,
     before_swap: Callable[[], None] | None = None,
     owned: bool = False,
-) -> dict:
+) -> RebuildStats:
     """Build a fresh index next to ``path`` and swap it in atomically.
 
     The old file is untouched (and can keep answering) until ``before_swap`` is
@@ -777,8 +780,12 @@ def rebuild(
         raise
     _remove_sidecars(path)
     os.replace(staging, path)
-    stats.update(files_indexed=stats["files"], vectors_reused=reused, seconds=round(time.monotonic() - started, 3))
-    return stats
+    return {
+        **stats,
+        "files_indexed": stats["files"],
+        "vectors_reused": reused,
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def _copy_vectors(new: LocalIndex, old_path: Path) -> int:
@@ -790,7 +797,7 @@ def _copy_vectors(new: LocalIndex, old_path: Path) -> int:
     try:
         with write_transaction(new.db):
             new.db.execute("INSERT OR IGNORE INTO vectors SELECT hash, model, dim, vec FROM old.vectors")
-        return new.db.execute("SELECT count(*) FROM vectors").fetchone()[0]
+        return new.db.execute("SELECT count(*) FROM vectors").get
     except apsw.Error:
         return 0
     finally:

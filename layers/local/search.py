@@ -21,12 +21,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import date
 
 import numpy as np
 
 from layers.local import companion
+from layers.local.answers import LocalHit, NamedDays, SearchAnswer
 from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
@@ -51,18 +52,32 @@ QueryEmbedder = Callable[[str], np.ndarray]
 
 
 @dataclass
-class SearchAnswer:
+class Answer:
+    """What :func:`search` found, as it builds it; :meth:`to_dict` is the form callers send on.
+
+    The keys, and what each means, are :class:`layers.local.answers.SearchAnswer`'s.
+    """
+
     query: str
     mode: str
-    results: list[dict] = field(default_factory=list)
+    results: list[LocalHit] = field(default_factory=list)
     relaxed: bool = False
     vectors: str = "unavailable: vectors are not configured"
     lists: list[str] = field(default_factory=list)
-    dates: dict | None = None  # the day range the query named, and the words it was read from
-    matched: str | None = None  # lexical side: "all" terms, "some" (relaxed), "none"; None when not asked
+    dates: NamedDays | None = None
+    matched: str | None = None
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> SearchAnswer:
+        return {
+            "query": self.query,
+            "mode": self.mode,
+            "results": [LocalHit(**hit) for hit in self.results],
+            "relaxed": self.relaxed,
+            "vectors": self.vectors,
+            "lists": list(self.lists),
+            "dates": None if self.dates is None else NamedDays(**self.dates),
+            "matched": self.matched,
+        }
 
 
 def _fuse(
@@ -226,7 +241,7 @@ def search(
     blocked_reason: str = "",
     explain: bool = False,
     pause: Callable[[], None] = lambda: None,
-) -> SearchAnswer:
+) -> Answer:
     """Search ``index``; ``auto`` is hybrid when vectors exist, else full-text.
 
     ``pause`` is called before each model encode (the query's, the companion's):
@@ -243,7 +258,7 @@ def search(
         raise ValueError(f"unknown search mode {mode!r} (choose from {', '.join(MODES)})")
     filters = filters or Filters()
     query = parse_query(text)
-    answer = SearchAnswer(query=text, mode=mode)
+    answer = Answer(query=text, mode=mode)
     pool = max(limit * 4, 40)
     lists: dict[str, list[Hit]] = {}
     newest = index.newest_day()
@@ -320,7 +335,7 @@ def search(
             fused = _keep_the_matches(_end_with_the_matches(fused), every, limit)
     wanted = query.token_set
     for hit, score, ranks in fused:
-        result = {
+        result: LocalHit = {
             "text": hit.text,
             "snippet": highlight(hit.text, wanted),
             "score": round(score, 6),

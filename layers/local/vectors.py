@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import psutil
@@ -52,7 +52,11 @@ class Embedder(Protocol):
 
     def embed_query(self, text: str) -> np.ndarray: ...
 
-    def status(self) -> dict: ...
+    def dimension(self) -> int: ...  # the vector size (a collection is sized by it)
+
+    def not_ready(self) -> str: ...  # why the model could not be used right now ("" when it could)
+
+    def status(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ def gguf_embedding_length(path: Path) -> int:
             key, kind = read_str(), read("I")
             value = skip(kind)
             if key.endswith(b".embedding_length"):
-                return int(value)  # type: ignore[arg-type]
+                return int(value)  # type: ignore[call-overload]  # an integer field: skip() read it as one
     raise ValueError(f"{path} does not say its embedding length")
 
 

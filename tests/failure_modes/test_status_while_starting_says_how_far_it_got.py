@@ -80,9 +80,8 @@ def test_status_during_a_long_start_says_starting_n_of_m_files(tmp_path, daemons
 
 def test_status_while_starting_is_shown_without_a_token_too():
     """The starting document through the API's scoping: health for anyone includes the progress."""
-    from daemon.files.starting import INDEXING, StartProgress
-
     from daemon.api.app import scoped_status
+    from daemon.files.starting import INDEXING, StartProgress
     from daemon.front.status import render
 
     progress = StartProgress({"main": 15_000, "beta": 6_000})

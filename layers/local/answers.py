@@ -1,0 +1,60 @@
+"""What L3 hands out as plain dicts: a search's answer and an index's statistics.
+
+Defined once, here: :meth:`layers.local.search.SearchAnswer.to_dict` and
+:meth:`layers.local.index.LocalIndex.stats` build them, and the daemon's
+contracts (daemon/shared/contracts.py) extend them with what the daemon adds.
+Standard library only: the daemon's front imports the contracts, and must not
+pay for the index's libraries.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+# The days a query named, and the words they were read from ("from" is a keyword, hence the functional form).
+NamedDays = TypedDict("NamedDays", {"since": str, "until": str, "from": list[str], "reference": str})
+
+
+class LocalHit(TypedDict, total=False):
+    """One L3 result; ``ranks`` only when the search was asked to explain itself."""
+
+    text: str
+    snippet: str
+    score: float
+    source: str  # "local"
+    path: str
+    lines: list[int]  # the chunk's first and last line
+    heading: str | None
+    ranks: dict[str, int]  # list name -> the result's rank in it
+
+
+class SearchAnswer(TypedDict):
+    """A search's answer: its results, and how they were found."""
+
+    query: str
+    mode: str
+    results: list[LocalHit]
+    relaxed: bool  # no chunk had every term: the lexical list matched any of them
+    vectors: str  # "used", or "unavailable: why"
+    lists: list[str]  # the ranked lists that contributed
+    dates: NamedDays | None  # the day range the query named
+    matched: str | None  # lexical side: "all" terms, "some" (relaxed), "none"; None when not asked
+
+
+class IndexStats(TypedDict, total=False):
+    """What an index holds (every key optional: the daemon's index report, which extends it, may know none)."""
+
+    files: int
+    chunks: int
+    last_indexed: float | None  # time.time() of the newest indexed file; None when it holds none
+    pending_embeddings: int
+    vectors: int
+    identity: str
+
+
+class RebuildStats(IndexStats, total=False):
+    """What a rebuild made (:func:`layers.local.index.rebuild`): the new index's statistics, and how."""
+
+    files_indexed: int
+    vectors_reused: int  # vectors carried over from the old file (chunks whose text did not change)
+    seconds: float
