@@ -177,11 +177,15 @@ def test_a_bad_config_is_one_line_naming_key_and_line_exit_1(tmp_path):
         assert isinstance(result.exception, SystemExit), "a message, not an exception"
 
 
-def test_an_unknown_agent_names_the_known_ones_exit_1(service_root):
-    for args in (["note", "--agent", "nobody", "hi"], ["core", "--agent", "nobody"], ["search", "x", "--agent", "nobody"]):
-        result = ms(*args, config=service_root)
-        assert result.exit_code == 1, (args, result.output)
-        assert "unknown agent 'nobody'" in result.output and "known agents: main" in result.output
+@pytest.mark.parametrize(
+    "args",
+    [("note", "--agent", "nobody", "hi"), ("core", "--agent", "nobody"), ("search", "x", "--agent", "nobody")],
+    ids=lambda a: a[0],
+)
+def test_an_unknown_agent_names_the_known_ones_exit_1(service_root, args):
+    result = ms(*args, config=service_root)
+    assert result.exit_code == 1, result.output
+    assert "unknown agent 'nobody'" in result.output and "known agents: main" in result.output
 
 
 def test_an_invalid_id_is_refused_before_anything_is_made(service_root):
