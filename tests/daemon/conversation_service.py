@@ -68,6 +68,7 @@ def l4_service(config_path: Path, *, start: bool = True) -> Iterator[Service]:
 
     ``start``: the broker's probe thread runs (it opens the store and replays the
     queue) and the store is reachable before this yields; otherwise nothing runs.
+    The broker is stopped on the way out (once: a stopped broker is not stopped again).
     """
     with pytest.MonkeyPatch.context() as env:
         env.setenv(KEY_ENV, KEY)
@@ -79,5 +80,6 @@ def l4_service(config_path: Path, *, start: bool = True) -> Iterator[Service]:
                 wait_for(lambda: broker.status()["reachable"], timeout=60, what="the conversation store opens")
             yield service
         finally:
-            broker.stop(5)
+            ended = broker.stop(5)
             service.close()
+    assert ended, "every thread of the broker ended within its stop"
