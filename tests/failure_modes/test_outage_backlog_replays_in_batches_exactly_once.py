@@ -31,7 +31,7 @@ from daemon.front.client import DaemonClient
 from layers.conversation.policy import DEFAULT_RETENTION_DAYS, lifetime
 from layers.conversation.queue import WriteQueue
 from layers.conversation.store import NewMemory
-from tests.daemon.test_conversation_infer import EXTRACTED, StandInLLM
+from tests.daemon.conversation.test_conversation_infer import EXTRACTED, StandInLLM
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for
 from tests.stand_in_embedder import StandInEmbedder
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.test_conversation import cluster  # noqa: F401  (agents a, b, c; a and c share infra)
+from tests.daemon.conversation.test_conversation import cluster  # noqa: F401  (agents a, b, c; a and c share infra)
 from tests.skills.test_mem0_client import CLIENT, DISCOVERY_ENV, PYTHON, load_module
 
 AGENT_CODE = """\

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from daemon.front.client import DaemonRequestError
-from tests.daemon.test_conversation import cluster  # noqa: F401  (the fixture: agents a, b, c and a daemon)
+from tests.daemon.conversation.test_conversation import cluster  # noqa: F401  (the fixture: agents a, b, c and a daemon)
 
 
 def status_of(call) -> int:
@@ -105,7 +105,7 @@ def test_changes_while_the_store_is_down_are_refused_never_queued(tmp_path, daem
     """Update, delete and delete_all need the memory's owner and current text, which only the store
     holds: while it is down they are refused (503, saying nothing was queued) and the queue stays empty."""
     from daemon.front.client import DaemonClient
-    from tests.daemon.test_conversation_outage import free_port, prepare
+    from tests.daemon.conversation.test_conversation_outage import free_port, prepare
     from tests.helpers import token_of
 
     config = prepare(tmp_path, f"http://127.0.0.1:{free_port()}")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from daemon.front.client import DaemonClient
-from tests.daemon.test_conversation_outage import free_port, set_backend
+from tests.daemon.conversation.test_conversation_outage import free_port, set_backend
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
 
 EXTRACTED = "用户偏好 Tailscale 组网"

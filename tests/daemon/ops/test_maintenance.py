@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from daemon.front.client import DaemonClient
-from tests.daemon.test_conversation_outage import free_port, set_backend
+from tests.daemon.conversation.test_conversation_outage import free_port, set_backend
 from tests.helpers import FAST, REPO_ROOT, init_root, run_cli, token_of, wait_reachable
 
 SKILL = REPO_ROOT / "skills" / "mem0-integration"

@@ -15,7 +15,7 @@ import signal
 import yaml
 
 from daemon.front.client import DaemonClient
-from tests.daemon.test_conversation_outage import free_port
+from tests.daemon.conversation.test_conversation_outage import free_port
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
 
 
