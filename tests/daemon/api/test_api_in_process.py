@@ -26,7 +26,7 @@ from daemon.shared.limits import MAX_MEMORY_BODY_BYTES, MAX_QUERY_CHARS, MAX_SEA
 from daemon.shared.tokens import read_token
 from tests.daemon.conftest import Service
 from tests.daemon.conversation_service import enable, l4_service
-from tests.helpers import LEAN, init_root, token_of
+from tests.helpers import token_of
 from tests.stand_in_embedder import StandInEmbedder
 
 MEMORY = "/v1/memories/00000000-0000-4000-8000-000000000000"
@@ -97,10 +97,11 @@ def api(_service_template, tmp_path_factory) -> Iterator[Api]:
 
 
 @pytest.fixture(scope="module")
-def l4(tmp_path_factory) -> Iterator[Api]:
+def l4(_service_template, tmp_path_factory) -> Iterator[Api]:
     """The API over a service whose L4 is the embedded store, reachable; one per module."""
-    root = tmp_path_factory.mktemp("api-l4")
-    config = init_root(root, **LEAN)
+    root = tmp_path_factory.mktemp("api-l4") / "root"
+    shutil.copytree(_service_template, root, symlinks=True)
+    config = root / "memstrata.yaml"
     embedder = StandInEmbedder()
     enable(config, embedder)
     try:

@@ -64,7 +64,7 @@ def test_the_help_of_each_command_lists_its_options(words, command):
             for opt in param.opts:
                 assert opt in help_text, f"{' '.join(words)}: {opt} not in its --help"
         elif isinstance(param, click.Argument):
-            assert param.make_metavar(click.Context(command)) in help_text.splitlines()[0]
+            assert param.human_readable_name in help_text.splitlines()[0]
 
 
 def test_the_top_help_names_every_command_and_the_version_is_said():
