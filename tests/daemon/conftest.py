@@ -11,23 +11,27 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from daemon.shared.config import load_config
 from tests.helpers import LEAN, init_root
 
+if TYPE_CHECKING:
+    from daemon.service.notify import Notifier
+
 
 class Service:
     """A root and the daemon built on it; ``reload_from`` rewrites the config the daemon reads."""
 
-    def __init__(self, root: Path, config_path: Path) -> None:
+    def __init__(self, root: Path, config_path: Path, notifier: Notifier | None = None) -> None:
         from daemon.service.memory_daemon import MemoryDaemon
 
         self.root = root
         self.config_path = config_path
         self.workspace = root / "workspace"
-        self.daemon = MemoryDaemon(load_config(config_path))
+        self.daemon = MemoryDaemon(load_config(config_path), notifier)
 
     def open(self) -> Service:
         d = self.daemon

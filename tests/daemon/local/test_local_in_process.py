@@ -1,0 +1,242 @@
+"""The local room's in-process tests: the indexer, its search, the embedding worker, the index files.
+
+Each part is built directly, as the daemon composes it, on a root ``memstrata
+init`` made: real markdown files, real apsw index files in the state directory,
+the stand-in HTTP embedder (tests/stand_in_embedder.py) where vectors are wanted.
+The daemon's own wiring of these parts is tested in tests/daemon/local/test_indexer.py
+and test_local_search.py through the composed service.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import apsw
+import pytest
+
+from daemon.files.tracker import list_memory_files
+from daemon.local.embedding import EmbedWorker, make_embedder
+from daemon.local.index_files import IndexClaims, move_legacy_index
+from daemon.local.indexer import Indexer, desired_documents, is_indexable, layer_of
+from daemon.local.search import LocalSearch
+from daemon.shared.config import load_config
+from daemon.shared.errors import IndexUnavailableError
+from daemon.shared.fileread import read_version
+from daemon.shared.guard import SecretGuard
+from daemon.shared.jobs import Jobs
+from daemon.shared.settings import guard_from
+from daemon.shared.workspaces import Agent, get_agent
+from layers.local.index import Filters, Identity, LocalIndex
+from layers.local.units import index_model_id
+from tests.helpers import FAKE_API_KEY, wait_for
+from tests.stand_in_embedder import KEY, KEY_ENV, StandInEmbedder
+
+MAX_BYTES = 5 * 1024 * 1024
+
+
+def desired_of(agent: Agent) -> dict[str, str]:
+    """What the tracker would record for ``agent``: each indexable file's checksum, as on disk now."""
+    out = {}
+    for rel in list_memory_files(agent.workspace):
+        inspection = read_version(agent.workspace, rel, MAX_BYTES)
+        if inspection.usable and is_indexable(rel):
+            out[rel] = inspection.sha256
+    return out
+
+
+class Local:
+    """An indexer and a search over one root's main agent, wired as the daemon wires them."""
+
+    def __init__(self, config, identity: Identity | None = None, embedder=None) -> None:
+        identity = identity or Identity()
+        self.config = config
+        self.agent = get_agent(config, "main")
+        self.jobs = Jobs()
+        self.guard: SecretGuard = guard_from(config)
+        self.indexer = Indexer(
+            identity,
+            config.paths.workspace,
+            desired=desired_of,
+            guard=lambda: self.guard,
+            claims=IndexClaims(config.paths.state_dir),
+        )
+        self.search = LocalSearch(
+            lambda agent_id: self.agent if agent_id == "main" else None,
+            self.indexer,
+            identity,
+            embedder,
+            lambda: None,
+            self.jobs,
+        )
+
+    def found(self, text: str, **options) -> list[str]:
+        return [r["path"] for r in self.search.search("main", text, **options)["results"]]
+
+    def write(self, rel: str, text: str):
+        """Write ``rel`` and hand its version to the indexer, as the tracker does after the debounce."""
+        (self.agent.workspace / rel).write_text(text)
+        inspection = read_version(self.agent.workspace, rel, MAX_BYTES)
+        self.indexer.file_changed(self.agent, rel, inspection)
+        return inspection
+
+
+@pytest.fixture
+def local(service_root) -> Iterator[Local]:
+    parts = Local(load_config(service_root))
+    yield parts
+    parts.indexer.close()
+
+
+def test_the_indexer_indexes_every_file_and_the_search_finds_it(local):
+    (local.agent.workspace / "MEMORY.md").write_text("# MEMORY\nthe soursop tree is by the north wall\n")
+    desired = desired_of(local.agent)
+    assert local.indexer.open(local.agent, desired) == len(desired), "every file indexed on the first open"
+    assert local.found("soursop") == ["MEMORY.md"]
+    report = local.indexer.report("main")
+    assert report["state"] == "ready" and report["files"] == len(desired) and report["queued_updates"] == 0
+    assert local.indexer.open(local.agent, desired) == 0, "nothing to do the second time"
+
+
+def test_an_edit_is_written_at_the_flush_and_a_removal_too(local):
+    local.indexer.open(local.agent, desired_of(local.agent))
+    local.write("memory/2026-11-30.md", "# 2026-11-30\nordered feijoa seedlings\n")
+    assert local.indexer.queued() == 1 and local.found("feijoa") == [], "queued, not yet written"
+    assert local.indexer.flush() == 1
+    assert local.found("feijoa") == ["memory/2026-11-30.md"]
+    on_the_day = Filters(layer="daily", since="2026-11-30", until="2026-11-30")
+    assert local.found("feijoa", filters=on_the_day) == ["memory/2026-11-30.md"], "indexed as that day's note"
+    assert local.found("feijoa", filters=Filters(layer="core")) == []
+    (local.agent.workspace / "memory" / "2026-11-30.md").unlink()
+    local.indexer.file_removed(local.agent, "memory/2026-11-30.md")
+    local.indexer.flush()
+    assert local.found("feijoa") == []
+
+
+def test_a_file_withheld_for_a_secret_is_scrubbed_from_the_index(local):
+    local.indexer.open(local.agent, desired_of(local.agent))
+    local.write("TOOLS.md", "# TOOLS\nthe jackfruit script\n")
+    local.indexer.flush()
+    assert local.found("jackfruit") == ["TOOLS.md"]
+    (local.agent.workspace / "TOOLS.md").write_text(f"# TOOLS\nthe jackfruit script uses {FAKE_API_KEY}\n")
+    local.indexer.file_withheld(local.agent, "TOOLS.md")
+    local.indexer.flush()
+    assert local.found("jackfruit") == []
+    with apsw.Connection(str(local.agent.index)) as db:
+        assert db.execute("SELECT count(*) FROM chunks WHERE text LIKE '%jackfruit%'").fetchone()[0] == 0
+
+
+def test_text_that_changed_into_a_secret_since_the_tracker_looked_is_not_stored(local):
+    rel = "memory/2026-12-01.md"
+    (local.agent.workspace / "memory" / "2026-12-01.md").write_text("# 2026-12-01\nclean words\n")
+    recorded = desired_of(local.agent)  # the tracker's checksums: of the clean version
+    (local.agent.workspace / rel).write_text(f"# 2026-12-01\nclean words and {FAKE_API_KEY}\n")
+    local.indexer.open(local.agent, recorded)
+    assert local.found("clean") == [], "scanned again right before it was stored"
+    (local.agent.workspace / rel).write_text("# 2026-12-01\nclean words again\n")
+    local.indexer.sync(local.agent, desired_of(local.agent))  # the tracker has seen the new version
+    assert local.found("clean") == [rel]
+
+
+def test_an_index_built_with_another_identity_is_rebuilt_and_says_why(service_root):
+    config = load_config(service_root)
+    first = Local(config)
+    (first.agent.workspace / "MEMORY.md").write_text("# MEMORY\nthe pawpaw patch\n")
+    first.indexer.open(first.agent, desired_of(first.agent))
+    first.indexer.close()
+    other = Local(config, Identity(embed_model="another-model"))
+    try:
+        other.indexer.open(other.agent, desired_of(other.agent))
+        report = other.indexer.report("main")
+        assert report["last_rebuild"] is not None and "another-model" in report["last_rebuild"]["reason"]
+        assert report["identity"].endswith("embeddings another-model")
+    finally:
+        other.indexer.close()
+
+
+def test_a_missing_index_is_handed_to_the_owning_thread_to_rebuild(local):
+    with pytest.raises(LookupError, match="unknown agent 'nobody'"):
+        local.search.search("nobody", "x")
+    (local.agent.workspace / "MEMORY.md").write_text("# MEMORY\nthe mangosteen crate\n")
+    with pytest.raises(IndexUnavailableError, match="being rebuilt"):
+        local.search.search("main", "mangosteen")  # no index yet: the search never writes one itself
+    assert not local.agent.index.exists()
+    assert local.jobs.run_pending(), "the repair was handed in"
+    assert local.found("mangosteen") == ["MEMORY.md"]
+
+
+def test_a_foreign_file_at_the_index_path_is_refused_by_the_search_too(local):
+    local.agent.index.parent.mkdir(parents=True, exist_ok=True)
+    with apsw.Connection(str(local.agent.index)) as db:
+        db.execute("CREATE TABLE qmd(x)")
+    local.indexer.open(local.agent, desired_of(local.agent))
+    assert local.indexer.report("main")["state"] == "refused"
+    with pytest.raises(IndexUnavailableError, match="refused"):
+        local.search.search("main", "x")
+
+
+# ---------------------------------------------------------------- the embedding worker
+
+
+def test_the_embedding_worker_fills_in_every_vector(service_root, monkeypatch):
+    embedder_server = StandInEmbedder()
+    monkeypatch.setenv(KEY_ENV, KEY)
+    try:
+        embedder_server.configure(service_root)
+        config = load_config(service_root)
+        embedder = make_embedder(config)
+        identity = Identity(embed_model=index_model_id(embedder.model_id))
+        local = Local(config, identity, embedder)
+        (local.agent.workspace / "MEMORY.md").write_text("# MEMORY\nthe lychee orchard\n\n- ripe in June\n")
+        local.indexer.open(local.agent, desired_of(local.agent))
+        pending = local.indexer.report("main")["pending_embeddings"]
+        assert pending > 0, "the chunks wait for their vectors"
+        worker = EmbedWorker(embedder, identity, lambda: [("main", local.agent.index)], batch_size=4)
+        worker.start()
+        try:
+            wait_for(lambda: local.indexer.report("main")["pending_embeddings"] == 0, timeout=60, what="vectors")
+            assert worker.status()["embedded"] == pending and worker.status()["backend"] == "openai"
+        finally:
+            assert worker.stop(10)
+        assert local.indexer.report("main")["vectors"] >= pending
+        answer = local.search.search("main", "lychee orchard", mode="hybrid")
+        assert answer["vectors"] == "used" and [r["path"] for r in answer["results"]][:1] == ["MEMORY.md"]
+        local.indexer.close()
+    finally:
+        embedder_server.close()
+
+
+# ---------------------------------------------------------------- which index files are ours
+
+
+def test_the_claims_on_index_files_outlive_the_daemon_and_name_one_inode(tmp_path):
+    index = tmp_path / "main.sqlite"
+    index.write_bytes(b"")
+    IndexClaims(tmp_path / "state").claim(index)
+    assert IndexClaims(tmp_path / "state").owns(index), "read back by the next start"
+    (tmp_path / "planted").write_bytes(b"another file")
+    os.replace(tmp_path / "planted", index)  # the old one still exists until here: another inode
+    assert not IndexClaims(tmp_path / "state").owns(index), "a file put in its place is not ours"
+
+
+def test_only_an_index_of_ours_moves_from_the_old_default_path(tmp_path):
+    ours, foreign = tmp_path / "old-ours.sqlite", tmp_path / "old-qmd.sqlite"
+    LocalIndex(ours, Identity()).close()
+    with apsw.Connection(str(foreign)) as db:
+        db.execute("CREATE TABLE qmd(x)")
+    foreign_bytes = foreign.read_bytes()
+    claims = IndexClaims(tmp_path / "state")
+    assert move_legacy_index(ours, tmp_path / "new" / "main.sqlite", claims) is True
+    assert not ours.exists() and claims.owns(tmp_path / "new" / "main.sqlite")
+    assert move_legacy_index(foreign, tmp_path / "new" / "other.sqlite", claims) is False
+    assert foreign.read_bytes() == foreign_bytes and not (tmp_path / "new" / "other.sqlite").exists()
+
+
+def test_which_files_an_index_holds():
+    assert is_indexable("MEMORY.md") and is_indexable("memory/2026-11-30.md") and is_indexable("shared/TEAM.md")
+    assert not is_indexable("memory/data.json") and not is_indexable("notes.md")
+    assert layer_of("SOUL.md") == ("core", None) and layer_of("shared/TEAM.md") == ("core", None)
+    assert layer_of("memory/2026-11-30.md") == ("daily", "2026-11-30") and layer_of("MEMORY.md") == ("daily", None)
+    own = {"MEMORY.md": "a", "memory/x.json": "b", "shared/OLD.md": "c", "USER.md": "d"}
+    shared = {"shared/TEAM.md": "e", "shared/data.bin": "f"}
+    assert desired_documents(own, shared, not_indexed={"USER.md"}) == {"MEMORY.md": "a", "shared/TEAM.md": "e"}
