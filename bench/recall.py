@@ -1,4 +1,4 @@
-"""Recall on a bilingual agent-memory dev set, through the real daemon (tests/bench/test_recall_floor.py holds the floor).
+"""Recall on a bilingual agent-memory dev set, through the real daemon (tests/bench/test_recall_floor.py: the floor).
 
 The set (``bench/recall_set/``) is an operations agent's workspace — MEMORY.md
 and two months of daily notes, mostly Chinese with English terms — and
