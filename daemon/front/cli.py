@@ -22,11 +22,11 @@ from daemon import __version__
 from daemon.front import conversation_commands, install_commands, local_commands, maintenance_commands
 from daemon.front.options import agent_option, config_of, echo_json, front_config, json_option
 from daemon.shared import skill
-from daemon.shared.errors import DaemonError
+from daemon.shared.errors import DaemonError, UnknownAgentError
 from daemon.shared.locations import ENV_VAR, SYSTEM_CONFIG
 from daemon.shared.settings import guard_from
 from daemon.shared.tokens import WORKSPACE_TOKEN, TokenStore
-from daemon.shared.workspaces import UnknownAgentError, core_of, create_workspace, discover, get_agent, workspace_repo
+from daemon.shared.workspaces import core_of, create_workspace, discover, get_agent, workspace_repo
 from layers import daily
 from layers.fsutil import atomic_write, private_dirs
 from layers.gitrun import GitFailed

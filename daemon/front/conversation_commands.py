@@ -21,8 +21,9 @@ from daemon.front.options import (
     json_option,
     placement,
 )
+from daemon.shared.errors import UnknownAgentError
 from daemon.shared.limits import L4_PAGE
-from daemon.shared.workspaces import UnknownAgentError, get_agent
+from daemon.shared.workspaces import get_agent
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 
 if TYPE_CHECKING:

@@ -200,8 +200,7 @@ def build_server(config: Config, agent_id: str) -> Server:
     def memory_add(
         text: str, type: str | None, visibility: str | None, project: str | None, expires: str | None
     ) -> dict[str, Any]:
-        fields = {"type": type, "visibility": visibility, "project": project, "expires": expires}
-        return ask(lambda c: c.add(agent.id, text, **fields))
+        return ask(lambda c: c.add(agent.id, text, type=type, visibility=visibility, project=project, expires=expires))
 
     def memory_get_all(limit: int, cursor: str | None) -> dict[str, Any]:
         return ask(lambda c: c.get_all(agent.id, limit=limit, cursor=cursor))

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from daemon.shared.limits import QueryTooLongError, check_query
-    from daemon.shared.workspaces import UnknownAgentError
+    from daemon.shared.errors import UnknownAgentError
     from layers.local.query import EmptyQueryError
     from layers.yamlfile import YamlFileError
 
