@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from daemon.shared.errors import UnknownAgentError  # defined with the domain errors, raised (and imported) here
+from daemon.shared.errors import UnknownAgentError  # defined with the domain errors, raised here
 from layers import core, daily, safefs
 from layers.ids import MAIN_AGENT, check_id, is_valid_id
 
