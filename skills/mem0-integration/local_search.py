@@ -37,8 +37,8 @@ from daemon.shared.config import ENV_VAR, load_config  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from daemon.shared.limits import QueryTooLongError, check_query
     from daemon.shared.errors import UnknownAgentError
+    from daemon.shared.limits import QueryTooLongError, check_query
     from layers.local.query import EmptyQueryError
     from layers.yamlfile import YamlFileError
 
