@@ -25,6 +25,7 @@ from daemon.files.commits import CommitJob, CommitOutcome
 from daemon.files.filestate import FileState
 from daemon.shared.fileread import Identity, Inspection, peek, read_version
 from daemon.shared.guard import Finding, SecretGuard
+from daemon.shared.settings import max_file_bytes
 from daemon.shared.workspaces import (
     MEMORY_DIRS,
     MEMORY_FILES,
@@ -625,7 +626,7 @@ def _git_error(exc: git.GitCommandError) -> str:
 
 def settings_from(config: Config) -> Settings:
     return Settings(
-        max_index_bytes=int(config.watch.max_file_mb * 1024 * 1024),
+        max_index_bytes=max_file_bytes(config),
         quiet_period_s=config.git.quiet_period_s,
         max_delay_s=config.git.max_delay_s,
         archive_after_days=config.daily.archive_after_days,

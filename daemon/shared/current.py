@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from daemon.shared.config import Config
 from daemon.shared.guard import SecretGuard
+from daemon.shared.settings import max_file_bytes
 
 
 @dataclass
@@ -21,4 +22,4 @@ class Current:
 
     def max_index_bytes(self) -> int:
         """``watch.max_file_mb`` in force now, in bytes: a larger file is never read."""
-        return int(self.config.watch.max_file_mb * 1024 * 1024)
+        return max_file_bytes(self.config)

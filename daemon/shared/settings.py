@@ -46,6 +46,11 @@ OFFLINE_LOCK_WAIT_S = 60.0  # a daemon starting while an offline backup/cleanup 
 # ---------------------------------------------------------------- settings
 
 
+def max_file_bytes(config: Config) -> int:
+    """``watch.max_file_mb`` in bytes: a larger file is never read (nor versioned, nor indexed)."""
+    return int(config.watch.max_file_mb * 1024 * 1024)
+
+
 def guard_from(config: Config) -> SecretGuard:
     return SecretGuard(config.guard.never_store)
 

@@ -9,7 +9,10 @@ No API socket, watcher or worker thread is started; the state lock is taken as
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +49,24 @@ class Service:
         workspace.mkdir()
         (workspace / "MEMORY.md").write_text(memory)
         return workspace
+
+    @contextlib.contextmanager
+    def loop_running(self) -> Iterator[None]:
+        """A stand-in for the loop thread meanwhile: it runs what API threads hand the loop (a reindex)."""
+        done = threading.Event()
+
+        def loop() -> None:
+            while not done.is_set():
+                self.daemon.jobs.run_pending()
+                done.wait(0.02)
+
+        thread = threading.Thread(target=loop)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(5)
 
     def close(self) -> None:
         self.daemon.indexer.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 from starlette.testclient import TestClient
@@ -66,21 +65,8 @@ def test_errors_are_mapped_to_statuses(api, service):
 
 
 def test_a_reindex_is_run_by_the_loop(api, service):
-    d = service.daemon
-    done = threading.Event()
-
-    def loop() -> None:  # the loop thread: runs what the API hands it
-        while not done.is_set():
-            d.jobs.run_pending()
-            done.wait(0.02)
-
-    thread = threading.Thread(target=loop)
-    thread.start()
-    try:
+    with service.loop_running():
         answer = api.post("/v1/reindex", json={"agent": "main"}, headers=_bearer(token_of(service.root, "main")))
-    finally:
-        done.set()
-        thread.join(5)
     assert answer.status_code == 200 and answer.json()["main"]["rebuilt"] is False
     everyone = api.post("/v1/reindex", json={}, headers=_bearer(token_of(service.root, "main")))
     assert everyone.status_code == 403, "every agent needs the administrator"
@@ -92,22 +78,9 @@ def test_an_agent_the_daemon_does_not_know_is_a_404_naming_it(api, service, tmp_
     elsewhere = tmp_path / "ghost-workspace"  # not under the agents' directory: the daemon never sees it
     elsewhere.mkdir()
     ghost = _bearer(service.daemon.tokens.issue("ghost", elsewhere))
-    d = service.daemon
-    done = threading.Event()
-
-    def loop() -> None:
-        while not done.is_set():
-            d.jobs.run_pending()
-            done.wait(0.02)
-
-    thread = threading.Thread(target=loop)
-    thread.start()
-    try:
+    with service.loop_running():
         searched = api.post("/v1/search", json={"agent": "ghost", "q": "x"}, headers=ghost)
         reindexed = api.post("/v1/reindex", json={"agent": "ghost"}, headers=ghost)
-    finally:
-        done.set()
-        thread.join(5)
     for answer in (searched, reindexed):
         assert answer.status_code == 404 and answer.json() == {"error": "unknown agent 'ghost'"}, answer.text
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -278,21 +277,8 @@ def test_search_by_post_and_by_get_find_the_same(api):
 
 
 def test_a_rebuild_is_run_by_the_loop_and_answers_what_it_did(api):
-    d = api.service.daemon
-    done = threading.Event()
-
-    def loop() -> None:  # the loop thread: runs what the API hands it
-        while not done.is_set():
-            d.jobs.run_pending()
-            done.wait(0.02)
-
-    thread = threading.Thread(target=loop)
-    thread.start()
-    try:
+    with api.service.loop_running():
         answer = api.call("POST", "/v1/reindex", api.admin, json={"rebuild": True})
-    finally:
-        done.set()
-        thread.join(5)
     assert answer.status_code == 200, answer.text
     assert set(answer.json()) == {"main", "beta"} and all(a["rebuilt"] for a in answer.json().values())
 
