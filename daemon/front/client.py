@@ -7,6 +7,7 @@ the rest of a ``search`` call (docs/facts.md; bench/bench_front.py measures it).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json as _json
 import random
@@ -58,6 +59,12 @@ class _UnixConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
+
+    def send(self, data) -> None:
+        """Send, or stop sending if the daemon has already answered and closed (a refusal before the
+        body is read, like a 401): getresponse() then reads that answer, or fails if there is none."""
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            super().send(data)
 
 
 class DaemonClient:

@@ -28,6 +28,7 @@ How it finds what it needs, so that it works from inside a workspace unconfigure
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -302,6 +303,12 @@ class UnixHTTPConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
+
+    def send(self, data) -> None:
+        """Send, or stop sending if the daemon has already answered and closed (a refusal before the
+        body is read, like a 401): getresponse() then reads that answer, or fails if there is none."""
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            super().send(data)
 
 
 def _unavailable(path: Path, exc: OSError) -> DaemonUnavailableError:

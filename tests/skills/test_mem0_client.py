@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from daemon.api.requests import AddRequest, MemorySearchRequest, UpdateRequest
+from daemon.front.client import DaemonClient, DaemonRequestError
 from daemon.shared.config import demo_config_text, parse_config
 from tests.helpers import FAKE_API_KEY, FAST, DaemonProcess, init_root, run_cli, wait_for
 from tests.request_fields import (
@@ -365,6 +366,20 @@ def test_a_wrong_token_is_exit_1_with_a_clear_message(cluster):
     assert proc.returncode == 1
     assert proc.stderr.startswith("mem0_client: a valid token is required") and "(HTTP 401)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_refusal_before_the_body_is_read_is_the_answer_both_clients_give(cluster):
+    """The daemon answers 401 from the headers and closes without reading the body: a client still
+    sending it (4 MB here, far past a socket buffer) must report that 401, not a broken pipe."""
+    body = {"agent": "a", "q": "x", "padding": "x" * 4_000_000}
+    skill = mem0_client.Mem0Client("a", "not-a-token", cluster.daemon.socket, 30)
+    with pytest.raises(mem0_client.RequestError) as skill_refused:
+        skill.request("POST", "/v1/search", body=body)
+    assert skill_refused.value.status == 401
+    front = DaemonClient(cluster.daemon.socket, token="not-a-token")
+    with pytest.raises(DaemonRequestError) as front_refused:
+        front._request("POST", "/v1/search", json=body)
+    assert front_refused.value.status == 401 and "valid token" in str(front_refused.value)
 
 
 def test_no_token_outside_a_workspace(cluster, tmp_path):
