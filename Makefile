@@ -18,38 +18,51 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=OFF -DGGML_FMA=O
                     -DGGML_BMI2=OFF -DLLAVA_BUILD=OFF
 LLAMA_WHEELS     := .cache/wheels/llama-$(LLAMA_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-8)
 
-# Debian packages the tests use: git (L2), systemd (systemd-analyze for the unit tests),
-# systemd-container and debootstrap (tests/system boots a Debian rootfs under a real systemd,
-# cron included in that rootfs), util-linux (nsenter into it).
-APT_PACKAGES := git systemd systemd-container debootstrap util-linux
+# Debian packages: git for everything (L2); the tests add systemd (systemd-analyze for the unit
+# tests), systemd-container and debootstrap (tests/system boots a Debian rootfs under a real
+# systemd, cron included in that rootfs) and util-linux (nsenter into it). `make run` needs git only.
+RUN_PACKAGES  := git
+TEST_PACKAGES := git systemd systemd-container debootstrap util-linux
 
-.PHONY: setup system-deps run test bench lint clean
+.PHONY: setup system-deps test-deps run test bench lint clean
 
 setup: $(STAMP)
 
-system-deps:
+# command -v NAME for each package: the command that shows the package is there
+define need_packages
 	@missing=""; \
-	command -v git >/dev/null || missing="$$missing git"; \
-	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
-	command -v systemd-nspawn >/dev/null || missing="$$missing systemd-container"; \
-	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
-	command -v nsenter >/dev/null || missing="$$missing util-linux"; \
+	for pkg in $(1); do \
+	  case $$pkg in systemd) cmd=systemd-analyze;; systemd-container) cmd=systemd-nspawn;; \
+	    util-linux) cmd=nsenter;; *) cmd=$$pkg;; esac; \
+	  command -v $$cmd >/dev/null || missing="$$missing $$pkg"; \
+	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	  else echo "please install:$$missing (apt-get install$$missing)"; exit 1; fi; \
 	fi
+endef
+
+system-deps:
+	$(call need_packages,$(RUN_PACKAGES))
+
+test-deps:
+	$(call need_packages,$(TEST_PACKAGES))
 
 $(STAMP): pyproject.toml Makefile
 	@$(MAKE) --no-print-directory system-deps
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "memstrata needs Python >= 3.10"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
+	@# about 600 CPU-seconds of compiling, once (the wheel is cached in .cache/wheels): a progress
+	@# line a minute from tools/long_step.py, the compiler's own output in the log it names
 	@if ! ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
-	  echo "building llama-cpp-python $(LLAMA_VERSION) for AVX-only CPUs (takes ~5 minutes, once)"; \
-	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir \
-	    -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION); \
+	  cores=$$(nproc); echo "llama-cpp-python $(LLAMA_VERSION) is compiled once for AVX-only CPUs:" \
+	    "about 600 CPU-seconds, ~$$(( (600 / cores + 59) / 60 )) minutes on $$cores idle cores"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PYTHON) tools/long_step.py --log .cache/llama-build.log \
+	    --what "building llama.cpp" -- $(BIN)/python -m pip wheel -v --no-deps --no-cache-dir \
+	    -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION) || exit $$?; \
 	fi
 	@# --force-reinstall: replace any llama-cpp-python pip may have compiled natively before
 	$(BIN)/python -m pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
@@ -65,14 +78,15 @@ run: setup
 	  printf '%s\n' "$$out" | grep -v -e '^next: ' -e '^$$'; exit $$status
 	$(BIN)/memstrata --config $(DEMO_ROOT)/memstrata.yaml run
 
-# system-deps again: apt packages can be gone while the virtualenv stays (a new machine, same disk).
+# test-deps: what only the tests need, checked each time (apt packages can be gone while the
+# virtualenv stays: a new machine, same disk).
 # Two workers: most tests wait on a daemon, git or a booted container, so two keep both cores busy
 # (one test module per worker: a module's fixtures, such as its booted container, stay in one place).
 # Tests marked serial use up a per-user limit of the host (inotify instances) that every daemon of
 # the other worker shares, so they run alone afterwards; both passes run, and either failing fails.
 TEST_WORKERS ?= 2
-test: setup system-deps
-	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial"; parallel=$$?; \
+test: setup test-deps
+	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25; parallel=$$?; \
 	  $(BIN)/python -m pytest -m serial; serial=$$?; \
 	  test $$parallel -eq 0 && test $$serial -eq 0
 

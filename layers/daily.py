@@ -244,6 +244,31 @@ class WorkspaceRepo:
     def exists(self) -> bool:
         return os.path.lexists(self.path / ".git")
 
+    def head_stamp(self) -> tuple[tuple[int, int, int] | None, ...]:
+        """What changes whenever HEAD moves, from three ``lstat`` calls and no git: ``.git/HEAD``,
+        the branch file it names and ``packed-refs``.  A commit made by someone else (the CLI's
+        restore, the agent's own git) shows here, so the daemon re-reads its last commit only then.
+        Nothing is followed: HEAD's text names a file under ``refs/heads/`` or nothing is stamped."""
+        dot_git = self.path / ".git"
+
+        def stamp(path: Path) -> tuple[int, int, int] | None:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                return None
+            return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+        branch: Path | None = None
+        try:
+            if not os.path.islink(dot_git / "HEAD"):
+                text = (dot_git / "HEAD").read_text(encoding="utf-8", errors="replace")[:512].strip()
+                name = text.removeprefix("ref: ")
+                if text.startswith("ref: refs/heads/") and ".." not in name.split("/"):
+                    branch = dot_git / name
+        except OSError:
+            pass
+        return (stamp(dot_git / "HEAD"), stamp(branch) if branch else None, stamp(dot_git / "packed-refs"))
+
     def _check_git_dir(self) -> None:
         dot_git = self.path / ".git"
         if dot_git.is_symlink() or not dot_git.is_dir():

@@ -113,6 +113,9 @@ class AgentTracker:
     failures: int = 0
     failing_since: float | None = None  # wall-clock time of the first failed attempt in a row
     last_commit: daily.CommitInfo | None = None
+    #: HEAD's stamp when last_commit was read (daily.WorkspaceRepo.head_stamp): a commit made
+    #: outside the daemon (the CLI's restore, the agent's own git) changes it.
+    _head_stamp: tuple[object, ...] | None = field(default=None, repr=False)
     last_error: str | None = None
     held_back: dict[str, list[Finding]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -475,6 +478,7 @@ class AgentTracker:
             self._hold_back(outcome.held)
         if outcome.commits:
             self.last_commit = outcome.commits[-1]
+            self._head_stamp = self.repo.head_stamp()  # the daemon's own commit: no need to re-read it
         if outcome.rewritten is not None:
             self._rewritten(outcome.rewritten)
         if outcome.error is not None or outcome.cancelled or outcome.left:
@@ -571,9 +575,12 @@ class AgentTracker:
     # ------------------------------------------------------------ report
 
     def report(self) -> AgentReport:
-        if self.last_commit is None and self.repo.exists:
-            with contextlib.suppress(git.GitCommandError):
-                self.last_commit = self.repo.head()
+        if self.repo.exists:
+            stamp = self.repo.head_stamp()
+            if self.last_commit is None or stamp != self._head_stamp:
+                with contextlib.suppress(git.GitCommandError, GitFailed, daily.RepoRefusedError):
+                    self.last_commit = self.repo.head()
+                    self._head_stamp = stamp
         commit = self.last_commit
         report: AgentReport = {
             "id": self.id,

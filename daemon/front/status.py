@@ -81,6 +81,10 @@ def _vectors_report(config: Config) -> dict[str, Any]:
     return embedder.status() if embedder is not None else {"backend": "off"}
 
 
+#: A document older than this was not built for this call (the loop was busy): status says its age.
+STALE_AFTER_S = 2.0
+
+
 def _clock(iso: str | None) -> str:
     if not iso:
         return "never"
@@ -208,6 +212,11 @@ def render(status: StatusDocument) -> str:
             f"memstrata {d['version']}: daemon running (pid {d['pid']}, up {_duration(d.get('uptime_s', 0))})"
             + (f" on {d['socket']}" if d.get("socket") else "")
         )
+        if (d.get("age_s") or 0) > STALE_AFTER_S:
+            lines.append(
+                f"  (the daemon is busy: files and agents below are as of {_clock(d.get('as_of'))}, "
+                f"{_duration(d['age_s'])} ago; vectors, storage and shared memory are current)"
+            )
     else:
         seen = f"; last stopped {_clock(d['last_seen'])}" if d.get("last_seen") else ""
         lines.append(f"memstrata {d['version']}: daemon NOT running ({d['reason']}){seen}")

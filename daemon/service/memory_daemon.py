@@ -218,8 +218,10 @@ class MemoryDaemon:
         self.router.on_change(path, is_directory)
 
     def status(self) -> StatusDocument:
-        """The latest snapshot, for the API thread."""
-        return self.board.read()
+        """A snapshot the loop builds for this call, for the API thread (the last one once stopping)."""
+        if self.wakeup.stop_requested:
+            return self.board.read()
+        return self.board.read_fresh(self.wakeup.request_publish)
 
     def identify(self, token: str | None) -> str | None:
         """The agent (or "admin") a caller's token belongs to; None when it belongs to nobody."""

@@ -3,9 +3,12 @@
 The loop builds it (:meth:`StatusBoard.publish`) after changes, at most every
 BURST_PUBLISH_S while files still settle (see daemon/service/loop.py); API threads read
 a copy (:meth:`StatusBoard.read`) with the parts that move on their own
-(uptime, L4, storage) filled in fresh.  The summary line goes to systemd's
-status.  The document's keys are what ``memstrata status``, the skill and the
-MCP server read.
+(uptime, vectors, L4, storage) filled in fresh.  ``GET /v1/status`` asks the loop
+for a new document first and waits for it a moment (:meth:`StatusBoard.read_fresh`),
+so a commit the CLI made or a model the worker loaded shows at once; when the loop
+is too busy to answer in time, the document says how old it is (``daemon.as_of``,
+``daemon.age_s``).  The summary line goes to systemd's status.  The document's keys
+are what ``memstrata status``, the skill and the MCP server read.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,6 +24,9 @@ from daemon import __version__
 from daemon.files.reconcile import iso
 from daemon.files.routing import watch_roots
 from daemon.shared.settings import limits_of
+
+#: How long ``GET /v1/status`` waits for the loop's fresh document before answering with the last one.
+FRESH_WAIT_S = 1.0
 
 if TYPE_CHECKING:
     from typing import Any
@@ -72,6 +79,9 @@ class StatusBoard:
         self.reload_outcome = reload_outcome
         self._snapshot: StatusDocument = {}
         self._lock = threading.Lock()
+        self._published = threading.Condition(self._lock)  # notified at each publish
+        self._generation = 0  # publishes so far
+        self._published_at = 0.0  # time.time() of the latest
         self.line = ""  # the summary line systemd shows (STATUS=)
         #: Set while the daemon starts (daemon/files/starting.py): what status shows until the first publish.
         self.starting: StartProgress | None = None
@@ -80,12 +90,30 @@ class StatusBoard:
         """The latest snapshot, for the API thread."""
         with self._lock:
             snap = self._snapshot.copy()
+            published_at = self._published_at
         if not snap:
             return self.while_starting()
-        snap["daemon"] = {**snap["daemon"], "uptime_s": round(time.time() - self.started_at, 1)}
+        now = time.time()
+        snap["daemon"] = {
+            **snap["daemon"],
+            "uptime_s": round(now - self.started_at, 1),
+            "as_of": iso(published_at),
+            "age_s": round(max(0.0, now - published_at), 1),
+        }
+        snap["vectors"] = self.vectors()
         snap["conversation"] = self.conversation()
         snap["storage"] = self.storage.snapshot()
         return snap
+
+    def read_fresh(self, ask: Callable[[], None], wait_s: float = FRESH_WAIT_S) -> StatusDocument:
+        """A snapshot built after this call: ``ask`` wakes the loop to publish, and this waits for
+        it at most ``wait_s`` (a loop deep in a reconcile answers later; the older document says its age)."""
+        with self._lock:
+            if self._snapshot:
+                seen = self._generation
+                ask()
+                self._published.wait_for(lambda: self._generation > seen, wait_s)
+        return self.read()
 
     def while_starting(self) -> StatusDocument:
         """The document before the loop first built one: the daemon's own parts, and how far the
@@ -185,6 +213,9 @@ class StatusBoard:
         }
         with self._lock:
             self._snapshot = snapshot
+            self._generation += 1
+            self._published_at = time.time()
+            self._published.notify_all()
         if line != self.line:
             self.line = line
             self.notifier.status(line)

@@ -56,6 +56,8 @@ class DaemonInfo(TypedDict, total=False):
     version: str
     started: str | None
     uptime_s: float
+    as_of: str | None  # when the loop built this document (the parts that move alone are fresh)
+    age_s: float  # how long ago: over a second when the loop was too busy to build one for this call
     config: str | None
     socket: str
     state_dir: str

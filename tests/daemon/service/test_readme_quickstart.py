@@ -47,7 +47,7 @@ def _shell(cwd: Path, alias: str, line: str) -> subprocess.CompletedProcess:
 
 def test_the_block_has_no_placeholders_and_no_command_that_waits_for_a_client():
     lines = quickstart_lines()
-    assert lines[0].startswith('alias ms=".venv/bin/memstrata --config .demo/memstrata.yaml"')
+    assert lines[0].startswith('alias ms="$PWD/.venv/bin/memstrata --config $PWD/.demo/memstrata.yaml"')
     assert len(lines) >= 10
     for line in lines:
         command = line.split("  #", 1)[0]
@@ -68,6 +68,8 @@ def test_every_line_runs_against_a_daemon_on_a_demo_root(tmp_path):
             proc = _shell(tmp_path, alias, line)
             assert proc.returncode == 0, f"{line}\nexit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr}"
             assert "Traceback" not in proc.stderr and "Error:" not in proc.stderr, (line, proc.stderr)
+        elsewhere = _shell(tmp_path, f"{alias}\ncd /", "ms status")
+        assert elsewhere.returncode == 0 and "daemon running" in elsewhere.stdout, "the alias works from anywhere"
         memory = (tmp_path / ".demo" / "workspace" / "MEMORY.md").read_text(encoding="utf-8")
         assert "a line to take back" not in memory, "restore brought the first version back"
         kept = [c for c in commits(tmp_path / ".demo" / "workspace") if ("M", "MEMORY.md") in c["changes"]]
