@@ -36,8 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from daemon.front.client import DaemonClient
 from tests.helpers import FAST, DaemonProcess, init_root, wait_for
 
-SET_DIR = Path(__file__).resolve().parent / "recall_set"
-KINDS = ("keyword-en", "keyword-zh", "lookup", "paraphrase-en", "paraphrase-zh", "cross-lingual", "temporal")
+BENCH_DIR = Path(__file__).resolve().parent
+SET_DIR = BENCH_DIR / "recall_set"  # the set the search was tuned on
+#: --set NAME → its directory: the tuned set, one written independently and never tuned on (issue 24),
+#: English chat memory (issue 29).
+SETS = {"tuned": SET_DIR, "untuned": BENCH_DIR / "recall_set_untuned", "chat": BENCH_DIR / "recall_set_chat"}
+BILINGUAL_KINDS = ("keyword-en", "keyword-zh", "lookup", "paraphrase-en", "paraphrase-zh", "cross-lingual", "temporal")
+CHAT_KINDS = ("single-hop", "multi-hop", "temporal")
+KINDS = BILINGUAL_KINDS + tuple(k for k in CHAT_KINDS if k not in BILINGUAL_KINDS)
 LANGS = ("en", "zh")
 MODES = ("fts", "vector", "hybrid")
 SPLITS = ("all", "dev", "heldout")
@@ -57,6 +63,7 @@ class Question:
     heldout: bool
     text: str
     gold: tuple[tuple[str, int, int], ...]  # (file, first line, last line)
+    descriptive: bool = False  # names a thing by description where the note uses its name (issue 24)
 
 
 @dataclass
@@ -90,7 +97,15 @@ def load_questions(set_dir: Path = SET_DIR) -> list[Question]:
                 raise SetError(f"{where}: {g['anchor']!r} is no longer on {g['file']}:{start}-{end}")
             gold.append((g["file"], start, end))
         questions.append(
-            Question(item["id"], item["kind"], item["lang"], bool(item["heldout"]), item["question"], tuple(gold))
+            Question(
+                item["id"],
+                item["kind"],
+                item["lang"],
+                bool(item["heldout"]),
+                item["question"],
+                tuple(gold),
+                bool(item.get("descriptive")),
+            )
         )
     return questions
 
@@ -187,6 +202,8 @@ def _metrics(outcomes: list[Outcome]) -> dict:
 def score(outcomes: list[Outcome]) -> dict:
     """mode → split → group ("overall", a kind, "lang:en") → metrics."""
     out: dict = {}
+    present = {o.question.kind for o in outcomes}
+    kinds = [kind for kind in KINDS if kind in present]
     for mode in dict.fromkeys(o.mode for o in outcomes):
         out[mode] = {}
         for split in SPLITS:
@@ -194,14 +211,17 @@ def score(outcomes: list[Outcome]) -> dict:
                 o for o in outcomes if o.mode == mode and (split == "all" or o.question.heldout == (split == "heldout"))
             ]
             groups = {"overall": chosen}
-            groups.update({kind: [o for o in chosen if o.question.kind == kind] for kind in KINDS})
+            groups.update({kind: [o for o in chosen if o.question.kind == kind] for kind in kinds})
             groups.update({f"lang:{lang}": [o for o in chosen if o.question.lang == lang] for lang in LANGS})
+            if any(o.question.descriptive for o in chosen):
+                groups["descriptive"] = [o for o in chosen if o.question.descriptive]
             out[mode][split] = {name: _metrics(items) for name, items in groups.items()}
     return out
 
 
 def format_tables(scores: dict) -> str:
-    columns = ["overall", *KINDS, *(f"lang:{lang}" for lang in LANGS)]
+    first = next(iter(scores.values()))["all"]
+    columns = [c for c in first if first[c]["n"]]  # overall, the set's kinds, languages, descriptive
     lines = []
     for split in SPLITS:
         for metric, label in (("r5", "R@5"), ("r1", "R@1"), ("mrr", "MRR"), ("returned", "results returned")):
@@ -236,11 +256,14 @@ def main(quick: bool = False, argv: list[str] | tuple[str, ...] = ()) -> None:
     """``quick`` (from ``bench/run.py --quick``): hybrid only."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", action="append", choices=MODES, help="modes to run (repeatable; default: all)")
+    parser.add_argument(
+        "--set", dest="set_name", choices=SETS, default="tuned", help="which question set (default: tuned)"
+    )
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
     parser.add_argument("--misses", action="store_true", help="list every question without a hit in the top 5")
     args = parser.parse_args(list(argv))
     modes = tuple(args.mode or (("hybrid",) if quick else MODES))
-    scores, outcomes, facts = run(modes)
+    scores, outcomes, facts = run(modes, SETS[args.set_name])
     if args.json:
         print(json.dumps({"facts": facts, "scores": scores}, ensure_ascii=False, indent=1))
         return

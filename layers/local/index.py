@@ -34,12 +34,14 @@ import apsw
 import numpy as np
 
 from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
+from layers.local import vector_codes
 from layers.local.answers import IndexStats, RebuildStats
 from layers.local.chunker import CHUNKER_VERSION, chunk_markdown
 from layers.local.query import Query
 from layers.local.tokenizer import TOKENIZER_VERSION, token_string
+from layers.local.vector_codes import quantize
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: quantized codes and the change log (layers/local/vector_codes.py)
 HEADING_WEIGHT = 3.0  # bm25 weight of the heading column against 1.0 for the body
 
 _SCHEMA = """
@@ -57,6 +59,9 @@ CREATE TABLE IF NOT EXISTS vectors(
     hash TEXT NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL, vec BLOB NOT NULL,
     PRIMARY KEY(hash, model)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending(hash TEXT PRIMARY KEY, queued_at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS codes(
+    hash TEXT NOT NULL, model TEXT NOT NULL, code BLOB NOT NULL, PRIMARY KEY(hash, model)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS changes(seq INTEGER PRIMARY KEY AUTOINCREMENT, chunk INTEGER NOT NULL);
 """
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path, seq);
@@ -312,6 +317,8 @@ class LocalIndex:
         Another program's SQLite database is refused either way.
         """
         self.verify = (not readonly) if verify is None else verify
+        self._width: int | None = None  # the stored vectors' width, once read
+        self._created_at: str | None = None  # meta "created": which file this is, for the code caches
         self._bulk = False
         self._next_id: int | None = None  # set while a fresh bulk build assigns ids
         self.path = path
@@ -453,6 +460,7 @@ class LocalIndex:
                 next_id += 1
             stale = [chunk_id for ids in existing.values() for chunk_id in ids]
             self._delete_chunks(stale)  # first: a kept row may take a freed seq
+            self._log_changes([*stale, *(row[-1] for row in kept_rows), *(row[0] for row in new_rows)])
             if kept_rows:
                 db.executemany(
                     "UPDATE chunks SET seq = ?, line_start = ?, line_end = ?, layer = ?, day = ? WHERE id = ?",
@@ -477,6 +485,7 @@ class LocalIndex:
         with self._transaction():
             ids = [r[0] for r in self.db.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
             self._delete_chunks(ids)
+            self._log_changes(ids)
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
         return len(ids)
 
@@ -502,10 +511,11 @@ class LocalIndex:
                 for path in paths:
                     hashes.update(r[0] for r in db.execute("SELECT hash FROM chunks WHERE path = ?", (path,)))
                     removed += self.remove_document(path)
-                db.executemany(
-                    "DELETE FROM vectors WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)",
-                    [(h, h) for h in hashes],
-                )
+                for table in ("vectors", "codes"):
+                    db.executemany(
+                        f"DELETE FROM {table} WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)",
+                        [(h, h) for h in hashes],
+                    )
                 db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('optimize')")
         finally:
             db.execute("PRAGMA secure_delete=OFF")
@@ -531,6 +541,17 @@ class LocalIndex:
                 "DELETE FROM pending WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)",
                 (chunk_hash, chunk_hash),
             )
+
+    def _log_changes(self, chunk_ids: Iterable[int]) -> None:
+        """Tell code caches (layers/local/vector_codes.py) which chunks to look at again; the log
+        keeps its last KEEP_CHANGES entries (a reader further behind loads its cache anew)."""
+        rows = [(chunk_id,) for chunk_id in chunk_ids]
+        if not rows:
+            return
+        self.db.executemany("INSERT INTO changes(chunk) VALUES(?)", rows)
+        last = self.db.last_insert_rowid()
+        if last % 1024 < len(rows) or len(rows) >= 1024:
+            self.db.execute("DELETE FROM changes WHERE seq <= ?", (last - vector_codes.KEEP_CHANGES,))
 
     def _queue_embedding(self, chunk_hash: str) -> None:
         model = self.identity.embed_model
@@ -562,7 +583,8 @@ class LocalIndex:
         )
 
     def store_vectors(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> int:
-        """Store each chunk's vector, or its passages' vectors as one ``(n, dim)`` array (it scores as the best)."""
+        """Store each chunk's vector, or its passages' vectors as one ``(n, dim)`` array (it scores as the best),
+        with their codes (layers/local/vector_codes.py)."""
         count = 0
         with write_transaction(self.db):
             for chunk_hash, vec in items:
@@ -571,7 +593,10 @@ class LocalIndex:
                     "INSERT OR REPLACE INTO vectors VALUES(?, ?, ?, ?)",
                     (chunk_hash, model, vec.shape[-1], vec.tobytes()),
                 )
+                self.db.execute("INSERT OR REPLACE INTO codes VALUES(?, ?, ?)", (chunk_hash, model, quantize(vec)))
                 self.db.execute("DELETE FROM pending WHERE hash = ?", (chunk_hash,))
+                ids = [r[0] for r in self.db.execute("SELECT id FROM chunks WHERE hash = ?", (chunk_hash,))]
+                self._log_changes(ids)
                 count += 1
         return count
 
@@ -621,37 +646,59 @@ class LocalIndex:
             return hits, False
         return self.search_text(query.any_term, limit, filters), True
 
-    def search_vectors(
-        self, query_vec: np.ndarray, limit: int, filters: Filters, batch: int = 4096, offset: int = 0
-    ) -> list[Hit]:
-        """Cosine similarity (vectors are normalised) over the chunks that have a vector.
+    def search_vectors(self, query_vec: np.ndarray, limit: int, filters: Filters, offset: int = 0) -> list[Hit]:
+        """The ``limit`` chunks nearest ``query_vec`` within ``filters`` (see :meth:`vector_lists`)."""
+        return self.vector_lists(query_vec, limit, {"": filters}, offset)[""]
+
+    def vector_lists(
+        self, query_vec: np.ndarray, limit: int, lists: dict[str, Filters], offset: int = 0
+    ) -> dict[str, list[Hit]]:
+        """For each named filter, the ``limit`` chunks nearest ``query_vec`` (cosine: vectors are normalised).
 
         A chunk stored with several passage vectors scores as its best passage.
         A stored row may hold two models' vectors side by side (the e5 vector,
         then the companion's, see :mod:`layers.local.companion`): ``query_vec``
-        is compared with the columns from ``offset`` on.
+        is compared with the columns from ``offset`` on.  The pass over the codes
+        (:mod:`layers.local.vector_codes`) picks the candidates once for every
+        list, and only they are scored exactly.
         """
+        query_vec = np.asarray(query_vec, dtype=np.float32)
+        model = self.identity.embed_model
+        width = self._vector_width(model)
+        if width is None:
+            return {name: [] for name in lists}
+        if width < offset + query_vec.shape[0]:
+            raise ValueError(
+                f"stored vectors are {width}-d, a {query_vec.shape[0]}-d query at column {offset} does not fit"
+            )
+        cache = vector_codes.cache_for((str(self.path), self._created(), model), width)
+        masks = [self._mask(f) for f in lists.values()]
+        with cache.lock:
+            self._follow(cache, model)
+            near = cache.nearest(query_vec, offset, masks, max(vector_codes.RESCORE_CHUNKS, limit))
+        return {name: self._rescore(ids, query_vec, limit, offset) for name, ids in zip(lists, near, strict=True)}
+
+    def exact_vectors(self, query_vec: np.ndarray, limit: int, filters: Filters, offset: int = 0) -> list[Hit]:
+        """:meth:`search_vectors` by scoring every stored vector (what the codes stand in for; the
+        benchmark's reference for their recall)."""
         where, args = filters.sql()
         cursor = self.db.execute(
             f"SELECT c.id, v.vec, v.dim FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ? WHERE 1{where}",
             (self.identity.embed_model, *args),
         )
-        best: list[tuple[float, int]] = []
-        query_vec = np.asarray(query_vec, dtype=np.float32)
-        dim = query_vec.shape[0]
-        while rows := list(itertools.islice(cursor, batch)):
-            ids = [r[0] for r in rows]
-            width = rows[0][2]  # one identity, one row width
-            if width < offset + dim:
-                raise ValueError(f"stored vectors are {width}-d, a {dim}-d query at column {offset} does not fit")
-            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(-1, width)
-            matrix = matrix[:, offset : offset + dim]
-            counts = np.fromiter((len(r[1]) // (4 * width) for r in rows), dtype=np.int64, count=len(rows))
-            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-            scores = np.maximum.reduceat(matrix @ query_vec, starts)
-            top = np.argsort(-scores)[:limit]
-            best.extend((float(scores[i]), ids[i]) for i in top)
-            best = sorted(best, reverse=True)[:limit]
+        return self._hits(_best_scores(cursor, np.asarray(query_vec, dtype=np.float32), limit, offset))
+
+    def _rescore(self, ids: list[int], query_vec: np.ndarray, limit: int, offset: int) -> list[Hit]:
+        if not ids:
+            return []
+        cursor = self.db.execute(
+            "SELECT c.id, v.vec, v.dim FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ? "
+            "WHERE c.id IN (SELECT value FROM json_each(?))",
+            (self.identity.embed_model, json.dumps(ids)),
+        )
+        return self._hits(_best_scores(cursor, query_vec, limit, offset))
+
+    def _hits(self, best: list[tuple[float, int]]) -> list[Hit]:
         if not best:
             return []
         found: Iterable[ChunkRow] = self.db.execute(
@@ -661,6 +708,52 @@ class LocalIndex:
         )
         by_id = {r[0]: r for r in found}
         return [Hit(*by_id[i], score) for score, i in best if i in by_id]
+
+    def _vector_width(self, model: str) -> int | None:
+        """The stored rows' width (one identity, one width); None while nothing has a vector."""
+        if self._width is None:
+            self._width = self.db.execute("SELECT dim FROM vectors WHERE model = ? LIMIT 1", (model,)).get
+        return self._width
+
+    def _created(self) -> str:
+        """When this file was made: a rebuilt index is another file, with caches of its own."""
+        if self._created_at is None:
+            self._created_at = self.db.execute("SELECT value FROM meta WHERE key = 'created'").get or ""
+        return self._created_at
+
+    def _mask(self, filters: Filters) -> vector_codes.Mask:
+        chunk_ids = None
+        if filters.path_glob:
+            rows = self.db.execute("SELECT id FROM chunks WHERE path GLOB ?", (filters.path_glob,))
+            chunk_ids = frozenset(r[0] for r in rows)
+        return vector_codes.Mask(filters.layer, filters.since, filters.until, chunk_ids)
+
+    def _follow(self, cache: vector_codes.CodeCache, model: str) -> None:
+        """Bring ``cache`` up to this connection's view of the index, in one read transaction."""
+        db = self.db
+        own = not db.in_transaction
+        if own:
+            db.execute("BEGIN")
+        try:
+            top, low = db.execute("SELECT coalesce(max(seq), 0), coalesce(min(seq), 0) FROM changes").get
+            if cache.seq == top:
+                return
+            rows = "SELECT c.id, c.day, c.layer, k.code FROM chunks c JOIN codes k ON k.hash = c.hash AND k.model = ?"
+            if cache.seq < 0 or low > cache.seq + 1 or top < cache.seq:
+                cache.reset()
+                cache.add(db.execute(rows + " ORDER BY c.id", (model,)))
+            else:
+                ids = [r[0] for r in db.execute("SELECT DISTINCT chunk FROM changes WHERE seq > ?", (cache.seq,))]
+                for chunk_id in ids:
+                    cache.remove(chunk_id)
+                cache.add(
+                    db.execute(rows + " WHERE c.id IN (SELECT value FROM json_each(?))", (model, json.dumps(ids)))
+                )
+                cache.compact()
+            cache.seq = top
+        finally:
+            if own:
+                db.execute("COMMIT")
 
     def newest_day(self) -> str | None:
         """The day of the newest daily file (YYYY-MM-DD), the reference for "yesterday" and "last Tuesday"."""
@@ -700,6 +793,29 @@ class LocalIndex:
             "vectors": self.vector_count() if self.identity.embed_model else 0,
             "identity": self.identity.describe(),
         }
+
+
+def _best_scores(
+    rows: Iterable[tuple[int, bytes, int]], query_vec: np.ndarray, limit: int, offset: int, batch: int = 4096
+) -> list[tuple[float, int]]:
+    """(score, chunk id) of the ``limit`` best rows (id, vector blob, width): a row scores as its best passage."""
+    best: list[tuple[float, int]] = []
+    dim = query_vec.shape[0]
+    cursor = iter(rows)
+    while chunk := list(itertools.islice(cursor, batch)):
+        ids = [r[0] for r in chunk]
+        width = chunk[0][2]  # one identity, one row width
+        if width < offset + dim:
+            raise ValueError(f"stored vectors are {width}-d, a {dim}-d query at column {offset} does not fit")
+        matrix = np.frombuffer(b"".join(r[1] for r in chunk), dtype=np.float32).reshape(-1, width)
+        matrix = matrix[:, offset : offset + dim]
+        counts = np.fromiter((len(r[1]) // (4 * width) for r in chunk), dtype=np.int64, count=len(chunk))
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        scores = np.maximum.reduceat(matrix @ query_vec, starts)
+        top = np.argsort(-scores)[:limit]
+        best.extend((float(scores[i]), ids[i]) for i in top)
+        best = sorted(best, reverse=True)[:limit]
+    return best
 
 
 def open_for_reading(path: Path) -> LocalIndex:
@@ -797,9 +913,30 @@ def _copy_vectors(new: LocalIndex, old_path: Path) -> int:
     try:
         with write_transaction(new.db):
             new.db.execute("INSERT OR IGNORE INTO vectors SELECT hash, model, dim, vec FROM old.vectors")
+            old_tables = {r[0] for r in new.db.execute("SELECT name FROM old.sqlite_schema WHERE type = 'table'")}
+            if "codes" in old_tables:
+                new.db.execute("INSERT OR IGNORE INTO codes SELECT hash, model, code FROM old.codes")
+            _add_missing_codes(new.db)
         return new.db.execute("SELECT count(*) FROM vectors").get
     except apsw.Error:
         return 0
     finally:
         with contextlib.suppress(apsw.Error):
             new.db.execute("DETACH DATABASE old")
+
+
+def _add_missing_codes(db: apsw.Connection, batch: int = 2048) -> int:
+    """Codes for stored vectors that have none (an index of schema 1 carried over): computed
+    from the vectors, never by embedding again."""
+    added = 0
+    cursor = db.execute(
+        "SELECT v.hash, v.model, v.dim, v.vec FROM vectors v "
+        "WHERE NOT EXISTS (SELECT 1 FROM codes k WHERE k.hash = v.hash AND k.model = v.model)"
+    )
+    while rows := list(itertools.islice(cursor, batch)):
+        db.executemany(
+            "INSERT OR REPLACE INTO codes VALUES(?, ?, ?)",
+            [(h, m, quantize(np.frombuffer(vec, dtype=np.float32).reshape(-1, dim))) for h, m, dim, vec in rows],
+        )
+        added += len(rows)
+    return added

@@ -195,10 +195,12 @@ def _companion_lists(
         vector = companion.shared().embed([text])[0]
     except VectorsUnavailableError:
         return {}
-    out = {"vector:use": index.search_vectors(vector, pool, filters, offset=offset)}
-    if dated is not None:
-        out["vector:use@date"] = index.search_vectors(vector, pool, dated, offset=offset)
-    return out
+    return index.vector_lists(vector, pool, _vector_filters("vector:use", filters, dated), offset=offset)
+
+
+def _vector_filters(name: str, filters: Filters, dated: Filters | None) -> dict[str, Filters]:
+    """A vector list, and its ``@date`` twin when the query names days: one pass of the codes serves both."""
+    return {name: filters, **({f"{name}@date": dated} if dated is not None else {})}
 
 
 def _covers(hit: Hit, terms: set[str]) -> int:
@@ -282,9 +284,7 @@ def search(
             try:
                 pause()
                 vector = embed_query(text)  # type: ignore[misc]
-                lists["vector"] = index.search_vectors(vector, pool, filters)
-                if dated is not None:
-                    lists["vector@date"] = index.search_vectors(vector, pool, dated)
+                lists.update(index.vector_lists(vector, pool, _vector_filters("vector", filters, dated)))
                 answer.vectors = "used"
                 if has_companion(index.identity.embed_model):
                     pause()

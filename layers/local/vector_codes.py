@@ -1,0 +1,244 @@
+"""Vector search that does not read every vector: one byte per dimension first, exact scores for the few kept.
+
+Hybrid search used to read every passage vector out of SQLite and score it in
+Python, for every query and for each of its vector lists: 1.1 s at 2,000
+chunks, 4-5 s and 600+ MB at 20,000.  Now each passage also has a code of one
+byte per dimension (:func:`quantize`: a quarter of the float vector), kept in
+the index (table ``codes``, written with the vectors) and, in each process
+that searches, in a :class:`CodeCache` of packed arrays.  A search scores every
+passage's code, keeps the best chunks (:data:`RESCORE_CHUNKS`), and only those
+are scored exactly from their stored vectors.  Sign bits (32× smaller) were
+measured first and dropped: e5's vectors share one direction (their mean has
+norm 0.92), so their signs barely differ and the true ten nearest fell within
+the sign-bit pass's first 10% for a fifth of the questions only.  Filters (layer,
+day range, path glob) are masks over the cache's rows, applied before the
+nearest are chosen, never after.
+
+The cache is loaded once per index file and then follows the writer through
+the ``changes`` log (chunk ids the writer appends to in the same transaction
+as the change); a reader that fell behind the log's trimmed start loads again.
+All caches of a process together stay under :data:`CACHE_BUDGET_BYTES` (the
+least recently searched index is dropped first).  Measured figures:
+docs/facts.md, "L3 vectors at scale".
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+
+import numpy as np
+
+CODES_VERSION = 1
+#: Chunks the pass over the codes keeps for exact scoring, at least (``pool`` when a list wants more).
+RESCORE_CHUNKS = 100
+#: All code caches of one process, together; the least recently searched goes first.
+CACHE_BUDGET_BYTES = 160 * 1024 * 1024
+#: How many entries of the change log the writer keeps; a reader further behind reloads.
+KEEP_CHANGES = 50_000
+_BLOCK = 8192  # passages per block of the scoring pass: bounds its scratch memory (~12 MB at 384-d)
+LAYERS = {"core": 0, "daily": 1}
+
+
+#: A code is round(x × SCALE) clipped to ±127: unit vectors of 384-1536 dimensions have components
+#: within ±0.17 (e5-small: max 0.166, 99.9th percentile 0.130; the companion: 0.127 and 0.104, on the
+#: recall sets' passages), so ±0.25 keeps every one unclipped at a resolution of 0.002.  Measured on
+#: those passages and the sets' questions: the codes' ten best hold 0.97 (e5) and 0.99 (companion) of
+#: the exact ten best, their twenty best all of them.
+SCALE = 127 / 0.25
+
+
+def quantize(vectors: np.ndarray) -> bytes:
+    """One signed byte per component of each row of ``vectors`` (shape (n, d)), row after row."""
+    return np.clip(np.rint(np.asarray(vectors, dtype=np.float32) * SCALE), -127, 127).astype(np.int8).tobytes()
+
+
+def day_number(day: str | None) -> int:
+    return date.fromisoformat(day).toordinal() if day else -1
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Which chunks a vector list may return (the index's Filters, as arrays)."""
+
+    layer: str | None = None
+    since: str | None = None
+    until: str | None = None
+    chunk_ids: frozenset[int] | None = None  # the chunks a path glob matched; None: any
+
+
+class _Growing:
+    """A numpy array that grows by doubling: appends cost amortised O(rows), views are free."""
+
+    def __init__(self, dtype: type | np.dtype, width: int = 0) -> None:
+        self.width = width
+        self.data = np.empty((1024, width) if width else 1024, dtype=dtype)
+        self.n = 0
+
+    def append(self, rows: np.ndarray) -> None:
+        need = self.n + len(rows)
+        if need > len(self.data):
+            grown = np.empty((max(need, 2 * len(self.data)), *self.data.shape[1:]), dtype=self.data.dtype)
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown
+        self.data[self.n : need] = rows
+        self.n = need
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.data[: self.n]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+
+class CodeCache:
+    """The codes of every chunk of one index that has vectors, with what its filters need.
+
+    Rows ("slots") are chunks; a chunk's passages are contiguous in ``codes``.
+    A removed or changed chunk's slot is marked dead and, when changed, appended
+    anew; dead rows are dropped when they are over half of the cache.
+    """
+
+    def __init__(self, width: int) -> None:
+        self.width = width  # components per passage (both models' when a row holds both)
+        self.lock = threading.Lock()
+        self.seq = -1  # the last change applied; -1: never loaded
+        self.codes = _Growing(np.int8, width)
+        self.first = _Growing(np.int64)  # per slot: its first passage
+        self.chunk_ids = _Growing(np.int64)
+        self.days = _Growing(np.int32)
+        self.layers = _Growing(np.int8)
+        self.alive = _Growing(np.bool_)
+        self.slot_of: dict[int, int] = {}
+        self.dead = 0
+
+    def reset(self) -> None:
+        """Empty, to be loaded again from the index."""
+        self.__dict__.update({k: v for k, v in CodeCache(self.width).__dict__.items() if k != "lock"})
+
+    @property
+    def nbytes(self) -> int:
+        parts = (self.codes, self.first, self.chunk_ids, self.days, self.layers, self.alive)
+        return sum(p.nbytes for p in parts)
+
+    def __len__(self) -> int:
+        return len(self.slot_of)
+
+    # ------------------------------------------------------------ following the index
+
+    def remove(self, chunk_id: int) -> None:
+        slot = self.slot_of.pop(chunk_id, None)
+        if slot is not None:
+            self.alive.data[slot] = False
+            self.dead += 1
+
+    def add(self, rows: Iterable[tuple[int, str | None, str, bytes]]) -> None:
+        """Append chunks given as (id, day, layer, codes); a chunk already here is replaced."""
+        ids, days, layers, firsts, blobs = [], [], [], [], []
+        start = self.codes.n
+        for chunk_id, day, layer, codes in rows:
+            count = len(codes) // self.width
+            if not count:
+                continue
+            self.remove(chunk_id)
+            ids.append(chunk_id)
+            days.append(day_number(day))
+            layers.append(LAYERS.get(layer, 2))
+            firsts.append(start)
+            blobs.append(codes[: count * self.width])
+            start += count
+        if not ids:
+            return
+        base = self.chunk_ids.n
+        self.codes.append(np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(-1, self.width))
+        self.first.append(np.asarray(firsts, dtype=np.int64))
+        self.chunk_ids.append(np.asarray(ids, dtype=np.int64))
+        self.days.append(np.asarray(days, dtype=np.int32))
+        self.layers.append(np.asarray(layers, dtype=np.int8))
+        self.alive.append(np.ones(len(ids), dtype=np.bool_))
+        for offset, chunk_id in enumerate(ids):
+            self.slot_of[chunk_id] = base + offset
+
+    def compact(self) -> None:
+        """Drop dead slots and their passages once they are over half of the cache."""
+        if self.dead < 1024 or self.dead * 2 < self.chunk_ids.n:
+            return
+        alive = self.alive.view
+        ends = np.append(self.first.view[1:], self.codes.n)
+        keep = np.repeat(alive, ends - self.first.view)
+        codes = self.codes.view[keep]
+        counts = (ends - self.first.view)[alive]
+        fresh = CodeCache(self.width)
+        fresh.seq = self.seq
+        fresh.codes.append(codes)
+        fresh.first.append(np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64))
+        for name in ("chunk_ids", "days", "layers"):
+            getattr(fresh, name).append(getattr(self, name).view[alive])
+        fresh.alive.append(np.ones(int(alive.sum()), dtype=np.bool_))
+        fresh.slot_of = {int(c): i for i, c in enumerate(fresh.chunk_ids.view)}
+        self.__dict__.update({k: v for k, v in fresh.__dict__.items() if k != "lock"})
+
+    # ------------------------------------------------------------ searching
+
+    def nearest(self, query: np.ndarray, offset: int, masks: list[Mask], pool: int) -> list[list[int]]:
+        """For each mask, the ids of the ``pool`` chunks whose best passage code scores highest
+        against ``query``, best first (compared with the components from ``offset`` on: a row may
+        hold two models' vectors side by side)."""
+        if not self.chunk_ids.n:
+            return [[] for _ in masks]
+        q = np.asarray(query, dtype=np.float32)
+        scores = np.empty(self.codes.n, dtype=np.float32)
+        for start in range(0, self.codes.n, _BLOCK):
+            block = self.codes.data[start : min(start + _BLOCK, self.codes.n), offset : offset + len(q)]
+            scores[start : start + len(block)] = block.astype(np.float32) @ q
+        best = np.maximum.reduceat(scores, self.first.view)  # a chunk scores as its best passage
+        out = []
+        for mask in masks:
+            candidates = np.flatnonzero(self._allowed(mask))
+            if len(candidates) > pool:
+                candidates = candidates[np.argpartition(-best[candidates], pool)[:pool]]
+            candidates = candidates[np.argsort(-best[candidates], kind="stable")]
+            out.append(self.chunk_ids.view[candidates].tolist())
+        return out
+
+    def _allowed(self, mask: Mask) -> np.ndarray:
+        allowed = self.alive.view.copy()
+        if mask.layer is not None:
+            allowed &= self.layers.view == LAYERS.get(mask.layer, 2)
+        if mask.since is not None:
+            allowed &= self.days.view >= day_number(mask.since)
+        if mask.until is not None:
+            allowed &= (self.days.view <= day_number(mask.until)) & (self.days.view >= 0)
+        if mask.chunk_ids is not None:
+            allowed &= np.isin(self.chunk_ids.view, np.fromiter(mask.chunk_ids, dtype=np.int64))
+        return allowed
+
+
+_CACHES: OrderedDict[tuple[str, str, str], CodeCache] = OrderedDict()
+_CACHES_LOCK = threading.Lock()
+
+
+def cache_for(key: tuple[str, str, str], width: int) -> CodeCache:
+    """The process's cache of one index file (path, creation stamp, model), made on first use."""
+    with _CACHES_LOCK:
+        cache = _CACHES.get(key)
+        if cache is None or cache.width != width:
+            cache = _CACHES[key] = CodeCache(width)
+        _CACHES.move_to_end(key)
+        total = sum(c.nbytes for c in _CACHES.values())
+        while total > CACHE_BUDGET_BYTES and len(_CACHES) > 1:
+            _, dropped = _CACHES.popitem(last=False)
+            total -= dropped.nbytes
+        return cache
+
+
+def forget(path: str) -> None:
+    """Drop the caches of an index file (it was replaced or removed)."""
+    with _CACHES_LOCK:
+        for key in [k for k in _CACHES if k[0] == path]:
+            del _CACHES[key]
