@@ -23,6 +23,7 @@ from bench import (
     bench_hostile_files,
     bench_index,
     bench_many_files,
+    bench_scale,
     bench_stop,
     recall,
 )
@@ -38,6 +39,7 @@ BENCHMARKS = {
     "hostile-files": bench_hostile_files.main,
     "many-files": bench_many_files.main,
     "flood": bench_flood.main,
+    "scale": bench_scale.main,
     "recall": recall.main,
 }
 

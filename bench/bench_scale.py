@@ -1,0 +1,260 @@
+"""L3 at the sizes memories reach: 2,000, 20,000 and 100,000 chunks, through the daemon's API.
+
+For each size a fresh root gets a bilingual workspace of daily notes (list items
+under section headings, as agents write them), an index built the way the daemon
+builds one (``rebuild``, the same documents), and for every chunk random unit
+vectors of the real models' widths and passage count (a labelled stand-in: the
+first embed of 100,000 chunks on this host would take most of a day; the query
+side is the real model).  Then the real daemon serves it and the same queries are
+asked in fts and hybrid mode, alternating:
+
+- fts and hybrid p50 / p95 through ``POST /v1/search`` (hybrid includes embedding
+  the query with both real models; that embedding is timed apart, in this process);
+- the vector pass alone before (every stored vector read and scored, what hybrid
+  did until issue 27: ``LocalIndex.exact_vectors``) and now (``vector_lists``);
+- recall@10 of the codes against exact scoring of the same vectors, real query vectors;
+- the daemon's RSS: idle, with the models loaded, and the most seen while answering;
+- the index build against SQLite's own ``unicode61`` FTS5 over the same chunk texts;
+- the index file's size; and the growth factors from one size to the next.
+
+    .venv/bin/python bench/run.py scale            # 2k, 20k, 100k (--quick: 2k and 20k)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+import statistics
+import tempfile
+import threading
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+import apsw
+import numpy as np
+import psutil
+
+from daemon.front.client import DaemonClient
+from daemon.local.embedding import make_embedder
+from daemon.local.indexer import is_indexable, layer_of
+from daemon.shared.config import load_config
+from layers.local import companion
+from layers.local.chunker import chunk_markdown
+from layers.local.index import Document, Filters, Identity, LocalIndex, rebuild
+from layers.local.units import has_companion, index_model_id, passages
+from tests.corpus import Corpus
+from tests.helpers import DaemonProcess, init_root, wait_for
+
+CHUNKS_PER_FILE = 20
+QUERIES = 40
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _section(corpus: Corpus, rng: random.Random, n: int) -> str:
+    items = [f"- {corpus.chunk(rng.randint(50, 140))}" for _ in range(rng.randint(3, 8))]
+    return f"## note {n} {corpus.word()}\n\n" + "\n".join(items) + "\n"
+
+
+def write_workspace(ws: Path, chunks: int, seed: int = 11) -> list[str]:
+    """Daily notes of CHUNKS_PER_FILE sections each, one day per file; returns a few of their words."""
+    corpus, rng = Corpus(seed=seed), random.Random(seed)
+    first = date(2014, 1, 1)
+    (ws / "memory").mkdir(parents=True, exist_ok=True)
+    for f in range(chunks // CHUNKS_PER_FILE):
+        day = first + timedelta(days=f)
+        text = f"# {day.isoformat()}\n\n" + "\n".join(_section(corpus, rng, c) for c in range(CHUNKS_PER_FILE))
+        (ws / "memory" / f"{day.isoformat()}.md").write_text(text, encoding="utf-8")
+    return [corpus.word() for _ in range(200)]
+
+
+def workspace_documents(ws: Path) -> list[Document]:
+    """The documents the daemon would index from ``ws`` (same paths, checksums, layers and days)."""
+    docs = []
+    for path in sorted(ws.rglob("*.md")):
+        rel = path.relative_to(ws).as_posix()
+        if ".memstrata" in rel or not is_indexable(rel):
+            continue
+        data = path.read_bytes()
+        layer, day = layer_of(rel)
+        docs.append(Document(rel, data.decode("utf-8"), hashlib.sha256(data).hexdigest(), layer, day))
+    return docs
+
+
+def stand_in_vectors(index: LocalIndex, widths: tuple[int, ...], seed: int = 3) -> int:
+    """Random unit vectors (per model part) for every chunk waiting for one, in the passage count the
+    embedding worker would store: the labelled stand-in for the real models at this size."""
+    rng = np.random.default_rng(seed)
+    stored = 0
+    while pending := index.take_pending(2000):
+        items = []
+        for chunk_hash, text in pending:
+            n = len(passages(text))
+            parts = [rng.standard_normal((n, w)).astype(np.float32) for w in widths]
+            items.append((chunk_hash, np.hstack([p / np.linalg.norm(p, axis=1, keepdims=True) for p in parts])))
+        stored += index.store_vectors(index.identity.embed_model, items)
+    return stored
+
+
+def unicode61_build_s(docs: list[Document], path: Path) -> tuple[float, int]:
+    db = apsw.Connection(str(path))
+    db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL")
+    db.execute("CREATE VIRTUAL TABLE f USING fts5(heading, body, tokenize='unicode61')")
+    chunks = [(c.heading, c.text) for doc in docs for c in chunk_markdown(doc.text)]
+    started = time.perf_counter()
+    with db:
+        db.executemany("INSERT INTO f(heading, body) VALUES(?, ?)", chunks)
+    db.close()
+    return time.perf_counter() - started, len(chunks)
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self.running = True
+
+    def run(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(0.02)
+
+
+def _mb(n: float) -> float:
+    return n / 1024 / 1024
+
+
+def one_size(chunks: int, tmp: Path, words: list[str] | None = None) -> dict:
+    root = tmp / f"scale-{chunks}"
+    config = init_root(root, conversation={"enabled": False})
+    ws = root / "workspace"
+    vocabulary = write_workspace(ws, chunks)
+    docs = workspace_documents(ws)
+    cfg = load_config(config)
+    embedder = make_embedder(cfg)
+    assert embedder is not None, "the default configuration has the local model"
+    identity = Identity(embed_model=index_model_id(embedder.model_id))
+    index_path = root / "agents" / "main" / "memstrata" / "index.sqlite"
+    started = time.perf_counter()
+    rebuild(index_path, identity, docs)
+    build_s = time.perf_counter() - started
+    base_s, texts = unicode61_build_s(docs, tmp / f"u61-{chunks}.sqlite")
+    widths = (embedder.dimension(), companion.DIM) if has_companion(identity.embed_model) else (embedder.dimension(),)
+    with LocalIndex(index_path, identity) as index:
+        stored = stand_in_vectors(index, widths)
+        index.checkpoint()
+        total = index.stats()["chunks"]
+    size_mb = _mb(index_path.stat().st_size)
+
+    queries = [" ".join(random.Random(i).sample(vocabulary, 2)) for i in range(QUERIES)]
+    query_s = []
+    for q in queries:  # the query's embedding, apart: what hybrid pays before its vector pass
+        t = time.perf_counter()
+        vec = embedder.embed_query(q)
+        if len(widths) > 1:
+            companion.shared().embed([q])
+        query_s.append(time.perf_counter() - t)
+    # the vector pass alone, in this process: every vector read and scored (before) against the codes (now)
+    with LocalIndex(index_path, identity, readonly=True) as reader:
+        vec = embedder.embed_query(queries[0])
+        t = time.perf_counter()
+        reader.search_vectors(vec, 40, Filters())  # the process's first search of this index loads its codes
+        first_load_ms = (time.perf_counter() - t) * 1000
+        exact_ms, codes_ms, recall = [], [], []
+        for q in queries[:20]:
+            vec = embedder.embed_query(q)
+            t = time.perf_counter()
+            exact = [h.chunk_id for h in reader.exact_vectors(vec, 10, Filters())]
+            exact_ms.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            near = [h.chunk_id for h in reader.search_vectors(vec, 10, Filters())]
+            codes_ms.append((time.perf_counter() - t) * 1000)
+            recall.append(len(set(exact) & set(near)) / max(1, len(exact)))
+
+    daemon = DaemonProcess(config).start()
+    try:
+        wait_for(
+            lambda: daemon.agent("main")["index"].get("pending_embeddings", 1) == 0,
+            timeout=600,
+            what="the few template chunks embedded",
+        )
+        proc = psutil.Process(daemon.proc.pid)  # type: ignore[union-attr]
+        idle = proc.memory_info().rss
+        client = DaemonClient(daemon.socket, timeout=120, token=daemon.admin_token())
+        client.search("main", queries[0], mode="hybrid")  # loads the models and the code cache
+        warm = proc.memory_info().rss
+        sampler = RssSampler(proc.pid)
+        sampler.start()
+        fts_ms, hybrid_ms = [], []
+        for _ in range(2):
+            for q in queries:
+                t = time.perf_counter()
+                client.search("main", q, mode="fts")
+                fts_ms.append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
+                answer = client.search("main", q, mode="hybrid")
+                hybrid_ms.append((time.perf_counter() - t) * 1000)
+                assert answer["vectors"] == "used", answer["vectors"]
+        sampler.running = False
+        sampler.join()
+        client.close()
+    finally:
+        daemon.stop(timeout=60)
+    return {
+        "chunks": total,
+        "vectors_stored": stored,
+        "build_s": build_s,
+        "build_ratio": (texts / build_s) / (texts / base_s),
+        "size_mb": size_mb,
+        "fts_p50": statistics.median(fts_ms),
+        "fts_p95": _pct(fts_ms, 0.95),
+        "hybrid_p50": statistics.median(hybrid_ms),
+        "hybrid_p95": _pct(hybrid_ms, 0.95),
+        "query_embed_p50": statistics.median(query_s) * 1000,
+        "query_embed_p95": _pct(query_s, 0.95) * 1000,
+        "exact_p50": statistics.median(exact_ms),
+        "codes_p50": statistics.median(codes_ms),
+        "recall10": statistics.mean(recall),
+        "first_load_ms": first_load_ms,
+        "rss_idle": _mb(idle),
+        "rss_warm": _mb(warm),
+        "rss_peak": _mb(max(sampler.peak, warm)),
+    }
+
+
+def main(quick: bool = False) -> None:
+    sizes = [2_000, 20_000] if quick else [2_000, 20_000, 100_000]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="memstrata-scale-") as tmp:
+        for size in sizes:
+            r = one_size(size, Path(tmp))
+            results.append(r)
+            print(
+                f"{r['chunks']:,} chunks ({r['vectors_stored']:,} with stand-in vectors), index {r['size_mb']:.0f} MB, "
+                f"built in {r['build_s']:.1f} s = {r['build_ratio']:.2f}× unicode61 (target ≥ 0.5)\n"
+                f"  API: fts p50 {r['fts_p50']:.0f} / p95 {r['fts_p95']:.0f} ms, hybrid p50 {r['hybrid_p50']:.0f} / "
+                f"p95 {r['hybrid_p95']:.0f} ms → hybrid p95 {r['hybrid_p95'] / r['fts_p95']:.1f}× fts p95; "
+                f"of it the query's embedding (both models) p50 {r['query_embed_p50']:.0f} / "
+                f"p95 {r['query_embed_p95']:.0f} ms\n"
+                f"  vector pass: every vector scored {r['exact_p50']:.0f} ms, codes {r['codes_p50']:.1f} ms "
+                f"({r['exact_p50'] / max(r['codes_p50'], 0.01):.0f}× faster; a process's first search of the index "
+                f"loads its codes: {r['first_load_ms']:.0f} ms); recall@10 of the codes "
+                f"{r['recall10']:.3f} of exact (target ≥ 0.98)\n"
+                f"  daemon RSS: idle {r['rss_idle']:.0f} MB, models loaded {r['rss_warm']:.0f} MB, "
+                f"most while answering {r['rss_peak']:.0f} MB (+{r['rss_peak'] - r['rss_idle']:.0f} MB over idle)",
+                flush=True,
+            )
+    for a, b in itertools.pairwise(results):
+        print(
+            f"growth {a['chunks'] // 1000}k → {b['chunks'] // 1000}k ({b['chunks'] / a['chunks']:.0f}× chunks): "
+            f"build {b['build_s'] / a['build_s']:.1f}×, fts p95 {b['fts_p95'] / a['fts_p95']:.1f}×, "
+            f"hybrid p95 {b['hybrid_p95'] / a['hybrid_p95']:.1f}×, disk {b['size_mb'] / a['size_mb']:.1f}×"
+        )
+    if len(results) == 3:
+        print(f"fts p95 at 100k / at 2k: {results[2]['fts_p95'] / results[0]['fts_p95']:.1f}× (target ≤ 2)")
