@@ -32,7 +32,6 @@ from datetime import date
 
 import numpy as np
 
-CODES_VERSION = 1
 #: Chunks the pass over the codes keeps for exact scoring, at least (``pool`` when a list wants more).
 RESCORE_CHUNKS = 100
 #: All code caches of one process, together; the least recently searched goes first.
@@ -256,10 +255,3 @@ def cache_for(key: tuple[str, str, str], width: int) -> CodeCache:
             _, dropped = _CACHES.popitem(last=False)
             total -= dropped.nbytes
         return cache
-
-
-def forget(path: str) -> None:
-    """Drop the caches of an index file (it was replaced or removed)."""
-    with _CACHES_LOCK:
-        for key in [k for k in _CACHES if k[0] == path]:
-            del _CACHES[key]
