@@ -186,6 +186,11 @@ class CodeCache:
         if self.dead < 1024 or self.dead * 2 < self.chunk_ids.n:
             return
         alive = self.alive.view
+        if not alive.any():
+            seq = self.seq
+            self.reset()
+            self.seq = seq  # empty and current: the log is followed on from here
+            return
         counts = np.diff(np.append(self.first.view, self.passages))
         keep = np.repeat(alive, counts)
         fresh = CodeCache(self.width, frozenset(self.parts))

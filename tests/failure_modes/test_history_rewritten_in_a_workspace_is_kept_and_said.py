@@ -49,7 +49,12 @@ def _reset_three(ws) -> None:
 
 
 def _remove_git(ws) -> None:
-    shutil.rmtree(ws / ".git")
+    # in one step, as `mv .git /elsewhere` does: an rmtree in place takes long enough for the daemon
+    # to make a new .git and commit into it while the old one is still being removed, and then that
+    # new history is lost as well (kept and said too, but it is a second loss, not this test's one)
+    gone = ws.parent / "removed.git"
+    (ws / ".git").rename(gone)
+    shutil.rmtree(gone)
 
 
 def _one_orphan_commit(ws) -> None:
