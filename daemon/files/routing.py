@@ -25,6 +25,7 @@ from daemon.shared.workspaces import is_memory_path, make_agent, spoke_id
 log = logging.getLogger(__name__)
 
 STALE_EVENT_RECHECK_S = 1.0  # see Router._stale_event
+LOST_EVENTS_RECHECK_S = 1.0  # see Router.on_lost: the burst that overflowed inotify's queue may still run
 # A change to a workspace's .git refs (or the .git itself) asks for a look at its history this long
 # after the last such event: a reset, a gc or an `rm -rf .git` is a burst of them.
 HISTORY_CHECK_DELAY_S = 1.0
@@ -62,12 +63,18 @@ class Router:
         #: dated by, so a burst the loop takes a minute to work through is quiet when the writing stopped.
         self.edited: dict[FileKey, float] = {}
         self.recheck_at: float | None = None  # an early reconcile, after an event under a name that is gone
+        self._lost = False  # set by the watcher thread when inotify dropped events
 
     # ------------------------------------------------------------ the watcher thread
 
     def on_change(self, path: str, is_directory: bool) -> None:
         """Called by the watcher thread: queue the path and wake the loop."""
         self._inbox.append((path, is_directory))
+        self.wake()
+
+    def on_lost(self) -> None:
+        """Called by the watcher thread when inotify dropped events: the loop reconciles every agent soon."""
+        self._lost = True
         self.wake()
 
     # ------------------------------------------------------------ the loop
@@ -105,6 +112,10 @@ class Router:
         """
         debounce = self.current.config.watch.debounce_ms / 1000
         changed = False
+        if self._lost:
+            self._lost = False
+            log.warning("inotify dropped events (its queue overflowed): every workspace is looked at again")
+            self.recheck_at = min(self.recheck_at or float("inf"), now + LOST_EVENTS_RECHECK_S)
         while self._inbox:
             if until is not None and time.monotonic() >= until:
                 self.wake()  # the rest at the next turn, at once

@@ -26,6 +26,8 @@ from daemon.files.filestate import FileState
 from daemon.shared.fileread import Identity, Inspection, peek, read_version
 from daemon.shared.guard import Finding, SecretGuard
 from daemon.shared.settings import max_file_bytes
+from daemon.shared.skill import SKILL_REL
+from daemon.shared.tokens import WORKSPACE_TOKEN
 from daemon.shared.workspaces import (
     MEMORY_DIRS,
     MEMORY_FILES,
@@ -479,6 +481,7 @@ class AgentTracker:
         if outcome.commits:
             self.last_commit = outcome.commits[-1]
             self._head_stamp = self.repo.head_stamp()  # the daemon's own commit: no need to re-read it
+            self._give_daemon_files()
         if outcome.rewritten is not None:
             self._rewritten(outcome.rewritten)
         if outcome.error is not None or outcome.cancelled or outcome.left:
@@ -498,6 +501,19 @@ class AgentTracker:
         self.failing_since = None
         self.last_error = None
         return outcome.commits[-1] if outcome.commits else None
+
+    def _give_daemon_files(self) -> None:
+        """Hand what the daemon made in the workspace (the token, the skill) to its owner, again.
+
+        Both were made for the owner the workspace had when it was found; a workspace
+        made by hand (``mkdir``, then ``chown -R``) can be found between the two, and
+        they would stay root's, unreadable by the agent.  After each commit its owner
+        is the one a person meant (a commit follows the first write by seconds).
+        """
+        owner = safefs.owner_of(self.workspace)
+        for rel in (WORKSPACE_TOKEN.parent.as_posix(), SKILL_REL):
+            with contextlib.suppress(OSError, safefs.UnsafePathError):
+                safefs.give_tree(self.workspace, rel, owner)
 
     def commit(self, now: float | None = None) -> daily.CommitInfo | None:
         """Commit pending L1/L2 changes now, in this thread; on failure, back off and keep them pending."""

@@ -9,6 +9,7 @@ no special case: both ends of a move are reported and the disk tells the rest.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -26,8 +27,8 @@ from watchdog.events import (
     FileSystemEvent,
     FileSystemEventHandler,
 )
-from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
+from watchdog.observers.inotify import InotifyEmitter, InotifyObserver
 from watchdog.observers.polling import PollingObserver
 
 log = logging.getLogger(__name__)
@@ -80,12 +81,61 @@ class _Handler(FileSystemEventHandler):
                 self.on_change(path, event.is_directory)
 
 
-class Watcher:
-    """Recursive watches over a few roots, with the mode in use and why."""
+class _LossReportingEmitter(InotifyEmitter):
+    """An inotify emitter that also says when the kernel dropped events.
 
-    def __init__(self, roots: list[Path], on_change: ChangeCallback, mode: str = "auto", poll_interval: float = 2.0):
+    When its queue overflows (``IN_Q_OVERFLOW``: 20,000 files written at once on a
+    busy host) the kernel drops events; watchdog then rebuilds its watches and
+    reports nothing, so the files written meanwhile would wait for the periodic
+    reconcile (minutes).  This emitter calls ``on_lost`` as well, and the daemon
+    looks at the disk at once.
+    """
+
+    def __init__(self, *args: object, on_lost: Callable[[], None], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._on_lost = on_lost
+
+    def on_thread_start(self) -> None:
+        super().on_thread_start()
+        group = getattr(self, "_inotify", None)
+        rebuild = getattr(group, "on_queue_overflow", None)
+        if group is None or rebuild is None:  # another watchdog: the periodic reconcile still covers it
+            log.warning("watchdog %s: lost inotify events are found by the periodic reconcile only", group)
+            return
+
+        def overflowed() -> None:
+            rebuild()
+            self._on_lost()
+
+        group.on_queue_overflow = overflowed
+
+
+class _LossReportingObserver(InotifyObserver):
+    """watchdog's inotify observer, with emitters that report lost events (:class:`_LossReportingEmitter`)."""
+
+    def __init__(self, on_lost: Callable[[], None]) -> None:
+        super().__init__()
+        self._emitter_class = functools.partial(_LossReportingEmitter, on_lost=on_lost)
+
+
+class Watcher:
+    """Recursive watches over a few roots, with the mode in use and why.
+
+    ``on_lost`` is called (from the watcher's thread) when inotify dropped events:
+    which paths changed is then unknown, and only a look at the disk can tell.
+    """
+
+    def __init__(
+        self,
+        roots: list[Path],
+        on_change: ChangeCallback,
+        mode: str = "auto",
+        poll_interval: float = 2.0,
+        on_lost: Callable[[], None] = lambda: None,
+    ):
         self.roots = roots
         self.on_change = on_change
+        self.on_lost = on_lost
         self.requested = mode
         self.poll_interval = poll_interval
         self.mode = "stopped"
@@ -103,7 +153,7 @@ class Watcher:
         if self.requested in ("auto", "inotify"):
             observer: BaseObserver | None = None
             try:
-                observer = Observer()  # creating it already takes an inotify instance
+                observer = _LossReportingObserver(self.on_lost)  # creating it already takes an inotify instance
                 self._start(observer)
                 self.mode, self.reason = "inotify", ""
                 return
