@@ -16,7 +16,7 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=OFF -DGGML_FMA=O
                     -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
                     -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
                     -DGGML_BMI2=OFF -DLLAVA_BUILD=OFF
-LLAMA_WHEELS     := .cache/wheels/llama-$(LLAMA_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-8)
+LLAMA_WHEELS     := .cache/wheels/llama-$(LLAMA_VERSION)-$(shell (echo '$(LLAMA_CMAKE_ARGS)'; cat tools/llama_source.py) | sha1sum | cut -c1-8)
 
 # Debian packages: git for everything (L2); the tests add systemd (systemd-analyze for the unit
 # tests), systemd-container and debootstrap (tests/system boots a Debian rootfs under a real
@@ -50,19 +50,20 @@ system-deps:
 test-deps:
 	$(call need_packages,$(TEST_PACKAGES))
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile tools/llama_source.py
 	@$(MAKE) --no-print-directory system-deps
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "memstrata needs Python >= 3.10"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
-	@# about 600 CPU-seconds of compiling, once (the wheel is cached in .cache/wheels): a progress
+	@# about 200 CPU-seconds of compiling, once (the wheel is cached in .cache/wheels): a progress
 	@# line a minute from tools/long_step.py, the compiler's own output in the log it names
 	@if ! ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
 	  cores=$$(nproc); echo "llama-cpp-python $(LLAMA_VERSION) is compiled once for AVX-only CPUs:" \
-	    "about 600 CPU-seconds, ~$$(( (600 / cores + 59) / 60 )) minutes on $$cores idle cores"; \
+	    "about 200 CPU-seconds, ~$$(( (200 / cores + 59) / 60 )) minutes on $$cores idle cores"; \
+	  src=$$($(BIN)/python tools/llama_source.py --version $(LLAMA_VERSION) --into .cache/llama-src) || exit $$?; \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PYTHON) tools/long_step.py --log .cache/llama-build.log \
 	    --what "building llama.cpp" -- $(BIN)/python -m pip wheel -v --no-deps --no-cache-dir \
-	    -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION) || exit $$?; \
+	    -w $(LLAMA_WHEELS) "$$src" || exit $$?; \
 	fi
 	@# --force-reinstall: replace any llama-cpp-python pip may have compiled natively before
 	$(BIN)/python -m pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl

@@ -66,3 +66,4 @@ def test_make_setup_builds_llama_cpp_through_the_step_runner_on_a_cold_cache(tmp
     assert dry.returncode == 0, dry.stderr
     assert "tools/long_step.py --log .cache/llama-build.log" in dry.stdout
     assert "pip wheel -v" in dry.stdout and "CPU-seconds" in dry.stdout
+    assert "tools/llama_source.py --version" in dry.stdout, "built from the source with common left out"

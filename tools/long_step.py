@@ -1,8 +1,10 @@
 """Run one long setup step with its output in a log and a progress line at least once a minute.
 
-``make setup`` compiles llama.cpp (about 600 CPU-seconds: ~5 minutes on an idle 2-core
-machine, 4m 54s measured; up to 24 minutes seen on a busy one).  Run quietly, that is minutes without a word; run
-verbosely, it is thousands of compiler lines.  This prints what a person needs instead:
+``make setup`` compiles llama.cpp (about 200 CPU-seconds: ~2 minutes on an idle 2-core
+machine, longer on a busy one; 600 CPU-seconds and up to 24 minutes were seen before
+tools/llama_source.py left out what the wheel does not use).  Run quietly, that is
+minutes without a word; run verbosely, it is thousands of compiler lines.  This prints
+what a person needs instead:
 
     building llama.cpp: 3m 00s, step 131 of 342 (log: .cache/llama-build.log)
 
