@@ -9,7 +9,6 @@ no special case: both ends of a move are reported and the disk tells the rest.
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import os
 from collections.abc import Callable
@@ -115,7 +114,8 @@ class _LossReportingObserver(InotifyObserver):
 
     def __init__(self, on_lost: Callable[[], None]) -> None:
         super().__init__()
-        self._emitter_class = functools.partial(_LossReportingEmitter, on_lost=on_lost)
+        self._emitter_class = _LossReportingEmitter  # made with the observer's emitter arguments, and these
+        self._emitter_kwargs = {**self._emitter_kwargs, "on_lost": on_lost}
 
 
 class Watcher:

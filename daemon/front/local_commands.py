@@ -61,6 +61,12 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
         notes.append("no word of the query occurs in this memory: these are only the nearest by meaning")
     if answer.get("vectors", "").startswith("unavailable"):
         notes.append(f"lexical only: vectors {answer['vectors']}")
+    embedded = answer.get("embedded")
+    if embedded and embedded["with_vectors"] < embedded["chunks"]:
+        notes.append(
+            f"vectors: {embedded['with_vectors']:,} of {embedded['chunks']:,} chunks embedded so far; "
+            "the rest are found by their words only"
+        )
     if answer.get("degraded"):
         notes.append(f"degraded: {answer.get('reason')}")
     if answer.get("dates"):
@@ -318,22 +324,56 @@ def _follow_progress(client, thread, agent_id: str | None) -> None:
                     bar.update(progress["done"] - bar.pos)
 
 
+class _VectorProgress:
+    """What ``reindex --vectors`` shows while it waits: a bar on a terminal, else a line every LINE_EVERY_S."""
+
+    LINE_EVERY_S = 30.0
+
+    def __init__(self) -> None:
+        self.bar = click.progressbar(length=1, label="vectors", file=sys.stderr) if sys.stderr.isatty() else None
+        self.next_line = time.monotonic() + self.LINE_EVERY_S
+
+    def show(self, done: int, total: int, rate: float | None) -> None:
+        if self.bar is not None:
+            self.bar.length = max(1, total)
+            self.bar.update(done - self.bar.pos)
+            return
+        if time.monotonic() >= self.next_line:
+            self.next_line = time.monotonic() + self.LINE_EVERY_S
+            left = f", about {int((total - done) / rate // 60)} min left at {rate:.1f} chunks/s" if rate else ""
+            click.echo(f"vectors: {done:,} of {total:,} chunks{left}", err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.render_finish()
+
+
 def _wait_for_vectors(client, agent_id: str | None, stall_s: float = 120.0) -> None:
     """Wait until no chunk waits for a vector; stop with the reason when that cannot happen."""
+    progress = _VectorProgress()
+    try:
+        _wait_for_vectors_showing(client, agent_id, stall_s, progress)
+    finally:
+        progress.close()
+
+
+def _wait_for_vectors_showing(client, agent_id: str | None, stall_s: float, progress: _VectorProgress) -> None:
     last_pending, last_progress = None, time.monotonic()
     while True:
         status: StatusDocument = client.status()
-        pending = sum(
-            (a.get("index") or {}).get("pending_embeddings", 0)
-            for a in status.get("agents") or []
-            if agent_id is None or a["id"] == agent_id
-        )
+        indexes = [a.get("index") or {} for a in status.get("agents") or [] if agent_id is None or a["id"] == agent_id]
+        pending = sum(ix.get("pending_embeddings", 0) for ix in indexes)
         vectors = status.get("vectors") or {}
         if vectors.get("backend") == "off":
             raise click.ClickException("vectors are off (vectors.backend: off): there is nothing to wait for")
         if pending == 0:
             click.echo("every chunk has its vector")
             return
+        progress.show(
+            sum(ix.get("vectors", 0) for ix in indexes),
+            sum(ix.get("chunks", 0) for ix in indexes),
+            vectors.get("rate_per_s"),
+        )
         reason = vectors.get("waiting") or vectors.get("last_error")
         if reason:
             raise click.ClickException(f"{pending} chunk(s) wait for vectors: {reason}")

@@ -104,6 +104,16 @@ def _duration(seconds: float) -> str:
     return " ".join([*parts, f"{minutes}m {secs}s"])
 
 
+def _embedding_lines(status: StatusDocument) -> list[str]:
+    """How many chunks still wait for vectors, and how long that takes at the worker's recent rate."""
+    waiting = sum((a.get("index") or {}).get("pending_embeddings", 0) for a in status.get("agents") or [])
+    if not waiting:
+        return []
+    rate = (status.get("vectors") or {}).get("rate_per_s")
+    pace = f", about {_duration(waiting / rate)} left at {rate:.1f} chunks/s" if rate else ""
+    return [f"  embedding: {waiting:,} chunks waiting{pace} (search uses the vectors made so far)"]
+
+
 def _edge_index_lines(index: dict[str, Any] | None) -> list[str]:
     """The embedded shard's HNSW index: points it searches by brute force until the next optimize."""
     if not index or "points" not in index:
@@ -248,6 +258,7 @@ def render(status: StatusDocument) -> str:
             f"memory gate {gate_text}: {gate.get('available_mb')} MB free, {gate.get('needed_mb')} MB needed"
             + (f"; embedded {v['embedded']}" if v.get("embedded") is not None else "")
         )
+        lines.extend(_embedding_lines(status))
         if v.get("waiting"):
             lines.append(f"  waiting: {v['waiting']}")
         if v.get("form_problem"):
@@ -299,9 +310,11 @@ def render(status: StatusDocument) -> str:
         if "chunks" in ix:
             last_indexed = ix.get("last_indexed")
             indexed = _clock(datetime.fromtimestamp(last_indexed).astimezone().isoformat()) if last_indexed else "never"
+            waiting = ix.get("pending_embeddings", 0)
+            so_far = f"vectors for {ix['vectors']:,} of them, " if "vectors" in ix and waiting else ""
             lines.append(
-                f"  index: {ix['state']}, {ix['files']} files, {ix['chunks']} chunks, last indexed {indexed}, "
-                f"{ix.get('pending_embeddings', 0)} waiting for vectors"
+                f"  index: {ix['state']}, {ix['files']} files, {ix['chunks']:,} chunks, last indexed {indexed}, "
+                f"{so_far}{waiting:,} waiting for vectors"
             )
             lines.append(f"  index identity: {ix.get('identity')}")
         elif ix:

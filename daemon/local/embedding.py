@@ -13,6 +13,7 @@ next start.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -45,6 +46,8 @@ IDLE_CHECK_S = 5.0
 STOP_SLICE = 8
 YIELD_POLL_S = 0.02
 YIELD_MAX_S = 5.0  # under a constant stream of edits, vectors still advance one slice per this long
+RATE_WINDOW_S = 300.0  # the embedding rate status shows (and its time left) is over the last five minutes
+IDLE_AFTER_S = 60.0  # no slice for this long: no rate to show (the gate closed, or nothing is left)
 
 
 def make_embedder(config: Config) -> Embedder | None:
@@ -94,6 +97,8 @@ class EmbedWorker:
         self.indexes = indexes
         self.batch_size = batch_size
         self.embedded = 0
+        #: (monotonic time, chunks embedded so far) after each slice of the last RATE_WINDOW_S: the rate status shows
+        self._progress: collections.deque[tuple[float, int]] = collections.deque()
         self.waiting_reason = ""
         self.last_error = ""
         self._wake = threading.Event()
@@ -173,8 +178,22 @@ class EmbedWorker:
                 if self.storage is not None:
                     self.storage.succeeded("vectors")
                 self.embedded += len(part)
+                self._note_progress(time.monotonic())
                 worked = True
         return worked
+
+    def _note_progress(self, now: float) -> None:
+        self._progress.append((now, self.embedded))
+        while self._progress and self._progress[0][0] < now - RATE_WINDOW_S:
+            self._progress.popleft()
+
+    def rate(self, now: float | None = None) -> float | None:
+        """Chunks embedded per second over the last RATE_WINDOW_S, while the worker is embedding (None when idle)."""
+        now = time.monotonic() if now is None else now
+        if len(self._progress) < 2 or self._progress[-1][0] < now - IDLE_AFTER_S:
+            return None
+        (t0, n0), (t1, n1) = self._progress[0], self._progress[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else None
 
     def _embed(self, part: list[tuple[str, str]]) -> list[np.ndarray]:
         """Each chunk's passages (the whole chunk, then its items) embedded in one call, one array per chunk."""
@@ -234,6 +253,7 @@ class EmbedWorker:
     def status(self) -> dict:
         out = dict(self.embedder.status())
         out.update(embedded=self.embedded, waiting=self.waiting_reason or None, last_error=self.last_error or None)
+        out["rate_per_s"] = self.rate()
         if has_companion(self.identity.embed_model):
             out["companion_loaded"] = companion.shared().loaded  # ~120 MB resident while True
         return out

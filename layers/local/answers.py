@@ -28,6 +28,13 @@ class LocalHit(TypedDict, total=False):
     ranks: dict[str, int]  # list name -> the result's rank in it
 
 
+class Embedded(TypedDict):
+    """How much of the index the vector lists could search: a first index is searched while it is embedded."""
+
+    chunks: int
+    with_vectors: int
+
+
 class SearchAnswer(TypedDict):
     """A search's answer: its results, and how they were found."""
 
@@ -39,6 +46,7 @@ class SearchAnswer(TypedDict):
     lists: list[str]  # the ranked lists that contributed
     dates: NamedDays | None  # the day range the query named
     matched: str | None  # lexical side: "all" terms, "some" (relaxed), "none"; None when not asked
+    embedded: Embedded | None  # when vectors were used: how many chunks they covered
 
 
 class IndexStats(TypedDict, total=False):

@@ -318,6 +318,8 @@ class LocalIndex:
         """
         self.verify = (not readonly) if verify is None else verify
         self._width: int | None = None  # the stored vectors' width, once read
+        #: Chunks with a vector, as the last vector search of this connection saw them (its code cache's rows).
+        self.embedded_chunks = 0
         self._created_at: str | None = None  # meta "created": which file this is, for the code caches
         self._bulk = False
         self._next_id: int | None = None  # set while a fresh bulk build assigns ids
@@ -572,12 +574,14 @@ class LocalIndex:
         return self.db.execute("SELECT count(*) FROM pending").get
 
     def take_pending(self, limit: int) -> list[tuple[str, str]]:
-        """Up to ``limit`` (hash, passage text) pairs waiting for an embedding, oldest first."""
+        """Up to ``limit`` (hash, passage text) pairs waiting for an embedding: MEMORY.md's first, then the
+        newest days' (a first index of two years of notes is useful after its first minutes, not its last),
+        then the most recently queued."""
         return list(
             self.db.execute(
                 "SELECT p.hash, c.heading || char(10) || c.text FROM pending p "
                 "JOIN chunks c ON c.id = (SELECT id FROM chunks WHERE hash = p.hash LIMIT 1) "
-                "ORDER BY p.queued_at LIMIT ?",
+                "ORDER BY c.layer = 'core' DESC, c.day IS NULL, c.day DESC, p.queued_at DESC LIMIT ?",
                 (limit,),
             )
         )
@@ -599,6 +603,13 @@ class LocalIndex:
                 self._log_changes(ids)
                 count += 1
         return count
+
+    def chunk_count(self) -> int:
+        return self.db.execute("SELECT count(*) FROM chunks").get
+
+    def has_vectors(self) -> bool:
+        """Whether any chunk has a vector of the index's model (cheap: no count of them)."""
+        return bool(self.identity.embed_model) and self._vector_width(self.identity.embed_model) is not None
 
     def vector_count(self) -> int:
         model = self.identity.embed_model
@@ -676,6 +687,7 @@ class LocalIndex:
         with cache.lock:
             cache.want(offset, query_vec.shape[0])
             self._follow(cache, model)
+            self.embedded_chunks = len(cache)
             near = cache.nearest(query_vec, offset, masks, max(vector_codes.RESCORE_CHUNKS, limit))
         return {name: self._rescore(ids, query_vec, limit, offset) for name, ids in zip(lists, near, strict=True)}
 

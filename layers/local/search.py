@@ -27,7 +27,7 @@ from datetime import date
 import numpy as np
 
 from layers.local import companion
-from layers.local.answers import LocalHit, NamedDays, SearchAnswer
+from layers.local.answers import Embedded, LocalHit, NamedDays, SearchAnswer
 from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
@@ -66,6 +66,7 @@ class Answer:
     lists: list[str] = field(default_factory=list)
     dates: NamedDays | None = None
     matched: str | None = None
+    embedded: Embedded | None = None
 
     def to_dict(self) -> SearchAnswer:
         return {
@@ -77,6 +78,7 @@ class Answer:
             "lists": list(self.lists),
             "dates": None if self.dates is None else NamedDays(**self.dates),
             "matched": self.matched,
+            "embedded": None if self.embedded is None else Embedded(**self.embedded),
         }
 
 
@@ -278,7 +280,7 @@ def search(
             reason = no_embedder_reason
         elif blocked_reason:
             reason = f"{blocked_reason} ({index.pending_count()} chunks waiting to be embedded)"
-        elif index.vector_count() == 0:
+        elif not index.has_vectors():
             reason = f"no chunk has a vector yet ({index.pending_count()} waiting to be embedded)"
         if not reason:
             try:
@@ -286,6 +288,7 @@ def search(
                 vector = embed_query(text)  # type: ignore[misc]
                 lists.update(index.vector_lists(vector, pool, _vector_filters("vector", filters, dated)))
                 answer.vectors = "used"
+                answer.embedded = Embedded(chunks=index.chunk_count(), with_vectors=index.embedded_chunks)
                 if has_companion(index.identity.embed_model):
                     pause()
                     lists.update(_companion_lists(index, text, vector.shape[0], pool, filters, dated))
