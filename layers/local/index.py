@@ -462,7 +462,8 @@ class LocalIndex:
                 next_id += 1
             stale = [chunk_id for ids in existing.values() for chunk_id in ids]
             self._delete_chunks(stale)  # first: a kept row may take a freed seq
-            self._log_changes([*stale, *(row[-1] for row in kept_rows), *(row[0] for row in new_rows)])
+            if not self._next_id:  # a fresh file has no code cache to tell yet: its first search loads it whole
+                self._log_changes([*stale, *(row[-1] for row in kept_rows), *(row[0] for row in new_rows)])
             if kept_rows:
                 db.executemany(
                     "UPDATE chunks SET seq = ?, line_start = ?, line_end = ?, layer = ?, day = ? WHERE id = ?",
@@ -471,8 +472,7 @@ class LocalIndex:
             if new_rows:
                 db.executemany("INSERT INTO chunks VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", new_rows)
                 db.executemany("INSERT INTO chunks_fts(rowid, heading, body) VALUES(?, ?, ?)", fts_rows)
-                for chunk_hash in new_hashes:
-                    self._queue_embedding(chunk_hash)
+                self._queue_embeddings(new_hashes)
             added, kept = len(new_rows), len(kept_rows)
             if self._next_id:
                 self._next_id = next_id
@@ -555,13 +555,14 @@ class LocalIndex:
         if last % 1024 < len(rows) or len(rows) >= 1024:
             self.db.execute("DELETE FROM changes WHERE seq <= ?", (last - vector_codes.KEEP_CHANGES,))
 
-    def _queue_embedding(self, chunk_hash: str) -> None:
+    def _queue_embeddings(self, chunk_hashes: list[str]) -> None:
         model = self.identity.embed_model
-        if model:
-            self.db.execute(
+        if model and chunk_hashes:
+            now = time.time()
+            self.db.executemany(
                 "INSERT OR IGNORE INTO pending SELECT ?, ? WHERE NOT EXISTS "
                 "(SELECT 1 FROM vectors WHERE hash = ? AND model = ?)",
-                (chunk_hash, time.time(), chunk_hash, model),
+                [(chunk_hash, now, chunk_hash, model) for chunk_hash in chunk_hashes],
             )
 
     def documents(self) -> dict[str, str]:
