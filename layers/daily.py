@@ -450,17 +450,18 @@ class WorkspaceRepo:
         Only these paths go into the commit, so anything a person has staged by
         hand for other paths stays staged and untouched.  A fresh ``index.lock``
         (another git at work) raises :class:`RepoBusyError` before anything is
-        done.  The commit is then copied to :attr:`copy` (unless ``keep`` is False:
-        a caller making several commits in a row copies the last one, which
-        reaches the others).
+        done.  The commit is copied to :attr:`copy` before HEAD moves to it, and
+        the copy's reference then follows it (unless ``keep`` is False: a caller
+        making several commits in a row moves it once, to the last).
         """
         self.ensure()
         self._clear_stale_lock()
         if os.path.lexists(self._lock):
             raise RepoBusyError(f"{self._lock} is held by another git process")
         runner = self._runner()
+        store = self._store if self.copy is not None else None
         try:
-            result = gitcommit.commit_paths(runner, paths, message, check)
+            result = gitcommit.commit_paths(runner, paths, message, check, before_update=store)
             info = self._info(runner, result.sha) if result.sha else None
         except gitcommit.IndexBusy as exc:
             raise RepoBusyError(str(exc)) from None
@@ -484,6 +485,15 @@ class WorkspaceRepo:
             head = gitcommit.head_commit(self._runner())
         beyond = (self.path / ".git" / "objects", head) if head else None
         return self.copy.log(rel, limit, beyond)
+
+    def _store(self, sha: str) -> None:
+        """The new commit into :attr:`copy` before HEAD shows it: a ``.git`` removed right after loses nothing.
+        A store that fails is logged; :meth:`keep` tries again once HEAD has moved."""
+        assert self.copy is not None
+        try:
+            self.copy.store(self.path / ".git" / "objects", sha)
+        except (GitFailed, OSError) as exc:
+            log.warning("could not copy commit %s of %s to %s: %s", sha[:10], self.path, self.copy.path, exc)
 
     def keep(self, sha: str) -> str | None:
         """Copy commit ``sha`` to :attr:`copy`; the daemon's previous last commit when ``sha`` does not

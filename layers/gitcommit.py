@@ -264,11 +264,14 @@ def commit_paths(
     paths: list[str],
     message: str | Callable[[list[StagedChange]], str],
     check: Check | None = None,
+    before_update: Callable[[str], None] | None = None,
 ) -> CommitResult:
     """Commit exactly ``paths`` as their files are now (steps 1-6 above).
 
     ``message`` may be a function of what is actually committed (held-back
-    paths left out).  Raises :class:`IndexBusy` when another git holds the
+    paths left out).  ``before_update`` is given the new commit after it is
+    written and before HEAD moves to it (the daemon copies it out of the
+    workspace there).  Raises :class:`IndexBusy` when another git holds the
     index, :class:`layers.gitrun.Cancelled` when stopped before the commit was
     written; once the branch has moved, the rest runs to its end.
     """
@@ -313,6 +316,8 @@ def commit_paths(
             sha = git.run("commit-tree", tree, *parents, "-F", "-", input=text.encode("utf-8")).decode().strip()
             if git.cancel is not None:
                 git.cancel.check()  # the last moment a stop leaves nothing behind
+            if before_update is not None:
+                before_update(sha)
             subject = text.partition("\n")[0][:200]
             try:
                 git.run("update-ref", "-m", f"commit: {subject}", "HEAD", sha, head or ZERO_OID, killable=False)

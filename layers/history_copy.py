@@ -144,8 +144,28 @@ class HistoryCopy:
         self._git().run("init", "--bare", "-q", str(self.path), killable=False)
         os.chmod(self.path, 0o700)
 
+    def store(self, objects: Path, sha: str) -> None:
+        """Copy commit ``sha`` (and all it reaches) from the object directory ``objects``, moving no reference.
+
+        Called before the workspace's HEAD moves to ``sha``: from the moment the
+        agent can see the commit, the copy holds it, so a ``.git`` removed right
+        after is no loss (:meth:`keep` then finds it here).
+        """
+        self.ensure()
+        last = self.last()
+        known = [lost.commit.sha for lost in self.lost()]
+        exclude = [c for c in (last, *known) if c and c != sha]
+        revs = "".join([f"{sha}\n", *(f"^{c}\n" for c in exclude)])
+        pack = str(self.path / "objects" / "pack" / "pack")
+        self._git(objects).run("pack-objects", "--revs", "-q", pack, input=revs.encode())
+
+    def _has(self, sha: str) -> bool:
+        status, _ = self._git().status("cat-file", "-e", f"{sha}^{{commit}}", fatal=False)
+        return status == 0
+
     def keep(self, objects: Path, sha: str) -> str | None:
-        """Copy commit ``sha`` (and all it reaches) from the object directory ``objects``; move DAEMON_REF to it.
+        """Move DAEMON_REF to commit ``sha``, copied first from the object directory ``objects`` unless
+        :meth:`store` already did.
 
         Returns the previous DAEMON_REF when ``sha`` does not descend from it: the
         workspace's history was rewritten, and that previous history is kept
@@ -156,11 +176,8 @@ class HistoryCopy:
             last = self.last()
             if last == sha:
                 return None
-            known = [lost.commit.sha for lost in self.lost()]
-            exclude = [c for c in (last, *known) if c]
-            revs = "".join([f"{sha}\n", *(f"^{c}\n" for c in exclude)])
-            pack = str(self.path / "objects" / "pack" / "pack")
-            self._git(objects).run("pack-objects", "--revs", "-q", pack, input=revs.encode())
+            if not self._has(sha):
+                self.store(objects, sha)
             lost = None
             if last is not None and last != sha and not self._descends(sha, last):
                 lost = last

@@ -1,7 +1,7 @@
 """While vectors were still being built, hybrid search left out the one note holding the query's rare word.
 
 Before: a note written while the embedding worker was busy is in the full-text index at
-once but waits for its vector behind the notes queued earlier.  Reciprocal-rank fusion
+once but waits for its vector behind the notes of newer days.  Reciprocal-rank fusion
 then had it in the lexical list only, while e5 and the companion model each ranked every
 embedded note: any note both vector lists held outscored it, the page of 10 filled with
 them, and the answer left out the only note with every query word although it said
@@ -15,6 +15,8 @@ for their vectors.
 
 from __future__ import annotations
 
+from datetime import date, timedelta
+
 import pytest
 
 from daemon.front.client import DaemonClient
@@ -22,7 +24,7 @@ from tests.helpers import FAST, init_root, wait_for
 
 pytestmark = pytest.mark.slow
 
-RARE = "memory/2026-11-05.md"
+RARE = "memory/2025-08-05.md"  # older than the 150 notes: embedded after them (newest days go first)
 QUESTION = "which rack holds the zephyrine sensor"
 TOPICS = (
     "the sensor in rack {n} reports its temperature every minute",
@@ -49,13 +51,12 @@ def test_the_note_with_the_rare_word_is_in_the_hybrid_answer_before_it_has_its_v
 
     wait_for(embedded, timeout=900, interval=1.0, what=f"every chunk embedded\n{d.log()}")
 
-    # 150 notes queue for their vectors first; the rare word's note comes last, behind them.
+    # 150 notes queue for their vectors first; the rare word's note, of an older day, comes after them.
     for i in range(150):
-        (memory / f"2026-09-{i % 28 + 1:02d}-{i:03d}.md").write_text(
-            f"# cabling {i}\n\nrack {i} sensor cabling checked\n", encoding="utf-8"
-        )
+        day = date(2026, 3, 1) + timedelta(days=i)
+        (memory / f"{day}.md").write_text(f"# cabling {i}\n\nrack {i} sensor cabling checked\n", encoding="utf-8")
     wait_for(lambda: index().get("pending_embeddings", 0) >= 100, timeout=120, what="the new notes queued")
-    (memory / "2026-11-05.md").write_text("# 2026-11-05\n\nRack 7 holds the zephyrine sensor now.\n", encoding="utf-8")
+    (memory / "2025-08-05.md").write_text("# 2025-08-05\n\nRack 7 holds the zephyrine sensor now.\n", encoding="utf-8")
 
     def in_full_text() -> bool:
         return [r["path"] for r in client.search("main", QUESTION, mode="fts")["results"]] == [RARE]

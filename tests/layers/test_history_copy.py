@@ -88,3 +88,26 @@ def test_a_removed_repository_is_made_anew_and_the_old_history_kept(repo):
     new = _facts(repo, 1)  # commit() makes the repository anew
     assert repo.copy.last() == new[0] and repo.history_check() is None
     assert [c.subject for c in repo.kept_elsewhere()] == ["fact 1", "fact 0"]
+
+
+def test_a_commit_is_in_the_copy_before_the_workspace_shows_it(repo):
+    """A ``.git`` removed the moment HEAD moved loses nothing: the copy took the commit before HEAD moved.
+
+    Before, the copy was made after the commit (and by the daemon's job only after its last
+    batch): ``rm -rf .git`` in between, as an agent reading HEAD could do, lost that commit.
+    """
+    seen_in_copy: list[bool] = []
+    (repo.path / "MEMORY.md").write_text("- the fact zqbefore\n")
+    original = repo.copy.store
+
+    def store(objects, sha):
+        original(objects, sha)
+        head = subprocess.run(["git", "-C", str(repo.path), "rev-parse", "-q", "--verify", "HEAD"], capture_output=True)
+        seen_in_copy.append(head.stdout.decode().strip() != sha)  # HEAD does not show it yet
+
+    repo.copy.store = store
+    done = repo.commit_checked(["MEMORY.md"], "the fact", keep=False)  # as the daemon's job commits
+    shutil.rmtree(repo.path / ".git")
+    assert seen_in_copy == [True]
+    assert repo.copy.resolve(done.info.sha) == done.info.sha
+    assert repo.copy.read_at(done.info.sha, "MEMORY.md") == b"- the fact zqbefore\n"

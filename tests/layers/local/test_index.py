@@ -359,3 +359,14 @@ def test_the_list_ends_where_the_matches_end_and_says_when_nothing_matched(tmp_p
         assert all(r["ranks"]["vector"] <= keep for r in vector_only)
         nothing = search(index, "zebra giraffe", embed_query=embed)
         assert nothing.matched == "none" and len(nothing.results) == 10  # still answered, and said so
+
+
+def test_chunks_wait_for_vectors_core_first_then_the_newest_days(tmp_path):
+    """A first index of years of notes is embedded from the present backwards: useful after minutes, not hours."""
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model="m")) as index:
+        for day in ("2024-01-05", "2026-11-30", "2025-06-01"):
+            index.update_document(_doc(f"memory/{day}.md", f"# {day}\n\nnote of {day}\n", day=day))
+        index.update_document(_doc("notes/undated.md", "# undated\n\nno day\n", layer="other"))
+        index.update_document(_doc("MEMORY.md", "# core\n\nthe core note\n", layer="core"))
+        order = [text.strip().split("\n")[-1] for _, text in index.take_pending(10)]
+    assert order == ["the core note", "note of 2026-11-30", "note of 2025-06-01", "note of 2024-01-05", "no day"]
