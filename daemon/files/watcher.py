@@ -99,7 +99,7 @@ class _LossReportingEmitter(InotifyEmitter):
         group = getattr(self, "_inotify", None)
         rebuild = getattr(group, "on_queue_overflow", None)
         if group is None or rebuild is None:  # another watchdog: the periodic reconcile still covers it
-            log.warning("watchdog %s: lost inotify events are found by the periodic reconcile only", group)
+            log.warning("this watchdog's inotify emitter has no overflow hook: lost events wait for the reconcile")
             return
 
         def overflowed() -> None:
