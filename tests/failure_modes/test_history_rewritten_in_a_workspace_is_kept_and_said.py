@@ -34,7 +34,12 @@ def _write_facts(ws, d) -> list[str]:
             fh.write(fact + "\n")
         wait_for(lambda i=i: f"zqfact{i}" in git(ws, "show", "HEAD:MEMORY.md"), timeout=30, what=f"fact {i}")
         shas.append(git(ws, "rev-parse", "HEAD").strip())
-    wait_for(lambda: (d.agent("main")["last_commit"] or {}).get("sha") == shas[-1][:10], what="status caught up")
+
+    def done() -> bool:  # status shows HEAD as soon as it moves: the daemon's commit job may still hold the index
+        main = d.agent("main")
+        return (main["last_commit"] or {}).get("sha") == shas[-1][:10] and not main.get("committing")
+
+    wait_for(done, what="the daemon done with its last commit")
     return shas
 
 
@@ -64,6 +69,16 @@ def _one_orphan_commit(ws) -> None:
         if branch != "rewritten":
             git(ws, "branch", "-q", "-D", branch)
     _forget(ws)
+
+
+def _root_owned(tree) -> bool:
+    for path in tree.rglob("*"):
+        try:
+            if path.lstat().st_uid == 0:
+                return True
+        except FileNotFoundError:  # a lock file git removed meanwhile
+            continue
+    return False
 
 
 def _audit(config_dir) -> list[dict]:
@@ -131,5 +146,6 @@ def test_the_copy_is_out_of_the_agents_reach(tmp_path, daemons):
             text=True,
         )
         assert seen.returncode != 0 and "zqbeta" not in seen.stdout
-        assert not any(p.stat().st_uid == 0 for p in (beta_ws / ".git").rglob("*")), "the agent's .git stays its own"
+        # what the commit wrote as root is handed over once the commit job ends
+        wait_for(lambda: not _root_owned(beta_ws / ".git"), timeout=30, what="the agent's .git its own")
         d.stop()
