@@ -106,5 +106,7 @@ def test_make_run_prints_no_hint_for_the_command_it_runs_itself(tmp_path):
         proc.wait(timeout=30)
     text = "".join(output)
     assert f"created  {tmp_path}/memstrata.yaml" in text
+    said = re.search(r"ending in `(ready: [^`]+)`", (REPO_ROOT / "README.md").read_text()).group(1)
+    assert said in text, f"the README says the daemon is ready when it logs {said!r}:\n{text}"
     assert "next:" not in text, text
     wait_for(lambda: not (tmp_path / "run" / "memstrata.sock").exists(), timeout=20, what="the daemon stopped")
