@@ -76,6 +76,7 @@ import psutil
 
 from bench.bench_index import _pct
 from bench.bench_scale import CHUNKS_PER_FILE, stand_in_vectors, workspace_documents, write_workspace
+from layers import malloc
 from layers.conversation.edge import HNSW_EF, HNSW_FULL_SCAN_KB, SEARCH_THREADS
 from layers.local import companion
 from layers.local.index import Filters, Identity, LocalIndex, rebuild
@@ -705,17 +706,16 @@ def one_size(chunks: int, max_passages: int | None, parts: tuple[str, ...], only
     return data["per_chunk"]
 
 
-def fits_with_items(per_chunk: float, chunks: int, parts: tuple[str, ...]) -> str:
+def fits_with_items(per_chunk: float, chunks: int) -> str:
     """Why the big size runs with one passage per chunk: what its items would need (``per_chunk``:
     the passages per chunk measured at the smaller size)."""
     passages = per_chunk * chunks
-    width = sum(d for _, d in PARTS.values())  # a stored row holds both models
-    codes_mb = passages * sum(PARTS[p][1] for p in parts) / 2**20
-    floats_mb = passages * width * 4 / 2**20
+    width = sum(d for _, d in PARTS.values())  # a stored row holds both models, and hybrid searches both
     return (
-        f"{chunks:,} chunks with their items would be ~{passages:,.0f} passages: the codes alone "
-        f"{codes_mb:,.0f} MB resident, every float vector {floats_mb:,.0f} MB (an engine keeping them: "
-        f"the reference host has ~{MEMORY_BUDGET_MB} MB free), so that size runs with one passage per chunk"
+        f"{chunks:,} chunks with their items would be ~{passages:,.0f} passages: their codes alone "
+        f"{passages * width / 2**20:,.0f} MB resident (both models' columns, as hybrid keeps them), their float "
+        f"vectors {passages * width * 4 / 2**20:,.0f} MB, against the ~{MEMORY_BUDGET_MB} MB the reference host has "
+        "free: that size runs with one passage per chunk"
     )
 
 
@@ -727,11 +727,18 @@ def main(quick: bool = False, parts: tuple[str, ...] = ("e5",), only: list[str] 
     for name in ENGINES:
         if missing := missing_package(name):
             print(f"{name}: package {missing!r} is not installed, not measured (pip install -e '.[bench]')")
+    print(
+        "columns: build (its own child process) and load s; size of what it searches (on disk; the codes: in "
+        "memory); RSS added by the load and the queries (× exact's), anon: the part that is no mapped file's "
+        "page; p50/p95 of a query (e5's list; with --parts e5,use both lists) and its p95 against exact's; "
+        "recall@10 against exact per filter (mean of the near and random halves), then per half",
+        flush=True,
+    )
     per_chunk = 0.0
     with tempfile.TemporaryDirectory(prefix="memstrata-engines-") as tmp:
         for chunks, max_passages in sizes:
             if max_passages is not None and per_chunk:
-                print(fits_with_items(per_chunk, chunks, parts), flush=True)
+                print(fits_with_items(per_chunk, chunks), flush=True)
             measured = one_size(chunks, max_passages, parts, only or [], Path(tmp))
             per_chunk = per_chunk if max_passages is not None else measured
 
@@ -752,6 +759,7 @@ def _cli() -> None:
     if unknown := set(parts) - set(PARTS):
         parser.error(f"unknown part(s): {', '.join(sorted(unknown))}")
     if args.child_of:
+        malloc.tune()  # the daemon's allocator settings (memstrata run), so the RSS figures are its own
         run = Run(args.child_of, parts, args.chunks)
         step = child_build if args.step == "build" else child_serve
         args.result.write_text(json.dumps(step(run, args.engine)))
