@@ -31,6 +31,7 @@ Engines (each row of the table):
 - ``codes``: ``LocalIndex.search_vectors``, the shipped engine (its load: the first search), as the
   daemon runs it (numpy's BLAS with its default threads); ``codes-blas1``: the same with one BLAS thread
   (``OPENBLAS_NUM_THREADS=1``: on a shared 2-core host the second thread waits for a core);
+  ``codes-trimmed``: the same with ``malloc.trim()`` after the cache's load (not what the daemon does);
 - ``qdrant-edge``: a Qdrant Edge shard, one point per passage, payload chunk/layer/day (integer)/path,
   payload indexes on day and path, HNSW with L4's settings (layers/conversation/edge.py), int8 scalar
   quantization configured; queried on the float vectors (quantization ignored), filters in the query
@@ -89,7 +90,7 @@ NEAR_NOISE = 0.5  # norm of the noise added to a stored passage (cosine to it ~0
 KEY_SHIFT = 5  # passage key = chunk id << 5 | passage number (a chunk has at most 17 passages)
 E5_DIM = 384  # multilingual-e5-small, the default local model (layers/local/embed_llama.py)
 PARTS = {"e5": (0, E5_DIM), "use": (E5_DIM, companion.DIM)}  # model part → (first column, width)
-# (chunks, passages per chunk at most): 100k with its items would not fit the reference host (see main)
+# (chunks, passages per chunk at most): 100k with its items would not fit the reference host (fits_with_items)
 SIZES = ((20_000, None), (100_000, 1))
 MEMORY_BUDGET_MB = 850  # what the reference host has free
 QDRANT_OVERSAMPLING = 2.0
@@ -301,6 +302,15 @@ class Codes(Exact):
     def size(self) -> int:
         share = sum(PARTS[p][1] for p in self.run.parts) / sum(d for _, d in PARTS.values())
         return int(_table_bytes(self.run.index_path, "codes") * share)  # the cache holds the parts searched
+
+
+class CodesTrimmed(Codes):
+    """The same, with ``malloc.trim()`` after the load: what loading the cache leaves in malloc's arenas
+    (every row's codes read at once) is not the cache; the daemon does not trim there today."""
+
+    def load(self) -> None:
+        super().load()
+        malloc.trim()
 
 
 class CodesOneThread(Codes):
@@ -545,6 +555,7 @@ class USearch(Engine):
 ENGINES: dict[str, type[Engine]] = {
     "exact": Exact,
     "codes": Codes,
+    "codes-trimmed": CodesTrimmed,
     "codes-blas1": CodesOneThread,
     "qdrant-edge": QdrantEdge,
     "qdrant-edge-ef1024": QdrantEdgeEf1024,
