@@ -91,7 +91,9 @@ test: setup test-deps
 	  $(BIN)/python -m pytest -m serial; serial=$$?; \
 	  test $$parallel -eq 0 && test $$serial -eq 0
 
+# the bench extra: the vector engines bench/bench_vector_engines.py compares with L3's codes
 bench: setup
+	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/run.py
 
 # mypy reads its configuration (which modules, how strict) from pyproject.toml

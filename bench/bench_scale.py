@@ -87,15 +87,16 @@ def workspace_documents(ws: Path) -> list[Document]:
     return docs
 
 
-def stand_in_vectors(index: LocalIndex, widths: tuple[int, ...], seed: int = 3) -> int:
+def stand_in_vectors(index: LocalIndex, widths: tuple[int, ...], seed: int = 3, max_passages: int | None = None) -> int:
     """Random unit vectors (per model part) for every chunk waiting for one, in the passage count the
-    embedding worker would store: the labelled stand-in for the real models at this size."""
+    embedding worker would store: the labelled stand-in for the real models at this size.
+    ``max_passages`` caps that count (1: one vector per chunk, for a size whose items do not fit)."""
     rng = np.random.default_rng(seed)
     stored = 0
     while pending := index.take_pending(2000):
         items = []
         for chunk_hash, text in pending:
-            n = len(passages(text))
+            n = len(passages(text)) if max_passages is None else min(max_passages, len(passages(text)))
             parts = [rng.standard_normal((n, w)).astype(np.float32) for w in widths]
             items.append((chunk_hash, np.hstack([p / np.linalg.norm(p, axis=1, keepdims=True) for p in parts])))
         stored += index.store_vectors(index.identity.embed_model, items)

@@ -25,6 +25,7 @@ from bench import (
     bench_many_files,
     bench_scale,
     bench_stop,
+    bench_vector_engines,
     recall,
 )
 
@@ -40,6 +41,7 @@ BENCHMARKS = {
     "many-files": bench_many_files.main,
     "flood": bench_flood.main,
     "scale": bench_scale.main,
+    "engines": bench_vector_engines.main,
     "recall": recall.main,
 }
 
