@@ -57,6 +57,7 @@ class HistoryCopy:
     def __init__(self, path: Path, cancel: Cancel | None = None) -> None:
         self.path = path
         self.cancel = cancel
+        self._stored: str | None = None  # the last commit this process stored: the next one's parent, as a rule
 
     def _git(self, alternate: Path | None = None) -> Git:
         options = [arg for key, value in NEUTRAL_CONFIG for arg in ("-c", f"{key}={value}")]
@@ -154,10 +155,14 @@ class HistoryCopy:
         self.ensure()
         last = self.last()
         known = [lost.commit.sha for lost in self.lost()]
-        exclude = [c for c in (last, *known) if c and c != sha]
+        # the commit stored just before is here too (DAEMON_REF moves once per batch of commits: without
+        # it, each commit of a 10-part batch would pack every part before it again)
+        stored = self._stored if self._stored is not None and self._has(self._stored) else None
+        exclude = [c for c in dict.fromkeys((last, stored, *known)) if c and c != sha]
         revs = "".join([f"{sha}\n", *(f"^{c}\n" for c in exclude)])
         pack = str(self.path / "objects" / "pack" / "pack")
         self._git(objects).run("pack-objects", "--revs", "-q", pack, input=revs.encode())
+        self._stored = sha
 
     def _has(self, sha: str) -> bool:
         status, _ = self._git().status("cat-file", "-e", f"{sha}^{{commit}}", fatal=False)

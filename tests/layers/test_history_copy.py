@@ -111,3 +111,21 @@ def test_a_commit_is_in_the_copy_before_the_workspace_shows_it(repo):
     assert seen_in_copy == [True]
     assert repo.copy.resolve(done.info.sha) == done.info.sha
     assert repo.copy.read_at(done.info.sha, "MEMORY.md") == b"- the fact zqbefore\n"
+
+
+def test_commits_of_one_batch_are_each_packed_once(repo):
+    """A batch moves the copy's reference once, at its end; each commit's store packs only what is new."""
+    for i in range(4):
+        (repo.path / f"part-{i}.md").write_text(f"- part {i}\n")
+        repo.commit_checked([f"part-{i}.md"], f"part {i}", keep=False)
+    copy = repo.copy.path
+    packed = 0
+    for idx in (copy / "objects" / "pack").glob("*.idx"):
+        listing = subprocess.run(["git", "show-index"], stdin=idx.open("rb"), capture_output=True, check=True)
+        packed += len(listing.stdout.splitlines())
+    distinct = subprocess.run(
+        ["git", f"--git-dir={copy}", "cat-file", "--batch-all-objects", "--batch-check"],
+        capture_output=True,
+        check=True,
+    ).stdout.splitlines()
+    assert packed == len(distinct), "an object of an earlier commit of the batch was packed again"
