@@ -118,6 +118,8 @@ class AgentTracker:
     #: HEAD's stamp when last_commit was read (daily.WorkspaceRepo.head_stamp): a commit made
     #: outside the daemon (the CLI's restore, the agent's own git) changes it.
     _head_stamp: tuple[object, ...] | None = field(default=None, repr=False)
+    #: Whom the token and skill were last handed to (see _give_daemon_files)
+    _daemon_files_owner: tuple[int, int] | None = field(default=None, repr=False)
     last_error: str | None = None
     held_back: dict[str, list[Finding]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -511,9 +513,12 @@ class AgentTracker:
         is the one a person meant (a commit follows the first write by seconds).
         """
         owner = safefs.owner_of(self.workspace)
+        if owner is None or owner == self._daemon_files_owner:
+            return  # not root, or handed to this owner already: no walk on every commit
         for rel in (WORKSPACE_TOKEN.parent.as_posix(), SKILL_REL):
             with contextlib.suppress(OSError, safefs.UnsafePathError):
                 safefs.give_tree(self.workspace, rel, owner)
+        self._daemon_files_owner = owner
 
     def commit(self, now: float | None = None) -> daily.CommitInfo | None:
         """Commit pending L1/L2 changes now, in this thread; on failure, back off and keep them pending."""

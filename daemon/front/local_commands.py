@@ -339,8 +339,10 @@ class _VectorProgress:
             self.bar.update(done - self.bar.pos)
             return
         if time.monotonic() >= self.next_line:
+            from daemon.front.status import duration  # here: the front's other commands do not pay for it
+
             self.next_line = time.monotonic() + self.LINE_EVERY_S
-            left = f", about {int((total - done) / rate // 60)} min left at {rate:.1f} chunks/s" if rate else ""
+            left = f", about {duration((total - done) / rate)} left at {rate:.1f} chunks/s" if rate else ""
             click.echo(f"vectors: {done:,} of {total:,} chunks{left}", err=True)
 
     def close(self) -> None:

@@ -94,7 +94,7 @@ def _clock(iso: str | None) -> str:
         return iso
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     seconds = int(seconds)
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
@@ -110,7 +110,7 @@ def _embedding_lines(status: StatusDocument) -> list[str]:
     if not waiting:
         return []
     rate = (status.get("vectors") or {}).get("rate_per_s")
-    pace = f", about {_duration(waiting / rate)} left at {rate:.1f} chunks/s" if rate else ""
+    pace = f", about {duration(waiting / rate)} left at {rate:.1f} chunks/s" if rate else ""
     return [f"  embedding: {waiting:,} chunks waiting{pace} (search uses the vectors made so far)"]
 
 
@@ -140,7 +140,7 @@ def _conversation_lines(c: ConversationStatus) -> list[str]:
         state = "reachable" + (f" ({c['rtt_ms']:g} ms)" if c.get("rtt_ms") is not None else "")
     else:
         b = c.get("breaker") or {}
-        down = f" for {_duration(b['down_for_s'])}" if b.get("down_for_s") is not None else ""
+        down = f" for {duration(b['down_for_s'])}" if b.get("down_for_s") is not None else ""
         state = f"UNREACHABLE{down} (breaker open; searches answered from L3): {b.get('last_error')}"
     lines = [f"conversation (L4): {where}: {state}"]
     imp = c.get("import") or {}
@@ -151,9 +151,9 @@ def _conversation_lines(c: ConversationStatus) -> list[str]:
     lines.extend(_edge_index_lines(c.get("index")))
     q: Mapping[str, Any] = c.get("queue") or {}
     if q.get("depth"):
-        lines.append(f"  queued writes: {q['depth']} (oldest {_duration(q.get('oldest_age_s') or 0)} old)")
+        lines.append(f"  queued writes: {q['depth']} (oldest {duration(q.get('oldest_age_s') or 0)} old)")
         if q.get("replay_rate_per_s"):
-            eta = _duration(q.get("eta_s") or 0)
+            eta = duration(q.get("eta_s") or 0)
             lines.append(f"  replaying: {q['replay_rate_per_s']:,.0f} writes/s, about {eta} to go")
     if q.get("set_aside"):
         latest = (q.get("set_aside_recent") or [{}])[0]
@@ -213,19 +213,19 @@ def render(status: StatusDocument) -> str:
     lines = []
     if d.get("starting"):
         lines.append(
-            f"memstrata {d['version']}: daemon starting (pid {d.get('pid')}, up {_duration(d.get('uptime_s', 0))})"
+            f"memstrata {d['version']}: daemon starting (pid {d.get('pid')}, up {duration(d.get('uptime_s', 0))})"
             + (f" on {d['socket']}" if d.get("socket") else "")
         )
         lines.append(f"  {d['starting'].get('text') or d.get('summary')}")
     elif d["running"]:
         lines.append(
-            f"memstrata {d['version']}: daemon running (pid {d['pid']}, up {_duration(d.get('uptime_s', 0))})"
+            f"memstrata {d['version']}: daemon running (pid {d['pid']}, up {duration(d.get('uptime_s', 0))})"
             + (f" on {d['socket']}" if d.get("socket") else "")
         )
         if (d.get("age_s") or 0) > STALE_AFTER_S:
             lines.append(
                 f"  (the daemon is busy: files and agents below are as of {_clock(d.get('as_of'))}, "
-                f"{_duration(d['age_s'])} ago; vectors, storage and shared memory are current)"
+                f"{duration(d['age_s'])} ago; vectors, storage and shared memory are current)"
             )
     else:
         seen = f"; last stopped {_clock(d['last_seen'])}" if d.get("last_seen") else ""

@@ -60,3 +60,13 @@ def test_a_search_says_how_many_chunks_its_vectors_covered(tmp_path):
         answer = search(index, "sensor note", mode="hybrid", embed_query=lambda q: np.ones(8, dtype=np.float32))
     assert answer.vectors == "used"
     assert answer.to_dict()["embedded"] == {"chunks": 5, "with_vectors": 3}
+
+
+def test_reindex_vectors_off_a_terminal_prints_a_line_with_the_time_left(capsys, monkeypatch):
+    from daemon.front.local_commands import _VectorProgress
+
+    monkeypatch.setattr(_VectorProgress, "LINE_EVERY_S", 0.0)
+    progress = _VectorProgress()  # pytest's stderr is no terminal: lines, not a bar
+    progress.show(8_400, 20_000, 2.0)
+    progress.close()
+    assert capsys.readouterr().err == "vectors: 8,400 of 20,000 chunks, about 1h 36m 40s left at 2.0 chunks/s\n"
