@@ -43,7 +43,7 @@ from daemon.shared.config import load_config
 from layers.local import companion
 from layers.local.chunker import chunk_markdown
 from layers.local.index import Document, Filters, Identity, LocalIndex, rebuild
-from layers.local.units import has_companion, index_model_id, passages
+from layers.local.units import ITEMS_UP_TO_CHUNKS, has_companion, index_model_id, passages
 from tests.corpus import Corpus
 from tests.helpers import DaemonProcess, init_root, wait_for
 
@@ -87,19 +87,20 @@ def workspace_documents(ws: Path) -> list[Document]:
     return docs
 
 
-def stand_in_vectors(index: LocalIndex, widths: tuple[int, ...], seed: int = 3, max_passages: int | None = None) -> int:
+def stand_in_vectors(index: LocalIndex, widths: tuple[int, ...], seed: int = 3) -> int:
     """Random unit vectors (per model part) for every chunk waiting for one, in the passage count the
-    embedding worker would store: the labelled stand-in for the real models at this size.
-    ``max_passages`` caps that count (1: one vector per chunk, for a size whose items do not fit)."""
+    embedding worker would store (items only up to ``ITEMS_UP_TO_CHUNKS`` chunks): the labelled
+    stand-in for the real models at this size."""
     rng = np.random.default_rng(seed)
+    with_items = index.chunk_count() <= ITEMS_UP_TO_CHUNKS
     stored = 0
     while pending := index.take_pending(2000):
-        items = []
+        rows = []
         for chunk_hash, text in pending:
-            n = len(passages(text)) if max_passages is None else min(max_passages, len(passages(text)))
+            n = len(passages(text, with_items))
             parts = [rng.standard_normal((n, w)).astype(np.float32) for w in widths]
-            items.append((chunk_hash, np.hstack([p / np.linalg.norm(p, axis=1, keepdims=True) for p in parts])))
-        stored += index.store_vectors(index.identity.embed_model, items)
+            rows.append((chunk_hash, np.hstack([p / np.linalg.norm(p, axis=1, keepdims=True) for p in parts])))
+        stored += index.store_vectors(index.identity.embed_model, rows)
     return stored
 
 

@@ -29,9 +29,7 @@ Engines (each row of the table):
 
 - ``exact``: ``LocalIndex.exact_vectors``, every stored float vector read and scored (the reference);
 - ``codes``: ``LocalIndex.search_vectors``, the shipped engine (its load: the first search), as the
-  daemon runs it (numpy's BLAS with its default threads); ``codes-blas1``: the same with one BLAS thread
-  (``OPENBLAS_NUM_THREADS=1``: on a shared 2-core host the second thread waits for a core);
-  ``codes-trimmed``: the same with ``malloc.trim()`` after the cache's load (not what the daemon does);
+  daemon runs it (one BLAS thread for the scoring pass, ``malloc.trim()`` after the cache's load);
 - ``qdrant-edge``: a Qdrant Edge shard, one point per passage, payload chunk/layer/day (integer)/path,
   payload indexes on day and path, HNSW with L4's settings (layers/conversation/edge.py), int8 scalar
   quantization configured; queried on the float vectors (quantization ignored), filters in the query
@@ -81,7 +79,7 @@ from layers import malloc
 from layers.conversation.edge import HNSW_EF, HNSW_FULL_SCAN_KB, SEARCH_THREADS
 from layers.local import companion
 from layers.local.index import Filters, Identity, LocalIndex, rebuild
-from layers.local.units import has_companion, index_model_id
+from layers.local.units import ITEMS_UP_TO_CHUNKS, has_companion, index_model_id
 
 REPO = Path(__file__).resolve().parent.parent
 QUERIES = 40  # per filter: half near a stored passage, half random
@@ -90,9 +88,8 @@ NEAR_NOISE = 0.5  # norm of the noise added to a stored passage (cosine to it ~0
 KEY_SHIFT = 5  # passage key = chunk id << 5 | passage number (a chunk has at most 17 passages)
 E5_DIM = 384  # multilingual-e5-small, the default local model (layers/local/embed_llama.py)
 PARTS = {"e5": (0, E5_DIM), "use": (E5_DIM, companion.DIM)}  # model part → (first column, width)
-# (chunks, passages per chunk at most): 100k with its items would not fit the reference host (fits_with_items)
-SIZES = ((20_000, None), (100_000, 1))
-MEMORY_BUDGET_MB = 850  # what the reference host has free
+# passages per chunk as the daemon stores them: items only up to ITEMS_UP_TO_CHUNKS (layers/local/units.py)
+SIZES = (20_000, 100_000)
 QDRANT_OVERSAMPLING = 2.0
 USEARCH_CONNECTIVITY, USEARCH_EXPANSION_ADD = 16, 100  # Qdrant's m and ef_construct (layers/conversation/edge.py)
 STAND_IN_MODEL = "gguf:stand-in"  # the identity's model name: a local model, so rows hold the companion too
@@ -154,7 +151,7 @@ class Run:
             return {v.name: {p: z[f"{v.name}-{p}"] for p in self.parts} for v in variants(self.chunks)}
 
 
-def build_index(run: Run, max_passages: int | None) -> dict:
+def build_index(run: Run) -> dict:
     """The memstrata index every engine starts from (bench_scale's helpers), its stand-in vectors stored."""
     ws = run.work / "workspace"
     write_workspace(ws, run.chunks)
@@ -163,7 +160,7 @@ def build_index(run: Run, max_passages: int | None) -> dict:
     rebuild(run.index_path, run.identity, docs)
     widths = (E5_DIM, companion.DIM) if has_companion(run.identity.embed_model) else (E5_DIM,)
     with LocalIndex(run.index_path, run.identity) as index:
-        stand_in_vectors(index, widths, max_passages=max_passages)
+        stand_in_vectors(index, widths)
         index.checkpoint()
     build_s = time.perf_counter() - started
     shutil.rmtree(ws)
@@ -288,7 +285,7 @@ class Exact(Engine):
 
 
 class Codes(Exact):
-    """The shipped engine as the daemon runs it (numpy's BLAS with its default threads)."""
+    """The shipped engine as the daemon runs it."""
 
     def load(self) -> None:
         super().load()
@@ -302,21 +299,6 @@ class Codes(Exact):
     def size(self) -> int:
         share = sum(PARTS[p][1] for p in self.run.parts) / sum(d for _, d in PARTS.values())
         return int(_table_bytes(self.run.index_path, "codes") * share)  # the cache holds the parts searched
-
-
-class CodesTrimmed(Codes):
-    """The same, with ``malloc.trim()`` after the load: what loading the cache leaves in malloc's arenas
-    (every row's codes read at once) is not the cache; the daemon does not trim there today."""
-
-    def load(self) -> None:
-        super().load()
-        malloc.trim()
-
-
-class CodesOneThread(Codes):
-    """The same with one BLAS thread: on a shared 2-core host a second BLAS thread waits for a core."""
-
-    env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # noqa: RUF012
 
 
 def _table_bytes(path: Path, table: str) -> int:
@@ -555,8 +537,6 @@ class USearch(Engine):
 ENGINES: dict[str, type[Engine]] = {
     "exact": Exact,
     "codes": Codes,
-    "codes-trimmed": CodesTrimmed,
-    "codes-blas1": CodesOneThread,
     "qdrant-edge": QdrantEdge,
     "qdrant-edge-ef1024": QdrantEdgeEf1024,
     "qdrant-edge-int8": QdrantEdgeInt8,
@@ -681,16 +661,16 @@ def report(results: dict[str, dict], names: list[str], chunks: int) -> None:
         )
 
 
-def one_size(chunks: int, max_passages: int | None, parts: tuple[str, ...], only: list[str], tmp: Path) -> float:
-    """Measure every engine at one size and print its table; returns the passages per chunk."""
+def one_size(chunks: int, parts: tuple[str, ...], only: list[str], tmp: Path) -> None:
+    """Measure every engine at one size and print its table."""
     run = Run(tmp / f"engines-{chunks}", parts, chunks)
     run.work.mkdir(parents=True)
-    base = build_index(run, max_passages)
+    base = build_index(run)
     data = export(run)
     shares = ", ".join(f"{k} {v:.0%}" for k, v in data["shares"].items() if k != "all")
     print(
         f"{chunks:,} chunks, {data['passages']:,} passages ({data['per_chunk']:.1f} per chunk"
-        f"{', one per chunk' if max_passages == 1 else ''}), searched: {' + '.join(parts)} "
+        f"{', items up to ' + format(ITEMS_UP_TO_CHUNKS, ',') + ' chunks'}), searched: {' + '.join(parts)} "
         f"({sum(PARTS[p][1] for p in parts)} columns); filters keep {shares} of the chunks\n"
         f"  memstrata index (FTS, float vectors, codes: what every engine starts from) built in "
         f"{base['build_s']:.1f} s, {base['file_mb']:.0f} MB",
@@ -714,20 +694,6 @@ def one_size(chunks: int, max_passages: int | None, parts: tuple[str, ...], only
             results[name]["size"] = built[builder]["size"]
     report(results, names, chunks)
     shutil.rmtree(run.work, ignore_errors=True)
-    return data["per_chunk"]
-
-
-def fits_with_items(per_chunk: float, chunks: int) -> str:
-    """Why the big size runs with one passage per chunk: what its items would need (``per_chunk``:
-    the passages per chunk measured at the smaller size)."""
-    passages = per_chunk * chunks
-    width = sum(d for _, d in PARTS.values())  # a stored row holds both models, and hybrid searches both
-    return (
-        f"{chunks:,} chunks with their items would be ~{passages:,.0f} passages: their codes alone "
-        f"{passages * width / 2**20:,.0f} MB resident (both models' columns, as hybrid keeps them), their float "
-        f"vectors {passages * width * 4 / 2**20:,.0f} MB, against the ~{MEMORY_BUDGET_MB} MB the reference host has "
-        "free: that size runs with one passage per chunk"
-    )
 
 
 def main(quick: bool = False, parts: tuple[str, ...] = ("e5",), only: list[str] | None = None) -> None:
@@ -745,13 +711,9 @@ def main(quick: bool = False, parts: tuple[str, ...] = ("e5",), only: list[str] 
         "recall@10 against exact per filter (mean of the near and random halves), then per half",
         flush=True,
     )
-    per_chunk = 0.0
     with tempfile.TemporaryDirectory(prefix="memstrata-engines-") as tmp:
-        for chunks, max_passages in sizes:
-            if max_passages is not None and per_chunk:
-                print(fits_with_items(per_chunk, chunks), flush=True)
-            measured = one_size(chunks, max_passages, parts, only or [], Path(tmp))
-            per_chunk = per_chunk if max_passages is not None else measured
+        for chunks in sizes:
+            one_size(chunks, parts, only or [], Path(tmp))
 
 
 def _cli() -> None:

@@ -28,7 +28,7 @@ from daemon.shared.config import Config
 from daemon.shared.storage import StorageHealth, is_storage_error
 from layers.local import companion
 from layers.local.index import ForeignFile, Identity, IndexStale, LocalIndex
-from layers.local.units import has_companion, passages
+from layers.local.units import ITEMS_UP_TO_CHUNKS, has_companion, passages
 from layers.local.vectors import (
     Embedder,
     EmbeddingAborted,
@@ -167,13 +167,14 @@ class EmbedWorker:
             if index is None:
                 continue
             batch = index.take_pending(self.batch_size)
+            items = index.chunk_count() <= ITEMS_UP_TO_CHUNKS
             # small slices, so that stop() never waits long for llama.cpp (a busy CPU makes a batch slow)
             for start in range(0, len(batch), STOP_SLICE):
                 self._give_way()
                 if self._stop:
                     return worked
                 part = batch[start : start + STOP_SLICE]
-                vectors = self._embed(part)
+                vectors = self._embed(part, items)
                 index.store_vectors(self.identity.embed_model, zip([h for h, _ in part], vectors, strict=True))
                 if self.storage is not None:
                     self.storage.succeeded("vectors")
@@ -195,9 +196,10 @@ class EmbedWorker:
         (t0, n0), (t1, n1) = self._progress[0], self._progress[-1]
         return (n1 - n0) / (t1 - t0) if t1 > t0 else None
 
-    def _embed(self, part: list[tuple[str, str]]) -> list[np.ndarray]:
-        """Each chunk's passages (the whole chunk, then its items) embedded in one call, one array per chunk."""
-        groups = [passages(text) for _, text in part]
+    def _embed(self, part: list[tuple[str, str]], items: bool) -> list[np.ndarray]:
+        """Each chunk's passages (the whole chunk, then its items while the index is small) embedded in
+        one call, one array per chunk."""
+        groups = [passages(text, items) for _, text in part]
         texts = [p for group in groups for p in group]
         flat = self.embedder.embed_passages(texts)
         if has_companion(self.identity.embed_model):  # each row: the model's vector, then the companion's

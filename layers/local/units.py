@@ -25,6 +25,12 @@ from layers.local import companion
 UNITS_VERSION = 1
 MIN_ITEM_CHARS = 40
 MAX_ITEMS = 16  # a long list beyond this is still covered by the whole chunk's vector
+#: Items are embedded, and searched, while an index holds at most this many chunks.  They buy R@5
+#: +0.017 / +0.024 / +0.010 on the three dev sets for 2.6x the embedding time and ~6.5 passages per
+#: chunk; a search keeps every passage's codes resident (896 bytes with the companion), so 15,000
+#: chunks with items are ~87 MB and 100,000 whole chunks ~90 MB, within the memory gate, where
+#: 100,000 with items would be ~580 MB (docs/facts.md, "L3 vectors at scale").
+ITEMS_UP_TO_CHUNKS = 15_000
 
 _ITEM_START = re.compile(r"^(?:[-*+]|\d+[.)])\s")
 _HEADING = re.compile(r"^#{1,6}\s")
@@ -80,13 +86,16 @@ def _items(body: str) -> list[str]:
     return merged
 
 
-def passages(text: str) -> list[str]:
+def passages(text: str, items: bool = True) -> list[str]:
     """What to embed for one chunk given as ``heading path`` + newline + chunk text (as the index hands it out).
 
-    The first passage is always ``text`` itself; items follow when there are at least two.
+    The first passage is always ``text`` itself; items follow when there are at least two (and
+    ``items``: an index of more than :data:`ITEMS_UP_TO_CHUNKS` chunks embeds whole chunks only).
     """
-    heading, _, body = text.partition("\n")
-    items = _items(body)
-    if len(items) < 2:
+    if not items:
         return [text]
-    return [text, *(f"{heading}\n{item}" if heading else item for item in items[:MAX_ITEMS])]
+    heading, _, body = text.partition("\n")
+    found = _items(body)
+    if len(found) < 2:
+        return [text]
+    return [text, *(f"{heading}\n{item}" if heading else item for item in found[:MAX_ITEMS])]

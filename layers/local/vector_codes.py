@@ -24,6 +24,7 @@ docs/facts.md, "L3 vectors at scale".
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from datetime import date
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 #: Chunks the pass over the codes keeps for exact scoring, at least (``pool`` when a list wants more).
 RESCORE_CHUNKS = 100
@@ -48,6 +50,12 @@ LAYERS = {"core": 0, "daily": 1}
 #: those passages and the sets' questions: the codes' ten best hold 0.97 (e5) and 0.99 (companion) of
 #: the exact ten best, their twenty best all of them.
 SCALE = 127 / 0.25
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The process's BLAS libraries (found once: the lookup walks the loaded libraries, ~ms)."""
+    return ThreadpoolController()
 
 
 def quantize(vectors: np.ndarray) -> bytes:
@@ -107,8 +115,9 @@ class CodeCache:
     dropped when they are over half of the cache.
     """
 
-    def __init__(self, width: int, parts: frozenset[tuple[int, int]] = frozenset()) -> None:
+    def __init__(self, width: int, parts: frozenset[tuple[int, int]] = frozenset(), whole_only: bool = False) -> None:
         self.width = width  # components per stored passage (both models' when a row holds both)
+        self.whole_only = whole_only  # keep each chunk's first passage (the whole chunk) only: a large index
         self.lock = threading.Lock()
         self.seq = -1  # the last change applied; -1: never loaded
         self.parts = {part: _Growing(np.int8, part[1]) for part in sorted(parts)}  # (offset, dim) → codes
@@ -121,9 +130,13 @@ class CodeCache:
         self.slot_of: dict[int, int] = {}
         self.dead = 0
 
-    def reset(self, parts: frozenset[tuple[int, int]] | None = None) -> None:
-        """Empty (keeping ``parts``, by default the ones kept now), to be loaded again from the index."""
-        fresh = CodeCache(self.width, frozenset(self.parts) if parts is None else parts)
+    def reset(self, parts: frozenset[tuple[int, int]] | None = None, whole_only: bool | None = None) -> None:
+        """Empty (keeping ``parts`` and ``whole_only``, by default as they are), to be loaded again."""
+        fresh = CodeCache(
+            self.width,
+            frozenset(self.parts) if parts is None else parts,
+            self.whole_only if whole_only is None else whole_only,
+        )
         self.__dict__.update({k: v for k, v in fresh.__dict__.items() if k != "lock"})
 
     def want(self, offset: int, dim: int) -> bool:
@@ -156,7 +169,7 @@ class CodeCache:
         ids, days, layers, firsts, blobs = [], [], [], [], []
         start = self.passages
         for chunk_id, day, layer, codes in rows:
-            count = len(codes) // self.width
+            count = min(len(codes) // self.width, 1 if self.whole_only else len(codes))
             if not count:
                 continue
             self.remove(chunk_id)
@@ -217,10 +230,14 @@ class CodeCache:
         codes = self.parts[(offset, len(q))].view
         scores = np.empty(len(codes), dtype=np.float32)
         scratch = np.empty((min(_BLOCK, len(codes)), len(q)), dtype=np.float32)
-        for start in range(0, len(codes), _BLOCK):
-            block = codes[start : start + _BLOCK]
-            np.copyto(scratch[: len(block)], block)  # int8 → float32 into one buffer: no allocation per block
-            scores[start : start + len(block)] = np.dot(scratch[: len(block)], q)  # BLAS gemv; `@` was 9× slower
+        # One BLAS thread: each block's gemv is too small to share, and on a busy 2-core host the
+        # second thread waits for a core (100k chunks: p50 / p95 88 / 400 ms with numpy's default
+        # threads, 24 / 32 ms with one; docs/facts.md, "L3 vectors at scale").
+        with _blas().limit(limits=1, user_api="blas"):
+            for start in range(0, len(codes), _BLOCK):
+                block = codes[start : start + _BLOCK]
+                np.copyto(scratch[: len(block)], block)  # int8 → float32 into one buffer: no allocation per block
+                scores[start : start + len(block)] = np.dot(scratch[: len(block)], q)  # BLAS gemv; `@` was 9× slower
         best = np.maximum.reduceat(scores, self.first.view)  # a chunk scores as its best passage
         out = []
         for mask in masks:

@@ -23,6 +23,7 @@ def test_a_chunk_of_several_items_is_embedded_whole_and_item_by_item_each_with_i
     assert len(out) == 3 and all(p.startswith(heading + "\n") for p in out[1:])
     assert "续行" in out[1] and "4gb" in out[2] and out[2].endswith("- 无"), "a tiny item joins its neighbour"
     assert "## " not in "".join(out[1:]), "heading lines are carried by the heading path, not repeated"
+    assert passages(text, items=False) == [text], "a large index embeds whole chunks only"
 
 
 def test_a_chunk_of_one_item_is_one_passage():

@@ -181,3 +181,76 @@ def test_an_index_from_before_the_codes_is_rebuilt_with_codes_for_every_vector(t
         by_hash = {h: p for h, p in fresh.db.execute("SELECT hash, path FROM chunks")}
         for chunk_hash, vec in vectors.items():
             assert _paths(fresh.search_vectors(vec, 1, Filters())) == [by_hash[chunk_hash]]
+
+
+def test_the_scoring_pass_runs_on_one_blas_thread_and_leaves_the_count_as_it_was(written, monkeypatch):
+    """Each block's gemv is too small to share; on a busy 2-core host a second BLAS thread only waits
+    (docs/facts.md, "L3 vectors at scale").  The limit is the pass's alone: BLAS elsewhere in the process
+    (the companion model) keeps its threads."""
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    assert before, "numpy's BLAS is not visible to threadpoolctl"
+    seen: list[list[int]] = []
+    in_pass = []
+    real_dot, real_nearest = np.dot, CodeCache.nearest
+
+    def recording_dot(*args, **kwargs):
+        if in_pass:
+            seen.append(blas_threads())
+        return real_dot(*args, **kwargs)
+
+    def recording_nearest(self, *args, **kwargs):
+        in_pass.append(True)
+        try:
+            return real_nearest(self, *args, **kwargs)
+        finally:
+            in_pass.clear()
+
+    _, reader, by_hash, _ = written
+    monkeypatch.setattr(np, "dot", recording_dot)
+    monkeypatch.setattr(CodeCache, "nearest", recording_nearest)
+    hits = reader.search_vectors(next(iter(by_hash.values())), 5, Filters())
+    monkeypatch.undo()
+    assert hits
+    assert seen and all(threads == [1] * len(before) for threads in seen)
+    assert blas_threads() == before
+
+
+def test_an_index_past_the_items_limit_keeps_whole_chunks_codes_only(tmp_path, monkeypatch):
+    """Items are searched while an index is small; past ITEMS_UP_TO_CHUNKS the cache holds one code per
+    chunk (its memory stays within the gate at 100,000 chunks), and the exact rescoring still reads every
+    stored passage, so a chunk found by its whole code is scored by its best item."""
+    from layers.local import index as index_module
+
+    monkeypatch.setattr(index_module, "ITEMS_UP_TO_CHUNKS", 4)
+    rng = np.random.default_rng(3)
+    path = tmp_path / "index.sqlite"
+    writer = LocalIndex(path, Identity(embed_model=MODEL))
+    reader = LocalIndex(path, Identity(embed_model=MODEL), readonly=True, verify=False)
+
+    def add(i: int) -> np.ndarray:
+        writer.update_document(_doc(f"memory/{i}.md", f"note {i}"))
+        (chunk_hash, _), *_ = writer.take_pending(10)
+        rows = _unit(rng, 3)  # the whole chunk, then two items
+        writer.store_vectors(MODEL, [(chunk_hash, rows)])
+        return rows
+
+    stored = [add(i) for i in range(4)]
+
+    def cache() -> CodeCache:
+        hits = reader.search_vectors(stored[0][2], 1, Filters())
+        assert [h.path for h in hits] == ["memory/0.md"], "found by its item"
+        (found,) = [c for k, c in vector_codes._CACHES.items() if k[0] == str(path)]
+        return found
+
+    assert not cache().whole_only and cache().passages == 4 * 3
+    stored.append(add(4))
+    assert cache().whole_only and cache().passages == 5, "one code per chunk past the limit"
+    hit = reader.search_vectors(stored[0][2], 1, Filters())[0]
+    assert hit.score > 0.99, "the rescoring scored the chunk by its item's stored vector"
+    writer.close()
+    reader.close()
