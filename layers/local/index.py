@@ -43,6 +43,7 @@ from layers.local.tokenizer import TOKENIZER_VERSION, token_string
 from layers.local.units import ITEMS_UP_TO_CHUNKS
 from layers.local.vector_codes import quantize
 
+LOAD_BATCH = 4096  # rows of codes read into a cache at a time: a full load never holds every row's bytes twice
 SCHEMA_VERSION = 2  # 2: quantized codes and the change log (layers/local/vector_codes.py)
 HEADING_WEIGHT = 3.0  # bm25 weight of the heading column against 1.0 for the body
 
@@ -758,7 +759,9 @@ class LocalIndex:
             whole_only = self.chunk_count() > ITEMS_UP_TO_CHUNKS  # a large index searches whole chunks only
             if cache.seq < 0 or low > cache.seq + 1 or top < cache.seq or whole_only != cache.whole_only:
                 cache.reset(whole_only=whole_only)
-                cache.add(db.execute(rows + " ORDER BY c.id", (model,)))
+                cursor = db.execute(rows + " ORDER BY c.id", (model,))
+                while batch := list(itertools.islice(cursor, LOAD_BATCH)):  # never every row's bytes at once
+                    cache.add(batch)
                 # the load read every row's code through Python objects, freed now but kept by malloc's
                 # arenas: 155 MB added at 100k chunks, 67 MB (the cache itself) after this
                 malloc.trim()

@@ -100,7 +100,9 @@ class _Growing:
 
     @property
     def nbytes(self) -> int:
-        return int(self.data.nbytes)
+        """The rows in use: the capacity past them is never written, so its pages are not resident
+        (an array this large is its own mapping, malloc.MMAP_THRESHOLD)."""
+        return int(self.data[: self.n].nbytes)
 
 
 class CodeCache:
