@@ -41,6 +41,7 @@ BENCHMARKS = {
     "many-files": bench_many_files.main,
     "flood": bench_flood.main,
     "scale": bench_scale.main,
+    "first-embed": bench_scale.main_first_embed,
     "engines": bench_vector_engines.main,
     "recall": recall.main,
 }
