@@ -693,7 +693,8 @@ class LocalIndex:
             self._follow(cache, model)
             self.embedded_chunks = len(cache)
             near = cache.nearest(query_vec, offset, masks, max(vector_codes.RESCORE_CHUNKS, limit))
-        return {name: self._rescore(ids, query_vec, limit, offset) for name, ids in zip(lists, near, strict=True)}
+        with vector_codes.one_blas_thread():
+            return {name: self._rescore(ids, query_vec, limit, offset) for name, ids in zip(lists, near, strict=True)}
 
     def exact_vectors(self, query_vec: np.ndarray, limit: int, filters: Filters, offset: int = 0) -> list[Hit]:
         """:meth:`search_vectors` by scoring every stored vector (what the codes stand in for; the

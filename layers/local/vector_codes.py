@@ -24,6 +24,7 @@ docs/facts.md, "L3 vectors at scale".
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections import OrderedDict
@@ -56,6 +57,15 @@ SCALE = 127 / 0.25
 def _blas() -> ThreadpoolController:
     """The process's BLAS libraries (found once: the lookup walks the loaded libraries, ~ms)."""
     return ThreadpoolController()
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager:
+    """BLAS on one thread inside the block, as it was after it.  A search's products (the pass over
+    the codes, the exact rescoring) are too small to share: on a busy 2-core host the second BLAS
+    thread only waits for a core (100k chunks: p50 / p95 88 / 400 ms with numpy's default threads,
+    24 / 32 ms with one; docs/facts.md, "L3 vectors at scale").  The limit is the block's alone: BLAS
+    elsewhere in the process (the companion model) keeps its threads."""
+    return _blas().limit(limits=1, user_api="blas")
 
 
 def quantize(vectors: np.ndarray) -> bytes:
@@ -232,10 +242,7 @@ class CodeCache:
         codes = self.parts[(offset, len(q))].view
         scores = np.empty(len(codes), dtype=np.float32)
         scratch = np.empty((min(_BLOCK, len(codes)), len(q)), dtype=np.float32)
-        # One BLAS thread: each block's gemv is too small to share, and on a busy 2-core host the
-        # second thread waits for a core (100k chunks: p50 / p95 88 / 400 ms with numpy's default
-        # threads, 24 / 32 ms with one; docs/facts.md, "L3 vectors at scale").
-        with _blas().limit(limits=1, user_api="blas"):
+        with one_blas_thread():
             for start in range(0, len(codes), _BLOCK):
                 block = codes[start : start + _BLOCK]
                 np.copyto(scratch[: len(block)], block)  # int8 → float32 into one buffer: no allocation per block
