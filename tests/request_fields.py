@@ -59,13 +59,18 @@ SAMPLES: dict[str, object] = {
     "limit": 7,
     "explain": True,
     "fallback": False,
+    "user_id": "alice",
+    "run_id": "run-1",
+    "actor_id": "Alice",
+    "metadata": {"category": "movies"},
+    "filters": {"user_id": "alice"},
     "memory_id": "0b7c4c57-2b6a-4f7e-9d57-3d0c1e0f8a11",  # no field: the memory an update names in its path
 }
 
 
 @dataclass(frozen=True)
 class Field:
-    """One field as a caller sees it: ``kind`` is "text", "number" or "flag"."""
+    """One field as a caller sees it: ``kind`` is "text", "number", "fraction", "flag" or "object" (JSON)."""
 
     kind: str
     required: bool = False
@@ -87,7 +92,9 @@ def schema_fields(model: type) -> dict[str, Field]:
         forms = [f for f in prop.get("anyOf", [prop]) if f.get("type") != "null"]
         assert len(forms) == 1, f"{model.__name__}.{name}: a field of one kind, or null: {prop}"
         form = forms[0]
-        kind = {"string": "text", "integer": "number", "boolean": "flag"}[form["type"]]
+        kind = {"string": "text", "integer": "number", "boolean": "flag", "object": "object", "number": "fraction"}[
+            form["type"]
+        ]
         low, high = _clamped(model, name) if kind == "number" else (None, None)
         out[name] = Field(
             kind=kind,
@@ -129,6 +136,8 @@ def click_fields(command: click.Command) -> dict[str, Field]:
             kind, low, high = "number", param.type.min, param.type.max
         elif param.type is click.INT:
             kind = "number"
+        elif param.type.name == "json":
+            kind = "object"
         out[name] = Field(kind, bool(param.required), _or_unset(param.get_default(context)), choices, low, high)
     return out
 
@@ -140,7 +149,7 @@ def _or_unset(default: object) -> object:
     return UNSET if default is None or default is _CLICK_UNSET else default
 
 
-_KINDS = {str: "text", int: "number", bool: "flag"}
+_KINDS = {str: "text", int: "number", bool: "flag", dict: "object", float: "fraction"}
 
 
 def signature_fields(fn: Callable) -> dict[str, Field]:
@@ -187,7 +196,9 @@ def argparse_fields(parser: argparse.ArgumentParser) -> dict[str, Field]:
             out[action.dest] = Field("flag", False, default)
             continue
         kind, low = "text", None
-        if action.type is not None and isinstance(action.type("1"), int):
+        if getattr(action.type, "__name__", "") == "json_object":
+            kind = "object"
+        elif action.type is not None and isinstance(action.type("1"), int):
             kind = "number"
             try:
                 action.type("0")

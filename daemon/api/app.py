@@ -201,7 +201,8 @@ def build_app(daemon: DaemonApi) -> Starlette:
         check_query(args.q)
         if not args.q.strip():
             raise ApiError(400, "q is required")
-        return _conversation(daemon).search(args.agent, args.q, limit=args.limit, fallback=args.fallback)
+        broker = _conversation(daemon)
+        return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, filters=args.filters)
 
     def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)
@@ -218,7 +219,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
 
     def memory_list(request: Request, caller: Caller, args: ListParams) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor)
+        return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor, filters=args.filters)
 
     def memory_get(request: Request, caller: Caller, args: AgentParams) -> dict:
         admin = authorize(daemon, caller, args.agent, request.url.path)
@@ -245,6 +246,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
             visibility=args.visibility,
             project=args.project,
             dry_run=bool(args.dry_run),
+            filters=args.filters(),
         )
 
     def reindex(request: Request, caller: Caller, args: ReindexRequest) -> dict:

@@ -11,6 +11,7 @@ The skill's stdlib copy is checked the same way in tests/skills/test_mem0_client
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -86,7 +87,11 @@ def test_the_cli_commands_take_the_schemas_fields():
         L3_SEARCH,
         renamed=QUERY,
         left_out={"layer": "--layer (below)"},
-        own={"layer": "local (no filter), core or daily, or conversation and all: the L4 search", **AS_JSON},
+        own={
+            "layer": "local (no filter), core or daily, or conversation and all: the L4 search",
+            "filters": "the L4 search's mem0 filters (--layer conversation/all)",
+            **AS_JSON,
+        },
     )
     assert local == []
     assert click_fields(commands["search"])["layer"].choices == ("local", "conversation", "all", "core", "daily")
@@ -183,7 +188,7 @@ def _argv(command: str, renamed: dict[str, str], skip: set[str]) -> tuple[list[s
         elif param.is_flag:
             options += [param.opts[0]] if value else []
         else:
-            options += [max(param.opts, key=len), str(value)]
+            options += [max(param.opts, key=len), json.dumps(value) if isinstance(value, dict) else str(value)]
     return [*arguments, *options], fields
 
 
@@ -197,7 +202,7 @@ def test_what_the_cli_sends_is_the_schemas_fields(root):
     sent = recorder.one(lambda: _cli(config, "update", SAMPLES["memory_id"], *argv, "--json"))
     assert (sent.method, sent.path) == ("PUT", f"/v1/memories/{SAMPLES['memory_id']}")
     assert parsed(UpdateRequest, sent) == fields == {k: SAMPLES[k] for k in UPDATE}
-    argv, fields = _argv("search", QUERY, {"json"})
+    argv, fields = _argv("search", QUERY, {"json", "filters"})
     sent = recorder.one(lambda: _cli(config, "search", *argv, "--json"))
     assert (sent.method, sent.path) == ("POST", "/v1/search")
     assert parsed(SearchRequest, sent) == fields and set(fields) == set(L3_SEARCH)
@@ -207,6 +212,9 @@ def test_what_the_cli_sends_is_the_schemas_fields(root):
         sent = recorder.one(lambda argv=argv: _cli(config, "search", *argv))
         assert (sent.method, sent.path) == ("POST", "/v1/memories/search")
         assert parsed(MemorySearchRequest, sent) == {"agent": "main", "q": query, "limit": 7, "fallback": fallback}
+    argv = [query, "--agent", "main", "--layer", "conversation", "--filters", json.dumps(SAMPLES["filters"])]
+    sent = recorder.one(lambda: _cli(config, "search", *argv))
+    assert parsed(MemorySearchRequest, sent)["filters"] == SAMPLES["filters"]
 
 
 def _keywords(method, renamed: dict[str, str] | None = None) -> dict[str, object]:
