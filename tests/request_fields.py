@@ -160,7 +160,9 @@ def signature_fields(fn: Callable) -> dict[str, Field]:
         assert param.kind is not param.VAR_KEYWORD, f"{fn.__qualname__} takes **{name}: say its fields"
         if name == "self":
             continue
-        kinds = [k for k in typing.get_args(hints[name]) if k is not type(None)] or [hints[name]]
+        kinds = [typing.get_origin(k) or k for k in typing.get_args(hints[name]) if k is not type(None)] or [
+            hints[name]
+        ]
         assert len(kinds) == 1, f"{fn.__qualname__}({name}): {hints[name]}"
         required = param.default is param.empty
         default = UNSET if required or param.default is None else param.default

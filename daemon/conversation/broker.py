@@ -194,12 +194,12 @@ class Broker:
         return self.writes.delete_all(agent, **options)
 
     def search(
-        self, agent: str, query: str, limit: int = 10, fallback: bool = True, filters: dict | None = None
+        self, agent: str, query: str, limit: int = 10, fallback: bool = True, filters: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         return self.reads.search(agent, query, limit, fallback, filters)
 
     def get_all(
-        self, agent: str, limit: int = 100, cursor: str | None = None, filters: dict | None = None
+        self, agent: str, limit: int = 100, cursor: str | None = None, filters: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         return self.reads.get_all(agent, limit, cursor, filters)
 

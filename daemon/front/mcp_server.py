@@ -219,9 +219,20 @@ def build_server(config: Config, agent_id: str) -> Server:
         actor_id: str | None,
         metadata: dict | None,
     ) -> dict[str, Any]:
-        placement = {"type": type, "visibility": visibility, "project": project, "expires": expires}
-        data = {"user_id": user_id, "run_id": run_id, "actor_id": actor_id, "metadata": metadata}
-        return ask(lambda c: c.add(agent.id, text, **placement, **data))
+        return ask(
+            lambda c: c.add(
+                agent.id,
+                text,
+                type=type,
+                visibility=visibility,
+                project=project,
+                expires=expires,
+                user_id=user_id,
+                run_id=run_id,
+                actor_id=actor_id,
+                metadata=metadata,
+            )
+        )
 
     def memory_get_all(limit: int, cursor: str | None, filters: dict | None) -> dict[str, Any]:
         return ask(lambda c: c.get_all(agent.id, limit=limit, cursor=cursor, filters=filters))

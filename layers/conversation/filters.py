@@ -282,13 +282,16 @@ def _as_time(value: Any) -> datetime | None:
 
 def _in_range(value: Any, op: str, bound: Any) -> bool:
     if isinstance(bound, str):
-        left, right = _as_time(value), _as_time(bound)
-        if left is None or right is None:
+        moment, limit = _as_time(value), _as_time(bound)
+        if moment is None or limit is None:
             return False
-    elif isinstance(value, bool) or not isinstance(value, int | float):
+        return _compare(moment, op, limit)
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    else:
-        left, right = float(value), float(bound)
+    return _compare(float(value), op, float(bound))
+
+
+def _compare(left: Any, op: str, right: Any) -> bool:
     return {"gt": left > right, "gte": left >= right, "lt": left < right, "lte": left <= right}[op]
 
 

@@ -753,7 +753,7 @@ class ConversationStore:
         """(id, payload, score) of the ``limit`` nearest points matching ``filters`` (mem0's dictionary form)."""
         if self.settings.on_edge:
             return [(h.id, h.payload or {}, h.score) for h in mem0.vector_store.search(query, vector, limit, filters)]
-        answer = self._client.query_points(
+        answer = self._client_only().query_points(
             self.settings.collection, query=vector, query_filter=to_qdrant(filters), limit=limit, with_payload=True
         )
         return [(p.id, p.payload or {}, max(0.0, float(p.score))) for p in answer.points]
