@@ -64,6 +64,8 @@ SAMPLES: dict[str, object] = {
     "actor_id": "Alice",
     "metadata": {"category": "movies"},
     "filters": {"user_id": "alice"},
+    "threshold": 0.3,
+    "show_expired": True,
     "memory_id": "0b7c4c57-2b6a-4f7e-9d57-3d0c1e0f8a11",  # no field: the memory an update names in its path
 }
 
@@ -138,6 +140,8 @@ def click_fields(command: click.Command) -> dict[str, Field]:
             kind = "number"
         elif param.type.name == "json":
             kind = "object"
+        elif isinstance(param.type, click.FloatRange):
+            kind = "fraction"
         out[name] = Field(kind, bool(param.required), _or_unset(param.get_default(context)), choices, low, high)
     return out
 
@@ -200,6 +204,8 @@ def argparse_fields(parser: argparse.ArgumentParser) -> dict[str, Field]:
         kind, low = "text", None
         if getattr(action.type, "__name__", "") == "json_object":
             kind = "object"
+        elif getattr(action.type, "__name__", "") == "fraction":
+            kind = "fraction"
         elif action.type is not None and isinstance(action.type("1"), int):
             kind = "number"
             try:

@@ -202,7 +202,9 @@ def build_app(daemon: DaemonApi) -> Starlette:
         if not args.q.strip():
             raise ApiError(400, "q is required")
         broker = _conversation(daemon)
-        return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, filters=args.filters)
+        options = {"filters": args.filters, "threshold": args.threshold, "explain": args.explain}
+        options["show_expired"] = args.show_expired
+        return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, **options)
 
     def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)

@@ -89,6 +89,7 @@ Day = Annotated[str, StringConstraints(max_length=10, pattern=r"^[0-9]{4}-[0-9]{
 WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
 EntityId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=128, pattern=ENTITY_RE.pattern)]
 JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_text)]  # checked further by its reader
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Days = Annotated[int, Field(ge=0)]
 Count = Annotated[int, Field(ge=1)]
 Unset = BeforeValidator(_absent_when_empty)
@@ -130,6 +131,10 @@ class MemorySearchRequest(Request):
     limit: L4Count = L4_RESULTS.default
     fallback: Annotated[bool, _or(True)] = True
     filters: Annotated[JsonObject | None, Unset] = None  # mem0's language (layers/conversation/filters.py)
+    # on the embedder's relevance scale (layers/local/vectors.py); not given: none (mem0's clients send 0.1)
+    threshold: Annotated[Fraction | None, Unset] = None
+    explain: Annotated[bool, _or(False)] = False
+    show_expired: Annotated[bool, _or(False)] = False  # memories past their expiration_date, not yet cleaned up
 
 
 class AddRequest(Request):
@@ -279,6 +284,10 @@ def _problem(error: Mapping[str, Any], fields: Mapping[str, object], model: type
         return f"{field} must be a whole number, not {_kind(given)}"
     if kind.startswith("bool_"):
         return f"{field} must be true or false, not {_kind(given)}"
+    if kind == "float_parsing" or kind == "float_type":
+        return f"{field} must be a number, not {_kind(given)}"
+    if kind in ("less_than_equal", "less_than"):
+        return f"{field} must be at most {ctx.get('le', ctx.get('lt'))}"
     if kind in ("greater_than_equal", "greater_than"):
         return f"{field} must be at least {ctx.get('ge', ctx.get('gt'))}"
     if kind == "literal_error":

@@ -194,9 +194,17 @@ class Broker:
         return self.writes.delete_all(agent, **options)
 
     def search(
-        self, agent: str, query: str, limit: int = 10, fallback: bool = True, filters: dict[str, Any] | None = None
+        self,
+        agent: str,
+        query: str,
+        limit: int = 10,
+        fallback: bool = True,
+        filters: dict[str, Any] | None = None,
+        threshold: float | None = None,
+        explain: bool = False,
+        show_expired: bool = False,
     ) -> dict[str, Any]:
-        return self.reads.search(agent, query, limit, fallback, filters)
+        return self.reads.search(agent, query, limit, fallback, filters, threshold, explain, show_expired)
 
     def get_all(
         self, agent: str, limit: int = 100, cursor: str | None = None, filters: dict[str, Any] | None = None

@@ -80,7 +80,15 @@ class Reads:
         self.local_search = local_search
 
     def search(
-        self, agent: str, query: str, limit: int = 10, fallback: bool = True, filters: dict | None = None
+        self,
+        agent: str,
+        query: str,
+        limit: int = 10,
+        fallback: bool = True,
+        filters: dict | None = None,
+        threshold: float | None = None,
+        explain: bool = False,
+        show_expired: bool = False,
     ) -> dict:
         """What ``agent`` may read, best first; ``filters`` (mem0's language) narrows each visibility phase.
 
@@ -88,10 +96,18 @@ class Reads:
         or metadata, and an unfiltered answer could put one end user's memories in another's prompt.
         """
         wanted = checked_filters(filters)
+        if threshold is not None and not 0.0 <= threshold <= 1.0:
+            raise PolicyError(f"threshold must be between 0 and 1 (inclusive), not {threshold}")
         registry = self.registry.current()
         phases = read_phases(registry, agent)
+        options = {
+            "filters": wanted,
+            "threshold": threshold or 0.0,
+            "explain": explain,
+            "include_expired": show_expired,
+        }
         try:
-            found = self.thread.call("search", lambda: self.thread.store.search(query, phases, limit, wanted))
+            found = self.thread.call("search", lambda: self.thread.store.search(query, phases, limit, **options))
         except StoreDown as exc:
             reason = str(exc)
         else:

@@ -205,12 +205,22 @@ class DaemonClient:
         limit: int = L4_RESULTS.default,
         fallback: bool = True,
         filters: dict | None = None,
+        threshold: float | None = None,
+        explain: bool = False,
+        show_expired: bool = False,
     ) -> MemoryAnswer:
-        """An L4 search; ``filters`` in mem0's language narrow what the agent may read (never widen it)."""
+        """An L4 search; ``filters`` in mem0's language narrow what the agent may read (never widen it);
+        ``threshold`` drops results under that relevance (0-1); ``explain`` says why each was returned."""
         check_query(query)
-        body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
+        body: dict = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
         if filters:
             body["filters"] = filters
+        if threshold is not None:
+            body["threshold"] = threshold
+        if explain:
+            body["explain"] = True
+        if show_expired:
+            body["show_expired"] = True
         return self._request("POST", "/v1/memories/search", json=body)
 
     def get_all(

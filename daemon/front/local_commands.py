@@ -134,7 +134,15 @@ search_mode = click.option(
 
 
 def search_conversation(
-    config: Config, agent_id: str, query: str, limit: int, fallback: bool, as_json: bool, filters: dict | None = None
+    config: Config,
+    agent_id: str,
+    query: str,
+    limit: int,
+    fallback: bool,
+    as_json: bool,
+    filters: dict | None = None,
+    threshold: float | None = None,
+    explain: bool = False,
 ) -> None:
     """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3 (not with filters)."""
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
@@ -142,7 +150,8 @@ def search_conversation(
 
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
-            answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback, filters=filters)
+            options = {"filters": filters, "threshold": threshold, "explain": explain}
+            answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback, **options)
     except DaemonRequestError as exc:
         raise conversation_failed(exc) from None
     except DaemonUnavailableError as exc:
@@ -207,9 +216,16 @@ def print_conversation(answer: MemoryAnswer) -> None:
     metavar="JSON",
     help='With --layer conversation/all: mem0\'s filters, e.g. \'{"user_id": "alice"}\' (narrow, never widen).',
 )
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0, 1),
+    help="With --layer conversation/all: leave out results whose relevance (0-1) is below this.",
+)
 @json_option
 @click.pass_context
-def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, as_json) -> None:
+def search_cmd(
+    ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, threshold, as_json
+) -> None:
     """Search an agent's memory: its L3 index (default) or the shared L4 memory (--layer).
 
     L3: each word of QUERY must match (Chinese needs no spaces: 端口 matches 端口);
@@ -222,10 +238,11 @@ def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until
     if layer in ("conversation", "all"):
         config = config_of(ctx)
         get_agent(config, agent_id)
-        search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json, filters=filters)
+        options = {"filters": filters, "threshold": threshold, "explain": explain}
+        search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json, **options)
         return
-    if filters:
-        raise click.UsageError("--filters goes with --layer conversation or all (the local index has no metadata)")
+    if filters or threshold is not None:
+        raise click.UsageError("--filters and --threshold go with --layer conversation or all")
     paths_only = front_config(ctx)  # L3 through the daemon needs the paths alone
     get_agent(paths_only, agent_id)
     layer = None if layer == "local" else layer

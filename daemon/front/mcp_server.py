@@ -205,8 +205,11 @@ def build_server(config: Config, agent_id: str) -> Server:
     def ask(request: Callable[[DaemonClient], Any]) -> Any:
         return _ask(config, agent, request)
 
-    def memory_search(query: str, limit: int, fallback: bool, filters: dict | None) -> dict[str, Any]:
-        return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback, filters=filters))
+    def memory_search(
+        query: str, limit: int, fallback: bool, filters: dict | None, threshold: float | None, explain: bool
+    ) -> dict[str, Any]:
+        options = {"filters": filters, "threshold": threshold, "explain": explain}
+        return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback, **options))
 
     def memory_add(
         text: str,
@@ -287,6 +290,14 @@ def build_server(config: Config, agent_id: str) -> Server:
                     default=True,
                 ),
                 _filters_param(),
+                Param(
+                    "threshold",
+                    float,
+                    "Leave out results whose relevance (0-1) is below this; 0.1 drops most unrelated ones.",
+                    default=None,
+                    nullable=True,
+                ),
+                Param("explain", bool, "Say why each result was returned (phase, visibility, scores).", default=False),
             ),
             READ_ONLY,
         ),

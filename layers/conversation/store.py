@@ -222,6 +222,15 @@ def _flatten(result: dict) -> dict:
     return payload
 
 
+def _why_visible(phase: Phase) -> str:
+    """Why a phase's memories may be read, for ``explain``."""
+    if phase.visibility == "public":
+        return "public: every agent may read it"
+    if phase.visibility == "project":
+        return f"project: you are a member of {', '.join(phase.projects)}"
+    return f"private: yours ({phase.owner})"
+
+
 def _selection_fields(selection) -> dict[str, str]:
     """The payload fields a scan's selection pins (owner, visibility, project, type), unset ones left out."""
     fields = {
@@ -713,6 +722,8 @@ class ConversationStore:
         limit: int,
         filters: dict | None = None,
         include_expired: bool = False,
+        threshold: float = 0.0,
+        explain: bool = False,
     ) -> list[dict]:
         """Each phase searched on its own (``filters``, mem0's language, ANDed with it), merged by score,
         de-duplicated by content hash.
@@ -722,7 +733,10 @@ class ConversationStore:
         used here because its filter processing merges a caller's ``AND`` items into the phase's own
         keys (see filters.py), and its BM25 and entity boosts have nothing to work with in this
         installation (no fastembed, no spaCy), so the ranking is the same semantic one.  Scores are
-        cosine similarities clamped to [0, 1], as mem0's stores give them.
+        relevances: the embedder's calibrated map of the cosine onto [0, 1] (``relevance``, measured for
+        the local e5 model in layers/local/vectors.py), so that ``threshold`` means what it means in mem0;
+        an embedder without one gives the cosine clamped to [0, 1], as mem0's stores do.  ``explain`` adds
+        ``score_details`` (the phase, the visibility filter's verdict, the cosine, the relevance).
         """
         mem0, _ = self._require()
         now = time.time()
@@ -733,11 +747,24 @@ class ConversationStore:
             vector = mem0.embedding_model.embed(query, "search")
             for phase in phases:
                 combined = restrict(self._phase_filter_dict(phase, include_expired, now), filters)
-                for point_id, payload, score in self._nearest(mem0, query, vector, engine_part(combined), fetch):
+                for point_id, payload, cosine in self._nearest(mem0, query, vector, engine_part(combined), fetch):
                     if text_match and not matches(payload, combined):
+                        continue
+                    score = self.relevance(cosine)
+                    if score < threshold:
                         continue
                     view = memory_view(point_id, payload, score)
                     view["phase"] = phase.name
+                    if explain:
+                        view["score_details"] = {
+                            "phase": phase.name,
+                            "visibility": _why_visible(phase),
+                            "cosine": round(float(cosine), 4),
+                            "relevance": round(score, 4),
+                            "calibrated": bool(getattr(self.embedder, "calibrated", False)),
+                            "threshold": threshold,
+                            "filters": filters,
+                        }
                     found.append(view)
         found.sort(key=lambda v: -(v["score"] or 0))
         seen: set[str] = set()
@@ -748,6 +775,11 @@ class ConversationStore:
                 seen.add(key)
                 merged.append(view)
         return merged[:limit]
+
+    def relevance(self, cosine: float) -> float:
+        """The embedder's relevance for a query-to-passage cosine, or the cosine clamped to [0, 1]."""
+        calibrate = getattr(self.embedder, "relevance", None)
+        return float(calibrate(cosine)) if calibrate is not None else min(1.0, max(0.0, float(cosine)))
 
     def _nearest(self, mem0, query: str, vector, filters: dict | None, limit: int) -> builtins.list[tuple]:
         """(id, payload, score) of the ``limit`` nearest points matching ``filters`` (mem0's dictionary form)."""

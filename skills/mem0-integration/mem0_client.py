@@ -442,10 +442,20 @@ class Mem0Client:
         needed), and, with this agent's token, its own workspace (never another agent's)."""
         return self.request("GET", "/v1/status")
 
-    def search(self, query: str, limit: int = 10, fallback: bool = True, filters: dict | None = None) -> dict:
+    def search(
+        self,
+        query: str,
+        limit: int = 10,
+        fallback: bool = True,
+        filters: dict | None = None,
+        threshold: float | None = None,
+        explain: bool = False,
+        show_expired: bool = False,
+    ) -> dict:
         """Shared memories this agent may read; ``degraded: true`` means the local index answered.
 
-        ``filters`` (mem0's language) narrow what this agent may read; they never widen it.
+        ``filters`` (mem0's language) narrow what this agent may read; they never widen it.  ``threshold``
+        (0-1, on the daemon's relevance scale) leaves out weaker results; ``explain`` adds ``score_details``.
         """
         if len(query) > MAX_QUERY_CHARS:
             raise UsageError(
@@ -456,6 +466,12 @@ class Mem0Client:
         body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
         if filters:
             body["filters"] = filters
+        if threshold is not None:
+            body["threshold"] = threshold
+        if explain:
+            body["explain"] = True
+        if show_expired:
+            body["show_expired"] = True
         return self.request("POST", "/v1/memories/search", body=body)  # in the body: a URL has no room
 
     def add(
@@ -538,7 +554,8 @@ class Mem0CompatError(MemstrataError, ValueError):
 _UNSET = object()
 # What memstrata reads from mem0's ``metadata`` on add, and from ``filters`` on search/get_all.
 ADD_METADATA = ("visibility", "project_id", "expiration_date", "memory_type")
-PROCEDURAL = "procedural_memory"  # mem0's one memory_type; memstrata's is "procedure"
+PROCEDURAL = "procedural_memory"
+DEFAULT_THRESHOLD = 0.1  # mem0's search default  # mem0's one memory_type; memstrata's is "procedure"
 # Top-level keys of a memstrata result that mem0 keeps as its own fields; the rest go to ``metadata``.
 MEM0_FIELDS = (
     "id",
@@ -573,6 +590,8 @@ def mem0_result(view: dict, degraded: bool = False) -> dict:
     item["metadata"] = metadata
     for key in ("visibility", "project_id", "memory_type"):
         item[key] = view.get(key)
+    if view.get("score_details") is not None:
+        item["score_details"] = view["score_details"]
     return item
 
 
@@ -813,11 +832,17 @@ class Memory:
         limit: int | None = None,
         top_k: int | None = None,
         filters: dict | None = None,
-        threshold: float | None = None,
+        threshold: float = DEFAULT_THRESHOLD,
         rerank: bool = False,
+        explain: bool = False,
+        show_expired: bool = False,
         **unsupported,
     ) -> dict:
         """Memories this agent may read (public, its projects', its own), best first, mem0's shape.
+
+        ``threshold`` is mem0's (default 0.1, 0-1) on the daemon's relevance scale, calibrated for the
+        local model so that 0.1 drops most unrelated memories; ``explain`` adds each result's
+        ``score_details``; ``rerank`` answers, in ``rerank``, that no reranker is configured.
 
         ``filters`` is mem0's filter language (AND/OR/NOT, eq/ne/in/nin/gt/gte/lt/lte/contains/icontains,
         ``*``) over the ids, memstrata's fields and custom metadata; the daemon ANDs it with what this
@@ -826,18 +851,23 @@ class Memory:
         if unsupported:
             raise Mem0CompatError(f"search() got unsupported argument(s) {', '.join(sorted(unsupported))}")
         wanted = self._filters(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
-        if threshold is not None and (isinstance(threshold, bool) or not 0 <= threshold <= 1):
+        if threshold is None:
+            threshold = DEFAULT_THRESHOLD
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
             raise Mem0CompatError(f"Invalid threshold: {threshold}. Must be between 0 and 1 (inclusive).")
         count = top_k or limit or 20
-        answer = self.client.search(query, limit=min(100, count), filters=wanted)
+        answer = self.client.search(
+            query,
+            limit=min(100, count),
+            filters=wanted,
+            threshold=float(threshold),
+            explain=bool(explain),
+            show_expired=bool(show_expired),  # until the cleanup job deletes them (mem0 only ever hides them)
+        )
         degraded = bool(answer.get("degraded"))
-        results = []
-        for view in answer.get("results") or []:
-            score = view.get("score")
-            if threshold is not None and not degraded and score is not None and score < threshold:
-                continue
-            results.append(mem0_result(view, degraded))
-        out = {"results": results[:count]}
+        out: dict = {"results": [mem0_result(view, degraded) for view in answer.get("results") or []][:count]}
+        if rerank:
+            out["rerank"] = "not applied: no reranker is configured (results are in relevance order)"
         if degraded:
             out.update(degraded=True, reason=answer.get("reason"))
         return out
@@ -1047,6 +1077,17 @@ def json_object(value: str) -> dict:
     return parsed
 
 
+def fraction(value: str) -> float:
+    """A command-line number from 0 to 1 (a relevance threshold)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0 <= number <= 1:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return number
+
+
 FILTERS_HELP = 'mem0\'s filters as JSON, e.g. \'{"user_id": "alice"}\' (they narrow what you may read)'
 
 
@@ -1062,6 +1103,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-fallback", dest="fallback", action="store_false", help="fail instead of answering from the local index"
     )
     search.add_argument("--filters", type=json_object, metavar="JSON", help=FILTERS_HELP)
+    search.add_argument("--threshold", type=fraction, metavar="T", help="leave out results with relevance below T")
+    search.add_argument("--explain", action="store_true", help="say why each result was returned")
+    search.add_argument("--show-expired", action="store_true", help="also memories past their expiration date")
 
     add = commands.add_parser("add", parents=[common], help="remember TEXT in the shared memory")
     add.add_argument("text")
@@ -1102,7 +1146,15 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
         timeout=getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S,
     )
     if args.command == "search":
-        answer = client.search(args.query, limit=args.limit, fallback=args.fallback, filters=args.filters)
+        answer = client.search(
+            args.query,
+            limit=args.limit,
+            fallback=args.fallback,
+            filters=args.filters,
+            threshold=args.threshold,
+            explain=args.explain,
+            show_expired=args.show_expired,
+        )
         return answer, format_search(answer)
     if args.command == "add":
         answer = client.add(

@@ -231,11 +231,9 @@ def test_what_it_sends_is_the_schemas_fields(tmp_path_factory, monkeypatch):
         common = ["--socket", str(sock), "--agent", "main"]
         sent = recorder.one(lambda: mem0_client.main([*common, "add", SAMPLES["text"], *argv]))
         assert parsed(AddRequest, sent) == {k: SAMPLES[k] for k in ADD if k != "role"}
-        sent = recorder.one(
-            lambda: mem0_client.main(
-                [*common, "search", SAMPLES["q"], "--limit", "7", "--no-fallback", "--filters", filters_json]
-            )
-        )
+        search = ["search", SAMPLES["q"], "--limit", "7", "--no-fallback", "--filters", filters_json]
+        search += ["--threshold", "0.3", "--explain", "--show-expired"]
+        sent = recorder.one(lambda: mem0_client.main([*common, *search]))
         assert parsed(MemorySearchRequest, sent) == {k: SAMPLES[k] for k in L4_SEARCH}
 
 

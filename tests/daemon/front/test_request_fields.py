@@ -47,6 +47,7 @@ QUERY = {"query": "q"}  # a caller's "query" is the API's q
 AS_JSON = {"json": "how the answer is shown"}
 IN_THE_PATH = {"memory_id": "names the memory in the route's path (PUT /v1/memories/{memory_id})"}
 ROLE = {"role": "the speaker of a mem0 conversation's turn: only the skill's mem0 Memory.add sends it"}
+SHOW_EXPIRED = {"show_expired": "mem0 2.2's search option, sent by the skill's Memory.search (cleanup deletes them)"}
 FIXED_AGENT = {"agent": "fixed when the MCP server starts: no tool takes an agent id"}
 L3_ONLY = {
     name: "an L3 filter or option of the same command"
@@ -90,6 +91,7 @@ def test_the_cli_commands_take_the_schemas_fields():
         own={
             "layer": "local (no filter), core or daily, or conversation and all: the L4 search",
             "filters": "the L4 search's mem0 filters (--layer conversation/all)",
+            "threshold": "the L4 search's relevance threshold (--layer conversation/all)",
             **AS_JSON,
         },
     )
@@ -99,8 +101,8 @@ def test_the_cli_commands_take_the_schemas_fields():
         click_fields(commands["search"]),
         L4_SEARCH,
         renamed=QUERY,
-        left_out={"fallback": "--layer all falls back to L3, --layer conversation does not"},
-        own=L3_ONLY,
+        left_out={"fallback": "--layer all falls back to L3, --layer conversation does not", **SHOW_EXPIRED},
+        own={k: why for k, why in L3_ONLY.items() if k != "explain"},  # --explain serves both layers
     )
     assert shared == ["limit: high 200, the schema's is 100"], "one --limit for every layer: L4 answers its first 100"
 
@@ -136,7 +138,8 @@ def test_the_mcp_tools_take_the_schemas_fields(root):
     }
     assert differences(mcp_fields(tools["memory_add"]), ADD, left_out=not_offered) == []
     assert differences(mcp_fields(tools["memory_update"]), UPDATE, left_out=FIXED_AGENT, own=IN_THE_PATH) == []
-    assert differences(mcp_fields(tools["memory_search"]), L4_SEARCH, renamed=QUERY, left_out=FIXED_AGENT) == []
+    left_out = {**FIXED_AGENT, **SHOW_EXPIRED}
+    assert differences(mcp_fields(tools["memory_search"]), L4_SEARCH, renamed=QUERY, left_out=left_out) == []
 
 
 def test_a_difference_is_found():
@@ -202,7 +205,7 @@ def test_what_the_cli_sends_is_the_schemas_fields(root):
     sent = recorder.one(lambda: _cli(config, "update", SAMPLES["memory_id"], *argv, "--json"))
     assert (sent.method, sent.path) == ("PUT", f"/v1/memories/{SAMPLES['memory_id']}")
     assert parsed(UpdateRequest, sent) == fields == {k: SAMPLES[k] for k in UPDATE}
-    argv, fields = _argv("search", QUERY, {"json", "filters"})
+    argv, fields = _argv("search", QUERY, {"json", "filters", "threshold"})
     sent = recorder.one(lambda: _cli(config, "search", *argv, "--json"))
     assert (sent.method, sent.path) == ("POST", "/v1/search")
     assert parsed(SearchRequest, sent) == fields and set(fields) == set(L3_SEARCH)

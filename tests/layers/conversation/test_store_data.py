@@ -80,3 +80,22 @@ def test_a_filter_never_widens_what_the_caller_reads(any_store, hostile):
     for results in (found, listed):
         assert "Alice asked b about her flight to Berlin" not in texts(results)
         assert all(r["visibility"] != "private" or r["agent_id"] == "a" for r in results)
+
+
+def test_relevance_on_the_real_model_makes_mem0s_threshold_mean_something(store):
+    """A raw e5 cosine is ~0.75 for an unrelated pair, above any threshold a mem0 user picks; on the calibrated
+    scale (layers/local/vectors.py RELEVANCE_FLOOR/CEILING, bench/bench_relevance.py) mem0's 0.1 drops it."""
+    store.add(memory("a", "Alice prefers tea over coffee"))
+    store.add(memory("a", "The backup job runs every day at four in the morning"))
+    store.add(memory("a", "部署了 Qdrant，端口 6333"))
+    raw = store.search("what does Alice drink", [PRIVATE_A], 10, explain=True)
+    assert min(r["score_details"]["cosine"] for r in raw) > 0.6, "the model's unrelated pairs score high"
+    kept = store.search("what does Alice drink", [PRIVATE_A], 10, threshold=0.1)
+    assert [r["memory"] for r in kept] == ["Alice prefers tea over coffee"]
+    assert (
+        store.search("Qdrant 用的哪个端口", [PRIVATE_A], 10, threshold=0.1)[0]["memory"] == "部署了 Qdrant，端口 6333"
+    )
+    assert store.search("recipe for chocolate cake", [PRIVATE_A], 10, threshold=0.1) == []
+    details = raw[0]["score_details"]
+    assert details["calibrated"] is True and details["phase"] == "private" and 0 <= details["relevance"] <= 1
+    assert details["visibility"] == "private: yours (a)"
