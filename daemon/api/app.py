@@ -202,7 +202,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
         if not args.q.strip():
             raise ApiError(400, "q is required")
         broker = _conversation(daemon)
-        options = {"filters": args.filters, "threshold": args.threshold, "explain": args.explain}
+        options: dict[str, Any] = {"filters": args.filters, "threshold": args.threshold, "explain": args.explain}
         options["show_expired"] = args.show_expired
         return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, **options)
 

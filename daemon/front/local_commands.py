@@ -150,7 +150,7 @@ def search_conversation(
 
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
-            options = {"filters": filters, "threshold": threshold, "explain": explain}
+            options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
             answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback, **options)
     except DaemonRequestError as exc:
         raise conversation_failed(exc) from None
@@ -238,7 +238,7 @@ def search_cmd(
     if layer in ("conversation", "all"):
         config = config_of(ctx)
         get_agent(config, agent_id)
-        options = {"filters": filters, "threshold": threshold, "explain": explain}
+        options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
         search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json, **options)
         return
     if filters or threshold is not None:

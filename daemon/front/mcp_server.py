@@ -208,7 +208,7 @@ def build_server(config: Config, agent_id: str) -> Server:
     def memory_search(
         query: str, limit: int, fallback: bool, filters: dict | None, threshold: float | None, explain: bool
     ) -> dict[str, Any]:
-        options = {"filters": filters, "threshold": threshold, "explain": explain}
+        options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
         return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback, **options))
 
     def memory_add(
