@@ -100,7 +100,7 @@ class Reads:
             raise PolicyError(f"threshold must be between 0 and 1 (inclusive), not {threshold}")
         registry = self.registry.current()
         phases = read_phases(registry, agent)
-        options = {
+        options: dict[str, Any] = {
             "filters": wanted,
             "threshold": threshold or 0.0,
             "explain": explain,
