@@ -691,6 +691,7 @@ class Memory:
         infer: bool | None = None,
         memory_type: str | None = None,
         prompt: str | None = None,
+        output_format: str | None = None,
     ) -> dict:
         """A string, a message dict or a list of them; ``{"results": [{"id", "memory", "event", …}]}``.
 
@@ -700,6 +701,7 @@ class Memory:
         yet: its result carries ``event: "QUEUED"`` and the ``write_id``.
         """
         self._check_agent(agent_id)
+        _output_format({"output_format": output_format})
         if timestamp is not None:
             raise Mem0CompatError("timestamp is a mem0 platform feature; memstrata sets created_at itself")
         if prompt is not None:
@@ -848,6 +850,7 @@ class Memory:
         ``*``) over the ids, memstrata's fields and custom metadata; the daemon ANDs it with what this
         agent may read, so it narrows and never widens.
         """
+        _output_format(unsupported)
         if unsupported:
             raise Mem0CompatError(f"search() got unsupported argument(s) {', '.join(sorted(unsupported))}")
         wanted = self._filters(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
@@ -883,6 +886,7 @@ class Memory:
         top_k: int | None = None,
         **unsupported,
     ) -> dict:
+        _output_format(unsupported)
         if unsupported:
             raise Mem0CompatError(f"get_all() got unsupported argument(s) {', '.join(sorted(unsupported))}")
         wanted = self._filters(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
@@ -922,6 +926,47 @@ class Memory:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _output_format(options: dict) -> None:
+    """mem0's older ``output_format``: only "v1.1" (``{"results": [...]}``) is made, so only it is taken."""
+    chosen = options.pop("output_format", None)
+    if chosen not in (None, "v1.1"):
+        raise Mem0CompatError(f"output_format={chosen!r}: memstrata answers in mem0's v1.1 format only")
+
+
+class AsyncMemory:
+    """mem0's ``AsyncMemory``: the same calls as :class:`Memory`, awaited (each runs in a worker thread).
+
+    The daemon does the work; an event loop is kept free while a request is on its way.
+    """
+
+    def __init__(self, config: dict | None = None, *, client: Mem0Client | None = None) -> None:
+        self._memory = Memory(config, client=client)
+
+    @classmethod
+    def from_config(cls, config_dict: dict | None = None) -> AsyncMemory:
+        return cls(config_dict or {})  # as mem0's: constructed without awaiting
+
+    def __getattr__(self, name: str):
+        method = getattr(self._memory, name)
+        if not callable(method) or name.startswith("_"):
+            return method
+
+        async def call(*args, **kwargs):
+            import asyncio
+
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        call.__name__ = name
+        call.__doc__ = method.__doc__
+        return call
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._memory.close()
 
 
 # ------------------------------------------------------------------ readable output
