@@ -56,6 +56,11 @@ EXPIRY_FIELD = "expires_at"
 # The embedded backend's engines: Qdrant Edge (HNSW, payload indexes, a WAL) or, for migration
 # from it, qdrant-client's local mode (brute force in Python, a SQLite file of pickled points).
 EDGE, QDRANT_LOCAL = "edge", "qdrant-local"
+# Without an LLM each turn of a conversation is a memory, and an assistant's "Got it! I'll remember that you're
+# a nurse" outranks the user's own "I work as a nurse" for "what do you know about me?" (bench/bench_roles.py,
+# local e5: a user's statement ranked first for 0 of 5 such questions; with the assistant's relevance x 0.7,
+# 3 of 5; with a {"role": "user"} filter, 5 of 5).  Assistant turns are ranked with this weight.
+ASSISTANT_WEIGHT = 0.7
 SEARCH_THRESHOLD = 0.0  # mem0's default (0.1) would silently drop hits; scores are clamped to [0, 1]
 # Point ids of batched writes: uuid5(WRITE_NAMESPACE, write_id).
 WRITE_NAMESPACE = uuid.UUID("5d0c1f9e-6c3a-4d8e-9a57-2f4b8e61c0a3")
@@ -750,7 +755,8 @@ class ConversationStore:
                 for point_id, payload, cosine in self._nearest(mem0, query, vector, engine_part(combined), fetch):
                     if text_match and not matches(payload, combined):
                         continue
-                    score = self.relevance(cosine)
+                    weight = ASSISTANT_WEIGHT if payload.get("role") == "assistant" else 1.0
+                    score = self.relevance(cosine) * weight
                     if score < threshold:
                         continue
                     view = memory_view(point_id, payload, score)
@@ -760,7 +766,9 @@ class ConversationStore:
                             "phase": phase.name,
                             "visibility": _why_visible(phase),
                             "cosine": round(float(cosine), 4),
-                            "relevance": round(score, 4),
+                            "relevance": round(score / weight, 4),
+                            "role_weight": weight,
+                            "score": round(score, 4),
                             "calibrated": bool(getattr(self.embedder, "calibrated", False)),
                             "threshold": threshold,
                             "filters": filters,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from layers.conversation.filters import check
-from layers.conversation.store import EDGE, QDRANT_LOCAL, ConversationStore, StoreSettings
+from layers.conversation.store import ASSISTANT_WEIGHT, EDGE, QDRANT_LOCAL, ConversationStore, StoreSettings
 from tests.layers.conversation.test_store import INFRA, PRIVATE_A, PRIVATE_B, PUBLIC, memory
 
 
@@ -99,3 +99,17 @@ def test_relevance_on_the_real_model_makes_mem0s_threshold_mean_something(store)
     details = raw[0]["score_details"]
     assert details["calibrated"] is True and details["phase"] == "private" and 0 <= details["relevance"] <= 1
     assert details["visibility"] == "private: yours (a)"
+
+
+def test_an_assistants_turn_is_ranked_below_the_users_own_words(store):
+    """infer=False keeps every turn; "Hey Alex! I'll remember…" must not crowd out what Alex said (ASSISTANT_WEIGHT)."""
+    store.add(memory("a", "Hi, I'm Alex. I work as a nurse in Boston.", user_id="alex"))
+    store.add(memory("a", "Hey Alex! I'll remember that you're a nurse in Boston.", user_id="alex", role="assistant"))
+    found = store.search("where does Alex work", [PRIVATE_A], 10, explain=True)
+    by_role = {r["role"]: r["score_details"] for r in found}
+    assert by_role["assistant"]["role_weight"] == ASSISTANT_WEIGHT and by_role["user"]["role_weight"] == 1.0
+    assert by_role["assistant"]["score"] == pytest.approx(
+        by_role["assistant"]["relevance"] * ASSISTANT_WEIGHT, abs=1e-3
+    )
+    only_user = store.search("what do you know about me?", [PRIVATE_A], 10, filters=check({"role": "user"}))
+    assert [r["memory"] for r in only_user] == ["Hi, I'm Alex. I work as a nurse in Boston."]
