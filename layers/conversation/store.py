@@ -7,13 +7,16 @@ into mem0 as its vector store (edge_mem0.py); a store left by the older
 embedded engine (qdrant-client's local mode) is imported once (migrate.py), and
 that engine is otherwise reachable only as ``engine=QDRANT_LOCAL`` (tests,
 benchmarks).  Writes go through mem0 (so ``infer=True``
-gets mem0's ADD/UPDATE/DELETE/NOOP); searches go through mem0 with one filter
-per visibility phase.  Listing, get, delete and the write-id lookup use the
+gets mem0's ADD/UPDATE/DELETE/NOOP); searches use mem0's embedder and vector
+store with one filter per visibility phase.  Listing, get, delete and the write-id lookup use the
 client directly: mem0's ``get_all`` has no cursor and stops at ``top_k``.
 Replayed writes (``infer=False``) go in batches: one write-id lookup, one
 embedding call, one upsert through mem0's vector store and one history commit
 per batch, the payload built by mem0's own helpers so a replayed memory is the
-same in every field as one ``Memory.add(infer=False)`` makes.  A batched write's
+same in every field as one ``Memory.add(infer=False)`` makes.  A search embeds the
+query once and asks the vector store itself, one filtered query per visibility
+phase (mem0's ``search`` would merge a caller's filter into the phase's own keys:
+layers/conversation/filters.py).  A batched write's
 point id is derived from its write_id, so the lookup is a retrieve by id (local
 mode evaluates a payload filter in Python, point by point and value by value)
 and a repeated upsert could only replace the point, never add a second one.
@@ -61,7 +64,6 @@ EDGE, QDRANT_LOCAL = "edge", "qdrant-local"
 # local e5: a user's statement ranked first for 0 of 5 such questions; with the assistant's relevance x 0.7,
 # 3 of 5; with a {"role": "user"} filter, 5 of 5).  Assistant turns are ranked with this weight.
 ASSISTANT_WEIGHT = 0.7
-SEARCH_THRESHOLD = 0.0  # mem0's default (0.1) would silently drop hits; scores are clamped to [0, 1]
 # Point ids of batched writes: uuid5(WRITE_NAMESPACE, write_id).
 WRITE_NAMESPACE = uuid.UUID("5d0c1f9e-6c3a-4d8e-9a57-2f4b8e61c0a3")
 
