@@ -131,3 +131,13 @@ for key in ("not-a-token", open({str(root / "state" / "admin.token")!r}).read().
     wrong, admin = done.stdout.strip().splitlines()[-2:]
     assert wrong.startswith("refused") and "valid token" in wrong
     assert admin.startswith("refused") and "acts as one agent" in admin
+
+
+def test_the_mem0_api_is_off_by_default_and_loopback_only():
+    from daemon.shared.config import ConversationConfig, Mem0ApiConfig
+
+    assert ConversationConfig().mem0_api.enabled is False
+    assert Mem0ApiConfig(host="::1").host == "::1"
+    for host in ("0.0.0.0", "100.115.94.1", "example.org"):
+        with pytest.raises(ValueError, match="not a loopback address"):
+            Mem0ApiConfig(host=host)
