@@ -15,6 +15,7 @@ The paths are the ones the installed client calls (see docs/mem0.md): ``GET /v1/
 - placement is memstrata's: ``metadata.visibility``/``project_id``/``memory_type``/``expiration_date``
   place the memory (private when unsure), every other metadata key is kept as the caller's own;
 - ``infer`` follows the daemon (on when it has an LLM); without one each message is stored as it is;
+- ``delete_all`` wants at least one id (``agent_id`` alone: all of the caller's own memories);
 - the search threshold defaults to mem0's 0.1 on the calibrated relevance scale; a search is never
   answered from the local index here (the client has no way to show ``degraded``): 503 instead.
 """
@@ -231,6 +232,8 @@ def build_mem0_app(daemon: Any) -> Starlette:
         params = request.query_params
         agent = _agent(caller, params.get("agent_id"))
         ids = {k: params[k] for k in ("user_id", "run_id", "actor_id") if params.get(k)}
+        if not ids and not params.get("agent_id"):
+            raise ApiError(400, "delete_all needs user_id, run_id, actor_id or agent_id (agent_id: all of your own)")
         answer = broker().delete_all(agent, filters=ids or None)
         return {"message": "Memories deleted successfully!", "deleted": answer["deleted"]}
 
