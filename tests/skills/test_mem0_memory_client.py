@@ -141,3 +141,30 @@ def test_the_mem0_api_is_off_by_default_and_loopback_only():
     for host in ("0.0.0.0", "100.115.94.1", "example.org"):
         with pytest.raises(ValueError, match="not a loopback address"):
             Mem0ApiConfig(host=host)
+
+
+def test_the_rest_api_pages_refuses_and_names_what_it_does_not_serve(mem0_daemon):
+    """What the quickstart does not reach: get_all's pages, delete_all without an id, another agent_id, a 404."""
+    import httpx
+
+    root, port = mem0_daemon
+    headers = {"Authorization": f"Token {token_of(root, 'a')}"}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=120) as http:
+        for i in range(3):
+            added = http.post("/v3/memories/add/", json={"messages": f"note {i} about carol", "user_id": "carol"})
+            assert added.status_code == 200 and added.json()["results"][0]["event"] == "ADD", added.text
+        first = http.post("/v3/memories/", params={"page": 1, "page_size": 2}, json={"filters": {"user_id": "carol"}})
+        page = first.json()
+        assert page["count"] == 3 and len(page["results"]) == 2 and page["previous"] is None
+        assert "page=2" in page["next"]
+        second = http.post("/v3/memories/", params={"page": 2, "page_size": 2}, json={"filters": {"user_id": "carol"}})
+        assert len(second.json()["results"]) == 1 and second.json()["next"] is None
+        refused = http.delete("/v1/memories/")
+        assert refused.status_code == 400 and "needs user_id" in refused.json()["detail"]
+        other = http.post("/v3/memories/add/", json={"messages": "x", "agent_id": "b"})
+        assert other.status_code == 403 and "names another agent" in other.json()["detail"]
+        bad = http.post("/v3/memories/search/", json={"query": "x", "threshold": 1.5})
+        assert bad.status_code == 400 and "threshold" in bad.json()["detail"]
+        missing = http.get("/v1/entities/")
+        assert missing.status_code == 404 and "mem0's memory API only" in missing.json()["detail"]
+        assert http.delete("/v1/memories/", params={"user_id": "carol"}).json()["deleted"] == 3
