@@ -59,13 +59,20 @@ SAMPLES: dict[str, object] = {
     "limit": 7,
     "explain": True,
     "fallback": False,
+    "user_id": "alice",
+    "run_id": "run-1",
+    "actor_id": "Alice",
+    "metadata": {"category": "movies"},
+    "filters": {"user_id": "alice"},
+    "threshold": 0.3,
+    "show_expired": True,
     "memory_id": "0b7c4c57-2b6a-4f7e-9d57-3d0c1e0f8a11",  # no field: the memory an update names in its path
 }
 
 
 @dataclass(frozen=True)
 class Field:
-    """One field as a caller sees it: ``kind`` is "text", "number" or "flag"."""
+    """One field as a caller sees it: ``kind`` is "text", "number", "fraction", "flag" or "object" (JSON)."""
 
     kind: str
     required: bool = False
@@ -87,7 +94,9 @@ def schema_fields(model: type) -> dict[str, Field]:
         forms = [f for f in prop.get("anyOf", [prop]) if f.get("type") != "null"]
         assert len(forms) == 1, f"{model.__name__}.{name}: a field of one kind, or null: {prop}"
         form = forms[0]
-        kind = {"string": "text", "integer": "number", "boolean": "flag"}[form["type"]]
+        kind = {"string": "text", "integer": "number", "boolean": "flag", "object": "object", "number": "fraction"}[
+            form["type"]
+        ]
         low, high = _clamped(model, name) if kind == "number" else (None, None)
         out[name] = Field(
             kind=kind,
@@ -129,6 +138,10 @@ def click_fields(command: click.Command) -> dict[str, Field]:
             kind, low, high = "number", param.type.min, param.type.max
         elif param.type is click.INT:
             kind = "number"
+        elif param.type.name == "json":
+            kind = "object"
+        elif isinstance(param.type, click.FloatRange):
+            kind = "fraction"
         out[name] = Field(kind, bool(param.required), _or_unset(param.get_default(context)), choices, low, high)
     return out
 
@@ -140,7 +153,7 @@ def _or_unset(default: object) -> object:
     return UNSET if default is None or default is _CLICK_UNSET else default
 
 
-_KINDS = {str: "text", int: "number", bool: "flag"}
+_KINDS = {str: "text", int: "number", bool: "flag", dict: "object", float: "fraction"}
 
 
 def signature_fields(fn: Callable) -> dict[str, Field]:
@@ -151,7 +164,9 @@ def signature_fields(fn: Callable) -> dict[str, Field]:
         assert param.kind is not param.VAR_KEYWORD, f"{fn.__qualname__} takes **{name}: say its fields"
         if name == "self":
             continue
-        kinds = [k for k in typing.get_args(hints[name]) if k is not type(None)] or [hints[name]]
+        kinds = [typing.get_origin(k) or k for k in typing.get_args(hints[name]) if k is not type(None)] or [
+            hints[name]
+        ]
         assert len(kinds) == 1, f"{fn.__qualname__}({name}): {hints[name]}"
         required = param.default is param.empty
         default = UNSET if required or param.default is None else param.default
@@ -187,7 +202,11 @@ def argparse_fields(parser: argparse.ArgumentParser) -> dict[str, Field]:
             out[action.dest] = Field("flag", False, default)
             continue
         kind, low = "text", None
-        if action.type is not None and isinstance(action.type("1"), int):
+        if getattr(action.type, "__name__", "") == "json_object":
+            kind = "object"
+        elif getattr(action.type, "__name__", "") == "fraction":
+            kind = "fraction"
+        elif action.type is not None and isinstance(action.type("1"), int):
             kind = "number"
             try:
                 action.type("0")

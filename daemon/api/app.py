@@ -201,7 +201,10 @@ def build_app(daemon: DaemonApi) -> Starlette:
         check_query(args.q)
         if not args.q.strip():
             raise ApiError(400, "q is required")
-        return _conversation(daemon).search(args.agent, args.q, limit=args.limit, fallback=args.fallback)
+        broker = _conversation(daemon)
+        options: dict[str, Any] = {"filters": args.filters, "threshold": args.threshold, "explain": args.explain}
+        options["show_expired"] = args.show_expired
+        return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, **options)
 
     def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)
@@ -218,7 +221,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
 
     def memory_list(request: Request, caller: Caller, args: ListParams) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor)
+        return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor, filters=args.filters)
 
     def memory_get(request: Request, caller: Caller, args: AgentParams) -> dict:
         admin = authorize(daemon, caller, args.agent, request.url.path)
@@ -245,6 +248,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
             visibility=args.visibility,
             project=args.project,
             dry_run=bool(args.dry_run),
+            filters=args.filters(),
         )
 
     def reindex(request: Request, caller: Caller, args: ReindexRequest) -> dict:
@@ -329,8 +333,11 @@ class ApiServer:
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
 
+    def _bind(self) -> socket.socket:
+        return bind_unix_socket(self.path)
+
     def start(self) -> None:
-        self._sock = bind_unix_socket(self.path)
+        self._sock = self._bind()
         config = uvicorn.Config(
             self.app,
             log_config=None,
@@ -356,5 +363,37 @@ class ApiServer:
             self._thread.join(timeout=timeout)
         if self._sock is not None:
             self._sock.close()
+        self._unbind()
+
+    def _unbind(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+
+
+class TcpApiServer(ApiServer):
+    """The same server on a TCP port (mem0's REST API: daemon/api/mem0_rest.py), bound to a loopback address."""
+
+    def __init__(self, host: str, port: int, app: Starlette) -> None:
+        self.host, self.port = host, port
+        self.app = app
+        self._server = None
+        self._thread = None
+        self._sock = None
+
+    def _bind(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise SocketInUseError(
+                f"conversation.mem0_api: cannot listen on {self.host}:{self.port} ({exc.strerror or exc})"
+            ) from None
+        sock.listen(256)
+        self.port = sock.getsockname()[1]  # port 0: the one the system chose
+        return sock
+
+    def _unbind(self) -> None:
+        """Nothing on the file system to remove."""

@@ -63,7 +63,8 @@ class Caller:
 def token_of(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    # "Token" is mem0's scheme (its MemoryClient sends ``Authorization: Token <api key>``)
+    return token.strip() if scheme.lower() in ("bearer", "token") and token.strip() else None
 
 
 def _lanes(courtesy: Courtesy) -> dict[Lane, FairScheduler]:

@@ -33,6 +33,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from daemon.shared.echo import cut
 from daemon.shared.errors import InvalidRequestError
 from daemon.shared.limits import L3_RESULTS, L4_PAGE, L4_RESULTS, Results
+from layers.conversation.metadata import ENTITY_RE
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 from layers.ids import AGENT_ID_PATTERN
 from layers.local.search import MODES as SEARCH_MODES
@@ -61,6 +62,16 @@ def _absent_when_empty(value: object) -> object:
     return None if value == "" else value
 
 
+def _json_text(value: object) -> object:
+    """An object given as JSON text (a query string's ``filters={"user_id": "alice"}``) read as the object."""
+    if isinstance(value, str) and value.strip():
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            raise ValueError("must be a JSON object (mem0's filter dictionary)") from None
+    return value
+
+
 def _or(default: object) -> BeforeValidator:
     """A value not given, empty or null is the field's default (older clients send ``"limit": null``)."""
     return BeforeValidator(lambda value: default if value is None or value == "" else value)
@@ -76,6 +87,9 @@ Short = Annotated[str, StringConstraints(max_length=1024), AfterValidator(_unico
 Id = Annotated[str, StringConstraints(max_length=64, pattern=AGENT_ID_PATTERN)]
 Day = Annotated[str, StringConstraints(max_length=10, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
 WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+EntityId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=128, pattern=ENTITY_RE.pattern)]
+JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_text)]  # checked further by its reader
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Days = Annotated[int, Field(ge=0)]
 Count = Annotated[int, Field(ge=1)]
 Unset = BeforeValidator(_absent_when_empty)
@@ -116,6 +130,11 @@ class MemorySearchRequest(Request):
     q: Text
     limit: L4Count = L4_RESULTS.default
     fallback: Annotated[bool, _or(True)] = True
+    filters: Annotated[JsonObject | None, Unset] = None  # mem0's language (layers/conversation/filters.py)
+    # on the embedder's relevance scale (layers/local/vectors.py); not given: none (mem0's clients send 0.1)
+    threshold: Annotated[Fraction | None, Unset] = None
+    explain: Annotated[bool, _or(False)] = False
+    show_expired: Annotated[bool, _or(False)] = False  # memories past their expiration_date, not yet cleaned up
 
 
 class AddRequest(Request):
@@ -130,6 +149,11 @@ class AddRequest(Request):
     infer: Annotated[bool | None, Unset] = None
     write_id: Annotated[WriteId | None, Unset] = None
     role: Annotated[Literal["user", "assistant"] | None, Unset] = None
+    # mem0's ids as data: whom or which run the memory is about, who spoke (never who writes: the token)
+    user_id: Annotated[EntityId | None, Unset] = None
+    run_id: Annotated[EntityId | None, Unset] = None
+    actor_id: Annotated[EntityId | None, Unset] = None
+    metadata: Annotated[JsonObject | None, Unset] = None  # free keys, checked by layers/conversation/metadata.py
 
     def options(self) -> dict[str, object]:
         """The write's options by field name, as the broker takes them (``Writes.add``)."""
@@ -176,6 +200,7 @@ class ListParams(Request):
     agent: Id
     limit: PageCount = L4_PAGE.default
     cursor: Annotated[Short | None, Unset] = None
+    filters: Annotated[JsonObject | None, Unset] = None  # JSON text in a query string
 
 
 class DeleteAllParams(Request):
@@ -185,6 +210,14 @@ class DeleteAllParams(Request):
     visibility: Annotated[Visibility | None, Unset] = None
     project: Annotated[Id | None, Unset] = None
     dry_run: Annotated[bool | None, Unset] = None
+    user_id: Annotated[EntityId | None, Unset] = None
+    run_id: Annotated[EntityId | None, Unset] = None
+    actor_id: Annotated[EntityId | None, Unset] = None
+
+    def filters(self) -> dict[str, str] | None:
+        """The mem0 ids given, as the filter that narrows the agent's own memories."""
+        ids = {k: getattr(self, k) for k in ("user_id", "run_id", "actor_id") if getattr(self, k)}
+        return ids or None
 
 
 # The schema of each route's body (POST, PUT) or query (GET, DELETE): what the hypothesis test drives.
@@ -238,6 +271,8 @@ def _problem(error: Mapping[str, Any], fields: Mapping[str, object], model: type
             return f"{field} must be an id: {ID_RULE}"
         if "{4}-" in str(ctx.get("pattern")):
             return f"{field} must be a date like 2026-12-31"
+        if ctx.get("pattern") == ENTITY_RE.pattern:
+            return f"{field} must be 1-128 characters with no whitespace or control characters"
         return f"{field} must hold only the characters A-Z, a-z, 0-9, '.', '_', ':' and '-'"
     if kind == "string_too_long":
         return f"{field} is {len(given) if isinstance(given, str) else 0:,} characters; at most {ctx['max_length']:,}"
@@ -249,11 +284,17 @@ def _problem(error: Mapping[str, Any], fields: Mapping[str, object], model: type
         return f"{field} must be a whole number, not {_kind(given)}"
     if kind.startswith("bool_"):
         return f"{field} must be true or false, not {_kind(given)}"
+    if kind == "float_parsing" or kind == "float_type":
+        return f"{field} must be a number, not {_kind(given)}"
+    if kind in ("less_than_equal", "less_than"):
+        return f"{field} must be at most {ctx.get('le', ctx.get('lt'))}"
     if kind in ("greater_than_equal", "greater_than"):
         return f"{field} must be at least {ctx.get('ge', ctx.get('gt'))}"
     if kind == "literal_error":
         noun = CHOICES_OF.get(field, "value")
         return f"{field}: unknown {noun}, use one of {ctx.get('expected', '')}"
+    if kind == "dict_type":
+        return f"{field} must be an object, not {_kind(given)}"
     if kind == "value_error":
         return f"{field} {str(error['msg']).removeprefix('Value error, ')}"
     return f"{field}: {error['msg']}"

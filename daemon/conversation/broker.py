@@ -193,11 +193,23 @@ class Broker:
     def delete_all(self, agent: str, **options: Any) -> dict[str, Any]:
         return self.writes.delete_all(agent, **options)
 
-    def search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict[str, Any]:
-        return self.reads.search(agent, query, limit, fallback)
+    def search(
+        self,
+        agent: str,
+        query: str,
+        limit: int = 10,
+        fallback: bool = True,
+        filters: dict[str, Any] | None = None,
+        threshold: float | None = None,
+        explain: bool = False,
+        show_expired: bool = False,
+    ) -> dict[str, Any]:
+        return self.reads.search(agent, query, limit, fallback, filters, threshold, explain, show_expired)
 
-    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
-        return self.reads.get_all(agent, limit, cursor)
+    def get_all(
+        self, agent: str, limit: int = 100, cursor: str | None = None, filters: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return self.reads.get_all(agent, limit, cursor, filters)
 
     def get(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.reads.get(agent, memory_id, admin=admin)

@@ -17,6 +17,7 @@ from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.shared.audit import AuditLog
 from daemon.shared.contracts import LocalHit, SearchAnswer
 from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError
+from layers.conversation.filters import FilterError, check
 from layers.conversation.policy import PolicyError, may_read, read_phases
 from layers.conversation.registry import RegistryCache
 from layers.conversation.tombstones import Tombstones
@@ -33,6 +34,14 @@ def local_view(result: LocalHit) -> dict[str, Any]:
         "lines": result.get("lines"),
         "heading": result.get("heading"),
     }
+
+
+def checked_filters(filters: Any) -> dict | None:
+    """A caller's mem0 filter, checked (400 naming the part that is wrong); None when it restricts nothing."""
+    try:
+        return check(filters)
+    except FilterError as exc:
+        raise PolicyError(str(exc)) from None
 
 
 def is_uuid(text: str) -> bool:
@@ -70,17 +79,44 @@ class Reads:
         self.tombstones = tombstones
         self.local_search = local_search
 
-    def search(self, agent: str, query: str, limit: int = 10, fallback: bool = True) -> dict:
+    def search(
+        self,
+        agent: str,
+        query: str,
+        limit: int = 10,
+        fallback: bool = True,
+        filters: dict | None = None,
+        threshold: float | None = None,
+        explain: bool = False,
+        show_expired: bool = False,
+    ) -> dict:
+        """What ``agent`` may read, best first; ``filters`` (mem0's language) narrows each visibility phase.
 
+        With a filter the L3 fallback is not taken: the local index holds the agent's files, not user_id
+        or metadata, and an unfiltered answer could put one end user's memories in another's prompt.
+        """
+        wanted = checked_filters(filters)
+        if threshold is not None and not 0.0 <= threshold <= 1.0:
+            raise PolicyError(f"threshold must be between 0 and 1 (inclusive), not {threshold}")
         registry = self.registry.current()
         phases = read_phases(registry, agent)
+        options: dict[str, Any] = {
+            "filters": wanted,
+            "threshold": threshold or 0.0,
+            "explain": explain,
+            "include_expired": show_expired,
+        }
         try:
-            found = self.thread.call("search", lambda: self.thread.store.search(query, phases, limit))
+            found = self.thread.call("search", lambda: self.thread.store.search(query, phases, limit, **options))
         except StoreDown as exc:
             reason = str(exc)
         else:
             results = [r for r in found if may_read(registry, agent, r)]  # the filters already did; checked again
             return {"layer": "conversation", "degraded": False, "query": query, "results": results}
+        if wanted is not None:
+            raise ConversationUnavailableError(
+                f"{reason}; a filtered search is not answered from the local index (it has no user_id or metadata)"
+            )
         if not fallback:
             raise ConversationUnavailableError(reason)
         local = self.local_search(agent, query, limit)
@@ -93,12 +129,14 @@ class Reads:
             "vectors": local.get("vectors"),
         }
 
-    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None) -> dict:
-
+    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None, filters: dict | None = None) -> dict:
+        wanted = checked_filters(filters)
         registry = self.registry.current()
         phases = read_phases(registry, agent)
         try:
-            page, next_cursor = self.thread.call("list", lambda: self.thread.store.list(phases, limit, cursor))
+            page, next_cursor = self.thread.call(
+                "list", lambda: self.thread.store.list(phases, limit, cursor, filters=wanted)
+            )
         except StoreDown as exc:
             raise ConversationUnavailableError(str(exc)) from None
         except ValueError as exc:

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 import apsw
 
 from daemon.conversation.queue import QueueAccess
-from daemon.conversation.reads import Reads, audit_denied
+from daemon.conversation.reads import Reads, audit_denied, checked_filters
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.shared.audit import AuditLog
 from daemon.shared.config import DedupConfig
@@ -31,6 +31,7 @@ from daemon.shared.limits import MAX_MEMORY_TEXT_CHARS
 from daemon.shared.storage import StorageHealth, is_storage_error
 from daemon.shared.storage import describe as describe_storage
 from layers.conversation.cleanup import Selection
+from layers.conversation.metadata import MetadataError, check_entity_id, check_metadata, strings
 from layers.conversation.policy import DEFAULT_TYPE, ForbiddenError, PolicyError, lifetime, may_read, place
 from layers.conversation.registry import RegistryCache
 from layers.conversation.store import NewMemory
@@ -102,11 +103,24 @@ class Writes:
         infer: bool | None = None,
         write_id: str | None = None,
         role: str | None = None,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        actor_id: str | None = None,
+        metadata: dict | None = None,
     ) -> dict:
+        """``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
+        they never change who writes it (``agent``, from the token) or where it goes (placement)."""
 
         text = self.checked_text(agent, text)
         if role not in (None, "user", "assistant"):
             raise PolicyError(f"role must be user or assistant, not {role!r}")
+        try:
+            ids = {name: check_entity_id(value, name) for name, value in (("user_id", user_id), ("run_id", run_id))}
+            ids["actor_id"] = check_entity_id(actor_id, "actor_id")
+            extra = check_metadata(metadata)
+        except MetadataError as exc:
+            raise PolicyError(str(exc)) from None
+        self.check_secrets(agent, [v for v in ids.values() if v] + list(strings(extra)), "metadata")
         try:
             placement = place(self.registry.current(), agent, text, visibility, project)
         except ForbiddenError as exc:
@@ -132,6 +146,8 @@ class Writes:
             expires_at=life.expires_at,
             infer=infer,
             role=role or "user",
+            **ids,
+            extra=extra,
         )
         answer = {
             "write_id": record.write_id,
@@ -141,6 +157,8 @@ class Writes:
             "memory_type": memory_type,
             "expiration_date": record.expiration_date,
             "infer": infer,
+            **{k: v for k, v in ids.items() if v},
+            **({"metadata": extra} if extra else {}),
         }
         if retry and self.queue.contains(record.write_id):
             return {**answer, **self._queued(record.write_id, "this write_id is already queued")}
@@ -209,7 +227,12 @@ class Writes:
         Replayed (queued) writes skip this: they are written once each by write_id, as queued.
         """
         store = self.thread.store
-        candidates = [(m, score) for m, score in store.nearest(record) if m.get("memory_type") == record.memory_type]
+        candidates = [
+            (m, score)
+            for m, score in store.nearest(record)
+            if m.get("memory_type") == record.memory_type
+            and (m.get("user_id"), m.get("run_id")) == (record.user_id, record.run_id)
+        ]
         if not candidates:
             return None
         wanted = normalised(record.text)
@@ -241,15 +264,19 @@ class Writes:
             raise PolicyError("nothing to remember: the text is empty")
         if len(text) > MAX_TEXT_CHARS:
             raise PolicyError(f"the text is {len(text)} characters; a memory holds at most {MAX_TEXT_CHARS}")
-        findings = self.guard().scan_text(text)
-        if findings:
-            kinds = sorted({f.kind for f in findings})
+        self.check_secrets(agent, [text], "text")
+        return text
+
+    def check_secrets(self, agent: str, values: list[str], what: str) -> None:
+        """never_store on each value (the text, or every id and metadata string): refused, audited, never kept."""
+        guard = self.guard()
+        kinds = sorted({f.kind for value in values for f in guard.scan_text(value)})
+        if kinds:
             self.audit.record("secret_refused", agent=agent, kinds=kinds)
             raise SecretRefusedError(
-                f"refused: the text matches never_store pattern(s) {', '.join(kinds)}; "
+                f"refused: the {what} matches never_store pattern(s) {', '.join(kinds)}; "
                 "remove the secret (store where it is kept, not the secret itself)"
             )
-        return text
 
     # ------------------------------------------------------------ update, delete
 
@@ -320,8 +347,11 @@ class Writes:
         visibility: str | None = None,
         project: str | None = None,
         dry_run: bool = False,
+        filters: dict | None = None,
     ) -> dict:
         """Delete every one of ``agent``'s own memories that match the filter (never another agent's).
+
+        ``filters`` (mem0's language: ``{"user_id": "alice"}``…) narrows it further, inside the agent's own.
 
         Each goes through mem0's delete, so each gets its DELETE event.  While
         the store is down this is refused (503) and nothing is deleted; stopped
@@ -330,12 +360,14 @@ class Writes:
         """
 
         selection = Selection(agent=agent, visibility=visibility, project=project, memory_type=memory_type)
+        wanted = checked_filters(filters)
         deleted: list[str] = []
         cursor: str | None = None
         while True:
             try:
                 page, cursor = self.thread.call(
-                    "delete_all", functools.partial(self.thread.store.scan, selection, 256, cursor if dry_run else None)
+                    "delete_all",
+                    functools.partial(self.thread.store.scan, selection, 256, cursor if dry_run else None, wanted),
                 )
             except StoreDown as exc:
                 raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
@@ -354,6 +386,6 @@ class Writes:
                     raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
                 self._deleted(agent, memory)
                 deleted.append(memory["id"])
-            if len(mine) < len(page):  # a filter the store did not apply: never loop on what is left
+            if len(mine) < len(page) or (not page and cursor):  # never loop on what the store did not delete
                 break
         return {"deleted": len(deleted), "ids": deleted, "dry_run": dry_run}

@@ -173,9 +173,20 @@ class DaemonClient:
         infer: bool | None = None,
         write_id: str | None = None,
         role: str | None = None,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        actor_id: str | None = None,
+        metadata: dict | None = None,
     ) -> dict:
-        """An L4 write; what is left None the daemon decides (type, placement, lifetime, infer)."""
+        """An L4 write; what is left None the daemon decides (type, placement, lifetime, infer).
+
+        ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning).
+        """
         fields = {
+            "user_id": user_id,
+            "run_id": run_id,
+            "actor_id": actor_id,
+            "metadata": metadata,
             "type": type,
             "visibility": visibility,
             "project": project,
@@ -188,14 +199,36 @@ class DaemonClient:
         return self._request("POST", "/v1/memories", json=body)
 
     def memory_search(
-        self, agent: str, query: str, limit: int = L4_RESULTS.default, fallback: bool = True
+        self,
+        agent: str,
+        query: str,
+        limit: int = L4_RESULTS.default,
+        fallback: bool = True,
+        filters: dict | None = None,
+        threshold: float | None = None,
+        explain: bool = False,
+        show_expired: bool = False,
     ) -> MemoryAnswer:
+        """An L4 search; ``filters`` in mem0's language narrow what the agent may read (never widen it);
+        ``threshold`` drops results under that relevance (0-1); ``explain`` says why each was returned."""
         check_query(query)
-        body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
+        body: dict = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
+        if filters:
+            body["filters"] = filters
+        if threshold is not None:
+            body["threshold"] = threshold
+        if explain:
+            body["explain"] = True
+        if show_expired:
+            body["show_expired"] = True
         return self._request("POST", "/v1/memories/search", json=body)
 
-    def get_all(self, agent: str, limit: int = L4_PAGE.default, cursor: str | None = None) -> MemoryAnswer:
+    def get_all(
+        self, agent: str, limit: int = L4_PAGE.default, cursor: str | None = None, filters: dict | None = None
+    ) -> MemoryAnswer:
         params = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}
+        if filters:
+            params["filters"] = _json.dumps(filters, ensure_ascii=False)
         return self._request("GET", "/v1/memories", params=params)
 
     def get(self, agent: str, memory_id: str) -> dict:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from daemon.front.options import (
+    JSON_OBJECT,
     agent_option,
     config_of,
     conversation_failed,
@@ -43,9 +44,16 @@ if TYPE_CHECKING:
 @click.option("--expires", metavar="YYYY-MM-DD", help="Last day the memory is shown (default: by type).")
 @click.option("--infer/--no-infer", default=None, help="Let the LLM extract and merge (needs conversation.llm).")
 @click.option("--write-id", metavar="ID", help="Idempotency key: a retry with the same id is written once.")
+@click.option("--user-id", metavar="U", help="The end user the memory is about (mem0's user_id: data, not identity).")
+@click.option("--run-id", metavar="R", help="The run or conversation it belongs to (mem0's run_id).")
+@click.option("--actor-id", metavar="A", help="Who said it (mem0's actor_id).")
+@click.option("--metadata", type=JSON_OBJECT, metavar="JSON", help='Custom metadata: \'{"category": "movies"}\'.')
 @json_option
 @click.pass_context
-def add_cmd(ctx, text, agent_id, memory_type, visibility, project, expires, infer, write_id, as_json) -> None:
+def add_cmd(
+    ctx, text, agent_id, memory_type, visibility, project, expires, infer, write_id, user_id, run_id, actor_id,
+    metadata, as_json,
+) -> None:  # fmt: skip
     """Remember TEXT in the shared conversation memory (L4) as agent ID.
 
     When the store is unreachable the write is queued durably and replayed,
@@ -67,6 +75,10 @@ def add_cmd(ctx, text, agent_id, memory_type, visibility, project, expires, infe
                 expires=expires,
                 infer=infer,
                 write_id=write_id,
+                user_id=user_id,
+                run_id=run_id,
+                actor_id=actor_id,
+                metadata=metadata,
             )
     except (DaemonRequestError, DaemonUnavailableError) as exc:
         raise conversation_failed(exc) from None
@@ -150,6 +162,10 @@ def _print_memory(i: int, r: dict) -> None:
     click.echo(f"   {r['memory']}")
 
 
+FILTERS_HELP = (
+    'mem0\'s filters, e.g. \'{"user_id": "alice", "rating": {"gte": 4}}\' (AND/OR/NOT, eq ne in nin gt gte lt lte '
+    "contains icontains, *): they narrow what the agent may read, never widen it."
+)
 _filter_options = (
     click.option("--type", "memory_type", type=click.Choice(MEMORY_TYPES), help="Only memories of this type."),
     click.option("--visibility", type=click.Choice(VISIBILITIES), help="Only memories of this visibility."),
@@ -185,13 +201,16 @@ def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
 )
 @click.option("--cursor", metavar="C", help="Resume where a listing ended (its next_cursor).")
 @filter_options
+@click.option("--filters", type=JSON_OBJECT, metavar="JSON", help=FILTERS_HELP)
 @json_option
 @click.pass_context
-def list_cmd(ctx, agent_id, limit, cursor, memory_type, visibility, project, as_json) -> None:
+def list_cmd(ctx, agent_id, limit, cursor, memory_type, visibility, project, filters, as_json) -> None:
     """List the L4 memories agent ID may read, a page at a time (the API's GET /v1/memories)."""
-    answer = _ask(ctx, agent_id, lambda c: c.get_all(agent_id, limit=limit, cursor=cursor))
     wanted = {"memory_type": memory_type, "visibility": visibility, "project_id": project}
-    answer["results"] = [r for r in answer["results"] if all(v is None or r.get(k) == v for k, v in wanted.items())]
+    combined = {k: v for k, v in wanted.items() if v is not None}
+    if filters:
+        combined["AND"] = [filters]
+    answer = _ask(ctx, agent_id, lambda c: c.get_all(agent_id, limit=limit, cursor=cursor, filters=combined or None))
     if as_json:
         echo_json(answer)
         return
@@ -225,9 +244,13 @@ def update_cmd(ctx, memory_id, text, agent_id, expires, as_json) -> None:
 @click.option("--all", "delete_all", is_flag=True, help="Every one of agent ID's own memories matching the filters.")
 @filter_options
 @click.option("--dry-run", is_flag=True, help="With --all: say which would be deleted, delete nothing.")
+@click.option("--user-id", metavar="U", help="With --all: only memories about end user U.")
+@click.option("--run-id", metavar="R", help="With --all: only memories of run R.")
 @json_option
 @click.pass_context
-def delete_cmd(ctx, memory_id, agent_id, delete_all, memory_type, visibility, project, dry_run, as_json) -> None:
+def delete_cmd(
+    ctx, memory_id, agent_id, delete_all, memory_type, visibility, project, dry_run, user_id, run_id, as_json
+) -> None:
     """Delete one of agent ID's own L4 memories by id, or with --all every own one matching the filters.
 
     Another agent's memories are never deleted (not even with --all). While the store is down
@@ -235,13 +258,14 @@ def delete_cmd(ctx, memory_id, agent_id, delete_all, memory_type, visibility, pr
     """
     if bool(memory_id) == bool(delete_all):
         raise click.UsageError("give a MEMORY_ID or --all (with --type/--visibility/--project to narrow it)")
-    if memory_id and (memory_type or visibility or project or dry_run):
-        raise click.UsageError("--type, --visibility, --project and --dry-run go with --all")
+    if memory_id and (memory_type or visibility or project or dry_run or user_id or run_id):
+        raise click.UsageError("--type, --visibility, --project, --user-id, --run-id and --dry-run go with --all")
     if memory_id:
         answer = _ask(ctx, agent_id, lambda c: c.delete(agent_id, memory_id))
         echo_json(answer) if as_json else click.echo(f"deleted {answer['deleted']}")
         return
     filters = {"type": memory_type, "visibility": visibility, "project": project, "dry_run": dry_run}
+    filters.update(user_id=user_id, run_id=run_id)
     answer = _ask(ctx, agent_id, lambda c: c.delete_all(agent_id, **filters))
     if as_json:
         echo_json(answer)

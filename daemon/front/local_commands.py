@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from daemon.front.options import (
+    JSON_OBJECT,
     QueryRefusedError,
     agent_option,
     config_of,
@@ -132,18 +133,29 @@ search_mode = click.option(
 )
 
 
-def search_conversation(config: Config, agent_id: str, query: str, limit: int, fallback: bool, as_json: bool) -> None:
-    """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3."""
+def search_conversation(
+    config: Config,
+    agent_id: str,
+    query: str,
+    limit: int,
+    fallback: bool,
+    as_json: bool,
+    filters: dict | None = None,
+    threshold: float | None = None,
+    explain: bool = False,
+) -> None:
+    """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3 (not with filters)."""
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
     from daemon.shared.settings import client_timeout
 
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
-            answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback)
+            options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
+            answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback, **options)
     except DaemonRequestError as exc:
         raise conversation_failed(exc) from None
     except DaemonUnavailableError as exc:
-        if not fallback:
+        if not fallback or filters:  # the local index has no user_id or metadata to filter on
             raise conversation_failed(exc) from None
         reason = "the daemon (which brokers conversation memory) is not running"
         local = local_search(
@@ -198,9 +210,22 @@ def print_conversation(answer: MemoryAnswer) -> None:
 @click.option("--since", metavar="YYYY-MM-DD", help="Daily files from this date.")
 @click.option("--until", metavar="YYYY-MM-DD", help="Daily files up to this date.")
 @click.option("--explain", is_flag=True, help="Show which ranked lists each result came from.")
+@click.option(
+    "--filters",
+    type=JSON_OBJECT,
+    metavar="JSON",
+    help='With --layer conversation/all: mem0\'s filters, e.g. \'{"user_id": "alice"}\' (narrow, never widen).',
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0, 1),
+    help="With --layer conversation/all: leave out results whose relevance (0-1) is below this.",
+)
 @json_option
 @click.pass_context
-def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, as_json) -> None:
+def search_cmd(
+    ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, threshold, as_json
+) -> None:
     """Search an agent's memory: its L3 index (default) or the shared L4 memory (--layer).
 
     L3: each word of QUERY must match (Chinese needs no spaces: 端口 matches 端口);
@@ -213,8 +238,11 @@ def search_cmd(ctx, query, agent_id, mode, limit, layer, path_glob, since, until
     if layer in ("conversation", "all"):
         config = config_of(ctx)
         get_agent(config, agent_id)
-        search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json)
+        options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
+        search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json, **options)
         return
+    if filters or threshold is not None:
+        raise click.UsageError("--filters and --threshold go with --layer conversation or all")
     paths_only = front_config(ctx)  # L3 through the daemon needs the paths alone
     get_agent(paths_only, agent_id)
     layer = None if layer == "local" else layer

@@ -52,7 +52,7 @@ class ProtocolError(Exception):
         self.code = code
 
 
-_JSON_TYPES = {str: "string", int: "integer", bool: "boolean"}
+_JSON_TYPES = {str: "string", int: "integer", bool: "boolean", float: "number", dict: "object"}
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Param:
     """One tool argument: its JSON type, description, default and bounds (the schema is built from it)."""
 
     name: str
-    type: type  # str, int or bool
+    type: type  # str, int, bool, float or dict (a JSON object)
     description: str
     default: Any = REQUIRED
     nullable: bool = False
@@ -91,7 +91,8 @@ class Param:
             return None if self.nullable else f"{self.name}: must not be null"
         wanted = _JSON_TYPES[self.type]
         # bool is an int in Python, not in JSON
-        if not isinstance(value, self.type) or (self.type is not bool and isinstance(value, bool)):
+        kinds = (int, float) if self.type is float else self.type  # a JSON number may be written 1 or 1.0
+        if not isinstance(value, kinds) or (self.type is not bool and isinstance(value, bool)):
             return f"{self.name}: expected {wanted}, got {json.dumps(value)[:80]}"
         if self.enum is not None and value not in self.enum:
             return f"{self.name}: {value!r} is not one of {', '.join(self.enum)}"

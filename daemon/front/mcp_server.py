@@ -183,6 +183,17 @@ def build_refusing_server(reason: str) -> Server:
     return Server(name="memstrata", version=__version__, instructions=message, tools=[status])
 
 
+def _filters_param() -> Param:
+    return Param(
+        "filters",
+        dict,
+        'mem0\'s filters, e.g. {"user_id": "alice", "rating": {"gte": 4}}: AND/OR/NOT lists, eq ne in nin gt gte '
+        'lt lte contains icontains, "*" for any value. They narrow what you may read, never widen it.',
+        default=None,
+        nullable=True,
+    )
+
+
 def _memory_id(description: str) -> Param:
     return Param("memory_id", str, description)
 
@@ -194,16 +205,40 @@ def build_server(config: Config, agent_id: str) -> Server:
     def ask(request: Callable[[DaemonClient], Any]) -> Any:
         return _ask(config, agent, request)
 
-    def memory_search(query: str, limit: int, fallback: bool) -> dict[str, Any]:
-        return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback))
+    def memory_search(
+        query: str, limit: int, fallback: bool, filters: dict | None, threshold: float | None, explain: bool
+    ) -> dict[str, Any]:
+        options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
+        return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback, **options))
 
     def memory_add(
-        text: str, type: str | None, visibility: str | None, project: str | None, expires: str | None
+        text: str,
+        type: str | None,
+        visibility: str | None,
+        project: str | None,
+        expires: str | None,
+        user_id: str | None,
+        run_id: str | None,
+        actor_id: str | None,
+        metadata: dict | None,
     ) -> dict[str, Any]:
-        return ask(lambda c: c.add(agent.id, text, type=type, visibility=visibility, project=project, expires=expires))
+        return ask(
+            lambda c: c.add(
+                agent.id,
+                text,
+                type=type,
+                visibility=visibility,
+                project=project,
+                expires=expires,
+                user_id=user_id,
+                run_id=run_id,
+                actor_id=actor_id,
+                metadata=metadata,
+            )
+        )
 
-    def memory_get_all(limit: int, cursor: str | None) -> dict[str, Any]:
-        return ask(lambda c: c.get_all(agent.id, limit=limit, cursor=cursor))
+    def memory_get_all(limit: int, cursor: str | None, filters: dict | None) -> dict[str, Any]:
+        return ask(lambda c: c.get_all(agent.id, limit=limit, cursor=cursor, filters=filters))
 
     def memory_get(memory_id: str) -> dict[str, Any]:
         return ask(lambda c: c.get(agent.id, memory_id))
@@ -251,9 +286,18 @@ def build_server(config: Config, agent_id: str) -> Server:
                 Param(
                     "fallback",
                     bool,
-                    "While the shared store is down, answer from your local index (degraded).",
+                    "While the shared store is down, answer from your local index (degraded; not with filters).",
                     default=True,
                 ),
+                _filters_param(),
+                Param(
+                    "threshold",
+                    float,
+                    "Leave out results whose relevance (0-1) is below this; 0.1 drops most unrelated ones.",
+                    default=None,
+                    nullable=True,
+                ),
+                Param("explain", bool, "Say why each result was returned (phase, visibility, scores).", default=False),
             ),
             READ_ONLY,
         ),
@@ -293,6 +337,16 @@ def build_server(config: Config, agent_id: str) -> Server:
                     default=None,
                     nullable=True,
                 ),
+                Param("user_id", str, "The end user it is about (mem0's user_id).", default=None, nullable=True),
+                Param("run_id", str, "The run or conversation it belongs to.", default=None, nullable=True),
+                Param("actor_id", str, "Who said it.", default=None, nullable=True),
+                Param(
+                    "metadata",
+                    dict,
+                    'Your own fields, e.g. {"category": "movies"} (JSON values; filterable).',
+                    default=None,
+                    nullable=True,
+                ),
             ),
             WRITES,
         ),
@@ -311,6 +365,7 @@ def build_server(config: Config, agent_id: str) -> Server:
                     maximum=L4_PAGE.high,
                 ),
                 Param("cursor", str, "`next_cursor` of the previous page.", default=None, nullable=True),
+                _filters_param(),
             ),
             READ_ONLY,
         ),

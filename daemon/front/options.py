@@ -17,6 +17,26 @@ if TYPE_CHECKING:
     from daemon.shared.config_cache import FrontConfig
 
 
+class JsonObject(click.ParamType):
+    """An option whose value is a JSON object (mem0's filters, a memory's metadata): ``'{"user_id": "alice"}'``."""
+
+    name = "json"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, dict):
+            return value
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            self.fail(f"not JSON: {str(value)[:80]!r}", param, ctx)
+        if not isinstance(parsed, dict):
+            self.fail('must be a JSON object, like \'{"user_id": "alice"}\'', param, ctx)
+        return parsed
+
+
+JSON_OBJECT = JsonObject()
+
+
 def config_of(ctx: click.Context) -> Config:
     """The configuration of this call, loaded once (``--config``, else the defaults' search)."""
     from daemon.shared.config import load_config  # pydantic: only for the commands that read the configuration

@@ -260,6 +260,14 @@ class MemoryDaemon:
             parts.broker.start()
         parts.api = ApiServer(paths.socket, self)
         parts.api.start()
+        mem0_api = self.config.conversation.mem0_api
+        if parts.broker is not None and mem0_api.enabled:
+            from daemon.api.app import TcpApiServer
+            from daemon.api.mem0_rest import build_mem0_app
+
+            parts.mem0_api = TcpApiServer(mem0_api.host, mem0_api.port, build_mem0_app(self))
+            parts.mem0_api.start()
+            log.info("mem0's REST API on http://%s:%d (API key: an agent's token)", mem0_api.host, mem0_api.port)
         parts.watcher = self._make_watcher()
         parts.watcher.start()
         log.info("watcher: %s%s", parts.watcher.mode, f" ({parts.watcher.reason})" if parts.watcher.reason else "")

@@ -26,6 +26,7 @@ class Started:
     watcher: Watcher | None = None
     embed_worker: EmbedWorker | None = None
     api: ApiServer | None = None
+    mem0_api: ApiServer | None = None  # mem0's REST API on a loopback port (conversation.mem0_api)
     l4_embedder: Embedder | None = None  # L4's embedder when it is not L3's (vectors off)
 
     def vectors_blocked(self) -> str:

@@ -106,6 +106,8 @@ class Shutdown:
         if self.started.broker is not None and not self.started.broker.stop(budget.left("conversation store")):
             self.left_running.append("a conversation store call")
         self.indexer.close()
+        if self.started.mem0_api:
+            self.started.mem0_api.stop(min(1.0, budget.left("indexes and API")))
         if self.started.api:
             self.started.api.stop(budget.left("indexes and API"))
         for audit in (self.audit, self.started.broker.audit if self.started.broker is not None else None):

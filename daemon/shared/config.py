@@ -259,6 +259,31 @@ class QdrantConfig(StrictModel):
     collection: str = pydantic.Field("mem0_v4_shared", pattern=r"^[A-Za-z0-9_-]{1,128}$")
 
 
+class Mem0ApiConfig(StrictModel):
+    """mem0's platform REST API (the part ``mem0.MemoryClient`` calls), served on a loopback TCP port.
+
+    Off by default.  The API key a client sends is an agent's workspace token: the caller is that agent.
+    Only a loopback address may be given: the token travels in clear over plain HTTP.
+    """
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = pydantic.Field(8765, ge=1, le=65535)
+
+    @pydantic.field_validator("host")
+    @classmethod
+    def _loopback(cls, value: str) -> str:
+        import ipaddress
+
+        try:
+            loopback = ipaddress.ip_address(value).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(f"{value!r} is not a loopback address (127.0.0.1 or ::1): tokens travel in clear")
+        return value
+
+
 class LlmConfig(StrictModel):
     """An OpenAI-compatible chat endpoint; when set, writes may use mem0's inference."""
 
@@ -298,6 +323,7 @@ class ConversationConfig(StrictModel):
     probe_interval_s: float = pydantic.Field(5.0, gt=0)
     probe_timeout_s: float = pydantic.Field(1.0, gt=0)
     dedup: DedupConfig = DedupConfig()
+    mem0_api: Mem0ApiConfig = Mem0ApiConfig()
 
     @pydantic.field_validator("retention_days")
     @classmethod

@@ -295,6 +295,13 @@ class Memory(TypedDict, total=False):
     updated_at: str | None
     expiration_date: str | None
     score: float | None
+    user_id: str | None  # mem0's ids: data about the memory, never the caller's identity
+    run_id: str | None
+    actor_id: str | None
+    role: str | None
+    metadata: dict[str, Any]  # the caller's own keys
+    phase: str
+    score_details: dict[str, Any]  # with explain: phase, why visible, cosine, relevance, role weight
     source: str
     path: str | None
     lines: list[int] | None

@@ -31,7 +31,7 @@ Things the engine does that callers must know (seen with 0.9.0):
 
 Filters are given in mem0's dictionary form (``{"agent_id": "a", "project_id": {"in": [...]},
 "NOT": [{"expires_at": {"lt": 5}}]}``), the form the broker, cleanup and mem0 already speak, and
-translated by :func:`to_filter` the way mem0's own Qdrant store translates them.
+translated by :func:`to_filter` (layers/conversation/filters.py, shared with the remote server's path).
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ from pathlib import Path
 from typing import Any
 
 import qdrant_edge as qe
+
+from layers.conversation.filters import to_edge
 
 ENGINE_VERSION = "0.9.0"  # the pin in pyproject.toml; a different engine is refused by the compat test
 LOCK_SUFFIX = ".lock"
@@ -105,9 +107,6 @@ KEYWORD = "keyword"
 FLOAT = "float"
 _SCHEMAS = {KEYWORD: qe.PayloadSchemaType.Keyword, FLOAT: qe.PayloadSchemaType.Float}
 
-_ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2})?(\.\d+)?(Z|[+-]\d{2}:?\d{2})?)?$")
-_RANGE_OPS = ("gt", "gte", "lt", "lte")
-
 
 class EdgeLockedError(RuntimeError):
     """The shard is open elsewhere (another process, or another handle in this one)."""
@@ -137,70 +136,9 @@ def _hit(point: Any, score: float | None = None) -> Hit:
 # ------------------------------------------------------------------ filters
 
 
-def _condition(key: str, value: Any) -> Any | None:
-    """One ``key: value`` pair of a mem0 filter as an Edge condition; None for the wildcard ``*``."""
-    if not isinstance(value, Mapping):
-        if value == "*":
-            return None  # any value (mem0 insists on an agent_id key; "*" means no restriction)
-        if isinstance(value, list):
-            return qe.FieldCondition(key=key, match=qe.MatchAny(list(value)))
-        return qe.FieldCondition(key=key, match=qe.MatchValue(value))
-    ops = set(value)
-    ranges = ops & set(_RANGE_OPS)
-    if ranges:
-        if ops - ranges:
-            raise ValueError(f"filter on {key!r}: range operators cannot be mixed with {sorted(ops - ranges)}")
-        bounds = {op: value[op] for op in _RANGE_OPS if op in value}
-        if all(isinstance(v, str) and _ISO_DATETIME.match(v) for v in bounds.values()):
-            return qe.FieldCondition(key=key, range=qe.RangeDateTime(**bounds))
-        try:
-            return qe.FieldCondition(key=key, range=qe.RangeFloat(**{k: float(v) for k, v in bounds.items()}))
-        except (TypeError, ValueError):
-            raise ValueError(f"filter on {key!r}: range bounds must be numbers or ISO dates") from None
-    if len(ops) != 1:
-        raise ValueError(f"filter on {key!r}: one operator per condition, got {sorted(ops)}")
-    ((op, operand),) = value.items()
-    if op == "eq":
-        return qe.FieldCondition(key=key, match=qe.MatchValue(operand))
-    if op == "ne":
-        return qe.FieldCondition(key=key, match=qe.MatchExcept([operand]))
-    if op == "in":
-        return qe.FieldCondition(key=key, match=qe.MatchAny(list(operand)))
-    if op == "nin":
-        return qe.FieldCondition(key=key, match=qe.MatchExcept(list(operand)))
-    if op in ("contains", "icontains"):
-        return qe.FieldCondition(key=key, match=qe.MatchText(str(operand)))
-    raise ValueError(f"filter on {key!r}: unsupported operator {op!r}")
-
-
 def to_filter(filters: Mapping[str, Any] | None) -> qe.Filter | None:
-    """mem0's filter dictionary as an Edge ``Filter``: keys AND-ed, ``AND``/``OR``/``NOT`` lists nested.
-
-    ``$and``/``$or``/``$not`` (mem0's processed spelling) mean the same; None when nothing restricts.
-    """
-    if not filters:
-        return None
-    must: list = []
-    should: list = []
-    must_not: list = []
-    seen: set[str] = set()
-    for key, value in filters.items():
-        logical = {"$and": "AND", "$or": "OR", "$not": "NOT"}.get(key, key)
-        if logical in seen:
-            continue  # mem0 may carry both spellings of one clause
-        seen.add(logical)
-        if logical in ("AND", "OR", "NOT"):
-            if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
-                raise ValueError(f"{logical} takes a list of filter dictionaries, not {value!r}")
-            target = {"AND": must, "OR": should, "NOT": must_not}[logical]
-            target.extend(f for f in (to_filter(sub) for sub in value) if f is not None)
-            continue
-        condition = _condition(key, value)
-        if condition is not None:
-            must.append(condition)
-    if not (must or should or must_not):
-        return None
-    return qe.Filter(must=must or None, should=should or None, must_not=must_not or None)
+    """mem0's filter dictionary as an Edge ``Filter`` (layers/conversation/filters.py holds the translation)."""
+    return to_edge(filters)
 
 
 # ------------------------------------------------------------------ the collection

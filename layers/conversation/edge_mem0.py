@@ -6,8 +6,9 @@ which mem0 would otherwise build as a qdrant-client store of its own).  Filters 
 dictionaries, translated by :func:`layers.conversation.edge.to_filter`.
 
 Scores: the shard answers cosine similarity; like mem0's other stores this returns it clamped to
-[0, 1] (``max(0, cos)``), and the store searches with ``threshold=0.0``, so mem0's default score
-threshold (0.1) drops nothing the vector search found.
+[0, 1] (``max(0, cos)``).  The daemon's searches call :meth:`EdgeVectorStore.search` directly and map
+the cosine onto the embedder's relevance scale (layers/conversation/store.py); ``fetch_only`` is for
+mem0's own ``search``, which over-fetches for boosts that have nothing to work with here.
 
 There is no BM25 slot (mem0's keyword search needs fastembed, which is not installed), so
 ``keyword_search`` answers None and mem0 ranks by the semantic score alone, as it does on the

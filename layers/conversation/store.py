@@ -7,13 +7,16 @@ into mem0 as its vector store (edge_mem0.py); a store left by the older
 embedded engine (qdrant-client's local mode) is imported once (migrate.py), and
 that engine is otherwise reachable only as ``engine=QDRANT_LOCAL`` (tests,
 benchmarks).  Writes go through mem0 (so ``infer=True``
-gets mem0's ADD/UPDATE/DELETE/NOOP); searches go through mem0 with one filter
-per visibility phase.  Listing, get, delete and the write-id lookup use the
+gets mem0's ADD/UPDATE/DELETE/NOOP); searches use mem0's embedder and vector
+store with one filter per visibility phase.  Listing, get, delete and the write-id lookup use the
 client directly: mem0's ``get_all`` has no cursor and stops at ``top_k``.
 Replayed writes (``infer=False``) go in batches: one write-id lookup, one
 embedding call, one upsert through mem0's vector store and one history commit
 per batch, the payload built by mem0's own helpers so a replayed memory is the
-same in every field as one ``Memory.add(infer=False)`` makes.  A batched write's
+same in every field as one ``Memory.add(infer=False)`` makes.  A search embeds the
+query once and asks the vector store itself, one filtered query per visibility
+phase (mem0's ``search`` would merge a caller's filter into the phase's own keys:
+layers/conversation/filters.py).  A batched write's
 point id is derived from its write_id, so the lookup is a retrieve by id (local
 mode evaluates a payload filter in Python, point by point and value by value)
 and a repeated upsert could only replace the point, never add a second one.
@@ -43,18 +46,24 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from layers.conversation.filters import engine_part, has_text_match, matches, restrict, to_qdrant
+from layers.conversation.metadata import custom_of
 from layers.conversation.policy import Phase
 from layers.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
 
 # Payload fields we filter on; a remote server and an Edge shard get an index for each.
-KEYWORD_FIELDS = ("agent_id", "visibility", "project_id", "memory_type", "write_id")
+KEYWORD_FIELDS = ("agent_id", "visibility", "project_id", "memory_type", "write_id", "user_id", "run_id", "actor_id")
 EXPIRY_FIELD = "expires_at"
 # The embedded backend's engines: Qdrant Edge (HNSW, payload indexes, a WAL) or, for migration
 # from it, qdrant-client's local mode (brute force in Python, a SQLite file of pickled points).
 EDGE, QDRANT_LOCAL = "edge", "qdrant-local"
-SEARCH_THRESHOLD = 0.0  # mem0's default (0.1) would silently drop hits; scores are clamped to [0, 1]
+# Without an LLM each turn of a conversation is a memory, and an assistant's "Got it! I'll remember that you're
+# a nurse" outranks the user's own "I work as a nurse" for "what do you know about me?" (bench/bench_roles.py,
+# local e5: a user's statement ranked first for 0 of 5 such questions; with the assistant's relevance x 0.7,
+# 3 of 5; with a {"role": "user"} filter, 5 of 5).  Assistant turns are ranked with this weight.
+ASSISTANT_WEIGHT = 0.7
 # Point ids of batched writes: uuid5(WRITE_NAMESPACE, write_id).
 WRITE_NAMESPACE = uuid.UUID("5d0c1f9e-6c3a-4d8e-9a57-2f4b8e61c0a3")
 
@@ -115,9 +124,16 @@ class NewMemory:
     expires_at: float | None
     infer: bool = False
     role: str = "user"  # whose words: a conversation's assistant turns are stored as such (mem0's ``role``)
+    # mem0's ids as data (layers/conversation/metadata.py): whom or which run the memory is about, who spoke
+    user_id: str | None = None
+    run_id: str | None = None
+    actor_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # the caller's own metadata (checked: no reserved key)
 
     def metadata(self) -> dict:
+        """The payload fields mem0 takes as ``metadata`` (the ids go as its own arguments: it drops them here)."""
         meta: dict[str, Any] = {
+            **self.extra,
             "write_id": self.write_id,
             "visibility": self.visibility,
             "memory_type": self.memory_type,
@@ -155,13 +171,17 @@ def mem0_payload(memory: NewMemory) -> dict:
     from mem0.utils.lemmatization import lemmatize_for_bm25
 
     try:
-        payload, _ = _build_filters_and_metadata(agent_id=memory.agent_id, input_metadata=memory.metadata())
+        payload, _ = _build_filters_and_metadata(
+            agent_id=memory.agent_id, user_id=memory.user_id, run_id=memory.run_id, input_metadata=memory.metadata()
+        )
     except ValidationError as exc:
         raise ValueError(exc.message) from None
     expiration = _normalize_expiration_date(memory.expiration_date)
     if expiration is not None:
         payload["expiration_date"] = expiration
     payload["role"] = memory.role  # add() turns a text into one message of this role
+    if memory.actor_id:
+        payload["actor_id"] = memory.actor_id  # add() takes it from the message's ``name``
     payload["data"] = memory.text
     payload["hash"] = hashlib.md5(memory.text.encode()).hexdigest()
     payload["updated_at"] = payload["created_at"]
@@ -191,6 +211,10 @@ def memory_view(memory_id: str, payload: dict, score: float | None = None) -> di
         "expires_at": payload.get(EXPIRY_FIELD),
         "hash": payload.get("hash"),
         "role": payload.get("role"),
+        "user_id": payload.get("user_id"),
+        "run_id": payload.get("run_id"),
+        "actor_id": payload.get("actor_id"),
+        "metadata": custom_of(payload),
         "write_id": payload.get("write_id"),
         "score": None if score is None else round(float(score), 4),
         "source": "conversation",
@@ -203,6 +227,15 @@ def _flatten(result: dict) -> dict:
     payload.update(result.get("metadata") or {})
     payload["data"] = result.get("memory", "")
     return payload
+
+
+def _why_visible(phase: Phase) -> str:
+    """Why a phase's memories may be read, for ``explain``."""
+    if phase.visibility == "public":
+        return "public: every agent may read it"
+    if phase.visibility == "project":
+        return f"project: you are a member of {', '.join(phase.projects)}"
+    return f"private: yours ({phase.owner})"
 
 
 def _selection_fields(selection) -> dict[str, str]:
@@ -505,9 +538,16 @@ class ConversationStore:
     def add(self, memory: NewMemory) -> list[dict]:
         mem0, _ = self._require()
         with _translate_errors("add"):
+            message: str | dict = memory.text
+            if memory.role != "user" or memory.actor_id:
+                message = {"role": memory.role, "content": memory.text}
+                if memory.actor_id:
+                    message["name"] = memory.actor_id  # mem0 stores a message's name as its actor_id
             result = mem0.add(
-                memory.text if memory.role == "user" else {"role": memory.role, "content": memory.text},
+                message,
                 agent_id=memory.agent_id,
+                user_id=memory.user_id,
+                run_id=memory.run_id,
                 metadata=memory.metadata(),
                 expiration_date=memory.expiration_date,
                 infer=memory.infer,
@@ -682,16 +722,59 @@ class ConversationStore:
         connection = getattr(persistence, "storage", None)
         return persistence if isinstance(connection, sqlite3.Connection) else None
 
-    def search(self, query: str, phases: Sequence[Phase], limit: int) -> list[dict]:
-        """Each phase searched on its own, merged by score, de-duplicated by content hash."""
+    def search(
+        self,
+        query: str,
+        phases: Sequence[Phase],
+        limit: int,
+        filters: dict | None = None,
+        include_expired: bool = False,
+        threshold: float = 0.0,
+        explain: bool = False,
+    ) -> list[dict]:
+        """Each phase searched on its own (``filters``, mem0's language, ANDed with it), merged by score,
+        de-duplicated by content hash.
+
+        The query is embedded once and each phase is one filtered nearest-neighbour query on the
+        engine, with the filter built by layers/conversation/filters.py: mem0's ``search`` is not
+        used here because its filter processing merges a caller's ``AND`` items into the phase's own
+        keys (see filters.py), and its BM25 and entity boosts have nothing to work with in this
+        installation (no fastembed, no spaCy), so the ranking is the same semantic one.  Scores are
+        relevances: the embedder's calibrated map of the cosine onto [0, 1] (``relevance``, measured for
+        the local e5 model in layers/local/vectors.py), so that ``threshold`` means what it means in mem0;
+        an embedder without one gives the cosine clamped to [0, 1], as mem0's stores do.  ``explain`` adds
+        ``score_details`` (the phase, the visibility filter's verdict, the cosine, the relevance).
+        """
         mem0, _ = self._require()
+        now = time.time()
+        text_match = has_text_match(filters)
+        fetch = min(max(4 * limit, 100), 1000) if text_match else limit  # substring checks drop candidates
         found: list[dict] = []
-        with _translate_errors("search"), self._fetch_only(mem0, query, limit), self._optimize_held():
+        with _translate_errors("search"), self._optimize_held():
+            vector = mem0.embedding_model.embed(query, "search")
             for phase in phases:
-                answer = mem0.search(query, top_k=limit, filters=phase.mem0_filters(), threshold=SEARCH_THRESHOLD)
-                for result in answer["results"]:
-                    view = memory_view(result["id"], _flatten(result), result.get("score"))
+                combined = restrict(self._phase_filter_dict(phase, include_expired, now), filters)
+                for point_id, payload, cosine in self._nearest(mem0, query, vector, engine_part(combined), fetch):
+                    if text_match and not matches(payload, combined):
+                        continue
+                    weight = ASSISTANT_WEIGHT if payload.get("role") == "assistant" else 1.0
+                    score = self.relevance(cosine) * weight
+                    if score < threshold:
+                        continue
+                    view = memory_view(point_id, payload, score)
                     view["phase"] = phase.name
+                    if explain:
+                        view["score_details"] = {
+                            "phase": phase.name,
+                            "visibility": _why_visible(phase),
+                            "cosine": round(float(cosine), 4),
+                            "relevance": round(score / weight, 4),
+                            "role_weight": weight,
+                            "score": round(score, 4),
+                            "calibrated": bool(getattr(self.embedder, "calibrated", False)),
+                            "threshold": threshold,
+                            "filters": filters,
+                        }
                     found.append(view)
         found.sort(key=lambda v: -(v["score"] or 0))
         seen: set[str] = set()
@@ -703,25 +786,24 @@ class ConversationStore:
                 merged.append(view)
         return merged[:limit]
 
+    def relevance(self, cosine: float) -> float:
+        """The embedder's relevance for a query-to-passage cosine, or the cosine clamped to [0, 1]."""
+        calibrate = getattr(self.embedder, "relevance", None)
+        return float(calibrate(cosine)) if calibrate is not None else min(1.0, max(0.0, float(cosine)))
+
+    def _nearest(self, mem0, query: str, vector, filters: dict | None, limit: int) -> builtins.list[tuple]:
+        """(id, payload, score) of the ``limit`` nearest points matching ``filters`` (mem0's dictionary form)."""
+        if self.settings.on_edge:
+            return [(h.id, h.payload or {}, h.score) for h in mem0.vector_store.search(query, vector, limit, filters)]
+        answer = self._client_only().query_points(
+            self.settings.collection, query=vector, query_filter=to_qdrant(filters), limit=limit, with_payload=True
+        )
+        return [(p.id, p.payload or {}, max(0.0, float(p.score))) for p in answer.points]
+
     def _optimize_held(self):
         """On Edge, a running optimize child stopped for the whole search (all phases; see EdgeCollection.reading)."""
         reading = getattr(self._client, "reading", None) if self.settings.on_edge else None
         return reading() if reading is not None else nullcontext()
-
-    def _fetch_only(self, mem0, query: str, limit: int):
-        """On Edge, mem0's candidate over-fetch cut to ``limit`` when nothing could re-rank the candidates.
-
-        mem0 asks for max(4 x limit, 60) hits to re-rank them with BM25 (no slot on Edge:
-        ``keyword_search`` answers None) and entity boosts (none when the query yields no entities,
-        which is always so without spaCy); the semantic order is then the final one, so its top
-        ``limit`` are the answer and the other 50 cost a third of a search for nothing.
-        """
-        store = mem0.vector_store
-        if not self.settings.on_edge or not hasattr(store, "fetch_only"):
-            return nullcontext()
-        from mem0.utils.entity_extraction import extract_entities
-
-        return nullcontext() if extract_entities(query) else store.fetch_only(limit)
 
     def _phase_filter_dict(self, phase: Phase, include_expired: bool, now: float) -> dict:
         """The phase in mem0's filter form (what an Edge shard is queried with)."""
@@ -734,16 +816,9 @@ class ConversationStore:
             filters["NOT"] = [{EXPIRY_FIELD: {"lt": now}}]
         return filters
 
-    def _phase_filter(self, phase: Phase, include_expired: bool, now: float):
-        from qdrant_client import models
-
-        must = [models.FieldCondition(key="visibility", match=models.MatchValue(value=phase.visibility))]
-        if phase.owner:
-            must.append(models.FieldCondition(key="agent_id", match=models.MatchValue(value=phase.owner)))
-        if phase.visibility == "project":
-            must.append(models.FieldCondition(key="project_id", match=models.MatchAny(any=list(phase.projects))))
-        must_not = [] if include_expired else [models.FieldCondition(key=EXPIRY_FIELD, range=models.Range(lt=now))]
-        return models.Filter(must=must, must_not=must_not or None)
+    def _phase_filter(self, phase: Phase, include_expired: bool, now: float, filters: dict | None = None):
+        """The phase (and the caller's ``filters``, ANDed) as a qdrant-client filter."""
+        return to_qdrant(restrict(self._phase_filter_dict(phase, include_expired, now), filters))
 
     def list(
         self,
@@ -751,33 +826,37 @@ class ConversationStore:
         limit: int = 100,
         cursor: str | None = None,
         include_expired: bool = False,
+        filters: dict | None = None,
     ) -> tuple[builtins.list[dict], str | None]:
-        """One page of the memories the phases allow; the cursor resumes where the page ended."""
+        """One page of the memories the phases allow (and ``filters`` match); the cursor resumes where it ended."""
         client = self._client_only()
         phase_index, offset = 0, None
         if cursor:
             phase_index, offset = _parse_cursor(cursor, len(phases))
         now = time.time()
+        text_match = has_text_match(filters)
         page: list[dict] = []
         with _translate_errors("list"):
             while phase_index < len(phases) and len(page) < limit:
+                combined = restrict(self._phase_filter_dict(phases[phase_index], include_expired, now), filters)
+                engine = engine_part(combined)
                 if self.settings.on_edge:
                     if client is None:
                         break  # nothing was ever written
-                    points, next_offset = client.scroll(
-                        self._phase_filter_dict(phases[phase_index], include_expired, now),
-                        limit=limit - len(page),
-                        offset=offset,
-                    )
+                    points, next_offset = client.scroll(engine, limit=limit - len(page), offset=offset)
                 else:
                     points, next_offset = client.scroll(
                         self.settings.collection,
-                        scroll_filter=self._phase_filter(phases[phase_index], include_expired, now),
+                        scroll_filter=to_qdrant(engine),
                         limit=limit - len(page),
                         offset=offset,
                         with_payload=True,
                     )
-                page.extend(memory_view(p.id, p.payload or {}) for p in points)
+                page.extend(
+                    memory_view(p.id, p.payload or {})
+                    for p in points
+                    if not text_match or matches(p.payload or {}, combined)
+                )
                 if next_offset is None:
                     phase_index, offset = phase_index + 1, None
                 else:
@@ -810,38 +889,34 @@ class ConversationStore:
                 return client.count() if client is not None else 0
             return client.count(self.settings.collection, exact=True).count
 
-    def scan(self, selection, limit: int = 256, cursor: str | None = None) -> tuple[builtins.list[dict], str | None]:
-        """Every memory ``selection`` (a cleanup Selection) matches, expired ones included, a page at a time."""
+    def scan(
+        self, selection, limit: int = 256, cursor: str | None = None, filters: dict | None = None
+    ) -> tuple[builtins.list[dict], str | None]:
+        """Every memory ``selection`` (a cleanup Selection) and ``filters`` match, expired ones included, a page at
+        a time (a page may hold fewer than ``limit`` when a substring condition dropped some: follow the cursor)."""
+        combined = restrict(_selection_fields(selection), filters)
+        engine = engine_part(combined)
         if self.settings.on_edge:
-            return self._scan_edge(selection, limit, cursor)
-        from qdrant_client import models
-
-        client = self._client_only()
-        with _translate_errors("scan"):
-            if not client.collection_exists(self.settings.collection):
+            shard = self._edge()
+            if shard is None:
                 return [], None  # nothing was ever written
-        must = [
-            models.FieldCondition(key=key, match=models.MatchValue(value=value))
-            for key, value in _selection_fields(selection).items()
-        ]
-        with _translate_errors("scan"):
-            points, next_offset = client.scroll(
-                self.settings.collection,
-                scroll_filter=models.Filter(must=must) if must else None,
-                limit=limit,
-                offset=cursor or None,
-                with_payload=True,
-            )
-        return [memory_view(p.id, p.payload or {}) for p in points], (str(next_offset) if next_offset else None)
-
-    def _scan_edge(self, selection, limit: int, cursor: str | None) -> tuple[builtins.list[dict], str | None]:
-        shard = self._edge()
-        if shard is None:
-            return [], None  # nothing was ever written
-        filters = _selection_fields(selection)
-        with _translate_errors("scan"):
-            points, next_offset = shard.scroll(filters or None, limit=limit, offset=cursor or None)
-        return [memory_view(p.id, p.payload) for p in points], next_offset
+            with _translate_errors("scan"):
+                points, next_offset = shard.scroll(engine, limit=limit, offset=cursor or None)
+        else:
+            client = self._client_only()
+            with _translate_errors("scan"):
+                if not client.collection_exists(self.settings.collection):
+                    return [], None  # nothing was ever written
+                points, next_offset = client.scroll(
+                    self.settings.collection,
+                    scroll_filter=to_qdrant(engine),
+                    limit=limit,
+                    offset=cursor or None,
+                    with_payload=True,
+                )
+            next_offset = str(next_offset) if next_offset else None
+        kept = [p for p in points if matches(p.payload or {}, combined)] if has_text_match(filters) else points
+        return [memory_view(p.id, p.payload or {}) for p in kept], next_offset
 
     def delete_ids(self, ids: builtins.list[str]) -> None:
         """Delete a batch of points in one request (the seed's script built this call wrongly)."""
@@ -895,6 +970,10 @@ class ConversationStore:
         filters = {"agent_id": memory.agent_id, "visibility": memory.visibility}
         if memory.project_id:
             filters["project_id"] = memory.project_id
+        for key in ("user_id", "run_id"):  # a memory about alice is not a duplicate of one about bob
+            value = getattr(memory, key)
+            if value:
+                filters[key] = value
         with _translate_errors("dedup"):
             vector = mem0.embedding_model.embed(memory.text, "dedup")  # kept for the write that may follow
             hits = mem0.vector_store.search(query=memory.text, vectors=vector, top_k=count, filters=filters)

@@ -35,6 +35,22 @@ PROFILES: dict[str, tuple[str, str]] = {
 }
 
 
+# Relevance: a query-to-passage cosine of the e5 model mapped onto [0, 1] so that a threshold means what it
+# means in mem0 (its default 0.1 drops most of what is unrelated).  Measured by bench/bench_relevance.py on
+# the local multilingual-e5-small q4_0 (docs/facts.md, "Relevance"): unrelated pairs p50 0.744 (en) / 0.769
+# (zh) / 0.759 (mixed), p95 0.79 / 0.85 / 0.85; related pairs p50 0.829 / 0.894 / 0.831.  Pooled, a
+# threshold of 0.1 keeps 86% of related pairs and 27% of unrelated ones, 0.3 keeps 72% / 18%, 0.5 47% / 3%
+# (a raw cosine kept 100% of both at any of them).  Chinese memories score high against Chinese queries
+# whatever they say: the bands overlap and no single mapping separates them fully.
+RELEVANCE_FLOOR = 0.78
+RELEVANCE_CEILING = 0.92
+
+
+def relevance(cosine: float, floor: float = RELEVANCE_FLOOR, ceiling: float = RELEVANCE_CEILING) -> float:
+    """``cosine`` on the relevance scale: 0 at or below ``floor``, 1 at or above ``ceiling``, linear between."""
+    return min(1.0, max(0.0, (float(cosine) - floor) / (ceiling - floor)))
+
+
 class VectorsUnavailableError(RuntimeError):
     """Vectors cannot be produced right now; the message says why."""
 
@@ -266,6 +282,15 @@ class LocalEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self._embed([self.query_prefix + text.strip()])[0]
 
+    @property
+    def calibrated(self) -> bool:
+        """Whether :meth:`relevance` was measured for this model (the e5 profile), or is the cosine clamped."""
+        return self.profile == "e5"
+
+    def relevance(self, cosine: float) -> float:
+        """A query-to-passage cosine on the relevance scale a threshold is compared with (see :func:`relevance`)."""
+        return relevance(cosine) if self.calibrated else min(1.0, max(0.0, float(cosine)))
+
     def unload(self) -> bool:
         with self._lock:
             if self._model is None:
@@ -344,6 +369,11 @@ class OpenAIEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_passages([text])[0]
+
+    calibrated = False  # an endpoint's model was never measured here: its cosine, clamped, is the score
+
+    def relevance(self, cosine: float) -> float:
+        return min(1.0, max(0.0, float(cosine)))
 
     def dimension(self) -> int:
         return self.dim

@@ -442,8 +442,21 @@ class Mem0Client:
         needed), and, with this agent's token, its own workspace (never another agent's)."""
         return self.request("GET", "/v1/status")
 
-    def search(self, query: str, limit: int = 10, fallback: bool = True) -> dict:
-        """Shared memories this agent may read; ``degraded: true`` means the local index answered."""
+    def search(
+        self,
+        query: str,
+        limit: int = 10,
+        fallback: bool = True,
+        filters: dict | None = None,
+        threshold: float | None = None,
+        explain: bool = False,
+        show_expired: bool = False,
+    ) -> dict:
+        """Shared memories this agent may read; ``degraded: true`` means the local index answered.
+
+        ``filters`` (mem0's language) narrow what this agent may read; they never widen it.  ``threshold``
+        (0-1, on the daemon's relevance scale) leaves out weaker results; ``explain`` adds ``score_details``.
+        """
         if len(query) > MAX_QUERY_CHARS:
             raise UsageError(
                 f"the query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,} "
@@ -451,6 +464,14 @@ class Mem0Client:
             )
         agent = self._identity()
         body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
+        if filters:
+            body["filters"] = filters
+        if threshold is not None:
+            body["threshold"] = threshold
+        if explain:
+            body["explain"] = True
+        if show_expired:
+            body["show_expired"] = True
         return self.request("POST", "/v1/memories/search", body=body)  # in the body: a URL has no room
 
     def add(
@@ -463,9 +484,20 @@ class Mem0Client:
         expires: str | None = None,
         infer: bool | None = None,
         write_id: str | None = None,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        actor_id: str | None = None,
+        metadata: dict | None = None,
     ) -> dict:
-        """Remember ``text``; ``queued: true`` means the store is down and the write will be replayed once."""
+        """Remember ``text``; ``queued: true`` means the store is down and the write will be replayed once.
+
+        ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning).
+        """
         fields = {
+            "user_id": user_id,
+            "run_id": run_id,
+            "actor_id": actor_id,
+            "metadata": metadata,
             "type": memory_type,
             "visibility": visibility,
             "project": project,
@@ -476,11 +508,14 @@ class Mem0Client:
         body = {"agent": self._identity(), "text": text, **{k: v for k, v in fields.items() if v is not None}}
         return self.request("POST", "/v1/memories", body=body)
 
-    def get_page(self, limit: int = 100, cursor: str | None = None) -> dict:
-        """One page of GET /v1/memories, as the daemon serves it."""
-        return self.request("GET", "/v1/memories", {"agent": self._identity(), "limit": limit, "cursor": cursor})
+    def get_page(self, limit: int = 100, cursor: str | None = None, filters: dict | None = None) -> dict:
+        """One page of GET /v1/memories, as the daemon serves it (``filters`` as JSON in the query)."""
+        params: dict = {"agent": self._identity(), "limit": limit, "cursor": cursor}
+        if filters:
+            params["filters"] = json.dumps(filters, ensure_ascii=False)
+        return self.request("GET", "/v1/memories", params)
 
-    def get_all(self, limit: int = 100, page_size: int = PAGE_MAX) -> dict:
+    def get_all(self, limit: int = 100, page_size: int = PAGE_MAX, filters: dict | None = None) -> dict:
         """Every memory this agent may read, following cursors until ``limit`` are collected.
 
         ``truncated`` says more may exist beyond ``limit``; ``next_cursor`` resumes there.
@@ -491,7 +526,7 @@ class Mem0Client:
         cursor: str | None = None
         pages = 0
         while True:
-            page = self.get_page(min(limit - len(results), page_size, PAGE_MAX), cursor)
+            page = self.get_page(min(limit - len(results), page_size, PAGE_MAX), cursor, filters)
             pages += 1
             results.extend(page.get("results") or [])
             previous, cursor = cursor, page.get("next_cursor")
@@ -519,11 +554,23 @@ class Mem0CompatError(MemstrataError, ValueError):
 _UNSET = object()
 # What memstrata reads from mem0's ``metadata`` on add, and from ``filters`` on search/get_all.
 ADD_METADATA = ("visibility", "project_id", "expiration_date", "memory_type")
-FILTER_KEYS = ("visibility", "project_id", "memory_type", "role")
-IDENTITY_KEYS = ("user_id", "agent_id")
-PROCEDURAL = "procedural_memory"  # mem0's one memory_type; memstrata's is "procedure"
+PROCEDURAL = "procedural_memory"
+DEFAULT_THRESHOLD = 0.1  # mem0's search default  # mem0's one memory_type; memstrata's is "procedure"
 # Top-level keys of a memstrata result that mem0 keeps as its own fields; the rest go to ``metadata``.
-MEM0_FIELDS = ("id", "memory", "hash", "score", "created_at", "updated_at", "agent_id", "role", "expiration_date")
+MEM0_FIELDS = (
+    "id",
+    "memory",
+    "hash",
+    "score",
+    "created_at",
+    "updated_at",
+    "agent_id",
+    "user_id",
+    "run_id",
+    "actor_id",
+    "role",
+    "expiration_date",
+)
 MEMSTRATA_METADATA = ("visibility", "project_id", "memory_type", "write_id", "phase", "source", "expires_at")
 
 
@@ -534,7 +581,8 @@ def mem0_result(view: dict, degraded: bool = False) -> dict:
     Mem0Client.  A result answered from the local index (the store down) has no id and says so.
     """
     item = {key: view.get(key) for key in MEM0_FIELDS}
-    metadata = {key: view[key] for key in MEMSTRATA_METADATA if view.get(key) is not None}
+    metadata = dict(view.get("metadata") or {})  # the caller's own keys, as mem0 returns them
+    metadata.update({key: view[key] for key in MEMSTRATA_METADATA if view.get(key) is not None})
     metadata["degraded"] = degraded
     if view.get("source") == "local":
         item["memory"] = view.get("memory") or view.get("snippet") or ""
@@ -542,6 +590,8 @@ def mem0_result(view: dict, degraded: bool = False) -> dict:
     item["metadata"] = metadata
     for key in ("visibility", "project_id", "memory_type"):
         item[key] = view.get(key)
+    if view.get("score_details") is not None:
+        item["score_details"] = view["score_details"]
     return item
 
 
@@ -551,14 +601,18 @@ class Memory:
     Written so that an agent built on ``from mem0 import Memory`` works with only
     its import changed.  Where memstrata differs on purpose (see SKILL.md):
 
-    - identity comes from the workspace token: ``user_id``/``agent_id`` may be
-      given, but must name this agent; another name is an error, never ignored;
+    - who asks comes from the workspace token: ``agent_id`` may be given, but
+      must name this agent (another name is an error, never ignored), while
+      ``user_id``, ``run_id`` and ``actor_id`` are what they are in mem0: data
+      stored with the memory, filtered on and returned, always inside what this
+      agent may read (public, its projects', its own private memories);
     - the daemon owns the store, embedder and LLM: ``from_config`` reads only
       its ``memstrata`` section (agent, token, socket, workspace, config,
       timeout) and ignores mem0's vector_store/llm/embedder settings;
     - ``metadata`` on add carries memstrata's placement (``visibility``,
-      ``project_id``, ``expiration_date``, ``memory_type``); other keys are
-      refused (the store keeps no free-form metadata);
+      ``project_id``, ``expiration_date``, ``memory_type``); every other key is
+      kept as mem0 keeps it (free keys, JSON values; the memory's own field
+      names are reserved) and filterable in mem0's filter language;
     - ``infer=None`` (the default here) lets the daemon decide: on when it has
       an LLM configured; ``reset()`` is refused (an agent may not wipe the
       shared store; ``delete_all`` removes the agent's own memories).
@@ -588,49 +642,34 @@ class Memory:
     def agent(self) -> str:
         return self.client._identity()
 
-    def _check_identity(self, **ids: object) -> None:
-        """``user_id``/``agent_id``/``run_id`` as mem0 takes them, checked against the token's agent."""
+    def _check_agent(self, agent_id: object) -> None:
+        """``agent_id`` as mem0 takes it: memstrata's agent is the token's, so it may only name this agent."""
         agent = self.agent
-        for key in IDENTITY_KEYS:
-            value = ids.get(key)
-            if value is not None and str(value).strip() != agent:
-                raise Mem0CompatError(
-                    f"{key}={value!r} names another agent: this workspace's token is agent {agent!r}, and "
-                    "memstrata takes identity from the token (drop the argument or pass your own id)"
-                )
-        if ids.get("run_id") is not None:
+        if agent_id is not None and agent_id != "*" and str(agent_id).strip() != agent:
             raise Mem0CompatError(
-                "run_id is not supported: memstrata scopes memories by agent, visibility and project "
-                "(a session's memories: memory_type 'session', which expires by itself)"
+                f"agent_id={agent_id!r} names another agent: this workspace's token is agent {agent!r}, and "
+                "memstrata takes the agent from the token (drop the argument or pass your own id; user_id, "
+                "run_id and actor_id are data and may name anyone)"
             )
 
-    def _split_filters(self, filters: dict | None, ids: dict) -> dict:
-        """mem0's ``filters`` without the identity keys (checked), as simple equality/``in`` tests."""
-        wanted: dict = {}
-        for key, value in (filters or {}).items():
-            if key in (*IDENTITY_KEYS, "run_id"):
-                if ids.get(key) is None:
-                    ids[key] = value
-                elif ids[key] != value:
-                    raise Mem0CompatError(f"{key} given twice, as {ids[key]!r} and filters.{key}={value!r}")
-            elif key in FILTER_KEYS:
-                if isinstance(value, dict) and set(value) <= {"eq", "in"}:
-                    wanted[key] = set(value.get("in") or []) | ({value["eq"]} if "eq" in value else set())
-                elif isinstance(value, (str, int, float)):
-                    wanted[key] = {value}
-                else:
-                    raise Mem0CompatError(f"filters.{key}: only a value, {{'eq': v}} or {{'in': [...]}} is supported")
-            else:
-                raise Mem0CompatError(
-                    f"filters.{key} is not supported: memstrata filters on {', '.join(FILTER_KEYS)} "
-                    "(and user_id/agent_id, which must be this agent)"
-                )
-        self._check_identity(**ids)
-        return wanted
+    def _filters(self, filters: dict | None, **ids: object) -> dict | None:
+        """mem0's ``filters`` plus the ids given as arguments, for the daemon (which checks the language).
 
-    @staticmethod
-    def _matches(view: dict, wanted: dict) -> bool:
-        return all(view.get(key) in values for key, values in wanted.items())
+        A top-level ``agent_id`` is the caller's identity (checked, then dropped: the daemon already reads
+        as this agent); ``user_id``/``run_id``/``actor_id`` stay conditions on the memories' data.
+        """
+        if filters is not None and not isinstance(filters, dict):
+            raise Mem0CompatError("filters must be a dict (mem0's filter dictionary)")
+        wanted = dict(filters or {})
+        self._check_agent(wanted.pop("agent_id", None))
+        self._check_agent(ids.pop("agent_id", None))
+        for key, value in ids.items():
+            if value is None:
+                continue
+            if key in wanted and wanted[key] != value:
+                raise Mem0CompatError(f"{key} given twice, as {value!r} and filters.{key}={wanted[key]!r}")
+            wanted[key] = value
+        return wanted or None
 
     @staticmethod
     def _memory_type(memory_type: str | None, metadata: dict) -> str | None:
@@ -652,6 +691,7 @@ class Memory:
         infer: bool | None = None,
         memory_type: str | None = None,
         prompt: str | None = None,
+        output_format: str | None = None,
     ) -> dict:
         """A string, a message dict or a list of them; ``{"results": [{"id", "memory", "event", …}]}``.
 
@@ -660,17 +700,14 @@ class Memory:
         LLM in one request.  A write queued while the store is down has no id
         yet: its result carries ``event: "QUEUED"`` and the ``write_id``.
         """
-        self._check_identity(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        self._check_agent(agent_id)
+        _output_format({"output_format": output_format})
         if timestamp is not None:
             raise Mem0CompatError("timestamp is a mem0 platform feature; memstrata sets created_at itself")
         if prompt is not None:
             raise Mem0CompatError("prompt is not supported: the daemon's LLM uses mem0's own prompts")
         metadata = dict(metadata or {})
-        unknown = sorted(set(metadata) - set(ADD_METADATA))
-        if unknown:
-            raise Mem0CompatError(
-                f"metadata key(s) {', '.join(unknown)} are not kept by memstrata; it reads {', '.join(ADD_METADATA)}"
-            )
+        custom = {k: v for k, v in metadata.items() if k not in ADD_METADATA}
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
         elif isinstance(messages, dict):
@@ -684,13 +721,16 @@ class Memory:
             "visibility": metadata.get("visibility"),
             "project": metadata.get("project_id"),
             "expires": expiration_date or metadata.get("expiration_date"),
+            "user_id": user_id,
+            "run_id": run_id,
+            "metadata": custom or None,
         }
         turns = [m for m in messages if m["role"] != "system"]
         if infer is None:  # the daemon's default: on when it has an LLM
             infer = bool((self.client.status().get("conversation") or {}).get("infer_default"))
         if infer:
             text = "\n".join(f"{m['role']}: {m['content']}" for m in turns)
-            return self._added([self.client.add(text, infer=True, **fields)])
+            return self._added([self.client.add(text, infer=True, **fields)])  # type: ignore[arg-type]
         answers = [self._add_one(m, infer, fields) for m in turns]
         return self._added(answers)
 
@@ -704,6 +744,10 @@ class Memory:
             "visibility": fields["visibility"],
             "project": fields["project"],
             "expires": fields["expires"],
+            "user_id": fields["user_id"],
+            "run_id": fields["run_id"],
+            "actor_id": message.get("name"),  # mem0 keeps a message's name as its actor_id
+            "metadata": fields["metadata"],
         }
         answer = self.client.request("POST", "/v1/memories", body={k: v for k, v in body.items() if v is not None})
         answer["role"] = message["role"]
@@ -722,6 +766,7 @@ class Memory:
                 item = {"id": r.get("id"), "memory": r.get("memory"), "event": r.get("event"), "metadata": meta}
                 item.update(role=answer.get("role", "user"), visibility=meta["visibility"])
                 item.update(project_id=meta["project_id"], memory_type=meta["memory_type"])
+                item.update({k: answer.get(k) for k in ("user_id", "run_id")}, actor_id=answer.get("actor_id"))
                 results.append(item)
         return {"results": results}
 
@@ -753,17 +798,21 @@ class Memory:
         return {"message": "Memory deleted successfully!"}
 
     def delete_all(self, user_id=None, agent_id=None, run_id=None, *, filters: dict | None = None) -> dict:
-        """Delete this agent's own memories (matching ``filters``: memory_type, visibility, project_id)."""
-        wanted = self._split_filters(filters, {"user_id": user_id, "agent_id": agent_id, "run_id": run_id})
+        """Delete this agent's own memories (narrowed by user_id, run_id, actor_id, memory_type, visibility,
+        project_id: one value each)."""
+        wanted = self._filters(filters, user_id=user_id, agent_id=agent_id, run_id=run_id) or {}
         params: dict = {"agent": self.agent}
-        for key, param in (("memory_type", "type"), ("visibility", "visibility"), ("project_id", "project")):
-            values = wanted.pop(key, None)
-            if values is not None:
-                if len(values) != 1:
-                    raise Mem0CompatError(f"delete_all filters.{key}: one value only")
-                params[param] = next(iter(values))
-        if wanted:
-            raise Mem0CompatError(f"delete_all cannot filter on {', '.join(wanted)}")
+        names = {"memory_type": "type", "visibility": "visibility", "project_id": "project"}
+        names.update({k: k for k in ("user_id", "run_id", "actor_id")})
+        for key in list(wanted):
+            value = wanted.pop(key)
+            if key not in names or value == "*":
+                if value == "*":
+                    continue
+                raise Mem0CompatError(f"delete_all filters on {', '.join(names)} only, not {key}")
+            if not isinstance(value, (str, int)) or isinstance(value, bool):
+                raise Mem0CompatError(f"delete_all filters.{key}: one value only")
+            params[names[key]] = value
         answer = self.client.request("DELETE", "/v1/memories", params)
         return {"message": "Memories deleted successfully!", "deleted": answer.get("deleted"), "ids": answer.get("ids")}
 
@@ -785,26 +834,43 @@ class Memory:
         limit: int | None = None,
         top_k: int | None = None,
         filters: dict | None = None,
-        threshold: float | None = None,
+        threshold: float = DEFAULT_THRESHOLD,
         rerank: bool = False,
+        explain: bool = False,
+        show_expired: bool = False,
         **unsupported,
     ) -> dict:
-        """Memories this agent may read (public, its projects', its own), best first, mem0's shape."""
+        """Memories this agent may read (public, its projects', its own), best first, mem0's shape.
+
+        ``threshold`` is mem0's (default 0.1, 0-1) on the daemon's relevance scale, calibrated for the
+        local model so that 0.1 drops most unrelated memories; ``explain`` adds each result's
+        ``score_details``; ``rerank`` answers, in ``rerank``, that no reranker is configured.
+
+        ``filters`` is mem0's filter language (AND/OR/NOT, eq/ne/in/nin/gt/gte/lt/lte/contains/icontains,
+        ``*``) over the ids, memstrata's fields and custom metadata; the daemon ANDs it with what this
+        agent may read, so it narrows and never widens.
+        """
+        _output_format(unsupported)
         if unsupported:
             raise Mem0CompatError(f"search() got unsupported argument(s) {', '.join(sorted(unsupported))}")
-        wanted = self._split_filters(filters, {"user_id": user_id, "agent_id": agent_id, "run_id": run_id})
+        wanted = self._filters(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
+        if threshold is None:
+            threshold = DEFAULT_THRESHOLD
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+            raise Mem0CompatError(f"Invalid threshold: {threshold}. Must be between 0 and 1 (inclusive).")
         count = top_k or limit or 20
-        answer = self.client.search(query, limit=min(100, count * 4 if wanted else count))
+        answer = self.client.search(
+            query,
+            limit=min(100, count),
+            filters=wanted,
+            threshold=float(threshold),
+            explain=bool(explain),
+            show_expired=bool(show_expired),  # until the cleanup job deletes them (mem0 only ever hides them)
+        )
         degraded = bool(answer.get("degraded"))
-        results = []
-        for view in answer.get("results") or []:
-            if wanted and not self._matches(view, wanted):
-                continue
-            score = view.get("score")
-            if threshold is not None and not degraded and score is not None and score < threshold:
-                continue
-            results.append(mem0_result(view, degraded))
-        out = {"results": results[:count]}
+        out: dict = {"results": [mem0_result(view, degraded) for view in answer.get("results") or []][:count]}
+        if rerank:
+            out["rerank"] = "not applied: no reranker is configured (results are in relevance order)"
         if degraded:
             out.update(degraded=True, reason=answer.get("reason"))
         return out
@@ -820,19 +886,13 @@ class Memory:
         top_k: int | None = None,
         **unsupported,
     ) -> dict:
+        _output_format(unsupported)
         if unsupported:
             raise Mem0CompatError(f"get_all() got unsupported argument(s) {', '.join(sorted(unsupported))}")
-        wanted = self._split_filters(filters, {"user_id": user_id, "agent_id": agent_id, "run_id": run_id})
+        wanted = self._filters(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
         count = top_k or limit or 20
-        results: list[dict] = []
-        cursor = None
-        while len(results) < count:
-            page = self.client.get_page(PAGE_MAX if wanted else min(count - len(results), PAGE_MAX), cursor)
-            results += [mem0_result(v) for v in page.get("results") or [] if self._matches(v, wanted)]
-            previous, cursor = cursor, page.get("next_cursor")
-            if not cursor or cursor == previous:
-                break
-        return {"results": results[:count]}
+        answer = self.client.get_all(limit=count, filters=wanted)
+        return {"results": [mem0_result(v) for v in answer.get("results") or []][:count]}
 
     def get(self, memory_id: str) -> dict | None:
         """One memory by id, or None (as mem0) when there is none this agent may read."""
@@ -866,6 +926,47 @@ class Memory:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _output_format(options: dict) -> None:
+    """mem0's older ``output_format``: only "v1.1" (``{"results": [...]}``) is made, so only it is taken."""
+    chosen = options.pop("output_format", None)
+    if chosen not in (None, "v1.1"):
+        raise Mem0CompatError(f"output_format={chosen!r}: memstrata answers in mem0's v1.1 format only")
+
+
+class AsyncMemory:
+    """mem0's ``AsyncMemory``: the same calls as :class:`Memory`, awaited (each runs in a worker thread).
+
+    The daemon does the work; an event loop is kept free while a request is on its way.
+    """
+
+    def __init__(self, config: dict | None = None, *, client: Mem0Client | None = None) -> None:
+        self._memory = Memory(config, client=client)
+
+    @classmethod
+    def from_config(cls, config_dict: dict | None = None) -> AsyncMemory:
+        return cls(config_dict or {})  # as mem0's: constructed without awaiting
+
+    def __getattr__(self, name: str):
+        method = getattr(self._memory, name)
+        if not callable(method) or name.startswith("_"):
+            return method
+
+        async def call(*args, **kwargs):
+            import asyncio
+
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        call.__name__ = name
+        call.__doc__ = method.__doc__
+        return call
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._memory.close()
 
 
 # ------------------------------------------------------------------ readable output
@@ -1010,6 +1111,31 @@ def _positive(value: str) -> int:
     return number
 
 
+def json_object(value: str) -> dict:
+    """A command-line value that must be a JSON object (mem0's filters, a memory's metadata)."""
+    try:
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):
+        raise argparse.ArgumentTypeError(f"not JSON: {value[:80]!r}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError('must be a JSON object, like \'{"user_id": "alice"}\'')
+    return parsed
+
+
+def fraction(value: str) -> float:
+    """A command-line number from 0 to 1 (a relevance threshold)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0 <= number <= 1:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return number
+
+
+FILTERS_HELP = 'mem0\'s filters as JSON, e.g. \'{"user_id": "alice"}\' (they narrow what you may read)'
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     parser = argparse.ArgumentParser(prog="mem0_client.py", description=__doc__.split("\n\n")[0], parents=[common])
@@ -1021,6 +1147,10 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument(
         "--no-fallback", dest="fallback", action="store_false", help="fail instead of answering from the local index"
     )
+    search.add_argument("--filters", type=json_object, metavar="JSON", help=FILTERS_HELP)
+    search.add_argument("--threshold", type=fraction, metavar="T", help="leave out results with relevance below T")
+    search.add_argument("--explain", action="store_true", help="say why each result was returned")
+    search.add_argument("--show-expired", action="store_true", help="also memories past their expiration date")
 
     add = commands.add_parser("add", parents=[common], help="remember TEXT in the shared memory")
     add.add_argument("text")
@@ -1031,12 +1161,17 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--infer", dest="infer", action="store_const", const=True, help="let the LLM extract and merge")
     add.add_argument("--no-infer", dest="infer", action="store_const", const=False)
     add.add_argument("--write-id", metavar="ID", help="idempotency key: a retry with the same id is written once")
+    add.add_argument("--user-id", metavar="U", help="the end user it is about (mem0's user_id: data, not identity)")
+    add.add_argument("--run-id", metavar="R", help="the run or conversation it belongs to")
+    add.add_argument("--actor-id", metavar="A", help="who said it")
+    add.add_argument("--metadata", type=json_object, metavar="JSON", help='your own fields: \'{"category": "x"}\'')
 
     get_all = commands.add_parser(
         "get_all", aliases=["get-all"], parents=[common], help="list every memory you may read"
     )
     get_all.add_argument("--limit", type=_positive, default=100, help="at most this many in total (default 100)")
     get_all.add_argument("--page-size", type=_positive, default=PAGE_MAX, help=argparse.SUPPRESS)
+    get_all.add_argument("--filters", type=json_object, metavar="JSON", help=FILTERS_HELP)
 
     for name, text in (("get", "one memory by id"), ("delete", "delete one of your own memories by id")):
         one = commands.add_parser(name, parents=[common], help=text)
@@ -1056,7 +1191,15 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
         timeout=getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S,
     )
     if args.command == "search":
-        answer = client.search(args.query, limit=args.limit, fallback=args.fallback)
+        answer = client.search(
+            args.query,
+            limit=args.limit,
+            fallback=args.fallback,
+            filters=args.filters,
+            threshold=args.threshold,
+            explain=args.explain,
+            show_expired=args.show_expired,
+        )
         return answer, format_search(answer)
     if args.command == "add":
         answer = client.add(
@@ -1067,10 +1210,14 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
             expires=args.expires,
             infer=args.infer,
             write_id=args.write_id,
+            user_id=args.user_id,
+            run_id=args.run_id,
+            actor_id=args.actor_id,
+            metadata=args.metadata,
         )
         return answer, format_add(answer)
     if args.command in ("get_all", "get-all"):
-        answer = client.get_all(limit=args.limit, page_size=args.page_size)
+        answer = client.get_all(limit=args.limit, page_size=args.page_size, filters=args.filters)
         return answer, format_list(answer, args.limit)
     if args.command == "get":
         answer = client.get(args.memory_id)

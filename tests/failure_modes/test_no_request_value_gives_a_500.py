@@ -85,6 +85,8 @@ def from_schema(schema: dict, name: str = "") -> st.SearchStrategy:
         return st.text(min_size=low, max_size=high)
     if kind == "integer":
         return st.integers(min_value=schema.get("minimum"), max_value=10**6)
+    if kind == "number":
+        return st.floats(min_value=schema.get("minimum"), max_value=schema.get("maximum"), allow_nan=False)
     if kind == "boolean":
         return st.booleans()
     if kind == "null":

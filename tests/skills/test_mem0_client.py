@@ -209,9 +209,10 @@ def test_what_it_sends_is_the_schemas_fields(tmp_path_factory, monkeypatch):
             assert parsed(model, sent) == {**expected, "agent": "main"}, method
 
         memory = mem0_client.Memory(client=client)
-        metadata = {key: SAMPLES[field] for key, field in METADATA_AS.items()}
-        turn = {"role": SAMPLES["role"], "content": SAMPLES["text"]}
-        sent = recorder.one(lambda: memory.add([turn], metadata=metadata, infer=SAMPLES["infer"]))
+        metadata = {key: SAMPLES[field] for key, field in METADATA_AS.items()} | SAMPLES["metadata"]
+        turn = {"role": SAMPLES["role"], "content": SAMPLES["text"], "name": SAMPLES["actor_id"]}
+        ids = {"user_id": SAMPLES["user_id"], "run_id": SAMPLES["run_id"]}
+        sent = recorder.one(lambda: memory.add([turn], metadata=metadata, infer=SAMPLES["infer"], **ids))
         assert (sent.method, sent.path) == ("POST", "/v1/memories")
         assert parsed(AddRequest, sent) == {k: SAMPLES[k] for k in ADD if k != "write_id"}  # mem0's add has none
         sent = recorder.one(
@@ -221,15 +222,18 @@ def test_what_it_sends_is_the_schemas_fields(tmp_path_factory, monkeypatch):
         assert sent.path == f"/v1/memories/{SAMPLES['memory_id']}"
 
         monkeypatch.setenv(mem0_client.TOKEN_ENV, "a token")
+        filters_json = json.dumps(SAMPLES["filters"])
         flags = {"type": "--type", "visibility": "--visibility", "project": "--project", "expires": "--expires"}
         argv = [a for name, flag in flags.items() for a in (flag, str(SAMPLES[name]))]
         argv += ["--no-infer" if SAMPLES["infer"] is False else "--infer", "--write-id", str(SAMPLES["write_id"])]
+        argv += ["--user-id", SAMPLES["user_id"], "--run-id", SAMPLES["run_id"], "--actor-id", SAMPLES["actor_id"]]
+        argv += ["--metadata", json.dumps(SAMPLES["metadata"])]
         common = ["--socket", str(sock), "--agent", "main"]
         sent = recorder.one(lambda: mem0_client.main([*common, "add", SAMPLES["text"], *argv]))
         assert parsed(AddRequest, sent) == {k: SAMPLES[k] for k in ADD if k != "role"}
-        sent = recorder.one(
-            lambda: mem0_client.main([*common, "search", SAMPLES["q"], "--limit", "7", "--no-fallback"])
-        )
+        search = ["search", SAMPLES["q"], "--limit", "7", "--no-fallback", "--filters", filters_json]
+        search += ["--threshold", "0.3", "--explain", "--show-expired"]
+        sent = recorder.one(lambda: mem0_client.main([*common, *search]))
         assert parsed(MemorySearchRequest, sent) == {k: SAMPLES[k] for k in L4_SEARCH}
 
 

@@ -117,8 +117,8 @@ def test_seed_agent_flow_visibility_project_and_identity(cluster):  # noqa: F811
     assert b.get(shared["id"]) is None
     for call in (
         lambda: c.add("冒充", agent_id="a"),
-        lambda: c.search("x", filters={"user_id": "a"}),
-        lambda: c.get_all(user_id="a"),
+        lambda: c.search("x", filters={"agent_id": "a"}),
+        lambda: c.get_all(agent_id="a"),
         lambda: c.delete_all(agent_id="a"),
     ):
         with pytest.raises(ValueError, match="names another agent"):
@@ -130,9 +130,59 @@ def test_seed_agent_flow_visibility_project_and_identity(cluster):  # noqa: F811
             raise ValueError(str(exc)) from None
     with pytest.raises(ValueError, match="reset"):
         c.reset()
-    with pytest.raises(ValueError, match="not kept"):
-        a.add("x", metadata={"category": "movies"})
-    with pytest.raises(ValueError, match="run_id"):
-        a.add("x", run_id="r1")
+    with pytest.raises(mem0_client.RequestError, match="reserved"):
+        a.add("x", metadata={"write_id": "mine"})
     assert c.delete_all()["deleted"] == 0 and a.get(shared["id"])["memory"].startswith("Qdrant")
     assert len(a.get_all(filters={"visibility": "private"})["results"]) == 1
+
+
+def test_end_users_are_data_filtered_inside_each_agents_visibility(cluster):  # noqa: F811
+    """mem0's user_id / run_id / actor_id are whom a memory is about: kept, filtered, returned; never identity."""
+    mem0_client = load_module()
+    socket = str(cluster.daemon.socket)
+
+    def memory(agent: str):
+        return mem0_client.Memory.from_config(
+            {"memstrata": {"workspace": str(workspace(cluster.root, agent)), "socket": socket}}
+        )
+
+    a, b, c = memory("a"), memory("b"), memory("c")
+    a.add("Alice prefers window seats", user_id="alice", metadata={"category": "travel", "priority": 2})
+    a.add([{"role": "user", "content": "Alice is allergic to peanuts", "name": "Alice"}], user_id="alice", run_id="s1")
+    a.add("Bob prefers aisle seats", user_id="bob", metadata={"category": "travel", "priority": 5})
+    b.add("Alice told b her passport number ends in 42", user_id="alice")  # b's private memory about alice
+    c.add("Alice owns the infra budget", user_id="alice", metadata={"visibility": "project", "project_id": "infra"})
+
+    found = a.search("What does Alice like?", filters={"user_id": "alice"})["results"]
+    assert {r["memory"] for r in found} == {
+        "Alice prefers window seats",
+        "Alice is allergic to peanuts",
+        "Alice owns the infra budget",  # c's project memory: a is in infra
+    }
+    peanuts = next(r for r in found if "peanuts" in r["memory"])
+    assert (peanuts["user_id"], peanuts["run_id"], peanuts["actor_id"], peanuts["role"]) == (
+        "alice",
+        "s1",
+        "Alice",
+        "user",
+    )
+    seats = next(r for r in found if "window" in r["memory"])
+    assert seats["metadata"]["category"] == "travel" and seats["metadata"]["priority"] == 2
+    assert seats["agent_id"] == "a" and seats["metadata"]["visibility"] == "private"
+    # b's private memory about the same user never reaches a, whatever the filter says
+    for flt in ({"user_id": "alice"}, {"OR": [{"user_id": "alice"}, {"user_id": "*"}]}, {"AND": [{"agent_id": "b"}]}):
+        texts = [r["memory"] for r in a.search("Alice passport number", filters=flt)["results"]]
+        texts += [r["memory"] for r in a.get_all(filters=flt)["results"]]
+        assert not any("passport" in t for t in texts), flt
+    assert [r["memory"] for r in b.get_all(filters={"user_id": "alice"})["results"]] == [
+        "Alice told b her passport number ends in 42"
+    ]  # b is in no shared project: only its own
+    travel = a.get_all(filters={"AND": [{"category": "travel"}, {"priority": {"gte": 3}}]})["results"]
+    assert [r["memory"] for r in travel] == ["Bob prefers aisle seats"]
+    assert a.get_all(user_id="alice", run_id="s1")["results"][0]["memory"] == "Alice is allergic to peanuts"
+    assert a.delete_all(user_id="bob")["deleted"] == 1
+    assert [r["memory"] for r in a.get_all(filters={"category": {"icontains": "TRAV"}})["results"]] == [
+        "Alice prefers window seats"
+    ]
+    with pytest.raises(mem0_client.RequestError, match="unknown operator"):
+        a.search("x", filters={"user_id": {"$eq": "alice"}})

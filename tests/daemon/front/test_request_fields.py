@@ -11,6 +11,7 @@ The skill's stdlib copy is checked the same way in tests/skills/test_mem0_client
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -46,6 +47,7 @@ QUERY = {"query": "q"}  # a caller's "query" is the API's q
 AS_JSON = {"json": "how the answer is shown"}
 IN_THE_PATH = {"memory_id": "names the memory in the route's path (PUT /v1/memories/{memory_id})"}
 ROLE = {"role": "the speaker of a mem0 conversation's turn: only the skill's mem0 Memory.add sends it"}
+SHOW_EXPIRED = {"show_expired": "mem0 2.2's search option, sent by the skill's Memory.search (cleanup deletes them)"}
 FIXED_AGENT = {"agent": "fixed when the MCP server starts: no tool takes an agent id"}
 L3_ONLY = {
     name: "an L3 filter or option of the same command"
@@ -86,7 +88,12 @@ def test_the_cli_commands_take_the_schemas_fields():
         L3_SEARCH,
         renamed=QUERY,
         left_out={"layer": "--layer (below)"},
-        own={"layer": "local (no filter), core or daily, or conversation and all: the L4 search", **AS_JSON},
+        own={
+            "layer": "local (no filter), core or daily, or conversation and all: the L4 search",
+            "filters": "the L4 search's mem0 filters (--layer conversation/all)",
+            "threshold": "the L4 search's relevance threshold (--layer conversation/all)",
+            **AS_JSON,
+        },
     )
     assert local == []
     assert click_fields(commands["search"])["layer"].choices == ("local", "conversation", "all", "core", "daily")
@@ -94,8 +101,8 @@ def test_the_cli_commands_take_the_schemas_fields():
         click_fields(commands["search"]),
         L4_SEARCH,
         renamed=QUERY,
-        left_out={"fallback": "--layer all falls back to L3, --layer conversation does not"},
-        own=L3_ONLY,
+        left_out={"fallback": "--layer all falls back to L3, --layer conversation does not", **SHOW_EXPIRED},
+        own={k: why for k, why in L3_ONLY.items() if k != "explain"},  # --explain serves both layers
     )
     assert shared == ["limit: high 200, the schema's is 100"], "one --limit for every layer: L4 answers its first 100"
 
@@ -131,7 +138,8 @@ def test_the_mcp_tools_take_the_schemas_fields(root):
     }
     assert differences(mcp_fields(tools["memory_add"]), ADD, left_out=not_offered) == []
     assert differences(mcp_fields(tools["memory_update"]), UPDATE, left_out=FIXED_AGENT, own=IN_THE_PATH) == []
-    assert differences(mcp_fields(tools["memory_search"]), L4_SEARCH, renamed=QUERY, left_out=FIXED_AGENT) == []
+    left_out = {**FIXED_AGENT, **SHOW_EXPIRED}
+    assert differences(mcp_fields(tools["memory_search"]), L4_SEARCH, renamed=QUERY, left_out=left_out) == []
 
 
 def test_a_difference_is_found():
@@ -183,7 +191,7 @@ def _argv(command: str, renamed: dict[str, str], skip: set[str]) -> tuple[list[s
         elif param.is_flag:
             options += [param.opts[0]] if value else []
         else:
-            options += [max(param.opts, key=len), str(value)]
+            options += [max(param.opts, key=len), json.dumps(value) if isinstance(value, dict) else str(value)]
     return [*arguments, *options], fields
 
 
@@ -197,7 +205,7 @@ def test_what_the_cli_sends_is_the_schemas_fields(root):
     sent = recorder.one(lambda: _cli(config, "update", SAMPLES["memory_id"], *argv, "--json"))
     assert (sent.method, sent.path) == ("PUT", f"/v1/memories/{SAMPLES['memory_id']}")
     assert parsed(UpdateRequest, sent) == fields == {k: SAMPLES[k] for k in UPDATE}
-    argv, fields = _argv("search", QUERY, {"json"})
+    argv, fields = _argv("search", QUERY, {"json", "filters", "threshold"})
     sent = recorder.one(lambda: _cli(config, "search", *argv, "--json"))
     assert (sent.method, sent.path) == ("POST", "/v1/search")
     assert parsed(SearchRequest, sent) == fields and set(fields) == set(L3_SEARCH)
@@ -207,6 +215,9 @@ def test_what_the_cli_sends_is_the_schemas_fields(root):
         sent = recorder.one(lambda argv=argv: _cli(config, "search", *argv))
         assert (sent.method, sent.path) == ("POST", "/v1/memories/search")
         assert parsed(MemorySearchRequest, sent) == {"agent": "main", "q": query, "limit": 7, "fallback": fallback}
+    argv = [query, "--agent", "main", "--layer", "conversation", "--filters", json.dumps(SAMPLES["filters"])]
+    sent = recorder.one(lambda: _cli(config, "search", *argv))
+    assert parsed(MemorySearchRequest, sent)["filters"] == SAMPLES["filters"]
 
 
 def _keywords(method, renamed: dict[str, str] | None = None) -> dict[str, object]:

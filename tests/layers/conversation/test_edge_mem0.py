@@ -22,6 +22,9 @@ def test_mem0_runs_on_the_edge_shard_and_its_entity_store_too(store, tmp_path):
         "project_id": "keyword",
         "memory_type": "keyword",
         "write_id": "keyword",
+        "user_id": "keyword",
+        "run_id": "keyword",
+        "actor_id": "keyword",
         "expires_at": "float",
     }
     [added] = store.add(memory("a", "旧的说法：端口是 6333"))

@@ -1,0 +1,289 @@
+"""mem0's platform REST API, the part ``mem0.MemoryClient`` (mem0ai 2.2) calls, over the broker.
+
+So code written for mem0's hosted platform runs against memstrata with only ``host=`` changed:
+``MemoryClient(api_key=<the agent's workspace token>, host="http://127.0.0.1:8765")``.  Served on a
+loopback TCP port when ``conversation.mem0_api.enabled`` is set (off by default); every request
+passes the same gate as the Unix-socket API (daemon/api/gate.py: token, body limit, fair lanes).
+
+The paths are the ones the installed client calls (see docs/mem0.md): ``GET /v1/ping/``,
+``POST /v3/memories/add/``, ``POST /v3/memories/search/``, ``POST /v3/memories/`` (get_all, paged),
+``GET|PUT|DELETE /v1/memories/{id}/``, ``DELETE /v1/memories/`` (delete_all) and
+``GET /v1/memories/{id}/history/``.  Where memstrata differs from the platform:
+
+- the API key is an agent's token: that agent is the caller, and an ``agent_id`` naming another
+  agent is refused; ``user_id``/``run_id``/``actor_id`` are data (daemon/conversation/writes.py);
+- placement is memstrata's: ``metadata.visibility``/``project_id``/``memory_type``/``expiration_date``
+  place the memory (private when unsure), every other metadata key is kept as the caller's own;
+- ``infer`` follows the daemon (on when it has an LLM); without one each message is stored as it is;
+- ``delete_all`` wants at least one id (``agent_id`` alone: all of the caller's own memories);
+- the search threshold defaults to mem0's 0.1 on the calibrated relevance scale; a search is never
+  answered from the local index here (the client has no way to show ``degraded``): 503 instead.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import Field
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from daemon.api.answers import ApiError, JSONResponse
+from daemon.api.gate import Caller, Gate
+from daemon.api.requests import Fraction, JsonObject
+from daemon.api.requests import Request as Schema
+from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_MEMORY_BODY_BYTES, MAX_SEARCH_BODY_BYTES
+
+DEFAULT_THRESHOLD = 0.1  # mem0's
+PLACEMENT = {"visibility": "visibility", "project_id": "project", "memory_type": "memory_type"}
+PROCEDURAL = "procedural_memory"  # mem0's one memory_type; memstrata's is "procedure"
+MEM0_KEYS = ("id", "memory", "hash", "user_id", "agent_id", "run_id", "actor_id", "role")
+MEM0_KEYS_LATE = ("created_at", "updated_at", "expiration_date")
+MEMSTRATA_METADATA = ("visibility", "project_id", "memory_type", "write_id", "phase")
+COUNT_CAP = 10_000  # get_all counts at most this many
+
+
+class AddBody(Schema):
+    messages: list[dict[str, Any]] | str | dict[str, Any]
+    user_id: str | int | None = None
+    agent_id: str | None = None
+    run_id: str | int | None = None
+    metadata: JsonObject | None = None
+    infer: bool | None = None
+    expiration_date: str | None = None
+
+
+class SearchBody(Schema):
+    query: str
+    filters: JsonObject | None = None
+    top_k: Annotated[int, Field(ge=1)] = L4_RESULTS.default
+    threshold: Fraction | None = DEFAULT_THRESHOLD
+    rerank: bool = False
+    explain: bool = False
+    show_expired: bool = False
+
+
+class ListBody(Schema):
+    filters: JsonObject | None = None
+
+
+class UpdateBody(Schema):
+    text: str | None = None
+    metadata: JsonObject | None = None
+    expiration_date: str | None = None
+
+
+def mem0_view(memory: dict) -> dict:
+    """A memstrata memory in the platform's result shape (memstrata's placement under ``metadata``)."""
+    out: dict[str, Any] = {key: memory.get(key) for key in MEM0_KEYS}
+    metadata = dict(memory.get("metadata") or {})
+    metadata.update({key: memory[key] for key in MEMSTRATA_METADATA if memory.get(key) is not None})
+    out["metadata"] = metadata
+    out["categories"] = []
+    out.update({key: memory.get(key) for key in MEM0_KEYS_LATE})
+    if memory.get("score") is not None:
+        out["score"] = memory["score"]
+    if memory.get("score_details") is not None:
+        out["score_details"] = memory["score_details"]
+    return out
+
+
+def _agent(caller: Caller, agent_id: object = None) -> str:
+    """The calling agent (the API key is its token); ``agent_id`` may only name it."""
+    if caller.admin or caller.id is None:
+        raise ApiError(403, "mem0's API acts as one agent: use that agent's workspace token as the API key")
+    if agent_id not in (None, "*") and str(agent_id).strip() != caller.id:
+        raise ApiError(
+            403,
+            f"agent_id={agent_id!r} names another agent: this API key is agent {caller.id!r}'s token "
+            "(memstrata takes the agent from the key; user_id, run_id and actor_id are data and may name anyone)",
+        )
+    return caller.id
+
+
+def _filters(caller: Caller, filters: dict | None) -> dict | None:
+    wanted = dict(filters or {})
+    _agent(caller, wanted.pop("agent_id", None))
+    return wanted or None
+
+
+def _messages(messages: Any) -> list[dict]:
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    if isinstance(messages, dict):
+        messages = [messages]
+    for i, m in enumerate(messages):
+        if not isinstance(m.get("content"), str) or m.get("role") not in ("user", "assistant", "system"):
+            raise ApiError(400, f"messages[{i}] needs a role (user, assistant or system) and a text content")
+    return [m for m in messages if m["role"] != "system"]
+
+
+def build_mem0_app(daemon: Any) -> Starlette:
+    """The routes; ``daemon`` as daemon/api/app.py's ``DaemonApi`` (broker, identify, guard, courtesy)."""
+    gate = Gate(daemon.identify, lambda: daemon.guard.redact, daemon.courtesy)
+
+    def broker():
+        if daemon.broker is None:
+            raise ApiError(503, "conversation memory is disabled (conversation.enabled: false)")
+        return daemon.broker
+
+    def ping(request: Request, caller: Caller, _args: None) -> dict:
+        _agent(caller)
+        # the client insists on an organisation and a project: memstrata's are the daemon and the agent
+        return {"status": "ok", "org_id": "memstrata", "project_id": caller.id, "user_email": None}
+
+    def add(request: Request, caller: Caller, args: AddBody) -> dict:
+        agent = _agent(caller, args.agent_id)
+        metadata = dict(args.metadata or {})
+        placement = {name: metadata.pop(key, None) for key, name in PLACEMENT.items()}
+        if placement["memory_type"] == PROCEDURAL:
+            placement["memory_type"] = "procedure"
+        expires = args.expiration_date or metadata.pop("expiration_date", None)
+        data = {
+            "user_id": None if args.user_id is None else str(args.user_id),
+            "run_id": None if args.run_id is None else str(args.run_id),
+            "metadata": metadata or None,
+            "expires": expires,
+            **placement,
+        }
+        turns = _messages(args.messages)
+        l4 = broker()
+        infer = args.infer if args.infer is not None else l4.writes.llm_configured
+        answers: list[tuple[dict | None, dict]]
+        if infer:
+            text = "\n".join(f"{m['role']}: {m['content']}" for m in turns)
+            answers = [(None, l4.add(agent, text, infer=True, **data))]
+        else:
+            answers = [
+                (m, l4.add(agent, m["content"], infer=False, role=m["role"], actor_id=m.get("name"), **data))
+                for m in turns
+            ]
+        results = []
+        for message, answer in answers:
+            common = {"user_id": data["user_id"], "run_id": data["run_id"]}
+            if message is not None:
+                common.update(role=message["role"], actor_id=message.get("name"))
+            if answer.get("queued"):
+                results.append({"id": None, "memory": message and message["content"], "event": "QUEUED", **common})
+                continue
+            for r in answer.get("results") or []:
+                results.append({"id": r.get("id"), "memory": r.get("memory"), "event": r.get("event"), **common})
+        return {"results": results}
+
+    def search(request: Request, caller: Caller, args: SearchBody) -> dict:
+        wanted = _filters(caller, args.filters)
+        answer = broker().search(
+            _agent(caller),
+            args.query,
+            limit=min(args.top_k, L4_RESULTS.high),
+            fallback=False,
+            filters=wanted,
+            threshold=args.threshold,
+            explain=args.explain,
+            show_expired=args.show_expired,
+        )
+        out: dict[str, Any] = {"results": [mem0_view(m) for m in answer["results"]]}
+        if args.rerank:
+            out["rerank"] = "not applied: no reranker is configured (results are in relevance order)"
+        return out
+
+    def get_all(request: Request, caller: Caller, args: ListBody) -> dict:
+        wanted = _filters(caller, args.filters)
+        page = _number(request.query_params.get("page"), 1, "page")
+        size = min(_number(request.query_params.get("page_size"), L4_PAGE.default, "page_size"), L4_PAGE.high)
+        found: list[dict] = []
+        cursor = None
+        while len(found) < COUNT_CAP:
+            answer = broker().get_all(_agent(caller), limit=L4_PAGE.high, cursor=cursor, filters=wanted)
+            found += answer["results"]
+            cursor = answer.get("next_cursor")
+            if not cursor:
+                break
+        start = (page - 1) * size
+        more = start + size < len(found)
+        base = str(request.url.replace(query=""))
+        return {
+            "count": len(found),
+            "next": f"{base}?page={page + 1}&page_size={size}" if more else None,
+            "previous": f"{base}?page={page - 1}&page_size={size}" if page > 1 else None,
+            "results": [mem0_view(m) for m in found[start : start + size]],
+        }
+
+    def get(request: Request, caller: Caller, _args: None) -> dict:
+        return mem0_view(broker().get(_agent(caller), request.path_params["memory_id"]))
+
+    def update(request: Request, caller: Caller, args: UpdateBody) -> dict:
+        agent = _agent(caller)
+        if args.metadata:
+            raise ApiError(400, "metadata cannot be updated here: memstrata updates a memory's text and expiry")
+        memory_id = request.path_params["memory_id"]
+        l4 = broker()
+        text = args.text if args.text is not None else l4.get(agent, memory_id)["memory"]
+        return mem0_view(l4.update(agent, memory_id, text, expires=args.expiration_date))
+
+    def delete(request: Request, caller: Caller, _args: None) -> dict:
+        broker().delete(_agent(caller), request.path_params["memory_id"])
+        return {"message": "Memory deleted successfully!"}
+
+    def delete_all(request: Request, caller: Caller, _args: None) -> dict:
+        params = request.query_params
+        agent = _agent(caller, params.get("agent_id"))
+        ids = {k: params[k] for k in ("user_id", "run_id", "actor_id") if params.get(k)}
+        if not ids and not params.get("agent_id"):
+            raise ApiError(400, "delete_all needs user_id, run_id, actor_id or agent_id (agent_id: all of your own)")
+        answer = broker().delete_all(agent, filters=ids or None)
+        return {"message": "Memories deleted successfully!", "deleted": answer["deleted"]}
+
+    def history(request: Request, caller: Caller, _args: None) -> list:
+        return broker().history(_agent(caller), request.path_params["memory_id"])["results"]
+
+    memory = "/v1/memories/{memory_id}/"
+    routes = [
+        ("/v1/ping/", "GET", gate.route(ping, lane="status")),
+        ("/v3/memories/add/", "POST", gate.route(add, schema=AddBody, body_limit=MAX_MEMORY_BODY_BYTES)),
+        ("/v3/memories/search/", "POST", gate.route(search, schema=SearchBody, body_limit=MAX_SEARCH_BODY_BYTES)),
+        ("/v3/memories/", "POST", gate.route(get_all, schema=ListBody, body_limit=MAX_SEARCH_BODY_BYTES)),
+        (memory, "GET", gate.route(get)),
+        (memory, "PUT", gate.route(update, schema=UpdateBody, body_limit=MAX_MEMORY_BODY_BYTES)),
+        (memory, "DELETE", gate.route(delete)),
+        ("/v1/memories/", "DELETE", gate.route(delete_all)),
+        ("/v1/memories/{memory_id}/history/", "GET", gate.route(history)),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> JSONResponse:
+        message = f"no such endpoint: {request.method} {request.url.path} (memstrata serves mem0's memory API only)"
+        return JSONResponse({"error": message[:1000], "detail": message[:1000]}, 404)
+
+    return Starlette(
+        routes=[Route(path, _with_detail(endpoint), methods=[method]) for path, method, endpoint in routes],
+        exception_handlers={404: not_found, 405: not_found},
+    )
+
+
+def _number(value: str | None, default: int, name: str) -> int:
+    if value in (None, ""):
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ApiError(400, f"{name} must be a whole number of at least 1")
+    return int(value)
+
+
+def _with_detail(endpoint):
+    """An error answer also carries ``detail``: what mem0's client shows of a refusal."""
+
+    async def wrapped(request: Request) -> Response:
+        response = await endpoint(request)
+        if response.status_code >= 400:
+            try:
+                body = json.loads(bytes(response.body))
+            except ValueError:
+                return response
+            if isinstance(body, dict) and "error" in body:
+                headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length",)}
+                return JSONResponse({**body, "detail": body["error"]}, response.status_code, headers=headers)
+        return response
+
+    return wrapped

@@ -1,0 +1,150 @@
+"""What a memory carries besides its text: mem0's ids as data, and the caller's own metadata.
+
+In mem0 ``user_id``, ``run_id`` and ``actor_id`` say whom or which run a memory is about (the end
+user an agent serves, a conversation, the speaker of a message); they are stored with the memory,
+filtered on and returned.  memstrata keeps them the same way, as data: who *asks* is decided by the
+token, never by these values, and what a caller may read stays decided by visibility
+(layers/conversation/policy.py).
+
+Custom metadata is kept as mem0 keeps it: free keys with JSON values, stored next to the memory's
+own fields (so mem0's flat filters reach them: ``{"category": "movies"}``).  The keys memstrata or
+mem0 use for a memory's own fields are reserved (:data:`RESERVED`): a caller's metadata cannot
+re-place, re-own or re-date a memory through them.  A size cap keeps one memory's metadata small
+(:data:`MAX_METADATA_BYTES` of compact JSON); :func:`strings` yields every string in it for the
+caller's secret guard.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+ENTITY_IDS = ("user_id", "run_id", "actor_id")
+# Payload fields of a stored memory: mem0's (data, hash, dates, ids, role, lemmatized text) and memstrata's.
+RESERVED = frozenset(
+    {
+        "data",
+        "memory",
+        "hash",
+        "created_at",
+        "updated_at",
+        "id",
+        "score",
+        "text_lemmatized",
+        "attributed_to",
+        "agent_id",
+        *ENTITY_IDS,
+        "role",
+        "visibility",
+        "project_id",
+        "memory_type",
+        "expiration_date",
+        "expires_at",
+        "write_id",
+        "phase",
+        "source",
+        "degraded",
+        "metadata",
+        "invalid_at",
+        "superseded_by",
+        "valid_from",
+        "archived",
+    }
+)
+MAX_METADATA_BYTES = 4096
+MAX_METADATA_KEYS = 32
+MAX_DEPTH = 4
+KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+ENTITY_RE = re.compile(r"^[^\s\x00-\x1f\x7f]{1,128}$")
+
+
+class MetadataError(ValueError):
+    """Metadata or an id memstrata will not store as given; the message names the key."""
+
+
+def check_entity_id(value: object, name: str) -> str | None:
+    """An id as mem0 takes it (a number becomes text, spaces around are trimmed) and as memstrata stores it.
+
+    mem0 refuses empty ids and ids with whitespace inside; memstrata also caps them at 128 characters.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise MetadataError(f"{name} must be a string (or a whole number), not {type(value).__name__}")
+    text = str(value).strip()
+    if not ENTITY_RE.match(text):
+        raise MetadataError(f"{name} must be 1-128 characters with no whitespace or control characters")
+    return text
+
+
+def check_metadata(metadata: object) -> dict[str, Any]:
+    """The caller's metadata, checked: an object of free keys with JSON values, none reserved, small."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise MetadataError(f"metadata must be an object, not {type(metadata).__name__}")
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise MetadataError(f"metadata holds at most {MAX_METADATA_KEYS} keys, not {len(metadata)}")
+    out: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not KEY_RE.match(key):
+            shown = key[:64] if isinstance(key, str) else type(key).__name__
+            raise MetadataError(
+                f"metadata key {shown!r}: letters, digits, '_' and '-', at most 64, not starting with a digit"
+            )
+        if key in RESERVED:
+            raise MetadataError(
+                f"metadata key {key!r} is reserved: it is one of the memory's own fields (pass user_id, run_id, "
+                "actor_id, visibility, project_id, memory_type and expiration_date as their own arguments)"
+            )
+        _check_value(value, f"metadata.{key}", 1)
+        out[key] = value
+    size = len(json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > MAX_METADATA_BYTES:
+        raise MetadataError(f"metadata is {size:,} bytes as JSON; a memory keeps at most {MAX_METADATA_BYTES:,}")
+    return out
+
+
+def _check_value(value: Any, where: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise MetadataError(f"{where}: metadata values nest at most {MAX_DEPTH} levels")
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise MetadataError(f"{where}: not a finite number (JSON has no NaN or infinity)")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_value(item, f"{where}[{i}]", depth + 1)
+        return
+    if isinstance(value, Mapping):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise MetadataError(f"{where}: keys must be strings")
+            _check_value(item, f"{where}.{k}", depth + 1)
+        return
+    raise MetadataError(f"{where}: {type(value).__name__} is not a JSON value")
+
+
+def strings(metadata: Mapping[str, Any]) -> Iterator[str]:
+    """Every key and string value in ``metadata``, nested ones too (what the secret guard must see)."""
+    for key, value in metadata.items():
+        yield str(key)
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, Mapping):
+            yield from strings(value)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, str):
+                    yield item
+                elif isinstance(item, Mapping | list):
+                    yield from strings({"": item} if isinstance(item, list) else item)
+
+
+def custom_of(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The caller's metadata of a stored payload: every key that is not one of the memory's own fields."""
+    return {k: v for k, v in payload.items() if k not in RESERVED}
