@@ -356,4 +356,6 @@ class Writes:
                 deleted.append(memory["id"])
             if len(mine) < len(page):  # a filter the store did not apply: never loop on what is left
                 break
-        return {"deleted": len(deleted), "ids": deleted, "dry_run": dry_run}
+        if dry_run:  # a preview deletes nothing, and says so: "deleted" is what went, never what would
+            return {"deleted": 0, "would_delete": len(deleted), "ids": deleted, "dry_run": True}
+        return {"deleted": len(deleted), "ids": deleted, "dry_run": False}

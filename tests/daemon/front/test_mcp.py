@@ -208,7 +208,7 @@ def test_unknown_agent_is_said_where_the_mcp_client_shows_it(tmp_path):
 
     with_mcp(params, scenario)
     proc = run_cli("mcp", "--agent", "nobody", config=cluster.config, check=False, input="")  # EOF: ends at once
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a usage error, as every command's (daemon/front/failures.py)
     assert "unknown agent 'nobody'" in proc.stderr and "Traceback" not in proc.stderr
 
 
