@@ -258,7 +258,8 @@ class MemoryDaemon:
         if self.config.conversation.enabled:
             parts.broker = self._make_broker()
             parts.broker.start()
-        parts.api = ApiServer(paths.socket, self)
+        metrics = self.config.metrics
+        parts.api = ApiServer(paths.socket, self, (metrics.host, metrics.port) if metrics.port else None)
         parts.api.start()
         parts.watcher = self._make_watcher()
         parts.watcher.start()

@@ -86,6 +86,10 @@ class Reloader:
         if new.paths != old.paths:
             restart.append("paths")
             new = replace(new, paths=old.paths)
+        if new.metrics != old.metrics:
+            restart.append("metrics")  # the port is bound once, at start
+        if new.log.format != old.log.format:
+            restart.append("log.format")
         try:
             applied = self._conversation(new, restart)
         except (OSError, ValueError) as exc:  # the new store settings cannot be read (an API key file)

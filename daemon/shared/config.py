@@ -316,6 +316,17 @@ class ConversationConfig(StrictModel):
 
 class LogConfig(StrictModel):
     level: Annotated[Literal["debug", "info", "warning", "error"], YAML_CHOICE] = "info"
+    # text: one line per record; json: one JSON object per line (under systemd, journald's native
+    # fields either way: daemon/shared/logs.py)
+    format: Annotated[Literal["text", "json"], YAML_CHOICE] = "text"
+
+
+class MetricsConfig(StrictModel):
+    """``/metrics``, ``/healthz`` and ``/readyz`` are always on the Unix socket; ``port`` serves them
+    (and only them) on a loopback address too, for a Prometheus that cannot read a socket."""
+
+    port: int | None = pydantic.Field(None, ge=1, le=65535)
+    host: Annotated[Literal["127.0.0.1", "::1"], YAML_CHOICE] = "127.0.0.1"
 
 
 class ConfigFile(StrictModel):
@@ -329,6 +340,7 @@ class ConfigFile(StrictModel):
     vectors: VectorsConfig = VectorsConfig()
     conversation: ConversationConfig = ConversationConfig()
     log: LogConfig = LogConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
 
 @dataclass(frozen=True)
@@ -380,6 +392,10 @@ class Config:
     @property
     def log(self) -> LogConfig:
         return self.file.log
+
+    @property
+    def metrics(self) -> MetricsConfig:
+        return self.file.metrics
 
 
 _SECRET_KEY_RE = re.compile(r"(?i)(api_?key|secret|password|passwd|token)$")

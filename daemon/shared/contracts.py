@@ -188,6 +188,8 @@ class AgentReport(TypedDict, total=False):
     refused: list[PathReason]
     committing: CommitProgress | None
     history_lost: list[LostHistory]  # newest first
+    commits_total: int  # since the daemon started
+    commit_failures_total: int  # failed commit attempts since the daemon started
     index: IndexReport
 
 
