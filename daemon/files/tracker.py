@@ -390,7 +390,7 @@ class AgentTracker:
     def refuse(self, rel: str, why: str) -> None:
         """Record a symlink where the daemon expected its own file: logged and audited once, shown in status."""
         if self.refused.get(rel) != why:
-            log.warning("%s: refused %s: %s", self.id, rel, why)
+            log.warning("%s: refused %s: %s", self.id, rel, why, extra={"event": "refused"})
             if self.audit is not None:
                 self.audit("symlink_refused", agent=self.id, path=rel, reason=why)
         self.refused[rel] = why
@@ -455,7 +455,13 @@ class AgentTracker:
     def _hold_back(self, held: dict[str, list[Finding]]) -> None:
         for rel, findings in held.items():
             if self.held_back.get(rel) != findings:
-                log.warning("%s: holding back %s from git: %s", self.id, rel, "; ".join(str(f) for f in findings))
+                log.warning(
+                    "%s: holding back %s from git: %s",
+                    self.id,
+                    rel,
+                    "; ".join(str(f) for f in findings),
+                    extra={"event": "held_back"},
+                )
         self.held_back = held
 
     def begin_commit(self, now: float | None = None) -> CommitJob:
@@ -589,7 +595,9 @@ class AgentTracker:
         delay = min(60.0, max(1.0, self.settings.quiet_period_s) * 2 ** (self.failures - 1))
         self.retry_at = now + delay
         if error != self.last_error:
-            log.error("%s: commit failed (will retry in %.0f s): %s", self.id, delay, error)
+            log.error(
+                "%s: commit failed (will retry in %.0f s): %s", self.id, delay, error, extra={"event": "commit_failed"}
+            )
         self.last_error = error
         return None
 

@@ -311,7 +311,7 @@ def run(ctx: click.Context) -> None:
     from daemon.shared.logs import setup_logging
 
     config = config_of(ctx)
-    setup_logging(config.log.level, guard_from(config))
+    setup_logging(config.log.level, guard_from(config), config.log.format)
     faulthandler.enable()  # a crash in native code (llama.cpp, SQLite) still leaves a traceback in the journal
     try:
         code = MemoryDaemon(config).run()

@@ -73,10 +73,9 @@ def classify(exc: BaseException) -> Failure | None:
         return failure
     if isinstance(exc, click.Abort):
         return Failure("aborted", "aborted")
-    if isinstance(exc, click.ClickException):
-        failure = Failure(exc.format_message())
-        failure.exit_code = exc.exit_code
-        return failure
+    if isinstance(exc, click.ClickException):  # raised by a command: its status says which kind
+        kind = {EXIT_USAGE: UsageFailure, EXIT_UNREACHABLE: UnreachableFailure}.get(exc.exit_code, Failure)
+        return kind(exc.format_message())
     if isinstance(exc, UnknownAgentError):
         return UsageFailure(str(exc), "unknown_agent")
     if isinstance(exc, InvalidIdError):
