@@ -27,7 +27,7 @@ from daemon.shared.errors import DaemonError
 from daemon.shared.locations import ENV_VAR, SYSTEM_CONFIG
 from daemon.shared.settings import guard_from
 from daemon.shared.tokens import WORKSPACE_TOKEN, TokenStore
-from daemon.shared.workspaces import core_of, create_workspace, discover, get_agent, workspace_repo
+from daemon.shared.workspaces import core_of, create_workspace, discover, get_agent, make_agent, workspace_repo
 from layers import daily
 from layers.fsutil import atomic_write, private_dirs
 from layers.ids import MAIN_AGENT, check_id
@@ -132,8 +132,15 @@ def init(ctx: click.Context, root: Path, as_json: bool) -> None:
         report.say(f"created  {config_path}")
     config = load_config(config_path)
     ctx.obj["config"] = config
-    agent, created = create_workspace(config, MAIN_AGENT)
-    report.say(f"{'created' if created else 'kept   '}  {agent.workspace} (main workspace, git)")
+    existing = config.paths.workspace
+    if existing.is_dir() and not existing.is_symlink() and any(existing.iterdir()):
+        # A workspace someone already has (OpenClaw's own, with its own repository): kept as it is,
+        # no template file added and no commit made in it; the daemon versions what it finds there.
+        agent = make_agent(config, MAIN_AGENT)
+        report.say(f"kept     {agent.workspace} (an existing workspace: no file added, no commit)")
+    else:
+        agent, _ = create_workspace(config, MAIN_AGENT)
+        report.say(f"created  {agent.workspace} (main workspace, git)")
     for directory in (config.paths.agents_dir, config.paths.socket.parent):
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
     private_dirs(config.paths.state_dir)

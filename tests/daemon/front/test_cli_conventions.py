@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.helpers import MEMSTRATA, init_root, run_cli
+from tests.helpers import MEMSTRATA, git, init_root, run_cli
 
 
 def _error(proc) -> dict:
@@ -143,3 +143,22 @@ def test_colour_only_on_a_terminal_that_wants_it(tmp_path, env, coloured):
     assert (b"\x1b[" in out) is coloured
     piped = run_cli("search", "--agent", "main", "memory", config=config, env={"TERM": "xterm"})
     assert "\x1b[" not in piped.stdout, "not a terminal: no colour"
+
+
+def test_init_into_an_existing_workspace_keeps_it(tmp_path):
+    """An OpenClaw host's workspace, with the user's own repository: init says kept and adds
+    neither a file nor a commit to it."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "AGENTS.md").write_text("# my agent\n")
+    (workspace / "SOUL.md").write_text("# mine\n")
+    git(workspace, "init", "-q")
+    git(workspace, "add", "-A")
+    git(workspace, "-c", "user.name=me", "-c", "user.email=me@example.org", "commit", "-qm", "mine")
+    before = git(workspace, "rev-parse", "HEAD")
+    out = run_cli("init", "--root", str(tmp_path)).stdout
+    assert f"kept     {workspace} (an existing workspace: no file added, no commit)" in out
+    assert git(workspace, "rev-parse", "HEAD") == before
+    assert git(workspace, "log", "--format=%s").strip() == "mine"
+    assert not (workspace / "CORE_INDEX.md").exists() and not (workspace / "MEMORY.md").exists()
+    assert (workspace / "SOUL.md").read_text() == "# mine\n"
