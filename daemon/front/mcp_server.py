@@ -234,7 +234,8 @@ def build_server(config: Config, agent_id: str) -> Server:
         except DaemonDown as down:
             if not fallback:
                 raise _daemon_error(down.cause) from None
-            return _local_fallback(agent, query, limit, f"the memstrata daemon is not running ({down.cause})")
+            reason = f"the memstrata daemon is not running ({down.cause}; `memstrata run` starts it)"
+            return _local_fallback(agent, query, limit, reason)
 
     def memory_add(
         text: str, type: str | None, visibility: str | None, project: str | None, expires: str | None

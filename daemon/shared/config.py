@@ -244,6 +244,9 @@ class VectorsConfig(StrictModel):
     profile: Annotated[Literal["e5", "bge-zh", "plain"], YAML_CHOICE] = "e5"
     min_free_mb: int = pydantic.Field(300, ge=0)
     idle_unload_s: float = pydantic.Field(120.0, gt=0)
+    # pressure: the model stays loaded while memory is plentiful and goes once less than min_free_mb
+    # is free (unused for 5 s); idle: also after idle_unload_s unused (layers/local/vectors.py)
+    unload: Annotated[Literal["pressure", "idle"], YAML_CHOICE] = "pressure"
     batch_size: int = pydantic.Field(16, ge=1, le=512)
     threads: int = pydantic.Field(2, ge=1, le=64)  # cores an embedding uses; the built model: a llama context each
     openai: OpenAIEmbeddingConfig = OpenAIEmbeddingConfig()
@@ -567,6 +570,7 @@ vectors:                   # L3 local vectors, loaded on demand
   profile: e5              # query/passage prefixes: e5 | bge-zh | plain
   min_free_mb: 300         # load only when this much memory stays free besides the model
   idle_unload_s: 120
+  unload: pressure         # pressure: kept loaded while memory is plentiful | idle: also after idle_unload_s
 
 conversation:              # L4: the shared Mem0/Qdrant memory
   enabled: true

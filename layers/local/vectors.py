@@ -70,12 +70,20 @@ class GateState:
         return asdict(self)
 
 
+#: Under memory pressure a model unused this long is let go (it is never unloaded mid-use).
+PRESSURE_GRACE_S = 5.0
+
+
 class MemoryGate:
     """Open when free memory covers the model plus a reserve that must stay free."""
 
     def __init__(self, min_free_mb: int, model_bytes: int) -> None:
         self.min_free_mb = min_free_mb
         self.model_bytes = model_bytes
+
+    def pressure(self) -> bool:
+        """The gate's own signal, seen from a loaded model: less than the reserve is free now."""
+        return psutil.virtual_memory().available // MB < self.min_free_mb
 
     def check(self) -> GateState:
         available = psutil.virtual_memory().available // MB
@@ -89,6 +97,15 @@ class MemoryGate:
             f"memory gate closed: {available} MB free, the model needs {needed} MB "
             f"({self.model_bytes // MB} MB model + {self.min_free_mb} MB reserve)",
         )
+
+
+def should_unload(policy: str, gate: MemoryGate, idle_s: float, idle_unload_s: float) -> bool:
+    """``pressure`` (the default): kept warm while memory is plentiful, let go once the host needs
+    the memory (after :data:`PRESSURE_GRACE_S` unused); ``idle``: also after ``idle_unload_s`` unused,
+    whatever the memory (the old fixed-idle behaviour)."""
+    if policy == "idle" and idle_s >= idle_unload_s:
+        return True
+    return idle_s >= min(PRESSURE_GRACE_S, idle_unload_s) and gate.pressure()
 
 
 _GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -146,8 +163,10 @@ class LocalEmbedder:
         idle_unload_s: float = 120.0,
         threads: int = 2,
         max_tokens: int = 256,
+        unload: str = "pressure",
     ) -> None:
         self.model_path = model_path
+        self.unload_policy = unload
         self.query_prefix, self.passage_prefix = PROFILES[profile]
         self.profile = profile
         self.idle_unload_s = idle_unload_s
@@ -167,10 +186,12 @@ class LocalEmbedder:
         self.dim: int | None = None
         self.split_problem = ""  # why the split form could not be used at the last load ("" when it was)
 
-    def configure(self, *, min_free_mb: int, idle_unload_s: float) -> None:
+    def configure(self, *, min_free_mb: int, idle_unload_s: float, unload: str | None = None) -> None:
         """Settings a reload may change without touching the index identity."""
         self.gate.min_free_mb = min_free_mb
         self.idle_unload_s = idle_unload_s
+        if unload is not None:
+            self.unload_policy = unload
 
     @property
     def loaded(self) -> bool:
@@ -281,9 +302,11 @@ class LocalEmbedder:
             return True
 
     def maybe_unload(self, now: float | None = None) -> bool:
-        """Unload after ``idle_unload_s`` without use; True when it did."""
+        """Unload when :func:`should_unload` says so (memory pressure, or the idle policy); True when it did."""
         now = time.monotonic() if now is None else now
-        if self._model is not None and now - self._last_used >= self.idle_unload_s:
+        if self._model is not None and should_unload(
+            self.unload_policy, self.gate, now - self._last_used, self.idle_unload_s
+        ):
             return self.unload()
         return False
 
@@ -300,6 +323,7 @@ class LocalEmbedder:
             "gate": gate.as_dict(),
             "idle_s": idle,
             "idle_unload_s": self.idle_unload_s,
+            "unload": self.unload_policy,
             "loads": self.loads,
         }
 

@@ -186,8 +186,11 @@ def test_without_a_daemon_l4_tools_fail_clearly_and_core_still_works(tmp_path):
     (cluster.workspace("b") / "SOUL.md").write_text("# SOUL\n\nCalm, precise, fond of lighthouses.\n")
 
     async def scenario(client: Client) -> None:
-        message = await fail(client, "memory_search", query="anything")
+        message = await fail(client, "memory_search", query="anything")  # no daemon, and no index to fall back on
         assert "no daemon socket" in message and "memstrata run" in message and "Traceback" not in message
+        assert "no local index for b" in message
+        message = await fail(client, "memory_get_all")
+        assert "no daemon socket" in message and "memstrata run" in message
         assert "fond of lighthouses" in await call(client, "memory_core")
 
     with_mcp(server(cluster, "b", cluster.token("b")), scenario)

@@ -146,7 +146,7 @@ def test_closed_gate_refuses_to_load_and_says_why(model_path):
 
 
 def test_model_is_unloaded_after_idle(model_path):
-    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0, idle_unload_s=0.5)
+    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0, idle_unload_s=0.5, unload="idle")
     embedder.embed_query("ok")
     assert embedder.loaded
     assert embedder.maybe_unload() is False, "used a moment ago: stays"
@@ -155,6 +155,20 @@ def test_model_is_unloaded_after_idle(model_path):
     time.sleep(0.6)
     assert embedder.maybe_unload() is True
     assert not embedder.loaded
+
+
+def test_by_default_the_model_stays_warm_until_memory_is_short(model_path):
+    """``unload: pressure``: idle past idle_unload_s with memory plentiful, it stays; once less than
+    the reserve is free (the gate's own signal), it goes."""
+    import time
+
+    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0, idle_unload_s=0.5)
+    embedder.embed_query("ok")
+    time.sleep(0.6)
+    assert embedder.maybe_unload() is False and embedder.loaded, "memory is plentiful: kept warm"
+    embedder.configure(min_free_mb=10**9, idle_unload_s=0.5)  # now less than the reserve is free
+    assert embedder.maybe_unload() is True and not embedder.loaded
+    assert embedder.status()["unload"] == "pressure"
 
 
 def test_missing_model_file_is_a_clear_reason(tmp_path):
