@@ -152,8 +152,9 @@ def _listed(root: Path) -> dict[str, Path]:
     agents = data.get("agents")
     if not isinstance(agents, dict):
         return {}
-    defaults = agents.get("defaults") if isinstance(agents.get("defaults"), dict) else {}
-    shared_root = defaults.get("workspace") if isinstance(defaults.get("workspace"), str) else None
+    defaults = agents.get("defaults")
+    given_root = defaults.get("workspace") if isinstance(defaults, dict) else None
+    shared_root = given_root if isinstance(given_root, str) else None
     entries = agents.get("list")
     if not isinstance(entries, list):
         return {}

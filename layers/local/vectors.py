@@ -180,6 +180,8 @@ class LocalEmbedder:
         self.model_id = f"gguf:{model_path.name}:{size}:{profile}"
         self._model = None
         self._lock = threading.RLock()
+        self._loading: threading.Event | None = None
+        self._loading_lock = threading.Lock()
         self._aborted = threading.Event()
         self._last_used = 0.0
         self.loads = 0
@@ -286,6 +288,46 @@ class LocalEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._embed([self.query_prefix + text.strip()])[0]
+
+    def embed_query_within(self, text: str, budget_s: float) -> np.ndarray:
+        """:meth:`embed_query`, or :class:`VectorsUnavailableError` saying why once ``budget_s`` is
+        spent: a model that is not loaded is loaded on a thread of its own (it stays loaded for
+        the next call), a model busy with a batch is waited for; a search then answers lexically
+        at once instead of holding its caller for the seconds a load takes on a loaded host."""
+        deadline = time.monotonic() + budget_s
+        if self._model is None:
+            loading = self._load_in_background()
+            if not loading.wait(budget_s):
+                raise VectorsUnavailableError(
+                    f"the model is loading (more than {budget_s:g} s on this host now): this answer is lexical"
+                )
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise VectorsUnavailableError(f"the model stayed busy for {budget_s:g} s: this answer is lexical")
+        try:
+            return self.embed_query(text)
+        finally:
+            self._lock.release()
+
+    def _load_in_background(self) -> threading.Event:
+        """Start loading the model on a thread (one at a time); the event is set once it is done."""
+        with self._loading_lock:
+            if self._loading is not None and not self._loading.is_set():
+                return self._loading
+            done = threading.Event()
+            self._loading = done
+
+        def load() -> None:
+            try:
+                with self._lock:
+                    self._ensure_loaded()
+                    self._last_used = time.monotonic()  # loaded for a caller: not let go before its use
+            except Exception as exc:  # the caller's search answers lexically; the next call retries
+                log.info("background load of %s failed: %s", self.model_path.name, exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=load, name="model-load", daemon=True).start()
+        return done
 
     def unload(self) -> bool:
         with self._lock:
