@@ -53,7 +53,7 @@ def test_shared_core_is_searchable_from_every_agent(tmp_path, daemons):
 
 
 def test_closed_gate_answers_lexically_then_vectors_fill_when_it_opens(tmp_path, daemons):
-    config = init_root(tmp_path, **FAST, vectors={"min_free_mb": 10**8, "idle_unload_s": 2})
+    config = init_root(tmp_path, **FAST, vectors={"min_free_mb": 10**8, "idle_unload_s": 2, "unload": "idle"})
     ws = tmp_path / "workspace"
     d = daemons(config)
     for i in range(3):
