@@ -5,7 +5,7 @@ Two real daemons on temporary roots, the real model, L4 off. Each round: wait ``
 spell), then one hybrid search through the API, timed by the caller.
 
 - ``unload: idle`` (the old behaviour, the baseline): the model is let go after each idle spell;
-  the search reloads it, or — past the 4 s budget (daemon/local/search.py) — answers lexically;
+  the search reloads it, or — past the 3 s budget (daemon/local/search.py) — answers lexically;
 - ``unload: pressure`` (the default): memory is plentiful here, so the model stays loaded.
 
 Printed: p50 and p95 wall of each, the ratio, and how many baseline searches came back lexical.

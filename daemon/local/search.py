@@ -24,8 +24,10 @@ from layers.local.search import search as search_index
 from layers.local.vectors import Embedder, LocalEmbedder
 
 #: Seconds a search waits for the query's vector (a model loading or busy with a batch); past
-#: that it answers lexically and says why, so no tool call hangs on a loaded host.
-QUERY_EMBED_BUDGET_S = 4.0
+#: that it answers lexically and says why, so no tool call hangs on a loaded host. 3 s leaves the
+#: rest of a search room under 5 s: with 4, a reload on a loaded host took 5.03 s end to end
+#: (bench/bench_warm_model.py, the `unload: idle` rounds).
+QUERY_EMBED_BUDGET_S = 3.0
 
 
 class LocalSearch:
