@@ -65,6 +65,20 @@ def test_install_enables_the_units_and_start_returns_once_ready(installed):
     assert status(c)["daemon"]["pid"] == main_pid(c)
 
 
+def test_the_journal_has_the_daemons_own_fields(installed):
+    """Under systemd the daemon logs through journald's native protocol (daemon/shared/logs.py):
+    the commit of the file written before the start carries MEMSTRATA_AGENT= and EVENT=."""
+    c = installed
+    wait_inside(
+        c,
+        "journalctl -u memstrata.service -o cat MEMSTRATA_AGENT=main EVENT=committed | grep -q 'committed'",
+        timeout=60,
+        what="a commit of main's in the journal with its fields",
+    )
+    entry = c.run("/bin/sh", "-c", "journalctl -u memstrata.service -o json EVENT=committed -n 1").stdout
+    assert '"SYSLOG_IDENTIFIER":"memstrata"' in entry and '"PRIORITY":"6"' in entry, entry
+
+
 def test_agent_add_while_running_keeps_the_daemon(installed):
     c = installed
     pid = main_pid(c)
