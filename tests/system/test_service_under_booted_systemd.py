@@ -16,6 +16,7 @@ store unreachable: not connected yet".
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -75,8 +76,10 @@ def test_the_journal_has_the_daemons_own_fields(installed):
         timeout=60,
         what="a commit of main's in the journal with its fields",
     )
-    entry = c.run("/bin/sh", "-c", "journalctl -u memstrata.service -o json EVENT=committed -n 1").stdout
-    assert '"SYSLOG_IDENTIFIER":"memstrata"' in entry and '"PRIORITY":"6"' in entry, entry
+    line = c.run("/bin/sh", "-c", "journalctl -u memstrata.service -o json EVENT=committed -n 1").stdout
+    entry = json.loads(line)
+    assert (entry["SYSLOG_IDENTIFIER"], entry["PRIORITY"], entry["MEMSTRATA_AGENT"]) == ("memstrata", "6", "main")
+    assert entry["LOGGER"] == "daemon.files.commits" and "committed" in entry["MESSAGE"], entry
 
 
 def test_agent_add_while_running_keeps_the_daemon(installed):
