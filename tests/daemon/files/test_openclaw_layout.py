@@ -74,3 +74,16 @@ def test_an_openclaw_json_that_does_not_parse_costs_only_its_own_agents(tmp_path
     assert [a["id"] for a in listed] == ["main", "alpha"]
     unknown = run_cli("note", "--agent", "beta", "x", config=config, check=False)
     assert unknown.returncode == 2 and "known agents: main, alpha" in unknown.stderr
+
+
+def test_an_openclaw_workspace_made_while_running_is_found_and_watched(tmp_path, daemons):
+    config = init_root(tmp_path, **{**LEAN, "watch": {**LEAN["watch"], "reconcile_interval_s": 1}})
+    d = daemons(config)
+    delta = tmp_path / "workspace-delta"
+    delta.mkdir()
+    (delta / "MEMORY.md").write_text("# MEMORY\n")
+    wait_for(lambda: any(a["id"] == "delta" for a in d.status()["agents"]), what="delta found by a reconcile")
+    wait_for(lambda: str(delta) in d.status()["watcher"]["roots"], what="delta's workspace watched")
+    assert "restarting the watcher: the workspaces to watch changed" in d.log()
+    wait_for(lambda: commits(delta), what="delta's workspace committed")
+    assert d.stop() == 0
