@@ -367,7 +367,7 @@ def idle_daemon_memory(agents: int = 10, settle_s: float = 10.0, breakdown: bool
     from tests.helpers import DaemonProcess, init_root, run_cli, wait_for
 
     with tempfile.TemporaryDirectory(dir=Path(".cache").resolve() if Path(".cache").is_dir() else None) as tmp:
-        config = init_root(Path(tmp), vectors={"idle_unload_s": 5})
+        config = init_root(Path(tmp), vectors={"idle_unload_s": 5, "unload": "idle"})  # the idle figure: both let go
         for a in range(agents - 1):
             run_cli("agent", "add", f"agent{a}", config=config)
         daemon = DaemonProcess(config).start()

@@ -142,7 +142,9 @@ def click_fields(command: click.Command) -> dict[str, Field]:
             kind = "object"
         elif isinstance(param.type, click.FloatRange):
             kind = "fraction"
-        out[name] = Field(kind, bool(param.required), _or_unset(param.get_default(context)), choices, low, high)
+        # --agent may be left out, but never goes unset: its default is the current workspace's agent
+        required = bool(param.required) or bool(getattr(param, "always_resolved", False))
+        out[name] = Field(kind, required, _or_unset(param.get_default(context)), choices, low, high)
     return out
 
 

@@ -25,11 +25,14 @@ from typing import Any, Protocol, TypeVar, cast
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon.api.answers import INTERNAL_ERROR, ApiError, JSONResponse  # noqa: F401 - importable from here
 from daemon.api.fairness import Courtesy
 from daemon.api.gate import Caller, Gate
+from daemon.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from daemon.api.metrics import Metrics, readiness
 from daemon.api.protocol import DeadlineH11Protocol
 from daemon.api.requests import (
     AddRequest,
@@ -178,8 +181,32 @@ def _conversation(daemon: DaemonApi) -> Broker:
     return daemon.broker
 
 
-def build_app(daemon: DaemonApi) -> Starlette:
+def health_routes(daemon: DaemonApi, gate: Gate, metrics: Metrics, caller_of: Callable[[Caller], str | None]) -> list:
+    """``/healthz`` (the API answers), ``/readyz`` (started and the store open) and ``/metrics``,
+    each seeing the status as ``caller_of(caller)`` may (the loopback port: the administrator's view)."""
+
+    def healthz(request: Request, caller: Caller, _args: None) -> dict:
+        return {"status": "ok"}
+
+    def readyz(request: Request, caller: Caller, _args: None) -> Response:
+        ready, reasons = readiness(daemon.status())
+        return JSONResponse({"ready": ready, "reasons": reasons}, 200 if ready else 503)
+
+    def metrics_text(request: Request, caller: Caller, _args: None) -> Response:
+        view = scoped_status(daemon.status(), caller_of(caller))
+        return Response(metrics.exposition(view), media_type=METRICS_CONTENT_TYPE)
+
+    anyone: dict[str, Any] = {"who": "anyone", "lane": "status"}
+    return [
+        ("/healthz", "GET", gate.route(healthz, **anyone)),
+        ("/readyz", "GET", gate.route(readyz, **anyone)),
+        ("/metrics", "GET", gate.route(metrics_text, **anyone)),
+    ]
+
+
+def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     gate = Gate(daemon.identify, lambda: daemon.guard.redact, daemon.courtesy)
+    metrics = metrics or Metrics()
 
     def status(request: Request, caller: Caller, _args: None) -> StatusDocument:
         view = scoped_status(daemon.status(), caller.id)
@@ -258,6 +285,8 @@ def build_app(daemon: DaemonApi) -> Starlette:
             authorize(daemon, caller, args.agent, request.url.path)
         return daemon.call_in_loop(lambda: daemon.reindex(args.agent, rebuild=bool(args.rebuild)))
 
+    search, memory_search = metrics.timed("search", search), metrics.timed("memory_search", memory_search)
+    memory_add = metrics.timed("memory_add", memory_add)
     search_body: dict[str, Any] = {"schema": SearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
     memory_search_body: dict[str, Any] = {"schema": MemorySearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
     admin: dict[str, Any] = {"who": "admin", "lane": "maintenance", "body_limit": MAX_SMALL_BODY_BYTES}
@@ -286,6 +315,7 @@ def build_app(daemon: DaemonApi) -> Starlette:
             gate.route(memory_update, schema=UpdateRequest, body_limit=MAX_MEMORY_BODY_BYTES),
         ),
         ("/v1/memories/{memory_id}/history", "GET", gate.route(memory_history, schema=AgentParams)),
+        *health_routes(daemon, gate, metrics, lambda caller: caller.id),
     ]
 
     async def not_found(request: Request, exc: Exception) -> JSONResponse:
@@ -323,33 +353,74 @@ def bind_unix_socket(path: Path) -> socket.socket:
     return sock
 
 
+def metrics_app(daemon: DaemonApi, metrics: Metrics) -> Starlette:
+    """The loopback port's app: ``/healthz``, ``/readyz`` and ``/metrics`` only, no token asked.
+    Its ``/metrics`` is the administrator's view (per-agent series: ids and counts, never a path
+    or a memory's text): the operator who sets ``metrics.port`` chooses who on the host may read it."""
+    gate = Gate(lambda _token: None, lambda: daemon.guard.redact, daemon.courtesy)
+    routes = health_routes(daemon, gate, metrics, lambda _caller: ADMIN)
+    return Starlette(routes=[Route(path, endpoint, methods=[method]) for path, method, endpoint in routes])
+
+
+def bind_loopback(host: str, port: int, setting: str = "metrics.port", backlog: int = 64) -> socket.socket:
+    """A listening TCP socket on a loopback address (the configuration admits no other); an error
+    names the ``setting`` that asked for it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SocketInUseError(f"{setting}: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock.listen(backlog)
+    return sock
+
+
+def _server_config(app: Starlette) -> uvicorn.Config:
+    """uvicorn for a socket or port of ours: deadlines and limits, no log of its own."""
+    return uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+        http=DeadlineH11Protocol,  # h11 with header and idle deadlines
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        limit_concurrency=MAX_CONNECTIONS,
+    )
+
+
 class ApiServer:
     """uvicorn in a background thread, on a socket bound by us."""
 
-    def __init__(self, path: Path, daemon: DaemonApi) -> None:
+    def __init__(self, path: Path, daemon: DaemonApi, metrics_port: tuple[str, int] | None = None) -> None:
         self.path = path
-        self.app = build_app(daemon)
+        self.metrics = Metrics()  # one registry: the socket's and the port's /metrics show the same histograms
+        self.app = build_app(daemon, self.metrics)
+        self.metrics_port = metrics_port
+        self._port_app = metrics_app(daemon, self.metrics) if metrics_port else None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
+        self._port_server: uvicorn.Server | None = None
+        self._port_thread: threading.Thread | None = None
+        self._port_sock: socket.socket | None = None
 
     def _bind(self) -> socket.socket:
         return bind_unix_socket(self.path)
 
     def start(self) -> None:
+        if self.metrics_port and self._port_app is not None:
+            self._port_sock = bind_loopback(*self.metrics_port)
+            self._port_server = uvicorn.Server(_server_config(self._port_app))
+            self._port_thread = threading.Thread(
+                target=self._port_server.run, kwargs={"sockets": [self._port_sock]}, name="metrics", daemon=True
+            )
+            self._port_thread.start()
         self._sock = self._bind()
-        config = uvicorn.Config(
-            self.app,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=2,
-            http=DeadlineH11Protocol,  # h11 with header and idle deadlines
-            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-            timeout_keep_alive=KEEP_ALIVE_S,
-            limit_concurrency=MAX_CONNECTIONS,
-        )
-        self._server = uvicorn.Server(config)
+        self._server = uvicorn.Server(_server_config(self.app))
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, name="api", daemon=True
         )
@@ -357,12 +428,15 @@ class ApiServer:
 
     def stop(self, timeout: float = 3.0) -> None:
         """Stop serving; a request still running after ``timeout`` is left to its daemon thread."""
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=timeout)
-        if self._sock is not None:
-            self._sock.close()
+        for server in (self._server, self._port_server):
+            if server is not None:
+                server.should_exit = True
+        for thread in (self._thread, self._port_thread):
+            if thread is not None:
+                thread.join(timeout=timeout)
+        for sock in (self._sock, self._port_sock):
+            if sock is not None:
+                sock.close()
         self._unbind()
 
     def _unbind(self) -> None:
@@ -376,22 +450,13 @@ class TcpApiServer(ApiServer):
     def __init__(self, host: str, port: int, app: Starlette) -> None:
         self.host, self.port = host, port
         self.app = app
-        self._server = None
-        self._thread = None
-        self._sock = None
+        self.metrics_port, self._port_app = None, None  # the metrics port is the Unix socket server's
+        self._server = self._port_server = None
+        self._thread = self._port_thread = None
+        self._sock = self._port_sock = None
 
     def _bind(self) -> socket.socket:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError as exc:
-            sock.close()
-            raise SocketInUseError(
-                f"conversation.mem0_api: cannot listen on {self.host}:{self.port} ({exc.strerror or exc})"
-            ) from None
-        sock.listen(256)
+        sock = bind_loopback(self.host, self.port, "conversation.mem0_api", backlog=256)
         self.port = sock.getsockname()[1]  # port 0: the one the system chose
         return sock
 

@@ -125,7 +125,8 @@ class Gate:
     def _answer(self, work, request: Request, caller: Caller, args) -> Response:
         """On the lane's thread: the work, and its answer rendered (JSON of a search is not free)."""
         try:
-            return JSONResponse(work(request, caller, args))
+            answer = work(request, caller, args)
+            return answer if isinstance(answer, Response) else JSONResponse(answer)
         except Exception as exc:
             return as_response(exc, request, self.redact())
 

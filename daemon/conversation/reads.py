@@ -15,25 +15,12 @@ from typing import Any
 
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.shared.audit import AuditLog
-from daemon.shared.contracts import LocalHit, SearchAnswer
+from daemon.shared.contracts import SearchAnswer, local_view
 from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError
 from layers.conversation.filters import FilterError, check
 from layers.conversation.policy import PolicyError, may_read, read_phases
 from layers.conversation.registry import RegistryCache
 from layers.conversation.tombstones import Tombstones
-
-
-def local_view(result: LocalHit) -> dict[str, Any]:
-    """An L3 hit in the shape of a conversation result, so clients handle one list."""
-    return {
-        "memory": result["text"],
-        "snippet": result.get("snippet"),
-        "score": result.get("score"),
-        "source": "local",
-        "path": result.get("path"),
-        "lines": result.get("lines"),
-        "heading": result.get("heading"),
-    }
 
 
 def checked_filters(filters: Any) -> dict | None:

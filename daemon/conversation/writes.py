@@ -388,4 +388,6 @@ class Writes:
                 deleted.append(memory["id"])
             if len(mine) < len(page) or (not page and cursor):  # never loop on what the store did not delete
                 break
-        return {"deleted": len(deleted), "ids": deleted, "dry_run": dry_run}
+        if dry_run:  # a preview deletes nothing, and says so: "deleted" is what went, never what would
+            return {"deleted": 0, "would_delete": len(deleted), "ids": deleted, "dry_run": True}
+        return {"deleted": len(deleted), "ids": deleted, "dry_run": False}

@@ -147,7 +147,13 @@ class CommitJob:
                     outcome.held[rel] = findings  # type: ignore[assignment]
                 if done.info is not None:
                     outcome.commits.append(done.info)
-                    log.info("%s: committed %s %s", self.agent_id, done.info.short, done.info.subject)
+                    log.info(
+                        "%s: committed %s %s",
+                        self.agent_id,
+                        done.info.short,
+                        done.info.subject,
+                        extra={"event": "committed"},
+                    )
                 with self._lock:
                     self.done += len(batch)
                 self.on_progress()

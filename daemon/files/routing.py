@@ -18,6 +18,7 @@ from pathlib import Path
 
 from daemon.files.agents import Agents
 from daemon.files.tracker import AgentTracker
+from daemon.shared import openclaw
 from daemon.shared.config import Config
 from daemon.shared.current import Current
 from daemon.shared.workspaces import is_memory_path, make_agent, spoke_id
@@ -34,11 +35,15 @@ FileKey = tuple[str, str]  # (agent id, path relative to its workspace)
 
 
 def watch_roots(config: Config) -> list[Path]:
-    """The directories the watcher watches: the main workspace and agents_dir (unless inside it)."""
+    """The directories the watcher watches: the main workspace, agents_dir (unless inside it) and
+    each OpenClaw-layout workspace found at start (daemon/shared/openclaw.py) outside both."""
     paths = config.paths
     roots = [paths.workspace]
     if paths.workspace not in paths.agents_dir.parents:
         roots.append(paths.agents_dir)
+    for workspace in sorted(openclaw.workspaces(paths.root).values()):
+        if not any(workspace == r or r in workspace.parents for r in roots):
+            roots.append(workspace)
     return roots
 
 
@@ -225,6 +230,10 @@ class Router:
                 self.reconcile(tracker)
                 return None  # the reconcile covered every file of the new workspace
             return tracker, "/".join(parts[1:])
+        for tracker in self.agents.all():  # an OpenClaw-layout workspace outside both (watch_roots)
+            if tracker.id != "main" and path.is_relative_to(tracker.workspace):
+                rel = path.relative_to(tracker.workspace).as_posix()
+                return tracker, "" if rel == "." else rel
         try:
             rel = path.relative_to(paths.workspace).as_posix()
         except ValueError:

@@ -113,6 +113,8 @@ class AgentTracker:
     commit_now: bool = False
     retry_at: float | None = None
     failures: int = 0
+    commits_total: int = 0  # commits made since the daemon started (the /metrics counter)
+    commit_failures_total: int = 0  # failed commit attempts since the daemon started
     failing_since: float | None = None  # wall-clock time of the first failed attempt in a row
     last_commit: daily.CommitInfo | None = None
     #: HEAD's stamp when last_commit was read (daily.WorkspaceRepo.head_stamp): a commit made
@@ -388,7 +390,7 @@ class AgentTracker:
     def refuse(self, rel: str, why: str) -> None:
         """Record a symlink where the daemon expected its own file: logged and audited once, shown in status."""
         if self.refused.get(rel) != why:
-            log.warning("%s: refused %s: %s", self.id, rel, why)
+            log.warning("%s: refused %s: %s", self.id, rel, why, extra={"event": "refused"})
             if self.audit is not None:
                 self.audit("symlink_refused", agent=self.id, path=rel, reason=why)
         self.refused[rel] = why
@@ -453,7 +455,13 @@ class AgentTracker:
     def _hold_back(self, held: dict[str, list[Finding]]) -> None:
         for rel, findings in held.items():
             if self.held_back.get(rel) != findings:
-                log.warning("%s: holding back %s from git: %s", self.id, rel, "; ".join(str(f) for f in findings))
+                log.warning(
+                    "%s: holding back %s from git: %s",
+                    self.id,
+                    rel,
+                    "; ".join(str(f) for f in findings),
+                    extra={"event": "held_back"},
+                )
         self.held_back = held
 
     def begin_commit(self, now: float | None = None) -> CommitJob:
@@ -481,6 +489,7 @@ class AgentTracker:
             self.skipped.update(outcome.skipped)
             self._hold_back(outcome.held)
         if outcome.commits:
+            self.commits_total += len(outcome.commits)
             self.last_commit = outcome.commits[-1]
             self._head_stamp = self.repo.head_stamp()  # the daemon's own commit: no need to re-read it
             self._give_daemon_files()
@@ -580,12 +589,15 @@ class AgentTracker:
 
     def _failed(self, now: float, error: str) -> None:
         self.failures += 1
+        self.commit_failures_total += 1
         if self.failing_since is None:
             self.failing_since = time.time()
         delay = min(60.0, max(1.0, self.settings.quiet_period_s) * 2 ** (self.failures - 1))
         self.retry_at = now + delay
         if error != self.last_error:
-            log.error("%s: commit failed (will retry in %.0f s): %s", self.id, delay, error)
+            log.error(
+                "%s: commit failed (will retry in %.0f s): %s", self.id, delay, error, extra={"event": "commit_failed"}
+            )
         self.last_error = error
         return None
 
@@ -631,6 +643,8 @@ class AgentTracker:
             "refused": [{"path": p, "reason": r} for p, r in sorted(self.refused.items())],
             "committing": self.committing.progress if self.committing else None,
             "history_lost": self.history_lost,
+            "commits_total": self.commits_total,
+            "commit_failures_total": self.commit_failures_total,
         }
         # A name that is not UTF-8 is shown escaped (bad\xffname.md): it never breaks the report.
         safe: AgentReport = json_safe(report)  # the same keys, every string encodable

@@ -2,13 +2,14 @@
 
 Every command takes ``--config FILE`` (or ``$MEMSTRATA_CONFIG``, else
 ``/etc/memstrata/memstrata.yaml``, else OpenClaw's defaults).  Errors a person
-can fix (bad configuration, unknown agent, invalid id) are one clear message and
-exit status 1; usage errors exit 2.
+can fix are one clear message; the exit statuses (0 ok, 1 runtime, 2 usage, 3 daemon
+unreachable) and the JSON form of an error are daemon/front/failures.py's.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import json
 import logging
 import os
 import sys
@@ -19,45 +20,40 @@ from typing import TYPE_CHECKING
 import click
 
 from daemon import __version__
-from daemon.front import conversation_commands, install_commands, local_commands, maintenance_commands
-from daemon.front.options import agent_option, config_of, echo_json, front_config, json_option
+from daemon.front import conversation_commands, failures, install_commands, local_commands, maintenance_commands
+from daemon.front.options import Report, agent_option, config_of, echo_json, front_config, json_option
 from daemon.shared import skill
-from daemon.shared.errors import DaemonError, UnknownAgentError
+from daemon.shared.errors import DaemonError
 from daemon.shared.locations import ENV_VAR, SYSTEM_CONFIG
 from daemon.shared.settings import guard_from
 from daemon.shared.tokens import WORKSPACE_TOKEN, TokenStore
-from daemon.shared.workspaces import core_of, create_workspace, discover, get_agent, workspace_repo
+from daemon.shared.workspaces import core_of, create_workspace, discover, get_agent, make_agent, workspace_repo
 from layers import daily
 from layers.fsutil import atomic_write, private_dirs
-from layers.gitrun import GitFailed
-from layers.ids import MAIN_AGENT, InvalidIdError, check_id
+from layers.ids import MAIN_AGENT, check_id
 from layers.safefs import UnsafePathError
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
 
-# A bad configuration or registry is a layers.yamlfile.YamlFileError, a ValueError (naming file, key, line).
-_USER_ERRORS = (
-    UnknownAgentError,
-    InvalidIdError,
-    FileNotFoundError,
-    ValueError,
-    UnsafePathError,
-    daily.RepoRefusedError,
-    GitFailed,  # the commit pipeline's and the history copy's git (layers/gitrun.py)
-)
-
 
 class MemstrataGroup(click.Group):
-    """Turns errors a user can act on into one line instead of a traceback."""
+    """Ends every call by the table of daemon/front/failures.py: an error a user can act on is one
+    line (or one JSON object with ``--json``) and its exit status, not a traceback."""
 
-    def invoke(self, ctx: click.Context):
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
+        if not standalone_mode:  # a caller that handles click's exceptions itself
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        args = list(sys.argv[1:] if args is None else args)
         try:
-            return super().invoke(ctx)
-        except daily.RepoBusyError as exc:
-            raise click.ClickException(f"{exc}; try again in a moment") from None
-        except _USER_ERRORS as exc:
-            raise click.ClickException(str(exc)) from None
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except Exception as exc:
+            failure = failures.classify(exc)
+            if failure is None:
+                raise
+            failures.show(failure, failures.wants_json(args))
+            sys.exit(failure.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)  # click answers --help and --version with a code
 
 
 def _workspace_file(workspace: Path, file: str) -> str:
@@ -95,8 +91,17 @@ def main(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
     L4 shared   Mem0/Qdrant memory shared across agents
 
     Start with `memstrata init --root DIR`, then `memstrata --config DIR/memstrata.yaml run`.
+    Inside an agent's workspace, --agent defaults to that agent.
+
+    \b
+    Exit status: 0 ok, 1 runtime failure, 2 usage error (bad option, invalid id,
+    unknown agent), 3 daemon unreachable. With --json, an error is
+    {"error": {"code": ..., "message": ...}} on stdout, with the same status.
+    Colour only on a terminal, and never with NO_COLOR set or TERM=dumb.
     """
     ctx.ensure_object(dict)["config_path"] = config_path
+    if not failures.colour_allowed():
+        ctx.color = False  # inherited by every subcommand's context
     # Commands report through their output; their log lines would repeat it.
     logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
 
@@ -106,8 +111,9 @@ def main(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
 
 @main.command()
 @click.option("--root", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory to set up.")
+@json_option
 @click.pass_context
-def init(ctx: click.Context, root: Path) -> None:
+def init(ctx: click.Context, root: Path, as_json: bool) -> None:
     """Set up a self-contained root: config, main workspace (with git), registry.
 
     Every path of the written DIR/memstrata.yaml lies under DIR. Safe to run again:
@@ -117,40 +123,49 @@ def init(ctx: click.Context, root: Path) -> None:
 
     root = root.expanduser().absolute()
     root.mkdir(parents=True, exist_ok=True)
+    report = Report(as_json)
     config_path = root / "memstrata.yaml"
     if config_path.exists():
-        click.echo(f"kept     {config_path}")
+        report.say(f"kept     {config_path}")
     else:
         atomic_write(config_path, demo_config_text(root))
-        click.echo(f"created  {config_path}")
+        report.say(f"created  {config_path}")
     config = load_config(config_path)
     ctx.obj["config"] = config
-    agent, created = create_workspace(config, MAIN_AGENT)
-    click.echo(f"{'created' if created else 'kept   '}  {agent.workspace} (main workspace, git)")
+    existing = config.paths.workspace
+    if existing.is_dir() and not existing.is_symlink() and any(existing.iterdir()):
+        # A workspace someone already has (OpenClaw's own, with its own repository): kept as it is,
+        # no template file added and no commit made in it; the daemon versions what it finds there.
+        agent = make_agent(config, MAIN_AGENT)
+        report.say(f"kept     {agent.workspace} (an existing workspace: no file added, no commit)")
+    else:
+        agent, _ = create_workspace(config, MAIN_AGENT)
+        report.say(f"created  {agent.workspace} (main workspace, git)")
     for directory in (config.paths.agents_dir, config.paths.socket.parent):
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
     private_dirs(config.paths.state_dir)
-    _make_audit_dir(config)
-    _install_skill(config, MAIN_AGENT, agent.workspace)
+    _make_audit_dir(config, report)
+    _install_skill(config, MAIN_AGENT, agent.workspace, report)
     for line in skill.seed_registry(config.paths.workspace, config.paths.registry):
-        click.echo(line)
-    _register(config, MAIN_AGENT, (), can_write_public=True)  # the hub curates cluster-wide memory
+        report.say(line)
+    _register(config, MAIN_AGENT, (), report, can_write_public=True)  # the hub curates cluster-wide memory
     tokens = TokenStore(config.paths.state_dir)
     tokens.ensure_admin()
     tokens.ensure(MAIN_AGENT, agent.workspace)
-    click.echo(f"\nnext: memstrata --config {config_path} run")
+    report.say(f"\nnext: memstrata --config {config_path} run")
+    report.done(config=str(config_path), workspace=str(agent.workspace))
 
 
-def _make_audit_dir(config: Config) -> None:
+def _make_audit_dir(config: Config, report: Report) -> None:
     """``audit_dir`` (the daemon's audit, the cron jobs' logs) and the other directories the daemon,
     the units and the cron lines write to; in a workspace, made without following symlinks."""
     from daemon.ops.install import make_directories
 
     for action in make_directories(config):
-        click.echo(f"created  {action.target} ({action.detail})")
+        report.say(f"created  {action.target} ({action.detail})")
 
 
-def _install_skill(config: Config, agent_id: str, workspace: Path) -> None:
+def _install_skill(config: Config, agent_id: str, workspace: Path, report: Report) -> None:
     """The memory skill in ``{workspace}/skills/mem0-integration``, with its launcher (see daemon/shared/skill.py)."""
     launcher = skill.Launcher.current(config.source, agent_id)
     try:
@@ -159,13 +174,14 @@ def _install_skill(config: Config, agent_id: str, workspace: Path) -> None:
         click.echo(f"skill not installed: {exc}", err=True)
         return
     if changes:
-        click.echo(f"skill    {workspace / skill.SKILL_REL} ({len(changes)} files written)")
+        report.say(f"skill    {workspace / skill.SKILL_REL} ({len(changes)} files written)")
 
 
 def _register(
     config: Config,
     agent_id: str,
     projects: tuple[str, ...],
+    report: Report,
     can_write_public: bool | None = None,
     keywords: tuple[str, ...] = (),
 ) -> None:
@@ -180,7 +196,7 @@ def _register(
     if known and set(projects) <= registry.projects_of(agent_id) and keywords_known:
         return  # never rewrite a registry that already says it
     project_registry.add_agent(config.paths.registry, agent_id, projects, can_write_public, keywords)
-    click.echo(
+    report.say(
         f"recorded {agent_id} in {config.paths.registry}" + (f" (projects: {', '.join(projects)})" if projects else "")
     )
 
@@ -199,9 +215,15 @@ def agent() -> None:
     help="Words that put an agent's memory into the project (with one --project; default: the project's name).",
 )
 @click.option("--can-write-public", is_flag=True, default=None, help="Allow the agent to write public memories.")
+@json_option
 @click.pass_context
 def agent_add(
-    ctx: click.Context, agent_id: str, projects: tuple[str, ...], keywords: str | None, can_write_public: bool | None
+    ctx: click.Context,
+    agent_id: str,
+    projects: tuple[str, ...],
+    keywords: str | None,
+    can_write_public: bool | None,
+    as_json: bool,
 ) -> None:
     """Create agents/ID-workspace from the template (with git), record it in the registry
     and give it an API token (ID-workspace/.memstrata/token, mode 0600); install the
@@ -225,23 +247,32 @@ def agent_add(
     config = config_of(ctx)
     if not config.paths.workspace.is_dir():
         raise click.ClickException(f"no main workspace at {config.paths.workspace}: run `memstrata init` first")
+    report = Report(as_json)
     agent_obj, created = create_workspace(config, agent_id)
-    click.echo(f"{'created' if created else 'exists '}  {agent_obj.workspace}")
-    _register(config, agent_id, projects, can_write_public, words)
+    report.say(f"{'created' if created else 'exists '}  {agent_obj.workspace}")
+    _register(config, agent_id, projects, report, can_write_public, words)
     if TokenStore(config.paths.state_dir).ensure(agent_id, agent_obj.workspace):
-        click.echo(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}")
-    _install_skill(config, agent_id, agent_obj.workspace)
+        report.say(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}")
+    _install_skill(config, agent_id, agent_obj.workspace, report)
+    report.done(agent=agent_id, workspace=str(agent_obj.workspace), created=created)
 
 
 @agent.command("token")
 @click.argument("agent_id", metavar="ID")
+@json_option
 @click.pass_context
-def agent_token(ctx: click.Context, agent_id: str) -> None:
-    """Issue a new API token for agent ID (the old one stops working at once)."""
+def agent_token(ctx: click.Context, agent_id: str, as_json: bool) -> None:
+    """Issue a new API token for agent ID (the old one stops working at once).
+
+    The token itself is written to the workspace, never printed (nor in --json).
+    """
     config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     TokenStore(config.paths.state_dir).issue(agent_id, agent_obj.workspace)
-    click.echo(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}")
+    if as_json:
+        echo_json({"agent": agent_id, "token_file": str(agent_obj.workspace / WORKSPACE_TOKEN)})
+    else:
+        click.echo(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}")
 
 
 @agent.command("list")
@@ -287,7 +318,7 @@ def run(ctx: click.Context) -> None:
     from daemon.shared.logs import setup_logging
 
     config = config_of(ctx)
-    setup_logging(config.log.level, guard_from(config))
+    setup_logging(config.log.level, guard_from(config), config.log.format)
     faulthandler.enable()  # a crash in native code (llama.cpp, SQLite) still leaves a traceback in the journal
     try:
         code = MemoryDaemon(config).run()
@@ -303,29 +334,64 @@ def run(ctx: click.Context) -> None:
 
 
 @main.command()
+@click.option("--agent", "agent_id", metavar="ID", help="One agent's detail (default: one line per agent).")
+@click.option("--watch", is_flag=True, help="Show it again every --interval seconds, until Ctrl-C.")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.2), help="With --watch.")
 @json_option
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
-    """Show the daemon and every agent: files, commits, held-back files, naming, watcher.
+def status(ctx: click.Context, agent_id: str | None, watch: bool, interval: float, as_json: bool) -> None:
+    """Show the daemon and every agent: a summary line (healthy, or how many problems), the
+    problems, the daemon's state, then one line per agent (--agent ID: that agent's detail).
 
     Works when the daemon is down (reads disk and git, says so). Exit status: 0
     when the daemon runs, 3 when it does not (as `systemctl status`). Every agent's
     details need the administrator's token (root reads it from the state directory);
     with $MEMSTRATA_TOKEN of an agent, that agent's; without a token, health only.
+    With --watch --json: one JSON document per line.
     """
+    if agent_id is not None:
+        check_id(agent_id)
+    data = _status_document(ctx, agent_id)
+    try:
+        while True:
+            if watch and sys.stdout.isatty() and not as_json:
+                click.clear()
+            if as_json:
+                click.echo(json.dumps(data, ensure_ascii=False)) if watch else echo_json(data)
+            else:
+                click.echo(render_status(data, agent_id), nl=False)
+            if not watch:
+                break
+            time.sleep(interval)
+            data = _status_document(ctx, agent_id)
+    except KeyboardInterrupt:  # how --watch ends
+        pass
+    sys.exit(0 if data["daemon"]["running"] else 3)
+
+
+def _status_document(ctx: click.Context, agent_id: str | None) -> dict:
+    """The daemon's status document (or the offline survey); with ``agent_id``, that agent's part."""
     from daemon.front.client import DaemonUnavailableError, connect
-    from daemon.front.status import offline_status, render
+    from daemon.front.status import offline_status
 
     try:
         with connect(front_config(ctx), timeout=5) as client:
-            data = client.status()
+            data: dict = dict(client.status())
     except DaemonUnavailableError as exc:
-        data = offline_status(config_of(ctx), str(exc))  # reads the layers: the whole configuration
-    if as_json:
-        echo_json(data)
-    else:
-        click.echo(render(data), nl=False)
-    sys.exit(0 if data["daemon"]["running"] else 3)
+        data = dict(offline_status(config_of(ctx), str(exc)))  # reads the layers: the whole configuration
+    if agent_id is not None and "agents" in data:
+        mine = [a for a in data["agents"] if a["id"] == agent_id]
+        if not mine:
+            known = ", ".join(a["id"] for a in data["agents"]) or "none"
+            raise failures.UsageFailure(f"unknown agent {agent_id!r} (known agents: {known})", "unknown_agent")
+        data["agents"] = mine
+    return data
+
+
+def render_status(data: dict, agent_id: str | None) -> str:
+    from daemon.front.status import render
+
+    return render(data, agent_id)  # type: ignore[arg-type]  # the document as the daemon sent it
 
 
 # ---------------------------------------------------------------- L1 / L2
@@ -358,14 +424,18 @@ def core_cmd(ctx: click.Context, agent_id: str, budget: int | None, on_demand: b
 @main.command()
 @agent_option
 @click.argument("text", nargs=-1)
+@json_option
 @click.pass_context
-def note(ctx: click.Context, agent_id: str, text: tuple[str, ...]) -> None:
+def note(ctx: click.Context, agent_id: str, text: tuple[str, ...], as_json: bool) -> None:
     """Append a timestamped line to today's memory/YYYY-MM-DD.md (TEXT, or stdin)."""
     config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     body = " ".join(text) if text else ("" if sys.stdin.isatty() else sys.stdin.read())
     path = daily.append_note(agent_obj.workspace, body)
-    click.echo(str(path))
+    if as_json:
+        echo_json({"agent": agent_id, "file": str(path)})
+    else:
+        click.echo(str(path))
 
 
 @main.command()

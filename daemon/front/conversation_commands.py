@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from daemon.front.failures import EXIT_USAGE
 from daemon.front.options import (
     JSON_OBJECT,
     agent_option,
@@ -130,7 +131,7 @@ def mcp_cmd(ctx: click.Context, agent_id: str) -> None:
         # said on stderr too, but served: an MCP client shows the server's answers, not its stderr
         click.echo(f"Error: {exc}", err=True)
         build_refusing_server(str(exc)).run("stdio")
-        raise SystemExit(1) from None
+        raise SystemExit(EXIT_USAGE) from None  # an unknown agent or an invalid id: daemon/front/failures.py
     build_server(config, agent_id).run("stdio")
 
 

@@ -55,8 +55,8 @@ def _report(plan: installer.Plan, dry_run: bool, as_json: bool, title: str) -> N
     sys.exit(plan.exit_code)
 
 
-def _need_root(destdir: Path | None, dry_run: bool) -> None:
-    if destdir is None and not dry_run and os.geteuid() != 0:
+def _need_root(destdir: Path | None, dry_run: bool, scratch: bool = False) -> None:
+    if destdir is None and not scratch and not dry_run and os.geteuid() != 0:
         raise click.ClickException("run this as root (sudo): it writes /etc and system directories")
 
 
@@ -69,6 +69,16 @@ def _need_root(destdir: Path | None, dry_run: bool) -> None:
 )
 @_config_option
 @click.option("--cron", is_flag=True, help="Schedule backup and cleanup with /etc/cron.d/mem0-cleanup, not timers.")
+@click.option(
+    "--units-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the unit files (and the cron file) here and do not ask systemd: to try install in a scratch tree.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="State directory of a new configuration (its socket in DIR/run) instead of /var/lib/memstrata.",
+)
 @_dry_run_option
 @json_option
 @_destdir_option
@@ -78,6 +88,8 @@ def install_cmd(
     root: Path | None,
     config_path: Path | None,
     cron: bool,
+    units_dir: Path | None,
+    state_dir: Path | None,
     dry_run: bool,
     as_json: bool,
     destdir: Path | None,
@@ -95,16 +107,23 @@ def install_cmd(
       install did not write is backed up first (NAME.bak-TIMESTAMP)
 
     It does not start the daemon: it prints the `systemctl start memstrata` line.
+
+    \b
+    To try it all in a scratch tree, as any user:
+      memstrata install --root T/openclaw --config T/memstrata.yaml \\
+                        --state-dir T/state --units-dir T/units
     Exit status: 0 done; 1 an error (the message says what was done before it);
     3 files written but systemd could not be asked (systemctl missing, or systemd not
     running: units enabled for the next boot, daemon-reload and starting skipped).
     """
     from daemon.ops import install as installer
 
-    _need_root(destdir, dry_run)
+    _need_root(destdir, dry_run, scratch=units_dir is not None and (state_dir is not None or config_path is not None))
     config_path = _config_path(ctx, config_path)
     try:
-        plan = installer.plan_install(root, config_path, cron=cron, destdir=destdir or Path("/"))
+        plan = installer.plan_install(
+            root, config_path, cron=cron, destdir=destdir or Path("/"), units_dir=units_dir, state_dir=state_dir
+        )
     except installer.InstallError as exc:
         raise click.ClickException(str(exc)) from None
     _report(plan, dry_run, as_json, "installed")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from daemon import __version__
 from daemon.front.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
 from daemon.front.mcp_protocol import Param, Server, Tool, ToolError
-from daemon.shared.contracts import StatusDocument
+from daemon.shared.contracts import StatusDocument, local_view
 from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, QueryTooLongError
 from daemon.shared.settings import client_timeout
 from daemon.shared.tokens import own_token
@@ -78,8 +78,42 @@ def _ask(config: Config, agent: Agent, request: Callable[[DaemonClient], Any]) -
             return request(client)
     except QueryTooLongError as exc:  # refused before sending: a model can shorten it and retry
         raise ToolError(str(exc)) from None
-    except (DaemonRequestError, DaemonUnavailableError) as exc:
+    except DaemonUnavailableError as exc:
+        raise DaemonDown(exc) from None
+    except DaemonRequestError as exc:
         raise _daemon_error(exc) from None
+
+
+class DaemonDown(ToolError):
+    """No daemon answered: the tool's error, unless the tool has a way without it (memory_search)."""
+
+    def __init__(self, cause: DaemonUnavailableError) -> None:
+        super().__init__(str(_daemon_error(cause)))
+        self.cause = cause
+
+
+def _local_fallback(agent: Agent, query: str, limit: int, reason: str) -> dict[str, Any]:
+    """memory_search while the daemon is down: the agent's own L3 index, read-only, full-text
+    (the model is the daemon's), in the daemon's own degraded shape (daemon/conversation/reads.py).
+    The index holds this agent's files only: nothing of another agent is reachable this way."""
+    from layers.local.index import ForeignFile, IndexStale, open_for_reading  # apsw: only on this path
+    from layers.local.search import search as search_index
+
+    if not agent.index.exists():
+        raise ToolError(f"{reason}, and there is no local index for {agent.id} yet ({agent.index})")
+    try:
+        with open_for_reading(agent.index) as index:
+            local = search_index(index, query, limit=limit, mode="auto", no_embedder_reason=reason).to_dict()
+    except (ForeignFile, IndexStale, OSError, ValueError) as exc:
+        raise ToolError(f"{reason}, and the local index cannot answer: {exc}") from None
+    return {
+        "layer": "local",
+        "degraded": True,
+        "reason": reason,
+        "query": query,
+        "results": [local_view(r) for r in local["results"]],
+        "vectors": local.get("vectors"),
+    }
 
 
 def _own_status(status: StatusDocument, agent_id: str) -> dict:
@@ -209,7 +243,13 @@ def build_server(config: Config, agent_id: str) -> Server:
         query: str, limit: int, fallback: bool, filters: dict | None, threshold: float | None, explain: bool
     ) -> dict[str, Any]:
         options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
-        return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback, **options))
+        try:
+            return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback, **options))
+        except DaemonDown as down:
+            if not fallback:
+                raise _daemon_error(down.cause) from None
+            reason = f"the memstrata daemon is not running ({down.cause}; `memstrata run` starts it)"
+            return _local_fallback(agent, query, limit, reason)
 
     def memory_add(
         text: str,

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from daemon.front.failures import Failure, UnreachableFailure, UsageFailure
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
@@ -82,20 +85,76 @@ def echo_json(data: object) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, indent=2))
 
 
-agent_option = click.option("--agent", "agent_id", required=True, metavar="ID", help="Agent id (main, or a spoke).")
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+class Report:
+    """What a setting-up command did (``init``, ``agent add``, ``agent token``): one line per step,
+    or with ``--json`` one object whose ``steps`` are those lines as ``{"action", "what"}``."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.steps: list[dict[str, str]] = []
+
+    def say(self, line: str) -> None:
+        """One step, written as the text output shows it: its first word is the action."""
+        if not self.as_json:
+            click.echo(line)
+            return
+        action, _, what = line.strip().partition(" ")
+        self.steps.append({"action": action, "what": what.strip()})
+
+    def done(self, **summary: object) -> None:
+        if self.as_json:
+            echo_json({**summary, "steps": self.steps})
 
 
-class QueryRefusedError(click.ClickException):
+def _agent_here(ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    """``--agent``, else the agent whose workspace holds the current directory (the deepest one:
+    spoke workspaces may lie inside the main one), else a usage error that says so."""
+    if value is not None:
+        return value
+    from daemon.shared.workspaces import discover
+
+    here = Path.cwd().resolve()
+    agents = discover(front_config(ctx))
+    holding = [a for a in agents if here.is_relative_to(a.workspace.resolve())]
+    if holding:
+        return max(holding, key=lambda a: len(a.workspace.resolve().parts)).id
+    known = ", ".join(a.id for a in agents) or "none"
+    raise UsageFailure(f"give --agent ID: {here} is in no agent's workspace (known agents: {known})", "no_agent")
+
+
+class AgentOption(click.Option):
+    """``--agent``: optional on the command line, yet never unset (``always_resolved``): its
+    callback gives the current workspace's agent or fails."""
+
+    always_resolved = True
+
+
+agent_option = click.option(
+    "--agent",
+    "agent_id",
+    cls=AgentOption,
+    metavar="ID",
+    callback=_agent_here,
+    help="Agent id (main, or a spoke; default: the agent whose workspace holds the current directory).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors too).")
+
+
+class QueryRefusedError(UsageFailure):
     """A query over the documented limit: a usage error (exit 2), said in one line."""
 
-    exit_code = 2
+    code = "query_too_long"
 
 
 def request_failed(exc: Exception) -> click.ClickException:
-    """The daemon's refusal as one line; a query it found too long (413) is a usage error."""
+    """The daemon's refusal as one line; a query it found too long (413) or a value it cannot use
+    (400) is a usage error, anything else a runtime failure (its HTTP status in the code)."""
     status = getattr(exc, "status", None)
-    return QueryRefusedError(str(exc)) if status == 413 else click.ClickException(str(exc))
+    if status == 413:
+        return QueryRefusedError(str(exc))
+    if status == 400:
+        return UsageFailure(str(exc), "invalid_request")
+    return Failure(str(exc), f"http_{status}" if status else None)
 
 
 def placement(memory: Mapping[str, Any]) -> str:
@@ -107,5 +166,5 @@ def conversation_failed(exc: Exception) -> click.ClickException:
     from daemon.front.client import DaemonUnavailableError
 
     if isinstance(exc, DaemonUnavailableError):
-        return click.ClickException(f"{exc}: conversation memory is served by the daemon (`memstrata run`)")
+        return UnreachableFailure(f"{exc}: conversation memory is served by the daemon (`memstrata run`)")
     return request_failed(exc)

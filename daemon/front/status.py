@@ -130,24 +130,34 @@ def _edge_index_lines(index: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def _conversation_lines(c: ConversationStatus) -> list[str]:
+def _conversation_lines(c: ConversationStatus) -> tuple[list[str], list[str]]:
+    """L4's section, and its problems (a store unreachable or off, writes set aside, a registry that
+    does not load, a failed import): those are listed with the problems at the top instead."""
     if not c.get("enabled"):
-        return ["conversation (L4): disabled"] if c else []
+        return (["conversation (L4): disabled"] if c else []), []
     where = c["backend"] + (f" {c['url']}" if c.get("url") else "") + f", collection {c.get('collection')}"
+    problems = []
     if c.get("error"):
-        state = f"OFF: {c['error']}"
+        problems.append(f"conversation (L4): {where}: OFF: {c['error']}")
+        state = "OFF (above)"
     elif c.get("reachable"):
         state = "reachable" + (f" ({c['rtt_ms']:g} ms)" if c.get("rtt_ms") is not None else "")
     else:
         b = c.get("breaker") or {}
         down = f" for {duration(b['down_for_s'])}" if b.get("down_for_s") is not None else ""
-        state = f"UNREACHABLE{down} (breaker open; searches answered from L3): {b.get('last_error')}"
+        problems.append(
+            f"conversation (L4): UNREACHABLE{down} (breaker open; searches answered from L3): {b.get('last_error')}"
+        )
+        state = "UNREACHABLE (above)"
     lines = [f"conversation (L4): {where}: {state}"]
     imp = c.get("import") or {}
     if imp.get("state") == "importing":
         lines.append(f"  importing the old local-mode store: {imp.get('done', 0)}/{imp.get('total') or '?'} memories")
     elif imp.get("state") == "failed":
-        lines.append(f"  import of the old local-mode store failed (tried again at the next start): {imp.get('error')}")
+        problems.append(
+            f"conversation (L4): import of the old local-mode store failed (tried again at the next start): "
+            f"{imp.get('error')}"
+        )
     lines.extend(_edge_index_lines(c.get("index")))
     q: Mapping[str, Any] = c.get("queue") or {}
     if q.get("depth"):
@@ -157,16 +167,16 @@ def _conversation_lines(c: ConversationStatus) -> list[str]:
             lines.append(f"  replaying: {q['replay_rate_per_s']:,.0f} writes/s, about {eta} to go")
     if q.get("set_aside"):
         latest = (q.get("set_aside_recent") or [{}])[0]
-        lines.append(
-            f"  set aside: {q['set_aside']} queued write(s) the store refuses (kept in the queue file); "
-            f"latest {latest.get('write_id')} of {latest.get('agent_id')}: {latest.get('reason')}"
+        problems.append(
+            f"conversation (L4): set aside: {q['set_aside']} queued write(s) the store refuses (kept in the queue "
+            f"file); latest {latest.get('write_id')} of {latest.get('agent_id')}: {latest.get('reason')}"
         )
     if q.get("replayed") or q.get("skipped_already_written"):
         lines.append(f"  replayed: {q.get('replayed', 0)} written, {q.get('skipped_already_written', 0)} already there")
     if c.get("last_error") and c.get("reachable"):
         lines.append(f"  last error: {c['last_error']}")
     if c.get("registry_error"):
-        lines.append(f"  registry: {c['registry_error']}")
+        problems.append(f"registry: {c['registry_error']}")
     ts = c.get("tailscale")
     if ts:
         if ts.get("host_name"):
@@ -175,7 +185,7 @@ def _conversation_lines(c: ConversationStatus) -> list[str]:
             lines.append(f"  tailscale: peer {ts['host_name']} ({ts['peer']}) {online}, {path}")
         else:
             lines.append(f"  tailscale: {ts.get('reason')}")
-    return lines
+    return lines, problems
 
 
 def _storage_lines(storage: StorageReport | None) -> list[str]:
@@ -208,42 +218,178 @@ def _history_lines(agent: AgentReport) -> list[str]:
     ]
 
 
-def render(status: StatusDocument) -> str:
+def _agent_problems(a: AgentReport) -> list[str]:
+    """Everything about one agent a person has to look at: what git or the index does not have,
+    and why. Each line is said as the detail view says it."""
+    lines = _history_lines(a)
+    for h in a.get("held_back") or []:
+        lines.append(f"HELD BACK from git: {h['path']} line {h['line']} (never_store pattern {h['kind']!r})")
+    for name in a.get("naming_violations") or []:
+        lines.append(f"naming: {name} does not follow memory/YYYY-MM-DD.md")
+    more = (a.get("naming_violations_total") or 0) - len(a.get("naming_violations") or [])
+    if more > 0:
+        lines.append(f"naming: … and {more:,} more files that do not follow memory/YYYY-MM-DD.md")
+    for s in a.get("skipped") or []:
+        lines.append(f"ignored: {s['path']}: {s['reason']}")
+    held = {h["path"] for h in a.get("held_back") or []}
+    for s in a.get("not_indexed") or []:
+        if s["path"] not in held:  # a held-back file is kept out of the index too: one problem, said once
+            lines.append(f"not indexed: {s['path']}: {s['reason']}")
+    ix: IndexReport = a.get("index") or {}
+    if ix.get("error"):
+        lines.append(f"index error: {ix['error']}")
+    elif ix and "chunks" not in ix and not str(ix.get("state", "")).startswith(("missing", "rebuilding")):
+        lines.append(f"index: {ix.get('state')}")
+    for refused in a.get("refused") or []:
+        lines.append(f"REFUSED: {refused['path']}: {refused['reason']}")
+    failing = a.get("commits_failing")
+    if failing:
+        lines.append(
+            f"COMMITS FAILING since {_clock(failing['since'])} ({failing['attempts']} attempts, retried "
+            f"with back-off): {failing['reason']}"
+        )
+    if a.get("last_error") and not (failing and failing["reason"] == a["last_error"]):
+        lines.append(f"ERROR: {a['last_error']}")
+    return [line.strip() for line in lines]
+
+
+def _ago(iso: str | None) -> str:
+    """How long ago, in at most two units: ``5m``, ``3h 2m``, ``4d 1h``."""
+    if not iso:
+        return "never"
+    try:
+        then = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    seconds = max(0, int((datetime.now(then.tzinfo) - then).total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h ago"
+    if hours:
+        return f"{hours}h {minutes}m ago"
+    return f"{minutes}m ago" if minutes else f"{secs}s ago"
+
+
+def _agent_line(a: AgentReport, width: int, problems: int) -> str:
+    """One agent in one line: files, last commit, index; its problems are counted, listed above."""
+    commit = a.get("last_commit")
+    parts = [f"{a['id']:<{width}}  {a['files']:>5} files"]
+    parts.append(f"last commit {_ago(commit['time'])}" if commit else "no commit")
+    ix: IndexReport = a.get("index") or {}
+    if "chunks" in ix:
+        parts.append(f"{ix['chunks']:,} chunks")
+        if ix.get("pending_embeddings"):
+            parts.append(f"{ix['pending_embeddings']:,} waiting for vectors")
+    elif ix.get("state"):
+        parts.append(f"index {str(ix['state']).split(' (')[0]}")
+    if ix.get("progress"):
+        parts.append(f"indexing {ix['progress']['done']}/{ix['progress']['total']}")
+    committing = a.get("committing")
+    if committing and committing.get("total"):
+        parts.append(f"committing {committing['done']:,}/{committing['total']:,}")
+    line = ", ".join(parts)
+    if a.get("pending_commit"):
+        line += " (changes waiting to be committed)"
+    if problems:
+        line += f"  [{problems} problem{'s' if problems != 1 else ''}]"
+    return line
+
+
+def _agent_detail(a: AgentReport) -> list[str]:
+    """``status --agent ID``: everything the report holds about one agent."""
+    lines = [f"{a['id']}  {a['workspace']}"]
+    commit = a["last_commit"]
+    last = f"{commit['sha']} {_clock(commit['time'])} {commit['subject']!r}" if commit else "none"
+    pending = "  (changes waiting to be committed)" if a["pending_commit"] else ""
+    lines.append(f"  files: {a['files']}   last commit: {last}{pending}")
+    committing = a.get("committing")
+    if committing:
+        done = (
+            f"{committing['done']:,} of {committing['total']:,} files"
+            if committing["total"]
+            else "listing and checking the changes"
+        )
+        lines.append(f"  committing: {done}")
+    ix: IndexReport = a.get("index") or {}
+    if "chunks" in ix:
+        last_indexed = ix.get("last_indexed")
+        indexed = _clock(datetime.fromtimestamp(last_indexed).astimezone().isoformat()) if last_indexed else "never"
+        waiting = ix.get("pending_embeddings", 0)
+        so_far = f"vectors for {ix['vectors']:,} of them, " if "vectors" in ix and waiting else ""
+        lines.append(
+            f"  index: {ix['state']}, {ix['files']} files, {ix['chunks']:,} chunks, last indexed {indexed}, "
+            f"{so_far}{waiting:,} waiting for vectors"
+        )
+        lines.append(f"  index identity: {ix.get('identity')}")
+    elif ix:
+        lines.append(f"  index: {ix.get('state')}")
+    if ix.get("progress"):
+        lines.append(f"  indexing: {ix['progress']['done']}/{ix['progress']['total']} ({ix['progress']['phase']})")
+    rb = ix.get("last_rebuild")
+    if rb:
+        lines.append(
+            f"  last rebuild: {_clock(datetime.fromtimestamp(rb['time']).astimezone().isoformat())}: {rb['reason']}"
+        )
+    problems = _agent_problems(a)
+    lines.append(f"  problems: {len(problems)}" if problems else "  no problems")
+    lines.extend(f"    {p}" for p in problems)
+    return lines
+
+
+def _daemon_problems(status: StatusDocument) -> list[str]:
+    d = status["daemon"]
+    problems = _storage_lines(status.get("storage"))
+    if d.get("config_error"):
+        problems.append(f"configuration: {d['config_error']}")
+    restart = d.get("restart_needed")
+    if restart:
+        problems.append(f"configuration: RESTART NEEDED to apply {', '.join(restart)} (read on reload)")
+    v = status.get("vectors") or {}
+    if v.get("form_problem"):
+        problems.append(f"vectors: {v['form_problem']}")
+    return problems
+
+
+def _headline(status: StatusDocument, problems: int) -> str:
+    """The first line: healthy or how many problems, and the daemon in a few words."""
+    d = status["daemon"]
+    if d.get("starting"):
+        return f"memstrata {d['version']}: daemon starting (pid {d.get('pid')}, up {duration(d.get('uptime_s', 0))})"
+    health = "healthy" if not problems else f"{problems} problem{'s' if problems != 1 else ''}"
+    if not d["running"]:
+        seen = f"; last stopped {_clock(d['last_seen'])}" if d.get("last_seen") else ""
+        return f"memstrata {d['version']}: {health}; daemon NOT running ({d['reason']}){seen}"
+    agents = status.get("agents")
+    counts: Mapping[str, Any] = status.get("counts") or {}
+    n_agents = len(agents) if agents is not None else counts.get("agents", 0)
+    n_files = sum(a.get("files", 0) for a in agents) if agents is not None else counts.get("files", 0)
+    return (
+        f"memstrata {d['version']}: {health}; daemon running (pid {d['pid']}, up {duration(d.get('uptime_s', 0))}), "
+        f"{n_agents} agent{'s' if n_agents != 1 else ''}, {n_files:,} files"
+    )
+
+
+def _daemon_lines(status: StatusDocument) -> list[str]:
+    """The daemon's own state: watcher, reconcile, limits, vectors (L4 comes after)."""
     d = status["daemon"]
     lines = []
     if d.get("starting"):
-        lines.append(
-            f"memstrata {d['version']}: daemon starting (pid {d.get('pid')}, up {duration(d.get('uptime_s', 0))})"
-            + (f" on {d['socket']}" if d.get("socket") else "")
-        )
         lines.append(f"  {d['starting'].get('text') or d.get('summary')}")
-    elif d["running"]:
+    elif d["running"] and (d.get("age_s") or 0) > STALE_AFTER_S:
         lines.append(
-            f"memstrata {d['version']}: daemon running (pid {d['pid']}, up {duration(d.get('uptime_s', 0))})"
-            + (f" on {d['socket']}" if d.get("socket") else "")
+            f"  (the daemon is busy: files and agents below are as of {_clock(d.get('as_of'))}, "
+            f"{duration(d['age_s'])} ago; vectors, storage and shared memory are current)"
         )
-        if (d.get("age_s") or 0) > STALE_AFTER_S:
-            lines.append(
-                f"  (the daemon is busy: files and agents below are as of {_clock(d.get('as_of'))}, "
-                f"{duration(d['age_s'])} ago; vectors, storage and shared memory are current)"
-            )
-    else:
-        seen = f"; last stopped {_clock(d['last_seen'])}" if d.get("last_seen") else ""
-        lines.append(f"memstrata {d['version']}: daemon NOT running ({d['reason']}){seen}")
+    elif not d["running"]:
         lines.append("  (the report below is read from disk and git)")
-    lines.extend(_storage_lines(status.get("storage")))
-    if d.get("config_error"):
-        lines.append(f"configuration: {d['config_error']}")
-    restart = d.get("restart_needed")
-    if restart:
-        lines.append(f"configuration: RESTART NEEDED to apply {', '.join(restart)} (read on reload)")
     w, r, lim = status["watcher"], status.get("reconcile") or {}, status["limits"]
     watcher = w["mode"] + (f" — {w['reason']}" if w.get("reason") else "")
     recon = f"{_clock(r.get('time'))}"
     if r.get("time") and r.get("repaired") is not None:
         recon += f" ({r['repaired']} repaired, {r.get('duration_ms')} ms)"
-    lines.append(f"watcher: {watcher}")
-    lines.append(f"last reconcile: {recon}")
+    lines.append(f"watcher: {watcher}; last reconcile: {recon}")
     lines.append(
         f"limits: index files up to {lim['max_file_mb']:g} MB; debounce {lim['debounce_ms']} ms; "
         f"commit after {lim['quiet_period_s']:g} s quiet (at most {lim['max_delay_s']:g} s)"
@@ -253,23 +399,42 @@ def render(status: StatusDocument) -> str:
         gate = v.get("gate") or {}
         gate_text = "open" if gate.get("open") else "closed"
         lines.append(
-            f"vectors: local model {'loaded' if v.get('loaded') else 'not loaded'} ({Path(v['model']).name}, "
-            f"{v.get('form', 'plain')} form); "
-            f"memory gate {gate_text}: {gate.get('available_mb')} MB free, {gate.get('needed_mb')} MB needed"
-            + (f"; embedded {v['embedded']}" if v.get("embedded") is not None else "")
+            f"vectors: model {'loaded' if v.get('loaded') else 'not loaded'} ({Path(v['model']).name}, "
+            f"{v.get('form', 'plain')} form)" + (f"; embedded {v['embedded']}" if v.get("embedded") is not None else "")
         )
+        free, needed = gate.get("available_mb"), gate.get("needed_mb")
+        lines.append(f"  memory gate {gate_text}: {free} MB free, {needed} MB needed")
         lines.extend(_embedding_lines(status))
         if v.get("waiting"):
             lines.append(f"  waiting: {v['waiting']}")
-        if v.get("form_problem"):
-            lines.append(f"  {v['form_problem']}")
     elif v.get("backend"):
         lines.append(f"vectors: {v['backend']}" + (f" ({v.get('model_id')})" if v.get("model_id") else ""))
-    lines.extend(_conversation_lines(status.get("conversation") or {}))
+    return lines
+
+
+def render(status: StatusDocument, agent: str | None = None) -> str:
+    """The report a person reads: one summary line (healthy, or how many problems), the problems,
+    the daemon's state, then one line per agent; ``agent``: that agent's detail instead of the list."""
+    d = status["daemon"]
+    agents = status.get("agents")
+    if agent is not None and agents is not None:
+        agents = [a for a in agents if a["id"] == agent]
+    conversation, l4_problems = _conversation_lines(status.get("conversation") or {})
+    daemon_problems = [*_daemon_problems(status), *l4_problems]
+    per_agent = {a["id"]: _agent_problems(a) for a in agents or []}
+    count = len(daemon_problems) + sum(len(p) for p in per_agent.values())
+    lines = [_headline(status, count + (0 if d["running"] else 1))]
+    if count:
+        lines.append("problems:")
+        lines.extend(f"  {p}" for p in daemon_problems)
+        for agent_id, problems in per_agent.items():
+            lines.extend(f"  {agent_id}: {p}" for p in problems)
+    lines.extend(_daemon_lines(status))
+    lines.extend(conversation)
     if d.get("starting"):
         lines.append("\nagents: shown once every workspace has been checked (the start is still running)")
         return "\n".join(lines) + "\n"
-    if "agents" not in status:  # the daemon shows per-agent details only to a token holder
+    if agents is None:  # the daemon shows per-agent details only to a token holder
         counts: Mapping[str, object] = status.get("counts") or {}
         lines.append(
             f"\n{counts.get('agents', 0)} agents, {counts.get('files', 0)} files, "
@@ -277,67 +442,14 @@ def render(status: StatusDocument) -> str:
             "per-agent details need a token (run as root, or set $MEMSTRATA_TOKEN to an agent's token)"
         )
         return "\n".join(lines) + "\n"
-    if not status["agents"]:
+    if not agents:
         lines.append("\nno agents: run `memstrata init --root DIR` or `memstrata agent add ID`")
-    for a in status["agents"]:
-        lines.append("")
-        lines.append(f"{a['id']}  {a['workspace']}")
-        commit = a["last_commit"]
-        last = f"{commit['sha']} {_clock(commit['time'])} {commit['subject']!r}" if commit else "none"
-        pending = "  (changes waiting to be committed)" if a["pending_commit"] else ""
-        lines.append(f"  files: {a['files']}   last commit: {last}{pending}")
-        committing = a.get("committing")
-        if committing:
-            done = (
-                f"{committing['done']:,} of {committing['total']:,} files"
-                if committing["total"]
-                else "listing and checking the changes"
-            )
-            lines.append(f"  committing: {done}")
-        lines.extend(_history_lines(a))
-        for h in a["held_back"]:
-            lines.append(f"  HELD BACK from git: {h['path']} line {h['line']} (never_store pattern {h['kind']!r})")
-        for name in a["naming_violations"]:
-            lines.append(f"  naming: {name} does not follow memory/YYYY-MM-DD.md")
-        more = (a.get("naming_violations_total") or 0) - len(a["naming_violations"])
-        if more > 0:
-            lines.append(f"  naming: … and {more:,} more files that do not follow memory/YYYY-MM-DD.md")
-        for s in a["skipped"]:
-            lines.append(f"  ignored: {s['path']}: {s['reason']}")
-        for s in a["not_indexed"]:
-            lines.append(f"  not indexed: {s['path']}: {s['reason']}")
-        ix: IndexReport = a.get("index") or {}
-        if "chunks" in ix:
-            last_indexed = ix.get("last_indexed")
-            indexed = _clock(datetime.fromtimestamp(last_indexed).astimezone().isoformat()) if last_indexed else "never"
-            waiting = ix.get("pending_embeddings", 0)
-            so_far = f"vectors for {ix['vectors']:,} of them, " if "vectors" in ix and waiting else ""
-            lines.append(
-                f"  index: {ix['state']}, {ix['files']} files, {ix['chunks']:,} chunks, last indexed {indexed}, "
-                f"{so_far}{waiting:,} waiting for vectors"
-            )
-            lines.append(f"  index identity: {ix.get('identity')}")
-        elif ix:
-            lines.append(f"  index: {ix.get('state')}")
-        if ix.get("error"):
-            lines.append(f"  index error: {ix['error']}")
-        if ix.get("progress"):
-            lines.append(f"  indexing: {ix['progress']['done']}/{ix['progress']['total']} ({ix['progress']['phase']})")
-        rb = ix.get("last_rebuild")
-        if rb:
-            lines.append(
-                f"  last rebuild: {_clock(datetime.fromtimestamp(rb['time']).astimezone().isoformat())}: {rb['reason']}"
-            )
-        if ix.get("error"):
-            lines.append(f"  INDEX ERROR: {ix['error']}")
-        for refused in a.get("refused") or []:
-            lines.append(f"  REFUSED: {refused['path']}: {refused['reason']}")
-        failing = a.get("commits_failing")
-        if failing:
-            lines.append(
-                f"  COMMITS FAILING since {_clock(failing['since'])} ({failing['attempts']} attempts, retried "
-                f"with back-off): {failing['reason']}"
-            )
-        if a["last_error"] and not (failing and failing["reason"] == a["last_error"]):
-            lines.append(f"  ERROR: {a['last_error']}")
+        return "\n".join(lines) + "\n"
+    lines.append("")
+    if agent is not None:
+        for a in agents:
+            lines.extend(_agent_detail(a))
+        return "\n".join(lines) + "\n"
+    width = max(len(a["id"]) for a in agents)
+    lines.extend(_agent_line(a, width, len(per_agent[a["id"]])) for a in agents)
     return "\n".join(lines) + "\n"

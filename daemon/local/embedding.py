@@ -57,9 +57,14 @@ def make_embedder(config: Config) -> Embedder | None:
     if v.backend == "openai":
         o = v.openai
         return OpenAIEmbedder(o.base_url, o.model, o.dim, o.api_key_env, o.timeout_s)
-    companion.configure(min_free_mb=v.min_free_mb, threads=v.threads, idle_unload_s=v.idle_unload_s)
+    companion.configure(min_free_mb=v.min_free_mb, threads=v.threads, idle_unload_s=v.idle_unload_s, unload=v.unload)
     return LocalEmbedder(
-        config.model_path, v.profile, min_free_mb=v.min_free_mb, idle_unload_s=v.idle_unload_s, threads=v.threads
+        config.model_path,
+        v.profile,
+        min_free_mb=v.min_free_mb,
+        idle_unload_s=v.idle_unload_s,
+        threads=v.threads,
+        unload=v.unload,
     )
 
 
@@ -72,7 +77,12 @@ def conversation_embedder(config: Config, l3: Embedder | None) -> Embedder:
         return l3
     v = config.vectors
     return LocalEmbedder(
-        config.model_path, v.profile, min_free_mb=v.min_free_mb, idle_unload_s=v.idle_unload_s, threads=v.threads
+        config.model_path,
+        v.profile,
+        min_free_mb=v.min_free_mb,
+        idle_unload_s=v.idle_unload_s,
+        threads=v.threads,
+        unload=v.unload,
     )
 
 

@@ -231,7 +231,7 @@ class Indexer:
         except ForeignFile as exc:
             self._refuse(entry, exc)
             raise
-        log.warning("%s: rebuilding the L3 index from markdown: %s", agent.id, reason)
+        log.warning("%s: rebuilding the L3 index from markdown: %s", agent.id, reason, extra={"event": "index_rebuild"})
         entry.progress = {"done": 0, "total": len(desired), "phase": "rebuild"}
 
         def step(done: int) -> None:

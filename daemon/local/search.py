@@ -7,7 +7,9 @@ missing or damaged does not repair it here but asks the loop to rebuild it
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Any
 
 import apsw
 
@@ -19,7 +21,13 @@ from daemon.shared.storage import is_storage_error
 from daemon.shared.workspaces import Agent
 from layers.local.index import Filters, ForeignFile, Identity, IndexStale, LocalIndex
 from layers.local.search import search as search_index
-from layers.local.vectors import Embedder
+from layers.local.vectors import Embedder, LocalEmbedder
+
+#: Seconds a search waits for the query's vector (a model loading or busy with a batch); past
+#: that it answers lexically and says why, so no tool call hangs on a loaded host. 3 s leaves the
+#: rest of a search room under 5 s: with 4, a reload on a loaded host took 5.03 s end to end
+#: (bench/bench_warm_model.py, the `unload: idle` rounds).
+QUERY_EMBED_BUDGET_S = 3.0
 
 
 class LocalSearch:
@@ -72,7 +80,11 @@ class LocalSearch:
             if not is_storage_error(exc):
                 raise
             raise IndexUnavailableError(f"the index of {agent_id} cannot be opened: the disk is full ({exc})") from None
-        embed = self.embedder.embed_query if self.embedder is not None else None
+        embed: Callable[[str], Any] | None = None
+        if isinstance(self.embedder, LocalEmbedder):  # waits QUERY_EMBED_BUDGET_S at most, then lexical
+            embed = functools.partial(self.embedder.embed_query_within, budget_s=QUERY_EMBED_BUDGET_S)
+        elif self.embedder is not None:
+            embed = self.embedder.embed_query
         try:
             with index:
                 answer = search_index(

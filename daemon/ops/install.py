@@ -133,7 +133,7 @@ class Plan:
 # ---------------------------------------------------------------- what gets written
 
 
-def install_config_text(root: Path, config_path: Path, destdir: Path = Path("/")) -> str:
+def install_config_text(root: Path, config_path: Path, destdir: Path = Path("/"), state_dir: Path | None = None) -> str:
     """The configuration ``install`` writes: the demo file's settings with absolute paths.
 
     ``paths.root`` is absolute, so every ``{root}``/``{workspace}`` template resolves
@@ -142,8 +142,9 @@ def install_config_text(root: Path, config_path: Path, destdir: Path = Path("/")
     """
     values = {
         "root": str(root),
-        "state_dir": str(_under(destdir, SHIPPED_STATE)),
-        "socket": str(_under(destdir, SHIPPED_RUN) / "memstrata.sock"),
+        "state_dir": str(state_dir or _under(destdir, SHIPPED_STATE)),
+        # with --state-dir the socket's directory goes beside it: a scratch install writes no /run
+        "socket": str((state_dir / "run" if state_dir else _under(destdir, SHIPPED_RUN)) / "memstrata.sock"),
     }
     text = demo_config_text(root)
     text = re.sub(r"\A# .*\n", f"# memstrata configuration (written by `memstrata install --root {root}`).\n", text)
@@ -469,26 +470,38 @@ def plan_install(
     destdir: Path = Path("/"),
     prefix: Path | None = None,
     checkout: Path = CHECKOUT,
+    units_dir: Path | None = None,
+    state_dir: Path | None = None,
 ) -> Plan:
-    """Everything ``memstrata install`` would do, nothing done yet."""
+    """Everything ``memstrata install`` would do, nothing done yet.
+
+    ``units_dir``: the unit files (and with ``cron`` the cron file) go there and systemd is not
+    asked; ``state_dir``: a new configuration's state directory (its socket beside it, in
+    ``run/``). With both, and ``--root``/``--config`` in a scratch tree, nothing outside it is written.
+    """
     prefix = prefix or Path(sys.prefix)
     config_path = config_path.expanduser().absolute()
     _check_path("--config", config_path)
     if root is not None:
         root = root.expanduser()
         _check_path("--root", root)
+    for what, given in (("--units-dir", units_dir), ("--state-dir", state_dir)):
+        if given is not None:
+            _check_path(what, given.expanduser().absolute())
+    units_dir = units_dir.expanduser().absolute() if units_dir else None
+    state_dir = state_dir.expanduser().absolute() if state_dir else None
     _check_path("the virtualenv", prefix)
     _check_path("the checkout", checkout)
     if not (prefix / "bin" / "memstrata").exists():
         raise InstallError(f"{prefix}/bin/memstrata not found: run install with the virtualenv's memstrata")
-    systemd = Systemd.detect(destdir)
-    plan = Plan(systemd=systemd.state)
+    systemd = Systemd(None, destdir) if units_dir else Systemd.detect(destdir)
+    plan = Plan(systemd="not asked" if units_dir else systemd.state)
 
     # configuration
     if config_path.exists():
         config = _load_existing(config_path, root, plan)
     else:
-        text = install_config_text(root or DEFAULT_ROOT, config_path, destdir)
+        text = install_config_text(root or DEFAULT_ROOT, config_path, destdir, state_dir)
         config = parse_config(text, config_path)
         if not config_path.parent.is_dir():
             plan.add("mkdir", config_path.parent, "mode 0750", lambda: _makedirs(config_path.parent, 0o750))
@@ -499,8 +512,11 @@ def plan_install(
     plan_directories(plan, config)
     plan_skills(plan, config, config_path, prefix, checkout)
 
+    if state_dir is not None and config.paths.state_dir != state_dir:
+        plan.warnings.append(f"--state-dir: the existing {config_path} names {config.paths.state_dir}; kept")
+
     # units, timers or cron
-    unit_dir = _under(destdir, UNIT_DIR)
+    unit_dir = units_dir or _under(destdir, UNIT_DIR)
     wanted = [MAIN_UNIT] if cron else list(ALL_UNITS)
     units_changed = False
     disable = [u for u in TIMERS if cron and (_read(unit_dir / u) or "").startswith(MARKER)]
@@ -517,13 +533,23 @@ def plan_install(
             units_changed |= _plan_file(plan, dest, render_unit(name, config, config_path, prefix, checkout), 0o644)
         else:
             units_changed |= _plan_remove(plan, dest)
-    cron_dest = _under(destdir, CRON_DIR) / CRON_FILE
+    cron_dest = (units_dir or _under(destdir, CRON_DIR)) / CRON_FILE
+    if units_dir is not None and not units_dir.is_dir():
+        made = units_dir  # first of all: the unit files are written into it
+        plan.actions.insert(0, Action("mkdir", str(made), "mode 0755", lambda: _makedirs(made, 0o755)))
     if cron:
         _plan_file(plan, cron_dest, render_cron(config, config_path, prefix, checkout), 0o644)
     else:
         _plan_remove(plan, cron_dest)
 
     # systemd
+    if units_dir is not None:
+        plan.warnings.append(
+            f"--units-dir: the unit files are in {units_dir}; systemd was not asked (copy them to "
+            f"/{UNIT_DIR} and run `systemctl daemon-reload` to use them)"
+        )
+        plan.next_steps = [f"ls {units_dir}", f"memstrata --config {config_path} run  # in the foreground"]
+        return plan
     if systemd.systemctl is None:
         plan.warnings.append("systemctl not found: the unit files are written, nothing is enabled")
     else:

@@ -218,6 +218,12 @@ class Loop:
             self.router.recheck_at = None  # this reconcile covers the early one asked for
             self.reconciler.all()
             changed = True
+            from daemon.files.routing import watch_roots  # a module the loop otherwise only names in types
+
+            watcher = self.started.watcher
+            if watcher is not None and set(watch_roots(self.reconciler.current.config)) != set(watcher.roots):
+                # an OpenClaw-layout workspace appeared outside the roots (or went): watched from now on
+                self.restart_watcher("the workspaces to watch changed")
         changed |= self.indexer.flush(now) > 0  # what calls, commits or reconcile queued
         if self.started.watcher and self.started.watcher.mode == "inotify" and not self.started.watcher.healthy():
             self.restart_watcher("an inotify watch failed")

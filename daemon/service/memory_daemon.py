@@ -258,7 +258,8 @@ class MemoryDaemon:
         if self.config.conversation.enabled:
             parts.broker = self._make_broker()
             parts.broker.start()
-        parts.api = ApiServer(paths.socket, self)
+        metrics = self.config.metrics
+        parts.api = ApiServer(paths.socket, self, (metrics.host, metrics.port) if metrics.port else None)
         parts.api.start()
         mem0_api = self.config.conversation.mem0_api
         if parts.broker is not None and mem0_api.enabled:

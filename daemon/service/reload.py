@@ -86,6 +86,10 @@ class Reloader:
         if new.paths != old.paths:
             restart.append("paths")
             new = replace(new, paths=old.paths)
+        if new.metrics != old.metrics:
+            restart.append("metrics")  # the port is bound once, at start
+        if new.log.format != old.log.format:
+            restart.append("log.format")
         try:
             applied = self._conversation(new, restart)
         except (OSError, ValueError) as exc:  # the new store settings cannot be read (an API key file)
@@ -140,6 +144,8 @@ class Reloader:
         if (index_model_id(fresh.model_id) if fresh else "") != self.identity.embed_model:
             restart.append("vectors.backend/model (indexes are then rebuilt)")
         if isinstance(self.embedder, LocalEmbedder):
-            self.embedder.configure(min_free_mb=new.vectors.min_free_mb, idle_unload_s=new.vectors.idle_unload_s)
+            v = new.vectors
+            self.embedder.configure(min_free_mb=v.min_free_mb, idle_unload_s=v.idle_unload_s, unload=v.unload)
+            # the companion model follows through make_embedder(new) above (daemon/local/embedding.py)
         if self.started.embed_worker is not None:
             self.started.embed_worker.configure(new.vectors.batch_size)

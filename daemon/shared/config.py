@@ -244,6 +244,9 @@ class VectorsConfig(StrictModel):
     profile: Annotated[Literal["e5", "bge-zh", "plain"], YAML_CHOICE] = "e5"
     min_free_mb: int = pydantic.Field(300, ge=0)
     idle_unload_s: float = pydantic.Field(120.0, gt=0)
+    # pressure: the model stays loaded while memory is plentiful and goes once less than min_free_mb
+    # is free (unused for 5 s); idle: also after idle_unload_s unused (layers/local/vectors.py)
+    unload: Annotated[Literal["pressure", "idle"], YAML_CHOICE] = "pressure"
     batch_size: int = pydantic.Field(16, ge=1, le=512)
     threads: int = pydantic.Field(2, ge=1, le=64)  # cores an embedding uses; the built model: a llama context each
     openai: OpenAIEmbeddingConfig = OpenAIEmbeddingConfig()
@@ -342,6 +345,17 @@ class ConversationConfig(StrictModel):
 
 class LogConfig(StrictModel):
     level: Annotated[Literal["debug", "info", "warning", "error"], YAML_CHOICE] = "info"
+    # text: one line per record; json: one JSON object per line (under systemd, journald's native
+    # fields either way: daemon/shared/logs.py)
+    format: Annotated[Literal["text", "json"], YAML_CHOICE] = "text"
+
+
+class MetricsConfig(StrictModel):
+    """``/metrics``, ``/healthz`` and ``/readyz`` are always on the Unix socket; ``port`` serves them
+    (and only them) on a loopback address too, for a Prometheus that cannot read a socket."""
+
+    port: int | None = pydantic.Field(None, ge=1, le=65535)
+    host: Annotated[Literal["127.0.0.1", "::1"], YAML_CHOICE] = "127.0.0.1"
 
 
 class ConfigFile(StrictModel):
@@ -355,6 +369,7 @@ class ConfigFile(StrictModel):
     vectors: VectorsConfig = VectorsConfig()
     conversation: ConversationConfig = ConversationConfig()
     log: LogConfig = LogConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
 
 @dataclass(frozen=True)
@@ -406,6 +421,10 @@ class Config:
     @property
     def log(self) -> LogConfig:
         return self.file.log
+
+    @property
+    def metrics(self) -> MetricsConfig:
+        return self.file.metrics
 
 
 _SECRET_KEY_RE = re.compile(r"(?i)(api_?key|secret|password|passwd|token)$")
@@ -577,6 +596,7 @@ vectors:                   # L3 local vectors, loaded on demand
   profile: e5              # query/passage prefixes: e5 | bge-zh | plain
   min_free_mb: 300         # load only when this much memory stays free besides the model
   idle_unload_s: 120
+  unload: pressure         # pressure: kept loaded while memory is plentiful | idle: also after idle_unload_s
 
 conversation:              # L4: the shared Mem0/Qdrant memory
   enabled: true

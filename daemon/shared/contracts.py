@@ -188,6 +188,8 @@ class AgentReport(TypedDict, total=False):
     refused: list[PathReason]
     committing: CommitProgress | None
     history_lost: list[LostHistory]  # newest first
+    commits_total: int  # since the daemon started
+    commit_failures_total: int  # failed commit attempts since the daemon started
     index: IndexReport
 
 
@@ -341,3 +343,17 @@ class AddAnswer(TypedDict, total=False):
 def keys_of(contract: type) -> frozenset[str]:
     """Every key a contract allows, its bases' included (for the drift tests)."""
     return frozenset(contract.__annotations__)
+
+
+def local_view(result: LocalHit) -> dict[str, Any]:
+    """An L3 hit in the shape of a conversation result, so clients handle one list (the daemon's
+    fallback, daemon/conversation/reads.py, and the MCP server's own, daemon/front/mcp_server.py)."""
+    return {
+        "memory": result["text"],
+        "snippet": result.get("snippet"),
+        "score": result.get("score"),
+        "source": "local",
+        "path": result.get("path"),
+        "lines": result.get("lines"),
+        "heading": result.get("heading"),
+    }

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from daemon.shared import openclaw
 from daemon.shared.errors import UnknownAgentError  # defined with the domain errors, raised here
 from layers import core, daily, safefs
 from layers.ids import MAIN_AGENT, check_id, is_valid_id
@@ -72,9 +73,16 @@ def is_memory_path(rel: str) -> bool:
 
 
 def workspace_of(config: WithPaths, agent_id: str) -> Path:
+    """``agents_dir/<id>-workspace`` (memstrata's layout), else the workspace OpenClaw's own layout
+    gives the id (``root/workspace-<id>`` or ``openclaw.json``: daemon/shared/openclaw.py)."""
     if agent_id == MAIN_AGENT:
         return config.paths.workspace
-    return config.paths.agents_dir / f"{agent_id}{WORKSPACE_SUFFIX}"
+    ours = config.paths.agents_dir / f"{agent_id}{WORKSPACE_SUFFIX}"
+    if not os.path.lexists(ours):
+        theirs = openclaw.workspaces(config.paths.root).get(agent_id)
+        if theirs is not None:
+            return theirs
+    return ours
 
 
 def make_agent(config: WithPaths, agent_id: str) -> Agent:
@@ -82,7 +90,8 @@ def make_agent(config: WithPaths, agent_id: str) -> Agent:
 
 
 def discover(config: WithPaths) -> list[Agent]:
-    """The main agent (when its workspace exists) and every valid ``*-workspace``."""
+    """The main agent (when its workspace exists), every valid ``agents_dir/*-workspace``, then
+    OpenClaw's own agents (``root/workspace-<id>``, ``openclaw.json``) not already found."""
     agents = []
     if config.paths.workspace.is_dir():
         agents.append(make_agent(config, MAIN_AGENT))
@@ -92,6 +101,11 @@ def discover(config: WithPaths) -> list[Agent]:
             agent_id = spoke_id(entry.name)
             if agent_id and entry.is_dir() and not entry.is_symlink():
                 agents.append(make_agent(config, agent_id))
+    known = {a.id for a in agents}
+    taken = {a.workspace for a in agents}
+    for agent_id, workspace in sorted(openclaw.workspaces(config.paths.root).items()):
+        if agent_id not in known and workspace not in taken and workspace != config.paths.workspace:
+            agents.append(Agent(agent_id, workspace, config.paths.index_for(agent_id)))
     return agents
 
 

@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from layers import malloc
-from layers.local.vectors import MemoryGate, VectorsUnavailableError
+from layers.local.vectors import MemoryGate, VectorsUnavailableError, should_unload
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class CompanionEmbedder:
         self.gate = MemoryGate(min_free_mb, RESIDENT_BYTES)
         self.threads = threads
         self.idle_unload_s = idle_unload_s
+        self.unload_policy = "pressure"
         self._model = None
         self._lock = threading.Lock()
         self._last_used = 0.0
@@ -103,7 +104,8 @@ class CompanionEmbedder:
     def maybe_unload(self) -> bool:
         """Let the model go after :attr:`idle_unload_s` without use; True when it was unloaded."""
         with self._lock:
-            if self._model is None or time.monotonic() - self._last_used < self.idle_unload_s:
+            idle = time.monotonic() - self._last_used
+            if self._model is None or not should_unload(self.unload_policy, self.gate, idle, self.idle_unload_s):
                 return False
             self._model = None
         gc.collect()  # the tokenizer's tables, should a cycle hold them
@@ -116,12 +118,12 @@ _shared: CompanionEmbedder | None = None
 _shared_lock = threading.Lock()
 
 
-def configure(*, min_free_mb: int, threads: int, idle_unload_s: float) -> None:
+def configure(*, min_free_mb: int, threads: int, idle_unload_s: float, unload: str = "pressure") -> None:
     """The shared companion follows the same settings as the local model (``vectors.*``)."""
     c = shared()
     with c._lock:
         c.gate = MemoryGate(min_free_mb, RESIDENT_BYTES)
-        c.threads, c.idle_unload_s = threads, idle_unload_s
+        c.threads, c.idle_unload_s, c.unload_policy = threads, idle_unload_s, unload
 
 
 def shared() -> CompanionEmbedder:

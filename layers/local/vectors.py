@@ -86,12 +86,20 @@ class GateState:
         return asdict(self)
 
 
+#: Under memory pressure a model unused this long is let go (it is never unloaded mid-use).
+PRESSURE_GRACE_S = 5.0
+
+
 class MemoryGate:
     """Open when free memory covers the model plus a reserve that must stay free."""
 
     def __init__(self, min_free_mb: int, model_bytes: int) -> None:
         self.min_free_mb = min_free_mb
         self.model_bytes = model_bytes
+
+    def pressure(self) -> bool:
+        """The gate's own signal, seen from a loaded model: less than the reserve is free now."""
+        return psutil.virtual_memory().available // MB < self.min_free_mb
 
     def check(self) -> GateState:
         available = psutil.virtual_memory().available // MB
@@ -105,6 +113,15 @@ class MemoryGate:
             f"memory gate closed: {available} MB free, the model needs {needed} MB "
             f"({self.model_bytes // MB} MB model + {self.min_free_mb} MB reserve)",
         )
+
+
+def should_unload(policy: str, gate: MemoryGate, idle_s: float, idle_unload_s: float) -> bool:
+    """``pressure`` (the default): kept warm while memory is plentiful, let go once the host needs
+    the memory (after :data:`PRESSURE_GRACE_S` unused); ``idle``: also after ``idle_unload_s`` unused,
+    whatever the memory (the old fixed-idle behaviour)."""
+    if policy == "idle" and idle_s >= idle_unload_s:
+        return True
+    return idle_s >= min(PRESSURE_GRACE_S, idle_unload_s) and gate.pressure()
 
 
 _GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -162,8 +179,10 @@ class LocalEmbedder:
         idle_unload_s: float = 120.0,
         threads: int = 2,
         max_tokens: int = 256,
+        unload: str = "pressure",
     ) -> None:
         self.model_path = model_path
+        self.unload_policy = unload
         self.query_prefix, self.passage_prefix = PROFILES[profile]
         self.profile = profile
         self.idle_unload_s = idle_unload_s
@@ -177,16 +196,20 @@ class LocalEmbedder:
         self.model_id = f"gguf:{model_path.name}:{size}:{profile}"
         self._model = None
         self._lock = threading.RLock()
+        self._loading: threading.Event | None = None
+        self._loading_lock = threading.Lock()
         self._aborted = threading.Event()
         self._last_used = 0.0
         self.loads = 0
         self.dim: int | None = None
         self.split_problem = ""  # why the split form could not be used at the last load ("" when it was)
 
-    def configure(self, *, min_free_mb: int, idle_unload_s: float) -> None:
+    def configure(self, *, min_free_mb: int, idle_unload_s: float, unload: str | None = None) -> None:
         """Settings a reload may change without touching the index identity."""
         self.gate.min_free_mb = min_free_mb
         self.idle_unload_s = idle_unload_s
+        if unload is not None:
+            self.unload_policy = unload
 
     @property
     def loaded(self) -> bool:
@@ -291,6 +314,46 @@ class LocalEmbedder:
         """A query-to-passage cosine on the relevance scale a threshold is compared with (see :func:`relevance`)."""
         return relevance(cosine) if self.calibrated else min(1.0, max(0.0, float(cosine)))
 
+    def embed_query_within(self, text: str, budget_s: float) -> np.ndarray:
+        """:meth:`embed_query`, or :class:`VectorsUnavailableError` saying why once ``budget_s`` is
+        spent: a model that is not loaded is loaded on a thread of its own (it stays loaded for
+        the next call), a model busy with a batch is waited for; a search then answers lexically
+        at once instead of holding its caller for the seconds a load takes on a loaded host."""
+        deadline = time.monotonic() + budget_s
+        if self._model is None:
+            loading = self._load_in_background()
+            if not loading.wait(budget_s):
+                raise VectorsUnavailableError(
+                    f"the model is loading (more than {budget_s:g} s on this host now): this answer is lexical"
+                )
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise VectorsUnavailableError(f"the model stayed busy for {budget_s:g} s: this answer is lexical")
+        try:
+            return self.embed_query(text)
+        finally:
+            self._lock.release()
+
+    def _load_in_background(self) -> threading.Event:
+        """Start loading the model on a thread (one at a time); the event is set once it is done."""
+        with self._loading_lock:
+            if self._loading is not None and not self._loading.is_set():
+                return self._loading
+            done = threading.Event()
+            self._loading = done
+
+        def load() -> None:
+            try:
+                with self._lock:
+                    self._ensure_loaded()
+                    self._last_used = time.monotonic()  # loaded for a caller: not let go before its use
+            except Exception as exc:  # the caller's search answers lexically; the next call retries
+                log.info("background load of %s failed: %s", self.model_path.name, exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=load, name="model-load", daemon=True).start()
+        return done
+
     def unload(self) -> bool:
         with self._lock:
             if self._model is None:
@@ -306,9 +369,11 @@ class LocalEmbedder:
             return True
 
     def maybe_unload(self, now: float | None = None) -> bool:
-        """Unload after ``idle_unload_s`` without use; True when it did."""
+        """Unload when :func:`should_unload` says so (memory pressure, or the idle policy); True when it did."""
         now = time.monotonic() if now is None else now
-        if self._model is not None and now - self._last_used >= self.idle_unload_s:
+        if self._model is not None and should_unload(
+            self.unload_policy, self.gate, now - self._last_used, self.idle_unload_s
+        ):
             return self.unload()
         return False
 
@@ -325,6 +390,7 @@ class LocalEmbedder:
             "gate": gate.as_dict(),
             "idle_s": idle,
             "idle_unload_s": self.idle_unload_s,
+            "unload": self.unload_policy,
             "loads": self.loads,
         }
 

@@ -16,6 +16,7 @@ store unreachable: not connected yet".
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -63,6 +64,22 @@ def test_install_enables_the_units_and_start_returns_once_ready(installed):
     assert re.search(r"\d+ agents?, \d+ files", shown["StatusText"]), shown
     assert "Status: " in c.run("systemctl", "status", "memstrata.service", check=False).stdout
     assert status(c)["daemon"]["pid"] == main_pid(c)
+
+
+def test_the_journal_has_the_daemons_own_fields(installed):
+    """Under systemd the daemon logs through journald's native protocol (daemon/shared/logs.py):
+    the commit of the file written before the start carries MEMSTRATA_AGENT= and EVENT=."""
+    c = installed
+    wait_inside(
+        c,
+        "journalctl -u memstrata.service -o cat MEMSTRATA_AGENT=main EVENT=committed | grep -q 'committed'",
+        timeout=60,
+        what="a commit of main's in the journal with its fields",
+    )
+    line = c.run("/bin/sh", "-c", "journalctl -u memstrata.service -o json EVENT=committed -n 1").stdout
+    entry = json.loads(line)
+    assert (entry["SYSLOG_IDENTIFIER"], entry["PRIORITY"], entry["MEMSTRATA_AGENT"]) == ("memstrata", "6", "main")
+    assert entry["LOGGER"] == "daemon.files.commits" and "committed" in entry["MESSAGE"], entry
 
 
 def test_agent_add_while_running_keeps_the_daemon(installed):

@@ -77,7 +77,7 @@ def test_delete_all_filters_and_dry_run(cluster):  # noqa: F811
         session = a.add("a", "今天的会话记录", type="session", visibility="private")["results"][0]["id"]
         lesson = a.add("a", "教训：先备份再迁移", type="lesson", visibility="private")["results"][0]["id"]
         dry = a.delete_all("a", type="session", dry_run=True)
-        assert (dry["ids"], dry["dry_run"]) == ([session], True)
+        assert (dry["ids"], dry["dry_run"], dry["deleted"], dry["would_delete"]) == ([session], True, 0, 1)
         assert a.get("a", session)["memory"] == "今天的会话记录"
         assert a.delete_all("a", type="session")["ids"] == [session]
         assert status_of(lambda: a.get("a", session)) == 404
@@ -149,10 +149,11 @@ def test_cli_get_list_update_delete_history_with_json(cluster):  # noqa: F811
     assert as_json("list", "--type", "session")["results"] == []
     assert as_json("update", memory_id, "CLI 改过的记忆")["memory"] == "CLI 改过的记忆"
     past = cli("update", memory_id, "x", "--expires", "2020-01-01", check=False)
-    assert past.returncode == 1 and "in the past" in past.stderr
+    assert past.returncode == 2 and "in the past" in past.stderr  # the daemon's 400: a usage error
     assert [e["event"] for e in as_json("history", "--memory", memory_id)["results"]] == ["ADD", "UPDATE"]
     assert "UPDATE  CLI 改过的记忆" in cli("history", "--memory", memory_id).stdout
-    assert as_json("delete", "--all", "--type", "lesson", "--dry-run")["ids"] == [memory_id]
+    preview = as_json("delete", "--all", "--type", "lesson", "--dry-run")
+    assert (preview["ids"], preview["would_delete"], preview["deleted"]) == ([memory_id], 1, 0), "a preview deletes 0"
     assert as_json("delete", memory_id) == {"deleted": memory_id}
     missing = cli("get", memory_id, check=False)
     assert missing.returncode == 1 and "no memory" in missing.stderr

@@ -62,7 +62,8 @@ def test_peer_is_found_and_rendered(tmp_path, monkeypatch):
         "rtt_ms": 3.2,
         "tailscale": view,
     }
-    lines = _conversation_lines(conversation)
+    lines, problems = _conversation_lines(conversation)
+    assert problems == []
     assert "tailscale: peer qdrant-hub (100.115.94.1) online, 203.0.113.7:41641" in lines[-1]
     assert "reachable (3.2 ms)" in lines[0]
 

@@ -41,7 +41,7 @@ def test_agent_add_creates_workspace_with_git_and_records_registry(tmp_path):
 def test_unknown_agent_is_a_clear_error(tmp_path):
     config = init_root(tmp_path)
     proc = run_cli("note", "--agent", "nobody", "hello", config=config, check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a usage error (daemon/front/failures.py)
     assert "unknown agent 'nobody'" in proc.stderr and "known agents: main" in proc.stderr
 
 

@@ -59,6 +59,7 @@ SERVICE_SIDE = (
     "qdrant_edge",
     "git",
     "llama_cpp",
+    "prometheus_client",  # /metrics is the daemon's (~60-120 ms, ~12 MB to import standalone)
 )
 WEB_SERVER = ("uvicorn", "starlette", "fastapi")
 

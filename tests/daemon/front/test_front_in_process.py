@@ -152,7 +152,9 @@ def test_status_without_a_daemon_surveys_the_disk_and_exits_3(service_root):
     assert result.exit_code == 3, result.output
     text = result.output
     assert "daemon NOT running" in text and f"no daemon socket at {root / 'run' / 'memstrata.sock'}" in text
-    assert f"main  {root / 'workspace'}" in text and "(changes waiting to be committed)" in text
+    assert "\nmain  " in text and "(changes waiting to be committed)" in text  # one line per agent
+    detail = ms("status", "--agent", "main", config=service_root).output
+    assert f"main  {root / 'workspace'}" in detail and "index: missing" in detail
 
     result = ms("status", "--json", config=service_root)
     assert result.exit_code == 3
@@ -182,9 +184,9 @@ def test_a_bad_config_is_one_line_naming_key_and_line_exit_1(tmp_path):
     [("note", "--agent", "nobody", "hi"), ("core", "--agent", "nobody"), ("search", "x", "--agent", "nobody")],
     ids=lambda a: a[0],
 )
-def test_an_unknown_agent_names_the_known_ones_exit_1(service_root, args):
+def test_an_unknown_agent_names_the_known_ones_exit_2(service_root, args):
     result = ms(*args, config=service_root)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # a usage error (daemon/front/failures.py)
     assert "unknown agent 'nobody'" in result.output and "known agents: main" in result.output
 
 
@@ -193,7 +195,7 @@ def test_an_invalid_id_is_refused_before_anything_is_made(service_root):
     before = sorted(agents_dir.iterdir())
     for bad in ("Alpha", "../evil", "a/b"):
         result = ms("agent", "add", "--", bad, config=service_root)
-        assert result.exit_code == 1 and "invalid agent id" in result.output, (bad, result.output)
+        assert result.exit_code == 2 and "invalid agent id" in result.output, (bad, result.output)
     assert sorted(agents_dir.iterdir()) == before
 
 
@@ -228,7 +230,7 @@ def test_conversation_commands_need_the_daemon_and_say_so(service_root):
         ["search", "x", "--agent", "main", "--layer", "conversation"],
     ):
         result = ms(*args, config=service_root)
-        assert result.exit_code == 1, (args, result.output)
+        assert result.exit_code == 3, (args, result.output)  # the daemon is unreachable
         assert "conversation memory is served by the daemon" in result.output
 
 

@@ -186,8 +186,11 @@ def test_without_a_daemon_l4_tools_fail_clearly_and_core_still_works(tmp_path):
     (cluster.workspace("b") / "SOUL.md").write_text("# SOUL\n\nCalm, precise, fond of lighthouses.\n")
 
     async def scenario(client: Client) -> None:
-        message = await fail(client, "memory_search", query="anything")
+        message = await fail(client, "memory_search", query="anything")  # no daemon, and no index to fall back on
         assert "no daemon socket" in message and "memstrata run" in message and "Traceback" not in message
+        assert "no local index for b" in message
+        message = await fail(client, "memory_get_all")
+        assert "no daemon socket" in message and "memstrata run" in message
         assert "fond of lighthouses" in await call(client, "memory_core")
 
     with_mcp(server(cluster, "b", cluster.token("b")), scenario)
@@ -208,8 +211,33 @@ def test_unknown_agent_is_said_where_the_mcp_client_shows_it(tmp_path):
 
     with_mcp(params, scenario)
     proc = run_cli("mcp", "--agent", "nobody", config=cluster.config, check=False, input="")  # EOF: ends at once
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a usage error, as every command's (daemon/front/failures.py)
     assert "unknown agent 'nobody'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_memory_search_answers_from_the_local_index_while_the_daemon_is_down(tmp_path):
+    """As the CLI's ``search --layer all`` does (and the seed's fallback promises): the agent's own L3
+    index, marked degraded with the reason; another agent's files are not in it."""
+    cluster = make_cluster(tmp_path)  # no daemon
+    (cluster.workspace("a") / "memory").mkdir(exist_ok=True)
+    note = "# 2026-11-30\n\n- the zebra ledger moved to vault 7\n"
+    (cluster.workspace("a") / "memory" / "2026-11-30.md").write_text(note)
+    (cluster.workspace("b") / "memory").mkdir(exist_ok=True)
+    (cluster.workspace("b") / "memory" / "2026-11-30.md").write_text("# 2026-11-30\n\n- b's zebra ledger is private\n")
+    run_cli("reindex", config=cluster.config)  # offline: the indexes the daemon would keep
+
+    async def scenario(client: Client) -> None:
+        answer = await call(client, "memory_search", query="zebra ledger")
+        assert answer["degraded"] is True and answer["layer"] == "local", answer
+        assert "daemon is not running" in answer["reason"]
+        texts = [r["memory"] for r in answer["results"]]
+        assert any("vault 7" in t for t in texts) and not any("private" in t for t in texts), texts
+        assert {r["path"] for r in answer["results"]} == {"memory/2026-11-30.md"}
+        strict = await fail(client, "memory_search", query="zebra ledger", fallback=False)
+        assert "memstrata daemon" in strict and "Traceback" not in strict
+        assert "memstrata daemon" in await fail(client, "memory_add", text="a new fact")
+
+    with_mcp(server(cluster, "a", cluster.token("a")), scenario)
 
 
 # ---------------------------------------------------------------- the protocol itself, raw JSON lines

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.ops.install import MARKER, install_config_text, render_unit
+from daemon.ops.install import ALL_UNITS, MARKER, install_config_text, render_unit
 from daemon.shared.config import load_config, parse_config
 from tests.helpers import FAST, REPO_ROOT, commits, init_root, registry_of, run_cli, wait_for
 from tests.test_cron import parse as parse_crontab
@@ -448,3 +448,24 @@ def test_a_refresh_updates_changed_code_backs_up_edits_and_never_touches_the_reg
         assert (ws / SKILL / name).read_bytes() == (checkout / SKILL / name).read_bytes()
     assert registry.read_text().endswith("# the operator's\n")
     assert skill.seed_registry(ws, registry, checkout=checkout) == []
+
+
+def test_install_into_a_scratch_tree_writes_nothing_outside_it(tmp_path):
+    """--units-dir and --state-dir: the whole install, tried where an operator chooses; systemd not asked."""
+    system_units = {p.name for p in Path("/etc/systemd/system").glob("memstrata*")}
+    config = tmp_path / "memstrata.yaml"
+    args = ["install", "--root", str(tmp_path / "openclaw"), "--config", str(config),
+            "--state-dir", str(tmp_path / "state"), "--units-dir", str(tmp_path / "units")]  # fmt: skip
+    done = json.loads(run_cli(*args, "--json").stdout)
+    assert done["systemd"] == "not asked" and any("--units-dir" in w for w in done["warnings"])
+    assert sorted(p.name for p in (tmp_path / "units").iterdir()) == sorted(ALL_UNITS)
+    assert f"--config {config} run" in (tmp_path / "units" / "memstrata.service").read_text()
+    written = yaml.safe_load(config.read_text())["paths"]
+    assert written["state_dir"] == str(tmp_path / "state")
+    assert written["socket"] == str(tmp_path / "state" / "run" / "memstrata.sock")
+    assert (tmp_path / "openclaw" / "workspace" / "skills" / "mem0-integration" / "SKILL.md").is_file()
+    assert {p.name for p in Path("/etc/systemd/system").glob("memstrata*")} == system_units
+    assert not any(a["action"] == "run" for a in done["actions"]), "systemctl never run"
+    again = json.loads(run_cli(*args, "--json").stdout)
+    assert again["actions"] == [], "a second run changes nothing"
+    assert run_cli("--config", str(config), "status", check=False).returncode == 3

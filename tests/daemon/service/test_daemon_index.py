@@ -53,7 +53,7 @@ def test_shared_core_is_searchable_from_every_agent(tmp_path, daemons):
 
 
 def test_closed_gate_answers_lexically_then_vectors_fill_when_it_opens(tmp_path, daemons):
-    config = init_root(tmp_path, **FAST, vectors={"min_free_mb": 10**8, "idle_unload_s": 2})
+    config = init_root(tmp_path, **FAST, vectors={"min_free_mb": 10**8, "idle_unload_s": 2, "unload": "idle"})
     ws = tmp_path / "workspace"
     d = daemons(config)
     for i in range(3):
@@ -119,11 +119,11 @@ def test_hostile_queries_through_the_cli_return_normally(tmp_path, daemons):
         if proc.returncode == 0:
             assert isinstance(json.loads(proc.stdout)["results"], list)
         else:
-            assert proc.returncode == 1 and "nothing to search for" in proc.stderr, (query, proc.stderr)
+            assert proc.returncode == 2 and "nothing to search for" in proc.stderr, (query, proc.stderr)
     too_long = run_cli("search", "x" * 10_000, "--agent", "main", config=config, check=False)
     assert too_long.returncode == 2 and "the limit is 4,096" in too_long.stderr and "Traceback" not in too_long.stderr
     empty = run_cli("search", "。，", "--agent", "main", config=config, check=False)
-    assert empty.returncode == 1 and "nothing to search for" in empty.stderr
+    assert empty.returncode == 2 and "nothing to search for" in empty.stderr  # the daemon's 400: a usage error
 
 
 def test_search_and_local_search_work_with_the_daemon_down(tmp_path, daemons):

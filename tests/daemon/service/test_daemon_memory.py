@@ -66,7 +66,7 @@ def test_idle_daemon_gives_the_models_memory_back_and_keeps_two_malloc_arenas(tm
     thread that allocates got its own arena, each keeping what it touched); loading and unloading both
     models in one process left ~35 MB more resident with glibc's dynamic mmap threshold than with
     the fixed one (docs/memory.md)."""
-    config = init_root(tmp_path, **FAST, vectors={"idle_unload_s": 2})
+    config = init_root(tmp_path, **FAST, vectors={"idle_unload_s": 2, "unload": "idle"})
     d = daemons(config)
     pid = d.proc.pid
     wait_reachable(d)

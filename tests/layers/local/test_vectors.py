@@ -6,6 +6,7 @@ import hashlib
 import shutil
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from daemon.shared.config import DEFAULT_MODEL_PATH
 from layers.local.model_build import build_e5_gguf
 from layers.local.model_parts import split_encoder, split_paths
 from layers.local.vectors import LocalEmbedder, MemoryGate, VectorsUnavailableError
+from tests.helpers import wait_for
 
 SENTENCES = [
     "Qdrant 部署在 6333 端口",
@@ -146,7 +148,7 @@ def test_closed_gate_refuses_to_load_and_says_why(model_path):
 
 
 def test_model_is_unloaded_after_idle(model_path):
-    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0, idle_unload_s=0.5)
+    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0, idle_unload_s=0.5, unload="idle")
     embedder.embed_query("ok")
     assert embedder.loaded
     assert embedder.maybe_unload() is False, "used a moment ago: stays"
@@ -155,6 +157,44 @@ def test_model_is_unloaded_after_idle(model_path):
     time.sleep(0.6)
     assert embedder.maybe_unload() is True
     assert not embedder.loaded
+
+
+def test_by_default_the_model_stays_warm_until_memory_is_short(model_path):
+    """``unload: pressure``: idle past idle_unload_s with memory plentiful, it stays; once less than
+    the reserve is free (the gate's own signal), it goes."""
+    import time
+
+    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0, idle_unload_s=0.5)
+    embedder.embed_query("ok")
+    time.sleep(0.6)
+    assert embedder.maybe_unload() is False and embedder.loaded, "memory is plentiful: kept warm"
+    embedder.configure(min_free_mb=10**9, idle_unload_s=0.5)  # now less than the reserve is free
+    assert embedder.maybe_unload() is True and not embedder.loaded
+    assert embedder.status()["unload"] == "pressure"
+
+
+def test_a_query_waits_a_budget_at_most_while_the_model_loads_on_its_own_thread(model_path):
+    """``embed_query_within``: with no time to spare, the call says the model is loading (a search
+    answers lexically) and the load goes on behind it; the next call finds the model loaded."""
+    embedder = LocalEmbedder(model_path, "e5", min_free_mb=0)
+    with pytest.raises(VectorsUnavailableError, match="the model is loading"):
+        embedder.embed_query_within("记忆", budget_s=0.0)
+    wait_for(lambda: embedder.loaded, timeout=120, what="the background load")
+    vector = embedder.embed_query_within("记忆", budget_s=5.0)
+    assert vector.shape == (embedder.dimension(),) and embedder.loads == 1
+    with embedder._lock:  # a batch holds the model: a query with no time to spare does not wait for it
+        caught: list[Exception] = []
+        worker = threading.Thread(target=lambda: _call_into(caught, embedder))
+        worker.start()
+        worker.join()
+    assert caught and "stayed busy" in str(caught[0])
+
+
+def _call_into(caught: list, embedder) -> None:
+    try:
+        embedder.embed_query_within("记忆", budget_s=0.0)
+    except VectorsUnavailableError as exc:
+        caught.append(exc)
 
 
 def test_missing_model_file_is_a_clear_reason(tmp_path):
