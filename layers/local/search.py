@@ -31,7 +31,7 @@ from layers.local.answers import Embedded, LocalHit, NamedDays, SearchAnswer
 from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
-from layers.local.tokenizer import tokens
+from layers.local.tokenizer import token_string
 from layers.local.units import has_companion
 from layers.local.vectors import VectorsUnavailableError
 
@@ -207,7 +207,7 @@ def _vector_filters(name: str, filters: Filters, dated: Filters | None) -> dict[
 
 def _covers(hit: Hit, terms: set[str]) -> int:
     """How many of the relaxed query's terms (token phrases) occur in the hit's heading path and text."""
-    stream = " " + " ".join(tokens(f"{hit.heading} {hit.text}")) + " "
+    stream = " " + token_string(f"{hit.heading} {hit.text}") + " "
     return sum(1 for phrase in terms if f" {phrase} " in stream)
 
 

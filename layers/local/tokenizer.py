@@ -18,6 +18,14 @@ Beyond the seed's rule (CJK ideographs and ASCII alphanumerics only), letters of
 any script stay in their words: ``café`` and ``Ärger`` are one token each, not
 ``caf`` + ``ger``.  Words are lower-cased and NFKC-normalised, so full-width
 ``ｑｄｒａｎｔ`` finds ``qdrant``.
+
+English words are indexed and searched as their Snowball stems (the "english"
+algorithm, Porter's revision of his own stemmer; PyStemmer runs the Snowball C
+code): "named" finds "name", "adopted" "adopt", "classes" "class".  Only words of
+ASCII letters are stemmed: Chinese characters, digits, ``redis01`` and ``café``
+stay as they are, so the per-character search of Chinese is unchanged.
+:func:`tokens` keeps the surface forms (for highlighting); :func:`terms` is what
+the index stores and a query asks for.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ import re
 import unicodedata
 from collections.abc import Iterator
 
-TOKENIZER_VERSION = 1
+import Stemmer
+
+TOKENIZER_VERSION = 2  # 2: English words stemmed (Snowball english)
 
 # Ideographs (unified, extension A, compatibility, extensions B+), kana, hangul.
 CJK_CLASS = (
@@ -65,13 +75,26 @@ def tokens(text: str) -> list[str]:
     return _TOKEN_RE.findall(text.lower())
 
 
+_STEMMER = Stemmer.Stemmer("english")  # keeps a cache of the words it has seen (10,000 by default)
+
+
+def stem(token: str) -> str:
+    """The index term of one token: an ASCII word's Snowball stem, anything else itself."""
+    return _STEMMER.stemWord(token) if token.isascii() and token.isalpha() else token
+
+
+def terms(text: str) -> list[str]:
+    """The index terms of ``text``: :func:`tokens` with English words stemmed."""
+    return [stem(token) for token in tokens(text)]
+
+
 def token_string(text: str) -> str:
-    """Tokens joined by single spaces: what the contentless FTS5 table stores."""
-    return " ".join(tokens(text))
+    """Terms joined by single spaces: what the contentless FTS5 table stores."""
+    return " ".join(terms(text))
 
 
 def token_spans(text: str) -> Iterator[tuple[int, int, str]]:
-    """(start, end, normalised token) over the original text, for highlighting."""
+    """(start, end, index term) over the original text, for highlighting."""
     for match in _TOKEN_RE.finditer(text):
         for token in _normalise(match.group()):
-            yield match.start(), match.end(), token
+            yield match.start(), match.end(), stem(token)
