@@ -651,6 +651,20 @@ class LocalIndex:
         )
         return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], -r[6]) for r in rows]
 
+    def term_shares(self, terms: Iterable[str]) -> dict[str, float]:
+        """The share of chunks holding each index term (in heading or body), read from FTS5's own term
+        statistics (an ``fts5vocab`` table in this connection's temp schema: nothing is written to the file)."""
+        wanted = sorted(set(terms))
+        total = self.chunk_count()
+        if not wanted or not total:
+            return {}
+        self.db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab USING fts5vocab(main, chunks_fts, row)")
+        rows = self.db.execute(
+            f"SELECT term, doc FROM temp.chunks_vocab WHERE term IN ({','.join('?' * len(wanted))})", wanted
+        )
+        found = {term: min(1.0, doc / total) for term, doc in rows}
+        return {term: found.get(term, 0.0) for term in wanted}
+
     def search_query(self, query: Query, limit: int, filters: Filters) -> tuple[list[Hit], bool]:
         """All terms first; if that finds nothing and there are several, any term (``relaxed``)."""
         hits = self.search_text(query.all_terms, limit, filters)

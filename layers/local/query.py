@@ -20,7 +20,7 @@ BM25 weights each of them by how rare it is in the index.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from layers.local.tokenizer import CJK_CLASS, stem, terms, token_spans, tokens
 
@@ -76,6 +76,12 @@ class Query:
     def can_relax(self) -> bool:
         """The relaxed retry would ask something the strict one did not."""
         return set(self.optional or self.phrases) != set(self.required or self.phrases) or len(self.phrases) > 1
+
+    def without(self, common: set[str]) -> Query:
+        """This query with the ``common`` phrases no longer required nor ORed, unless nothing would be left."""
+        required = tuple(p for p in self.required if p not in common) or self.required
+        optional = tuple(p for p in self.optional if p not in common) or self.optional
+        return replace(self, required=required, optional=optional)
 
     @property
     def token_set(self) -> frozenset[str]:

@@ -40,6 +40,9 @@ WEIGHTS = {"recent": 1.05}  # the day order breaks a tie in relevance, it does n
 RELAXED_WEIGHT = 0.5  # a relaxed (any-term) list is noisier than one that matched every term
 MIN_VECTOR_ONLY = 3  # vector-only results kept below full lexical matches, at least
 RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
+ANY_SHARE = 0.51  # below the full matches, a chunk with more than half of the terms
+COMMON_SHARE = 0.5  # a query term in more of the chunks than this is neither required nor ORed
+MIN_CHUNKS_FOR_SHARES = 20  # below this, shares say nothing about a word
 _PRESENT = re.compile(
     r"\b(?:now|nowadays|current(?:ly)?|latest|newest|most recent(?:ly)?|these days|still|as of today)\b"
     r"|现在|目前|当前|最新|最近|如今|眼下|此刻",
@@ -153,7 +156,8 @@ def _waiting_for_vectors(
     vectors; once it has them, their ranks count.  Only chunks with every query term
     (not a relaxed list's), and an index whose chunks all have vectors is left as it is.
     """
-    present = {name: weights.get(name, 1.0) for name, hits in lists.items() if hits}
+    # the any-term lists hold no full match by construction: they do not count in a full match's share
+    present = {name: weights.get(name, 1.0) for name, hits in lists.items() if hits and not name.startswith("fts:any")}
     lexical = sum(w for name, w in present.items() if not name.startswith("vector"))
     if lexical == 0 or lexical == sum(present.values()) or index.pending_count() == 0:
         return fused
@@ -211,7 +215,7 @@ def _covers(hit: Hit, terms: set[str]) -> int:
     return sum(1 for phrase in terms if f" {phrase} " in stream)
 
 
-def _thin_matches_out(hits: list[Hit], query: Query) -> list[Hit]:
+def _thin_matches_out(hits: list[Hit], query: Query, share: float = 0.5) -> list[Hit]:
     """A relaxed list without the hits that share fewer than half of the question's terms.
 
     When no chunk has every term, the relaxed retry ORs them, and a hit that
@@ -222,8 +226,44 @@ def _thin_matches_out(hits: list[Hit], query: Query) -> list[Hit]:
     0.90 → 0.92; without vectors the relaxed list is all there is, and it stays).
     """
     terms = set(query.optional or query.phrases)
-    need = max(1, math.ceil(len(terms) / 2))
+    need = max(1, math.ceil(len(terms) * share))
     return [hit for hit in hits if _covers(hit, terms) >= need]
+
+
+def _without_common(index: LocalIndex, query: Query) -> Query:
+    """``query`` without the terms most of this memory's chunks hold (issue 29).
+
+    A speaker's name is in every turn marker of a chat note, "said" or "time" in
+    most of them: required, such a word decides nothing but which chunks are
+    left out; ORed, it matches every chunk (BM25 gives it almost no weight, but it
+    still admits them all).  Left out, the words that tell the chunks apart decide.
+    """
+    if index.chunk_count() < MIN_CHUNKS_FOR_SHARES:
+        return query
+    phrases = set(query.required) | set(query.optional)
+    shares = index.term_shares(t for p in phrases for t in p.split(" "))
+    common = {p for p in phrases if min(shares.get(t, 0.0) for t in p.split(" ")) > COMMON_SHARE}
+    return query.without(common) if common else query
+
+
+def _lexical_lists(
+    index: LocalIndex, query: Query, pool: int, filters: Filters, suffix: str = ""
+) -> tuple[dict[str, list[Hit]], bool]:
+    """The lexical lists for ``query``: "fts" (every term; any term when none has them all: ``relaxed``),
+    and "fts:any" beside a short "fts": the other chunks that have some of the terms.
+
+    Requiring every term often leaves two or three chunks, and the one that
+    answers may use another word for one of them; below the full matches, the
+    any-term list ranks the rest (at the relaxed list's weight, never as a match).
+    """
+    hits, relaxed = index.search_query(query, pool, filters)
+    lists = {f"fts{suffix}": hits}
+    if hits and not relaxed and len(hits) < pool and query.can_relax:
+        full = {hit.chunk_id for hit in hits}
+        rest = [hit for hit in index.search_text(query.any_term, pool, filters) if hit.chunk_id not in full]
+        if rest:
+            lists[f"fts:any{suffix}"] = rest
+    return lists, relaxed
 
 
 def _lexical(text: str) -> Query | None:
@@ -304,9 +344,11 @@ def search(
         )
     if mode != "vector":
         if lexical is not None:
-            lists["fts"], answer.relaxed = index.search_query(lexical, pool, filters)
+            lexical = _without_common(index, lexical)
+            found_lists, answer.relaxed = _lexical_lists(index, lexical, pool, filters)
+            lists.update(found_lists)
             if dated is not None:
-                lists["fts@date"] = index.search_query(lexical, pool, dated)[0]
+                lists.update(_lexical_lists(index, lexical, pool, dated, "@date")[0])
         lexical_hits = lists.get("fts") or lists.get("fts@date")
         answer.matched = "none" if not lexical_hits else "some" if answer.relaxed else "all"
         if dated is not None and not lists.get("fts@date") and "vector@date" not in lists:
@@ -325,11 +367,21 @@ def search(
         ((name, only),) = lists.items()
         fused = [(hit, hit.score, {name: rank}) for rank, hit in enumerate(only[:limit], start=1)]
     else:
-        weights = {**WEIGHTS, **({"fts": RELAXED_WEIGHT, "fts@date": RELAXED_WEIGHT} if answer.relaxed else {})}
-        if answer.relaxed and answer.vectors == "used" and lexical is not None:
-            for name in ("fts", "fts@date"):
+        weights = {
+            **WEIGHTS,
+            "fts:any": RELAXED_WEIGHT,
+            "fts:any@date": RELAXED_WEIGHT,
+            **({"fts": RELAXED_WEIGHT, "fts@date": RELAXED_WEIGHT} if answer.relaxed else {}),
+        }
+        if lexical is not None:
+            # with vectors, a relaxed list's weak hits are left to them; any-term hits below full matches always
+            relaxed = ("fts", "fts@date") if answer.relaxed and answer.vectors == "used" else ()
+            for name in relaxed:
                 if name in lists:
                     lists[name] = _thin_matches_out(lists[name], lexical)
+            for name in ("fts:any", "fts:any@date"):
+                if name in lists:
+                    lists[name] = _thin_matches_out(lists[name], lexical, ANY_SHARE)
         every = _fuse(lists, None, weights)  # every candidate, best first
         if answer.vectors == "used" and not answer.relaxed:
             every = _waiting_for_vectors(index, every, lists, weights)
