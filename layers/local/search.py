@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, timedelta
 
 import numpy as np
 
@@ -41,10 +41,11 @@ RELAXED_WEIGHT = 0.5  # a relaxed (any-term) list is noisier than one that match
 MIN_VECTOR_ONLY = 3  # vector-only results kept below full lexical matches, at least
 RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
 ANY_SHARE = 0.51  # below the full matches, a chunk with more than half of the terms
+WIDEN_DAYS = 7  # a named month's lists reach this far into its neighbours
 COMMON_SHARE = 0.5  # a query term in more of the chunks than this is neither required nor ORed
 MIN_CHUNKS_FOR_SHARES = 20  # below this, shares say nothing about a word
 _PRESENT = re.compile(
-    r"\b(?:now|nowadays|current(?:ly)?|latest|newest|most recent(?:ly)?|these days|still|as of today)\b"
+    r"\b(?:now|nowadays|current(?:ly)?|latest|newest|(?:most )?recent(?:ly)?|lately|these days|still|as of today)\b"
     r"|现在|目前|当前|最新|最近|如今|眼下|此刻",
     re.IGNORECASE,
 )
@@ -183,9 +184,11 @@ def _vector_rank(ranks: dict[str, int]) -> int:
 
 
 def _date_filters(filters: Filters, found: DateRange) -> Filters | None:
-    """``filters`` narrowed to the named days; None when the two do not overlap."""
-    since = max(filter(None, (filters.since, found.since.isoformat())))
-    until = min(filter(None, (filters.until, found.until.isoformat())))
+    """``filters`` narrowed to the named days, a month or longer widened by :data:`WIDEN_DAYS` on each side
+    (what happened "in May" is often told in a note of early June); None when the two do not overlap."""
+    margin = timedelta(days=WIDEN_DAYS if (found.until - found.since).days >= 27 else 0)
+    since = max(filter(None, (filters.since, (found.since - margin).isoformat())))
+    until = min(filter(None, (filters.until, (found.until + margin).isoformat())))
     return replace(filters, since=since, until=until) if since <= until else None
 
 

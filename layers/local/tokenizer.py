@@ -23,7 +23,9 @@ English words are indexed and searched as their Snowball stems (the "english"
 algorithm, Porter's revision of his own stemmer; PyStemmer runs the Snowball C
 code): "named" finds "name", "adopted" "adopt", "classes" "class".  Only words of
 ASCII letters are stemmed: Chinese characters, digits, ``redis01`` and ``café``
-stay as they are, so the per-character search of Chinese is unchanged.
+stay as they are, so the per-character search of Chinese is unchanged.  The
+past forms of common irregular verbs are read as the verb ("went" as "go",
+"bought" as "buy"): no stemmer can derive them.
 :func:`tokens` keeps the surface forms (for highlighting); :func:`terms` is what
 the index stores and a query asks for.
 """
@@ -36,7 +38,7 @@ from collections.abc import Iterator
 
 import Stemmer
 
-TOKENIZER_VERSION = 2  # 2: English words stemmed (Snowball english)
+TOKENIZER_VERSION = 2  # 2: English words stemmed (Snowball english), irregular past forms as their verb
 
 # Ideographs (unified, extension A, compatibility, extensions B+), kana, hangul.
 CJK_CLASS = (
@@ -76,11 +78,28 @@ def tokens(text: str) -> list[str]:
 
 
 _STEMMER = Stemmer.Stemmer("english")  # keeps a cache of the words it has seen (10,000 by default)
+# Irregular past forms no stemmer can reach ("went" is not "go"), read as their verb: the common verbs of
+# notes and conversations, leaving out forms that are mostly another word (left, saw, found, felt, lay, rose).
+_IRREGULAR = """
+ate:eat bought:buy brought:bring began:begin begun:begin broke:break broken:break built:build caught:catch
+chose:choose chosen:choose came:come did:do done:do drank:drink drove:drive driven:drive eaten:eat fell:fall
+fallen:fall flew:fly flown:fly forgot:forget forgotten:forget gave:give given:give got:get gotten:get went:go
+gone:go grew:grow grown:grow had:have heard:hear held:hold kept:keep knew:know known:know led:lead lent:lend
+lost:lose made:make meant:mean met:meet paid:pay ran:run rode:ride ridden:ride rang:ring rung:ring said:say
+sang:sing sung:sing sold:sell sent:send shook:shake shaken:shake sat:sit slept:sleep spoke:speak spoken:speak
+spent:spend stole:steal stolen:steal stood:stand swam:swim swum:swim taught:teach told:tell thought:think
+threw:throw thrown:throw took:take taken:take tore:tear torn:tear understood:understand woke:wake woken:wake
+wore:wear worn:wear won:win wrote:write written:write
+"""
+IRREGULAR = dict(pair.split(":") for pair in _IRREGULAR.split())
 
 
 def stem(token: str) -> str:
-    """The index term of one token: an ASCII word's Snowball stem, anything else itself."""
-    return _STEMMER.stemWord(token) if token.isascii() and token.isalpha() else token
+    """The index term of one token: an ASCII word's Snowball stem (an irregular past form's verb's),
+    anything else itself."""
+    if not (token.isascii() and token.isalpha()):
+        return token
+    return _STEMMER.stemWord(IRREGULAR.get(token, token))
 
 
 def terms(text: str) -> list[str]:
