@@ -122,10 +122,10 @@ def first_hit(question: Question, results: list[dict]) -> int | None:
 
 
 def focus_line(result: dict, question: str) -> int | None:
-    """The line a result points a reader at: its ``focus`` when the answer gives one, else the line of its
+    """The line a result points a reader at: its ``focus`` when the answer has one, else the line of its
     text with the most of the question's tokens (what the snippet is drawn around; None when no line has one)."""
-    if result.get("focus"):
-        return int(result["focus"][0])
+    if "focus" in result:  # the answer says which line (None: none of the question's words is in it)
+        return int(result["focus"][0]) if result["focus"] else None
     wanted = set(tokens(question))
     counts = [len(wanted.intersection(tokens(line))) for line in result["text"].splitlines()]
     best = max(counts, default=0)

@@ -31,7 +31,7 @@ from layers.local.answers import Embedded, LocalHit, NamedDays, SearchAnswer
 from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
-from layers.local.tokenizer import token_string
+from layers.local.tokenizer import terms, token_string
 from layers.local.units import has_companion
 from layers.local.vectors import VectorsUnavailableError
 
@@ -233,6 +233,30 @@ def _thin_matches_out(hits: list[Hit], query: Query, share: float = 0.5) -> list
     return [hit for hit in hits if _covers(hit, terms) >= need]
 
 
+def _focus(hit: Hit, weights: dict[str, float]) -> list[int] | None:
+    """The line of ``hit`` a reader should look at: the one holding the rarest of the query's terms
+    (each term weighs log(1 / its share of the chunks)); None when no line holds one.
+
+    A chunk of a chat note is twenty turns; the answer to a question is one of them.
+    """
+    best, best_score = None, 0.0
+    for offset, line in enumerate(hit.text.splitlines()):
+        present = set(terms(line))
+        score = sum(weight for term, weight in weights.items() if term in present)
+        if score > best_score:
+            best, best_score = hit.line_start + offset, score
+    return None if best is None else [best, best]
+
+
+def _term_weights(index: LocalIndex, query: Query | None) -> dict[str, float]:
+    """Each content term of ``query`` (question words left out) and how rare it is here: log(1 / share)."""
+    if query is None:
+        return {}
+    wanted = {t for p in (*query.required, *query.optional) for t in p.split(" ")}
+    shares = index.term_shares(wanted)
+    return {t: math.log(1 / max(shares.get(t, 0.0), 1e-3)) for t in wanted if shares.get(t, 0.0) > 0}
+
+
 def _without_common(index: LocalIndex, query: Query) -> Query:
     """``query`` without the terms most of this memory's chunks hold (issue 29).
 
@@ -391,7 +415,9 @@ def search(
         fused = every[:limit]
         if lists.get("fts") and not answer.relaxed:
             fused = _keep_the_matches(_end_with_the_matches(fused), every, limit)
-    wanted = query.token_set
+    weights = _term_weights(index, lexical)
+    # the snippet is drawn around the content words; question words only when there is nothing else
+    wanted = frozenset(weights) or query.token_set
     for hit, score, ranks in fused:
         result: LocalHit = {
             "text": hit.text,
@@ -401,6 +427,7 @@ def search(
             "path": hit.path,
             "lines": [hit.line_start, hit.line_end],
             "heading": hit.heading,
+            "focus": _focus(hit, weights),
         }
         if explain:
             result["ranks"] = ranks
