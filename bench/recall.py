@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -49,6 +50,7 @@ LANGS = ("en", "zh")
 MODES = ("fts", "vector", "hybrid")
 SPLITS = ("all", "dev", "heldout")
 LIMIT = 10
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 EMBED_TIMEOUT_S = 1800  # ~200 chunks; a busy 2-core host embeds a few per second
 
 
@@ -76,6 +78,7 @@ class Outcome:
     returned: int = 0  # how many results the answer had (at most LIMIT): where the list ended
     session_rank: int | None = None  # 1-based rank of the first result from a gold file
     turn_rank: int | None = None  # 1-based rank of the first result whose focus line is a gold line
+    items_top5: int = 0  # list items (a chat's turns) in the first five results: how long the chunks read are
 
 
 def load_questions(set_dir: Path = SET_DIR) -> list[Question]:
@@ -219,6 +222,7 @@ def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, .
                     len(results),
                     session_rank=first_session(q, results),
                     turn_rank=first_turn(q, results),
+                    items_top5=sum(1 for r in results[:5] for line in r["text"].splitlines() if _ITEM.match(line)),
                 )
             )
     return outcomes
@@ -227,11 +231,13 @@ def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, .
 def _metrics(outcomes: list[Outcome]) -> dict:
     n = len(outcomes)
     if not n:
-        return {"n": 0, "r1": None, "r5": None, "mrr": None, "returned": None, "session_r5": None, "turn_r5": None}
+        empty = ("r1", "r5", "mrr", "returned", "session_r5", "turn_r5", "items_top5")
+        return {"n": 0, **dict.fromkeys(empty)}
     ranks = [o.rank for o in outcomes]
     return {
         "session_r5": round(sum(1 for o in outcomes if o.session_rank and o.session_rank <= 5) / n, 3),
         "turn_r5": round(sum(1 for o in outcomes if o.turn_rank and o.turn_rank <= 5) / n, 3),
+        "items_top5": round(sum(o.items_top5 for o in outcomes) / n, 1),
         "n": n,
         "r1": round(sum(1 for r in ranks if r == 1) / n, 3),
         "r5": round(sum(1 for r in ranks if r and r <= 5) / n, 3),
@@ -272,6 +278,7 @@ def format_tables(scores: dict) -> str:
             ("r1", "R@1"),
             ("mrr", "MRR"),
             ("returned", "results returned"),
+            ("items_top5", "list items (turns) in the first five results"),
         ):
             any_mode = next(iter(scores.values()))[split]
             counts = " ".join(f"{c}={any_mode[c]['n']}" for c in columns)
