@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
+from statistics import NormalDist
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.tokenizer import terms, token_string
-from layers.local.units import has_companion
+from layers.local.units import has_companion, passages
 from layers.local.vectors import VectorsUnavailableError
 
 RRF_K = 60
@@ -41,6 +42,10 @@ RELAXED_WEIGHT = 0.5  # a relaxed (any-term) list is noisier than one that match
 MIN_VECTOR_ONLY = 3  # vector-only results kept below full lexical matches, at least
 RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
 ANY_SHARE = 0.51  # below the full matches, a chunk with more than half of the terms
+MIN_ANY_TERMS = 3  # of a query that has this many (with fewer, more than half is all of them)
+# How much of a passage count's expected lead a vector score loses (0: none, 1: all of it); 1 cost the
+# bilingual set 0.921 -> 0.886 hybrid R@5, 0.3 nothing (docs/facts.md, "English chat questions over L3")
+ITEM_COUNT_DAMPING = 0.3
 WIDEN_DAYS = 7  # a named month's lists reach this far into its neighbours
 COMMON_SHARE = 0.5  # a query term in more of the chunks than this is neither required nor ORed
 MIN_CHUNKS_FOR_SHARES = 20  # below this, shares say nothing about a word
@@ -192,6 +197,32 @@ def _date_filters(filters: Filters, found: DateRange) -> Filters | None:
     return replace(filters, since=since, until=until) if since <= until else None
 
 
+def _expected_best(count: int) -> float:
+    """How far above a typical passage the best of ``count`` lies, in standard deviations: the expected
+    maximum of ``count`` normal draws (Blom's approximation; 0 for one passage)."""
+    if count <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((count - 0.375) / (count + 0.25))
+
+
+def _as_one_passage(hits: list[Hit], damping: float) -> list[Hit]:
+    """A vector list re-ranked so a chunk's score as its best passage does not grow with its passage count.
+
+    A chunk of many items is embedded as the whole and as each item
+    (:mod:`layers.local.units`) and scores as the best of them: the best of 17
+    draws lies higher than the best of 2 by chance alone, so long chunks
+    (twenty turns of a chat) led the vector lists whatever they said (issue 29).
+    Each score loses the expected lead of its passage count, measured in the
+    spread of this list's scores.
+    """
+    if len(hits) < 3 or damping <= 0:
+        return hits
+    spread = float(np.std([hit.score for hit in hits]))
+    counts = {hit.chunk_id: len(passages(f"{hit.heading}\n{hit.text}")) for hit in hits}
+    adjusted = {hit.chunk_id: hit.score - damping * spread * _expected_best(counts[hit.chunk_id]) for hit in hits}
+    return sorted(hits, key=lambda hit: -adjusted[hit.chunk_id])
+
+
 def _companion_lists(
     index: LocalIndex, text: str, offset: int, pool: int, filters: Filters, dated: Filters | None
 ) -> dict[str, list[Hit]]:
@@ -248,16 +279,17 @@ def _focus(hit: Hit, weights: dict[str, float]) -> list[int] | None:
     return None if best is None else [best, best]
 
 
-def _term_weights(index: LocalIndex, query: Query | None) -> dict[str, float]:
-    """Each content term of ``query`` (question words left out) and how rare it is here: log(1 / share)."""
-    if query is None:
-        return {}
-    wanted = {t for p in (*query.required, *query.optional) for t in p.split(" ")}
-    shares = index.term_shares(wanted)
-    return {t: math.log(1 / max(shares.get(t, 0.0), 1e-3)) for t in wanted if shares.get(t, 0.0) > 0}
+def _content_terms(query: Query) -> set[str]:
+    """The index terms of ``query``'s content words (question words left out)."""
+    return {t for p in (*query.required, *query.optional) for t in p.split(" ")}
 
 
-def _without_common(index: LocalIndex, query: Query) -> Query:
+def _term_weights(shares: dict[str, float]) -> dict[str, float]:
+    """How rare each term found here is: log(1 / its share of the chunks)."""
+    return {t: math.log(1 / max(share, 1e-3)) for t, share in shares.items() if share > 0}
+
+
+def _without_common(query: Query, shares: dict[str, float], chunks: int) -> Query:
     """``query`` without the terms most of this memory's chunks hold (issue 29).
 
     A speaker's name is in every turn marker of a chat note, "said" or "time" in
@@ -265,10 +297,9 @@ def _without_common(index: LocalIndex, query: Query) -> Query:
     left out; ORed, it matches every chunk (BM25 gives it almost no weight, but it
     still admits them all).  Left out, the words that tell the chunks apart decide.
     """
-    if index.chunk_count() < MIN_CHUNKS_FOR_SHARES:
+    if chunks < MIN_CHUNKS_FOR_SHARES:
         return query
     phrases = set(query.required) | set(query.optional)
-    shares = index.term_shares(t for p in phrases for t in p.split(" "))
     common = {p for p in phrases if min(shares.get(t, 0.0) for t in p.split(" ")) > COMMON_SHARE}
     return query.without(common) if common else query
 
@@ -285,7 +316,7 @@ def _lexical_lists(
     """
     hits, relaxed = index.search_query(query, pool, filters)
     lists = {f"fts{suffix}": hits}
-    if hits and not relaxed and len(hits) < pool and query.can_relax:
+    if hits and not relaxed and len(hits) < pool and len(set(query.optional)) >= MIN_ANY_TERMS:
         full = {hit.chunk_id for hit in hits}
         rest = [hit for hit in index.search_text(query.any_term, pool, filters) if hit.chunk_id not in full]
         if rest:
@@ -332,6 +363,7 @@ def search(
     answer = Answer(query=text, mode=mode)
     pool = max(limit * 4, 40)
     lists: dict[str, list[Hit]] = {}
+    shares: dict[str, float] = {}  # content term → its share of the chunks, when the lexical side runs
     newest = index.newest_day()
     found, rest = find_dates(text, date.fromisoformat(newest) if newest else date.today())
     dated = _date_filters(filters, found) if found else None
@@ -359,6 +391,8 @@ def search(
                 if has_companion(index.identity.embed_model):
                     pause()
                     lists.update(_companion_lists(index, text, vector.shape[0], pool, filters, dated))
+                for name in [name for name in lists if name.startswith("vector")]:
+                    lists[name] = _as_one_passage(lists[name], ITEM_COUNT_DAMPING)
             except VectorsUnavailableError as exc:
                 reason = str(exc)
         if reason:
@@ -371,7 +405,8 @@ def search(
         )
     if mode != "vector":
         if lexical is not None:
-            lexical = _without_common(index, lexical)
+            chunks, shares = index.term_shares(_content_terms(lexical))
+            lexical = _without_common(lexical, shares, chunks)
             found_lists, answer.relaxed = _lexical_lists(index, lexical, pool, filters)
             lists.update(found_lists)
             if dated is not None:
@@ -415,7 +450,7 @@ def search(
         fused = every[:limit]
         if lists.get("fts") and not answer.relaxed:
             fused = _keep_the_matches(_end_with_the_matches(fused), every, limit)
-    weights = _term_weights(index, lexical)
+    weights = _term_weights(shares)
     # the snippet is drawn around the content words; question words only when there is nothing else
     wanted = frozenset(weights) or query.token_set
     for hit, score, ranks in fused:

@@ -32,6 +32,7 @@ the index stores and a query asks for.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -94,6 +95,7 @@ wore:wear worn:wear won:win wrote:write written:write
 IRREGULAR = dict(pair.split(":") for pair in _IRREGULAR.split())
 
 
+@functools.lru_cache(maxsize=65536)  # a highlight or a focus asks for the same words again and again
 def stem(token: str) -> str:
     """The index term of one token: an ASCII word's Snowball stem (an irregular past form's verb's),
     anything else itself."""
@@ -107,9 +109,18 @@ def terms(text: str) -> list[str]:
     return [stem(token) for token in tokens(text)]
 
 
+# An ASCII word among space-joined tokens: only these have a stem to look up (a run of Chinese, one
+# token per character, is passed over in C rather than one Python call per character).
+_ASCII_WORD = re.compile("(?<![^ ])[a-z]+(?![^ ])")
+
+
+def _stem_match(match: re.Match) -> str:
+    return stem(match.group())
+
+
 def token_string(text: str) -> str:
-    """Terms joined by single spaces: what the contentless FTS5 table stores."""
-    return " ".join(terms(text))
+    """Terms joined by single spaces: what the contentless FTS5 table stores (``" ".join(terms(text))``)."""
+    return _ASCII_WORD.sub(_stem_match, " ".join(tokens(text)))
 
 
 def token_spans(text: str) -> Iterator[tuple[int, int, str]]:
