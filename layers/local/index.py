@@ -657,7 +657,7 @@ class LocalIndex:
         read from FTS5's own term statistics (an ``fts5vocab`` table in this connection's temp schema:
         nothing is written to the file)."""
         wanted = sorted(set(terms))
-        total = self.chunk_count()
+        total = self.db.execute("SELECT coalesce(sum(chunks), 0) FROM files").get  # per file: count(*) read 20k rows
         if not wanted or not total:
             return total, {}
         if not self._vocab:

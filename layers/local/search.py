@@ -32,7 +32,7 @@ from layers.local.answers import Embedded, LocalHit, NamedDays, SearchAnswer
 from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
-from layers.local.tokenizer import terms, token_string
+from layers.local.tokenizer import token_string
 from layers.local.units import has_companion, passages
 from layers.local.vectors import VectorsUnavailableError
 
@@ -272,7 +272,7 @@ def _focus(hit: Hit, weights: dict[str, float]) -> list[int] | None:
     """
     best, best_score = None, 0.0
     for offset, line in enumerate(hit.text.splitlines()):
-        present = set(terms(line))
+        present = set(token_string(line).split(" "))
         score = sum(weight for term, weight in weights.items() if term in present)
         if score > best_score:
             best, best_score = hit.line_start + offset, score
@@ -284,9 +284,20 @@ def _content_terms(query: Query) -> set[str]:
     return {t for p in (*query.required, *query.optional) for t in p.split(" ")}
 
 
-def _term_weights(shares: dict[str, float]) -> dict[str, float]:
-    """How rare each term found here is: log(1 / its share of the chunks)."""
-    return {t: math.log(1 / max(share, 1e-3)) for t, share in shares.items() if share > 0}
+def _words(terms: set[str]) -> set[str]:
+    """The terms that are words (letters and digits): those whose share is looked up.  A Chinese
+    character's share would cost a walk over its whole posting list (fts5vocab counts documents by
+    reading it), and Chinese search stays as it was: BM25 weighs characters as before."""
+    return {t for t in terms if t.isascii()}
+
+
+def _term_weights(query: Query | None, shares: dict[str, float]) -> dict[str, float]:
+    """How much each content term of ``query`` found here tells: log(1 / its share of the chunks) for a
+    word, 1 for a character (its share is not looked up)."""
+    if query is None:
+        return {}
+    weights = {t: math.log(1 / max(share, 1e-3)) for t, share in shares.items() if share > 0}
+    return {**{t: 1.0 for t in _content_terms(query) if t not in shares}, **weights}
 
 
 def _without_common(query: Query, shares: dict[str, float], chunks: int) -> Query:
@@ -405,7 +416,7 @@ def search(
         )
     if mode != "vector":
         if lexical is not None:
-            chunks, shares = index.term_shares(_content_terms(lexical))
+            chunks, shares = index.term_shares(_words(_content_terms(lexical)))
             lexical = _without_common(lexical, shares, chunks)
             found_lists, answer.relaxed = _lexical_lists(index, lexical, pool, filters)
             lists.update(found_lists)
@@ -450,7 +461,7 @@ def search(
         fused = every[:limit]
         if lists.get("fts") and not answer.relaxed:
             fused = _keep_the_matches(_end_with_the_matches(fused), every, limit)
-    weights = _term_weights(shares)
+    weights = _term_weights(lexical, shares)
     # the snippet is drawn around the content words; question words only when there is nothing else
     wanted = frozenset(weights) or query.token_set
     for hit, score, ranks in fused:

@@ -127,4 +127,4 @@ def token_spans(text: str) -> Iterator[tuple[int, int, str]]:
     """(start, end, index term) over the original text, for highlighting."""
     for match in _TOKEN_RE.finditer(text):
         for token in _normalise(match.group()):
-            yield match.start(), match.end(), stem(token)
+            yield match.start(), match.end(), stem(token) if token.isascii() else token
