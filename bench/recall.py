@@ -9,13 +9,20 @@ then asks every question in each search mode and scores the answers:
 
 - a hit is a returned chunk of the gold file whose line range overlaps the gold lines;
 - R@1 / R@5: the share of questions with a hit in the first 1 / 5 results;
-- MRR: the mean of 1 / rank of the first hit within the first 10 results (0 if none).
+- MRR: the mean of 1 / rank of the first hit within the first 10 results (0 if none);
+- R@5 by session: a result of a gold file in the first 5 (a chat note is one session);
+- R@5 by turn: a gold line is the *focus* of one of the first 5 results (the line the answer
+  points at, one turn of a chat: a budget of five turns read);
+- list items in the first five results: how much text a reader is handed.
 
 Figures are given overall, per kind and per question language, for the whole
 set, the dev part (tune on this) and the held-aside third (report only).
+A run of ``--mode fts`` alone starts the daemon without vectors: no model is
+loaded and nothing waits for embeddings (seconds, not minutes).
 
     .venv/bin/python bench/recall.py                 # every mode, tables
     .venv/bin/python bench/recall.py --mode hybrid --json
+    .venv/bin/python bench/recall.py --set chat --mode fts --misses
 """
 
 from __future__ import annotations
