@@ -23,7 +23,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
-from statistics import NormalDist
 
 import numpy as np
 
@@ -33,7 +32,7 @@ from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.tokenizer import token_string
-from layers.local.units import has_companion, passages
+from layers.local.units import has_companion
 from layers.local.vectors import VectorsUnavailableError
 
 RRF_K = 60
@@ -43,9 +42,6 @@ MIN_VECTOR_ONLY = 3  # vector-only results kept below full lexical matches, at l
 RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
 ANY_SHARE = 0.51  # below the full matches, a chunk with more than half of the terms
 MIN_ANY_TERMS = 3  # of a query that has this many (with fewer, more than half is all of them)
-# How much of a passage count's expected lead a vector score loses (0: none, 1: all of it); 1 cost the
-# bilingual set 0.921 -> 0.886 hybrid R@5, 0.3 nothing (docs/facts.md, "English chat questions over L3")
-ITEM_COUNT_DAMPING = 0.3
 WIDEN_DAYS = 7  # a named month's lists reach this far into its neighbours
 COMMON_SHARE = 0.5  # a query term in more of the chunks than this is neither required nor ORed
 MIN_CHUNKS_FOR_SHARES = 20  # below this, shares say nothing about a word
@@ -195,32 +191,6 @@ def _date_filters(filters: Filters, found: DateRange) -> Filters | None:
     since = max(filter(None, (filters.since, (found.since - margin).isoformat())))
     until = min(filter(None, (filters.until, (found.until + margin).isoformat())))
     return replace(filters, since=since, until=until) if since <= until else None
-
-
-def _expected_best(count: int) -> float:
-    """How far above a typical passage the best of ``count`` lies, in standard deviations: the expected
-    maximum of ``count`` normal draws (Blom's approximation; 0 for one passage)."""
-    if count <= 1:
-        return 0.0
-    return NormalDist().inv_cdf((count - 0.375) / (count + 0.25))
-
-
-def _as_one_passage(hits: list[Hit], damping: float) -> list[Hit]:
-    """A vector list re-ranked so a chunk's score as its best passage does not grow with its passage count.
-
-    A chunk of many items is embedded as the whole and as each item
-    (:mod:`layers.local.units`) and scores as the best of them: the best of 17
-    draws lies higher than the best of 2 by chance alone, so long chunks
-    (twenty turns of a chat) led the vector lists whatever they said (issue 29).
-    Each score loses the expected lead of its passage count, measured in the
-    spread of this list's scores.
-    """
-    if len(hits) < 3 or damping <= 0:
-        return hits
-    spread = float(np.std([hit.score for hit in hits]))
-    counts = {hit.chunk_id: len(passages(f"{hit.heading}\n{hit.text}")) for hit in hits}
-    adjusted = {hit.chunk_id: hit.score - damping * spread * _expected_best(counts[hit.chunk_id]) for hit in hits}
-    return sorted(hits, key=lambda hit: -adjusted[hit.chunk_id])
 
 
 def _companion_lists(
@@ -402,8 +372,6 @@ def search(
                 if has_companion(index.identity.embed_model):
                     pause()
                     lists.update(_companion_lists(index, text, vector.shape[0], pool, filters, dated))
-                for name in [name for name in lists if name.startswith("vector")]:
-                    lists[name] = _as_one_passage(lists[name], ITEM_COUNT_DAMPING)
             except VectorsUnavailableError as exc:
                 reason = str(exc)
         if reason:

@@ -6,8 +6,6 @@ Real apsw indexes of notes shaped as the chat set's (bench/recall_set_chat): one
 
 from __future__ import annotations
 
-import numpy as np
-
 from layers.local.index import Document, Identity, LocalIndex
 from layers.local.search import search
 
@@ -47,31 +45,3 @@ def test_word_forms_match_name_named_adopt_adopted(tmp_path):
         assert answer.results[0]["path"] == "memory/2026-01-20.md" and answer.matched == "all"
         assert answer.results[0]["focus"] == [5, 5]
         assert "**adopted**" in answer.results[0]["snippet"] and "**named**" in answer.results[0]["snippet"]
-
-
-def test_a_chunk_of_many_items_does_not_lead_the_vectors_by_its_item_count_alone(tmp_path):
-    """A chunk scores as its best passage; the best of 17 lies higher than the best of one by chance, so
-    the vector list takes the passage count's expected lead off (issue 29: hybrid handed long chunks)."""
-    model = "gguf:m+units1"
-    query = np.eye(8, dtype=np.float32)[0]
-
-    def at(score: float) -> np.ndarray:
-        return np.array([score, np.sqrt(1 - score * score), 0, 0, 0, 0, 0, 0], dtype=np.float32)
-
-    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
-        turns = [f"- **Maya:** turn {i} of a long evening talking about everything and nothing" for i in range(20)]
-        _chat(index, "2026-01-01", turns)
-        _chat(index, "2026-01-02", ["- **Theo:** the one turn this note holds, and it is close to the question"])
-        for i in range(8):
-            _chat(index, f"2026-02-{i + 1:02d}", [f"- **Theo:** an unrelated note number {i}"])
-        rows = []
-        for chunk_hash, text in index.take_pending(100):
-            if "long evening" in text:
-                rows.append((chunk_hash, np.stack([at(0.86), *[at(0.3)] * 16])))  # 17 passages, the best 0.86
-            elif "the one turn" in text:
-                rows.append((chunk_hash, at(0.85)[None, :]))
-            else:
-                rows.append((chunk_hash, at(0.5 + 0.03 * int(text.rsplit(" ", 1)[-1]))[None, :]))
-        index.store_vectors(model, rows)
-        answer = search(index, "close to the question", mode="vector", embed_query=lambda _q: query)
-        assert [r["path"] for r in answer.results[:2]] == ["memory/2026-01-02.md", "memory/2026-01-01.md"]
