@@ -9,19 +9,27 @@ then asks every question in each search mode and scores the answers:
 
 - a hit is a returned chunk of the gold file whose line range overlaps the gold lines;
 - R@1 / R@5: the share of questions with a hit in the first 1 / 5 results;
-- MRR: the mean of 1 / rank of the first hit within the first 10 results (0 if none).
+- MRR: the mean of 1 / rank of the first hit within the first 10 results (0 if none);
+- R@5 by session: a result of a gold file in the first 5 (a chat note is one session);
+- R@5 by turn: a gold line is the *focus* of one of the first 5 results (the line the answer
+  points at, one turn of a chat: a budget of five turns read);
+- list items in the first five results: how much text a reader is handed.
 
 Figures are given overall, per kind and per question language, for the whole
 set, the dev part (tune on this) and the held-aside third (report only).
+A run of ``--mode fts`` alone starts the daemon without vectors: no model is
+loaded and nothing waits for embeddings (seconds, not minutes).
 
     .venv/bin/python bench/recall.py                 # every mode, tables
     .venv/bin/python bench/recall.py --mode hybrid --json
+    .venv/bin/python bench/recall.py --set chat --mode fts --misses
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -34,6 +42,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon.front.client import DaemonClient
+from layers.local.tokenizer import tokens
 from tests.helpers import FAST, DaemonProcess, init_root, wait_for
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -48,6 +57,7 @@ LANGS = ("en", "zh")
 MODES = ("fts", "vector", "hybrid")
 SPLITS = ("all", "dev", "heldout")
 LIMIT = 10
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 EMBED_TIMEOUT_S = 1800  # ~200 chunks; a busy 2-core host embeds a few per second
 
 
@@ -73,6 +83,9 @@ class Outcome:
     rank: int | None  # 1-based rank of the first hit, None when none in the first LIMIT
     top: list[str] = field(default_factory=list)  # "path:start-end" of the first results
     returned: int = 0  # how many results the answer had (at most LIMIT): where the list ended
+    session_rank: int | None = None  # 1-based rank of the first result from a gold file
+    turn_rank: int | None = None  # 1-based rank of the first result whose focus line is a gold line
+    items_top5: int = 0  # list items (a chat's turns) in the first five results: how long the chunks read are
 
 
 def load_questions(set_dir: Path = SET_DIR) -> list[Question]:
@@ -118,6 +131,32 @@ def first_hit(question: Question, results: list[dict]) -> int | None:
     return None
 
 
+def focus_line(result: dict, question: str) -> int | None:
+    """The line a result points a reader at: its ``focus`` when the answer has one, else the line of its
+    text with the most of the question's tokens (what the snippet is drawn around; None when no line has one)."""
+    if "focus" in result:  # the answer says which line (None: none of the question's words is in it)
+        return int(result["focus"][0]) if result["focus"] else None
+    wanted = set(tokens(question))
+    counts = [len(wanted.intersection(tokens(line))) for line in result["text"].splitlines()]
+    best = max(counts, default=0)
+    return result["lines"][0] + counts.index(best) if best else None
+
+
+def first_session(question: Question, results: list[dict]) -> int | None:
+    gold_files = {f for f, _, _ in question.gold}
+    return next((rank for rank, r in enumerate(results, start=1) if r["path"] in gold_files), None)
+
+
+def first_turn(question: Question, results: list[dict]) -> int | None:
+    """Rank of the first result whose focus line (one turn of a chat note) is a gold line: a 5-turn budget
+    reads one turn from each of the first five results."""
+    for rank, r in enumerate(results, start=1):
+        line = focus_line(r, question.text)
+        if line is not None and any(r["path"] == f and g_start <= line <= g_end for f, g_start, g_end in question.gold):
+            return rank
+    return None
+
+
 def workspace_files(set_dir: Path = SET_DIR) -> list[Path]:
     base = set_dir / "workspace"
     return sorted(p.relative_to(base) for p in base.rglob("*.md"))
@@ -126,16 +165,18 @@ def workspace_files(set_dir: Path = SET_DIR) -> list[Path]:
 class RecallDaemon:
     """A fresh root holding the dev workspace, served by the real daemon with every chunk embedded."""
 
-    def __init__(self, root: Path, set_dir: Path = SET_DIR) -> None:
+    def __init__(self, root: Path, set_dir: Path = SET_DIR, vectors: bool = True) -> None:
         self.root = root
         self.set_dir = set_dir
+        self.vectors = vectors  # False: full-text only, no model loaded and nothing to wait for (seconds, not minutes)
         self.daemon: DaemonProcess | None = None
         self.client: DaemonClient | None = None
         self.embed_seconds = 0.0
         self.chunks = 0
 
     def __enter__(self) -> RecallDaemon:
-        config = init_root(self.root, **FAST, conversation={"enabled": False})
+        off = {} if self.vectors else {"vectors": {"backend": "off"}}
+        config = init_root(self.root, **FAST, conversation={"enabled": False}, **off)
         workspace = self.root / "workspace"
         for rel in workspace_files(self.set_dir):
             target = workspace / rel
@@ -147,15 +188,13 @@ class RecallDaemon:
 
         def embedded() -> dict | None:
             index = self.daemon.agent("main")["index"]  # type: ignore[union-attr]
-            done = (
-                index.get("files", 0) >= expected
-                and index.get("chunks", 0) > 0
-                and index.get("pending_embeddings", 1) == 0
-                and index.get("vectors") == index.get("chunks")
-            )
+            done = index.get("files", 0) >= expected and index.get("chunks", 0) > 0
+            if self.vectors:
+                done = done and index.get("pending_embeddings", 1) == 0 and index.get("vectors") == index.get("chunks")
             return index if done else None
 
-        index = wait_for(embedded, timeout=EMBED_TIMEOUT_S, interval=1.0, what="every chunk embedded")
+        what = "every chunk embedded" if self.vectors else "every file indexed"
+        index = wait_for(embedded, timeout=EMBED_TIMEOUT_S, interval=1.0 if self.vectors else 0.1, what=what)
         self.embed_seconds = time.monotonic() - started
         self.chunks = index["chunks"]
         self.client = DaemonClient(self.daemon.socket, timeout=120, token=self.daemon.admin_token())
@@ -181,16 +220,31 @@ def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, .
                 raise RuntimeError(f"{mode} search did not use vectors: {answer.get('vectors')}")
             results = answer["results"]
             top = [f"{r['path']}:{r['lines'][0]}-{r['lines'][1]}" for r in results[:5]]
-            outcomes.append(Outcome(q, mode, first_hit(q, results), top, len(results)))
+            outcomes.append(
+                Outcome(
+                    q,
+                    mode,
+                    first_hit(q, results),
+                    top,
+                    len(results),
+                    session_rank=first_session(q, results),
+                    turn_rank=first_turn(q, results),
+                    items_top5=sum(1 for r in results[:5] for line in r["text"].splitlines() if _ITEM.match(line)),
+                )
+            )
     return outcomes
 
 
 def _metrics(outcomes: list[Outcome]) -> dict:
     n = len(outcomes)
     if not n:
-        return {"n": 0, "r1": None, "r5": None, "mrr": None, "returned": None}
+        empty = ("r1", "r5", "mrr", "returned", "session_r5", "turn_r5", "items_top5")
+        return {"n": 0, **dict.fromkeys(empty)}
     ranks = [o.rank for o in outcomes]
     return {
+        "session_r5": round(sum(1 for o in outcomes if o.session_rank and o.session_rank <= 5) / n, 3),
+        "turn_r5": round(sum(1 for o in outcomes if o.turn_rank and o.turn_rank <= 5) / n, 3),
+        "items_top5": round(sum(o.items_top5 for o in outcomes) / n, 1),
         "n": n,
         "r1": round(sum(1 for r in ranks if r == 1) / n, 3),
         "r5": round(sum(1 for r in ranks if r and r <= 5) / n, 3),
@@ -224,7 +278,15 @@ def format_tables(scores: dict) -> str:
     columns = [c for c in first if first[c]["n"]]  # overall, the set's kinds, languages, descriptive
     lines = []
     for split in SPLITS:
-        for metric, label in (("r5", "R@5"), ("r1", "R@1"), ("mrr", "MRR"), ("returned", "results returned")):
+        for metric, label in (
+            ("r5", "R@5"),
+            ("session_r5", "R@5 by session (a result of a gold file)"),
+            ("turn_r5", "R@5 by turn (each result's focus line: a 5-turn budget)"),
+            ("r1", "R@1"),
+            ("mrr", "MRR"),
+            ("returned", "results returned"),
+            ("items_top5", "list items (turns) in the first five results"),
+        ):
             any_mode = next(iter(scores.values()))[split]
             counts = " ".join(f"{c}={any_mode[c]['n']}" for c in columns)
             lines.append(f"\n{label} — {split} ({counts})")
@@ -240,7 +302,11 @@ def format_tables(scores: dict) -> str:
 def run(modes: tuple[str, ...] = MODES, set_dir: Path = SET_DIR) -> tuple[dict, list[Outcome], dict]:
     """Serve the set, ask every question in ``modes``; (scores, outcomes, facts about the run)."""
     questions = load_questions(set_dir)
-    with tempfile.TemporaryDirectory(prefix="memstrata-recall-") as tmp, RecallDaemon(Path(tmp), set_dir) as served:
+    vectors = any(mode != "fts" for mode in modes)
+    with (
+        tempfile.TemporaryDirectory(prefix="memstrata-recall-") as tmp,
+        RecallDaemon(Path(tmp), set_dir, vectors) as served,
+    ):
         started = time.monotonic()
         outcomes = ask_all(served, questions, modes)
         facts = {

@@ -356,4 +356,5 @@ def local_view(result: LocalHit) -> dict[str, Any]:
         "path": result.get("path"),
         "lines": result.get("lines"),
         "heading": result.get("heading"),
+        "focus": result.get("focus"),
     }

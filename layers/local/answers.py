@@ -25,6 +25,7 @@ class LocalHit(TypedDict, total=False):
     path: str
     lines: list[int]  # the chunk's first and last line
     heading: str | None
+    focus: list[int] | None  # the line holding the query's rarest terms (first, last); None when no line has one
     ranks: dict[str, int]  # list name -> the result's rank in it
 
 

@@ -89,9 +89,16 @@ _EN_DAY = re.compile(
 )
 _ZH_PART = re.compile(rf"({_NUM_ZH})月(?:份)?(初|上旬|中旬|中|下旬|底|末|第([一二三四1-4])周)?")
 _EN_PART = re.compile(
-    rf"\b(?:(early|mid|late|end of|beginning of|the (first|second|third|fourth|last) week of)[\s-]+)?({_MONTH_EN})\b",
+    rf"\b(?:(early|mid|late|end of|beginning of|the (first|second|third|fourth|last) week of)[\s-]+)?({_MONTH_EN})\b"
+    r"(?:,?\s+(?:of\s+)?(20\d\d)\b)?",
     re.IGNORECASE,
 )
+# A season with its year ("the fall of 2022", "summer 2023"): months of the northern seasons.
+_EN_SEASON = re.compile(r"\b(?:the\s+)?(spring|summer|fall|autumn|winter)\s+(?:of\s+)?(20\d\d)\b", re.IGNORECASE)
+_SEASONS = {"spring": (3, 5), "summer": (6, 8), "fall": (9, 11), "autumn": (9, 11), "winter": (12, 14)}
+# "lately", "recently": the newest notes, the days up to the reference.
+_EN_LATELY = re.compile(r"\b(?:lately|recently|these days|(?:the\s+)?most recent(?:ly)?)\b", re.IGNORECASE)
+LATELY_DAYS = 30
 _WEEK_OF = re.compile(r"\bweek of\s+")
 _WEEK_OF_WORDS = re.compile(r"\b(?:the\s+)?week of\b", re.IGNORECASE)
 _EN_RELATIVE = re.compile(
@@ -179,10 +186,13 @@ def find_dates(text: str, reference: date) -> tuple[DateRange | None, str]:
         d = _day(int(m.group(5)) if m.group(5) else None, month, int(m.group(2) or m.group(3)), reference)
         return take(m, (d, d) if d else None)
 
-    def part(month: int, which: str, ordinal: int | None) -> tuple[date, date] | None:
+    def part(month: int, which: str, ordinal: int | None, named_year: int | None = None) -> tuple[date, date] | None:
         if not 1 <= month <= 12:
             return None
-        year, last = _month(month, reference)
+        if named_year:
+            year, last = named_year, calendar.monthrange(named_year, month)[1]
+        else:
+            year, last = _month(month, reference)
         first_day, last_day = 1, last
         if which in ("初", "上旬", "early", "beginning of"):
             last_day = 10
@@ -203,9 +213,20 @@ def find_dates(text: str, reference: date) -> tuple[DateRange | None, str]:
     def en_part(m: re.Match) -> str:
         which = (m.group(1) or "").lower()
         ordinal = _ORDINALS_EN[m.group(2).lower()] if m.group(2) else None
-        if m.group(3).lower() == "may" and not which:
-            return m.group(0)  # "may" alone is a verb far more often than a month
-        return take(m, part(_MONTHS_EN[m.group(3).lower()], which, ordinal))
+        year = int(m.group(4)) if m.group(4) else None
+        if m.group(3).lower() == "may" and not which and not year:
+            return m.group(0)  # "may" alone is a verb far more often than a month ("May 2023" is the month)
+        return take(m, part(_MONTHS_EN[m.group(3).lower()], which, ordinal, year))
+
+    def en_season(m: re.Match) -> str:
+        first, last = _SEASONS[m.group(1).lower()]
+        year = int(m.group(2))
+        end_year, end_month = (year + 1, last - 12) if last > 12 else (year, last)
+        end = date(end_year, end_month, calendar.monthrange(end_year, end_month)[1])
+        return take(m, (date(year, first, 1), end))
+
+    def en_lately(m: re.Match) -> str:
+        return take(m, (reference - timedelta(days=LATELY_DAYS), reference))
 
     def en_relative(m: re.Match) -> str:
         if m.group(1):
@@ -241,7 +262,9 @@ def find_dates(text: str, reference: date) -> tuple[DateRange | None, str]:
     rest = _ZH_DAY.sub(zh_day, rest)
     rest = _EN_DAY.sub(en_day, rest)
     rest = _ZH_PART.sub(zh_part, rest)
+    rest = _EN_SEASON.sub(en_season, rest)
     rest = _EN_PART.sub(en_part, rest)
+    rest = _EN_LATELY.sub(en_lately, rest)
     rest = _EN_RELATIVE.sub(en_relative, rest)
     rest = _ZH_RELATIVE.sub(zh_relative, rest)
     if not days:

@@ -324,6 +324,7 @@ class LocalIndex:
         #: Chunks with a vector, as the last vector search of this connection saw them (its code cache's rows).
         self.embedded_chunks = 0
         self._created_at: str | None = None  # meta "created": which file this is, for the code caches
+        self._vocab = False  # the temp fts5vocab table of term_shares exists on this connection
         self._bulk = False
         self._next_id: int | None = None  # set while a fresh bulk build assigns ids
         self.path = path
@@ -653,6 +654,24 @@ class LocalIndex:
             (expression, *args, limit),
         )
         return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], -r[6]) for r in rows]
+
+    def term_shares(self, terms: Iterable[str]) -> tuple[int, dict[str, float]]:
+        """How many chunks there are, and the share of them holding each index term (in heading or body),
+        read from FTS5's own term statistics (an ``fts5vocab`` table in this connection's temp schema:
+        nothing is written to the file)."""
+        wanted = sorted(set(terms))
+        total = self.db.execute("SELECT coalesce(sum(chunks), 0) FROM files").get  # per file: count(*) read 20k rows
+        if not wanted or not total:
+            return total, {}
+        if not self._vocab:
+            vocab = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab USING fts5vocab(main, chunks_fts, 'row')"
+            self.db.execute(vocab)
+            self._vocab = True
+        shares = {}
+        for term in wanted:  # one lookup per term: fts5vocab seeks on ``term = ?``, scans on ``IN``
+            doc = self.db.execute("SELECT doc FROM temp.chunks_vocab WHERE term = ?", (term,)).get
+            shares[term] = min(1.0, doc / total) if doc else 0.0
+        return total, shares
 
     def search_query(self, query: Query, limit: int, filters: Filters) -> tuple[list[Hit], bool]:
         """All terms first; if that finds nothing and there are several, any term (``relaxed``)."""

@@ -20,9 +20,9 @@ BM25 weights each of them by how rare it is in the index.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from layers.local.tokenizer import CJK_CLASS, token_spans, tokens
+from layers.local.tokenizer import CJK_CLASS, stem, terms, token_spans, tokens
 
 MAX_TERMS = 32  # a pasted 10 KB paragraph is still a query, not a denial of service
 SNIPPET_CHARS = 240
@@ -46,6 +46,8 @@ _ZH = """
 STOPWORDS_EN = frozenset(_EN.split())
 STOPWORDS_ZH = tuple(sorted(_ZH.split(), key=len, reverse=True))
 _CJK_RUN = re.compile(f"[{CJK_CLASS}]+")
+# "Theo's band": the owner's name is the word, the "s" a token the note may not have ("Theo's" vs "Theo").
+_POSSESSIVE = re.compile(r"(?<=[A-Za-z])['’]s\b")
 
 
 class EmptyQueryError(ValueError):
@@ -75,6 +77,12 @@ class Query:
         """The relaxed retry would ask something the strict one did not."""
         return set(self.optional or self.phrases) != set(self.required or self.phrases) or len(self.phrases) > 1
 
+    def without(self, common: set[str]) -> Query:
+        """This query with the ``common`` phrases no longer required nor ORed, unless nothing would be left."""
+        required = tuple(p for p in self.required if p not in common) or self.required
+        optional = tuple(p for p in self.optional if p not in common) or self.optional
+        return replace(self, required=required, optional=optional)
+
     @property
     def token_set(self) -> frozenset[str]:
         return frozenset(t for p in self.phrases for t in p.split(" "))
@@ -83,8 +91,9 @@ class Query:
 def parse_query(text: str) -> Query:
     """Turn what a user typed into phrases; :class:`EmptyQueryError` when nothing is left."""
     phrases: list[str] = []
-    for term in text.split():
-        toks = tokens(term)
+    words = _POSSESSIVE.sub("", text)
+    for term in words.split():
+        toks = terms(term)
         if toks:
             phrase = " ".join(toks)
             if phrase not in phrases:
@@ -95,9 +104,9 @@ def parse_query(text: str) -> Query:
         )
     required: list[str] = []
     optional: list[str] = []
-    for term in text.split():
+    for term in words.split():
         for piece in _content_pieces(term):
-            phrase = " ".join(tokens(piece))
+            phrase = " ".join(terms(piece))
             if phrase and phrase not in required:
                 required.append(phrase)
             optional.extend(p for p in _relaxed_terms(piece) if p not in optional)
@@ -144,7 +153,7 @@ def _relaxed_terms(piece: str) -> list[str]:
 def _words_phrase(text: str) -> list[str]:
     """Letters and digits between Chinese runs stay one phrase (``redis-01``: "redis 01")."""
     words = tokens(text)
-    return [" ".join(words)] if words and not all(w in STOPWORDS_EN for w in words) else []
+    return [" ".join(stem(w) for w in words)] if words and not all(w in STOPWORDS_EN for w in words) else []
 
 
 def highlight(text: str, wanted: frozenset[str], width: int = SNIPPET_CHARS) -> str:

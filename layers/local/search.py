@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, timedelta
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from layers.local.answers import Embedded, LocalHit, NamedDays, SearchAnswer
 from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
-from layers.local.tokenizer import tokens
+from layers.local.tokenizer import token_string
 from layers.local.units import has_companion
 from layers.local.vectors import VectorsUnavailableError
 
@@ -40,8 +40,13 @@ WEIGHTS = {"recent": 1.05}  # the day order breaks a tie in relevance, it does n
 RELAXED_WEIGHT = 0.5  # a relaxed (any-term) list is noisier than one that matched every term
 MIN_VECTOR_ONLY = 3  # vector-only results kept below full lexical matches, at least
 RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
+ANY_SHARE = 0.51  # below the full matches, a chunk with more than half of the terms
+MIN_ANY_TERMS = 3  # of a query that has this many (with fewer, more than half is all of them)
+WIDEN_DAYS = 7  # a named month's lists reach this far into its neighbours
+COMMON_SHARE = 0.5  # a query term in more of the chunks than this is neither required nor ORed
+MIN_CHUNKS_FOR_SHARES = 20  # below this, shares say nothing about a word
 _PRESENT = re.compile(
-    r"\b(?:now|nowadays|current(?:ly)?|latest|newest|most recent(?:ly)?|these days|still|as of today)\b"
+    r"\b(?:now|nowadays|current(?:ly)?|latest|newest|(?:most )?recent(?:ly)?|lately|these days|still|as of today)\b"
     r"|现在|目前|当前|最新|最近|如今|眼下|此刻",
     re.IGNORECASE,
 )
@@ -153,7 +158,8 @@ def _waiting_for_vectors(
     vectors; once it has them, their ranks count.  Only chunks with every query term
     (not a relaxed list's), and an index whose chunks all have vectors is left as it is.
     """
-    present = {name: weights.get(name, 1.0) for name, hits in lists.items() if hits}
+    # the any-term lists hold no full match by construction: they do not count in a full match's share
+    present = {name: weights.get(name, 1.0) for name, hits in lists.items() if hits and not name.startswith("fts:any")}
     lexical = sum(w for name, w in present.items() if not name.startswith("vector"))
     if lexical == 0 or lexical == sum(present.values()) or index.pending_count() == 0:
         return fused
@@ -179,9 +185,11 @@ def _vector_rank(ranks: dict[str, int]) -> int:
 
 
 def _date_filters(filters: Filters, found: DateRange) -> Filters | None:
-    """``filters`` narrowed to the named days; None when the two do not overlap."""
-    since = max(filter(None, (filters.since, found.since.isoformat())))
-    until = min(filter(None, (filters.until, found.until.isoformat())))
+    """``filters`` narrowed to the named days, a month or longer widened by :data:`WIDEN_DAYS` on each side
+    (what happened "in May" is often told in a note of early June); None when the two do not overlap."""
+    margin = timedelta(days=WIDEN_DAYS if (found.until - found.since).days >= 27 else 0)
+    since = max(filter(None, (filters.since, (found.since - margin).isoformat())))
+    until = min(filter(None, (filters.until, (found.until + margin).isoformat())))
     return replace(filters, since=since, until=until) if since <= until else None
 
 
@@ -207,11 +215,11 @@ def _vector_filters(name: str, filters: Filters, dated: Filters | None) -> dict[
 
 def _covers(hit: Hit, terms: set[str]) -> int:
     """How many of the relaxed query's terms (token phrases) occur in the hit's heading path and text."""
-    stream = " " + " ".join(tokens(f"{hit.heading} {hit.text}")) + " "
+    stream = " " + token_string(f"{hit.heading} {hit.text}") + " "
     return sum(1 for phrase in terms if f" {phrase} " in stream)
 
 
-def _thin_matches_out(hits: list[Hit], query: Query) -> list[Hit]:
+def _thin_matches_out(hits: list[Hit], query: Query, share: float = 0.5) -> list[Hit]:
     """A relaxed list without the hits that share fewer than half of the question's terms.
 
     When no chunk has every term, the relaxed retry ORs them, and a hit that
@@ -222,8 +230,79 @@ def _thin_matches_out(hits: list[Hit], query: Query) -> list[Hit]:
     0.90 → 0.92; without vectors the relaxed list is all there is, and it stays).
     """
     terms = set(query.optional or query.phrases)
-    need = max(1, math.ceil(len(terms) / 2))
+    need = max(1, math.ceil(len(terms) * share))
     return [hit for hit in hits if _covers(hit, terms) >= need]
+
+
+def _focus(hit: Hit, weights: dict[str, float]) -> list[int] | None:
+    """The line of ``hit`` a reader should look at: the one holding the rarest of the query's terms
+    (each term weighs log(1 / its share of the chunks)); None when no line holds one.
+
+    A chunk of a chat note is twenty turns; the answer to a question is one of them.
+    """
+    best, best_score = None, 0.0
+    for offset, line in enumerate(hit.text.splitlines()):
+        present = set(token_string(line).split(" "))
+        score = sum(weight for term, weight in weights.items() if term in present)
+        if score > best_score:
+            best, best_score = hit.line_start + offset, score
+    return None if best is None else [best, best]
+
+
+def _content_terms(query: Query) -> set[str]:
+    """The index terms of ``query``'s content words (question words left out)."""
+    return {t for p in (*query.required, *query.optional) for t in p.split(" ")}
+
+
+def _words(terms: set[str]) -> set[str]:
+    """The terms that are words (letters and digits): those whose share is looked up.  A Chinese
+    character's share would cost a walk over its whole posting list (fts5vocab counts documents by
+    reading it), and Chinese search stays as it was: BM25 weighs characters as before."""
+    return {t for t in terms if t.isascii()}
+
+
+def _term_weights(query: Query | None, shares: dict[str, float]) -> dict[str, float]:
+    """How much each content term of ``query`` found here tells: log(1 / its share of the chunks) for a
+    word, 1 for a character (its share is not looked up)."""
+    if query is None:
+        return {}
+    weights = {t: math.log(1 / max(share, 1e-3)) for t, share in shares.items() if share > 0}
+    return {**{t: 1.0 for t in _content_terms(query) if t not in shares}, **weights}
+
+
+def _without_common(query: Query, shares: dict[str, float], chunks: int) -> Query:
+    """``query`` without the terms most of this memory's chunks hold (issue 29).
+
+    A speaker's name is in every turn marker of a chat note, "said" or "time" in
+    most of them: required, such a word decides nothing but which chunks are
+    left out; ORed, it matches every chunk (BM25 gives it almost no weight, but it
+    still admits them all).  Left out, the words that tell the chunks apart decide.
+    """
+    if chunks < MIN_CHUNKS_FOR_SHARES:
+        return query
+    phrases = set(query.required) | set(query.optional)
+    common = {p for p in phrases if min(shares.get(t, 0.0) for t in p.split(" ")) > COMMON_SHARE}
+    return query.without(common) if common else query
+
+
+def _lexical_lists(
+    index: LocalIndex, query: Query, pool: int, filters: Filters, suffix: str = ""
+) -> tuple[dict[str, list[Hit]], bool]:
+    """The lexical lists for ``query``: "fts" (every term; any term when none has them all: ``relaxed``),
+    and "fts:any" beside a short "fts": the other chunks that have some of the terms.
+
+    Requiring every term often leaves two or three chunks, and the one that
+    answers may use another word for one of them; below the full matches, the
+    any-term list ranks the rest (at the relaxed list's weight, never as a match).
+    """
+    hits, relaxed = index.search_query(query, pool, filters)
+    lists = {f"fts{suffix}": hits}
+    if hits and not relaxed and len(hits) < pool and len(set(query.optional)) >= MIN_ANY_TERMS:
+        full = {hit.chunk_id for hit in hits}
+        rest = [hit for hit in index.search_text(query.any_term, pool, filters) if hit.chunk_id not in full]
+        if rest:
+            lists[f"fts:any{suffix}"] = rest
+    return lists, relaxed
 
 
 def _lexical(text: str) -> Query | None:
@@ -265,6 +344,7 @@ def search(
     answer = Answer(query=text, mode=mode)
     pool = max(limit * 4, 40)
     lists: dict[str, list[Hit]] = {}
+    shares: dict[str, float] = {}  # content term → its share of the chunks, when the lexical side runs
     newest = index.newest_day()
     found, rest = find_dates(text, date.fromisoformat(newest) if newest else date.today())
     dated = _date_filters(filters, found) if found else None
@@ -304,9 +384,12 @@ def search(
         )
     if mode != "vector":
         if lexical is not None:
-            lists["fts"], answer.relaxed = index.search_query(lexical, pool, filters)
+            chunks, shares = index.term_shares(_words(_content_terms(lexical)))
+            lexical = _without_common(lexical, shares, chunks)
+            found_lists, answer.relaxed = _lexical_lists(index, lexical, pool, filters)
+            lists.update(found_lists)
             if dated is not None:
-                lists["fts@date"] = index.search_query(lexical, pool, dated)[0]
+                lists.update(_lexical_lists(index, lexical, pool, dated, "@date")[0])
         lexical_hits = lists.get("fts") or lists.get("fts@date")
         answer.matched = "none" if not lexical_hits else "some" if answer.relaxed else "all"
         if dated is not None and not lists.get("fts@date") and "vector@date" not in lists:
@@ -325,18 +408,30 @@ def search(
         ((name, only),) = lists.items()
         fused = [(hit, hit.score, {name: rank}) for rank, hit in enumerate(only[:limit], start=1)]
     else:
-        weights = {**WEIGHTS, **({"fts": RELAXED_WEIGHT, "fts@date": RELAXED_WEIGHT} if answer.relaxed else {})}
-        if answer.relaxed and answer.vectors == "used" and lexical is not None:
-            for name in ("fts", "fts@date"):
+        weights = {
+            **WEIGHTS,
+            "fts:any": RELAXED_WEIGHT,
+            "fts:any@date": RELAXED_WEIGHT,
+            **({"fts": RELAXED_WEIGHT, "fts@date": RELAXED_WEIGHT} if answer.relaxed else {}),
+        }
+        if lexical is not None:
+            # with vectors, a relaxed list's weak hits are left to them; any-term hits below full matches always
+            relaxed = ("fts", "fts@date") if answer.relaxed and answer.vectors == "used" else ()
+            for name in relaxed:
                 if name in lists:
                     lists[name] = _thin_matches_out(lists[name], lexical)
+            for name in ("fts:any", "fts:any@date"):
+                if name in lists:
+                    lists[name] = _thin_matches_out(lists[name], lexical, ANY_SHARE)
         every = _fuse(lists, None, weights)  # every candidate, best first
         if answer.vectors == "used" and not answer.relaxed:
             every = _waiting_for_vectors(index, every, lists, weights)
         fused = every[:limit]
         if lists.get("fts") and not answer.relaxed:
             fused = _keep_the_matches(_end_with_the_matches(fused), every, limit)
-    wanted = query.token_set
+    weights = _term_weights(lexical, shares)
+    # the snippet is drawn around the content words; question words only when there is nothing else
+    wanted = frozenset(weights) or query.token_set
     for hit, score, ranks in fused:
         result: LocalHit = {
             "text": hit.text,
@@ -346,6 +441,7 @@ def search(
             "path": hit.path,
             "lines": [hit.line_start, hit.line_end],
             "heading": hit.heading,
+            "focus": _focus(hit, weights),
         }
         if explain:
             result["ranks"] = ranks

@@ -18,15 +18,28 @@ Beyond the seed's rule (CJK ideographs and ASCII alphanumerics only), letters of
 any script stay in their words: ``café`` and ``Ärger`` are one token each, not
 ``caf`` + ``ger``.  Words are lower-cased and NFKC-normalised, so full-width
 ``ｑｄｒａｎｔ`` finds ``qdrant``.
+
+English words are indexed and searched as their Snowball stems (the "english"
+algorithm, Porter's revision of his own stemmer; PyStemmer runs the Snowball C
+code): "named" finds "name", "adopted" "adopt", "classes" "class".  Only words of
+ASCII letters are stemmed: Chinese characters, digits, ``redis01`` and ``café``
+stay as they are, so the per-character search of Chinese is unchanged.  The
+past forms of common irregular verbs are read as the verb ("went" as "go",
+"bought" as "buy"): no stemmer can derive them.
+:func:`tokens` keeps the surface forms (for highlighting); :func:`terms` is what
+the index stores and a query asks for.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterator
 
-TOKENIZER_VERSION = 1
+import Stemmer
+
+TOKENIZER_VERSION = 2  # 2: English words stemmed (Snowball english), irregular past forms as their verb
 
 # Ideographs (unified, extension A, compatibility, extensions B+), kana, hangul.
 CJK_CLASS = (
@@ -65,13 +78,53 @@ def tokens(text: str) -> list[str]:
     return _TOKEN_RE.findall(text.lower())
 
 
+_STEMMER = Stemmer.Stemmer("english")  # keeps a cache of the words it has seen (10,000 by default)
+# Irregular past forms no stemmer can reach ("went" is not "go"), read as their verb: the common verbs of
+# notes and conversations, leaving out forms that are mostly another word (left, saw, found, felt, lay, rose).
+_IRREGULAR = """
+ate:eat bought:buy brought:bring began:begin begun:begin broke:break broken:break built:build caught:catch
+chose:choose chosen:choose came:come did:do done:do drank:drink drove:drive driven:drive eaten:eat fell:fall
+fallen:fall flew:fly flown:fly forgot:forget forgotten:forget gave:give given:give got:get gotten:get went:go
+gone:go grew:grow grown:grow had:have heard:hear held:hold kept:keep knew:know known:know led:lead lent:lend
+lost:lose made:make meant:mean met:meet paid:pay ran:run rode:ride ridden:ride rang:ring rung:ring said:say
+sang:sing sung:sing sold:sell sent:send shook:shake shaken:shake sat:sit slept:sleep spoke:speak spoken:speak
+spent:spend stole:steal stolen:steal stood:stand swam:swim swum:swim taught:teach told:tell thought:think
+threw:throw thrown:throw took:take taken:take tore:tear torn:tear understood:understand woke:wake woken:wake
+wore:wear worn:wear won:win wrote:write written:write
+"""
+IRREGULAR = dict(pair.split(":") for pair in _IRREGULAR.split())
+
+
+@functools.lru_cache(maxsize=65536)  # a highlight or a focus asks for the same words again and again
+def stem(token: str) -> str:
+    """The index term of one token: an ASCII word's Snowball stem (an irregular past form's verb's),
+    anything else itself."""
+    if not (token.isascii() and token.isalpha()):
+        return token
+    return _STEMMER.stemWord(IRREGULAR.get(token, token))
+
+
+def terms(text: str) -> list[str]:
+    """The index terms of ``text``: :func:`tokens` with English words stemmed."""
+    return [stem(token) for token in tokens(text)]
+
+
+# An ASCII word among space-joined tokens: only these have a stem to look up (a run of Chinese, one
+# token per character, is passed over in C rather than one Python call per character).
+_ASCII_WORD = re.compile("(?<![^ ])[a-z]+(?![^ ])")
+
+
+def _stem_match(match: re.Match) -> str:
+    return stem(match.group())
+
+
 def token_string(text: str) -> str:
-    """Tokens joined by single spaces: what the contentless FTS5 table stores."""
-    return " ".join(tokens(text))
+    """Terms joined by single spaces: what the contentless FTS5 table stores (``" ".join(terms(text))``)."""
+    return _ASCII_WORD.sub(_stem_match, " ".join(tokens(text)))
 
 
 def token_spans(text: str) -> Iterator[tuple[int, int, str]]:
-    """(start, end, normalised token) over the original text, for highlighting."""
+    """(start, end, index term) over the original text, for highlighting."""
     for match in _TOKEN_RE.finditer(text):
         for token in _normalise(match.group()):
-            yield match.start(), match.end(), token
+            yield match.start(), match.end(), stem(token) if token.isascii() else token

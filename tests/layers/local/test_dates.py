@@ -34,6 +34,16 @@ FRIDAY = date(2026, 10, 30)
         ("the second week of September", "2026-09-08", "2026-09-14", ""),
         ("in early September", "2026-09-01", "2026-09-10", "in"),
         ("backups in December", "2025-12-01", "2025-12-31", "backups in"),  # no year: the latest one before
+        # issue 29: a year after a month is that year's month; "May" with a year is the month, not the verb
+        ("What did Maya buy in May 2022?", "2022-05-01", "2022-05-31", "What did Maya buy in ?"),
+        ("What happened in December 2026?", "2026-12-01", "2026-12-31", "What happened in ?"),
+        ("notes of March, 2025", "2025-03-01", "2025-03-31", "notes of"),
+        ("mid-May 2025", "2025-05-11", "2025-05-20", ""),
+        ("what she quit in the fall of 2025", "2025-09-01", "2025-11-30", "what she quit in"),
+        ("the winter of 2025", "2025-12-01", "2026-02-28", ""),
+        # "lately", "recently": the newest notes, the 30 days up to the reference
+        ("What has Maya been doing lately?", "2026-09-30", "2026-10-30", "What has Maya been doing ?"),
+        ("What happened to Pepper most recently?", "2026-09-30", "2026-10-30", "What happened to Pepper ?"),
     ],
 )
 def test_a_named_day_or_period_becomes_its_range(query, since, until, rest):
@@ -78,3 +88,31 @@ def test_a_question_about_the_present_ranks_the_newest_statement_first(tmp_path)
             answer = search(index, question, mode="fts", explain=True)
             assert answer.results[0]["path"] == "memory/2026-10-12.md", question
             assert "recent" in answer.lists
+
+
+def test_a_month_and_year_ranks_that_month_and_its_neighbouring_days_by_their_content(tmp_path):
+    """Issue 29: "May 2025" is May of 2025 (not of the newest note's year), and a note of early June that
+    tells what was bought in May is inside the month's window, above the same words a year before."""
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        notes = {
+            "2024-05-10": "- **Maya:** I bought a bike at the flea market.",
+            "2025-05-02": "- **Maya:** Hi Theo! Long week at the hospital.",
+            "2025-06-03": "- **Maya:** Guess what, I bought a used Subaru last week!",
+            "2026-01-04": "- **Maya:** Happy new year!",
+        }
+        for day, body in notes.items():
+            index.update_document(Document(f"memory/{day}.md", f"# {day}\n\n{body}\n", day, "daily", day))
+        answer = search(index, "What did Maya buy in May 2025?", mode="fts")
+        assert answer.dates is not None
+        assert (answer.dates["since"], answer.dates["until"]) == ("2025-05-01", "2025-05-31")
+        assert answer.results[0]["path"] == "memory/2025-06-03.md"
+
+
+def test_lately_is_a_question_about_the_newest_notes(tmp_path):
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        notes = {"2025-01-10": "I run every morning now", "2025-06-20": "Still running, a 10K in May"}
+        for day, body in notes.items():
+            index.update_document(Document(f"memory/{day}.md", f"# {day}\n\n- {body}\n", day, "daily", day))
+        answer = search(index, "How is the running going lately?", mode="fts", explain=True)
+        assert answer.results[0]["path"] == "memory/2025-06-20.md"
+        assert answer.dates is not None and answer.dates["from"] == ["lately"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from layers.local.chunker import HARD_LIMIT, chunk_markdown
-from layers.local.tokenizer import token_string, tokens
+from layers.local.tokenizer import terms, token_string, tokens
 
 
 def test_every_cjk_character_is_a_token_and_words_stay_whole():
@@ -19,8 +19,20 @@ def test_cjk_blocks_kana_hangul_and_fullwidth():
 
 
 def test_punctuation_is_dropped():
-    assert token_string("「记忆」，检索。引擎！ max_tokens=127.0.0.1") == "记 忆 检 索 引 擎 max tokens 127 0 0 1"
+    assert token_string("「记忆」，检索。引擎！ max_tokens=127.0.0.1") == "记 忆 检 索 引 擎 max token 127 0 0 1"
     assert tokens('" * NEAR( a:b )') == ["near", "a", "b"]
+
+
+def test_english_words_are_stored_as_their_stems_and_everything_else_as_it_is():
+    """Issue 29: "name" must find "named", "adopt" "adopted"; Chinese stays one term per character."""
+    assert terms("Maya named her cats; Theo adopted Rocket") == [
+        "maya", "name", "her", "cat", "theo", "adopt", "rocket"
+    ]  # fmt: skip
+    assert terms("classes class") == ["class", "class"]
+    assert terms("使用qdrant部署在6333端口 redis01 café") == [
+        "使", "用", "qdrant", "部", "署", "在", "6333", "端", "口", "redis01", "café"
+    ]  # fmt: skip
+    assert tokens("Maya named") == ["maya", "named"]  # the surface forms stay for highlighting
 
 
 def test_chunks_follow_headings_and_keep_line_ranges():
