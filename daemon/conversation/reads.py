@@ -15,7 +15,7 @@ from typing import Any
 
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.shared.audit import AuditLog
-from daemon.shared.contracts import SearchAnswer, local_view
+from daemon.shared.contracts import SearchAnswer, local_answer
 from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError
 from layers.conversation.filters import FilterError, check
 from layers.conversation.policy import PolicyError, may_read, read_phases
@@ -107,14 +107,7 @@ class Reads:
         if not fallback:
             raise ConversationUnavailableError(reason)
         local = self.local_search(agent, query, limit)
-        return {
-            "layer": "local",
-            "degraded": True,
-            "reason": reason,
-            "query": query,
-            "results": [local_view(r) for r in local["results"]],
-            "vectors": local.get("vectors"),
-        }
+        return local_answer(query, reason, local)
 
     def get_all(self, agent: str, limit: int = 100, cursor: str | None = None, filters: dict | None = None) -> dict:
         wanted = checked_filters(filters)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from daemon import __version__
 from daemon.front.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
 from daemon.front.mcp_protocol import Param, Server, Tool, ToolError
-from daemon.shared.contracts import StatusDocument, local_view
+from daemon.shared.contracts import StatusDocument, local_answer
 from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, QueryTooLongError
 from daemon.shared.settings import client_timeout
 from daemon.shared.tokens import own_token
@@ -106,14 +106,7 @@ def _local_fallback(agent: Agent, query: str, limit: int, reason: str) -> dict[s
             local = search_index(index, query, limit=limit, mode="auto", no_embedder_reason=reason).to_dict()
     except (ForeignFile, IndexStale, OSError, ValueError) as exc:
         raise ToolError(f"{reason}, and the local index cannot answer: {exc}") from None
-    return {
-        "layer": "local",
-        "degraded": True,
-        "reason": reason,
-        "query": query,
-        "results": [local_view(r) for r in local["results"]],
-        "vectors": local.get("vectors"),
-    }
+    return local_answer(query, reason, local)
 
 
 def _own_status(status: StatusDocument, agent_id: str) -> dict:

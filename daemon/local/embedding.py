@@ -58,14 +58,7 @@ def make_embedder(config: Config) -> Embedder | None:
         o = v.openai
         return OpenAIEmbedder(o.base_url, o.model, o.dim, o.api_key_env, o.timeout_s)
     companion.configure(min_free_mb=v.min_free_mb, threads=v.threads, idle_unload_s=v.idle_unload_s, unload=v.unload)
-    return LocalEmbedder(
-        config.model_path,
-        v.profile,
-        min_free_mb=v.min_free_mb,
-        idle_unload_s=v.idle_unload_s,
-        threads=v.threads,
-        unload=v.unload,
-    )
+    return _local_embedder(config)
 
 
 def conversation_embedder(config: Config, l3: Embedder | None) -> Embedder:
@@ -75,6 +68,11 @@ def conversation_embedder(config: Config, l3: Embedder | None) -> Embedder:
     """
     if l3 is not None:
         return l3
+    return _local_embedder(config)
+
+
+def _local_embedder(config: Config) -> LocalEmbedder:
+    """The local GGUF model with the configuration's memory gate, threads and unload policy."""
     v = config.vectors
     return LocalEmbedder(
         config.model_path,

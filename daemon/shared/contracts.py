@@ -19,6 +19,7 @@ the service: the front reads these.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
 # The L3 search answer (``POST /v1/search``) and its parts are the layer's, re-exported here
@@ -343,6 +344,20 @@ class AddAnswer(TypedDict, total=False):
 def keys_of(contract: type) -> frozenset[str]:
     """Every key a contract allows, its bases' included (for the drift tests)."""
     return frozenset(contract.__annotations__)
+
+
+def local_answer(query: str, reason: str, local: Mapping[str, Any]) -> dict[str, Any]:
+    """A conversation search answered from the agent's L3 index instead (``local``: its search
+    answer), marked degraded with the ``reason``: the one shape of the daemon's fallback and the
+    MCP server's own."""
+    return {
+        "layer": "local",
+        "degraded": True,
+        "reason": reason,
+        "query": query,
+        "results": [local_view(r) for r in local["results"]],
+        "vectors": local.get("vectors"),
+    }
 
 
 def local_view(result: LocalHit) -> dict[str, Any]:
