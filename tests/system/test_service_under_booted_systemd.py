@@ -68,8 +68,11 @@ def test_install_enables_the_units_and_start_returns_once_ready(installed):
 
 def test_the_journal_has_the_daemons_own_fields(installed):
     """Under systemd the daemon logs through journald's native protocol (daemon/shared/logs.py):
-    the commit of the file written before the start carries MEMSTRATA_AGENT= and EVENT=."""
+    a commit of main's carries MEMSTRATA_AGENT= and EVENT= (a file of its own and a start of its own:
+    the test stands alone under ``-k``; both are no-ops after the start test)."""
     c = installed
+    c.write(f"{WORKSPACE}/memory/journal.md", "# journal\n\nthe daemon logs to journald natively.\n")
+    c.run("systemctl", "start", "memstrata.service", timeout=150)
     wait_inside(
         c,
         "journalctl -u memstrata.service -o cat MEMSTRATA_AGENT=main EVENT=committed | grep -q 'committed'",
