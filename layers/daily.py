@@ -125,10 +125,11 @@ def naming_violations(workspace: Path) -> list[str]:
     """Files under ``memory/`` that break the ``YYYY-MM-DD.md`` convention.
 
     They are reported, never renamed: a file called ``notes.md`` may matter to
-    someone, and moving it would break their links.
+    someone, and moving it would break their links.  A ``memory`` that is a symbolic link is not
+    walked (it is not the agent's memory: nothing under it is committed or indexed either).
     """
     root = workspace / MEMORY_DIR
-    if not root.is_dir():
+    if root.is_symlink() or not root.is_dir():
         return []
     bad: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):

@@ -59,6 +59,17 @@ def test_naming_violations_are_reported_and_nothing_is_renamed(tmp_path):
     assert (mem / "notes.md").exists()
 
 
+def test_a_memory_dir_that_is_a_symlink_reports_no_names_from_where_it_leads(tmp_path):
+    """``memory -> /etc`` made status list a hundred "naming" problems named after /etc's files."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "passwd").write_text("x")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "memory").symlink_to(elsewhere)
+    assert daily.naming_violations(ws) == []
+
+
 def test_archive_plan_moves_only_old_conventional_files(tmp_path):
     mem = tmp_path / "memory"
     mem.mkdir()

@@ -92,6 +92,24 @@ def test_a_persons_staged_work_on_other_paths_stays_staged(repo):
     assert _git(ws, "status", "--porcelain") == "MM USER.md\n"
 
 
+def test_a_same_size_edit_whose_stat_matches_the_last_commit_is_still_committed(repo):
+    """git trusts an entry whose size and mtime (to the second) match the file: an edit in the same
+    second as the last commit was missed about once in 30 runs.  Here the match is made certain the way
+    a restore from a backup makes it (``cp -p``, ``rsync -t``: the old mtime back on new content)."""
+    ws = repo.path
+    _git(ws, "config", "core.trustctime", "false")  # as set where ctime is unreliable; ctime is then ignored
+    note = ws / "MEMORY.md"
+    note.write_text("m1\n")
+    then = 1_600_000_000_000_000_000
+    os.utime(note, ns=(then, then))
+    assert repo.commit(["MEMORY.md"], "start") is not None
+    note.write_text("m2\n")
+    os.utime(note, ns=(then, then))
+    assert repo.commit(["MEMORY.md"], "restored") is not None
+    assert _git(ws, "show", "HEAD:MEMORY.md") == "m2\n"
+    assert _git(ws, "status", "--porcelain") == ""
+
+
 def test_thousands_of_paths_and_a_long_message_go_to_git_on_stdin(repo):
     """`git commit -- PATHS -m MESSAGE` failed here with E2BIG: one argument may not exceed 128 KiB."""
     ws = repo.path
