@@ -63,8 +63,8 @@ def workspaces(root: Path) -> dict[str, Path]:
         return dict(cached[1])
     found = _by_name(root)
     for agent_id, workspace in _listed(root).items():
-        if agent_id in found and found[agent_id] != workspace:
-            continue  # the directory named for it wins over a second place
+        if agent_id in found:
+            continue  # listed where it is found by name, or elsewhere: the directory named for it wins
         if workspace in found.values():
             _once("%s: %s: workspace %s is another agent's; skipped", CONFIG_FILE, agent_id, workspace)
             continue

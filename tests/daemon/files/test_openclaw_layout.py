@@ -59,6 +59,7 @@ def test_openclaw_layout_is_discovered_read_only(tmp_path, daemons):
     assert "'Bad/Id' is not a valid agent id" in log and "linked: workspace" in log and "symbolic link" in log
     assert "relative: workspace 'some/where' is not an absolute path" in log
     assert "everything: workspace / holds the state directory itself" in log
+    assert "another agent's" not in log, "alpha, listed and found by name at the same place, is one agent"
     assert d.stop() == 0
 
 
