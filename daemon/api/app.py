@@ -220,7 +220,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         authorize(daemon, caller, args.agent, request.url.path)
         check_query(args.q)
         filters = Filters(layer=args.layer, path_glob=args.path, since=args.since, until=args.until)
-        options = {"mode": args.mode, "limit": args.limit, "explain": args.explain}
+        options = {"mode": args.mode, "limit": args.limit, "explain": args.explain, "threshold": args.threshold}
         return daemon.search(args.agent, args.q, filters=filters, **options)
 
     def memory_search(request: Request, caller: Caller, args: MemorySearchRequest) -> dict:

@@ -121,6 +121,7 @@ class SearchRequest(Request):
     mode: Annotated[SearchMode, _or("auto")] = "auto"
     limit: L3Count = L3_RESULTS.default
     explain: Annotated[bool, _or(False)] = False
+    threshold: Annotated[Fraction | None, Unset] = None  # the relevance scale L4's threshold uses
 
 
 class MemorySearchRequest(Request):

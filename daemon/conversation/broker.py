@@ -60,7 +60,7 @@ class Broker:
         self,
         config: Config,
         store: ConversationStore,
-        local_search: Callable[[str, str, int], SearchAnswer],
+        local_search: Callable[[str, str, int, float | None], SearchAnswer],
         guard: Callable[[], SecretGuard],
         embedder_ready: Callable[[], str] = lambda: "",
         on_change: Callable[[], None] = lambda: None,

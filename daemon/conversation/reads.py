@@ -58,7 +58,7 @@ class Reads:
         registry: RegistryCache,
         audit: AuditLog,
         tombstones: Tombstones,
-        local_search: Callable[[str, str, int], SearchAnswer],
+        local_search: Callable[[str, str, int, float | None], SearchAnswer],
     ) -> None:
         self.thread = thread
         self.registry = registry
@@ -106,7 +106,7 @@ class Reads:
             )
         if not fallback:
             raise ConversationUnavailableError(reason)
-        local = self.local_search(agent, query, limit)
+        local = self.local_search(agent, query, limit, threshold)  # the same scale: it means the same there
         return local_answer(query, reason, local)
 
     def get_all(self, agent: str, limit: int = 100, cursor: str | None = None, filters: dict | None = None) -> dict:

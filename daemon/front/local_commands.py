@@ -68,6 +68,10 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
             f"vectors: {embedded['with_vectors']:,} of {embedded['chunks']:,} chunks embedded so far; "
             "the rest are found by their words only"
         )
+    kept = answer.get("threshold")
+    if kept and kept.get("dropped"):
+        how = "" if kept["applied"] == "relevance" else f" ({kept['applied']})"
+        notes.append(f"{kept['dropped']} result(s) under the threshold {kept['value']} left out{how}")
     if answer.get("degraded"):
         notes.append(f"degraded: {answer.get('reason')}")
     if answer.get("dates"):
@@ -101,6 +105,7 @@ def local_search(
     filters: Filters | None,
     explain: bool,
     reason: str,
+    threshold: float | None = None,
 ) -> SearchAnswer:
     """Search the index file directly, read-only (no daemon, no model): the offline path."""
     from layers.local.index import ForeignFile, IndexStale, open_for_reading
@@ -119,7 +124,14 @@ def local_search(
         raise click.ClickException(f"{exc}; the daemon rebuilds it, or run `memstrata reindex --rebuild`") from None
     with index:
         answer = search_index(
-            index, text, limit=limit, mode=mode, filters=filters, no_embedder_reason=reason, explain=explain
+            index,
+            text,
+            limit=limit,
+            mode=mode,
+            filters=filters,
+            no_embedder_reason=reason,
+            explain=explain,
+            threshold=threshold,
         )
     return answer.to_dict()
 
@@ -219,7 +231,8 @@ def print_conversation(answer: MemoryAnswer) -> None:
 @click.option(
     "--threshold",
     type=click.FloatRange(0, 1),
-    help="With --layer conversation/all: leave out results whose relevance (0-1) is below this.",
+    help="Leave out results whose relevance (0-1, the same scale on L3 and L4) is below this; on L3 "
+    "without vectors only full matches stay.",
 )
 @json_option
 @click.pass_context
@@ -241,8 +254,8 @@ def search_cmd(
         options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
         search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json, **options)
         return
-    if filters or threshold is not None:
-        raise click.UsageError("--filters and --threshold go with --layer conversation or all")
+    if filters:
+        raise click.UsageError("--filters goes with --layer conversation or all")
     paths_only = front_config(ctx)  # L3 through the daemon needs the paths alone
     get_agent(paths_only, agent_id)
     layer = None if layer == "local" else layer
@@ -258,6 +271,7 @@ def search_cmd(
                 since=since,
                 until=until,
                 explain=explain,
+                threshold=threshold,
             )
     except DaemonRequestError as exc:
         raise request_failed(exc) from None
@@ -271,6 +285,7 @@ def search_cmd(
             filters=_filters(layer, path_glob, since, until),
             explain=explain,
             reason="the daemon (which owns the model) is not running",
+            threshold=threshold,
         )
     if as_json:
         echo_json(answer)

@@ -59,6 +59,7 @@ class LocalSearch:
         limit: int = 10,
         filters: Filters | None = None,
         explain: bool = False,
+        threshold: float | None = None,
     ) -> SearchAnswer:
         """Search an agent's index from an API thread (its own read connection)."""
         agent = self.agent_of(agent_id)
@@ -98,6 +99,8 @@ class LocalSearch:
                     blocked_reason=self.vectors_blocked(),
                     explain=explain,
                     pause=self.pause,
+                    threshold=threshold,
+                    **({"relevance": self.embedder.relevance} if self.embedder is not None else {}),
                 )
         except (apsw.CorruptError, apsw.NotADBError) as exc:
             self.request_repair(agent, f"the index file is damaged ({exc})")

@@ -312,7 +312,9 @@ class MemoryDaemon:
             return Broker(
                 self.config,
                 store,
-                local_search=lambda agent, query, limit: self.search(agent, query, limit=limit),
+                local_search=lambda agent, query, limit, threshold: self.search(
+                    agent, query, limit=limit, threshold=threshold
+                ),
                 guard=self.current.guard_now,
                 embedder_ready=embedder.not_ready,
                 on_change=self.wakeup.request_publish,

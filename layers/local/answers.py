@@ -27,6 +27,7 @@ class LocalHit(TypedDict, total=False):
     heading: str | None
     focus: list[int] | None  # the line holding the query's rarest terms (first, last); None when no line has one
     ranks: dict[str, int]  # list name -> the result's rank in it
+    relevance: float | None  # with a threshold or explain: the calibrated cosine with the query (None: no vector)
 
 
 class Embedded(TypedDict):
@@ -48,6 +49,15 @@ class SearchAnswer(TypedDict):
     dates: NamedDays | None  # the day range the query named
     matched: str | None  # lexical side: "all" terms, "some" (relaxed), "none"; None when not asked
     embedded: Embedded | None  # when vectors were used: how many chunks they covered
+    threshold: Threshold | None  # when one was given: how it was applied
+
+
+class Threshold(TypedDict):
+    """A relevance threshold on an L3 search: the same scale as L4's (layers/local/vectors.py)."""
+
+    value: float
+    applied: str  # "relevance", or "full matches only: why" (no query vector: nothing to measure)
+    dropped: int  # results left out
 
 
 class IndexStats(TypedDict, total=False):

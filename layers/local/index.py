@@ -725,6 +725,12 @@ class LocalIndex:
         )
         return self._hits(_best_scores(cursor, np.asarray(query_vec, dtype=np.float32), limit, offset))
 
+    def cosines(self, ids: list[int], query_vec: np.ndarray, offset: int = 0) -> dict[int, float]:
+        """Each of ``ids`` that has a vector: its best passage's cosine with ``query_vec`` (exact)."""
+        query_vec = np.asarray(query_vec, dtype=np.float32)
+        with vector_codes.one_blas_thread():
+            return {hit.chunk_id: hit.score for hit in self._rescore(list(ids), query_vec, len(ids), offset)}
+
     def _rescore(self, ids: list[int], query_vec: np.ndarray, limit: int, offset: int) -> list[Hit]:
         if not ids:
             return []

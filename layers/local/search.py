@@ -27,7 +27,7 @@ from datetime import date, timedelta
 import numpy as np
 
 from layers.local import companion
-from layers.local.answers import Embedded, LocalHit, NamedDays, SearchAnswer
+from layers.local.answers import Embedded, LocalHit, NamedDays, SearchAnswer, Threshold
 from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
@@ -72,6 +72,7 @@ class Answer:
     dates: NamedDays | None = None
     matched: str | None = None
     embedded: Embedded | None = None
+    threshold: Threshold | None = None
 
     def to_dict(self) -> SearchAnswer:
         return {
@@ -84,6 +85,7 @@ class Answer:
             "dates": None if self.dates is None else NamedDays(**self.dates),
             "matched": self.matched,
             "embedded": None if self.embedded is None else Embedded(**self.embedded),
+            "threshold": None if self.threshold is None else Threshold(**self.threshold),
         }
 
 
@@ -305,6 +307,27 @@ def _lexical_lists(
     return lists, relaxed
 
 
+def _clamped(cosine: float) -> float:
+    """An embedder that was not measured: its cosine, clamped to [0, 1]."""
+    return min(1.0, max(0.0, float(cosine)))
+
+
+def _above(
+    fused: list[tuple[Hit, float, dict[str, int]]], threshold: float, relevances: dict[int, float], answer: Answer
+) -> tuple[list[tuple[Hit, float, dict[str, int]]], Threshold]:
+    """``fused`` without what falls under ``threshold``; an unmeasured result stays as a full match only."""
+    full_match = not answer.relaxed and answer.matched == "all"
+
+    def keep(hit: Hit, ranks: dict[str, int]) -> bool:
+        if hit.chunk_id in relevances:
+            return relevances[hit.chunk_id] >= threshold
+        return full_match and any(name in ranks for name in ("fts", "fts@date"))
+
+    kept = [entry for entry in fused if keep(entry[0], entry[2])]
+    applied = "relevance" if answer.vectors == "used" else f"full matches only: vectors {answer.vectors}"
+    return kept, Threshold(value=threshold, applied=applied, dropped=len(fused) - len(kept))
+
+
 def _lexical(text: str) -> Query | None:
     try:
         return parse_query(text)
@@ -324,6 +347,8 @@ def search(
     blocked_reason: str = "",
     explain: bool = False,
     pause: Callable[[], None] = lambda: None,
+    threshold: float | None = None,
+    relevance: Callable[[float], float] = _clamped,
 ) -> Answer:
     """Search ``index``; ``auto`` is hybrid when vectors exist, else full-text.
 
@@ -332,6 +357,11 @@ def search(
 
     ``blocked_reason`` is what the embedder already knows stops it now (a closed
     memory gate): the query is then not even tried against the model.
+
+    ``threshold`` (0-1) leaves out results whose ``relevance`` (the embedder's calibrated map of the
+    query's cosine with the chunk, the scale L4's threshold uses) is below it.  A chunk without a
+    vector yet stays only as a full lexical match; with no query vector at all, full matches are all
+    that stay, and the answer's ``threshold`` says so.
 
     Raises :class:`~layers.local.query.EmptyQueryError` for a query with nothing
     searchable, and :class:`VectorsUnavailableError` only when ``mode="vector"``
@@ -352,6 +382,7 @@ def search(
     if found:
         answer.dates = found.describe()
 
+    vector: np.ndarray | None = None
     if mode in ("auto", "hybrid", "vector"):
         reason = ""
         if not index.identity.embed_model:
@@ -429,6 +460,11 @@ def search(
         fused = every[:limit]
         if lists.get("fts") and not answer.relaxed:
             fused = _keep_the_matches(_end_with_the_matches(fused), every, limit)
+    relevances: dict[int, float] = {}
+    if vector is not None and answer.vectors == "used" and (threshold is not None or explain):
+        relevances = {i: relevance(c) for i, c in index.cosines([h.chunk_id for h, _, _ in fused], vector).items()}
+    if threshold is not None:
+        fused, answer.threshold = _above(fused, threshold, relevances, answer)
     weights = _term_weights(lexical, shares)
     # the snippet is drawn around the content words; question words only when there is nothing else
     wanted = frozenset(weights) or query.token_set
@@ -445,5 +481,7 @@ def search(
         }
         if explain:
             result["ranks"] = ranks
+        if relevances or threshold is not None:
+            result["relevance"] = None if hit.chunk_id not in relevances else round(relevances[hit.chunk_id], 4)
         answer.results.append(result)
     return answer

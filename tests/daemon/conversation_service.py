@@ -55,7 +55,7 @@ def make_broker(service: Service) -> Broker:
     return Broker(
         d.config,
         store,
-        local_search=lambda agent, query, limit: d.search(agent, query, limit=limit),
+        local_search=lambda agent, query, limit, threshold: d.search(agent, query, limit=limit, threshold=threshold),
         guard=lambda: d.guard,
         embedder_ready=embedder.not_ready,
         storage=d.storage,

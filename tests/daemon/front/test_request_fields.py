@@ -91,7 +91,6 @@ def test_the_cli_commands_take_the_schemas_fields():
         own={
             "layer": "local (no filter), core or daily, or conversation and all: the L4 search",
             "filters": "the L4 search's mem0 filters (--layer conversation/all)",
-            "threshold": "the L4 search's relevance threshold (--layer conversation/all)",
             **AS_JSON,
         },
     )
@@ -157,6 +156,7 @@ def test_a_difference_is_found():
         "layer: a field of the schema not taken",
         "path: a field of the schema not taken",
         "since: a field of the schema not taken",
+        "threshold: a field of the schema not taken",
         "until: a field of the schema not taken",
         "agent: optional, not in the schema",
         "limit: default 20, the schema's is 10",
@@ -205,7 +205,7 @@ def test_what_the_cli_sends_is_the_schemas_fields(root):
     sent = recorder.one(lambda: _cli(config, "update", SAMPLES["memory_id"], *argv, "--json"))
     assert (sent.method, sent.path) == ("PUT", f"/v1/memories/{SAMPLES['memory_id']}")
     assert parsed(UpdateRequest, sent) == fields == {k: SAMPLES[k] for k in UPDATE}
-    argv, fields = _argv("search", QUERY, {"json", "filters", "threshold"})
+    argv, fields = _argv("search", QUERY, {"json", "filters"})
     sent = recorder.one(lambda: _cli(config, "search", *argv, "--json"))
     assert (sent.method, sent.path) == ("POST", "/v1/search")
     assert parsed(SearchRequest, sent) == fields and set(fields) == set(L3_SEARCH)

@@ -171,3 +171,40 @@ def test_reindex_offline_and_through_the_daemon(tmp_path, daemons):
     assert "requested by memstrata reindex" in _index(d)["last_rebuild"]["reason"]
     no_vectors = run_cli("reindex", "--vectors", config=config, check=False)
     assert no_vectors.returncode == 1 and "vectors are off" in no_vectors.stderr
+
+
+def test_a_threshold_on_l3_search_means_what_it_means_on_l4(tmp_path, daemons):
+    """Issue 23: a threshold is on the one relevance scale (the real e5 model's calibrated cosine);
+    the unrelated notes that hybrid search's vector list always brings are left out under it."""
+    config = init_root(tmp_path, **FAST)
+    ws = tmp_path / "workspace"
+    d = daemons(config)
+    (ws / "memory" / "2026-11-03.md").write_text("# 2026-11-03\n\n- The Qdrant server moved to port 6334.\n")
+    (ws / "memory" / "2026-11-04.md").write_text("# 2026-11-04\n\n- Lunch: we tried the new ramen place.\n")
+    wait_for(lambda: _index(d)["pending_embeddings"] == 0 and _paths(_search(config, "ramen")), timeout=120)
+    plain = _search(config, "which port does the vector database listen on", "--explain")
+    assert plain["vectors"] == "used" and plain["threshold"] is None
+    assert all(0 <= r["relevance"] <= 1 for r in plain["results"] if r["relevance"] is not None)
+    assert "memory/2026-11-03.md" in _paths(plain)
+    kept = _search(config, "which port does the vector database listen on", "--threshold", "0.3")
+    assert kept["threshold"]["applied"] == "relevance" and kept["threshold"]["dropped"] >= 1
+    assert "memory/2026-11-03.md" in _paths(kept) and "memory/2026-11-04.md" not in _paths(kept)
+    assert all(r["relevance"] >= 0.3 for r in kept["results"])
+    human = run_cli(
+        "search",
+        "which port does the vector database listen on",
+        "--threshold",
+        "0.3",
+        "--agent",
+        "main",
+        config=config,
+    )
+    assert "under the threshold 0.3 left out" in human.stderr
+    bad = run_cli("search", "port", "--threshold", "1.5", "--agent", "main", config=config, check=False)
+    assert bad.returncode == 2 and "1.5" in bad.stderr
+    assert d.stop() == 0
+    offline = _search(config, "ramen lunch", "--threshold", "0.5")
+    assert offline["threshold"]["applied"].startswith("full matches only")
+    assert _paths(offline) == {"memory/2026-11-04.md"}, "a full match stays: there is no vector to measure"
+    relaxed = _search(config, "ramen station", "--threshold", "0.5")
+    assert relaxed["results"] == [] and relaxed["threshold"]["dropped"] >= 1, "a partial match does not"
