@@ -50,11 +50,15 @@ def test_a_key_written_while_the_commit_runs_is_held_back_not_committed(tmp_path
 
     line = "- a long list of ordinary notes about the staging box, nothing secret in it\n"
     # not UTF-8 (a Latin-1 byte first): versioned, not indexed, so the test waits on git, not on FTS5
-    (ws / BIG).write_bytes(b"caf\xe9\n" + (line * (32_000_000 // len(line))).encode())
+    # written outside the workspace and watched before it moves in: written in place, the daemon could
+    # read it before the watch was set, and the first open seen was then the commit's (1 run in 3 here)
+    outside = tmp_path / "big.tmp"
+    outside.write_bytes(b"caf\xe9\n" + (line * (32_000_000 // len(line))).encode())
+    watch = INotify()
+    watch.add_watch(str(outside), flags.OPEN)  # an inode watch: it follows the file into the workspace
+    outside.rename(ws / BIG)
     with (ws / SMALL).open("a") as fh:
         fh.write("- a clean note\n")
-    watch = INotify()
-    watch.add_watch(str(ws / BIG), flags.OPEN)
     assert watch.read(timeout=20_000), "the edit flow reads the new file"
     while watch.read(timeout=1_000):
         pass  # its reads are over; the commit comes after the quiet period
