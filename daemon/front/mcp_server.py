@@ -92,7 +92,9 @@ class DaemonDown(ToolError):
         self.cause = cause
 
 
-def _local_fallback(agent: Agent, query: str, limit: int, reason: str) -> dict[str, Any]:
+def _local_fallback(
+    agent: Agent, query: str, limit: int, reason: str, threshold: float | None = None
+) -> dict[str, Any]:
     """memory_search while the daemon is down: the agent's own L3 index, read-only, full-text
     (the model is the daemon's), in the daemon's own degraded shape (daemon/conversation/reads.py).
     The index holds this agent's files only: nothing of another agent is reachable this way."""
@@ -103,7 +105,8 @@ def _local_fallback(agent: Agent, query: str, limit: int, reason: str) -> dict[s
         raise ToolError(f"{reason}, and there is no local index for {agent.id} yet ({agent.index})")
     try:
         with open_for_reading(agent.index) as index:
-            local = search_index(index, query, limit=limit, mode="auto", no_embedder_reason=reason).to_dict()
+            found = search_index(index, query, limit=limit, mode="auto", no_embedder_reason=reason, threshold=threshold)
+            local = found.to_dict()
     except (ForeignFile, IndexStale, OSError, ValueError) as exc:
         raise ToolError(f"{reason}, and the local index cannot answer: {exc}") from None
     return local_answer(query, reason, local)
@@ -242,7 +245,7 @@ def build_server(config: Config, agent_id: str) -> Server:
             if not fallback:
                 raise _daemon_error(down.cause) from None
             reason = f"the memstrata daemon is not running ({down.cause}; `memstrata run` starts it)"
-            return _local_fallback(agent, query, limit, reason)
+            return _local_fallback(agent, query, limit, reason, threshold)
 
     def memory_add(
         text: str,

@@ -233,6 +233,9 @@ def test_memory_search_answers_from_the_local_index_while_the_daemon_is_down(tmp
         texts = [r["memory"] for r in answer["results"]]
         assert any("vault 7" in t for t in texts) and not any("private" in t for t in texts), texts
         assert {r["path"] for r in answer["results"]} == {"memory/2026-11-30.md"}
+        # a threshold holds there too: no query vector offline, so only full matches stay
+        partial = await call(client, "memory_search", query="zebra ledger elsewhere", threshold=0.5)
+        assert partial["degraded"] is True and partial["results"] == [], partial
         strict = await fail(client, "memory_search", query="zebra ledger", fallback=False)
         assert "memstrata daemon" in strict and "Traceback" not in strict
         assert "memstrata daemon" in await fail(client, "memory_add", text="a new fact")
