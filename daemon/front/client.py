@@ -156,8 +156,8 @@ class DaemonClient:
         """L3 search; the query goes in the body (a URL has no room for it), checked against the limit first.
         ``threshold`` drops results under that relevance (0-1, the scale of :meth:`memory_search`'s)."""
         check_query(query)
-        options = {"layer": layer, "path": path, "since": since, "until": until, "mode": mode, "limit": limit}
-        options["threshold"] = threshold
+        options: dict[str, Any] = {"layer": layer, "path": path, "since": since, "until": until, "mode": mode}
+        options.update(limit=limit, threshold=threshold)
         clean = {k: v for k, v in {**options, "explain": explain}.items() if v not in (None, False)}
         return self._request("POST", "/v1/search", json={"agent": agent, "q": query, **clean})
 

@@ -100,7 +100,7 @@ class LocalSearch:
                     explain=explain,
                     pause=self.pause,
                     threshold=threshold,
-                    **({"relevance": self.embedder.relevance} if self.embedder is not None else {}),
+                    **({"relevance": calibrated} if (calibrated := getattr(self.embedder, "relevance", None)) else {}),
                 )
         except (apsw.CorruptError, apsw.NotADBError) as exc:
             self.request_repair(agent, f"the index file is damaged ({exc})")
