@@ -90,7 +90,7 @@ WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern
 EntityId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=128, pattern=ENTITY_RE.pattern)]
 JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_text)]  # checked further by its reader
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-Days = Annotated[int, Field(ge=0)]
+Days = Annotated[int, Field(ge=0, le=36_500)]  # a century: past that a date overflows (a 500 before)
 Count = Annotated[int, Field(ge=1)]
 Unset = BeforeValidator(_absent_when_empty)
 # A number of results: the default when not given, the nearest bound when out of range (daemon/shared/limits.py).
