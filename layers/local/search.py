@@ -33,7 +33,7 @@ from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.tokenizer import token_string
 from layers.local.units import has_companion
-from layers.local.vectors import VectorsUnavailableError
+from layers.local.vectors import VectorsUnavailableError, clamped
 
 RRF_K = 60
 WEIGHTS = {"recent": 1.05}  # the day order breaks a tie in relevance, it does not outweigh relevance
@@ -307,11 +307,6 @@ def _lexical_lists(
     return lists, relaxed
 
 
-def _clamped(cosine: float) -> float:
-    """An embedder that was not measured: its cosine, clamped to [0, 1]."""
-    return min(1.0, max(0.0, float(cosine)))
-
-
 def _above(
     fused: list[tuple[Hit, float, dict[str, int]]], threshold: float, relevances: dict[int, float], answer: Answer
 ) -> tuple[list[tuple[Hit, float, dict[str, int]]], Threshold]:
@@ -348,7 +343,7 @@ def search(
     explain: bool = False,
     pause: Callable[[], None] = lambda: None,
     threshold: float | None = None,
-    relevance: Callable[[float], float] = _clamped,
+    relevance: Callable[[float], float] = clamped,
 ) -> Answer:
     """Search ``index``; ``auto`` is hybrid when vectors exist, else full-text.
 

@@ -48,7 +48,12 @@ RELEVANCE_CEILING = 0.92
 
 def relevance(cosine: float, floor: float = RELEVANCE_FLOOR, ceiling: float = RELEVANCE_CEILING) -> float:
     """``cosine`` on the relevance scale: 0 at or below ``floor``, 1 at or above ``ceiling``, linear between."""
-    return min(1.0, max(0.0, (float(cosine) - floor) / (ceiling - floor)))
+    return clamped((float(cosine) - floor) / (ceiling - floor))
+
+
+def clamped(cosine: float) -> float:
+    """The score of a model that was never measured here: its cosine, clamped to [0, 1]."""
+    return min(1.0, max(0.0, float(cosine)))
 
 
 class VectorsUnavailableError(RuntimeError):
@@ -312,7 +317,7 @@ class LocalEmbedder:
 
     def relevance(self, cosine: float) -> float:
         """A query-to-passage cosine on the relevance scale a threshold is compared with (see :func:`relevance`)."""
-        return relevance(cosine) if self.calibrated else min(1.0, max(0.0, float(cosine)))
+        return relevance(cosine) if self.calibrated else clamped(cosine)
 
     def embed_query_within(self, text: str, budget_s: float) -> np.ndarray:
         """:meth:`embed_query`, or :class:`VectorsUnavailableError` saying why once ``budget_s`` is
@@ -439,7 +444,7 @@ class OpenAIEmbedder:
     calibrated = False  # an endpoint's model was never measured here: its cosine, clamped, is the score
 
     def relevance(self, cosine: float) -> float:
-        return min(1.0, max(0.0, float(cosine)))
+        return clamped(cosine)
 
     def dimension(self) -> int:
         return self.dim
