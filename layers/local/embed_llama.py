@@ -21,8 +21,10 @@ Design notes / pitfalls:
   node (~250 per window), and q4_0 matmuls on AVX-only code barely gain from the
   second thread; ``n_threads`` contexts of one thread each, each taking the next
   window (longest first, so they end together), run at twice one context's
-  speed.  A call with fewer windows than lanes (a query) gives the idle lanes'
-  threads to the busy ones.  A lane costs its compute buffer (a few MB), so only
+  speed.  A call with fewer windows than lanes (one long chunk) gives the idle
+  lanes' threads to the busy ones; a short one (a query) keeps to one thread,
+  which is faster (:data:`ONE_THREAD_UP_TO_TOKENS`) and leaves a core to the
+  rest of the search.  A lane costs its compute buffer (a few MB), so only
   the split form has more than one; a plain GGUF gets one context of
   ``n_threads`` threads, recycled after a long input (below).
 * One text per ``llama_encode`` call (n_seq_max=1).  BERT has no KV cache
@@ -98,6 +100,11 @@ def _silent_log(_level, _text, _user_data):
 
 
 _STATE = {"quiet": False, "backend": False}
+# A window this short (a query) computes on one thread even when the other lanes are idle: the second
+# thread's wait at each of ~250 graph nodes costs more than it shares (measured on the 2-core host,
+# e5-small q4_0 AVX-only: 16 tokens 37-40 ms on one thread against 75-80 ms on two, a query of a few
+# words 20-26 ms against 31-34; 64 tokens and up gain from two: 256 tokens 410-437 ms against 586-673).
+ONE_THREAD_UP_TO_TOKENS = 32
 _INIT_LOCK = threading.Lock()
 
 
@@ -368,8 +375,9 @@ class LlamaEmbedder:
                 errors.append(exc)
 
         lanes = self._lanes[: max(1, min(len(self._lanes), len(windows)))]
-        for lane in lanes:  # fewer windows than lanes (a query): the threads of the idle lanes join in
-            lane.use_threads(max(1, self.threads // len(lanes)))
+        short = max(len(w) for w in windows) <= ONE_THREAD_UP_TO_TOKENS
+        for lane in lanes:  # fewer windows than lanes: the threads of the idle lanes join in, unless it is short
+            lane.use_threads(1 if short else max(1, self.threads // len(lanes)))
         helpers = [threading.Thread(target=run, args=(lane,), daemon=True) for lane in lanes[1:]]
         for thread in helpers:
             thread.start()

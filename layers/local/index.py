@@ -616,6 +616,10 @@ class LocalIndex:
         """Whether any chunk has a vector of the index's model (cheap: no count of them)."""
         return bool(self.identity.embed_model) and self._vector_width(self.identity.embed_model) is not None
 
+    def vector_width(self) -> int | None:
+        """How wide the stored rows are (the model parts side by side); None while nothing has a vector."""
+        return self._vector_width(self.identity.embed_model) if self.identity.embed_model else None
+
     def vector_count(self) -> int:
         model = self.identity.embed_model
         return self.db.execute(

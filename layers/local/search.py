@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 
@@ -196,7 +198,7 @@ def _date_filters(filters: Filters, found: DateRange) -> Filters | None:
 
 
 def _companion_lists(
-    index: LocalIndex, text: str, offset: int, pool: int, filters: Filters, dated: Filters | None
+    index: LocalIndex, text: str, pool: int, filters: Filters, dated: Filters | None
 ) -> dict[str, list[Hit]]:
     """The companion model's ranking ("vector:use", and "vector:use@date"), its columns after e5's.
 
@@ -207,7 +209,28 @@ def _companion_lists(
         vector = companion.shared().embed([text])[0]
     except VectorsUnavailableError:
         return {}
+    offset = (index.vector_width() or companion.DIM) - companion.DIM  # its columns are the row's last
     return index.vector_lists(vector, pool, _vector_filters("vector:use", filters, dated), offset=offset)
+
+
+def _in_background(work: Callable[[], np.ndarray]) -> Future[np.ndarray]:
+    """``work`` (the query's e5 encode) running on its own thread while the caller does the rest.
+
+    The encode is most of a hybrid search (20-30 ms of a few words on one core of the
+    reference host); llama.cpp's C call lets go of the interpreter, so the companion's
+    ranking and the lexical lists are made on the other core meanwhile.  Only the
+    encode leaves the calling thread: every read of the index stays in it.
+    """
+    future: Future[np.ndarray] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # handed to the caller by result()
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="query-embed", daemon=True).start()
+    return future
 
 
 def _vector_filters(name: str, filters: Filters, dated: Filters | None) -> dict[str, Filters]:
@@ -378,8 +401,10 @@ def search(
         answer.dates = found.describe()
 
     vector: np.ndarray | None = None
+    encoding: Future[np.ndarray] | None = None  # the query's e5 vector, being made while the lexical side runs
+    companion_lists: dict[str, list[Hit]] = {}
+    reason = ""
     if mode in ("auto", "hybrid", "vector"):
-        reason = ""
         if not index.identity.embed_model:
             reason = "vectors are not configured"
         elif embed_query is None:
@@ -389,21 +414,11 @@ def search(
         elif not index.has_vectors():
             reason = f"no chunk has a vector yet ({index.pending_count()} waiting to be embedded)"
         if not reason:
-            try:
+            pause()
+            encoding = _in_background(lambda: embed_query(text))  # type: ignore[misc]
+            if has_companion(index.identity.embed_model):
                 pause()
-                vector = embed_query(text)  # type: ignore[misc]
-                lists.update(index.vector_lists(vector, pool, _vector_filters("vector", filters, dated)))
-                answer.vectors = "used"
-                answer.embedded = Embedded(chunks=index.chunk_count(), with_vectors=index.embedded_chunks)
-                if has_companion(index.identity.embed_model):
-                    pause()
-                    lists.update(_companion_lists(index, text, vector.shape[0], pool, filters, dated))
-            except VectorsUnavailableError as exc:
-                reason = str(exc)
-        if reason:
-            answer.vectors = f"unavailable: {reason}"
-            if mode == "vector":
-                raise VectorsUnavailableError(reason)
+                companion_lists = _companion_lists(index, text, pool, filters, dated)
     if mode == "fts":
         answer.vectors = "unavailable: " + (
             no_embedder_reason if embed_query is None else "full-text mode was asked for"
@@ -418,8 +433,25 @@ def search(
                 lists.update(_lexical_lists(index, lexical, pool, dated, "@date")[0])
         lexical_hits = lists.get("fts") or lists.get("fts@date")
         answer.matched = "none" if not lexical_hits else "some" if answer.relaxed else "all"
-        if dated is not None and not lists.get("fts@date") and "vector@date" not in lists:
-            lists["date"] = index.chunks_of_days(pool, dated)  # only the days to go by: their notes, newest first
+    if encoding is not None:
+        try:
+            vector = encoding.result()
+            # the vector lists first, as when they were made first: the fusion breaks ties in list order
+            lists = {
+                **index.vector_lists(vector, pool, _vector_filters("vector", filters, dated)),
+                **companion_lists,
+                **lists,
+            }
+            answer.vectors = "used"
+            answer.embedded = Embedded(chunks=index.chunk_count(), with_vectors=index.embedded_chunks)
+        except VectorsUnavailableError as exc:
+            reason = str(exc)
+    if reason:
+        answer.vectors = f"unavailable: {reason}"
+        if mode == "vector":
+            raise VectorsUnavailableError(reason)
+    if mode != "vector" and dated is not None and not lists.get("fts@date") and "vector@date" not in lists:
+        lists["date"] = index.chunks_of_days(pool, dated)  # only the days to go by: their notes, newest first
 
     if _PRESENT.search(text) and len(lists) > 0:
         best = [hit for hit, _, _ in _fuse(lists, RECENT_POOL)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from layers.local.index import Document, Filters, ForeignFile, Identity, IndexStale, LocalIndex, rebuild
 from layers.local.query import EmptyQueryError, parse_query
 from layers.local.search import search
+from layers.local.vectors import VectorsUnavailableError
 from tests.corpus import Corpus
 
 ALL = 10**6
@@ -270,6 +272,28 @@ def test_hybrid_fusion_reports_contributing_lists(tmp_path):
         assert answer.results[1]["ranks"] == {"vector": 1}
         lexical = search(index, "tailscale", embed_query=None, no_embedder_reason="memory gate closed: test")
         assert lexical.vectors == "unavailable: memory gate closed: test" and lexical.lists == ["fts"]
+
+
+def test_a_query_encode_that_fails_while_the_lexical_side_runs_is_reported_not_lost(tmp_path):
+    """The query's vector is made on another thread beside the lexical lists: its failure still reaches
+    the answer (auto mode: full text alone, saying why) and an explicit vector search (raised)."""
+    model = "hand-made"
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
+        index.update_document(_doc("memory/a.md", "tailscale network notes\n"))
+        ((chunk_hash, _),) = index.take_pending(10)
+        index.store_vectors(model, [(chunk_hash, np.array([1, 0], dtype=np.float32))])
+        threads = []
+
+        def failing(query: str) -> np.ndarray:
+            threads.append(threading.current_thread())
+            raise VectorsUnavailableError("the model is loading")
+
+        answer = search(index, "tailscale", embed_query=failing)
+        assert answer.vectors == "unavailable: the model is loading" and answer.lists == ["fts"]
+        assert [r["path"] for r in answer.results] == ["memory/a.md"]
+        assert threads and threads[0] is not threading.current_thread()  # it did run beside the caller
+        with pytest.raises(VectorsUnavailableError, match="the model is loading"):
+            search(index, "tailscale", mode="vector", embed_query=failing)
 
 
 def _qmd_like(path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from layers.local.chunker import HARD_LIMIT, chunk_markdown
-from layers.local.tokenizer import terms, token_string, tokens
+from layers.local.tokenizer import terms, token_spans, token_string, tokens
 
 
 def test_every_cjk_character_is_a_token_and_words_stay_whole():
@@ -33,6 +33,19 @@ def test_english_words_are_stored_as_their_stems_and_everything_else_as_it_is():
         "使", "用", "qdrant", "部", "署", "在", "6333", "端", "口", "redis01", "café"
     ]  # fmt: skip
     assert tokens("Maya named") == ["maya", "named"]  # the surface forms stay for highlighting
+
+
+def test_highlight_spans_name_the_terms_the_index_stores_over_the_original_text():
+    # the spans' quick path (a run lower-cased in place) and the full one (NFKC, a case change that splits)
+    for text in (
+        "Hello Wörld ｑｄｒａｎｔ 6333端口 İstanbul ÄRGER café",
+        "纯中文的文本，没有别的。We NAMED it; they went home.",
+        "plain ascii redis-01 Adopted",
+    ):
+        spans = list(token_spans(text))
+        assert [term for _, _, term in spans] == terms(text)
+        for start, end, term in spans:
+            assert term in terms(text[start:end])  # each span covers the run its term came from
 
 
 def test_chunks_follow_headings_and_keep_line_ranges():
