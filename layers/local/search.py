@@ -206,7 +206,7 @@ def _companion_lists(
     when it cannot run now (package gone, memory gate) the answer simply has e5's list alone.
     """
     try:
-        vector = companion.shared().embed([text])[0]
+        vector = companion.shared().embed([text], threads=1)[0]  # e5's encode has the other core
     except VectorsUnavailableError:
         return {}
     offset = (index.vector_width() or companion.DIM) - companion.DIM  # its columns are the row's last

@@ -27,6 +27,27 @@ def test_the_companion_embeds_across_languages():
     assert model.embed([]).shape == (0, companion.DIM)
 
 
+def test_a_query_is_encoded_on_one_blas_thread_and_the_batch_setting_is_kept():
+    from threadpoolctl import threadpool_info
+
+    model = companion.CompanionEmbedder(min_free_mb=0, threads=2)
+    texts = ["the backup host is running out of disk"]
+    batch = model.embed(texts)
+    backend = model._model._model
+    seen: list[int] = []
+    encode = backend._encode
+
+    def watched(batch_texts):
+        seen.append(max(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"))
+        return encode(batch_texts)
+
+    backend._encode = watched
+    query = model.embed(texts, threads=1)
+    model.embed(texts)
+    assert seen == [1, 2], "one BLAS thread for the query, the configured two for the call after it"
+    assert np.allclose(query, batch, atol=1e-5), "the thread count changes the speed, not the vector"
+
+
 def test_rows_holding_both_models_are_searched_each_by_its_own_columns(tmp_path):
     model = "gguf:m+units1+" + companion.COMPANION_ID
     with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
