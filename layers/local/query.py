@@ -156,23 +156,26 @@ def _words_phrase(text: str) -> list[str]:
     return [" ".join(stem(w) for w in words)] if words and not all(w in STOPWORDS_EN for w in words) else []
 
 
-def highlight(text: str, wanted: frozenset[str], width: int = SNIPPET_CHARS) -> str:
-    """The window of ``text`` with the most query tokens, matches wrapped in ``**``."""
-    spans: list[tuple[int, int]] = []
-    for start, end, token in token_spans(text):
+def highlight(
+    text: str, wanted: frozenset[str], width: int = SNIPPET_CHARS, spans: list[tuple[int, int, str]] | None = None
+) -> str:
+    """The window of ``text`` with the most query tokens, matches wrapped in ``**`` (``spans``: the text's
+    :func:`token_spans`, when the caller has them already)."""
+    found: list[tuple[int, int]] = []
+    for start, end, token in token_spans(text) if spans is None else spans:
         if token not in wanted:
             continue
-        if spans and spans[-1][1] == start:  # 端口: one highlight, not two
-            spans[-1] = (spans[-1][0], end)
-        elif not spans or spans[-1] != (start, end):
-            spans.append((start, end))
-    if not spans:
+        if found and found[-1][1] == start:  # 端口: one highlight, not two
+            found[-1] = (found[-1][0], end)
+        elif not found or found[-1] != (start, end):
+            found.append((start, end))
+    if not found:
         snippet = text[:width]
         return snippet.strip() + ("…" if len(text) > width else "")
-    best_start, best_count = spans[0][0], 0
+    best_start, best_count = found[0][0], 0
     j = 0
-    for i, (start, _end) in enumerate(spans):
-        while j < len(spans) and spans[j][1] <= start + width:
+    for i, (start, _end) in enumerate(found):
+        while j < len(found) and found[j][1] <= start + width:
             j += 1
         if j - i > best_count:
             best_start, best_count = start, j - i
@@ -180,7 +183,7 @@ def highlight(text: str, wanted: frozenset[str], width: int = SNIPPET_CHARS) -> 
     begin = text.rfind("\n", 0, best_start) + 1 if best_start - begin > width // 4 else begin
     end = min(len(text), begin + width)
     out, pos = [], begin
-    for start, stop in spans:
+    for start, stop in found:
         if start < begin or stop > end:
             continue
         out.append(text[pos:start])

@@ -18,6 +18,7 @@ first ("recent"), and that list joins the fusion.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import threading
@@ -33,7 +34,7 @@ from layers.local.answers import Embedded, LocalHit, NamedDays, SearchAnswer, Th
 from layers.local.dates import DateRange, find_dates
 from layers.local.index import Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
-from layers.local.tokenizer import token_string
+from layers.local.tokenizer import token_spans, token_string
 from layers.local.units import has_companion
 from layers.local.vectors import VectorsUnavailableError, clamped
 
@@ -53,6 +54,7 @@ _PRESENT = re.compile(
     re.IGNORECASE,
 )
 MODES = ("auto", "fts", "vector", "hybrid")
+_NEWLINE = re.compile("\n")
 
 #: Embeds a query, or raises :class:`VectorsUnavailableError`.
 QueryEmbedder = Callable[[str], np.ndarray]
@@ -259,19 +261,28 @@ def _thin_matches_out(hits: list[Hit], query: Query, share: float = 0.5) -> list
     return [hit for hit in hits if _covers(hit, terms) >= need]
 
 
-def _focus(hit: Hit, weights: dict[str, float]) -> list[int] | None:
+def _focus(hit: Hit, weights: dict[str, float], spans: list[tuple[int, int, str]]) -> list[int] | None:
     """The line of ``hit`` a reader should look at: the one holding the rarest of the query's terms
-    (each term weighs log(1 / its share of the chunks)); None when no line holds one.
+    (each term weighs log(1 / its share of the chunks), once per line); None when no line holds one.
+    ``spans`` are the text's term spans (:func:`token_spans`), shared with the highlight.
 
     A chunk of a chat note is twenty turns; the answer to a question is one of them.
     """
-    best, best_score = None, 0.0
-    for offset, line in enumerate(hit.text.splitlines()):
-        present = set(token_string(line).split(" "))
-        score = sum(weight for term, weight in weights.items() if term in present)
-        if score > best_score:
-            best, best_score = hit.line_start + offset, score
-    return None if best is None else [best, best]
+    newlines = [m.start() for m in _NEWLINE.finditer(hit.text)]
+    scores: dict[int, float] = {}
+    counted: set[tuple[int, str]] = set()
+    for start, _end, term in spans:
+        weight = weights.get(term)
+        if weight is None:
+            continue
+        line = bisect.bisect_left(newlines, start)
+        if (line, term) not in counted:
+            counted.add((line, term))
+            scores[line] = scores.get(line, 0.0) + weight
+    best = max(scores, key=lambda line: (scores[line], -line), default=None)  # the first of equals
+    if best is None or scores[best] <= 0:
+        return None
+    return [hit.line_start + best, hit.line_start + best]
 
 
 def _content_terms(query: Query) -> set[str]:
@@ -496,15 +507,16 @@ def search(
     # the snippet is drawn around the content words; question words only when there is nothing else
     wanted = frozenset(weights) or query.token_set
     for hit, score, ranks in fused:
+        spans = token_spans(hit.text)
         result: LocalHit = {
             "text": hit.text,
-            "snippet": highlight(hit.text, wanted),
+            "snippet": highlight(hit.text, wanted, spans=spans),
             "score": round(score, 6),
             "source": "local",
             "path": hit.path,
             "lines": [hit.line_start, hit.line_end],
             "heading": hit.heading,
-            "focus": _focus(hit, weights),
+            "focus": _focus(hit, weights, spans),
         }
         if explain:
             result["ranks"] = ranks
