@@ -243,6 +243,8 @@ def search_cmd(
 
     L3: each word of QUERY must match (Chinese needs no spaces: 端口 matches 端口);
     if nothing has every word, chunks with any of them are shown and marked relaxed.
+    A name in `backticks` or "double quotes" is a literal: chunks holding it are kept
+    even when they have none of the other words.
     Works without the daemon too (read-only, full-text).
     """
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect

@@ -120,7 +120,14 @@ def chunk_markdown(text: str) -> list[Chunk]:
     return _join_bare_headings(quick if quick is not None else _walk(text))
 
 
+# A line that starts with neither "#" nor a blank: a chunk with one has more than headings (one C
+# pass; the line-by-line check below runs only for chunks without such a line).
+_CONTENT_LINE = re.compile(r"^[ \t]*[^#\s]", re.MULTILINE)
+
+
 def _is_bare_heading(chunk: Chunk) -> bool:
+    if _CONTENT_LINE.search(chunk.text):
+        return False
     return all(not line.strip() or _HEADING_RE.match(line) for line in chunk.text.splitlines())
 
 

@@ -48,6 +48,8 @@ STOPWORDS_ZH = tuple(sorted(_ZH.split(), key=len, reverse=True))
 _CJK_RUN = re.compile(f"[{CJK_CLASS}]+")
 # "Theo's band": the owner's name is the word, the "s" a token the note may not have ("Theo's" vs "Theo").
 _POSSESSIVE = re.compile(r"(?<=[A-Za-z])['’]s\b")
+# `max_num_seqs`, "MoyuBench-AAAI27", “Overleaf”: a name, setting or command the asker quotes exactly
+_QUOTED = re.compile(r"`([^`\n]{1,200})`|\"([^\"\n]{1,200})\"|“([^”\n]{1,200})”")
 
 
 class EmptyQueryError(ValueError):
@@ -61,6 +63,12 @@ class Query:
     truncated: bool = False
     required: tuple[str, ...] = ()  # the terms that must match (question words left out)
     optional: tuple[str, ...] = ()  # the relaxed retry's terms
+    quoted: tuple[str, ...] = ()  # what the text put in backticks or double quotes: literals an answer holds
+
+    @property
+    def all_quoted(self) -> str:
+        """Every quoted literal must match (each as a phrase); "" when nothing was quoted."""
+        return " AND ".join(f'"{p}"' for p in self.quoted)
 
     @property
     def all_terms(self) -> str:
@@ -110,12 +118,14 @@ def parse_query(text: str) -> Query:
             if phrase and phrase not in required:
                 required.append(phrase)
             optional.extend(p for p in _relaxed_terms(piece) if p not in optional)
+    quoted = [" ".join(terms(next(g for g in m.groups() if g is not None))) for m in _QUOTED.finditer(text)]
     return Query(
         text,
         tuple(phrases[:MAX_TERMS]),
         truncated=len(phrases) > MAX_TERMS,
         required=tuple(required[:MAX_TERMS]),
         optional=tuple(optional[:MAX_TERMS]),
+        quoted=tuple(dict.fromkeys(q for q in quoted if q))[:MAX_TERMS],
     )
 
 

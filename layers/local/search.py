@@ -258,7 +258,8 @@ def _thin_matches_out(hits: list[Hit], query: Query, share: float = 0.5) -> list
     """
     terms = set(query.optional or query.phrases)
     need = max(1, math.ceil(len(terms) * share))
-    return [hit for hit in hits if _covers(hit, terms) >= need]
+    quoted = set(query.quoted)  # a hit holding every literal the question quoted is never thinned out
+    return [hit for hit in hits if _covers(hit, terms) >= need or (quoted and _covers(hit, quoted) == len(quoted))]
 
 
 def _focus(hit: Hit, weights: dict[str, float], spans: list[tuple[int, int, str]]) -> list[int] | None:
@@ -325,7 +326,8 @@ def _lexical_lists(
     index: LocalIndex, query: Query, pool: int, filters: Filters, suffix: str = ""
 ) -> tuple[dict[str, list[Hit]], bool]:
     """The lexical lists for ``query``: "fts" (every term; any term when none has them all: ``relaxed``),
-    and "fts:any" beside a short "fts": the other chunks that have some of the terms.
+    "fts:any" beside a short "fts": the other chunks that have some of the terms, and "fts:quoted" when
+    no chunk has every term: those holding every literal the question quotes (`max_num_seqs`).
 
     Requiring every term often leaves two or three chunks, and the one that
     answers may use another word for one of them; below the full matches, the
@@ -333,6 +335,9 @@ def _lexical_lists(
     """
     hits, relaxed = index.search_query(query, pool, filters)
     lists = {f"fts{suffix}": hits}
+    if query.quoted and (relaxed or not hits):
+        # `max_num_seqs`: the chunks holding what the question quotes, whatever else it asks
+        lists[f"fts:quoted{suffix}"] = index.search_text(query.all_quoted, pool, filters)
     if hits and not relaxed and len(hits) < pool and len(set(query.optional)) >= MIN_ANY_TERMS:
         full = {hit.chunk_id for hit in hits}
         rest = [hit for hit in index.search_text(query.any_term, pool, filters) if hit.chunk_id not in full]

@@ -395,3 +395,33 @@ def test_chunks_wait_for_vectors_core_first_then_the_newest_days(tmp_path):
         index.update_document(_doc("MEMORY.md", "# core\n\nthe core note\n", layer="core"))
         order = [text.strip().split("\n")[-1] for _, text in index.take_pending(10)]
     assert order == ["the core note", "note of 2026-11-30", "note of 2025-06-01", "note of 2024-01-05", "no day"]
+
+
+def test_a_quoted_literal_keeps_the_chunk_that_holds_it_when_no_chunk_has_every_word(tmp_path):
+    """`gpu_memory_utilization` in backticks: the note holding it (in a Chinese line that has none of the
+    question's other words) is found lexically, not left to a vector ranking that puts it last."""
+    model = "hand-made"
+    notes = {
+        "memory/2026-08-25.md": "## 最终压测\n- vLLM 参数：`max_num_seqs=64`，`gpu_memory_utilization=0.90`。\n",
+        **{
+            f"memory/2026-08-{day:02d}.md": f"## launch {day}\n- the launch build was set up on box {day}\n"
+            for day in range(1, 13)
+        },
+    }
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=model)) as index:
+        for path, text in notes.items():
+            index.update_document(_doc(path, text, day=path[7:17]))
+        rows = []
+        for chunk_hash, text in index.take_pending(100):
+            far = "gpu_memory_utilization" in text  # the model ranks the answer last
+            rows.append((chunk_hash, np.array([0.0, 1.0] if far else [1.0, 0.0], dtype=np.float32)))
+        index.store_vectors(model, rows)
+        question = "What is `gpu_memory_utilization` set to for the launch build?"
+        assert parse_query(question).quoted == ("gpu memori util",)
+        answer = search(index, question, limit=5, embed_query=lambda q: np.array([1.0, 0.0], dtype=np.float32))
+        assert answer.relaxed and "fts:quoted" in answer.lists
+        assert "memory/2026-08-25.md" in [r["path"] for r in answer.results]
+        unquoted = search(
+            index, question.replace("`", ""), limit=5, embed_query=lambda q: np.array([1.0, 0.0], dtype=np.float32)
+        )
+        assert "memory/2026-08-25.md" not in [r["path"] for r in unquoted.results], "without quotes it is thinned out"
