@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,6 +80,31 @@ FAST = {"watch": {"debounce_ms": 100}, "git": {"quiet_period_s": 0.3, "max_delay
 LEAN = {**FAST, "vectors": {"backend": "off"}, "conversation": {"enabled": False}}
 
 
+_DICTIONARY = REPO_ROOT / ".cache" / "test-dictionary" / "dictionary.sqlite"
+
+
+def seed_dictionary(state_dir: Path) -> None:
+    """Give a test root's state directory the translation dictionary the daemon would otherwise build
+    at its first start (a few CPU-seconds each time, in every test that starts a daemon): built once
+    into ``.cache`` from the installed package, copied from there."""
+    from layers.local.translate import DICTIONARY_FILE, Dictionary, DictionaryUnavailableError, build
+
+    target = state_dir / DICTIONARY_FILE
+    if target.exists():
+        return
+    try:
+        Dictionary(_DICTIONARY).close()
+    except DictionaryUnavailableError:
+        build(_DICTIONARY)
+    partial = target.with_name(target.name + ".seeding")
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        shutil.copyfile(_DICTIONARY, partial)
+        partial.replace(target)
+    except OSError:  # a test's full or read-only disk: the daemon meets it as it would without the seed
+        partial.unlink(missing_ok=True)
+
+
 class DaemonProcess:
     """``memstrata run`` as a subprocess, with its stderr kept for assertions."""
 
@@ -97,6 +123,7 @@ class DaemonProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, wait: bool = True) -> DaemonProcess:
+        seed_dictionary(self.state_dir)
         self._log = open(self.log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [*MEMSTRATA, "--config", str(self.config), "run"], stdout=self._log, stderr=subprocess.STDOUT, env=self.env

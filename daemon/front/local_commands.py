@@ -89,6 +89,8 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
         where = f"{r['path']}:{r['lines'][0]}-{r['lines'][1]}"
         heading = f"  § {r['heading']}" if r.get("heading") else ""
         click.echo(click.style(f"{i}. {where}", bold=True) + heading + f"  (score {r['score']:.4g})")
+        if r.get("superseded_by"):
+            click.echo(f"   (superseded by {r['superseded_by']})")
         if explain and r.get("ranks"):
             click.echo(f"   ranks: {', '.join(f'{k} #{v}' for k, v in r['ranks'].items())}")
         for line in r["snippet"].splitlines():
@@ -110,6 +112,7 @@ def local_search(
     """Search the index file directly, read-only (no daemon, no model): the offline path."""
     from layers.local.index import ForeignFile, IndexStale, open_for_reading
     from layers.local.search import search as search_index
+    from layers.local.translate import DICTIONARY_FILE, open_dictionary
 
     agent_obj = get_agent(config, agent_id)
     if not agent_obj.index.exists():
@@ -122,17 +125,23 @@ def local_search(
         raise click.ClickException(str(exc)) from None
     except IndexStale as exc:
         raise click.ClickException(f"{exc}; the daemon rebuilds it, or run `memstrata reindex --rebuild`") from None
-    with index:
-        answer = search_index(
-            index,
-            text,
-            limit=limit,
-            mode=mode,
-            filters=filters,
-            no_embedder_reason=reason,
-            explain=explain,
-            threshold=threshold,
-        )
+    dictionary = open_dictionary(config.paths.state_dir / DICTIONARY_FILE)  # the daemon's, once it has built one
+    try:
+        with index:
+            answer = search_index(
+                index,
+                text,
+                limit=limit,
+                mode=mode,
+                filters=filters,
+                no_embedder_reason=reason,
+                explain=explain,
+                threshold=threshold,
+                translate=None if dictionary is None else dictionary.translate,
+            )
+    finally:
+        if dictionary is not None:
+            dictionary.close()
     return answer.to_dict()
 
 

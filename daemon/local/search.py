@@ -13,6 +13,7 @@ from typing import Any
 
 import apsw
 
+from daemon.local.dictionary import DictionaryFile
 from daemon.local.indexer import Indexer
 from daemon.shared.contracts import SearchAnswer
 from daemon.shared.errors import IndexUnavailableError, UnknownAgentError
@@ -40,6 +41,7 @@ class LocalSearch:
         vectors_blocked: Callable[[], str],
         loop_jobs: Jobs,
         pause: Callable[[], None] = lambda: None,
+        dictionary: DictionaryFile | None = None,
     ) -> None:
         """``pause``: called before each model encode of a search (a flood's request makes way there)."""
         self.agent_of = agent_of  # an agent id -> the agent the daemon knows (None: unknown)
@@ -49,6 +51,7 @@ class LocalSearch:
         self.vectors_blocked = vectors_blocked  # why the embedding worker cannot embed now ("" when it can)
         self.loop_jobs = loop_jobs
         self.pause = pause
+        self.dictionary = dictionary  # translates a question's words for the lexical side (None: never)
 
     def search(
         self,
@@ -86,6 +89,7 @@ class LocalSearch:
             embed = functools.partial(self.embedder.embed_query_within, budget_s=QUERY_EMBED_BUDGET_S)
         elif self.embedder is not None:
             embed = self.embedder.embed_query
+        dictionary = self.dictionary.open() if self.dictionary is not None else None
         try:
             with index:
                 answer = search_index(
@@ -100,6 +104,7 @@ class LocalSearch:
                     explain=explain,
                     pause=self.pause,
                     threshold=threshold,
+                    translate=None if dictionary is None else dictionary.translate,
                     **({"relevance": calibrated} if (calibrated := getattr(self.embedder, "relevance", None)) else {}),
                 )
         except (apsw.CorruptError, apsw.NotADBError) as exc:
@@ -107,6 +112,9 @@ class LocalSearch:
             raise IndexUnavailableError(
                 f"the index of {agent_id} is damaged and being rebuilt ({exc}); retry shortly"
             ) from None
+        finally:
+            if dictionary is not None:
+                dictionary.close()
         return answer.to_dict()
 
     def request_repair(self, agent: Agent, why: str) -> None:

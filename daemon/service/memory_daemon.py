@@ -39,6 +39,7 @@ from daemon.files.routing import Router, watch_roots
 from daemon.files.starting import StartProgress
 from daemon.files.tracker import AgentTracker, EditListener, make_tracker
 from daemon.files.watcher import Watcher
+from daemon.local.dictionary import DictionaryFile
 from daemon.local.embedding import EmbedWorker, conversation_embedder, make_embedder
 from daemon.local.index_files import IndexClaims
 from daemon.local.indexer import Indexer
@@ -114,6 +115,7 @@ class MemoryDaemon:
         self.router = Router(self.current, self.agents, self.reconciler.one, self.wakeup.wake)
         self.storage_retry = StorageRetry(self.agents, self.provision, self.indexer, self.reconciler, self.storage)
         self.courtesy = Courtesy()  # one agent's flood makes way for the others' requests (daemon/api/fairness.py)
+        self.dictionary = DictionaryFile(config.paths.state_dir)
         self.local = LocalSearch(
             self.agents.agent_of,
             self.indexer,
@@ -122,6 +124,7 @@ class MemoryDaemon:
             self.parts.vectors_blocked,
             self.jobs,
             pause=self.courtesy.pause,
+            dictionary=self.dictionary,
         )
         reload_outcome = ReloadOutcome()
         self.board = StatusBoard(
@@ -283,6 +286,7 @@ class MemoryDaemon:
                 storage=self.storage,
             )
             parts.embed_worker.start()
+        self.dictionary.ensure()  # once per state directory: a few seconds, while status says starting
         # The first check of every file: a minute on 20,000 files, while status says how far it got.
         self.board.starting = StartProgress.of(self.agents.all())
         self.reconciler.all(self.board.starting)

@@ -372,4 +372,5 @@ def local_view(result: LocalHit) -> dict[str, Any]:
         "lines": result.get("lines"),
         "heading": result.get("heading"),
         "focus": result.get("focus"),
+        **({"superseded_by": result["superseded_by"]} if result.get("superseded_by") else {}),
     }

@@ -27,6 +27,7 @@ class LocalHit(TypedDict, total=False):
     heading: str | None
     focus: list[int] | None  # the line holding the query's rarest terms (first, last); None when no line has one
     ranks: dict[str, int]  # list name -> the result's rank in it
+    superseded_by: str  # a question about the present: the newer note's line (file:line) stating this anew
     relevance: float | None  # with a threshold or explain: the calibrated cosine with the query (None: no vector)
 
 

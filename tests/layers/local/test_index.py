@@ -425,3 +425,27 @@ def test_a_quoted_literal_keeps_the_chunk_that_holds_it_when_no_chunk_has_every_
             index, question.replace("`", ""), limit=5, embed_query=lambda q: np.array([1.0, 0.0], dtype=np.float32)
         )
         assert "memory/2026-08-25.md" not in [r["path"] for r in unquoted.results], "without quotes it is thinned out"
+
+
+def test_a_question_about_the_present_puts_the_newer_statement_first_and_marks_the_older(tmp_path):
+    """Qdrant's port changed on 09-20: asked what it is now, the 09-20 line comes first and the 09-01 line
+    says it was superseded there; MEMORY.md (curated, undated) and another subject's line are not marked."""
+    notes = {
+        "MEMORY.md": "# MEMORY\n## Services\n- Qdrant — the vector store, its port is in the daily notes.\n",
+        "memory/2026-09-01.md": "## 部署\n- Qdrant 部署在 6333 端口\n- 备份每晚 03:00\n",
+        "memory/2026-09-10.md": "## 其他\n- Grafana 在 3000 端口\n",
+        "memory/2026-09-20.md": "## 迁移\n- Qdrant 迁移到 6334 端口\n- 监控照旧\n",
+    }
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model="")) as index:
+        for path, text in notes.items():
+            day = path[7:17] if path.startswith("memory/") else None
+            index.update_document(_doc(path, text, layer="daily" if day else "core", day=day))
+        now = search(index, "Qdrant 现在用哪个端口", mode="fts").to_dict()["results"]
+        paths = [r["path"] for r in now]
+        assert paths.index("memory/2026-09-20.md") < paths.index("memory/2026-09-01.md")
+        marks = {r["path"]: r.get("superseded_by") for r in now}
+        assert marks["memory/2026-09-01.md"] == "memory/2026-09-20.md:2"
+        assert marks["memory/2026-09-20.md"] is None and marks.get("MEMORY.md") is None
+        assert marks.get("memory/2026-09-10.md") is None, "Grafana's port is another subject"
+        plain = search(index, "Qdrant 端口", mode="fts").to_dict()["results"]
+        assert all("superseded_by" not in r for r in plain), "only a question about the present is answered so"
