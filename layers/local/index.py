@@ -822,6 +822,16 @@ class LocalIndex:
         )
         return dict(rows)
 
+    def curated_chunks(self, limit: int = 2000) -> list[tuple[str, int, str]]:
+        """(path, first line, text) of the chunks an agent curates (MEMORY.md and the core files): where a
+        memory defines its names (:mod:`layers.local.glossary`)."""
+        rows = self.db.execute(
+            "SELECT path, line_start, text FROM chunks WHERE path = 'MEMORY.md' OR layer = 'core' "
+            "ORDER BY path = 'MEMORY.md' DESC, path, seq LIMIT ?",
+            (limit,),
+        )
+        return list(rows)
+
     def chunks_of_days(self, limit: int, filters: Filters) -> list[Hit]:
         """Chunks of daily files in ``filters``' day range, newest day first, each file in order."""
         where, args = filters.sql()

@@ -1,0 +1,194 @@
+"""What a memory defines: its hosts, people, services and named events, read off its own list items.
+
+Why (issue 24): a question often *describes* what a note *names* — "the A100 training box" for the
+host a note calls ``moth``, "里斯本那位同事" for the colleague named once with her city, "the week
+before the migration" for a week the notes never call that.  The memory says what each name means,
+in the curated files an agent keeps (MEMORY.md, the core files), as definition items:
+
+    - moth — 4×A100 80GB SXM, 512 GB RAM, our training box. IP 10.88.1.11.
+    - 周岚 Zhou Lan — 组长, Hangzhou 滨江 office.
+    - gw-01 (10.0.1.1)：入口网关，nginx + certbot。
+    - the migration / 机房搬迁 — moth and otter moved to 萧山 IDC on 2026-08-08.
+
+An item is a definition when it starts with a short name part (at most :data:`MAX_NAME_WORDS`
+words, not a date) followed by a dash, an en or em dash or a colon.  Its names are the parts
+separated by ``/``, ``、`` or a comma, a bracketed alias, and the Latin and Chinese halves of a
+bilingual name; its description is the rest of the line.  An event is a definition whose line
+holds one ISO date.
+
+:meth:`Glossary.described` ranks the definitions whose descriptions hold a question's words (each
+word weighs by how few definitions hold it), so a search can look for the names as well;
+:meth:`Glossary.event_days` turns an event a question names, with "the week before", "第二天",
+"后的第一个工作日", into the days it means.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from layers.local.tokenizer import terms, token_string
+
+MAX_NAME_WORDS = 5
+MAX_NAME_CHARS = 60
+MIN_SCORE = 3.0  # one word that only one of 20 definitions holds, or two that a few hold
+CLEAR_LEAD = 1.25  # the best definition must lead the next by this factor to be the one meant
+MAX_SHARE = 0.25  # a word in more of the definitions than this tells none of them apart
+_DEFINITION = re.compile(
+    rf"^\s*[-*+]\s+(?P<head>[^\n]{{1,{MAX_NAME_CHARS}}}?)\s*(?:\s[—–-]\s|：|:\s)\s*(?P<body>\S.*)$"
+)
+_ISO_DAY = re.compile(r"\b(20\d\d)-(\d\d)-(\d\d)\b")
+_BRACKETED = re.compile(r"[(（]([^()（）]{1,40})[)）]")
+_SPLIT = re.compile(r"\s*(?:/|、|,|，)\s*")
+_HAN = re.compile(r"[\u4e00-\u9fff]+")
+_LATIN = re.compile(r"[A-Za-z][A-Za-z0-9 ._'-]*[A-Za-z0-9]|[A-Za-z]")
+_MARKUP = re.compile(r"[*`_]")
+# Words that say where an event's days lie relative to it, with the days they mean.
+_WEEK_BEFORE = re.compile(r"\bweek before\b|前一周|前一个?星期|之前一周|前的那一?周|前一週", re.IGNORECASE)
+_WEEK_AFTER = re.compile(r"\bweek after\b|后一周|之后一周|后的那一?周|后一个?星期", re.IGNORECASE)
+_DAY_BEFORE = re.compile(r"\bday before\b|\beve of\b|前一天|前一日", re.IGNORECASE)
+_DAY_AFTER = re.compile(r"\b(?:day after|next day|following day)\b|第二天|次日|后一天|第二日", re.IGNORECASE)
+_WORKDAY_AFTER = re.compile(r"\bfirst (?:working|work|business) day\b|第一个工作日|首个工作日", re.IGNORECASE)
+_BEFORE = re.compile(r"\b(?:before|ahead of|leading up to)\b|之前|以前|前夕", re.IGNORECASE)
+_AFTER = re.compile(r"\b(?:after|since|following)\b|之后|以后", re.IGNORECASE)
+NEAR_DAYS = 7  # "before the migration" / "after the migration": the week on that side of it
+
+
+@dataclass(frozen=True)
+class Definition:
+    names: tuple[str, ...]
+    description: str
+    path: str
+    line: int
+    day: date | None  # an event's day: the one ISO date its line holds
+
+
+def _names(head: str) -> tuple[str, ...]:
+    head = _MARKUP.sub("", head).strip()
+    found: list[str] = [alias.strip() for alias in _BRACKETED.findall(head)]
+    bare = _BRACKETED.sub(" ", head)
+    for part in _SPLIT.split(bare):
+        part = part.strip()
+        if not part:
+            continue
+        found.append(part)
+        han, latin = _HAN.findall(part), _LATIN.findall(part)
+        if han and latin:  # "周岚 Zhou Lan": each half names her
+            found.extend([*han, *(w.strip() for w in latin)])
+    names = []
+    for name in found:
+        name = re.sub(r"^(?:the|a|an)\s+", "", name.strip(), flags=re.IGNORECASE)
+        if name and terms(name) and name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def definitions(path: str, first_line: int, text: str) -> list[Definition]:
+    """The definition items of a chunk of ``path`` whose first line is ``first_line``."""
+    found = []
+    for offset, line in enumerate(text.split("\n")):
+        match = _DEFINITION.match(line)
+        if match is None:
+            continue
+        head, body = match.group("head"), match.group("body")
+        if len(head.split()) > MAX_NAME_WORDS or _ISO_DAY.search(head) or not re.search(r"[^\W\d_]", head):
+            continue
+        names = _names(head)
+        if not names:
+            continue
+        days = {date(int(y), int(m), int(d)) for y, m, d in _ISO_DAY.findall(body) if 1 <= int(m) <= 12}
+        found.append(Definition(names, body.strip(), path, first_line + offset, days.pop() if len(days) == 1 else None))
+    return found
+
+
+def _next_workday(day: date) -> date:
+    day += timedelta(days=1)
+    while day.weekday() >= 5:
+        day += timedelta(days=1)
+    return day
+
+
+class Glossary:
+    def __init__(self, items: Iterable[Definition]) -> None:
+        self.items = list(items)
+        self._streams = [f" {token_string(d.description)} " for d in self.items]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @classmethod
+    def of_chunks(cls, chunks: Iterable[tuple[str, int, str]]) -> Glossary:
+        """The definitions of ``chunks`` ((path, first line, text), as :meth:`LocalIndex.curated_chunks` gives)."""
+        return cls(d for path, line, text in chunks for d in definitions(path, line, text))
+
+    def bridge(self, phrases: Iterable[str], question: str) -> Definition | None:
+        """The one definition a question describes without naming it: the best of :meth:`described`
+        when it is clearly the best (:data:`CLEAR_LEAD` times the next one's score), else None."""
+        ranked = self.described(phrases, question)
+        if not ranked or (len(ranked) > 1 and ranked[0][1] < CLEAR_LEAD * ranked[1][1]):
+            return None
+        return ranked[0][0]
+
+    def described(self, phrases: Iterable[str], question: str) -> list[tuple[Definition, float]]:
+        """The definitions whose descriptions hold the question's ``phrases`` (index terms), best first,
+        each with its score (the sum of log(1 / share) of the phrases it holds), at least :data:`MIN_SCORE`.
+        A definition the question already names is left out: nothing to bridge."""
+        count = len(self.items)
+        if count == 0:
+            return []
+        wanted = [p for p in dict.fromkeys(phrases) if p]
+        holders = {p: [i for i, s in enumerate(self._streams) if f" {p} " in s] for p in wanted}
+        scores: dict[int, float] = {}
+        for where in holders.values():
+            if not where or len(where) > max(1, MAX_SHARE * count):
+                continue
+            for i in where:
+                scores[i] = scores.get(i, 0.0) + math.log(count / len(where))
+        asked = f" {token_string(question)} "
+        ranked = [
+            (self.items[i], score)
+            for i, score in sorted(scores.items(), key=lambda kv: -kv[1])
+            if score >= MIN_SCORE and not any(f" {token_string(n)} " in asked for n in self.items[i].names)
+        ]
+        return ranked
+
+    def event_days(self, question: str) -> tuple[tuple[date, date], str] | None:
+        """The days a question means by an event the memory names ("the week before the migration",
+        "停电第二天"), and the event's name as the question said it; None when it names none."""
+        asked = f" {token_string(question)} "
+        for item in self.items:
+            if item.day is None:
+                continue
+            for name in item.names:
+                if f" {token_string(name)} " in asked or (_HAN.fullmatch(name) and _shares_a_pair(name, question)):
+                    return _relative(item.day, question), name
+        return None
+
+
+def _shares_a_pair(name: str, question: str) -> bool:
+    """A Chinese event name said in other words: "搬机房" for 机房搬迁 (a two-character word of it)."""
+    return any(name[i : i + 2] in question for i in range(len(name) - 1)) if len(name) > 2 else name in question
+
+
+def _relative(day: date, question: str) -> tuple[date, date]:
+    week = timedelta(days=NEAR_DAYS)
+    one = timedelta(days=1)
+    if _WEEK_BEFORE.search(question):
+        return day - week, day - one
+    if _WEEK_AFTER.search(question):
+        return day + one, day + week
+    if _DAY_BEFORE.search(question):
+        return day - one, day - one
+    if _WORKDAY_AFTER.search(question):
+        nxt = _next_workday(day)
+        return nxt, nxt
+    if _DAY_AFTER.search(question):
+        return day + one, day + one
+    if _BEFORE.search(question):
+        return day - week, day
+    if _AFTER.search(question):
+        return day, day + week
+    return day, day

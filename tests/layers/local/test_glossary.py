@@ -1,0 +1,101 @@
+"""layers/local/glossary.py: the names a memory defines, the descriptions that point at them, and the
+days of the events it names; and the search lists they make ("fts:entity", an event's day range)."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import date
+
+from layers.local.glossary import Glossary, definitions
+from layers.local.index import Document, Identity, LocalIndex
+from layers.local.query import parse_query
+from layers.local.search import search
+
+MEMORY = """# MEMORY
+## Hosts
+- moth — 4×A100 80GB SXM, our training box. Racked in the IDC. IP 10.88.1.11.
+- 团子 (tuanzi) — 8×RTX 4090 box for eval, stays in the office server room.
+- gw-01 (10.0.1.1)：入口网关，nginx + certbot，对外 443。
+- qdr-02 — cloud VM that hosts our vector database (Qdrant).
+## People
+- 周岚 Zhou Lan — 组长, approves any spend over ¥5,000.
+- Ana Ferreira — evaluation lead, works remotely from Lisbon.
+## Events
+- the migration / 机房搬迁 — moth moved to the IDC on 2026-08-08.
+- 停电 — office power cut on 2026-07-16.
+## Decisions
+- 2026-09-10: backups run as systemd timers (not a definition: the head is a date).
+- plain item without a separator
+"""
+
+
+def _glossary() -> Glossary:
+    return Glossary(definitions("MEMORY.md", 1, MEMORY))
+
+
+def test_definition_items_give_names_aliases_bilingual_halves_and_event_days():
+    found = {d.names[0]: d for d in _glossary().items}
+    assert set(found) == {"moth", "tuanzi", "10.0.1.1", "qdr-02", "周岚 Zhou Lan", "Ana Ferreira", "migration", "停电"}
+    assert found["tuanzi"].names == ("tuanzi", "团子")
+    assert {"周岚", "Zhou Lan"} <= set(found["周岚 Zhou Lan"].names)
+    assert found["migration"].names == ("migration", "机房搬迁") and found["migration"].day == date(2026, 8, 8)
+    assert found["moth"].day is None and found["moth"].line == 3
+
+
+def _bridge(question: str) -> str | None:
+    query = parse_query(question)
+    meant = _glossary().bridge([*query.optional, *query.required], question)
+    return None if meant is None else meant.names[0]
+
+
+def test_a_description_leads_to_the_name_and_a_named_thing_needs_no_bridge():
+    assert _bridge("What is the current IP address of the A100 training box?") == "moth"
+    assert _bridge("Which host runs the vector database?") == "qdr-02"
+    assert _bridge("What did the evaluation colleague in Lisbon ask for?") == "Ana Ferreira"
+    assert _bridge("What did the colleague in Lisbon ask for?") is None, "one word of eight definitions: too little"
+    assert _bridge("What is the IP of moth?") is None, "the question names it"
+    assert _bridge("What did we eat for lunch?") is None
+
+
+def test_an_event_named_in_the_memory_is_a_day_range_with_its_relative_words():
+    g = _glossary()
+    assert g.event_days("In the week before the migration, which checkpoint was picked?") == (
+        (date(2026, 8, 1), date(2026, 8, 7)),
+        "migration",
+    )
+    assert g.event_days("停电第二天训练从哪一步接着跑？") == ((date(2026, 7, 17), date(2026, 7, 17)), "停电")
+    assert g.event_days("搬机房那天几点全部恢复正常？") == ((date(2026, 8, 8), date(2026, 8, 8)), "机房搬迁")
+    assert g.event_days("搬迁后的第一个工作日几点开始训练？")[0] == (date(2026, 8, 10), date(2026, 8, 10)), (
+        "08-08 is a Saturday"
+    )
+    assert g.event_days("After the migration, why was eval slow?")[0] == (date(2026, 8, 8), date(2026, 8, 15))
+    assert g.event_days("What did Ana ask for?") is None
+
+
+def _doc(path: str, text: str) -> Document:
+    day = path[7:17] if path.startswith("memory/") else None
+    return Document(path, text, hashlib.sha256(text.encode()).hexdigest(), "daily", day)
+
+
+def test_search_finds_the_note_that_names_what_the_question_describes_and_the_events_days(tmp_path):
+    notes = {
+        "MEMORY.md": MEMORY,
+        "memory/2026-08-03.md": "## moth\n- moth up on 10.88.1.11 after the re-rack\n",
+        **{
+            f"memory/2026-08-{d:02d}.md": f"## day {d}\n- the plan for the office printers, round {d}\n" for d in (4, 5)
+        },
+        "memory/2026-08-06.md": "## eval\n- picked ckpt-4500 as the v2 candidate\n",
+        "memory/2026-08-12.md": "## eval\n- picked ckpt-5200 for the ablation\n",
+    }
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model="")) as index:
+        for path, text in notes.items():
+            index.update_document(_doc(path, text))
+        answer = search(index, "What is the IP address of the A100 training box?", mode="fts")
+        assert "fts:entity" in answer.lists
+        paths = [r["path"] for r in answer.results]
+        assert paths[:2] == ["MEMORY.md", "memory/2026-08-03.md"], "the definition, then the note that names moth"
+        assert answer.results[1]["focus"] is None, "no word of the question is on it: only the name led there"
+        week = search(index, "In the week before the migration, which checkpoint was picked?", mode="fts")
+        assert week.dates is not None and (week.dates["since"], week.dates["until"]) == ("2026-08-01", "2026-08-07")
+        assert week.dates["from"] == ["migration"]
+        assert week.results[0]["path"] == "memory/2026-08-06.md"
