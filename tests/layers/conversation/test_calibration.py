@@ -28,12 +28,14 @@ def cosines(embedder, pairs) -> list[float]:
 def test_each_recorded_cosine_is_what_the_model_measures(embedder, kind):
     pairs = getattr(calibration, kind)
     measured = cosines(embedder, pairs)
-    off = [(p.a, p.b, p.cosine, round(m, 3)) for p, m in zip(pairs, measured) if abs(p.cosine - m) > TOLERANCE]
+    off = [
+        (p.a, p.b, p.cosine, round(m, 3)) for p, m in zip(pairs, measured, strict=True) if abs(p.cosine - m) > TOLERANCE
+    ]
     assert not off, f"recorded vs measured: {off}"
 
 
 def test_every_duplicate_is_folded(embedder):
-    for pair, cosine in zip(calibration.DUPLICATES, cosines(embedder, calibration.DUPLICATES)):
+    for pair, cosine in zip(calibration.DUPLICATES, cosines(embedder, calibration.DUPLICATES), strict=True):
         assert cosine >= calibration.NEAR_THRESHOLD, pair
         assert distinct_reason(pair.a, pair.b) is None, pair
 
@@ -49,8 +51,12 @@ def test_no_distinct_fact_is_folded_though_most_score_above_the_threshold(embedd
 
 def test_task_topic_threshold_groups_no_two_tasks(embedder):
     measured = cosines(embedder, calibration.TASK_TOPICS)
-    for pair, cosine in zip(calibration.TASK_TOPICS, measured):
+    for pair, cosine in zip(calibration.TASK_TOPICS, measured, strict=True):
         if not pair.same_task:
             assert cosine < calibration.TASK_TOPIC_THRESHOLD, pair
-    grouped = [c >= calibration.TASK_TOPIC_THRESHOLD for p, c in zip(calibration.TASK_TOPICS, measured) if p.same_task]
+    grouped = [
+        c >= calibration.TASK_TOPIC_THRESHOLD
+        for p, c in zip(calibration.TASK_TOPICS, measured, strict=True)
+        if p.same_task
+    ]
     assert sum(grouped) >= len(grouped) - 1
