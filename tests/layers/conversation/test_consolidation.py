@@ -51,7 +51,7 @@ class Memories:
         self.ids[f"{agent}/{visibility}/{text}"] = memory_id
         return memory_id
 
-    def fill(self, agent="a", visibility="private", count=len(FILLER)) -> None:
+    def fill(self, agent="a", visibility="private", count: int | None = None) -> None:
         for text in FILLER[:count]:
             self.put(text, agent, visibility)
 
