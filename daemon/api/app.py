@@ -39,6 +39,7 @@ from daemon.api.requests import (
     AgentParams,
     BackupRequest,
     CleanupRequest,
+    ConsolidateRequest,
     DeleteAllParams,
     ListParams,
     MemorySearchRequest,
@@ -48,6 +49,7 @@ from daemon.api.requests import (
     UpdateRequest,
 )
 from daemon.conversation.broker import Broker
+from daemon.ops.consolidation import ConsolidateOptions
 from daemon.ops.maintenance import DEFAULT_KEEP, CleanupOptions
 from daemon.shared.contracts import SearchAnswer, StatusCounts, StatusDocument
 from daemon.shared.guard import SecretGuard
@@ -240,6 +242,9 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     def admin_cleanup(request: Request, caller: Caller, args: CleanupRequest) -> dict:
         return _conversation(daemon).cleanup(CleanupOptions.from_dict(args.model_dump(by_alias=True)))
 
+    def admin_consolidate(request: Request, caller: Caller, args: ConsolidateRequest) -> dict:
+        return _conversation(daemon).consolidate(ConsolidateOptions.from_dict(args.model_dump()))
+
     def admin_backup(request: Request, caller: Caller, args: BackupRequest) -> dict:
         return _conversation(daemon).backup(DEFAULT_KEEP if args.keep is None else args.keep)
 
@@ -300,6 +305,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
             gate.route(reindex, schema=ReindexRequest, body_limit=MAX_SMALL_BODY_BYTES, lane="maintenance"),
         ),
         ("/v1/admin/cleanup", "POST", gate.route(admin_cleanup, schema=CleanupRequest, **admin)),
+        ("/v1/admin/consolidate", "POST", gate.route(admin_consolidate, schema=ConsolidateRequest, **admin)),
         ("/v1/admin/backup", "POST", gate.route(admin_backup, schema=BackupRequest, **admin)),
         ("/v1/admin/restore", "POST", gate.route(admin_restore, schema=RestoreRequest, **admin)),
         ("/v1/memories", "POST", gate.route(memory_add, schema=AddRequest, body_limit=MAX_MEMORY_BODY_BYTES)),

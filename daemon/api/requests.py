@@ -90,6 +90,8 @@ WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern
 EntityId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=128, pattern=ENTITY_RE.pattern)]
 JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_text)]  # checked further by its reader
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Share = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]  # of an agent's memories
+RunId = Annotated[str, StringConstraints(max_length=32, pattern=r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")]
 Days = Annotated[int, Field(ge=0, le=36_500)]  # a century: past that a date overflows (a 500 before)
 Count = Annotated[int, Field(ge=1)]
 Unset = BeforeValidator(_absent_when_empty)
@@ -183,6 +185,14 @@ class CleanupRequest(Request):
     memory_type: Annotated[MemoryType | None, Unset] = Field(None, alias="type")
 
 
+class ConsolidateRequest(Request):
+    execute: Annotated[bool | None, Unset] = None
+    agent: Annotated[Id | None, Unset] = None
+    max_share: Annotated[Share | None, Unset] = None
+    undo: Annotated[RunId | None, Unset] = None
+    force: Annotated[bool | None, Unset] = None
+
+
 class BackupRequest(Request):
     keep: Annotated[Count | None, Unset] = None
 
@@ -236,6 +246,7 @@ SCHEMAS: dict[tuple[str, str], type[Request]] = {
     ("GET", "/v1/memories/{memory_id}/history"): AgentParams,
     ("POST", "/v1/reindex"): ReindexRequest,
     ("POST", "/v1/admin/cleanup"): CleanupRequest,
+    ("POST", "/v1/admin/consolidate"): ConsolidateRequest,
     ("POST", "/v1/admin/backup"): BackupRequest,
     ("POST", "/v1/admin/restore"): RestoreRequest,
 }

@@ -9,7 +9,7 @@ lifetime, and the outage rules.  This module composes the parts, one job each:
 - daemon/conversation/store_thread.py  the one thread that touches the store, and the circuit breaker
 - daemon/conversation/queue.py    the durable write queue on a disk that may be full
 - daemon/conversation/replay.py   the probe loop: reconnects, replays the queue exactly once
-- daemon/conversation/maintenance_jobs.py  cleanup, backup, restore from the running daemon
+- daemon/conversation/maintenance_jobs.py  cleanup, backup, restore, consolidation from the running daemon
 - daemon/conversation/status.py   the ``conversation`` section of status
 - daemon/conversation/tailscale.py   what tailscale says about a remote store's peer
 """
@@ -31,6 +31,7 @@ from daemon.conversation.store_thread import StoreThread
 from daemon.conversation.tailscale import tailscale_view
 from daemon.conversation.writes import Writes
 from daemon.ops import maintenance
+from daemon.ops.consolidation import ConsolidateOptions
 from daemon.shared.audit import audit_log
 from daemon.shared.config import Config
 from daemon.shared.contracts import ConversationStatus, SearchAnswer
@@ -229,6 +230,10 @@ class Broker:
         """Page by page on the store thread, so agents' requests go on between the pages."""
         return self.maintenance.cleanup(options)
 
+    def consolidate(self, options: ConsolidateOptions) -> dict[str, Any]:
+        """Pages on the store thread, the batch as one job there (daemon/ops/consolidation.py)."""
+        return self.maintenance.consolidate(options)
+
     def backup(self, keep: int) -> dict[str, Any]:
         return self.maintenance.backup(keep)
 
@@ -241,5 +246,11 @@ class Broker:
         if self._final_status is not None:
             return self._final_status
         return conversation_status(
-            self.thread, self.registry, self.replayer, self.queue_access, self.storage, self.writes.llm_configured
+            self.thread,
+            self.registry,
+            self.replayer,
+            self.queue_access,
+            self.storage,
+            self.writes.llm_configured,
+            self.maintenance.consolidating,
         )

@@ -242,6 +242,7 @@ ConversationStatus = TypedDict(
         "infer_default": bool,
         "registry_error": str | None,
         "tailscale": TailscaleView | None,
+        "consolidation": dict[str, Any] | None,  # a consolidation under way: phase, done, total, since
     },
     total=False,
 )
