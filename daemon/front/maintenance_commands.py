@@ -47,9 +47,9 @@ def _direct_store(config: Config, command: str, embed: bool = False) -> Iterator
         except DaemonError as exc:
             raise _DaemonStarting(str(exc)) from None
     if embed:
-        from daemon.local.embedding import conversation_embedder, make_embedder
+        from daemon.ops.consolidation import l4_embedder
 
-        embedder = conversation_embedder(config, make_embedder(config))
+        embedder = l4_embedder(config)
         store = ConversationStore(store_settings(config), embedder, embedder.dimension())
     else:
         store = ConversationStore(store_settings(config), embedder=None, dim=0)  # type: ignore[arg-type]

@@ -121,6 +121,13 @@ def judge_of(llm: dict | None) -> LlmJudge | None:
     return LlmJudge(llm["base_url"], llm["model"], llm.get("api_key") or None)
 
 
+def l4_embedder(config: Config):
+    """The embedder L4 writes with, for a run outside the daemon that may write summaries."""
+    from daemon.local.embedding import conversation_embedder, make_embedder
+
+    return conversation_embedder(config, make_embedder(config))
+
+
 def consolidate(
     config: Config,
     store: ConsolidationStore,
@@ -177,7 +184,7 @@ def view(report: dict, path: Path) -> dict:
 
 def recent(config: Config, limit: int = LISTED) -> list[dict]:
     """The newest runs' summaries (run id, mode, state, figures), newest first."""
-    found = []
+    found: list[dict[str, Any]] = []
     folder = reports_dir(config)
     names = sorted((p.name for p in folder.glob("*.json") if RUN_ID.match(p.stem)), reverse=True)
     for name in names[:limit]:
