@@ -9,6 +9,7 @@ are refused (503).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -208,7 +209,7 @@ class Reads:
         while frontier and len(back) < CHAIN_MAX:
             earlier = [
                 p
-                for p in self.thread.call("history", lambda f=frontier[0]: store.predecessors(f))
+                for p in self.thread.call("history", functools.partial(store.predecessors, frontier[0]))
                 if p["id"] not in seen and readable(p)
             ]
             frontier = frontier[1:] + [p["id"] for p in earlier]
@@ -220,7 +221,7 @@ class Reads:
             following = view["superseded_by"]
             if following in seen or not is_uuid(following):
                 break
-            nxt = self.thread.call("history", lambda f=following: store.get(f))
+            nxt = self.thread.call("history", functools.partial(store.get, following))
             if nxt is None or not readable(nxt):
                 break
             seen.add(following)
