@@ -232,12 +232,12 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
             raise ApiError(400, "q is required")
         broker = _conversation(daemon)
         options: dict[str, Any] = {"filters": args.filters, "threshold": args.threshold, "explain": args.explain}
-        options["show_expired"] = args.show_expired
+        options.update(show_expired=args.show_expired, show_superseded=args.show_superseded)
         return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, **options)
 
     def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
-        authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).add(args.agent, args.text, **args.options())
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).add(args.agent, args.text, admin=admin, **args.options())
 
     def admin_cleanup(request: Request, caller: Caller, args: CleanupRequest) -> dict:
         return _conversation(daemon).cleanup(CleanupOptions.from_dict(args.model_dump(by_alias=True)))
@@ -253,7 +253,9 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
 
     def memory_list(request: Request, caller: Caller, args: ListParams) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor, filters=args.filters)
+        options: dict[str, Any] = {"filters": args.filters, "show_superseded": args.show_superseded}
+        options["show_expired"] = args.show_expired
+        return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor, **options)
 
     def memory_get(request: Request, caller: Caller, args: AgentParams) -> dict:
         admin = authorize(daemon, caller, args.agent, request.url.path)

@@ -184,6 +184,7 @@ def build_mem0_app(daemon: Any) -> Starlette:
             threshold=args.threshold,
             explain=args.explain,
             show_expired=args.show_expired,
+            show_superseded=args.show_expired,  # mem0's "expired" is "no longer valid": a replaced fact too
         )
         out: dict[str, Any] = {"results": [mem0_view(m) for m in answer["results"]]}
         if args.rerank:

@@ -87,6 +87,9 @@ Short = Annotated[str, StringConstraints(max_length=1024), AfterValidator(_unico
 Id = Annotated[str, StringConstraints(max_length=64, pattern=AGENT_ID_PATTERN)]
 Day = Annotated[str, StringConstraints(max_length=10, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
 WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+# A memory's id as the store makes them (a UUID); anything else names no memory.
+MEMORY_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+MemoryId = Annotated[str, StringConstraints(max_length=64, pattern=MEMORY_ID_PATTERN)]
 EntityId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=128, pattern=ENTITY_RE.pattern)]
 JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_text)]  # checked further by its reader
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -138,6 +141,7 @@ class MemorySearchRequest(Request):
     threshold: Annotated[Fraction | None, Unset] = None
     explain: Annotated[bool, _or(False)] = False
     show_expired: Annotated[bool, _or(False)] = False  # memories past their expiration_date, not yet cleaned up
+    show_superseded: Annotated[bool, _or(False)] = False  # memories another one replaced (still kept)
 
 
 class AddRequest(Request):
@@ -157,6 +161,7 @@ class AddRequest(Request):
     run_id: Annotated[EntityId | None, Unset] = None
     actor_id: Annotated[EntityId | None, Unset] = None
     metadata: Annotated[JsonObject | None, Unset] = None  # free keys, checked by layers/conversation/metadata.py
+    supersedes: Annotated[MemoryId | None, Unset] = None  # a memory the new one replaces (kept, marked superseded)
 
     def options(self) -> dict[str, object]:
         """The write's options by field name, as the broker takes them (``Writes.add``)."""
@@ -212,6 +217,8 @@ class ListParams(Request):
     limit: PageCount = L4_PAGE.default
     cursor: Annotated[Short | None, Unset] = None
     filters: Annotated[JsonObject | None, Unset] = None  # JSON text in a query string
+    show_superseded: Annotated[bool, _or(False)] = False
+    show_expired: Annotated[bool, _or(False)] = False
 
 
 class DeleteAllParams(Request):
@@ -281,6 +288,8 @@ def _problem(error: Mapping[str, Any], fields: Mapping[str, object], model: type
     if kind == "string_pattern_mismatch":
         if ctx.get("pattern") == AGENT_ID_PATTERN:
             return f"{field} must be an id: {ID_RULE}"
+        if ctx.get("pattern") == MEMORY_ID_PATTERN:
+            return f"{field} must be a memory id (a UUID, as add answered it)"
         if "{4}-" in str(ctx.get("pattern")):
             return f"{field} must be a date like 2026-12-31"
         if ctx.get("pattern") == ENTITY_RE.pattern:

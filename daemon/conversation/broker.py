@@ -204,13 +204,22 @@ class Broker:
         threshold: float | None = None,
         explain: bool = False,
         show_expired: bool = False,
+        show_superseded: bool = False,
     ) -> dict[str, Any]:
-        return self.reads.search(agent, query, limit, fallback, filters, threshold, explain, show_expired)
+        return self.reads.search(
+            agent, query, limit, fallback, filters, threshold, explain, show_expired, show_superseded
+        )
 
     def get_all(
-        self, agent: str, limit: int = 100, cursor: str | None = None, filters: dict[str, Any] | None = None
+        self,
+        agent: str,
+        limit: int = 100,
+        cursor: str | None = None,
+        filters: dict[str, Any] | None = None,
+        show_superseded: bool = False,
+        show_expired: bool = False,
     ) -> dict[str, Any]:
-        return self.reads.get_all(agent, limit, cursor, filters)
+        return self.reads.get_all(agent, limit, cursor, filters, show_superseded, show_expired)
 
     def get(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.reads.get(agent, memory_id, admin=admin)

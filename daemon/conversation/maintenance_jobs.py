@@ -94,6 +94,10 @@ class _BrokeredStore:
         thread = self.owner.thread
         self.owner.admin_call("delete", lambda: thread.store.delete_ids(ids))
 
+    def states(self, ids: list[str]) -> dict[str, str]:
+        thread = self.owner.thread
+        return self.owner.admin_call("scan", lambda: thread.store.states(ids))
+
     def _not_stopping(self) -> None:
         """A cleanup ends between pages when the daemon stops; running it again goes on from there."""
 

@@ -30,6 +30,7 @@ from daemon.shared.guard import SecretGuard
 from daemon.shared.limits import MAX_MEMORY_TEXT_CHARS
 from daemon.shared.storage import StorageHealth, is_storage_error
 from daemon.shared.storage import describe as describe_storage
+from layers.conversation import validity
 from layers.conversation.cleanup import Selection
 from layers.conversation.metadata import MetadataError, check_entity_id, check_metadata, strings
 from layers.conversation.policy import DEFAULT_TYPE, ForbiddenError, PolicyError, lifetime, may_read, place
@@ -107,9 +108,15 @@ class Writes:
         run_id: str | None = None,
         actor_id: str | None = None,
         metadata: dict | None = None,
+        supersedes: str | None = None,
+        admin: bool = False,
     ) -> dict:
         """``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
-        they never change who writes it (``agent``, from the token) or where it goes (placement)."""
+        they never change who writes it (``agent``, from the token) or where it goes (placement).
+
+        ``supersedes``: the id of a memory the new one replaces (its owner's, or any with ``admin``): it stays,
+        marked superseded (layers/conversation/validity.py), and leaves search.  Such a write needs the store
+        (whose the old memory is can only be read there): while it is down it is refused, never queued."""
 
         text = self.checked_text(agent, text)
         if role not in (None, "user", "assistant"):
@@ -160,6 +167,8 @@ class Writes:
             **{k: v for k, v in ids.items() if v},
             **({"metadata": extra} if extra else {}),
         }
+        if supersedes is not None:
+            return {**answer, **self._superseding(agent, record, supersedes, admin, retry)}
         if retry and self.queue.contains(record.write_id):
             return {**answer, **self._queued(record.write_id, "this write_id is already queued")}
         attempted = False
@@ -195,6 +204,49 @@ class Writes:
         self.thread.attention.set()
         self.on_change()
         return {**answer, **self._queued(record.write_id, reason)}
+
+    def _superseding(self, agent: str, record: NewMemory, old_id: str, admin: bool, retry: bool) -> dict:
+        """Write ``record`` and mark ``old_id`` superseded by it, on the store thread, one after the other.
+
+        The old memory must be one ``agent`` may change (daemon/conversation/writes.py ``_owned``: an unknown
+        id and another agent's private one get the same "no memory" answer).  A retry with the same
+        write_id finds the write already made and marks the old memory again: the pair completes.
+        """
+        if record.infer:
+            raise PolicyError(
+                "supersedes needs infer off: it names the one memory the new text replaces, "
+                "while with infer the LLM decides what changes"
+            )
+        old = self._owned(agent, old_id, admin, "supersede")
+        if old.get("state") == validity.SUPERSEDED and old.get("superseded_by"):
+            raise PolicyError(
+                f"memory {old_id} was already superseded at {old.get('invalid_at')} by {old['superseded_by']}: "
+                "supersede that one instead"
+            )
+        store = self.thread.store
+
+        def write_and_supersede() -> list[dict]:
+            results = self.write(record, check_first=retry)
+            new_ids = [r["id"] for r in results if r.get("id") and r["id"] != old_id]
+            if new_ids:
+                store.supersede([old_id], new_ids[0], record.created_at)
+            return results
+
+        self.thread.embed_ahead(record.text)
+        try:
+            results = self.thread.call("add", write_and_supersede)
+        except StoreDown as exc:
+            raise ConversationUnavailableError(
+                f"{exc}; a superseding write is not queued (the store must see the memory it replaces): nothing "
+                "was queued, and if the new memory was written already, the same write_id again completes it"
+            ) from None
+        self.storage.succeeded("store")
+        by = next((r["id"] for r in results if r.get("id") and r["id"] != old_id), None)
+        if by is not None:
+            self.audit.record(
+                "memory_superseded", agent=agent, memory_id=old_id, owner=old.get("agent_id"), superseded_by=by
+            )
+        return {"queued": False, "results": results, "supersedes": old_id, "superseded": by is not None}
 
     def _queued(self, write_id: str, reason: str) -> dict:
         """The answer for a queued write: how many go before it and, while draining, how long that takes."""

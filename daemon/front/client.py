@@ -180,10 +180,12 @@ class DaemonClient:
         run_id: str | None = None,
         actor_id: str | None = None,
         metadata: dict | None = None,
+        supersedes: str | None = None,
     ) -> dict:
         """An L4 write; what is left None the daemon decides (type, placement, lifetime, infer).
 
-        ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning).
+        ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
+        ``supersedes`` names a memory the new one replaces (kept, marked superseded, out of searches).
         """
         fields = {
             "user_id": user_id,
@@ -197,6 +199,7 @@ class DaemonClient:
             "infer": infer,
             "write_id": write_id,
             "role": role,
+            "supersedes": supersedes,
         }
         body = {"agent": agent, "text": text, **{k: v for k, v in fields.items() if v is not None}}
         return self._request("POST", "/v1/memories", json=body)
@@ -211,6 +214,7 @@ class DaemonClient:
         threshold: float | None = None,
         explain: bool = False,
         show_expired: bool = False,
+        show_superseded: bool = False,
     ) -> MemoryAnswer:
         """An L4 search; ``filters`` in mem0's language narrow what the agent may read (never widen it);
         ``threshold`` drops results under that relevance (0-1); ``explain`` says why each was returned."""
@@ -224,14 +228,23 @@ class DaemonClient:
             body["explain"] = True
         if show_expired:
             body["show_expired"] = True
+        if show_superseded:
+            body["show_superseded"] = True
         return self._request("POST", "/v1/memories/search", json=body)
 
     def get_all(
-        self, agent: str, limit: int = L4_PAGE.default, cursor: str | None = None, filters: dict | None = None
+        self,
+        agent: str,
+        limit: int = L4_PAGE.default,
+        cursor: str | None = None,
+        filters: dict | None = None,
+        show_superseded: bool = False,
+        show_expired: bool = False,
     ) -> MemoryAnswer:
-        params = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, Any] = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}
         if filters:
             params["filters"] = _json.dumps(filters, ensure_ascii=False)
+        params.update({k: True for k, v in (("show_superseded", show_superseded), ("show_expired", show_expired)) if v})
         return self._request("GET", "/v1/memories", params=params)
 
     def get(self, agent: str, memory_id: str) -> dict:

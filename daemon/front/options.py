@@ -162,6 +162,17 @@ def placement(memory: Mapping[str, Any]) -> str:
     return memory["visibility"] + (f":{memory['project_id']}" if memory.get("project_id") else "")
 
 
+def lifecycle_note(memory: Mapping[str, Any]) -> str:
+    """What a listing adds about a memory's validity (nothing for a plain valid one)."""
+    state = memory.get("state")
+    if state == "superseded":
+        by = memory.get("superseded_by")
+        return f", SUPERSEDED {(memory.get('invalid_at') or '')[:10]}" + (f" by {by}" if by else "")
+    if state == "archived":
+        return f", ARCHIVED {(memory.get('archived') or '')[:10]}"
+    return ""
+
+
 def conversation_failed(exc: Exception) -> click.ClickException:
     from daemon.front.client import DaemonUnavailableError
 

@@ -9,7 +9,10 @@ What is expired, in priority order (the seed's rule, without its three bugs):
 Permanent types (no retention, no date) are never deleted by age.  With
 ``max_age_days`` the cleanup is forced: for the types that expire, N days
 replaces their retention *in addition to* their dates, and permanent types are
-touched only when ``include_permanent`` is also given.  The seed's script let
+touched only when ``include_permanent`` is also given.  A forced cleanup never
+deletes a memory that a valid memory still points at (it was superseded by one
+that is not itself superseded: layers/conversation/validity.py) before its own
+date or retention ends: the chain of what replaced what stays whole.  The seed's script let
 its default ``--max-age-days`` silently override every type's retention, judged
 expiry by write time instead of ``expiration_date``, and called delete wrongly;
 the tests name each of those.
@@ -47,12 +50,18 @@ class CleanupStore(Protocol):
 
     def delete_ids(self, ids: list[str]) -> None: ...
 
+    def states(self, ids: list[str]) -> dict[str, str]: ...  # valid / superseded / archived of those that exist
+
 
 @dataclass(frozen=True)
 class Rules:
     retention_days: Mapping[str, int | None]
     max_age_days: int | None = None
     include_permanent: bool = False
+
+    def own_verdict(self, memory: Mapping, now: datetime) -> str | None:
+        """Why ``memory`` is expired by its own date or its type's retention (no forcing), or None."""
+        return Rules(self.retention_days).verdict(memory, now)
 
     def verdict(self, memory: Mapping, now: datetime) -> str | None:
         """Why ``memory`` is expired at ``now``, or None when it is not."""
@@ -104,6 +113,7 @@ class CleanupReport:
     scanned: int = 0
     expired: int = 0
     deleted: int = 0
+    kept_in_chain: int = 0  # forced out by age, kept: a valid memory supersedes it and its own time has not come
     errors: list[str] = field(default_factory=list)
     by_type: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))
     by_visibility: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))
@@ -114,6 +124,7 @@ class CleanupReport:
             "scanned": self.scanned,
             "expired": self.expired,
             "deleted": self.deleted,
+            "kept_in_chain": self.kept_in_chain,
             "errors": list(self.errors),
             "by_type": {k: vars(v) for k, v in sorted(self.by_type.items())},
             "by_visibility": {k: vars(v) for k, v in sorted(self.by_visibility.items())},
@@ -144,6 +155,26 @@ def _pages(store: CleanupStore, selection: Selection) -> Iterator[list[dict]]:
             return
 
 
+def _kept_in_chain(store: CleanupStore, rules: Rules, page: list[dict], now: datetime) -> dict[str, str]:
+    """The memories of ``page`` a forced cleanup must keep, each with why: superseded by a memory that is valid
+    (present and not itself superseded) while their own date or retention has not ended (one lookup a page)."""
+    if rules.max_age_days is None:
+        return {}
+    candidates = {
+        m["id"]: m["superseded_by"]
+        for m in page
+        if m.get("superseded_by") and rules.verdict(m, now) is not None and rules.own_verdict(m, now) is None
+    }
+    if not candidates:
+        return {}
+    states = store.states(sorted(set(candidates.values())))
+    return {
+        memory_id: f"superseded by {by}, which is valid: kept until its own expiry"
+        for memory_id, by in candidates.items()
+        if states.get(by) in ("valid", "archived")
+    }
+
+
 def run_cleanup(
     store: CleanupStore,
     rules: Rules,
@@ -163,12 +194,17 @@ def run_cleanup(
     report = CleanupReport("execute" if execute else "dry-run")
     expired: list[tuple[dict, str]] = []
     for page in _pages(store, selection):
+        pointed_at = _kept_in_chain(store, rules, page, now)
         for memory in page:
             kind, visibility = memory.get("memory_type") or "unknown", memory.get("visibility") or "unknown"
             report.scanned += 1
             report.by_type[kind].scanned += 1
             report.by_visibility[visibility].scanned += 1
             reason = rules.verdict(memory, now)
+            if reason is not None and memory.get("id") in pointed_at:
+                report.kept_in_chain += 1
+                audit({**audit_entry(memory, reason, deleted=False), "event": "kept", "why": pointed_at[memory["id"]]})
+                continue
             if reason is None:
                 continue
             report.expired += 1

@@ -41,11 +41,13 @@ import warnings
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from layers.conversation import validity
 from layers.conversation.filters import engine_part, has_text_match, matches, restrict, to_qdrant
 from layers.conversation.metadata import custom_of
 from layers.conversation.policy import Phase
@@ -54,7 +56,19 @@ from layers.fsutil import atomic_write
 log = logging.getLogger(__name__)
 
 # Payload fields we filter on; a remote server and an Edge shard get an index for each.
-KEYWORD_FIELDS = ("agent_id", "visibility", "project_id", "memory_type", "write_id", "user_id", "run_id", "actor_id")
+# ``state`` and ``superseded_by``: a memory's validity (layers/conversation/validity.py), filtered inside the query.
+KEYWORD_FIELDS = (
+    "agent_id",
+    "visibility",
+    "project_id",
+    "memory_type",
+    "write_id",
+    "user_id",
+    "run_id",
+    "actor_id",
+    validity.STATE,
+    validity.SUPERSEDED_BY,
+)
 EXPIRY_FIELD = "expires_at"
 # The embedded backend's engines: Qdrant Edge (HNSW, payload indexes, a WAL) or, for migration
 # from it, qdrant-client's local mode (brute force in Python, a SQLite file of pickled points).
@@ -138,6 +152,7 @@ class NewMemory:
             "visibility": self.visibility,
             "memory_type": self.memory_type,
             "created_at": self.created_at,
+            validity.VALID_FROM: self.created_at,
         }
         if self.project_id:
             meta["project_id"] = self.project_id
@@ -216,6 +231,7 @@ def memory_view(memory_id: str, payload: dict, score: float | None = None) -> di
         "actor_id": payload.get("actor_id"),
         "metadata": custom_of(payload),
         "write_id": payload.get("write_id"),
+        **validity.window(payload),
         "score": None if score is None else round(float(score), 4),
         "source": "conversation",
     }
@@ -731,6 +747,8 @@ class ConversationStore:
         include_expired: bool = False,
         threshold: float = 0.0,
         explain: bool = False,
+        show_superseded: bool = False,
+        show_archived: bool = False,
     ) -> list[dict]:
         """Each phase searched on its own (``filters``, mem0's language, ANDed with it), merged by score,
         de-duplicated by content hash.
@@ -744,16 +762,19 @@ class ConversationStore:
         the local e5 model in layers/local/vectors.py), so that ``threshold`` means what it means in mem0;
         an embedder without one gives the cosine clamped to [0, 1], as mem0's stores do.  ``explain`` adds
         ``score_details`` (the phase, the visibility filter's verdict, the cosine, the relevance).
+        Superseded and archived memories are left out inside each query (layers/conversation/validity.py)
+        unless ``show_superseded`` / ``show_archived``.
         """
         mem0, _ = self._require()
         now = time.time()
         text_match = has_text_match(filters)
         fetch = min(max(4 * limit, 100), 1000) if text_match else limit  # substring checks drop candidates
         found: list[dict] = []
+        hidden = validity.hidden_states(show_superseded, show_archived)
         with _translate_errors("search"), self._optimize_held():
             vector = mem0.embedding_model.embed(query, "search")
             for phase in phases:
-                combined = restrict(self._phase_filter_dict(phase, include_expired, now), filters)
+                combined = restrict(self._phase_filter_dict(phase, include_expired, now, hidden), filters)
                 for point_id, payload, cosine in self._nearest(mem0, query, vector, engine_part(combined), fetch):
                     if text_match and not matches(payload, combined):
                         continue
@@ -805,15 +826,22 @@ class ConversationStore:
         reading = getattr(self._client, "reading", None) if self.settings.on_edge else None
         return reading() if reading is not None else nullcontext()
 
-    def _phase_filter_dict(self, phase: Phase, include_expired: bool, now: float) -> dict:
-        """The phase in mem0's filter form (what an Edge shard is queried with)."""
+    def _phase_filter_dict(
+        self, phase: Phase, include_expired: bool, now: float, hidden: Sequence[str] = validity.HIDDEN_BY_DEFAULT
+    ) -> dict:
+        """The phase in mem0's filter form (what an Edge shard is queried with), ``hidden`` states left out."""
         filters: dict = {"visibility": phase.visibility}
         if phase.owner:
             filters["agent_id"] = phase.owner
         if phase.visibility == "project":
             filters["project_id"] = {"in": list(phase.projects)}
+        excluded: list[dict] = []
         if not include_expired:
-            filters["NOT"] = [{EXPIRY_FIELD: {"lt": now}}]
+            excluded.append({EXPIRY_FIELD: {"lt": now}})
+        if hidden:
+            excluded.append({validity.STATE: {"in": list(hidden)}})
+        if excluded:
+            filters["NOT"] = excluded
         return filters
 
     def _phase_filter(self, phase: Phase, include_expired: bool, now: float, filters: dict | None = None):
@@ -827,18 +855,23 @@ class ConversationStore:
         cursor: str | None = None,
         include_expired: bool = False,
         filters: dict | None = None,
+        show_superseded: bool = False,
+        show_archived: bool = False,
     ) -> tuple[builtins.list[dict], str | None]:
-        """One page of the memories the phases allow (and ``filters`` match); the cursor resumes where it ended."""
+        """One page of the memories the phases allow (and ``filters`` match); the cursor resumes where it ended.
+
+        Superseded and archived memories only with ``show_superseded`` / ``show_archived``, as in a search."""
         client = self._client_only()
         phase_index, offset = 0, None
         if cursor:
             phase_index, offset = _parse_cursor(cursor, len(phases))
         now = time.time()
         text_match = has_text_match(filters)
+        hidden = validity.hidden_states(show_superseded, show_archived)
         page: list[dict] = []
         with _translate_errors("list"):
             while phase_index < len(phases) and len(page) < limit:
-                combined = restrict(self._phase_filter_dict(phases[phase_index], include_expired, now), filters)
+                combined = restrict(self._phase_filter_dict(phases[phase_index], include_expired, now, hidden), filters)
                 engine = engine_part(combined)
                 if self.settings.on_edge:
                     if client is None:
@@ -944,12 +977,103 @@ class ConversationStore:
         it as it is.
         """
         mem0, _ = self._require()
+        metadata: dict[str, Any] = {validity.VALID_FROM: _now_iso()}  # the new text is true from now
         options: dict = {}
         if expiration is not None:
-            options = {"metadata": {EXPIRY_FIELD: expiration[1]}, "expiration_date": expiration[0]}
+            metadata[EXPIRY_FIELD] = expiration[1]
+            options = {"expiration_date": expiration[0]}
         with _translate_errors("update"):
-            mem0.update(memory_id, text=text, **options)
+            mem0.update(memory_id, text=text, metadata=metadata, **options)
         self.upkeep()
+
+    # ------------------------------------------------------------ validity (layers/conversation/validity.py)
+
+    def supersede(self, old_ids: Sequence[str], by_id: str, at: str) -> None:
+        """Mark ``old_ids`` superseded by ``by_id`` at ``at`` (ISO 8601): one payload write for all of them.
+
+        The one primitive a change of what is true goes through (``add(..., supersedes=ID)``, a
+        consolidation merging several memories into one): on Edge a single engine update (one WAL
+        record: all the points or none), on a server one ``set_payload`` request.  Who may supersede
+        what is the caller's to decide; this only writes.  :meth:`restore_fields` undoes it.
+        """
+        ids = [str(i) for i in old_ids if str(i) != str(by_id)]
+        if not ids:
+            return
+        self._set_payload_of(ids, validity.supersede_payload(str(by_id), at), "supersede")
+
+    def restore_fields(self, memory_id: str, fields: dict[str, Any]) -> bool:
+        """Put lifecycle fields of one memory back as they were (None removes one): undoes a supersede or an
+        archive.  One write of the whole payload; False when there is no such memory.
+
+        Only :data:`validity.LIFECYCLE_FIELDS` (ValueError for any other): a restore re-validates a memory,
+        it never re-owns, re-places or re-words it.
+        """
+        current = self._payloads([memory_id]).get(str(memory_id))
+        if current is None:
+            return False
+        payload = validity.restored_payload(current, fields)
+        if self.settings.on_edge:
+            shard = self._edge()
+            with _translate_errors("restore"):
+                shard.replace_payload(str(memory_id), payload)
+            self.upkeep()
+            return True
+        client = self._client_only()
+        with _translate_errors("restore"):
+            client.overwrite_payload(self.settings.collection, payload=payload, points=[str(memory_id)], wait=True)
+        return True
+
+    def states(self, memory_ids: Sequence[str]) -> dict[str, str]:
+        """``valid`` / ``superseded`` / ``archived`` of each of ``memory_ids`` that exists (one lookup)."""
+        return {i: validity.state_of(p) for i, p in self._payloads(memory_ids, [validity.STATE]).items()}
+
+    def predecessors(self, memory_id: str, limit: int = 64) -> builtins.list[dict]:
+        """The memories ``memory_id`` superseded (their ``superseded_by`` names it), oldest first."""
+        wanted = {validity.SUPERSEDED_BY: str(memory_id)}
+        if self.settings.on_edge:
+            shard = self._edge()
+            if shard is None:
+                return []
+            with _translate_errors("history"):
+                points, _ = shard.scroll(wanted, limit=limit)
+        else:
+            client = self._client_only()
+            with _translate_errors("history"):
+                points, _ = client.scroll(
+                    self.settings.collection, scroll_filter=to_qdrant(wanted), limit=limit, with_payload=True
+                )
+        views = [memory_view(p.id, p.payload or {}) for p in points]
+        return sorted(views, key=lambda v: (v.get("invalid_at") or "", v.get("created_at") or ""))
+
+    def _payloads(self, memory_ids: Sequence[str], fields: builtins.list[str] | None = None) -> dict[str, dict]:
+        """The payloads (or ``fields`` of them) of the memories among ``memory_ids`` that exist."""
+        ids = [str(i) for i in memory_ids]
+        if not ids:
+            return {}
+        selector: bool | builtins.list[str] = fields if fields else True
+        if self.settings.on_edge:
+            shard = self._edge()
+            if shard is None:
+                return {}
+            with _translate_errors("get"):
+                return {h.id: h.payload for h in shard.retrieve(ids, with_payload=selector)}
+        client = self._client_only()
+        with _translate_errors("get"):
+            points = client.retrieve(self.settings.collection, ids=ids, with_payload=selector)
+        return {str(p.id): p.payload or {} for p in points}
+
+    def _set_payload_of(self, ids: builtins.list[str], payload: dict[str, Any], what: str) -> None:
+        if self.settings.on_edge:
+            shard = self._edge()
+            if shard is None:
+                return
+            with _translate_errors(what):
+                shard.set_payload_of(ids, payload)
+            self.upkeep()
+            return
+        client = self._client_only()
+        with _translate_errors(what):
+            client.set_payload(self.settings.collection, payload=payload, points=ids, wait=True)
 
     def history(self, memory_id: str) -> builtins.list[dict]:
         """mem0's history of one memory: its ADD/UPDATE/DELETE events, oldest first."""
@@ -985,6 +1109,10 @@ class ConversationStore:
             if expires_at is None or expires_at >= now:
                 found.append((memory_view(hit.id, payload), float(hit.score)))
         return found
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _history_in_wal_mode(connection: sqlite3.Connection) -> None:

@@ -176,7 +176,13 @@ SETUP = {
     for name in ("agent", "workspace", "socket", "config", "timeout", "json")
 }
 # mem0's metadata keys on Memory.add, as the API's fields
-METADATA_AS = {"visibility": "visibility", "project_id": "project", "expiration_date": "expires", "memory_type": "type"}
+METADATA_AS = {
+    "visibility": "visibility",
+    "project_id": "project",
+    "expiration_date": "expires",
+    "memory_type": "type",
+    "supersedes": "supersedes",
+}
 
 
 def _command(name: str) -> argparse.ArgumentParser:
@@ -227,12 +233,12 @@ def test_what_it_sends_is_the_schemas_fields(tmp_path_factory, monkeypatch):
         argv = [a for name, flag in flags.items() for a in (flag, str(SAMPLES[name]))]
         argv += ["--no-infer" if SAMPLES["infer"] is False else "--infer", "--write-id", str(SAMPLES["write_id"])]
         argv += ["--user-id", SAMPLES["user_id"], "--run-id", SAMPLES["run_id"], "--actor-id", SAMPLES["actor_id"]]
-        argv += ["--metadata", json.dumps(SAMPLES["metadata"])]
+        argv += ["--metadata", json.dumps(SAMPLES["metadata"]), "--supersedes", SAMPLES["supersedes"]]
         common = ["--socket", str(sock), "--agent", "main"]
         sent = recorder.one(lambda: mem0_client.main([*common, "add", SAMPLES["text"], *argv]))
         assert parsed(AddRequest, sent) == {k: SAMPLES[k] for k in ADD if k != "role"}
         search = ["search", SAMPLES["q"], "--limit", "7", "--no-fallback", "--filters", filters_json]
-        search += ["--threshold", "0.3", "--explain", "--show-expired"]
+        search += ["--threshold", "0.3", "--explain", "--show-expired", "--show-superseded"]
         sent = recorder.one(lambda: mem0_client.main([*common, *search]))
         assert parsed(MemorySearchRequest, sent) == {k: SAMPLES[k] for k in L4_SEARCH}
 
