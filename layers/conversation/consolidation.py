@@ -11,9 +11,12 @@ summaries added and the memories superseded; the payloads after are read back (`
 crash between the two leaves a report in state ``applying`` that undo handles as well as an
 applied one.
 
-Undo restores each touched memory's payload exactly as ``before`` holds it and deletes the
-memories the run added, after checking that nothing changed them since the run (``--force``
-restores anyway).  Vectors are never touched by a run, so payloads are the whole state.
+Undo puts back each touched memory's lifecycle fields (``state``, ``invalid_at``,
+``superseded_by``, the validity window: all a run ever changes on a memory) as ``before`` holds
+them, and deletes the memories the run added, after checking that nothing changed them since the
+run; then every payload is again exactly what ``before`` holds.  ``force`` puts the validity back
+over later changes too, keeping those changes (a later edit's text stays).  Vectors are never
+touched by a run, so payloads are the whole state.
 
 Nothing here knows where reports are kept or who may run this; the daemon decides both.
 """
@@ -26,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Protocol, TypeVar
 
+from layers.conversation import validity
 from layers.conversation.consolidation_plan import (
     MAX_CONFLICT_GROUP,
     SUMMARY_TYPE,
@@ -58,7 +62,7 @@ class BatchStore(Protocol):
 
     def supersede(self, old_ids: Sequence[str], by_id: str, at: str) -> None: ...
 
-    def restore_payloads(self, payloads: Mapping[str, Mapping]) -> None: ...
+    def restore_validity(self, payloads: Mapping[str, Mapping]) -> None: ...
 
     def add_memories(self, memories: Sequence[NewMemory]) -> list[str]: ...
 
@@ -330,12 +334,20 @@ def _undo(batch: BatchStore, report: dict, force: bool) -> dict:
         )
     restore = {i: p for i, p in before.items() if current.get(i) != p}
     if restore:
-        batch.restore_payloads(restore)
+        batch.restore_validity(restore)
     present = [i for i in created if i in current]
     if present:
         batch.delete_ids(present)
     check = batch.payloads(sorted({*before, *created}))
-    differ = [i for i, p in before.items() if check.get(i) != p] + [i for i in created if i in check]
+    differ = [i for i, p in before.items() if _compared(check.get(i), force) != _compared(p, force)]
+    differ += [i for i in created if i in check]
     if differ:
         raise UndoRefused(f"undo left {len(differ)} memories not as before the run: {', '.join(differ[:5])}")
     return {"at": iso_now(), "restored": len(restore), "deleted": len(present), "forced": bool(changed)}
+
+
+def _compared(payload: Mapping | None, lifecycle_only: bool) -> object:
+    """What undo checks it put back: the whole payload, or (forced over later edits) its lifecycle fields."""
+    if payload is None or not lifecycle_only:
+        return payload
+    return {name: payload.get(name) for name in validity.LIFECYCLE_FIELDS}

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from layers.conversation import calibration
+from layers.conversation import calibration, validity
 from layers.conversation.sameness import distinct_reason, normalised, tokens
 
 SCOPE_FIELDS = ("agent_id", "visibility", "project_id", "memory_type", "user_id", "run_id")
@@ -78,8 +78,8 @@ def scope_of(payload: Mapping[str, Any]) -> tuple[str | None, ...]:
 
 
 def is_valid(payload: Mapping[str, Any], now: float) -> bool:
-    """Still in force: not superseded, not archived, not past its expiry."""
-    if payload.get("invalid_at") or payload.get("superseded_by") or payload.get("archived"):
+    """Still in force and in use: not superseded, not archived (decayed), not past its expiry."""
+    if validity.state_of(payload) != validity.VALID or payload.get(validity.SUPERSEDED_BY):
         return False
     expires_at = payload.get("expires_at")
     return not (isinstance(expires_at, int | float) and expires_at < now)

@@ -1,10 +1,11 @@
-"""The store as consolidation uses it: raw payloads with their vectors, supersede, exact restore.
+"""The store as consolidation uses it: raw payloads with their vectors, supersede, restore.
 
 Consolidation compares payloads point by point (undo must give back exactly what was there), so
-this face reads and writes payloads as the engine holds them, not the caller's view
-(``memory_view``), and reads the vectors the store was written with rather than embedding again:
-the cosines are then the ones the store's own searches see.  It works over the Edge shard and
-over a remote Qdrant collection alike.
+this face reads payloads as the engine holds them, not the caller's view (``memory_view``), and
+reads the vectors the store was written with rather than embedding again: the cosines are then
+the ones the store's own searches see.  Superseding and putting validity back go through the
+store's own primitives (``supersede``, ``restore_fields``: layers/conversation/validity.py).  It
+works over the Edge shard and over a remote Qdrant collection alike.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+from layers.conversation import validity
 from layers.conversation.consolidation_plan import Stored
 from layers.conversation.store import ConversationStore, NewMemory, StoreRequestError, _translate_errors
 
@@ -76,16 +78,19 @@ class StoreFace:
     # ------------------------------------------------------------ writes
 
     def supersede(self, old_ids: Sequence[str], by_id: str, at: str) -> None:
-        """``old_ids`` no longer valid from ``at``, replaced by ``by_id`` (their other fields kept)."""
-        current = self.payloads(old_ids)
-        missing = [i for i in old_ids if i not in current]
-        if missing:
-            raise StoreRequestError(f"consolidation: no memory {missing[0]} to supersede")
-        self._write({i: {**current[i], "invalid_at": at, "superseded_by": by_id} for i in old_ids})
+        """The store's one primitive for it: one engine update for all of ``old_ids`` (all or none)."""
+        self.store.supersede(list(old_ids), by_id, at)
 
-    def restore_payloads(self, payloads: Mapping[str, Mapping]) -> None:
-        """Each point's payload replaced by exactly the one given (keys it did not have are gone)."""
-        self._write(payloads)
+    def restore_validity(self, payloads: Mapping[str, Mapping]) -> None:
+        """Each memory's lifecycle fields put back as in ``payloads`` (a field absent there is removed).
+
+        Through the store's ``restore_fields``: only what a run changes (state, validity window) can
+        be put back this way, never a memory's text, owner or place.
+        """
+        for memory_id, payload in payloads.items():
+            fields = {name: payload.get(name) for name in validity.LIFECYCLE_FIELDS}
+            if not self.store.restore_fields(memory_id, fields):
+                raise StoreRequestError(f"consolidation undo: memory {memory_id} is gone")
 
     def add_memories(self, memories: Sequence[NewMemory]) -> list[str]:
         results = self.store.add_batch(list(memories))
@@ -99,20 +104,6 @@ class StoreFace:
 
     def exclusive(self, fn: Callable[[StoreFace], T]) -> T:
         return fn(self)
-
-    def _write(self, payloads: Mapping[str, Mapping]) -> None:
-        """Each point's whole payload written as given."""
-        store = self.store
-        client = store._client_only()
-        with _translate_errors("consolidation write"):
-            for memory_id, payload in payloads.items():
-                if store.settings.on_edge:
-                    client.replace_payload(memory_id, dict(payload))
-                else:
-                    client.overwrite_payload(
-                        store.settings.collection, payload=dict(payload), points=[memory_id], wait=True
-                    )
-        store.upkeep()
 
 
 def _vector(value) -> list[float] | None:

@@ -86,6 +86,13 @@ def test_plan_apply_and_undo_through_the_daemon(root, daemons):
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE((folder / f"{done['run_id']}.json").stat().st_mode) == 0o600
     assert set(report["before"]) == set(report["after"]) and all(p["superseded_by"] for p in report["after"].values())
+    with DaemonClient(daemon.socket, timeout=60, token=token_of(tmp_path, "a")) as client:
+        found = client.memory_search("a", "Qdrant 6333 端口", limit=20)["results"]
+        listed = {m["id"] for m in client.get_all("a", limit=100)["results"]}
+        chain = client.get_all("a", limit=100, show_superseded=True)["results"]
+    superseded = {i for i, p in report["before"].items() if p["agent_id"] == "a"}
+    assert len(superseded) == 2 and not {m["id"] for m in found} & superseded, "search leaves superseded ones out"
+    assert not listed & superseded and superseded <= {m["id"] for m in chain}
     listed = run_cli("consolidate", "--list", config=config).stdout
     assert done["run_id"] in listed and refused["run_id"] in listed and "refused" in listed
 

@@ -193,14 +193,20 @@ def test_undo_refuses_to_overwrite_a_later_change_unless_forced(store, memories)
     report, _ = run(store)
     (gone,) = report["actions"][0]["ids"]
     face = StoreFace(store)
-    later = {**face.payloads([gone])[gone], "note": "edited after the run"}
-    face.restore_payloads({gone: later})
+    store.update(gone, "the build runs on kestrel, edited after the run")  # a later change of its text
+    edited = face.payloads([gone])[gone]
 
     with pytest.raises(UndoRefused, match="1 memories changed since run"):
         undo(face, report, save=lambda r: None)
-    assert face.payloads([gone])[gone] == later
-    undo(face, report, save=lambda r: None, force=True)
-    assert snapshot(store) == before
+    assert face.payloads([gone])[gone] == edited
+    result = undo(face, report, save=lambda r: None, force=True)
+
+    assert result["forced"] and result["restored"] == 1
+    now = face.payloads([gone])[gone]
+    assert now["data"] == "the build runs on kestrel, edited after the run", "a forced undo keeps later edits"
+    assert "state" not in now and "superseded_by" not in now and now["valid_from"] == before[gone]["valid_from"]
+    others = {i: p for i, p in snapshot(store).items() if i != gone}
+    assert others == {i: p for i, p in before.items() if i != gone}
 
 
 @pytest.fixture
