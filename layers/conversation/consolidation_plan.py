@@ -292,15 +292,21 @@ class Planner:
             return
         t = self.thresholds
         floor = min(t.near, t.conflict, t.task_topic)
-        near = _neighbours(_unit([m.vector for m in memories]), floor)
+        unit = _unit([m.vector for m in memories])
+        near = _neighbours(unit, floor)
         keys = [normalised(m.text) for m in memories]
+        same_text: dict[str, list[int]] = defaultdict(list)
+        for i, key in enumerate(keys):
+            same_text[key].append(i)
         taken = [False] * len(memories)
         keepers: set[int] = set()
         for i, memory in enumerate(memories):
             if taken[i]:
                 continue
             found = []
-            for j, cosine in sorted(near[i].items()):
+            # the same text is a duplicate whatever its vector says (another embedder, another rounding)
+            candidates = {j: float(unit[i] @ unit[j]) for j in same_text[keys[i]] if j != i} | near[i]
+            for j, cosine in sorted(candidates.items()):
                 if taken[j]:
                     continue  # a leader before this one has it (the guard and cosine are symmetric)
                 exact = keys[j] == keys[i]

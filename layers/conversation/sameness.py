@@ -20,6 +20,7 @@ character (as L3 indexes it); Chinese numerals count as numbers where they count
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -189,9 +190,15 @@ def _word(text: str, start: int, raw: str) -> Iterator[Token]:
         yield Token(key, WORD)
 
 
+@functools.lru_cache(maxsize=65_536)
+def _tokens_of(text: str) -> tuple[Token, ...]:
+    """A consolidation compares each memory with many: its tokens are made once."""
+    return tuple(tokens(text))
+
+
 def distinct_reason(a: str, b: str) -> str | None:
     """Why ``a`` and ``b`` state different facts, or None when the guard sees one fact in both."""
-    left, right = list(tokens(a)), list(tokens(b))
+    left, right = _tokens_of(a), _tokens_of(b)
     kinds: dict[str, str] = {}
     for token in (*left, *right):  # a word that is an anchor on either side is one
         if kinds.get(token.key) not in ANCHORS:
