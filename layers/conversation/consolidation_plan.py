@@ -9,17 +9,22 @@ private, nor a memory into one another agent could not read, nor a 30-day task l
 permanent fact.  Only valid memories take part: superseded, archived and expired ones are left as
 they are.
 
-Within a scope the clustering is by leader: memories are taken best-kept first (the most words,
-then the newest, then the id), and each one not yet taken gathers every memory not yet taken that
-is an exact duplicate of it or a near one (cosine at least ``near_threshold`` and the guard of
-layers/conversation/sameness.py sees one fact).  Every member is so compared with its keeper
-itself, never reached through a chain of neighbours, where A~B and B~C could fold C into A
-though A and C state different facts.  The keeper is the one with the most words because the
-guard only lets words be *added* between duplicates: the longest holds what the others say.
+Within a scope, two memories are duplicates when their texts are the same (up to case, width,
+space and punctuation) or when their cosine is at least ``near_threshold`` and the guard of
+layers/conversation/sameness.py sees one fact.  Clusters are then chosen greedily: the memory
+that has the most duplicates not yet taken keeps, and they fold into it; ties go to the most
+words, then the newest, then the id (a rerun picks the same).  Every member is so a checked
+duplicate of its keeper itself, never reached through a chain of neighbours, where A~B and B~C
+could fold C into A though A and C state different facts.  The guard lets words be added on one
+side only, so a keeper's duplicates each say what it says and perhaps a few words more: when
+"X" has the restatements "Note: X" and "X, as before" (which are not duplicates of each other,
+their added words differing) X keeps, and the words only a restatement had stay in its
+superseded memory (history, ``show_superseded``), not in the valid one.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -300,35 +305,62 @@ class Planner:
             same_text[key].append(i)
         taken = [False] * len(memories)
         keepers: set[int] = set()
-        for i, memory in enumerate(memories):
+        folds = self._duplicates(memories, unit, near, keys, same_text)
+        # greedy by coverage (lazily re-counted): the keeper that folds the most goes first, the
+        # most words breaking a tie; every member is a checked duplicate of its keeper itself
+        heap = [(-len(folds[i]), i) for i in range(len(memories)) if folds[i]]
+        heapq.heapify(heap)
+        while heap:
+            count, i = heapq.heappop(heap)
             if taken[i]:
                 continue
-            found = []
-            # the same text is a duplicate whatever its vector says (another embedder, another rounding)
-            candidates = {j: float(unit[i] @ unit[j]) for j in same_text[keys[i]] if j != i} | near[i]
-            for j, cosine in sorted(candidates.items()):
-                if taken[j]:
-                    continue  # a leader before this one has it (the guard and cosine are symmetric)
-                exact = keys[j] == keys[i]
-                if exact or (cosine >= t.near and distinct_reason(memory.text, memories[j].text) is None):
-                    found.append(Member(memories[j].id, memories[j].text, cosine, exact=exact))
-                    taken[j] = True
-            if found:
-                taken[i] = True
-                keepers.add(i)
-                self._cluster(
-                    "exact" if all(m.exact for m in found) else "near",
-                    scope,
-                    memory,
-                    found,
-                    "fold",
-                    superseded={m.id: memory.id for m in found},
-                )
+            live = [j for j in folds[i] if not taken[j]]
+            if len(live) != -count:
+                if live:
+                    heapq.heappush(heap, (-len(live), i))
+                continue
+            found = [
+                Member(memories[j].id, memories[j].text, folds[i][j], exact=keys[j] == keys[i]) for j in sorted(live)
+            ]
+            taken[i] = True
+            keepers.add(i)
+            for j in live:
+                taken[j] = True
+            self._cluster(
+                "exact" if all(m.exact for m in found) else "near",
+                scope,
+                memories[i],
+                found,
+                "fold",
+                superseded={m.id: memories[i].id for m in found},
+            )
         kept = [i for i, used in enumerate(taken) if not used or i in keepers]
         if scope.get("memory_type") == TASK_TYPE:
             self._tasks(scope, memories, near, kept)  # logs of events: two of them never conflict
         else:
             self._conflicts(scope, memories, near, kept)
+
+    def _duplicates(
+        self,
+        memories: list[Stored],
+        unit: np.ndarray,
+        near: list[dict[int, float]],
+        keys: list[str],
+        same_text: dict[str, list[int]],
+    ) -> list[dict[int, float]]:
+        """For each memory, the others that are duplicates of it (symmetric), with their cosines.
+
+        The same text is a duplicate whatever its vector says (another embedder, another rounding);
+        a near one needs ``near`` and the guard.
+        """
+        folds: list[dict[int, float]] = [{} for _ in memories]
+        for i in range(len(memories)):
+            candidates = {j: float(unit[i] @ unit[j]) for j in same_text[keys[i]] if j > i}
+            candidates.update({j: c for j, c in near[i].items() if j > i and c >= self.thresholds.near})
+            for j, cosine in candidates.items():
+                if keys[i] == keys[j] or distinct_reason(memories[i].text, memories[j].text) is None:
+                    folds[i][j] = folds[j][i] = cosine
+        return folds
 
     def _cluster(self, kind: str, scope: dict, keeper: Stored | None, members: list[Member], action: str, **extra):
         head = [Member(keeper.id, keeper.text, 1.0)] if keeper is not None else []
