@@ -194,9 +194,10 @@ def consolidate_cmd(ctx, dry_run, execute, undo_run, force, list_runs, agent_id,
 
     Memories are compared only within one scope (the same agent, visibility, project, type,
     user_id and run_id): never across agents, never across visibility.  Exact and near
-    duplicates (cosine >= 0.94 on the store's own vectors, and the same numbers, dates,
-    weekdays, names and identifiers, no word replaced) fold into the one with the most words;
-    the others are superseded (invalid_at, superseded_by), not deleted.  Near-identical
+    duplicates (cosine >= 0.90 on the store's own vectors, and the same words: the same
+    numbers, dates, weekdays, names and identifiers, none replaced, at most a note or a
+    confirmation set apart, "记一下：…", "…, as before") fold into the one that has the most
+    of them; the others are superseded (invalid_at, superseded_by), not deleted.  Near-identical
     statements that differ in a value (6333 / 6334, 周三 / 周四) are flagged as conflicts; with
     conversation.llm configured the LLM says which are outdated, and groups of task_log
     memories become one knowledge memory.  Without an LLM both are only reported.

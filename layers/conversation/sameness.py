@@ -88,8 +88,18 @@ _MONTHS_EN = {
     for name in names
 }
 _NEGATIONS = {"not", "no", "never", "none", "nothing", "nobody", "nor", "cannot", "without", *"不没无無未非别莫勿否甭"}
+# What may set a restatement's added clause apart from the statement, and what may trail it.
+_BREAK = re.compile(r"[,，:：;；(（)）\[\]【】「」『』—–…、.。!！?？]|\s-\s")
+# What a restatement's added clause may be made of: note markers and confirmations, which say
+# nothing of their own ("记一下：…", "Note: …", "…, as before", "…（已确认）", "…, confirmed").
+_FILLER_EN = {
+    *("note", "notes", "noted", "reminder", "remember", "fyi", "btw", "confirmed", "checked", "verified"),
+    *("again", "as", "before", "still", "same", "ok", "okay", "update", "updated", "please", "always", "keep"),
+    *("in", "mind", "recap", "so", "yes", "indeed", "also"),
+}
+_FILLER_ZH = set("记一下备注住已确认经过再次提醒意更新同仍照旧请留知悉收到好嗯对没错")
 # Words that carry no fact of their own: articles, the verb "be", Chinese sentence particles.
-_STOPWORDS = {"a", "an", "the", "is", "are", "was", "were", "be", "been", "am", *"的了吗呢啊吧呀嘛哦哈"}
+_STOPWORDS = {"a", "an", "the", "is", "are", "be", "am", *"的了吗呢啊吧呀嘛哦哈"}  # "was" is a fact of its own
 _SENTENCE_END = set(".!?:;。！？：；\n\"'“‘(（[【「")
 
 # Anchor kinds, strongest first: which difference the reason names when several differ.
@@ -102,6 +112,8 @@ ANCHORS = (WEEKDAY, DATE, NUMBER, MONTH, IDENT, NEGATION)
 class Token:
     key: str  # what is compared: lower-cased, numbers normalised, weekdays canonical
     kind: str
+    start: int = 0  # where it is in the NFKC text (for what stands between two tokens)
+    end: int = 0
 
 
 def normalised(text: str) -> str:
@@ -148,46 +160,48 @@ def tokens(text: str) -> Iterator[Token]:
     """The tokens two memories are compared on, stop words left out."""
     text = unicodedata.normalize("NFKC", text)
     for match in _TOKEN.finditer(text):
-        raw = match.group()
+        raw, start, end = match.group(), match.start(), match.end()
         if match.lastgroup == "wd":
             day = raw[-1]
-            yield Token(f"weekday:{_WEEKDAYS_ZH.get(day, day)}", WEEKDAY)
+            yield Token(f"weekday:{_WEEKDAYS_ZH.get(day, day)}", WEEKDAY, start, end)
         elif match.lastgroup == "cn":
-            after = text[match.end() : match.end() + 1]
-            counted = len(raw) > 1 or after in _CN_MEASURES or text[match.start() - 1 : match.start()] == "第"
+            after = text[end : end + 1]
+            counted = len(raw) > 1 or after in _CN_MEASURES or text[start - 1 : start] == "第"
             if counted and _cn_number(raw) != raw:
-                yield Token(_cn_number(raw), NUMBER)
+                yield Token(_cn_number(raw), NUMBER, start, end)
             else:
-                for ch in raw:
-                    yield Token(ch, NEGATION if ch in _NEGATIONS else WORD)
+                for offset, ch in enumerate(raw):
+                    yield Token(ch, NEGATION if ch in _NEGATIONS else WORD, start + offset, start + offset + 1)
         elif match.lastgroup == "cjk":
             if raw not in _STOPWORDS:
-                yield Token(raw, NEGATION if raw in _NEGATIONS else WORD)
+                yield Token(raw, NEGATION if raw in _NEGATIONS else WORD, start, end)
         else:
-            yield from _word(text, match.start(), raw)
+            kind_key = _word(text, start, raw)
+            if kind_key is not None:
+                yield Token(kind_key[1], kind_key[0], start, end)
 
 
-def _word(text: str, start: int, raw: str) -> Iterator[Token]:
+def _word(text: str, start: int, raw: str) -> tuple[str, str] | None:
+    """(kind, key) of a word, None for a stop word."""
     key = raw.casefold()
     date = _DATE.match(raw)
     if date:
-        yield Token("date:" + "-".join(str(int(part)) for part in date.groups()), DATE)
-    elif _NUMBER.match(raw):
-        yield Token(_number(raw), NUMBER)
-    elif key in _WEEKDAYS_EN:
-        yield Token(f"weekday:{_WEEKDAYS_EN[key]}", WEEKDAY)
-    elif key in _MONTHS_EN:
-        yield Token(f"month:{_MONTHS_EN[key]}", MONTH)
-    elif key in _NEGATIONS or key.endswith(("n't", "n’t")):
-        yield Token(key, NEGATION)
-    elif key in _STOPWORDS:
-        return
-    elif re.search(r"[\d.\-/@:_]", raw) or any(ch.isupper() for ch in raw[1:]):
-        yield Token(key, IDENT)  # hosts, versions, paths, addresses, CamelCase, ALLCAPS
-    elif raw[0].isupper() and not _starts_sentence(text, start):
-        yield Token(key, IDENT)  # a name: capitalised inside a sentence
-    else:
-        yield Token(key, WORD)
+        return DATE, "date:" + "-".join(str(int(part)) for part in date.groups())
+    if _NUMBER.match(raw):
+        return NUMBER, _number(raw)
+    if key in _WEEKDAYS_EN:
+        return WEEKDAY, f"weekday:{_WEEKDAYS_EN[key]}"
+    if key in _MONTHS_EN:
+        return MONTH, f"month:{_MONTHS_EN[key]}"
+    if key in _NEGATIONS or key.endswith(("n't", "n’t")):
+        return NEGATION, key
+    if key in _STOPWORDS:
+        return None
+    if re.search(r"[\d.\-/@:_]", raw) or any(ch.isupper() for ch in raw[1:]):
+        return IDENT, key  # hosts, versions, paths, addresses, CamelCase, ALLCAPS
+    if raw[0].isupper() and not _starts_sentence(text, start):
+        return IDENT, key  # a name: capitalised inside a sentence
+    return WORD, key
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -212,12 +226,43 @@ def distinct_reason(a: str, b: str) -> str | None:
             return f"{kind} differs: {_show(a_side)} vs {_show(b_side)}"
     if only_a and only_b:
         return f"words differ: {_show(sorted(only_a))} vs {_show(sorted(only_b))}"
-    shared = keys_a & keys_b
-    order_a = [t.key for t in left if t.key in shared]
-    order_b = [t.key for t in right if t.key in shared]
-    if order_a != order_b:
+    return _added_apart(a, left, b, right)
+
+
+def _added_apart(a: str, left: tuple[Token, ...], b: str, right: tuple[Token, ...]) -> str | None:
+    """None when the longer text is the shorter one with a note or a confirmation set apart.
+
+    Words added *inside* a statement or run on into it change what it says ("服务器以前在北京机房",
+    "runs on kestrel only on weekends", "enabled in dev except for billing"), and a clause set
+    apart may state a fact of its own ("…；另外用户住在上海", "…; falcon is down") or qualify it
+    ("…，但技术问题要详细").  So a restatement may only add, set apart by punctuation, words that
+    say nothing of their own (``_FILLER_EN``, ``_FILLER_ZH``: "记一下：", "Note:", ", as before",
+    "（已确认）"): folding it into the statement then loses nothing.
+    """
+    (_, short_tokens), (long, long_tokens) = sorted(((a, left), (b, right)), key=lambda item: len(item[1]))
+    core = [t.key for t in short_tokens]
+    keys = [t.key for t in long_tokens]
+    if core == keys:
+        return None
+    if not core:
+        return "one of them says nothing the other could be compared on"
+    for start in range(len(keys) - len(core) + 1):
+        if keys[start : start + len(core)] != core:
+            continue
+        text = unicodedata.normalize("NFKC", long)
+        end = start + len(core)  # tokens before ``start`` and from ``end`` are the added clause(s)
+        if start and not _BREAK.search(text[long_tokens[start - 1].end : long_tokens[start].start]):
+            continue
+        if end < len(keys) and not _BREAK.search(text[long_tokens[end - 1].end : long_tokens[end].start]):
+            continue
+        added = [t.key for t in (*long_tokens[:start], *long_tokens[end:])]
+        saying = [k for k in added if k not in _FILLER_EN and k not in _FILLER_ZH]
+        if saying:
+            return f"the added clause says something of its own: {_show(saying)}"
+        return None
+    if set(core) == set(keys):
         return "the shared words come in another order"
-    return None
+    return "words are added inside the statement or run on into it"
 
 
 def _show(keys: list[str], most: int = 4) -> str:

@@ -35,17 +35,17 @@ def angle(degrees: float) -> list[float]:
 
 def test_each_member_is_compared_with_its_keeper_not_reached_through_a_chain():
     a = memory(1, "the build runs on kestrel", angle(0))  # with C: cosine 0.866, under the threshold
-    b = memory(2, "the build runs on kestrel nightly", angle(15))  # 0.966 with A and with C
-    c = memory(3, "the build runs on kestrel nightly again", angle(30))
+    b = memory(2, "Note: the build runs on kestrel", angle(15))  # 0.966 with A and with C
+    c = memory(3, "Note: the build runs on kestrel, confirmed", angle(30))
     # B has two duplicates (A, C), A and C one each: B keeps; A and C are each a duplicate of B itself
     assert plan([a, b, c]).superseded() == {"id-1": "id-2", "id-3": "id-2"}
     # with D beyond C, C has two duplicates (B, D) and the most words: it keeps them, and A, a
     # duplicate of B but not of C (0.866), stays valid rather than be folded through B
-    d = memory(4, "the build runs on kestrel nightly again today", angle(45))
+    d = memory(4, "Reminder: note: the build runs on kestrel, confirmed", angle(45))
     assert plan([a, b, c, d]).superseded() == {"id-2": "id-3", "id-4": "id-3"}
     close = memory(1, "the build runs on kestrel", angle(25))
     assert plan([close, b, c]).superseded() == {"id-1": "id-3", "id-2": "id-3"}
-    d = memory(4, "the build runs on falcon nightly again", angle(30))
+    d = memory(4, "Note: the build runs on falcon, confirmed", angle(30))
     assert "id-4" not in plan([close, b, c, d]).superseded()  # a word replaced: another fact
 
 

@@ -16,6 +16,8 @@ from layers.conversation.sameness import distinct_reason, normalised, tokens
         ("第三次部署", "第3次部署"),
         ("Qdrant 部署在 6333 端口", "记一下：Qdrant 部署在 6333 端口"),
         ("the build runs on kestrel", "the build runs on kestrel, as before"),
+        ("the cache is enabled in dev", "Reminder: the cache is enabled in dev (checked)"),
+        ("服务器在北京机房", "服务器在北京机房，记住"),
     ],
 )
 def test_restatements_are_one_fact(a, b):
@@ -37,6 +39,11 @@ def test_restatements_are_one_fact(a, b):
         ("服务器在北京", "服务器在上海", "words"),
         ("Alice reports to Bob", "Bob reports to Alice", "order"),
         ("port 6333", "port 6333 and 6334", "number"),
+        ("the API was on kestrel", "the API is on kestrel", "words"),
+        ("服务器在北京机房", "服务器以前在北京机房", "inside the statement"),
+        ("the build runs on kestrel", "the build runs on kestrel only on weekends", "run on"),
+        ("用户喜欢简洁的回答", "用户喜欢简洁的回答；另外用户住在上海", "of its own"),
+        ("用户喜欢简洁的回答", "用户喜欢简洁的回答，但技术问题要详细", "of its own"),
     ],
 )
 def test_distinct_facts_are_kept_apart_and_the_reason_names_what_differs(a, b, kind):
