@@ -2,7 +2,9 @@
 
 The population (seeded, so every run builds the same one): 75% distinct facts, most of them
 near-identical twins of others (the same sentence with another host, port, weekday, date, version,
-floor, name or state: "host kestrel-3 serves…" / "host kestrel-4 serves…"); 20% near-duplicates of
+floor, name or state: "host kestrel-3 serves…" / "host kestrel-4 serves…"), a tenth of them another
+fact with a qualifier or a fact of its own added ("… only on Fridays", "…，但 dev 除外",
+"…; falcon is down"); 20% near-duplicates of
 those facts (the same text re-sent with other punctuation, case or spacing, or restated with a
 filler added before or after: "记一下：…", "Note: …", "…, as before", "…（已确认）"); 5% superseded
 facts (an older value of a fact, replaced by it through the store's supersede, as
@@ -60,6 +62,7 @@ WEEKDAYS_ZH = ("周一", "周二", "周三", "周四", "周五")
 ENVS = ("staging", "prod", "dev")
 DRINKS = ("tea", "coffee", "juice", "water")
 PREFIXES = ("记一下：", "Note: ", "备注：", "Reminder: ")
+QUALIFIED = (" only on Fridays", "，但 {env} 除外", "; {host} is down", " except in {env}", "，以前在 {host}")
 SUFFIXES = ("（已确认）", ", as before", " — confirmed", "，记住", " (checked)")
 
 
@@ -128,8 +131,13 @@ def population(size: int, seed: int = 25) -> Population:
     clock = 1_780_000_000
     facts: list[tuple[NewMemory, str]] = []
     while len(facts) < n_facts:
-        text, _ = _fact(rng)
-        agent, (visibility, project), kind = rng.choice(AGENTS), rng.choice(PLACES), rng.choice(TYPES)
+        if facts and rng.random() < 0.1:  # a fact that qualifies another, in its scope: a fact of its own
+            base = rng.choice(facts)[0]
+            text = base.text + rng.choice(QUALIFIED).format(env=rng.choice(ENVS), host=rng.choice(HOSTS))
+            agent, visibility, project, kind = base.agent_id, base.visibility, base.project_id, base.memory_type
+        else:
+            text, _ = _fact(rng)
+            agent, (visibility, project), kind = rng.choice(AGENTS), rng.choice(PLACES), rng.choice(TYPES)
         key = f"{agent}/{visibility}/{kind}/{text}"
         if key in seen:
             continue
@@ -276,9 +284,10 @@ def run(size: int) -> None:
         foldable = sum(1 for k in kind_of.values() if k in ("fact", "duplicate")) - len(facts)
         folded = valid_before - len(valid)
         stale_untouched = all(after[ids[s]] == before[ids[s]] for s in pop.stale_of)
+        scanned = report["scanned"]
         print(
-            f"consolidate --execute: {run_s:.1f} s for {report['scanned']:,} memories "
-            f"({report['scanned'] / run_s:,.0f}/s; a bare scroll with vectors {scroll_s:.1f} s, x{run_s / scroll_s:.1f})"
+            f"consolidate --execute: {run_s:.1f} s for {scanned:,} memories ({scanned / run_s:,.0f}/s; "
+            f"a bare scroll with vectors {scroll_s:.1f} s, x{run_s / scroll_s:.1f})"
         )
         print(f"  valid memories: {valid_before:,} before, {len(valid):,} after")
         print(
