@@ -209,6 +209,7 @@ class ListParams(Request):
     filters: Annotated[JsonObject | None, Unset] = None  # JSON text in a query string
     show_superseded: Annotated[bool, _or(False)] = False
     show_expired: Annotated[bool, _or(False)] = False
+    show_archived: Annotated[bool, _or(False)] = False  # faded by disuse (decay): hidden, kept, restorable
 
 
 class DeleteAllParams(Request):
@@ -241,6 +242,7 @@ SCHEMAS: dict[tuple[str, str], type[Request]] = {
     ("DELETE", "/v1/memories/{memory_id}"): AgentParams,
     ("PUT", "/v1/memories/{memory_id}"): UpdateRequest,
     ("GET", "/v1/memories/{memory_id}/history"): AgentParams,
+    ("POST", "/v1/memories/{memory_id}/restore"): AgentParams,
     ("POST", "/v1/reindex"): ReindexRequest,
     ("POST", "/v1/admin/cleanup"): CleanupRequest,
     ("POST", "/v1/admin/backup"): BackupRequest,

@@ -391,6 +391,32 @@ class Writes:
         updated = self.reads.fetch(memory_id) or {**memory, "memory": text}
         return {**updated, "event": "UPDATE", "previous_memory": memory.get("memory")}
 
+    def restore(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        """Bring one of ``agent``'s own memories back to valid: out of the archive (decay), or un-superseded.
+
+        Archived: it is shown in searches again and its age counts from now (``restored_at``), so the
+        next cleanup does not archive it at once.  Superseded: the link to its replacement is removed
+        (both are valid then; the owner asked for it).  Refused (503) while the store is down.
+        """
+        memory = self._owned(agent, memory_id, admin, "restore")
+        state = memory.get("state") or validity.VALID
+        if state == validity.VALID:
+            return {**memory, "restored": False, "previous_state": state}
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        if state == validity.ARCHIVED:
+            fields = {validity.STATE: None, validity.ARCHIVED_AT: None, validity.RESTORED_AT: now}
+        else:
+            fields = {validity.STATE: None, validity.INVALID_AT: None, validity.SUPERSEDED_BY: None}
+        try:
+            self.thread.call("restore", lambda: self.thread.store.restore_fields(memory_id, fields))
+        except StoreDown as exc:
+            raise ConversationUnavailableError(not_changed(exc)) from None
+        self.audit.record(
+            "memory_restored", agent=agent, memory_id=memory_id, owner=memory.get("agent_id"), previous_state=state
+        )
+        restored = self.reads.fetch(memory_id) or memory
+        return {**restored, "restored": True, "previous_state": state}
+
     def delete_all(
         self,
         agent: str,

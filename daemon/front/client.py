@@ -240,11 +240,13 @@ class DaemonClient:
         filters: dict | None = None,
         show_superseded: bool = False,
         show_expired: bool = False,
+        show_archived: bool = False,
     ) -> MemoryAnswer:
         params: dict[str, Any] = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}
         if filters:
             params["filters"] = _json.dumps(filters, ensure_ascii=False)
-        params.update({k: True for k, v in (("show_superseded", show_superseded), ("show_expired", show_expired)) if v})
+        shown = {"show_superseded": show_superseded, "show_expired": show_expired, "show_archived": show_archived}
+        params.update({k: True for k, v in shown.items() if v})
         return self._request("GET", "/v1/memories", params=params)
 
     def get(self, agent: str, memory_id: str) -> dict:
@@ -256,6 +258,10 @@ class DaemonClient:
     def update(self, agent: str, memory_id: str, text: str, expires: str | None = None) -> dict:
         body = {"agent": agent, "text": text, **({"expires": expires} if expires else {})}
         return self._request("PUT", f"/v1/memories/{memory_id}", json=body)
+
+    def restore_memory(self, agent: str, memory_id: str) -> dict:
+        """Bring an archived (faded) or superseded memory of ``agent``'s back to valid."""
+        return self._request("POST", f"/v1/memories/{memory_id}/restore", params={"agent": agent})
 
     def history(self, agent: str, memory_id: str) -> dict:
         return self._request("GET", f"/v1/memories/{memory_id}/history", params={"agent": agent})

@@ -215,17 +215,19 @@ def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
 @click.option("--filters", type=JSON_OBJECT, metavar="JSON", help=FILTERS_HELP)
 @click.option("--show-superseded", is_flag=True, help="Also memories another one has replaced (marked superseded).")
 @click.option("--show-expired", is_flag=True, help="Also memories past their expiration date (until the cleanup).")
+@click.option("--show-archived", is_flag=True, help="Also memories the cleanup archived as faded (restore-memory).")
 @json_option
 @click.pass_context
 def list_cmd(
-    ctx, agent_id, limit, cursor, memory_type, visibility, project, filters, show_superseded, show_expired, as_json
-) -> None:
+    ctx, agent_id, limit, cursor, memory_type, visibility, project, filters, show_superseded, show_expired,
+    show_archived, as_json,
+) -> None:  # fmt: skip
     """List the L4 memories agent ID may read, a page at a time (the API's GET /v1/memories)."""
     wanted = {"memory_type": memory_type, "visibility": visibility, "project_id": project}
     combined = {k: v for k, v in wanted.items() if v is not None}
     if filters:
         combined["AND"] = [filters]
-    shown = {"show_superseded": show_superseded, "show_expired": show_expired}
+    shown = {"show_superseded": show_superseded, "show_expired": show_expired, "show_archived": show_archived}
     answer = _ask(
         ctx, agent_id, lambda c: c.get_all(agent_id, limit=limit, cursor=cursor, filters=combined or None, **shown)
     )
@@ -292,6 +294,28 @@ def delete_cmd(
     click.echo(f"{verb} {len(answer['ids'])} memor{'y' if len(answer['ids']) == 1 else 'ies'} of {agent_id}")
     for memory_id in answer["ids"]:
         click.echo(f"  {memory_id}")
+
+
+@click.command("restore-memory")
+@click.argument("memory_id")
+@agent_option
+@json_option
+@click.pass_context
+def restore_memory_cmd(ctx, memory_id, agent_id, as_json) -> None:
+    """Bring one of agent ID's L4 memories back: out of the archive, or no longer superseded.
+
+    The cleanup archives a memory whose importance faded (decay by use): it is hidden
+    from searches but kept. Restored, it is found again and its age counts from now.
+    A superseded memory restored is valid again beside the one that replaced it.
+    While the store is down the restore is refused (exit 1) and nothing changes.
+    """
+    answer = _ask(ctx, agent_id, lambda c: c.restore_memory(agent_id, memory_id))
+    if as_json:
+        echo_json(answer)
+    elif answer.get("restored"):
+        click.echo(f"restored {answer['id']} (was {answer['previous_state']}): {answer['memory']}")
+    else:
+        click.echo(f"{answer['id']} is valid already: nothing to restore")
 
 
 def print_memory_history(ctx: click.Context, agent_id: str, memory_id: str, as_json: bool) -> None:

@@ -35,6 +35,17 @@ DEFAULT_RETENTION_DAYS: dict[str, int | None] = {"session": 7, "chat_summary": 3
 FIXED_PERMANENT = ("preference", "knowledge", "fact", "lesson", "decision")  # never expire, not configurable
 
 
+# How far a memory's writer is trusted (the seed's three levels), and where its text came from.
+TRUST_LEVELS = ("low", "medium", "high")
+TRUST_RANK = {level: rank for rank, level in enumerate(TRUST_LEVELS)}
+DEFAULT_TRUST = "medium"  # an agent's own write; also what a memory written before trust existed counts as
+OPERATOR_TRUST = "high"  # the operator's (the administrator's token)
+AGENT_TRUST_MAX = "medium"  # an agent may lower its own trust, never raise it
+# The seed's four sources (an agent picks among them), and the operator's.
+SOURCES = ("user_direct", "agent_output", "tool_result", "inferred", "operator")
+AGENT_SOURCE, INFERRED_SOURCE, OPERATOR_SOURCE = "agent_output", "inferred", "operator"
+
+
 class PolicyError(ValueError):
     """A request the rules reject for its content (an unknown type, a bad date)."""
 
