@@ -230,7 +230,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
             raise ApiError(400, "q is required")
         broker = _conversation(daemon)
         options: dict[str, Any] = {"filters": args.filters, "threshold": args.threshold, "explain": args.explain}
-        options.update(show_expired=args.show_expired, show_superseded=args.show_superseded)
+        options.update(show_expired=args.show_expired, show_superseded=args.show_superseded, trust_min=args.trust_min)
         return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, **options)
 
     def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
@@ -321,7 +321,11 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
             gate.route(memory_update, schema=UpdateRequest, body_limit=MAX_MEMORY_BODY_BYTES),
         ),
         ("/v1/memories/{memory_id}/history", "GET", gate.route(memory_history, schema=AgentParams)),
-        ("/v1/memories/{memory_id}/restore", "POST", gate.route(memory_restore, schema=AgentParams)),
+        (
+            "/v1/memories/{memory_id}/restore",
+            "POST",
+            gate.route(memory_restore, schema=AgentParams, body_limit=MAX_SMALL_BODY_BYTES),
+        ),
         *health_routes(daemon, gate, metrics, lambda caller: caller.id),
     ]
 

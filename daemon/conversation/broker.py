@@ -213,9 +213,10 @@ class Broker:
         explain: bool = False,
         show_expired: bool = False,
         show_superseded: bool = False,
+        trust_min: str | None = None,
     ) -> dict[str, Any]:
         return self.reads.search(
-            agent, query, limit, fallback, filters, threshold, explain, show_expired, show_superseded
+            agent, query, limit, fallback, filters, threshold, explain, show_expired, show_superseded, trust_min
         )
 
     def get_all(

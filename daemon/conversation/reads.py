@@ -83,10 +83,12 @@ class Reads:
         explain: bool = False,
         show_expired: bool = False,
         show_superseded: bool = False,
+        trust_min: str | None = None,
     ) -> dict:
         """What ``agent`` may read, best first; ``filters`` (mem0's language) narrows each visibility phase.
 
-        Superseded memories are left out (inside the store's query) unless ``show_superseded``.
+        Superseded memories are left out (inside the store's query) unless ``show_superseded``; with
+        ``trust_min`` only memories trusted that much or more (layers/conversation/policy.py).
 
         With a filter the L3 fallback is not taken: the local index holds the agent's files, not user_id
         or metadata, and an unfiltered answer could put one end user's memories in another's prompt.
@@ -102,6 +104,7 @@ class Reads:
             "explain": explain,
             "include_expired": show_expired,
             "show_superseded": show_superseded,
+            "trust_min": trust_min,
         }
         try:
             found = self.thread.call("search", lambda: self.thread.store.search(query, phases, limit, **options))

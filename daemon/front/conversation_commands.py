@@ -23,11 +23,12 @@ from daemon.front.options import (
     json_option,
     lifecycle_note,
     placement,
+    use_note,
 )
 from daemon.shared.errors import UnknownAgentError
 from daemon.shared.limits import L4_PAGE
 from daemon.shared.workspaces import get_agent
-from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
 
 if TYPE_CHECKING:
     pass
@@ -55,11 +56,22 @@ if TYPE_CHECKING:
     metavar="MEMORY_ID",
     help="The memory TEXT replaces (one agent ID may change): it is kept, marked superseded, and leaves searches.",
 )
+@click.option(
+    "--trust",
+    type=click.Choice(TRUST_LEVELS),
+    help="How far it is trusted (default: high with the administrator's token, e.g. as root; medium with the "
+    "agent's, which may lower it, never raise it).",
+)
+@click.option(
+    "--source",
+    type=click.Choice(SOURCES),
+    help="Where TEXT came from (default: operator with the administrator's token, else agent_output).",
+)
 @json_option
 @click.pass_context
 def add_cmd(
     ctx, text, agent_id, memory_type, visibility, project, expires, infer, write_id, user_id, run_id, actor_id,
-    metadata, supersedes, as_json,
+    metadata, supersedes, trust, source, as_json,
 ) -> None:  # fmt: skip
     """Remember TEXT in the shared conversation memory (L4) as agent ID.
 
@@ -88,6 +100,8 @@ def add_cmd(
                 actor_id=actor_id,
                 metadata=metadata,
                 supersedes=supersedes,
+                trust=trust,
+                source=source,
             )
     except (DaemonRequestError, DaemonUnavailableError) as exc:
         raise conversation_failed(exc) from None
@@ -102,7 +116,8 @@ def add_cmd(
     else:
         ids = ", ".join(r["id"] for r in answer.get("results", [])) or "nothing new (merged by the LLM)"
         replaced = f"; {answer['supersedes']} is superseded by it" if answer.get("superseded") else ""
-        click.echo(f"remembered {ids} [{where}{guessed}, {answer['memory_type']}]{expiry}{replaced}")
+        trusted = f", trust {answer['trust']}" if answer.get("trust") else ""
+        click.echo(f"remembered {ids} [{where}{guessed}, {answer['memory_type']}{trusted}]{expiry}{replaced}")
 
 
 @click.command("mcp")
@@ -164,6 +179,7 @@ def _ask(ctx: click.Context, agent_id: str, request):
 def _print_memory(i: int, r: dict) -> None:
     where = placement(r)
     meta = f"{r.get('memory_type')}, by {r.get('agent_id')}, {(r.get('created_at') or '')[:10]}"
+    meta += use_note(r)
     if r.get("updated_at") and r.get("updated_at") != r.get("created_at"):
         meta += f", updated {r['updated_at'][:10]}"
     if r.get("expiration_date"):

@@ -51,7 +51,7 @@ from layers.conversation import validity
 from layers.conversation.decay import ACCESS_COUNT, DEFAULT_DECAY, LAST_ACCESSED, DecayRules, merged_access
 from layers.conversation.filters import engine_part, has_text_match, matches, restrict, to_qdrant
 from layers.conversation.metadata import custom_of
-from layers.conversation.policy import DEFAULT_TRUST, TRUST_RANK, Phase
+from layers.conversation.policy import DEFAULT_TRUST, TRUST_RANK, Phase, trust_filter
 from layers.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ KEYWORD_FIELDS = (
     "actor_id",
     validity.STATE,
     validity.SUPERSEDED_BY,
+    "trust",  # trust_min filters inside the query too
 )
 EXPIRY_FIELD = "expires_at"
 # The embedded backend's engines: Qdrant Edge (HNSW, payload indexes, a WAL) or, for migration
@@ -144,6 +145,8 @@ class NewMemory:
     run_id: str | None = None
     actor_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # the caller's own metadata (checked: no reserved key)
+    trust: str | None = None  # high / medium / low (layers/conversation/policy.py); None: written before trust
+    provenance: str | None = None  # the write's source: user_direct, agent_output, tool_result, inferred, operator
 
     def metadata(self) -> dict:
         """The payload fields mem0 takes as ``metadata`` (the ids go as its own arguments: it drops them here)."""
@@ -155,6 +158,10 @@ class NewMemory:
             "created_at": self.created_at,
             validity.VALID_FROM: self.created_at,
         }
+        if self.trust:
+            meta["trust"] = self.trust
+        if self.provenance:
+            meta["provenance"] = self.provenance
         if self.project_id:
             meta["project_id"] = self.project_id
         if self.expires_at is not None:
@@ -237,6 +244,8 @@ def memory_view(memory_id: str, payload: dict, score: float | None = None, decay
         ACCESS_COUNT: count if isinstance(count, int) and not isinstance(count, bool) else 0,
         LAST_ACCESSED: payload.get(LAST_ACCESSED),
         "importance": round(decay.importance(payload), 4),
+        "trust": payload.get("trust") or DEFAULT_TRUST,
+        "provenance": payload.get("provenance"),
         "score": None if score is None else round(float(score), 4),
         "source": "conversation",
     }
@@ -755,6 +764,7 @@ class ConversationStore:
         explain: bool = False,
         show_superseded: bool = False,
         show_archived: bool = False,
+        trust_min: str | None = None,
     ) -> list[dict]:
         """Each phase searched on its own (``filters``, mem0's language, ANDed with it), merged by score,
         de-duplicated by content hash.
@@ -772,6 +782,7 @@ class ConversationStore:
         unless ``show_superseded`` / ``show_archived``.  A result's score is its relevance (times the
         role's weight) times its importance's rank factor (layers/conversation/decay.py); ``threshold``
         applies to the relevance, before importance: a faded memory ranks lower, it is not cut.
+        ``trust_min`` keeps memories of that trust and above, inside the query; equal scores rank by trust.
         """
         mem0, _ = self._require()
         now = time.time()
@@ -782,10 +793,13 @@ class ConversationStore:
             fetch = min(max(fetch, 2 * limit, limit + 10), 1000)
         found: list[dict] = []
         hidden = validity.hidden_states(show_superseded, show_archived)
+        trusted = trust_filter(trust_min)
         with _translate_errors("search"), self._optimize_held():
             vector = mem0.embedding_model.embed(query, "search")
             for phase in phases:
                 combined = restrict(self._phase_filter_dict(phase, include_expired, now, hidden), filters)
+                if trusted:
+                    combined = restrict(combined, trusted)
                 for point_id, payload, cosine in self._nearest(mem0, query, vector, engine_part(combined), fetch):
                     if text_match and not matches(payload, combined):
                         continue

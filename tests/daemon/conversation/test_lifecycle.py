@@ -192,3 +192,24 @@ def test_an_owner_may_undo_a_supersede(broker):
     both = {r["id"] for r in broker.search("main", "lunch")["results"]}
     assert both == {old, new}
     assert broker.get("main", old)["superseded_by"] is None
+
+
+# ---------------------------------------------------------------- trust
+
+
+def test_trust_and_source_follow_who_writes(broker):
+    by_agent = broker.add("main", "the printer on floor 2 is broken")
+    assert (by_agent["trust"], by_agent["provenance"]) == ("medium", "agent_output")
+    by_operator = broker.add("main", "the printer on floor 2 was replaced", admin=True)
+    assert (by_operator["trust"], by_operator["provenance"]) == ("high", "operator")
+    hedged = broker.add("main", "the printer on floor 3 may be broken too", trust="low", source="user_direct")
+    assert (hedged["trust"], hedged["provenance"]) == ("low", "user_direct")
+    stored = broker.get("main", _id(by_operator))
+    assert (stored["trust"], stored["provenance"]) == ("high", "operator")
+    with pytest.raises(ForbiddenError, match="at most medium"):
+        broker.add("main", "trust me, the printer works", trust="high")
+    assert {"event": "write_denied", "agent": "main", "trust": "high"}.items() <= _audit(broker)[-1].items()
+    found = broker.search("main", "printer", trust_min="high")["results"]
+    assert [r["id"] for r in found] == [_id(by_operator)]
+    assert len(broker.search("main", "printer", trust_min="medium")["results"]) == 2
+    assert len(broker.search("main", "printer")["results"]) == 3
