@@ -232,7 +232,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
             raise ApiError(400, "q is required")
         broker = _conversation(daemon)
         options: dict[str, Any] = {"filters": args.filters, "threshold": args.threshold, "explain": args.explain}
-        options.update(show_expired=args.show_expired, show_superseded=args.show_superseded)
+        options.update(show_expired=args.show_expired, show_superseded=args.show_superseded, trust_min=args.trust_min)
         return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, **options)
 
     def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
@@ -254,7 +254,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     def memory_list(request: Request, caller: Caller, args: ListParams) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)
         options: dict[str, Any] = {"filters": args.filters, "show_superseded": args.show_superseded}
-        options["show_expired"] = args.show_expired
+        options.update(show_expired=args.show_expired, show_archived=args.show_archived)
         return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor, **options)
 
     def memory_get(request: Request, caller: Caller, args: AgentParams) -> dict:
@@ -269,6 +269,10 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         admin = authorize(daemon, caller, args.agent, request.url.path)
         memory_id = request.path_params["memory_id"]
         return _conversation(daemon).update(args.agent, memory_id, args.text, expires=args.expires, admin=admin)
+
+    def memory_restore(request: Request, caller: Caller, args: AgentParams) -> dict:
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).restore_memory(args.agent, request.path_params["memory_id"], admin=admin)
 
     def memory_history(request: Request, caller: Caller, args: AgentParams) -> dict:
         admin = authorize(daemon, caller, args.agent, request.url.path)
@@ -323,6 +327,11 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
             gate.route(memory_update, schema=UpdateRequest, body_limit=MAX_MEMORY_BODY_BYTES),
         ),
         ("/v1/memories/{memory_id}/history", "GET", gate.route(memory_history, schema=AgentParams)),
+        (
+            "/v1/memories/{memory_id}/restore",
+            "POST",
+            gate.route(memory_restore, schema=AgentParams, body_limit=MAX_SMALL_BODY_BYTES),
+        ),
         *health_routes(daemon, gate, metrics, lambda caller: caller.id),
     ]
 

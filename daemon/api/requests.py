@@ -34,11 +34,19 @@ from daemon.shared.echo import cut
 from daemon.shared.errors import InvalidRequestError
 from daemon.shared.limits import L3_RESULTS, L4_PAGE, L4_RESULTS, Results
 from layers.conversation.metadata import ENTITY_RE
-from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
 from layers.ids import AGENT_ID_PATTERN
 from layers.local.search import MODES as SEARCH_MODES
 
-CHOICES_OF = {"type": "memory type", "visibility": "visibility", "mode": "search mode", "role": "role"}
+CHOICES_OF = {
+    "type": "memory type",
+    "visibility": "visibility",
+    "mode": "search mode",
+    "role": "role",
+    "trust": "trust",
+    "trust_min": "trust",
+    "source": "source",
+}
 ID_RULE = "1-64 characters from a-z, 0-9, '_' and '-', starting with a letter or digit"
 
 
@@ -104,6 +112,8 @@ L4Count = Annotated[int, _or(L4_RESULTS.default), _clamped(L4_RESULTS)]
 PageCount = Annotated[int, _or(L4_PAGE.default), _clamped(L4_PAGE)]
 
 MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
+Trust = Literal[TRUST_LEVELS]  # type: ignore[valid-type]
+Source = Literal[SOURCES]  # type: ignore[valid-type]
 Visibility = Literal[VISIBILITIES]  # type: ignore[valid-type]
 SearchMode = Literal[SEARCH_MODES]  # type: ignore[valid-type]
 
@@ -142,6 +152,7 @@ class MemorySearchRequest(Request):
     explain: Annotated[bool, _or(False)] = False
     show_expired: Annotated[bool, _or(False)] = False  # memories past their expiration_date, not yet cleaned up
     show_superseded: Annotated[bool, _or(False)] = False  # memories another one replaced (still kept)
+    trust_min: Annotated[Trust | None, Unset] = None  # only memories trusted this much or more
 
 
 class AddRequest(Request):
@@ -162,6 +173,8 @@ class AddRequest(Request):
     actor_id: Annotated[EntityId | None, Unset] = None
     metadata: Annotated[JsonObject | None, Unset] = None  # free keys, checked by layers/conversation/metadata.py
     supersedes: Annotated[MemoryId | None, Unset] = None  # a memory the new one replaces (kept, marked superseded)
+    trust: Annotated[Trust | None, Unset] = None  # default by who writes: an agent medium, the operator high
+    source: Annotated[Source | None, Unset] = None  # where the text came from (stored as the memory's provenance)
 
     def options(self) -> dict[str, object]:
         """The write's options by field name, as the broker takes them (``Writes.add``)."""
@@ -219,6 +232,7 @@ class ListParams(Request):
     filters: Annotated[JsonObject | None, Unset] = None  # JSON text in a query string
     show_superseded: Annotated[bool, _or(False)] = False
     show_expired: Annotated[bool, _or(False)] = False
+    show_archived: Annotated[bool, _or(False)] = False  # faded by disuse (decay): hidden, kept, restorable
 
 
 class DeleteAllParams(Request):
@@ -251,6 +265,7 @@ SCHEMAS: dict[tuple[str, str], type[Request]] = {
     ("DELETE", "/v1/memories/{memory_id}"): AgentParams,
     ("PUT", "/v1/memories/{memory_id}"): UpdateRequest,
     ("GET", "/v1/memories/{memory_id}/history"): AgentParams,
+    ("POST", "/v1/memories/{memory_id}/restore"): AgentParams,
     ("POST", "/v1/reindex"): ReindexRequest,
     ("POST", "/v1/admin/cleanup"): CleanupRequest,
     ("POST", "/v1/admin/consolidate"): ConsolidateRequest,

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from daemon.conversation.access import AccessRecorder
 from daemon.conversation.maintenance_jobs import Maintenance
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import Reads
@@ -37,7 +38,7 @@ from daemon.shared.config import Config
 from daemon.shared.contracts import ConversationStatus, SearchAnswer
 from daemon.shared.guard import SecretGuard
 from daemon.shared.jobs import StoreWorker
-from daemon.shared.settings import store_deadline, store_settings
+from daemon.shared.settings import decay_rules, store_deadline, store_settings
 from daemon.shared.storage import StorageHealth
 from layers.conversation.breaker import Breaker
 from layers.conversation.queue import WriteQueue
@@ -78,10 +79,12 @@ class Broker:
         self.tombstones = Tombstones(config.paths.state_dir / "conversation" / "deleted.sqlite")
         self.queue_access = QueueAccess(self.queue, self.storage)
         self.queue_access.open()  # a full disk leaves it closed: writes then go to the store or get 507
+        store.decay = decay_rules(config)  # how importance ranks searches (layers/conversation/decay.py)
         self.thread = StoreThread(
             store, Breaker(c.probe_interval_s), store_deadline(config), self.storage, on_change, pause
         )
-        self.reads = Reads(self.thread, self.registry, self.audit, self.tombstones, local_search)
+        self.access = AccessRecorder(self.thread)  # decay by use: counted on reads, written in batches
+        self.reads = Reads(self.thread, self.registry, self.audit, self.tombstones, local_search, self.access.hit)
         drain = DrainRate()  # the replayer measures it, a queued write's answer reads it
         self.writes = Writes(
             self.thread,
@@ -118,6 +121,7 @@ class Broker:
 
     def start(self) -> None:
         self.replayer.start()
+        self.access.start()
 
     def request_stop(self) -> None:
         """Begin stopping, without waiting: replay and cleanup end before their next item or page."""
@@ -135,6 +139,7 @@ class Broker:
         deadline = time.monotonic() + timeout
         self.request_stop()
         prober_ended = self.replayer.join(max(0.0, deadline - time.monotonic()))
+        self.access.stop(max(0.0, deadline - time.monotonic()) / 2)  # the hits not yet written, then the store closes
         worker_ended = self.thread.close(max(0.0, deadline - time.monotonic()))
         self._final_status = self.status()
         self.audit.flush()  # the counts of refusals folded since their last line
@@ -161,7 +166,7 @@ class Broker:
         settings = store_settings(config)  # may raise: the running store is then kept
         changed = [
             f"conversation.{name}"
-            for name in ("retention_days", "probe_interval_s", "probe_timeout_s", "dedup")
+            for name in ("retention_days", "probe_interval_s", "probe_timeout_s", "dedup", "decay")
             if getattr(new, name) != getattr(old, name)
         ]
         self.config = config
@@ -169,6 +174,7 @@ class Broker:
         self.thread.breaker.probe_interval_s = new.probe_interval_s
         self.replayer.probe_timeout_s = new.probe_timeout_s
         self.thread.deadline_s = store_deadline(config)
+        self.thread.store.decay = decay_rules(config)  # a reconnect below carries it to the new store
         if settings != self.thread.store.settings:
             changed.append("conversation store (reconnected)")
             llm_configured = new.llm is not None
@@ -191,6 +197,9 @@ class Broker:
     def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.writes.delete(agent, memory_id, admin=admin)
 
+    def restore_memory(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
+        return self.writes.restore(agent, memory_id, admin=admin)
+
     def delete_all(self, agent: str, **options: Any) -> dict[str, Any]:
         return self.writes.delete_all(agent, **options)
 
@@ -205,9 +214,10 @@ class Broker:
         explain: bool = False,
         show_expired: bool = False,
         show_superseded: bool = False,
+        trust_min: str | None = None,
     ) -> dict[str, Any]:
         return self.reads.search(
-            agent, query, limit, fallback, filters, threshold, explain, show_expired, show_superseded
+            agent, query, limit, fallback, filters, threshold, explain, show_expired, show_superseded, trust_min
         )
 
     def get_all(
@@ -218,8 +228,9 @@ class Broker:
         filters: dict[str, Any] | None = None,
         show_superseded: bool = False,
         show_expired: bool = False,
+        show_archived: bool = False,
     ) -> dict[str, Any]:
-        return self.reads.get_all(agent, limit, cursor, filters, show_superseded, show_expired)
+        return self.reads.get_all(agent, limit, cursor, filters, show_superseded, show_expired, show_archived)
 
     def get(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.reads.get(agent, memory_id, admin=admin)
@@ -254,7 +265,7 @@ class Broker:
     def status(self) -> ConversationStatus:
         if self._final_status is not None:
             return self._final_status
-        return conversation_status(
+        status = conversation_status(
             self.thread,
             self.registry,
             self.replayer,
@@ -263,3 +274,5 @@ class Broker:
             self.writes.llm_configured,
             self.maintenance.consolidating,
         )
+        status["use"] = self.access.status()
+        return status

@@ -98,6 +98,11 @@ class _BrokeredStore:
         thread = self.owner.thread
         return self.owner.admin_call("scan", lambda: thread.store.states(ids))
 
+    def archive(self, ids: list[str], at: str) -> None:
+        self._not_stopping()
+        thread = self.owner.thread
+        self.owner.admin_call("archive", lambda: thread.store.archive(ids, at))
+
     def _not_stopping(self) -> None:
         """A cleanup ends between pages when the daemon stops; running it again goes on from there."""
 

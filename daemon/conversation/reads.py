@@ -62,7 +62,10 @@ class Reads:
         audit: AuditLog,
         tombstones: Tombstones,
         local_search: Callable[[str, str, int, float | None], SearchAnswer],
+        on_returned: Callable[[list[str]], None] = lambda ids: None,
     ) -> None:
+        """``on_returned``: told the ids of the memories a search or a get returned to an agent (decay by use)."""
+        self.on_returned = on_returned
         self.thread = thread
         self.registry = registry
         self.audit = audit
@@ -80,10 +83,12 @@ class Reads:
         explain: bool = False,
         show_expired: bool = False,
         show_superseded: bool = False,
+        trust_min: str | None = None,
     ) -> dict:
         """What ``agent`` may read, best first; ``filters`` (mem0's language) narrows each visibility phase.
 
-        Superseded memories are left out (inside the store's query) unless ``show_superseded``.
+        Superseded memories are left out (inside the store's query) unless ``show_superseded``; with
+        ``trust_min`` only memories trusted that much or more (layers/conversation/policy.py).
 
         With a filter the L3 fallback is not taken: the local index holds the agent's files, not user_id
         or metadata, and an unfiltered answer could put one end user's memories in another's prompt.
@@ -99,6 +104,7 @@ class Reads:
             "explain": explain,
             "include_expired": show_expired,
             "show_superseded": show_superseded,
+            "trust_min": trust_min,
         }
         try:
             found = self.thread.call("search", lambda: self.thread.store.search(query, phases, limit, **options))
@@ -108,6 +114,7 @@ class Reads:
             results = [r for r in found if may_read(registry, agent, r)]  # the filters already did; checked again
             if show_superseded:
                 self._hide_links(registry, agent, results)
+            self.on_returned([r["id"] for r in results])
             return {"layer": "conversation", "degraded": False, "query": query, "results": results}
         if wanted is not None:
             raise ConversationUnavailableError(
@@ -126,12 +133,13 @@ class Reads:
         filters: dict | None = None,
         show_superseded: bool = False,
         show_expired: bool = False,
+        show_archived: bool = False,
     ) -> dict:
         wanted = checked_filters(filters)
         registry = self.registry.current()
         phases = read_phases(registry, agent)
         options: dict[str, Any] = {"filters": wanted, "show_superseded": show_superseded}
-        options["include_expired"] = show_expired
+        options.update(include_expired=show_expired, show_archived=show_archived)
         try:
             page, next_cursor = self.thread.call(
                 "list", lambda: self.thread.store.list(phases, limit, cursor, **options)
@@ -163,8 +171,9 @@ class Reads:
         if not admin and not may_read(registry, agent, memory):
             audit_denied(self.audit, "read_denied", agent, memory)
             raise NoSuchMemoryError(f"no memory {memory_id}")  # another's memory is not even admitted to exist
-        if not admin:
+        if not admin:  # the administrator looking is not the memory being used
             self._hide_links(registry, agent, [memory])
+            self.on_returned([memory_id])
         return memory
 
     def history(self, agent: str, memory_id: str, admin: bool = False) -> dict:

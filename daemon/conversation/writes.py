@@ -33,7 +33,15 @@ from daemon.shared.storage import describe as describe_storage
 from layers.conversation import validity
 from layers.conversation.cleanup import Selection
 from layers.conversation.metadata import MetadataError, check_entity_id, check_metadata, strings
-from layers.conversation.policy import DEFAULT_TYPE, ForbiddenError, PolicyError, lifetime, may_read, place
+from layers.conversation.policy import (
+    DEFAULT_TYPE,
+    ForbiddenError,
+    PolicyError,
+    lifetime,
+    may_read,
+    place,
+    provenance,
+)
 from layers.conversation.registry import RegistryCache
 from layers.conversation.store import NewMemory
 from layers.conversation.tombstones import Tombstones
@@ -109,6 +117,8 @@ class Writes:
         actor_id: str | None = None,
         metadata: dict | None = None,
         supersedes: str | None = None,
+        trust: str | None = None,
+        source: str | None = None,
         admin: bool = False,
     ) -> dict:
         """``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
@@ -116,7 +126,11 @@ class Writes:
 
         ``supersedes``: the id of a memory the new one replaces (its owner's, or any with ``admin``): it stays,
         marked superseded (layers/conversation/validity.py), and leaves search.  Such a write needs the store
-        (whose the old memory is can only be read there): while it is down it is refused, never queued."""
+        (whose the old memory is can only be read there): while it is down it is refused, never queued.
+
+        ``trust`` and ``source`` (its provenance): by default medium and agent_output for an agent's write
+        (inferred with an LLM), high and operator for the administrator's; an agent may lower its trust,
+        never raise it (layers/conversation/policy.py ``provenance``)."""
 
         text = self.checked_text(agent, text)
         if role not in (None, "user", "assistant"):
@@ -140,6 +154,11 @@ class Writes:
             infer = self.llm_configured
         elif infer and not self.llm_configured:
             raise PolicyError("infer needs an LLM: configure conversation.llm")
+        try:
+            trust, source = provenance(admin, trust, source, infer)
+        except ForbiddenError as exc:
+            self.audit.record("write_denied", agent=agent, trust=trust, source=source, reason=str(exc))
+            raise
         retry = write_id is not None
         record = NewMemory(
             write_id=write_id or str(uuid.uuid4()),
@@ -155,6 +174,8 @@ class Writes:
             role=role or "user",
             **ids,
             extra=extra,
+            trust=trust,
+            provenance=source,
         )
         answer = {
             "write_id": record.write_id,
@@ -164,6 +185,8 @@ class Writes:
             "memory_type": memory_type,
             "expiration_date": record.expiration_date,
             "infer": infer,
+            "trust": trust,
+            "provenance": source,
             **{k: v for k, v in ids.items() if v},
             **({"metadata": extra} if extra else {}),
         }
@@ -390,6 +413,32 @@ class Writes:
         self.audit.record("memory_updated", agent=agent, memory_id=memory_id, owner=memory.get("agent_id"))
         updated = self.reads.fetch(memory_id) or {**memory, "memory": text}
         return {**updated, "event": "UPDATE", "previous_memory": memory.get("memory")}
+
+    def restore(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        """Bring one of ``agent``'s own memories back to valid: out of the archive (decay), or un-superseded.
+
+        Archived: it is shown in searches again and its age counts from now (``restored_at``), so the
+        next cleanup does not archive it at once.  Superseded: the link to its replacement is removed
+        (both are valid then; the owner asked for it).  Refused (503) while the store is down.
+        """
+        memory = self._owned(agent, memory_id, admin, "restore")
+        state = memory.get("state") or validity.VALID
+        if state == validity.VALID:
+            return {**memory, "restored": False, "previous_state": state}
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        if state == validity.ARCHIVED:
+            fields = {validity.STATE: None, validity.ARCHIVED_AT: None, validity.RESTORED_AT: now}
+        else:
+            fields = {validity.STATE: None, validity.INVALID_AT: None, validity.SUPERSEDED_BY: None}
+        try:
+            self.thread.call("restore", lambda: self.thread.store.restore_fields(memory_id, fields))
+        except StoreDown as exc:
+            raise ConversationUnavailableError(not_changed(exc)) from None
+        self.audit.record(
+            "memory_restored", agent=agent, memory_id=memory_id, owner=memory.get("agent_id"), previous_state=state
+        )
+        restored = self.reads.fetch(memory_id) or memory
+        return {**restored, "restored": True, "previous_state": state}
 
     def delete_all(
         self,

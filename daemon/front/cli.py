@@ -547,7 +547,7 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
         click.echo(f"{rel} already matches {done.source[:10]}; nothing to restore")
 
 
-# The L3 commands (search, reindex, model), the L4 ones (add, get, list, update, delete, mcp),
+# The L3 commands (search, reindex, model), the L4 ones (add, get, list, update, delete, restore-memory, mcp),
 # maintenance (cleanup, consolidate, backup, restore-backup) and install/uninstall live in their own modules.
 for command in (
     local_commands.search_cmd,
@@ -559,6 +559,7 @@ for command in (
     conversation_commands.list_cmd,
     conversation_commands.update_cmd,
     conversation_commands.delete_cmd,
+    conversation_commands.restore_memory_cmd,
     maintenance_commands.cleanup_cmd,
     maintenance_commands.consolidate_cmd,
     maintenance_commands.backup_cmd,

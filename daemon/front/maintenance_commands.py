@@ -123,13 +123,17 @@ def _run_once(config: Config, command: str, via_daemon: Callable, directly: Call
 def cleanup_cmd(
     ctx, dry_run, execute, max_age_days, include_permanent, agent_id, visibility, project, memory_type, as_json
 ) -> None:
-    """Delete expired conversation memories (mem0 only hides them).
+    """Delete expired conversation memories (mem0 only hides them), archive faded ones.
 
     A memory is expired when its expiration_date (UTC) has passed; one without
     a date, of a type with a retention (session 7 d, chat_summary 30 d, …),
     when created_at + retention has passed. Permanent types never expire by age.
-    Every deleted (or, in a dry run, deletable) memory is written to
-    memory-cleanup-YYYY-MM-DD.log in paths.audit_dir, without its text.
+    A memory whose importance (decay by use: age over the type's half-life,
+    slowed by how often it was returned) is below conversation.decay.archive_below
+    is archived: hidden from search, kept (memstrata restore-memory brings it back).
+    --max-age-days never deletes a memory a valid one supersedes before its own expiry.
+    Every deleted or archived (or, in a dry run, deletable or archivable) memory is
+    written to memory-cleanup-YYYY-MM-DD.log in paths.audit_dir, without its text.
     Exactly one of --dry-run and --execute is required.
     """
     from daemon.ops.maintenance import CleanupOptions, cleanup
@@ -157,15 +161,18 @@ def cleanup_cmd(
 
 
 def _print_cleanup(result: dict) -> None:
-    verb = "deleted" if result["mode"] == "execute" else "would delete"
+    executed = result["mode"] == "execute"
+    verb, archive_verb = ("deleted", "archived") if executed else ("would delete", "would archive")
     click.echo(
         f"{result['mode']}: scanned {result['scanned']}, expired {result['expired']}, {verb} "
-        f"{result['deleted'] if result['mode'] == 'execute' else result['expired']}"
+        f"{result['deleted'] if executed else result['expired']}, {archive_verb} {result.get('archived', 0)} "
+        f"(faded), kept {result.get('kept_in_chain', 0)} (a valid memory supersedes them)"
     )
     for title, table in (("type", result["by_type"]), ("visibility", result["by_visibility"])):
         for name, t in table.items():
             click.echo(
                 f"  {title} {name:<13} scanned {t['scanned']:>6}  expired {t['expired']:>6}  deleted {t['deleted']:>6}"
+                f"  archived {t.get('archived', 0):>6}"
             )
     for error in result["errors"]:
         click.echo(f"error: {error}", err=True)

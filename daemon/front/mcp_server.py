@@ -29,7 +29,7 @@ from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, QueryTooL
 from daemon.shared.settings import client_timeout
 from daemon.shared.tokens import own_token
 from daemon.shared.workspaces import Agent, core_of, get_agent
-from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES, retention_for
+from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES, retention_for
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
@@ -244,9 +244,10 @@ def build_server(config: Config, agent_id: str) -> Server:
         threshold: float | None,
         explain: bool,
         show_superseded: bool,
+        trust_min: str | None,
     ) -> dict[str, Any]:
         options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
-        options["show_superseded"] = show_superseded
+        options.update(show_superseded=show_superseded, trust_min=trust_min)
         try:
             return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback, **options))
         except DaemonDown as down:
@@ -266,6 +267,8 @@ def build_server(config: Config, agent_id: str) -> Server:
         actor_id: str | None,
         metadata: dict | None,
         supersedes: str | None,
+        trust: str | None,
+        source: str | None,
     ) -> dict[str, Any]:
         return ask(
             lambda c: c.add(
@@ -280,6 +283,8 @@ def build_server(config: Config, agent_id: str) -> Server:
                 actor_id=actor_id,
                 metadata=metadata,
                 supersedes=supersedes,
+                trust=trust,
+                source=source,
             )
         )
 
@@ -350,6 +355,15 @@ def build_server(config: Config, agent_id: str) -> Server:
                     "Also memories a newer one replaced (state superseded, with invalid_at and superseded_by).",
                     default=False,
                 ),
+                Param(
+                    "trust_min",
+                    str,
+                    "Only memories trusted this much or more: high (the operator's), medium (agents' by default), "
+                    "low. Equal scores rank by trust anyway.",
+                    default=None,
+                    nullable=True,
+                    enum=TRUST_LEVELS,
+                ),
             ),
             READ_ONLY,
         ),
@@ -407,6 +421,24 @@ def build_server(config: Config, agent_id: str) -> Server:
                     "is down.",
                     default=None,
                     nullable=True,
+                ),
+                Param(
+                    "trust",
+                    str,
+                    "How far it can be trusted: medium (the default for you) or low (unverified, a guess). "
+                    "high is the operator's.",
+                    default=None,
+                    nullable=True,
+                    enum=TRUST_LEVELS,
+                ),
+                Param(
+                    "source",
+                    str,
+                    "Where it came from: user_direct (the user said it), agent_output (your own conclusion, the "
+                    "default), tool_result, inferred.",
+                    default=None,
+                    nullable=True,
+                    enum=SOURCES,
                 ),
             ),
             WRITES,

@@ -173,6 +173,17 @@ def lifecycle_note(memory: Mapping[str, Any]) -> str:
     return ""
 
 
+def use_note(memory: Mapping[str, Any]) -> str:
+    """Trust, use and importance, as a listing shows them (what ``--json`` has in full)."""
+    note = f", trust {memory.get('trust') or 'medium'}"
+    if memory.get("access_count"):
+        note += f", used {memory['access_count']}x"
+    importance = memory.get("importance")
+    if isinstance(importance, int | float) and importance < 0.995:
+        note += f", importance {importance:.2f}"
+    return note
+
+
 def conversation_failed(exc: Exception) -> click.ClickException:
     from daemon.front.client import DaemonUnavailableError
 

@@ -14,7 +14,8 @@ applied one.
 Undo puts back each touched memory's lifecycle fields (``state``, ``invalid_at``,
 ``superseded_by``, the validity window: all a run ever changes on a memory) as ``before`` holds
 them, and deletes the memories the run added, after checking that nothing changed them since the
-run; then every payload is again exactly what ``before`` holds.  ``force`` puts the validity back
+run; then every payload is again exactly what ``before`` holds (use counts aside: the daemon adds
+hits in the background, and a search of the restored memories may count one).  ``force`` puts the validity back
 over later changes too, keeping those changes (a later edit's text stays).  Vectors are never
 touched by a run, so payloads are the whole state.
 
@@ -40,7 +41,9 @@ from layers.conversation.consolidation_plan import (
     Thresholds,
     is_valid,
 )
+from layers.conversation.decay import ACCESS_COUNT, LAST_ACCESSED
 from layers.conversation.judge import JudgeError, LlmJudge, Statement
+from layers.conversation.policy import DEFAULT_TRUST, INFERRED_SOURCE, TRUST_RANK
 from layers.conversation.sameness import GUARD_VERSION
 from layers.conversation.store import NewMemory, point_id_of
 
@@ -241,7 +244,7 @@ def _delta(plan: Plan, run_id: str, now: float, scanned: Mapping[str, Mapping]) 
     delta.at, delta.scanned = iso_now(now), scanned
     for cluster in plan.clusters:
         if cluster.created and cluster.summary:
-            delta.added.append((cluster, _summary_memory(cluster, run_id, delta.at)))
+            delta.added.append((cluster, _summary_memory(cluster, run_id, delta.at, scanned)))
         for old, by in cluster.superseded.items():
             if old in delta.olds:
                 continue  # never twice (the planner keeps findings apart; this keeps the batch sound)
@@ -250,8 +253,11 @@ def _delta(plan: Plan, run_id: str, now: float, scanned: Mapping[str, Mapping]) 
     return delta
 
 
-def _summary_memory(cluster: Cluster, run_id: str, at: str) -> NewMemory:
+def _summary_memory(cluster: Cluster, run_id: str, at: str, scanned: Mapping[str, Mapping]) -> NewMemory:
+    """The knowledge memory an LLM wrote for a task-log group: in the logs' scope, trusted as the least
+    trusted of them (a summary knows no more than its sources), its source ``inferred``."""
     scope = cluster.scope
+    trusts = [str(scanned.get(m.id, {}).get("trust") or DEFAULT_TRUST) for m in cluster.members]
     return NewMemory(
         write_id=_summary_write_id(run_id, cluster.number),
         agent_id=str(scope["agent_id"]),
@@ -265,6 +271,8 @@ def _summary_memory(cluster: Cluster, run_id: str, at: str) -> NewMemory:
         user_id=scope.get("user_id"),
         run_id=scope.get("run_id"),
         extra={"consolidation_run": run_id},
+        trust=min(trusts, key=lambda t: TRUST_RANK.get(t, TRUST_RANK[DEFAULT_TRUST])),
+        provenance=INFERRED_SOURCE,
     )
 
 
@@ -275,7 +283,7 @@ def _apply(batch: BatchStore, delta: _Delta, report: dict, save: Callable[[dict]
     gone = {by for by in replacing if by not in current or not is_valid(current[by], time.time())}
     for old, cluster in delta.olds.items():
         why = None
-        if current.get(old) != delta.scanned.get(old):
+        if _unused(current.get(old)) != _unused(delta.scanned.get(old)):
             why = "changed since the scan"
         elif cluster.superseded[old] in gone:
             why = f"the memory that replaces it ({cluster.superseded[old]}) is no longer valid"
@@ -322,17 +330,17 @@ def _undo(batch: BatchStore, report: dict, force: bool) -> dict:
     current = batch.payloads(sorted({*before, *created}))
     changed = []
     for memory_id, payload in before.items():
-        now = current.get(memory_id)
-        if now != payload and now != after.get(memory_id):
+        now = _unused(current.get(memory_id))
+        if now != _unused(payload) and now != _unused(after.get(memory_id)):
             changed.append(memory_id)
-    changed += [i for i in created if i in current and i in after and current[i] != after[i]]
+    changed += [i for i in created if i in current and i in after and _unused(current[i]) != _unused(after[i])]
     if changed and not force:
         shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
         raise UndoRefused(
             f"{len(changed)} memories changed since run {report['run_id']} ({shown}): nothing restored; "
             "--force restores them to before the run anyway"
         )
-    restore = {i: p for i, p in before.items() if current.get(i) != p}
+    restore = {i: p for i, p in before.items() if _unused(current.get(i)) != _unused(p)}
     if restore:
         batch.restore_validity(restore)
     present = [i for i in created if i in current]
@@ -349,5 +357,13 @@ def _undo(batch: BatchStore, report: dict, force: bool) -> dict:
 def _compared(payload: Mapping | None, lifecycle_only: bool) -> object:
     """What undo checks it put back: the whole payload, or (forced over later edits) its lifecycle fields."""
     if payload is None or not lifecycle_only:
-        return payload
+        return _unused(payload)
     return {name: payload.get(name) for name in validity.LIFECYCLE_FIELDS}
+
+
+def _unused(payload: Mapping | None) -> dict | None:
+    """A payload without its use counts: the daemon adds hits in the background (layers/conversation/decay.py),
+    which says nothing about what a memory states; undo neither stops for them nor takes them back."""
+    if payload is None:
+        return None
+    return {k: v for k, v in payload.items() if k not in (ACCESS_COUNT, LAST_ACCESSED)}

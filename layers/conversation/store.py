@@ -48,9 +48,10 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from layers.conversation import validity
+from layers.conversation.decay import ACCESS_COUNT, DEFAULT_DECAY, LAST_ACCESSED, DecayRules, merged_access
 from layers.conversation.filters import engine_part, has_text_match, matches, restrict, to_qdrant
 from layers.conversation.metadata import custom_of
-from layers.conversation.policy import Phase
+from layers.conversation.policy import DEFAULT_TRUST, TRUST_RANK, Phase, trust_filter
 from layers.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ KEYWORD_FIELDS = (
     "actor_id",
     validity.STATE,
     validity.SUPERSEDED_BY,
+    "trust",  # trust_min filters inside the query too
 )
 EXPIRY_FIELD = "expires_at"
 # The embedded backend's engines: Qdrant Edge (HNSW, payload indexes, a WAL) or, for migration
@@ -143,6 +145,8 @@ class NewMemory:
     run_id: str | None = None
     actor_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # the caller's own metadata (checked: no reserved key)
+    trust: str | None = None  # high / medium / low (layers/conversation/policy.py); None: written before trust
+    provenance: str | None = None  # the write's source: user_direct, agent_output, tool_result, inferred, operator
 
     def metadata(self) -> dict:
         """The payload fields mem0 takes as ``metadata`` (the ids go as its own arguments: it drops them here)."""
@@ -154,6 +158,10 @@ class NewMemory:
             "created_at": self.created_at,
             validity.VALID_FROM: self.created_at,
         }
+        if self.trust:
+            meta["trust"] = self.trust
+        if self.provenance:
+            meta["provenance"] = self.provenance
         if self.project_id:
             meta["project_id"] = self.project_id
         if self.expires_at is not None:
@@ -211,8 +219,9 @@ def prepare_mem0_environment(data_dir: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def memory_view(memory_id: str, payload: dict, score: float | None = None) -> dict:
-    """A stored memory as callers see it: text, placement, owner, lifetime, provenance."""
+def memory_view(memory_id: str, payload: dict, score: float | None = None, decay: DecayRules = DEFAULT_DECAY) -> dict:
+    """A stored memory as callers see it: text, placement, owner, lifetime, validity, use, provenance."""
+    count = payload.get(ACCESS_COUNT)
     return {
         "id": str(memory_id),
         "memory": payload.get("data", ""),
@@ -232,6 +241,11 @@ def memory_view(memory_id: str, payload: dict, score: float | None = None) -> di
         "metadata": custom_of(payload),
         "write_id": payload.get("write_id"),
         **validity.window(payload),
+        ACCESS_COUNT: count if isinstance(count, int) and not isinstance(count, bool) else 0,
+        LAST_ACCESSED: payload.get(LAST_ACCESSED),
+        "importance": round(decay.importance(payload), 4),
+        "trust": payload.get("trust") or DEFAULT_TRUST,
+        "provenance": payload.get("provenance"),
         "score": None if score is None else round(float(score), 4),
         "source": "conversation",
     }
@@ -279,6 +293,7 @@ class ConversationStore:
         # the one-time import of an old local-mode store, for status: {"state", "done", "total", ...}
         self.import_progress: dict | None = None
         self.optimizer = None  # Edge only: when the shard's index is rebuilt (layers/conversation/optimizer.py)
+        self.decay = DEFAULT_DECAY  # half-lives and ranking weight (layers/conversation/decay.py); set by the daemon
 
     @property
     def connected(self) -> bool:
@@ -749,6 +764,7 @@ class ConversationStore:
         explain: bool = False,
         show_superseded: bool = False,
         show_archived: bool = False,
+        trust_min: str | None = None,
     ) -> list[dict]:
         """Each phase searched on its own (``filters``, mem0's language, ANDed with it), merged by score,
         de-duplicated by content hash.
@@ -763,41 +779,55 @@ class ConversationStore:
         an embedder without one gives the cosine clamped to [0, 1], as mem0's stores do.  ``explain`` adds
         ``score_details`` (the phase, the visibility filter's verdict, the cosine, the relevance).
         Superseded and archived memories are left out inside each query (layers/conversation/validity.py)
-        unless ``show_superseded`` / ``show_archived``.
+        unless ``show_superseded`` / ``show_archived``.  A result's score is its relevance (times the
+        role's weight) times its importance's rank factor (layers/conversation/decay.py); ``threshold``
+        applies to the relevance, before importance: a faded memory ranks lower, it is not cut.
+        ``trust_min`` keeps memories of that trust and above, inside the query; equal scores rank by trust.
         """
         mem0, _ = self._require()
         now = time.time()
+        moment = datetime.fromtimestamp(now, timezone.utc)
         text_match = has_text_match(filters)
         fetch = min(max(4 * limit, 100), 1000) if text_match else limit  # substring checks drop candidates
+        if self.decay.rank_weight:  # importance may lift one from past the first ``limit`` by relevance
+            fetch = min(max(fetch, 2 * limit, limit + 10), 1000)
         found: list[dict] = []
         hidden = validity.hidden_states(show_superseded, show_archived)
+        trusted = trust_filter(trust_min)
         with _translate_errors("search"), self._optimize_held():
             vector = mem0.embedding_model.embed(query, "search")
             for phase in phases:
                 combined = restrict(self._phase_filter_dict(phase, include_expired, now, hidden), filters)
+                if trusted:
+                    combined = restrict(combined, trusted)
                 for point_id, payload, cosine in self._nearest(mem0, query, vector, engine_part(combined), fetch):
                     if text_match and not matches(payload, combined):
                         continue
                     weight = ASSISTANT_WEIGHT if payload.get("role") == "assistant" else 1.0
-                    score = self.relevance(cosine) * weight
-                    if score < threshold:
+                    relevance = self.relevance(cosine) * weight
+                    if relevance < threshold:
                         continue
-                    view = memory_view(point_id, payload, score)
+                    importance = self.decay.importance(payload, moment)
+                    factor = self.decay.rank_factor(importance)
+                    score = relevance * factor
+                    view = memory_view(point_id, payload, score, decay=self.decay)
                     view["phase"] = phase.name
                     if explain:
                         view["score_details"] = {
                             "phase": phase.name,
                             "visibility": _why_visible(phase),
                             "cosine": round(float(cosine), 4),
-                            "relevance": round(score / weight, 4),
+                            "relevance": round(relevance / weight, 4),
                             "role_weight": weight,
+                            "importance": round(importance, 4),
+                            "decay_factor": round(factor, 4),
                             "score": round(score, 4),
                             "calibrated": bool(getattr(self.embedder, "calibrated", False)),
                             "threshold": threshold,
                             "filters": filters,
                         }
                     found.append(view)
-        found.sort(key=lambda v: -(v["score"] or 0))
+        found.sort(key=_rank, reverse=True)
         seen: set[str] = set()
         merged = []
         for view in found:
@@ -886,7 +916,7 @@ class ConversationStore:
                         with_payload=True,
                     )
                 page.extend(
-                    memory_view(p.id, p.payload or {})
+                    memory_view(p.id, p.payload or {}, decay=self.decay)
                     for p in points
                     if not text_match or matches(p.payload or {}, combined)
                 )
@@ -907,7 +937,7 @@ class ConversationStore:
                     points = client.retrieve(self.settings.collection, ids=[memory_id], with_payload=True)
             except ValueError:  # not a valid point id
                 return None
-        return memory_view(points[0].id, points[0].payload or {}) if points else None
+        return memory_view(points[0].id, points[0].payload or {}, decay=self.decay) if points else None
 
     def delete(self, memory_id: str) -> None:
         mem0, _ = self._require()
@@ -949,7 +979,7 @@ class ConversationStore:
                 )
             next_offset = str(next_offset) if next_offset else None
         kept = [p for p in points if matches(p.payload or {}, combined)] if has_text_match(filters) else points
-        return [memory_view(p.id, p.payload or {}) for p in kept], next_offset
+        return [memory_view(p.id, p.payload or {}, decay=self.decay) for p in kept], next_offset
 
     def delete_ids(self, ids: builtins.list[str]) -> None:
         """Delete a batch of points in one request (the seed's script built this call wrongly)."""
@@ -1023,6 +1053,37 @@ class ConversationStore:
             client.overwrite_payload(self.settings.collection, payload=payload, points=[str(memory_id)], wait=True)
         return True
 
+    def archive(self, memory_ids: Sequence[str], at: str) -> None:
+        """Archive faded memories (layers/conversation/decay.py): hidden from search, kept, restorable.
+
+        One payload write for all of them; :meth:`restore_fields` brings one back."""
+        ids = [str(i) for i in memory_ids]
+        if ids:
+            self._set_payload_of(ids, validity.archive_payload(at), "archive")
+
+    def record_access(self, batch: dict[str, tuple[int, str]]) -> int:
+        """Add a batch of hits (id -> (count, last ISO time)) to the memories' ``access_count`` / ``last_accessed``.
+
+        One lookup for the batch, then one small payload write per memory (their counts differ); a
+        memory deleted since it was returned is skipped.  The number of memories updated.
+        """
+        current = self._payloads(list(batch), [ACCESS_COUNT, LAST_ACCESSED])
+        if not current:
+            return 0
+        updates = {i: merged_access(p, *batch[i]) for i, p in current.items()}
+        if self.settings.on_edge:
+            shard = self._edge()
+            with _translate_errors("access"):
+                for memory_id, fields in updates.items():
+                    shard.set_payload(memory_id, fields)
+            self.upkeep()
+        else:
+            client = self._client_only()
+            with _translate_errors("access"):
+                for memory_id, fields in updates.items():
+                    client.set_payload(self.settings.collection, payload=fields, points=[memory_id], wait=True)
+        return len(updates)
+
     def states(self, memory_ids: Sequence[str]) -> dict[str, str]:
         """``valid`` / ``superseded`` / ``archived`` of each of ``memory_ids`` that exists (one lookup)."""
         return {i: validity.state_of(p) for i, p in self._payloads(memory_ids, [validity.STATE]).items()}
@@ -1042,7 +1103,7 @@ class ConversationStore:
                 points, _ = client.scroll(
                     self.settings.collection, scroll_filter=to_qdrant(wanted), limit=limit, with_payload=True
                 )
-        views = [memory_view(p.id, p.payload or {}) for p in points]
+        views = [memory_view(p.id, p.payload or {}, decay=self.decay) for p in points]
         return sorted(views, key=lambda v: (v.get("invalid_at") or "", v.get("created_at") or ""))
 
     def _payloads(self, memory_ids: Sequence[str], fields: builtins.list[str] | None = None) -> dict[str, dict]:
@@ -1107,8 +1168,13 @@ class ConversationStore:
             payload = hit.payload or {}
             expires_at = payload.get(EXPIRY_FIELD)
             if expires_at is None or expires_at >= now:
-                found.append((memory_view(hit.id, payload), float(hit.score)))
+                found.append((memory_view(hit.id, payload, decay=self.decay), float(hit.score)))
         return found
+
+
+def _rank(view: dict) -> tuple[float, int]:
+    """A search result's place: its score, then its trust (layers/conversation/policy.py) among equal scores."""
+    return (view["score"] or 0.0, TRUST_RANK.get(view.get("trust") or "", TRUST_RANK[DEFAULT_TRUST]))
 
 
 def _now_iso() -> str:

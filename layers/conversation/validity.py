@@ -95,4 +95,5 @@ def window(payload: Mapping[str, Any]) -> dict[str, Any]:
         SUPERSEDED_BY: payload.get(SUPERSEDED_BY),
         STATE: state_of(payload),
         ARCHIVED_AT: payload.get(ARCHIVED_AT),
+        RESTORED_AT: payload.get(RESTORED_AT),
     }

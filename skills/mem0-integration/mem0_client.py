@@ -65,6 +65,8 @@ MEMORY_TYPES = (
     "task_log",
 )
 VISIBILITIES = ("public", "project", "private")
+TRUST_LEVELS = ("low", "medium", "high")  # layers/conversation/policy.py
+SOURCES = ("user_direct", "agent_output", "tool_result", "inferred", "operator")
 PAGE_MAX = 1000  # the largest page GET /v1/memories serves
 MAX_QUERY_CHARS = 4096  # daemon/shared/limits.py: a longer search query is refused (HTTP 413)
 CONFIG_MAX_BYTES = 256 * 1024  # layers/yamlfile.py MAX_BYTES
@@ -452,6 +454,7 @@ class Mem0Client:
         explain: bool = False,
         show_expired: bool = False,
         show_superseded: bool = False,
+        trust_min: str | None = None,
     ) -> dict:
         """Shared memories this agent may read; ``degraded: true`` means the local index answered.
 
@@ -475,6 +478,8 @@ class Mem0Client:
             body["show_expired"] = True
         if show_superseded:
             body["show_superseded"] = True
+        if trust_min:
+            body["trust_min"] = trust_min
         return self.request("POST", "/v1/memories/search", body=body)  # in the body: a URL has no room
 
     def add(
@@ -492,11 +497,14 @@ class Mem0Client:
         actor_id: str | None = None,
         metadata: dict | None = None,
         supersedes: str | None = None,
+        trust: str | None = None,
+        source: str | None = None,
     ) -> dict:
         """Remember ``text``; ``queued: true`` means the store is down and the write will be replayed once.
 
         ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
-        ``supersedes`` names one of this agent's memories the new one replaces (kept, out of searches).
+        ``supersedes`` names one of this agent's memories the new one replaces (kept, out of searches);
+        ``trust`` (medium by default, low to say it is unverified) and ``source`` say how far to rely on it.
         """
         fields = {
             "user_id": user_id,
@@ -510,6 +518,8 @@ class Mem0Client:
             "infer": infer,
             "write_id": write_id,
             "supersedes": supersedes,
+            "trust": trust,
+            "source": source,
         }
         body = {"agent": self._identity(), "text": text, **{k: v for k, v in fields.items() if v is not None}}
         return self.request("POST", "/v1/memories", body=body)
@@ -570,7 +580,7 @@ class Mem0CompatError(MemstrataError, ValueError):
 
 _UNSET = object()
 # What memstrata reads from mem0's ``metadata`` on add, and from ``filters`` on search/get_all.
-ADD_METADATA = ("visibility", "project_id", "expiration_date", "memory_type", "supersedes")
+ADD_METADATA = ("visibility", "project_id", "expiration_date", "memory_type", "supersedes", "trust", "source")
 PROCEDURAL = "procedural_memory"
 DEFAULT_THRESHOLD = 0.1  # mem0's search default  # mem0's one memory_type; memstrata's is "procedure"
 # Top-level keys of a memstrata result that mem0 keeps as its own fields; the rest go to ``metadata``.
@@ -600,6 +610,12 @@ MEMSTRATA_METADATA = (
     "invalid_at",
     "superseded_by",
     "state",
+    "archived",
+    "access_count",
+    "last_accessed",
+    "importance",
+    "trust",
+    "provenance",
 )
 
 
@@ -754,6 +770,8 @@ class Memory:
             "run_id": run_id,
             "metadata": custom or None,
             "supersedes": metadata.get("supersedes"),
+            "trust": metadata.get("trust"),
+            "source": metadata.get("source"),
         }
         turns = [m for m in messages if m["role"] != "system"]
         if infer is None:  # the daemon's default: on when it has an LLM
@@ -779,6 +797,8 @@ class Memory:
             "actor_id": message.get("name"),  # mem0 keeps a message's name as its actor_id
             "metadata": fields["metadata"],
             "supersedes": fields["supersedes"],
+            "trust": fields["trust"],
+            "source": fields["source"],
         }
         answer = self.client.request("POST", "/v1/memories", body={k: v for k, v in body.items() if v is not None})
         answer["role"] = message["role"]
@@ -1189,6 +1209,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--explain", action="store_true", help="say why each result was returned")
     search.add_argument("--show-expired", action="store_true", help="also memories past their expiration date")
     search.add_argument("--show-superseded", action="store_true", help="also memories a newer one replaced")
+    search.add_argument("--trust-min", choices=TRUST_LEVELS, help="only memories trusted this much or more")
 
     add = commands.add_parser("add", parents=[common], help="remember TEXT in the shared memory")
     add.add_argument("text")
@@ -1204,6 +1225,8 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--actor-id", metavar="A", help="who said it")
     add.add_argument("--metadata", type=json_object, metavar="JSON", help='your own fields: \'{"category": "x"}\'')
     add.add_argument("--supersedes", metavar="MEMORY_ID", help="one of your memories this one replaces (kept)")
+    add.add_argument("--trust", choices=TRUST_LEVELS, help="medium by default; low: unverified (high: the operator's)")
+    add.add_argument("--source", choices=SOURCES, help="where it came from (default agent_output)")
 
     get_all = commands.add_parser(
         "get_all", aliases=["get-all"], parents=[common], help="list every memory you may read"
@@ -1239,6 +1262,7 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
             explain=args.explain,
             show_expired=args.show_expired,
             show_superseded=args.show_superseded,
+            trust_min=args.trust_min,
         )
         return answer, format_search(answer)
     if args.command == "add":
@@ -1255,6 +1279,8 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
             actor_id=args.actor_id,
             metadata=args.metadata,
             supersedes=args.supersedes,
+            trust=args.trust,
+            source=args.source,
         )
         return answer, format_add(answer)
     if args.command in ("get_all", "get-all"):

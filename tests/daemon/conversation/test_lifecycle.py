@@ -125,3 +125,91 @@ def test_a_superseding_write_is_never_queued(service_root, embedder):
         with pytest.raises(ConversationUnavailableError, match="nothing was queued"):
             broker.add("main", "the new fact", supersedes=UNKNOWN)
         assert broker.queue.depth() == 0
+
+
+# ---------------------------------------------------------------- decay by use
+
+
+def _stored(broker, memory_id: str) -> dict:
+    """The memory as the store holds it, read without counting as a use."""
+    return broker.thread.call("get", lambda: broker.store.get(memory_id))
+
+
+def test_returned_memories_are_counted_in_memory_and_written_in_batches(broker):
+    memory_id = _id(broker.add("main", "the backup job runs at four"))
+    for _ in range(3):
+        assert [r["id"] for r in broker.search("main", "backup job")["results"]] == [memory_id]
+    broker.get("main", memory_id)
+    assert _stored(broker, memory_id)["access_count"] == 0, "nothing is written on the request path"
+    assert broker.status()["use"]["pending"] == 1
+    broker.access.flush()
+    stored = _stored(broker, memory_id)
+    assert stored["access_count"] == 4 and stored["last_accessed"]
+    assert broker.status()["use"]["written"] == 1 and broker.status()["use"]["pending"] == 0
+    broker.get("main", memory_id, admin=True)  # the administrator looking is not a use
+    broker.get_all("main")  # nor is a listing
+    assert broker.status()["use"]["pending"] == 0
+
+
+def test_hits_not_yet_written_are_written_at_a_clean_stop(service_root, embedder):
+    enable(service_root, embedder)
+    with l4_service(service_root) as up:
+        broker = up.daemon.broker
+        memory_id = _id(broker.add("main", "the wiki moved to wiki.internal"))
+        broker.search("main", "wiki")
+        broker.search("main", "wiki")
+        assert _stored(broker, memory_id)["access_count"] == 0
+    with l4_service(service_root) as again:
+        assert _stored(again.daemon.broker, memory_id)["access_count"] == 2
+
+
+def test_an_archived_memory_is_restored_by_its_owner_only(broker):
+    faded = _id(broker.add("main", "last year's on-call rota", memory_type="task_log"))
+    theirs = _id(broker.add("beta", "beta's private rota", memory_type="task_log"))
+    broker.thread.call("archive", lambda: broker.store.archive([faded, theirs], "2026-11-30T03:00:00+00:00"))
+    assert broker.search("main", "on-call rota")["results"] == []
+    assert [r["id"] for r in broker.get_all("main", show_archived=True)["results"]] == [faded]
+    with pytest.raises(NoSuchMemoryError) as other:
+        broker.restore_memory("main", theirs)
+    with pytest.raises(NoSuchMemoryError) as unknown:
+        broker.restore_memory("main", UNKNOWN)
+    assert str(other.value).replace(theirs, "ID") == str(unknown.value).replace(UNKNOWN, "ID")
+    restored = broker.restore_memory("main", faded)
+    assert restored["restored"] is True and restored["previous_state"] == "archived"
+    assert restored["state"] == "valid" and restored["restored_at"] and restored["importance"] > 0.99
+    assert [r["id"] for r in broker.search("main", "on-call rota")["results"]] == [faded]
+    assert broker.restore_memory("main", faded)["restored"] is False
+    assert _stored(broker, theirs)["state"] == "archived"
+    assert {"event": "memory_restored", "memory_id": faded, "previous_state": "archived"}.items() <= (
+        _audit(broker)[-1].items()
+    )
+
+
+def test_an_owner_may_undo_a_supersede(broker):
+    old = _id(broker.add("main", "lunch is at noon"))
+    new = _id(broker.add("main", "lunch moved to one", supersedes=old))
+    assert broker.restore_memory("main", old)["previous_state"] == "superseded"
+    both = {r["id"] for r in broker.search("main", "lunch")["results"]}
+    assert both == {old, new}
+    assert broker.get("main", old)["superseded_by"] is None
+
+
+# ---------------------------------------------------------------- trust
+
+
+def test_trust_and_source_follow_who_writes(broker):
+    by_agent = broker.add("main", "the printer on floor 2 is broken")
+    assert (by_agent["trust"], by_agent["provenance"]) == ("medium", "agent_output")
+    by_operator = broker.add("main", "the printer on floor 2 was replaced", admin=True)
+    assert (by_operator["trust"], by_operator["provenance"]) == ("high", "operator")
+    hedged = broker.add("main", "the printer on floor 3 may be broken too", trust="low", source="user_direct")
+    assert (hedged["trust"], hedged["provenance"]) == ("low", "user_direct")
+    stored = broker.get("main", _id(by_operator))
+    assert (stored["trust"], stored["provenance"]) == ("high", "operator")
+    with pytest.raises(ForbiddenError, match="at most medium"):
+        broker.add("main", "trust me, the printer works", trust="high")
+    assert {"event": "write_denied", "agent": "main", "trust": "high"}.items() <= _audit(broker)[-1].items()
+    found = broker.search("main", "printer", trust_min="high")["results"]
+    assert [r["id"] for r in found] == [_id(by_operator)]
+    assert len(broker.search("main", "printer", trust_min="medium")["results"]) == 2
+    assert len(broker.search("main", "printer")["results"]) == 3

@@ -92,6 +92,7 @@ def test_the_cli_commands_take_the_schemas_fields():
             "layer": "local (no filter), core or daily, or conversation and all: the L4 search",
             "filters": "the L4 search's mem0 filters (--layer conversation/all)",
             "show_superseded": "the L4 search's option (--layer conversation/all)",
+            "trust_min": "the L4 search's option (--layer conversation/all)",
             **AS_JSON,
         },
     )
@@ -208,7 +209,7 @@ def test_what_the_cli_sends_is_the_schemas_fields(root):
     sent = recorder.one(lambda: _cli(config, "update", SAMPLES["memory_id"], *argv, "--json"))
     assert (sent.method, sent.path) == ("PUT", f"/v1/memories/{SAMPLES['memory_id']}")
     assert parsed(UpdateRequest, sent) == fields == {k: SAMPLES[k] for k in UPDATE}
-    argv, fields = _argv("search", QUERY, {"json", "filters", "show_superseded"})
+    argv, fields = _argv("search", QUERY, {"json", "filters", "show_superseded", "trust_min"})
     sent = recorder.one(lambda: _cli(config, "search", *argv, "--json"))
     assert (sent.method, sent.path) == ("POST", "/v1/search")
     assert parsed(SearchRequest, sent) == fields and set(fields) == set(L3_SEARCH)

@@ -42,10 +42,19 @@ class Memories:
         self.clock = START
         self.ids: dict[str, str] = {}
 
-    def put(self, text, agent="a", visibility="private", memory_type="knowledge", project=None) -> str:
+    def put(self, text, agent="a", visibility="private", memory_type="knowledge", project=None, trust=None) -> str:
         self.clock += timedelta(minutes=1)
         record = NewMemory(
-            str(uuid.uuid4()), agent, text, memory_type, visibility, project, self.clock.isoformat(), None, None
+            str(uuid.uuid4()),
+            agent,
+            text,
+            memory_type,
+            visibility,
+            project,
+            self.clock.isoformat(),
+            None,
+            None,
+            trust=trust,
         )
         memory_id = self.store.add(record)[0]["id"]
         self.ids[f"{agent}/{visibility}/{text}"] = memory_id
@@ -222,8 +231,8 @@ def test_with_an_llm_conflicts_are_resolved_and_task_logs_summarised_and_undone(
     new = memories.put("Qdrant 部署在 6334 端口")
     memories.put("会议改到周三下午三点")
     memories.put("会议改到周四下午三点")  # a conflict the LLM says is two facts
-    for version in ("2.3", "2.4", "2.5"):
-        memories.put(f"部署 v{version} 到预发环境，冒烟测试通过", memory_type="task_log")
+    for version, trust in (("2.3", "medium"), ("2.4", "low"), ("2.5", "medium")):
+        memories.put(f"部署 v{version} 到预发环境，冒烟测试通过", memory_type="task_log", trust=trust)
     for text in FILLER[:9]:
         memories.put(text, memory_type="task_log")
     before = snapshot(store)
@@ -242,6 +251,7 @@ def test_with_an_llm_conflicts_are_resolved_and_task_logs_summarised_and_undone(
     summary = points[tasks["created"]]
     assert summary["data"].startswith("SUMMARY: 部署 v2.3") and summary["memory_type"] == "knowledge"
     assert (summary["agent_id"], summary["visibility"]) == ("a", "private")
+    assert (summary["trust"], summary["provenance"]) == ("low", "inferred")  # as its least trusted log
     assert all(points[m["id"]]["superseded_by"] == tasks["created"] for m in tasks["members"])
     assert report["agents"]["a"]["added"] == 1 and report["agents"]["a"]["resolved"] == 1
 
