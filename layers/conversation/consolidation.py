@@ -293,6 +293,11 @@ def _apply(batch: BatchStore, delta: _Delta, report: dict, save: Callable[[dict]
     adds = [(c, m) for c, m in delta.added if any(old not in skipped for old in c.superseded)]
     report["before"] = {old: current[old] for old in delta.olds if old not in skipped}
     report["created"] = [c.created for c, _ in adds]
+    # what each change will be, so that a run cut off before ``after`` is written can be undone too
+    report["pending"] = {
+        "at": delta.at,
+        "superseded": {old: c.superseded[old] for old, c in delta.olds.items() if old not in skipped},
+    }
     save(report)  # the undo record is on disk before anything changes
     if adds:
         batch.add_memories([m for _, m in adds])
@@ -304,6 +309,7 @@ def _apply(batch: BatchStore, delta: _Delta, report: dict, save: Callable[[dict]
             report["actions"].append({"op": "supersede", "ids": targets, "by": by, "at": delta.at})
     report["after"] = batch.payloads(sorted([*report["before"], *report["created"]]))
     report["state"] = "applied"
+    report.pop("pending", None)
 
 
 # ------------------------------------------------------------------ undo
@@ -325,8 +331,12 @@ def undo(store: ConsolidationStore, report: dict, save: Callable[[dict], None], 
 
 def _undo(batch: BatchStore, report: dict, force: bool) -> dict:
     before: dict[str, dict] = report.get("before") or {}
-    after: dict[str, dict] = report.get("after") or {}
+    after: dict[str, dict] = dict(report.get("after") or {})
     created: list[str] = report.get("created") or []
+    pending = report.get("pending") or {}
+    for memory_id, by in (pending.get("superseded") or {}).items():  # a run cut off: what it was writing
+        if memory_id not in after and memory_id in before:
+            after[memory_id] = {**before[memory_id], **validity.supersede_payload(by, pending["at"])}
     current = batch.payloads(sorted({*before, *created}))
     changed = []
     for memory_id, payload in before.items():
@@ -334,6 +344,7 @@ def _undo(batch: BatchStore, report: dict, force: bool) -> dict:
         if now != _unused(payload) and now != _unused(after.get(memory_id)):
             changed.append(memory_id)
     changed += [i for i in created if i in current and i in after and _unused(current[i]) != _unused(after[i])]
+    # a summary a cut-off run wrote but did not read back: it is the run's own, deleted like the others
     if changed and not force:
         shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
         raise UndoRefused(

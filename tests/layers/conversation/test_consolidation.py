@@ -268,3 +268,33 @@ def test_an_unusable_llm_answer_applies_nothing_of_that_finding(store, memories,
     (conflict,) = [c for c in report["clusters"] if c["kind"] == "conflict"]
     assert conflict["action"] == "flag" and "not asked about" in conflict["note"]
     assert not snapshot(store)[old].get("superseded_by")
+
+
+class CrashingFace(StoreFace):
+    """The real store, failing on the second supersede: a run cut off halfway through its batch."""
+
+    calls = 0
+
+    def supersede(self, old_ids, by_id, at):
+        self.calls += 1
+        if self.calls == 2:
+            raise OSError("the disk went away")
+        super().supersede(old_ids, by_id, at)
+
+
+def test_a_run_cut_off_halfway_is_undone_from_its_report(store, memories):
+    memories.fill()
+    memories.put("the build runs on kestrel")
+    memories.put("the build runs on kestrel.")
+    memories.put("会议改到周三下午三点")
+    memories.put("会议改到周三下午三点！")
+    before = snapshot(store)
+    saved = []
+    with pytest.raises(OSError, match="disk went away"):
+        consolidate(CrashingFace(store), execute=True, run_id="cut", save=lambda r: saved.append(dict(r)))
+    report = saved[-1]
+    assert report["state"] == "applying" and len(report["before"]) == 2  # on disk before the first change
+    assert snapshot(store) != before  # one of the two was superseded
+
+    undo(StoreFace(store), report, save=lambda r: None)
+    assert snapshot(store) == before
