@@ -15,9 +15,9 @@ archived memory was restored later.
 
 Importance joins the ranking as a factor ``1 - weight + weight × importance`` on a search result's
 score (:meth:`DecayRules.rank_factor`; weight 0.05 by default), so relevance still decides and a
-faded memory only gives way to a fresher one of about the same relevance.  Below :attr:`DecayRules.archive_below` (0.10: past ~3.3
-half-lives unused) the cleanup job archives a memory: hidden from search, kept, restorable
-(layers/conversation/validity.py).
+faded memory only gives way to a fresher one of about the same relevance.  Below
+:attr:`DecayRules.archive_below` (0.10: past ~3.3 half-lives unused) the cleanup job archives a
+memory: hidden from search, kept, restorable (layers/conversation/validity.py).
 
 :class:`AccessTally` gathers the hits in memory so that the request path never writes: the daemon
 flushes it to the store in batches (daemon/conversation/access.py).
