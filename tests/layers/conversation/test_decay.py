@@ -73,6 +73,7 @@ def test_hits_are_written_as_counts(store):
 
 
 def test_a_faded_memory_gives_way_to_an_equally_relevant_fresh_one(store):
+    store.decay = DecayRules(rank_weight=0.3)  # a heavier weight than the default, to see it work
     old = put(store, "Deploy steps: run make deploy on the bastion host", "procedure", ago(300))
     fresh = put(store, "Deploy steps: run make deploy on the bastion host.", "procedure", ago(1))
     permanent = put(store, "Deploy steps, as decided: run make deploy on the bastion host", "decision", ago(900))
