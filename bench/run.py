@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import (
     bench_burst,
+    bench_consolidate,
     bench_conversation,
     bench_daemon,
     bench_edge,
@@ -35,6 +36,7 @@ BENCHMARKS = {
     "index": bench_index.main,
     "burst": bench_burst.main,
     "conversation": bench_conversation.main,
+    "consolidate": bench_consolidate.main,
     "edge": lambda quick: bench_edge.main([1000] if quick else [1000, 10_000, 50_000]),
     "stop": bench_stop.main,
     "hostile-files": bench_hostile_files.main,

@@ -66,6 +66,11 @@ SAMPLES: dict[str, object] = {
     "filters": {"user_id": "alice"},
     "threshold": 0.3,
     "show_expired": True,
+    "show_superseded": True,
+    "supersedes": "0b7c4c57-2b6a-4f7e-9d57-3d0c1e0f8a12",
+    "trust": "low",
+    "source": "tool_result",
+    "trust_min": "medium",
     "memory_id": "0b7c4c57-2b6a-4f7e-9d57-3d0c1e0f8a11",  # no field: the memory an update names in its path
 }
 

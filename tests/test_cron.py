@@ -54,13 +54,14 @@ def test_the_file_is_one_cron_accepts():
     assert not mode & (stat.S_IWGRP | stat.S_IWOTH), "cron ignores group/other-writable files"
     env, jobs = parse(CRON_FILE.read_text())
     schedule = {" ".join(times): command for times, _, command in jobs}
-    assert set(schedule) == {"15 2 * * *", "0 3 * * *"}
+    assert set(schedule) == {"15 2 * * *", "0 3 * * *", "30 3 * * *"}
     assert all(user == "root" for _, user, _ in jobs)
     assert (
         "cd /root/.openclaw/workspace/skills/mem0-integration && python3 memory_cleanup.py --execute"
         in (schedule["0 3 * * *"])
     ), "the cleanup runs the skill installed in the main workspace, as the seed does"
     assert "backup --keep 7" in schedule["15 2 * * *"]
+    assert "memstrata consolidate --execute >> " in schedule["30 3 * * *"]
     assert env["MEMSTRATA_CONFIG"] == "/etc/memstrata/memstrata.yaml"
 
 
@@ -95,5 +96,6 @@ def test_the_jobs_run(tmp_path, daemons):
         assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
     assert "execute: scanned" in (logs / "cleanup-cron.log").read_text()
     assert "backup   " in (logs / "backup-cron.log").read_text()
+    assert "(execute): applied; scanned 1" in (logs / "consolidate-cron.log").read_text()
     assert len(list((tmp_path / "state" / "backups").iterdir())) == 1
     assert json.loads(run_cli("cleanup", "--dry-run", "--json", config=config).stdout)["scanned"] == 1

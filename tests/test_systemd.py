@@ -27,7 +27,11 @@ def unit(tmp_path):
     return path
 
 
-TIMERS = {"memstrata-cleanup": "*-*-* 03:00:00 UTC", "memstrata-backup": "*-*-* 02:15:00 UTC"}
+TIMERS = {
+    "memstrata-cleanup": "*-*-* 03:00:00 UTC",
+    "memstrata-backup": "*-*-* 02:15:00 UTC",
+    "memstrata-consolidate": "*-*-* 03:30:00 UTC",
+}
 
 
 @pytest.mark.parametrize("name", sorted(TIMERS))
@@ -57,7 +61,7 @@ def test_unit_verifies_without_warnings(unit):
     assert proc.stderr == ""
 
 
-@pytest.mark.parametrize("name", ["memstrata", "memstrata-backup", "memstrata-cleanup"])
+@pytest.mark.parametrize("name", ["memstrata", "memstrata-backup", "memstrata-cleanup", "memstrata-consolidate"])
 def test_service_security_exposure_is_at_most_2(tmp_path, name):
     """Hardened units: every unit scores at most 2.0 (tests/system checks the installed units in a booted systemd)."""
     binary = REPO_ROOT / ".venv" / "bin" / "memstrata"

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse as _StarletteJSONResponse
 
 from daemon.shared.echo import Redact, cut
 from daemon.shared.errors import (
+    ConflictError,
     ConversationUnavailableError,
     IndexUnavailableError,
     InvalidRequestError,
@@ -77,6 +78,7 @@ STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (SecretRefusedError, 422),
     (QueryTooLongError, 413),
     (ForbiddenError, 403),
+    (ConflictError, 409),  # a consolidation under way; an undo that would overwrite later changes
     (ConversationUnavailableError, 503),
     (IndexUnavailableError, 503),
     (StateUnreadableError, 503),

@@ -39,6 +39,7 @@ from daemon.api.requests import (
     AgentParams,
     BackupRequest,
     CleanupRequest,
+    ConsolidateRequest,
     DeleteAllParams,
     ListParams,
     MemorySearchRequest,
@@ -48,6 +49,7 @@ from daemon.api.requests import (
     UpdateRequest,
 )
 from daemon.conversation.broker import Broker
+from daemon.ops.consolidation import ConsolidateOptions
 from daemon.ops.maintenance import DEFAULT_KEEP, CleanupOptions
 from daemon.shared.contracts import SearchAnswer, StatusCounts, StatusDocument
 from daemon.shared.guard import SecretGuard
@@ -230,15 +232,18 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
             raise ApiError(400, "q is required")
         broker = _conversation(daemon)
         options: dict[str, Any] = {"filters": args.filters, "threshold": args.threshold, "explain": args.explain}
-        options["show_expired"] = args.show_expired
+        options.update(show_expired=args.show_expired, show_superseded=args.show_superseded, trust_min=args.trust_min)
         return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, **options)
 
     def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
-        authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).add(args.agent, args.text, **args.options())
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).add(args.agent, args.text, admin=admin, **args.options())
 
     def admin_cleanup(request: Request, caller: Caller, args: CleanupRequest) -> dict:
         return _conversation(daemon).cleanup(CleanupOptions.from_dict(args.model_dump(by_alias=True)))
+
+    def admin_consolidate(request: Request, caller: Caller, args: ConsolidateRequest) -> dict:
+        return _conversation(daemon).consolidate(ConsolidateOptions.from_dict(args.model_dump()))
 
     def admin_backup(request: Request, caller: Caller, args: BackupRequest) -> dict:
         return _conversation(daemon).backup(DEFAULT_KEEP if args.keep is None else args.keep)
@@ -248,7 +253,9 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
 
     def memory_list(request: Request, caller: Caller, args: ListParams) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor, filters=args.filters)
+        options: dict[str, Any] = {"filters": args.filters, "show_superseded": args.show_superseded}
+        options.update(show_expired=args.show_expired, show_archived=args.show_archived)
+        return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor, **options)
 
     def memory_get(request: Request, caller: Caller, args: AgentParams) -> dict:
         admin = authorize(daemon, caller, args.agent, request.url.path)
@@ -262,6 +269,10 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         admin = authorize(daemon, caller, args.agent, request.url.path)
         memory_id = request.path_params["memory_id"]
         return _conversation(daemon).update(args.agent, memory_id, args.text, expires=args.expires, admin=admin)
+
+    def memory_restore(request: Request, caller: Caller, args: AgentParams) -> dict:
+        admin = authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).restore_memory(args.agent, request.path_params["memory_id"], admin=admin)
 
     def memory_history(request: Request, caller: Caller, args: AgentParams) -> dict:
         admin = authorize(daemon, caller, args.agent, request.url.path)
@@ -300,6 +311,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
             gate.route(reindex, schema=ReindexRequest, body_limit=MAX_SMALL_BODY_BYTES, lane="maintenance"),
         ),
         ("/v1/admin/cleanup", "POST", gate.route(admin_cleanup, schema=CleanupRequest, **admin)),
+        ("/v1/admin/consolidate", "POST", gate.route(admin_consolidate, schema=ConsolidateRequest, **admin)),
         ("/v1/admin/backup", "POST", gate.route(admin_backup, schema=BackupRequest, **admin)),
         ("/v1/admin/restore", "POST", gate.route(admin_restore, schema=RestoreRequest, **admin)),
         ("/v1/memories", "POST", gate.route(memory_add, schema=AddRequest, body_limit=MAX_MEMORY_BODY_BYTES)),
@@ -315,6 +327,11 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
             gate.route(memory_update, schema=UpdateRequest, body_limit=MAX_MEMORY_BODY_BYTES),
         ),
         ("/v1/memories/{memory_id}/history", "GET", gate.route(memory_history, schema=AgentParams)),
+        (
+            "/v1/memories/{memory_id}/restore",
+            "POST",
+            gate.route(memory_restore, schema=AgentParams, body_limit=MAX_SMALL_BODY_BYTES),
+        ),
         *health_routes(daemon, gate, metrics, lambda caller: caller.id),
     ]
 

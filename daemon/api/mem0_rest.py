@@ -33,16 +33,39 @@ from starlette.routing import Route
 
 from daemon.api.answers import ApiError, JSONResponse
 from daemon.api.gate import Caller, Gate
-from daemon.api.requests import Fraction, JsonObject
+from daemon.api.requests import Fraction, JsonObject, Trust
 from daemon.api.requests import Request as Schema
 from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_MEMORY_BODY_BYTES, MAX_SEARCH_BODY_BYTES
 
 DEFAULT_THRESHOLD = 0.1  # mem0's
-PLACEMENT = {"visibility": "visibility", "project_id": "project", "memory_type": "memory_type"}
+# metadata keys that are the memory's own fields, not the caller's: placement, validity, trust
+PLACEMENT = {
+    "visibility": "visibility",
+    "project_id": "project",
+    "memory_type": "memory_type",
+    "supersedes": "supersedes",
+    "trust": "trust",
+    "source": "source",
+}
 PROCEDURAL = "procedural_memory"  # mem0's one memory_type; memstrata's is "procedure"
 MEM0_KEYS = ("id", "memory", "hash", "user_id", "agent_id", "run_id", "actor_id", "role")
 MEM0_KEYS_LATE = ("created_at", "updated_at", "expiration_date")
-MEMSTRATA_METADATA = ("visibility", "project_id", "memory_type", "write_id", "phase")
+MEMSTRATA_METADATA = (
+    "visibility",
+    "project_id",
+    "memory_type",
+    "write_id",
+    "phase",
+    "valid_from",
+    "invalid_at",
+    "superseded_by",
+    "state",
+    "access_count",
+    "last_accessed",
+    "importance",
+    "trust",
+    "provenance",
+)
 COUNT_CAP = 10_000  # get_all counts at most this many
 
 
@@ -64,6 +87,7 @@ class SearchBody(Schema):
     rerank: bool = False
     explain: bool = False
     show_expired: bool = False
+    trust_min: Trust | None = None  # memstrata's: only memories trusted this much or more
 
 
 class ListBody(Schema):
@@ -184,6 +208,8 @@ def build_mem0_app(daemon: Any) -> Starlette:
             threshold=args.threshold,
             explain=args.explain,
             show_expired=args.show_expired,
+            show_superseded=args.show_expired,  # mem0's "expired" is "no longer valid": a replaced fact too
+            trust_min=args.trust_min,
         )
         out: dict[str, Any] = {"results": [mem0_view(m) for m in answer["results"]]}
         if args.rerank:

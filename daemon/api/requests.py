@@ -34,11 +34,19 @@ from daemon.shared.echo import cut
 from daemon.shared.errors import InvalidRequestError
 from daemon.shared.limits import L3_RESULTS, L4_PAGE, L4_RESULTS, Results
 from layers.conversation.metadata import ENTITY_RE
-from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
 from layers.ids import AGENT_ID_PATTERN
 from layers.local.search import MODES as SEARCH_MODES
 
-CHOICES_OF = {"type": "memory type", "visibility": "visibility", "mode": "search mode", "role": "role"}
+CHOICES_OF = {
+    "type": "memory type",
+    "visibility": "visibility",
+    "mode": "search mode",
+    "role": "role",
+    "trust": "trust",
+    "trust_min": "trust",
+    "source": "source",
+}
 ID_RULE = "1-64 characters from a-z, 0-9, '_' and '-', starting with a letter or digit"
 
 
@@ -87,9 +95,14 @@ Short = Annotated[str, StringConstraints(max_length=1024), AfterValidator(_unico
 Id = Annotated[str, StringConstraints(max_length=64, pattern=AGENT_ID_PATTERN)]
 Day = Annotated[str, StringConstraints(max_length=10, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
 WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+# A memory's id as the store makes them (a UUID); anything else names no memory.
+MEMORY_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+MemoryId = Annotated[str, StringConstraints(max_length=64, pattern=MEMORY_ID_PATTERN)]
 EntityId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=128, pattern=ENTITY_RE.pattern)]
 JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_text)]  # checked further by its reader
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Share = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]  # of an agent's memories
+RunId = Annotated[str, StringConstraints(max_length=32, pattern=r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")]
 Days = Annotated[int, Field(ge=0, le=36_500)]  # a century: past that a date overflows (a 500 before)
 Count = Annotated[int, Field(ge=1)]
 Unset = BeforeValidator(_absent_when_empty)
@@ -99,6 +112,8 @@ L4Count = Annotated[int, _or(L4_RESULTS.default), _clamped(L4_RESULTS)]
 PageCount = Annotated[int, _or(L4_PAGE.default), _clamped(L4_PAGE)]
 
 MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
+Trust = Literal[TRUST_LEVELS]  # type: ignore[valid-type]
+Source = Literal[SOURCES]  # type: ignore[valid-type]
 Visibility = Literal[VISIBILITIES]  # type: ignore[valid-type]
 SearchMode = Literal[SEARCH_MODES]  # type: ignore[valid-type]
 
@@ -136,6 +151,8 @@ class MemorySearchRequest(Request):
     threshold: Annotated[Fraction | None, Unset] = None
     explain: Annotated[bool, _or(False)] = False
     show_expired: Annotated[bool, _or(False)] = False  # memories past their expiration_date, not yet cleaned up
+    show_superseded: Annotated[bool, _or(False)] = False  # memories another one replaced (still kept)
+    trust_min: Annotated[Trust | None, Unset] = None  # only memories trusted this much or more
 
 
 class AddRequest(Request):
@@ -155,6 +172,9 @@ class AddRequest(Request):
     run_id: Annotated[EntityId | None, Unset] = None
     actor_id: Annotated[EntityId | None, Unset] = None
     metadata: Annotated[JsonObject | None, Unset] = None  # free keys, checked by layers/conversation/metadata.py
+    supersedes: Annotated[MemoryId | None, Unset] = None  # a memory the new one replaces (kept, marked superseded)
+    trust: Annotated[Trust | None, Unset] = None  # default by who writes: an agent medium, the operator high
+    source: Annotated[Source | None, Unset] = None  # where the text came from (stored as the memory's provenance)
 
     def options(self) -> dict[str, object]:
         """The write's options by field name, as the broker takes them (``Writes.add``)."""
@@ -183,6 +203,14 @@ class CleanupRequest(Request):
     memory_type: Annotated[MemoryType | None, Unset] = Field(None, alias="type")
 
 
+class ConsolidateRequest(Request):
+    execute: Annotated[bool | None, Unset] = None
+    agent: Annotated[Id | None, Unset] = None
+    max_share: Annotated[Share | None, Unset] = None
+    undo: Annotated[RunId | None, Unset] = None
+    force: Annotated[bool | None, Unset] = None
+
+
 class BackupRequest(Request):
     keep: Annotated[Count | None, Unset] = None
 
@@ -202,6 +230,9 @@ class ListParams(Request):
     limit: PageCount = L4_PAGE.default
     cursor: Annotated[Short | None, Unset] = None
     filters: Annotated[JsonObject | None, Unset] = None  # JSON text in a query string
+    show_superseded: Annotated[bool, _or(False)] = False
+    show_expired: Annotated[bool, _or(False)] = False
+    show_archived: Annotated[bool, _or(False)] = False  # faded by disuse (decay): hidden, kept, restorable
 
 
 class DeleteAllParams(Request):
@@ -234,8 +265,10 @@ SCHEMAS: dict[tuple[str, str], type[Request]] = {
     ("DELETE", "/v1/memories/{memory_id}"): AgentParams,
     ("PUT", "/v1/memories/{memory_id}"): UpdateRequest,
     ("GET", "/v1/memories/{memory_id}/history"): AgentParams,
+    ("POST", "/v1/memories/{memory_id}/restore"): AgentParams,
     ("POST", "/v1/reindex"): ReindexRequest,
     ("POST", "/v1/admin/cleanup"): CleanupRequest,
+    ("POST", "/v1/admin/consolidate"): ConsolidateRequest,
     ("POST", "/v1/admin/backup"): BackupRequest,
     ("POST", "/v1/admin/restore"): RestoreRequest,
 }
@@ -270,6 +303,8 @@ def _problem(error: Mapping[str, Any], fields: Mapping[str, object], model: type
     if kind == "string_pattern_mismatch":
         if ctx.get("pattern") == AGENT_ID_PATTERN:
             return f"{field} must be an id: {ID_RULE}"
+        if ctx.get("pattern") == MEMORY_ID_PATTERN:
+            return f"{field} must be a memory id (a UUID, as add answered it)"
         if "{4}-" in str(ctx.get("pattern")):
             return f"{field} must be a date like 2026-12-31"
         if ctx.get("pattern") == ENTITY_RE.pattern:

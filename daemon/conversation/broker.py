@@ -9,7 +9,7 @@ lifetime, and the outage rules.  This module composes the parts, one job each:
 - daemon/conversation/store_thread.py  the one thread that touches the store, and the circuit breaker
 - daemon/conversation/queue.py    the durable write queue on a disk that may be full
 - daemon/conversation/replay.py   the probe loop: reconnects, replays the queue exactly once
-- daemon/conversation/maintenance_jobs.py  cleanup, backup, restore from the running daemon
+- daemon/conversation/maintenance_jobs.py  cleanup, backup, restore, consolidation from the running daemon
 - daemon/conversation/status.py   the ``conversation`` section of status
 - daemon/conversation/tailscale.py   what tailscale says about a remote store's peer
 """
@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from daemon.conversation.access import AccessRecorder
 from daemon.conversation.maintenance_jobs import Maintenance
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import Reads
@@ -31,12 +32,13 @@ from daemon.conversation.store_thread import StoreThread
 from daemon.conversation.tailscale import tailscale_view
 from daemon.conversation.writes import Writes
 from daemon.ops import maintenance
+from daemon.ops.consolidation import ConsolidateOptions
 from daemon.shared.audit import audit_log
 from daemon.shared.config import Config
 from daemon.shared.contracts import ConversationStatus, SearchAnswer
 from daemon.shared.guard import SecretGuard
 from daemon.shared.jobs import StoreWorker
-from daemon.shared.settings import store_deadline, store_settings
+from daemon.shared.settings import decay_rules, store_deadline, store_settings
 from daemon.shared.storage import StorageHealth
 from layers.conversation.breaker import Breaker
 from layers.conversation.queue import WriteQueue
@@ -77,10 +79,12 @@ class Broker:
         self.tombstones = Tombstones(config.paths.state_dir / "conversation" / "deleted.sqlite")
         self.queue_access = QueueAccess(self.queue, self.storage)
         self.queue_access.open()  # a full disk leaves it closed: writes then go to the store or get 507
+        store.decay = decay_rules(config)  # how importance ranks searches (layers/conversation/decay.py)
         self.thread = StoreThread(
             store, Breaker(c.probe_interval_s), store_deadline(config), self.storage, on_change, pause
         )
-        self.reads = Reads(self.thread, self.registry, self.audit, self.tombstones, local_search)
+        self.access = AccessRecorder(self.thread)  # decay by use: counted on reads, written in batches
+        self.reads = Reads(self.thread, self.registry, self.audit, self.tombstones, local_search, self.access.hit)
         drain = DrainRate()  # the replayer measures it, a queued write's answer reads it
         self.writes = Writes(
             self.thread,
@@ -117,6 +121,7 @@ class Broker:
 
     def start(self) -> None:
         self.replayer.start()
+        self.access.start()
 
     def request_stop(self) -> None:
         """Begin stopping, without waiting: replay and cleanup end before their next item or page."""
@@ -134,6 +139,7 @@ class Broker:
         deadline = time.monotonic() + timeout
         self.request_stop()
         prober_ended = self.replayer.join(max(0.0, deadline - time.monotonic()))
+        self.access.stop(max(0.0, deadline - time.monotonic()) / 2)  # the hits not yet written, then the store closes
         worker_ended = self.thread.close(max(0.0, deadline - time.monotonic()))
         self._final_status = self.status()
         self.audit.flush()  # the counts of refusals folded since their last line
@@ -160,7 +166,7 @@ class Broker:
         settings = store_settings(config)  # may raise: the running store is then kept
         changed = [
             f"conversation.{name}"
-            for name in ("retention_days", "probe_interval_s", "probe_timeout_s", "dedup")
+            for name in ("retention_days", "probe_interval_s", "probe_timeout_s", "dedup", "decay")
             if getattr(new, name) != getattr(old, name)
         ]
         self.config = config
@@ -168,6 +174,7 @@ class Broker:
         self.thread.breaker.probe_interval_s = new.probe_interval_s
         self.replayer.probe_timeout_s = new.probe_timeout_s
         self.thread.deadline_s = store_deadline(config)
+        self.thread.store.decay = decay_rules(config)  # a reconnect below carries it to the new store
         if settings != self.thread.store.settings:
             changed.append("conversation store (reconnected)")
             llm_configured = new.llm is not None
@@ -190,6 +197,9 @@ class Broker:
     def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.writes.delete(agent, memory_id, admin=admin)
 
+    def restore_memory(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
+        return self.writes.restore(agent, memory_id, admin=admin)
+
     def delete_all(self, agent: str, **options: Any) -> dict[str, Any]:
         return self.writes.delete_all(agent, **options)
 
@@ -203,13 +213,24 @@ class Broker:
         threshold: float | None = None,
         explain: bool = False,
         show_expired: bool = False,
+        show_superseded: bool = False,
+        trust_min: str | None = None,
     ) -> dict[str, Any]:
-        return self.reads.search(agent, query, limit, fallback, filters, threshold, explain, show_expired)
+        return self.reads.search(
+            agent, query, limit, fallback, filters, threshold, explain, show_expired, show_superseded, trust_min
+        )
 
     def get_all(
-        self, agent: str, limit: int = 100, cursor: str | None = None, filters: dict[str, Any] | None = None
+        self,
+        agent: str,
+        limit: int = 100,
+        cursor: str | None = None,
+        filters: dict[str, Any] | None = None,
+        show_superseded: bool = False,
+        show_expired: bool = False,
+        show_archived: bool = False,
     ) -> dict[str, Any]:
-        return self.reads.get_all(agent, limit, cursor, filters)
+        return self.reads.get_all(agent, limit, cursor, filters, show_superseded, show_expired, show_archived)
 
     def get(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.reads.get(agent, memory_id, admin=admin)
@@ -229,6 +250,10 @@ class Broker:
         """Page by page on the store thread, so agents' requests go on between the pages."""
         return self.maintenance.cleanup(options)
 
+    def consolidate(self, options: ConsolidateOptions) -> dict[str, Any]:
+        """Pages on the store thread, the batch as one job there (daemon/ops/consolidation.py)."""
+        return self.maintenance.consolidate(options)
+
     def backup(self, keep: int) -> dict[str, Any]:
         return self.maintenance.backup(keep)
 
@@ -240,6 +265,14 @@ class Broker:
     def status(self) -> ConversationStatus:
         if self._final_status is not None:
             return self._final_status
-        return conversation_status(
-            self.thread, self.registry, self.replayer, self.queue_access, self.storage, self.writes.llm_configured
+        status = conversation_status(
+            self.thread,
+            self.registry,
+            self.replayer,
+            self.queue_access,
+            self.storage,
+            self.writes.llm_configured,
+            self.maintenance.consolidating,
         )
+        status["use"] = self.access.status()
+        return status

@@ -1,21 +1,26 @@
-"""The administrator's L4 maintenance from the running daemon: cleanup, backup, restore.
+"""The administrator's L4 maintenance from the running daemon: cleanup, backup, restore, consolidation.
 
 Each runs on the store thread (daemon/conversation/store_thread.py), so agents' requests
-go on between a cleanup's pages; each first waits (bounded) for the store to
-open, since a timer may start it right after the daemon.
+go on between a cleanup's or a consolidation's pages; each first waits (bounded) for the store
+to open, since a timer may start it right after the daemon.  A consolidation applies (and an
+undo restores) in one job on that thread: no agent's write comes between its parts.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from daemon.conversation.store_thread import StoreDown, StoreThread
-from daemon.ops import maintenance
+from daemon.ops import consolidation, maintenance
 from daemon.shared.config import Config
-from daemon.shared.errors import ConversationUnavailableError
+from daemon.shared.errors import ConflictError, ConversationUnavailableError
 from layers.conversation.cleanup import Selection
+from layers.conversation.consolidation_plan import Stored
+from layers.conversation.consolidation_store import StoreFace
 
 T = TypeVar("T")
 
@@ -26,6 +31,8 @@ class Maintenance:
     def __init__(self, thread: StoreThread, config: Callable[[], Config]) -> None:
         self.thread = thread
         self.config = config  # the configuration in force (a reload replaces it)
+        self.consolidating: dict | None = None  # the run under way, for status: run, phase, done, total
+        self._one_consolidation = threading.Lock()
 
     def admin_call(self, what: str, fn: Callable[[], T], deadline: float | None = None) -> T:
 
@@ -38,6 +45,23 @@ class Maintenance:
     def cleanup(self, options: maintenance.CleanupOptions) -> dict:
         """Page by page on the store thread, so agents' requests go on between the pages."""
         return maintenance.cleanup(self.config(), _BrokeredStore(self), options)
+
+    def consolidate(self, options: consolidation.ConsolidateOptions) -> dict:
+        """One run at a time (a second is refused at once); its progress shows in status."""
+        if not self._one_consolidation.acquire(blocking=False):
+            raise ConflictError("a consolidation is running already: wait for it to end (memstrata status shows it)")
+        try:
+            started = time.time()
+
+            def progress(phase: str, done: int, total: int) -> None:
+                self.consolidating = {"phase": phase, "done": done, "total": total, "since": started}
+
+            progress("start", 0, 0)
+            llm = self.thread.store.settings.llm
+            return consolidation.consolidate(self.config(), _BrokeredConsolidation(self), options, llm, progress)
+        finally:
+            self.consolidating = None
+            self._one_consolidation.release()
 
     def backup(self, keep: int) -> dict:
         return self.admin_call(
@@ -70,8 +94,38 @@ class _BrokeredStore:
         thread = self.owner.thread
         self.owner.admin_call("delete", lambda: thread.store.delete_ids(ids))
 
+    def states(self, ids: list[str]) -> dict[str, str]:
+        thread = self.owner.thread
+        return self.owner.admin_call("scan", lambda: thread.store.states(ids))
+
+    def archive(self, ids: list[str], at: str) -> None:
+        self._not_stopping()
+        thread = self.owner.thread
+        self.owner.admin_call("archive", lambda: thread.store.archive(ids, at))
+
     def _not_stopping(self) -> None:
         """A cleanup ends between pages when the daemon stops; running it again goes on from there."""
 
         if self.owner.thread.stopping:
             raise ConversationUnavailableError("the daemon is stopping: cleanup ended early; run it again later")
+
+
+class _BrokeredConsolidation:
+    """Consolidation's face of the store: pages on the store thread, the batch as one job there."""
+
+    def __init__(self, owner: Maintenance) -> None:
+        self.owner = owner
+
+    def count(self) -> int:
+        thread = self.owner.thread
+        return self.owner.admin_call("count", lambda: StoreFace(thread.store).count())
+
+    def scan_points(self, limit: int, cursor: str | None, agent: str | None) -> tuple[list[Stored], str | None]:
+        if self.owner.thread.stopping:
+            raise ConversationUnavailableError("the daemon is stopping: consolidation ended before changing anything")
+        thread = self.owner.thread
+        return self.owner.admin_call("scan", lambda: StoreFace(thread.store).scan_points(limit, cursor, agent))
+
+    def exclusive(self, fn: Callable[[StoreFace], T]) -> T:
+        thread = self.owner.thread
+        return self.owner.admin_call("consolidate", lambda: fn(StoreFace(thread.store)), MAINTENANCE_S)

@@ -9,6 +9,7 @@ are refused (503).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,8 @@ from layers.conversation.filters import FilterError, check
 from layers.conversation.policy import PolicyError, may_read, read_phases
 from layers.conversation.registry import RegistryCache
 from layers.conversation.tombstones import Tombstones
+
+CHAIN_MAX = 32  # steps a history's chain follows each way
 
 
 def checked_filters(filters: Any) -> dict | None:
@@ -59,7 +62,10 @@ class Reads:
         audit: AuditLog,
         tombstones: Tombstones,
         local_search: Callable[[str, str, int, float | None], SearchAnswer],
+        on_returned: Callable[[list[str]], None] = lambda ids: None,
     ) -> None:
+        """``on_returned``: told the ids of the memories a search or a get returned to an agent (decay by use)."""
+        self.on_returned = on_returned
         self.thread = thread
         self.registry = registry
         self.audit = audit
@@ -76,8 +82,13 @@ class Reads:
         threshold: float | None = None,
         explain: bool = False,
         show_expired: bool = False,
+        show_superseded: bool = False,
+        trust_min: str | None = None,
     ) -> dict:
         """What ``agent`` may read, best first; ``filters`` (mem0's language) narrows each visibility phase.
+
+        Superseded memories are left out (inside the store's query) unless ``show_superseded``; with
+        ``trust_min`` only memories trusted that much or more (layers/conversation/policy.py).
 
         With a filter the L3 fallback is not taken: the local index holds the agent's files, not user_id
         or metadata, and an unfiltered answer could put one end user's memories in another's prompt.
@@ -92,6 +103,8 @@ class Reads:
             "threshold": threshold or 0.0,
             "explain": explain,
             "include_expired": show_expired,
+            "show_superseded": show_superseded,
+            "trust_min": trust_min,
         }
         try:
             found = self.thread.call("search", lambda: self.thread.store.search(query, phases, limit, **options))
@@ -99,6 +112,9 @@ class Reads:
             reason = str(exc)
         else:
             results = [r for r in found if may_read(registry, agent, r)]  # the filters already did; checked again
+            if show_superseded:
+                self._hide_links(registry, agent, results)
+            self.on_returned([r["id"] for r in results])
             return {"layer": "conversation", "degraded": False, "query": query, "results": results}
         if wanted is not None:
             raise ConversationUnavailableError(
@@ -109,19 +125,32 @@ class Reads:
         local = self.local_search(agent, query, limit, threshold)  # the same scale: it means the same there
         return local_answer(query, reason, local)
 
-    def get_all(self, agent: str, limit: int = 100, cursor: str | None = None, filters: dict | None = None) -> dict:
+    def get_all(
+        self,
+        agent: str,
+        limit: int = 100,
+        cursor: str | None = None,
+        filters: dict | None = None,
+        show_superseded: bool = False,
+        show_expired: bool = False,
+        show_archived: bool = False,
+    ) -> dict:
         wanted = checked_filters(filters)
         registry = self.registry.current()
         phases = read_phases(registry, agent)
+        options: dict[str, Any] = {"filters": wanted, "show_superseded": show_superseded}
+        options.update(include_expired=show_expired, show_archived=show_archived)
         try:
             page, next_cursor = self.thread.call(
-                "list", lambda: self.thread.store.list(phases, limit, cursor, filters=wanted)
+                "list", lambda: self.thread.store.list(phases, limit, cursor, **options)
             )
         except StoreDown as exc:
             raise ConversationUnavailableError(str(exc)) from None
         except ValueError as exc:
             raise PolicyError(str(exc)) from None
         results = [r for r in page if may_read(registry, agent, r)]
+        if show_superseded:
+            self._hide_links(registry, agent, results)
         return {"results": results, "next_cursor": next_cursor, "truncated": next_cursor is not None}
 
     def fetch(self, memory_id: str) -> dict | None:
@@ -138,9 +167,13 @@ class Reads:
         memory = self.fetch(memory_id)
         if memory is None:
             raise NoSuchMemoryError(f"no memory {memory_id}")
-        if not admin and not may_read(self.registry.current(), agent, memory):
+        registry = self.registry.current()
+        if not admin and not may_read(registry, agent, memory):
             audit_denied(self.audit, "read_denied", agent, memory)
             raise NoSuchMemoryError(f"no memory {memory_id}")  # another's memory is not even admitted to exist
+        if not admin:  # the administrator looking is not the memory being used
+            self._hide_links(registry, agent, [memory])
+            self.on_returned([memory_id])
         return memory
 
     def history(self, agent: str, memory_id: str, admin: bool = False) -> dict:
@@ -156,6 +189,69 @@ class Reads:
             raise NoSuchMemoryError(f"no memory {memory_id}")
         try:
             events = self.thread.call("history", lambda: self.thread.store.history(memory_id))
+            chain = self._chain(memory_id, memory, agent, admin)
         except StoreDown as exc:
             raise ConversationUnavailableError(str(exc)) from None
-        return {"memory_id": memory_id, "results": events}
+        return {"memory_id": memory_id, "results": events, "chain": chain}
+
+    def _chain(self, memory_id: str, memory: dict, agent: str, admin: bool) -> list[dict]:
+        """What ``memory_id`` replaced and what replaced it, oldest first, as far as ``agent`` may read.
+
+        Walks ``superseded_by`` forward to the memory that is valid now, and the memories each step
+        replaced backward (by the indexed ``superseded_by``), at most CHAIN_MAX steps each way.  A
+        memory the caller may not read ends the walk there, unnamed.
+        """
+        registry = self.registry.current()
+        store = self.thread.store
+        readable = (lambda m: True) if admin else (lambda m: may_read(registry, agent, m))
+
+        def step(view: dict) -> dict:
+            keys = ("id", "memory", "agent_id", "visibility", "valid_from", "invalid_at", "superseded_by", "state")
+            return {k: view.get(k) for k in keys}
+
+        current = memory if "state" in memory else None  # a deleted memory's tombstone has no window
+        if current is None:
+            return []
+        back: list[dict] = []
+        frontier = [memory_id]
+        seen = {memory_id}
+        while frontier and len(back) < CHAIN_MAX:
+            earlier = [
+                p
+                for p in self.thread.call("history", functools.partial(store.predecessors, frontier[0]))
+                if p["id"] not in seen and readable(p)
+            ]
+            frontier = frontier[1:] + [p["id"] for p in earlier]
+            seen.update(p["id"] for p in earlier)
+            back = earlier + back
+        forward: list[dict] = []
+        view = current
+        while view.get("superseded_by") and len(forward) < CHAIN_MAX:
+            following = view["superseded_by"]
+            if following in seen or not is_uuid(following):
+                break
+            nxt = self.thread.call("history", functools.partial(store.get, following))
+            if nxt is None or not readable(nxt):
+                break
+            seen.add(following)
+            forward.append(nxt)
+            view = nxt
+        chain = [step(m) for m in back] + [step(current)] + [step(m) for m in forward]
+        if not admin:
+            self._hide_links(registry, agent, chain)
+        return chain
+
+    def _hide_links(self, registry, agent: str, views: list[dict]) -> None:
+        """A ``superseded_by`` naming a memory ``agent`` may not read is shown as null: not even its id is told."""
+        links = {v["superseded_by"] for v in views if v.get("superseded_by")}
+        if not links:
+            return
+        store = self.thread.store
+        try:
+            targets = self.thread.call("get", lambda: {i: store.get(i) for i in links if is_uuid(i)})
+        except StoreDown:
+            targets = {}
+        for view in views:
+            target = targets.get(view.get("superseded_by") or "")
+            if view.get("superseded_by") and (target is None or not may_read(registry, agent, target)):
+                view["superseded_by"] = None

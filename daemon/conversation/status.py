@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.replay import Replayer
 from daemon.conversation.store_thread import StoreThread
@@ -34,6 +36,7 @@ def conversation_status(
     queue: QueueAccess,
     storage: StorageHealth,
     llm_configured: bool,
+    consolidating: dict[str, Any] | None = None,
 ) -> ConversationStatus:
     """The section from the parts the broker composes (each handed in: this module knows no broker)."""
     registry.current()  # re-read if it changed: status shows a broken edit before any request does
@@ -57,4 +60,5 @@ def conversation_status(
         "infer_default": llm_configured,
         "registry_error": registry.error,
         "tailscale": replayer.tailscale.view,
+        "consolidation": consolidating,  # a run under way: phase, done, total (no text, no ids)
     }

@@ -135,6 +135,7 @@ class StoreThread:
         def swap() -> None:
             old_store = self.store
             self.store = ConversationStore(settings, embedder, dim)
+            self.store.decay = old_store.decay
             old_store.close()
 
         self.worker.submit(swap)

@@ -30,9 +30,18 @@ from daemon.shared.guard import SecretGuard
 from daemon.shared.limits import MAX_MEMORY_TEXT_CHARS
 from daemon.shared.storage import StorageHealth, is_storage_error
 from daemon.shared.storage import describe as describe_storage
+from layers.conversation import validity
 from layers.conversation.cleanup import Selection
 from layers.conversation.metadata import MetadataError, check_entity_id, check_metadata, strings
-from layers.conversation.policy import DEFAULT_TYPE, ForbiddenError, PolicyError, lifetime, may_read, place
+from layers.conversation.policy import (
+    DEFAULT_TYPE,
+    ForbiddenError,
+    PolicyError,
+    lifetime,
+    may_read,
+    place,
+    provenance,
+)
 from layers.conversation.registry import RegistryCache
 from layers.conversation.store import NewMemory
 from layers.conversation.tombstones import Tombstones
@@ -107,9 +116,21 @@ class Writes:
         run_id: str | None = None,
         actor_id: str | None = None,
         metadata: dict | None = None,
+        supersedes: str | None = None,
+        trust: str | None = None,
+        source: str | None = None,
+        admin: bool = False,
     ) -> dict:
         """``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
-        they never change who writes it (``agent``, from the token) or where it goes (placement)."""
+        they never change who writes it (``agent``, from the token) or where it goes (placement).
+
+        ``supersedes``: the id of a memory the new one replaces (its owner's, or any with ``admin``): it stays,
+        marked superseded (layers/conversation/validity.py), and leaves search.  Such a write needs the store
+        (whose the old memory is can only be read there): while it is down it is refused, never queued.
+
+        ``trust`` and ``source`` (its provenance): by default medium and agent_output for an agent's write
+        (inferred with an LLM), high and operator for the administrator's; an agent may lower its trust,
+        never raise it (layers/conversation/policy.py ``provenance``)."""
 
         text = self.checked_text(agent, text)
         if role not in (None, "user", "assistant"):
@@ -133,6 +154,11 @@ class Writes:
             infer = self.llm_configured
         elif infer and not self.llm_configured:
             raise PolicyError("infer needs an LLM: configure conversation.llm")
+        try:
+            trust, source = provenance(admin, trust, source, infer)
+        except ForbiddenError as exc:
+            self.audit.record("write_denied", agent=agent, trust=trust, source=source, reason=str(exc))
+            raise
         retry = write_id is not None
         record = NewMemory(
             write_id=write_id or str(uuid.uuid4()),
@@ -148,6 +174,8 @@ class Writes:
             role=role or "user",
             **ids,
             extra=extra,
+            trust=trust,
+            provenance=source,
         )
         answer = {
             "write_id": record.write_id,
@@ -157,9 +185,13 @@ class Writes:
             "memory_type": memory_type,
             "expiration_date": record.expiration_date,
             "infer": infer,
+            "trust": trust,
+            "provenance": source,
             **{k: v for k, v in ids.items() if v},
             **({"metadata": extra} if extra else {}),
         }
+        if supersedes is not None:
+            return {**answer, **self._superseding(agent, record, supersedes, admin, retry)}
         if retry and self.queue.contains(record.write_id):
             return {**answer, **self._queued(record.write_id, "this write_id is already queued")}
         attempted = False
@@ -195,6 +227,49 @@ class Writes:
         self.thread.attention.set()
         self.on_change()
         return {**answer, **self._queued(record.write_id, reason)}
+
+    def _superseding(self, agent: str, record: NewMemory, old_id: str, admin: bool, retry: bool) -> dict:
+        """Write ``record`` and mark ``old_id`` superseded by it, on the store thread, one after the other.
+
+        The old memory must be one ``agent`` may change (daemon/conversation/writes.py ``_owned``: an unknown
+        id and another agent's private one get the same "no memory" answer).  A retry with the same
+        write_id finds the write already made and marks the old memory again: the pair completes.
+        """
+        if record.infer:
+            raise PolicyError(
+                "supersedes needs infer off: it names the one memory the new text replaces, "
+                "while with infer the LLM decides what changes"
+            )
+        old = self._owned(agent, old_id, admin, "supersede")
+        if old.get("state") == validity.SUPERSEDED and old.get("superseded_by"):
+            raise PolicyError(
+                f"memory {old_id} was already superseded at {old.get('invalid_at')} by {old['superseded_by']}: "
+                "supersede that one instead"
+            )
+        store = self.thread.store
+
+        def write_and_supersede() -> list[dict]:
+            results = self.write(record, check_first=retry)
+            new_ids = [r["id"] for r in results if r.get("id") and r["id"] != old_id]
+            if new_ids:
+                store.supersede([old_id], new_ids[0], record.created_at)
+            return results
+
+        self.thread.embed_ahead(record.text)
+        try:
+            results = self.thread.call("add", write_and_supersede)
+        except StoreDown as exc:
+            raise ConversationUnavailableError(
+                f"{exc}; a superseding write is not queued (the store must see the memory it replaces): nothing "
+                "was queued, and if the new memory was written already, the same write_id again completes it"
+            ) from None
+        self.storage.succeeded("store")
+        by = next((r["id"] for r in results if r.get("id") and r["id"] != old_id), None)
+        if by is not None:
+            self.audit.record(
+                "memory_superseded", agent=agent, memory_id=old_id, owner=old.get("agent_id"), superseded_by=by
+            )
+        return {"queued": False, "results": results, "supersedes": old_id, "superseded": by is not None}
 
     def _queued(self, write_id: str, reason: str) -> dict:
         """The answer for a queued write: how many go before it and, while draining, how long that takes."""
@@ -338,6 +413,32 @@ class Writes:
         self.audit.record("memory_updated", agent=agent, memory_id=memory_id, owner=memory.get("agent_id"))
         updated = self.reads.fetch(memory_id) or {**memory, "memory": text}
         return {**updated, "event": "UPDATE", "previous_memory": memory.get("memory")}
+
+    def restore(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        """Bring one of ``agent``'s own memories back to valid: out of the archive (decay), or un-superseded.
+
+        Archived: it is shown in searches again and its age counts from now (``restored_at``), so the
+        next cleanup does not archive it at once.  Superseded: the link to its replacement is removed
+        (both are valid then; the owner asked for it).  Refused (503) while the store is down.
+        """
+        memory = self._owned(agent, memory_id, admin, "restore")
+        state = memory.get("state") or validity.VALID
+        if state == validity.VALID:
+            return {**memory, "restored": False, "previous_state": state}
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        if state == validity.ARCHIVED:
+            fields = {validity.STATE: None, validity.ARCHIVED_AT: None, validity.RESTORED_AT: now}
+        else:
+            fields = {validity.STATE: None, validity.INVALID_AT: None, validity.SUPERSEDED_BY: None}
+        try:
+            self.thread.call("restore", lambda: self.thread.store.restore_fields(memory_id, fields))
+        except StoreDown as exc:
+            raise ConversationUnavailableError(not_changed(exc)) from None
+        self.audit.record(
+            "memory_restored", agent=agent, memory_id=memory_id, owner=memory.get("agent_id"), previous_state=state
+        )
+        restored = self.reads.fetch(memory_id) or memory
+        return {**restored, "restored": True, "previous_state": state}
 
     def delete_all(
         self,

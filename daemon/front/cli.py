@@ -547,8 +547,8 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
         click.echo(f"{rel} already matches {done.source[:10]}; nothing to restore")
 
 
-# The L3 commands (search, reindex, model), the L4 ones (add, get, list, update, delete, mcp),
-# maintenance (cleanup, backup, restore-backup) and install/uninstall live in their own modules.
+# The L3 commands (search, reindex, model), the L4 ones (add, get, list, update, delete, restore-memory, mcp),
+# maintenance (cleanup, consolidate, backup, restore-backup) and install/uninstall live in their own modules.
 for command in (
     local_commands.search_cmd,
     local_commands.reindex,
@@ -559,7 +559,9 @@ for command in (
     conversation_commands.list_cmd,
     conversation_commands.update_cmd,
     conversation_commands.delete_cmd,
+    conversation_commands.restore_memory_cmd,
     maintenance_commands.cleanup_cmd,
+    maintenance_commands.consolidate_cmd,
     maintenance_commands.backup_cmd,
     maintenance_commands.restore_cmd,
     install_commands.install_cmd,

@@ -180,10 +180,14 @@ class DaemonClient:
         run_id: str | None = None,
         actor_id: str | None = None,
         metadata: dict | None = None,
+        supersedes: str | None = None,
+        trust: str | None = None,
+        source: str | None = None,
     ) -> dict:
-        """An L4 write; what is left None the daemon decides (type, placement, lifetime, infer).
+        """An L4 write; what is left None the daemon decides (type, placement, lifetime, infer, trust, source).
 
-        ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning).
+        ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
+        ``supersedes`` names a memory the new one replaces (kept, marked superseded, out of searches).
         """
         fields = {
             "user_id": user_id,
@@ -197,6 +201,9 @@ class DaemonClient:
             "infer": infer,
             "write_id": write_id,
             "role": role,
+            "supersedes": supersedes,
+            "trust": trust,
+            "source": source,
         }
         body = {"agent": agent, "text": text, **{k: v for k, v in fields.items() if v is not None}}
         return self._request("POST", "/v1/memories", json=body)
@@ -211,6 +218,8 @@ class DaemonClient:
         threshold: float | None = None,
         explain: bool = False,
         show_expired: bool = False,
+        show_superseded: bool = False,
+        trust_min: str | None = None,
     ) -> MemoryAnswer:
         """An L4 search; ``filters`` in mem0's language narrow what the agent may read (never widen it);
         ``threshold`` drops results under that relevance (0-1); ``explain`` says why each was returned."""
@@ -224,14 +233,27 @@ class DaemonClient:
             body["explain"] = True
         if show_expired:
             body["show_expired"] = True
+        if show_superseded:
+            body["show_superseded"] = True
+        if trust_min:
+            body["trust_min"] = trust_min
         return self._request("POST", "/v1/memories/search", json=body)
 
     def get_all(
-        self, agent: str, limit: int = L4_PAGE.default, cursor: str | None = None, filters: dict | None = None
+        self,
+        agent: str,
+        limit: int = L4_PAGE.default,
+        cursor: str | None = None,
+        filters: dict | None = None,
+        show_superseded: bool = False,
+        show_expired: bool = False,
+        show_archived: bool = False,
     ) -> MemoryAnswer:
-        params = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, Any] = {"agent": agent, "limit": limit, **({"cursor": cursor} if cursor else {})}
         if filters:
             params["filters"] = _json.dumps(filters, ensure_ascii=False)
+        shown = {"show_superseded": show_superseded, "show_expired": show_expired, "show_archived": show_archived}
+        params.update({k: True for k, v in shown.items() if v})
         return self._request("GET", "/v1/memories", params=params)
 
     def get(self, agent: str, memory_id: str) -> dict:
@@ -243,6 +265,10 @@ class DaemonClient:
     def update(self, agent: str, memory_id: str, text: str, expires: str | None = None) -> dict:
         body = {"agent": agent, "text": text, **({"expires": expires} if expires else {})}
         return self._request("PUT", f"/v1/memories/{memory_id}", json=body)
+
+    def restore_memory(self, agent: str, memory_id: str) -> dict:
+        """Bring an archived (faded) or superseded memory of ``agent``'s back to valid."""
+        return self._request("POST", f"/v1/memories/{memory_id}/restore", json={"agent": agent})
 
     def history(self, agent: str, memory_id: str) -> dict:
         return self._request("GET", f"/v1/memories/{memory_id}/history", params={"agent": agent})

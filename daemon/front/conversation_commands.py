@@ -21,12 +21,14 @@ from daemon.front.options import (
     conversation_failed,
     echo_json,
     json_option,
+    lifecycle_note,
     placement,
+    use_note,
 )
 from daemon.shared.errors import UnknownAgentError
 from daemon.shared.limits import L4_PAGE
 from daemon.shared.workspaces import get_agent
-from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
 
 if TYPE_CHECKING:
     pass
@@ -49,16 +51,33 @@ if TYPE_CHECKING:
 @click.option("--run-id", metavar="R", help="The run or conversation it belongs to (mem0's run_id).")
 @click.option("--actor-id", metavar="A", help="Who said it (mem0's actor_id).")
 @click.option("--metadata", type=JSON_OBJECT, metavar="JSON", help='Custom metadata: \'{"category": "movies"}\'.')
+@click.option(
+    "--supersedes",
+    metavar="MEMORY_ID",
+    help="The memory TEXT replaces (one agent ID may change): it is kept, marked superseded, and leaves searches.",
+)
+@click.option(
+    "--trust",
+    type=click.Choice(TRUST_LEVELS),
+    help="How far it is trusted (default: high with the administrator's token, e.g. as root; medium with the "
+    "agent's, which may lower it, never raise it).",
+)
+@click.option(
+    "--source",
+    type=click.Choice(SOURCES),
+    help="Where TEXT came from (default: operator with the administrator's token, else agent_output).",
+)
 @json_option
 @click.pass_context
 def add_cmd(
     ctx, text, agent_id, memory_type, visibility, project, expires, infer, write_id, user_id, run_id, actor_id,
-    metadata, as_json,
+    metadata, supersedes, trust, source, as_json,
 ) -> None:  # fmt: skip
     """Remember TEXT in the shared conversation memory (L4) as agent ID.
 
     When the store is unreachable the write is queued durably and replayed,
-    exactly once, when it is back: the answer then says "queued".
+    exactly once, when it is back: the answer then says "queued". A write
+    with --supersedes is never queued (the store must see what it replaces).
     """
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
     from daemon.shared.settings import client_timeout
@@ -80,6 +99,9 @@ def add_cmd(
                 run_id=run_id,
                 actor_id=actor_id,
                 metadata=metadata,
+                supersedes=supersedes,
+                trust=trust,
+                source=source,
             )
     except (DaemonRequestError, DaemonUnavailableError) as exc:
         raise conversation_failed(exc) from None
@@ -93,7 +115,9 @@ def add_cmd(
         click.echo(f"queued {answer['write_id']} [{where}{guessed}]{expiry}: {answer.get('reason')}")
     else:
         ids = ", ".join(r["id"] for r in answer.get("results", [])) or "nothing new (merged by the LLM)"
-        click.echo(f"remembered {ids} [{where}{guessed}, {answer['memory_type']}]{expiry}")
+        replaced = f"; {answer['supersedes']} is superseded by it" if answer.get("superseded") else ""
+        trusted = f", trust {answer['trust']}" if answer.get("trust") else ""
+        click.echo(f"remembered {ids} [{where}{guessed}, {answer['memory_type']}{trusted}]{expiry}{replaced}")
 
 
 @click.command("mcp")
@@ -155,10 +179,12 @@ def _ask(ctx: click.Context, agent_id: str, request):
 def _print_memory(i: int, r: dict) -> None:
     where = placement(r)
     meta = f"{r.get('memory_type')}, by {r.get('agent_id')}, {(r.get('created_at') or '')[:10]}"
+    meta += use_note(r)
     if r.get("updated_at") and r.get("updated_at") != r.get("created_at"):
         meta += f", updated {r['updated_at'][:10]}"
     if r.get("expiration_date"):
         meta += f", until {r['expiration_date']}"
+    meta += lifecycle_note(r)
     click.echo(click.style(f"{i}. [{where}]", bold=True) + f" ({meta})  id {r['id']}")
     click.echo(f"   {r['memory']}")
 
@@ -203,15 +229,24 @@ def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
 @click.option("--cursor", metavar="C", help="Resume where a listing ended (its next_cursor).")
 @filter_options
 @click.option("--filters", type=JSON_OBJECT, metavar="JSON", help=FILTERS_HELP)
+@click.option("--show-superseded", is_flag=True, help="Also memories another one has replaced (marked superseded).")
+@click.option("--show-expired", is_flag=True, help="Also memories past their expiration date (until the cleanup).")
+@click.option("--show-archived", is_flag=True, help="Also memories the cleanup archived as faded (restore-memory).")
 @json_option
 @click.pass_context
-def list_cmd(ctx, agent_id, limit, cursor, memory_type, visibility, project, filters, as_json) -> None:
+def list_cmd(
+    ctx, agent_id, limit, cursor, memory_type, visibility, project, filters, show_superseded, show_expired,
+    show_archived, as_json,
+) -> None:  # fmt: skip
     """List the L4 memories agent ID may read, a page at a time (the API's GET /v1/memories)."""
     wanted = {"memory_type": memory_type, "visibility": visibility, "project_id": project}
     combined = {k: v for k, v in wanted.items() if v is not None}
     if filters:
         combined["AND"] = [filters]
-    answer = _ask(ctx, agent_id, lambda c: c.get_all(agent_id, limit=limit, cursor=cursor, filters=combined or None))
+    shown = {"show_superseded": show_superseded, "show_expired": show_expired, "show_archived": show_archived}
+    answer = _ask(
+        ctx, agent_id, lambda c: c.get_all(agent_id, limit=limit, cursor=cursor, filters=combined or None, **shown)
+    )
     if as_json:
         echo_json(answer)
         return
@@ -277,6 +312,28 @@ def delete_cmd(
         click.echo(f"  {memory_id}")
 
 
+@click.command("restore-memory")
+@click.argument("memory_id")
+@agent_option
+@json_option
+@click.pass_context
+def restore_memory_cmd(ctx, memory_id, agent_id, as_json) -> None:
+    """Bring one of agent ID's L4 memories back: out of the archive, or no longer superseded.
+
+    The cleanup archives a memory whose importance faded (decay by use): it is hidden
+    from searches but kept. Restored, it is found again and its age counts from now.
+    A superseded memory restored is valid again beside the one that replaced it.
+    While the store is down the restore is refused (exit 1) and nothing changes.
+    """
+    answer = _ask(ctx, agent_id, lambda c: c.restore_memory(agent_id, memory_id))
+    if as_json:
+        echo_json(answer)
+    elif answer.get("restored"):
+        click.echo(f"restored {answer['id']} (was {answer['previous_state']}): {answer['memory']}")
+    else:
+        click.echo(f"{answer['id']} is valid already: nothing to restore")
+
+
 def print_memory_history(ctx: click.Context, agent_id: str, memory_id: str, as_json: bool) -> None:
     """``history --memory ID``: the ADD/UPDATE/DELETE events of one L4 memory agent ID may read (also once deleted)."""
     answer = _ask(ctx, agent_id, lambda c: c.history(agent_id, memory_id))
@@ -286,3 +343,10 @@ def print_memory_history(ctx: click.Context, agent_id: str, memory_id: str, as_j
     for event in answer["results"]:
         text = event.get("new_memory") if event["event"] != "DELETE" else event.get("old_memory")
         click.echo(f"{(event.get('updated_at') or event.get('created_at') or '')[:19]}  {event['event']:<6}  {text}")
+    chain = answer.get("chain") or []
+    if len(chain) > 1:
+        click.echo("validity (what replaced what, oldest first):")
+        for step in chain:
+            until = f" until {step['invalid_at'][:19]}" if step.get("invalid_at") else " (valid now)"
+            mark = " <- this memory" if step["id"] == memory_id else ""
+            click.echo(f"  {step['id']}  from {(step.get('valid_from') or '')[:19]}{until}{mark}: {step['memory']}")

@@ -68,7 +68,9 @@ def _need_root(destdir: Path | None, dry_run: bool, scratch: bool = False) -> No
     help=f"OpenClaw root for a new configuration (default {OPENCLAW_ROOT}; an existing one names its own).",
 )
 @_config_option
-@click.option("--cron", is_flag=True, help="Schedule backup and cleanup with /etc/cron.d/mem0-cleanup, not timers.")
+@click.option(
+    "--cron", is_flag=True, help="Schedule backup, cleanup and consolidation with /etc/cron.d/mem0-cleanup, not timers."
+)
 @click.option(
     "--units-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -101,7 +103,7 @@ def install_cmd(
     - creates root, workspace, agents, audit, state and socket directories
     - installs the skill into every agent workspace (skills/mem0-integration, with a
       launcher naming this virtualenv), and the example project registry if none exists
-    - installs memstrata.service and the backup/cleanup timers into /etc/systemd/system
+    - installs memstrata.service and the backup/cleanup/consolidate timers into /etc/systemd/system
       with this checkout's paths (or, with --cron, /etc/cron.d/mem0-cleanup instead of
       the timers), runs daemon-reload and enables them; a file found in their place that
       install did not write is backed up first (NAME.bak-TIMESTAMP)

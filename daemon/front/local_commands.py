@@ -24,12 +24,15 @@ from daemon.front.options import (
     echo_json,
     front_config,
     json_option,
+    lifecycle_note,
     placement,
     request_failed,
+    use_note,
 )
 from daemon.shared.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, SearchAnswer, StatusDocument
 from daemon.shared.limits import L3_RESULTS
 from daemon.shared.workspaces import get_agent
+from layers.conversation.policy import TRUST_LEVELS
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
@@ -164,6 +167,8 @@ def search_conversation(
     filters: dict | None = None,
     threshold: float | None = None,
     explain: bool = False,
+    show_superseded: bool = False,
+    trust_min: str | None = None,
 ) -> None:
     """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3 (not with filters)."""
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
@@ -172,6 +177,7 @@ def search_conversation(
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
             options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
+            options.update(show_superseded=show_superseded, trust_min=trust_min)
             answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback, **options)
     except DaemonRequestError as exc:
         raise conversation_failed(exc) from None
@@ -208,6 +214,7 @@ def print_conversation(answer: MemoryAnswer) -> None:
         meta = f"{r.get('memory_type')}, by {r.get('agent_id')}, {(r.get('created_at') or '')[:10]}"
         if r.get("expiration_date"):
             meta += f", until {r['expiration_date']}"
+        meta += use_note(r) + lifecycle_note(r)
         click.echo(click.style(f"{i}. [{where}]", bold=True) + f" ({meta})  score {r.get('score') or 0:.3f}")
         click.echo(f"   {r['memory']}")
 
@@ -243,11 +250,22 @@ def print_conversation(answer: MemoryAnswer) -> None:
     help="Leave out results whose relevance (0-1, the same scale on L3 and L4) is below this; on L3 "
     "without vectors only full matches stay.",
 )
+@click.option(
+    "--show-superseded",
+    is_flag=True,
+    help="With --layer conversation/all: also memories another one has replaced (marked superseded).",
+)
+@click.option(
+    "--trust-min",
+    type=click.Choice(TRUST_LEVELS),
+    help="With --layer conversation/all: only memories trusted this much or more (high: the operator's).",
+)
 @json_option
 @click.pass_context
 def search_cmd(
-    ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, threshold, as_json
-) -> None:
+    ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, threshold, show_superseded,
+    trust_min, as_json,
+) -> None:  # fmt: skip
     """Search an agent's memory: its L3 index (default) or the shared L4 memory (--layer).
 
     L3: each word of QUERY must match (Chinese needs no spaces: 端口 matches 端口);
@@ -263,10 +281,13 @@ def search_cmd(
         config = config_of(ctx)
         get_agent(config, agent_id)
         options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
+        options.update(show_superseded=show_superseded, trust_min=trust_min)
         search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json, **options)
         return
     if filters:
         raise click.UsageError("--filters goes with --layer conversation or all")
+    if show_superseded or trust_min:
+        raise click.UsageError("--show-superseded and --trust-min go with --layer conversation or all")
     paths_only = front_config(ctx)  # L3 through the daemon needs the paths alone
     get_agent(paths_only, agent_id)
     layer = None if layer == "local" else layer

@@ -29,7 +29,7 @@ from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, QueryTooL
 from daemon.shared.settings import client_timeout
 from daemon.shared.tokens import own_token
 from daemon.shared.workspaces import Agent, core_of, get_agent
-from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES, retention_for
+from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES, retention_for
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
@@ -43,7 +43,8 @@ memstrata is this agent's long-term memory, in layers:
   cluster. Each memory has a visibility: public (every agent), project (the agents of one project) or
   private (only you). Search before you answer from assumptions; add
   what a future session (yours or another agent's) should know; correct (memory_update) or remove
-  (memory_delete) a memory of yours that turned out wrong.
+  (memory_delete) a memory of yours that turned out wrong; when a fact changed, add the new one with
+  `supersedes` naming the old (kept in memory_history, no longer found by memory_search).
 memory_status says whether the shared store is reachable, how your workspace is doing, and where you may
 write."""
 
@@ -236,9 +237,17 @@ def build_server(config: Config, agent_id: str) -> Server:
         return _ask(config, agent, request)
 
     def memory_search(
-        query: str, limit: int, fallback: bool, filters: dict | None, threshold: float | None, explain: bool
+        query: str,
+        limit: int,
+        fallback: bool,
+        filters: dict | None,
+        threshold: float | None,
+        explain: bool,
+        show_superseded: bool,
+        trust_min: str | None,
     ) -> dict[str, Any]:
         options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
+        options.update(show_superseded=show_superseded, trust_min=trust_min)
         try:
             return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback, **options))
         except DaemonDown as down:
@@ -257,6 +266,9 @@ def build_server(config: Config, agent_id: str) -> Server:
         run_id: str | None,
         actor_id: str | None,
         metadata: dict | None,
+        supersedes: str | None,
+        trust: str | None,
+        source: str | None,
     ) -> dict[str, Any]:
         return ask(
             lambda c: c.add(
@@ -270,6 +282,9 @@ def build_server(config: Config, agent_id: str) -> Server:
                 run_id=run_id,
                 actor_id=actor_id,
                 metadata=metadata,
+                supersedes=supersedes,
+                trust=trust,
+                source=source,
             )
         )
 
@@ -334,6 +349,21 @@ def build_server(config: Config, agent_id: str) -> Server:
                     nullable=True,
                 ),
                 Param("explain", bool, "Say why each result was returned (phase, visibility, scores).", default=False),
+                Param(
+                    "show_superseded",
+                    bool,
+                    "Also memories a newer one replaced (state superseded, with invalid_at and superseded_by).",
+                    default=False,
+                ),
+                Param(
+                    "trust_min",
+                    str,
+                    "Only memories trusted this much or more: high (the operator's), medium (agents' by default), "
+                    "low. Equal scores rank by trust anyway.",
+                    default=None,
+                    nullable=True,
+                    enum=TRUST_LEVELS,
+                ),
             ),
             READ_ONLY,
         ),
@@ -382,6 +412,33 @@ def build_server(config: Config, agent_id: str) -> Server:
                     'Your own fields, e.g. {"category": "movies"} (JSON values; filterable).',
                     default=None,
                     nullable=True,
+                ),
+                Param(
+                    "supersedes",
+                    str,
+                    "The id of one of your memories that this one replaces (a fact that changed): the old one is "
+                    "kept, marked superseded, and no longer found by memory_search. Not queued while the store "
+                    "is down.",
+                    default=None,
+                    nullable=True,
+                ),
+                Param(
+                    "trust",
+                    str,
+                    "How far it can be trusted: medium (the default for you) or low (unverified, a guess). "
+                    "high is the operator's.",
+                    default=None,
+                    nullable=True,
+                    enum=TRUST_LEVELS,
+                ),
+                Param(
+                    "source",
+                    str,
+                    "Where it came from: user_direct (the user said it), agent_output (your own conclusion, the "
+                    "default), tool_result, inferred.",
+                    default=None,
+                    nullable=True,
+                    enum=SOURCES,
                 ),
             ),
             WRITES,
@@ -445,7 +502,8 @@ def build_server(config: Config, agent_id: str) -> Server:
         Tool(
             "memory_history",
             """The changes of one conversation memory (L4) you may read, oldest first: ADD, UPDATE (with the
-            old and new text) and DELETE events, also after it was deleted.""",
+            old and new text) and DELETE events, also after it was deleted; and `chain`: the memories it
+            replaced and the one that replaced it (valid_from, invalid_at), as far as you may read them.""",
             memory_history,
             (_memory_id("The memory's id."),),
             READ_ONLY,

@@ -162,6 +162,28 @@ def placement(memory: Mapping[str, Any]) -> str:
     return memory["visibility"] + (f":{memory['project_id']}" if memory.get("project_id") else "")
 
 
+def lifecycle_note(memory: Mapping[str, Any]) -> str:
+    """What a listing adds about a memory's validity (nothing for a plain valid one)."""
+    state = memory.get("state")
+    if state == "superseded":
+        by = memory.get("superseded_by")
+        return f", SUPERSEDED {(memory.get('invalid_at') or '')[:10]}" + (f" by {by}" if by else "")
+    if state == "archived":
+        return f", ARCHIVED {(memory.get('archived') or '')[:10]}"
+    return ""
+
+
+def use_note(memory: Mapping[str, Any]) -> str:
+    """Trust, use and importance, as a listing shows them (what ``--json`` has in full)."""
+    note = f", trust {memory.get('trust') or 'medium'}"
+    if memory.get("access_count"):
+        note += f", used {memory['access_count']}x"
+    importance = memory.get("importance")
+    if isinstance(importance, int | float) and importance < 0.995:
+        note += f", importance {importance:.2f}"
+    return note
+
+
 def conversation_failed(exc: Exception) -> click.ClickException:
     from daemon.front.client import DaemonUnavailableError
 

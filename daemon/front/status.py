@@ -159,6 +159,10 @@ def _conversation_lines(c: ConversationStatus) -> tuple[list[str], list[str]]:
             f"{imp.get('error')}"
         )
     lines.extend(_edge_index_lines(c.get("index")))
+    run = c.get("consolidation")
+    if run:
+        figures = f" {run.get('done', 0):,}/{run.get('total', 0):,}" if run.get("total") else ""
+        lines.append(f"  consolidating (memstrata consolidate): {run.get('phase')}{figures}")
     q: Mapping[str, Any] = c.get("queue") or {}
     if q.get("depth"):
         lines.append(f"  queued writes: {q['depth']} (oldest {duration(q.get('oldest_age_s') or 0)} old)")

@@ -48,8 +48,8 @@ UNIT_DIR = "etc/systemd/system"
 CRON_DIR = "etc/cron.d"
 CRON_FILE = "mem0-cleanup"
 MAIN_UNIT = "memstrata.service"
-TIMERS = ("memstrata-backup.timer", "memstrata-cleanup.timer")
-TIMER_SERVICES = ("memstrata-backup.service", "memstrata-cleanup.service")
+TIMERS = ("memstrata-backup.timer", "memstrata-cleanup.timer", "memstrata-consolidate.timer")
+TIMER_SERVICES = ("memstrata-backup.service", "memstrata-cleanup.service", "memstrata-consolidate.service")
 ALL_UNITS = (MAIN_UNIT, *TIMER_SERVICES, *TIMERS)
 MARKER = "# Installed by `memstrata install`"
 # What the shipped files say, most specific first (one pass: a replacement is never replaced again).

@@ -14,7 +14,7 @@ from pathlib import Path
 from daemon.shared.audit import audit_log
 from daemon.shared.config import Config
 from daemon.shared.errors import InvalidRequestError
-from daemon.shared.settings import DEFAULT_KEEP
+from daemon.shared.settings import DEFAULT_KEEP, decay_rules
 from layers.conversation import backup as backups
 from layers.conversation.cleanup import CleanupStore, Rules, Selection, run_cleanup
 from layers.conversation.store import ConversationStore
@@ -61,7 +61,8 @@ def cleanup(config: Config, store: CleanupStore, options: CleanupOptions) -> dic
     if options.include_permanent and options.max_age_days is None:
         raise InvalidRequestError("--include-permanent needs --max-age-days (permanent memories have no age limit)")
     audit = audit_log(config, prefix="memory-cleanup")
-    rules = Rules(config.conversation.retention_days, options.max_age_days, options.include_permanent)
+    decay = decay_rules(config)
+    rules = Rules(config.conversation.retention_days, options.max_age_days, options.include_permanent, decay)
     report = run_cleanup(store, rules, execute=options.execute, selection=options.selection, audit=audit.write)
     result = report.to_dict()
     result["audit_dir"] = str(config.paths.audit_dir)

@@ -314,6 +314,34 @@ class DedupConfig(StrictModel):
     near_threshold: float | None = pydantic.Field(None, gt=0.0, le=1.0)
 
 
+class DecayConfig(StrictModel):
+    """Decay by use (layers/conversation/decay.py): half-lives per type, the cap on use, the archive floor.
+
+    ``half_life_days`` overrides the defaults (session 2, chat_summary 10, task_log 30, procedure 90;
+    null: never decays); the permanent types never decay.  ``rank_weight``: how much importance moves a
+    search result (its score times 1 - w + w x importance; 0: ranking by relevance alone).
+    """
+
+    half_life_days: dict[str, float | None] = pydantic.Field(default_factory=dict)
+    cap: float = pydantic.Field(3.0, gt=0)
+    archive_below: float = pydantic.Field(0.10, ge=0, lt=1)
+    rank_weight: float = pydantic.Field(0.05, ge=0, le=1)
+
+    @pydantic.field_validator("half_life_days")
+    @classmethod
+    def _known_types(cls, value: dict[str, float | None]) -> dict[str, float | None]:
+        from layers.conversation.policy import FIXED_PERMANENT, MEMORY_TYPES
+
+        for name, days in value.items():
+            if name not in MEMORY_TYPES:
+                raise ValueError(f"unknown memory type {name!r} (types: {', '.join(MEMORY_TYPES)})")
+            if name in FIXED_PERMANENT and days is not None:
+                raise ValueError(f"{name} memories never decay; remove it or set it to null")
+            if days is not None and days <= 0:
+                raise ValueError(f"{name}: a half-life is more than 0 days (null: never decays)")
+        return value
+
+
 class ConversationConfig(StrictModel):
     """L4: the shared Mem0/Qdrant memory, brokered by the daemon."""
 
@@ -326,6 +354,7 @@ class ConversationConfig(StrictModel):
     probe_interval_s: float = pydantic.Field(5.0, gt=0)
     probe_timeout_s: float = pydantic.Field(1.0, gt=0)
     dedup: DedupConfig = DedupConfig()
+    decay: DecayConfig = DecayConfig()
     mem0_api: Mem0ApiConfig = Mem0ApiConfig()
 
     @pydantic.field_validator("retention_days")
@@ -611,6 +640,10 @@ conversation:              # L4: the shared Mem0/Qdrant memory
   dedup:                   # infer off: an exact duplicate returns the existing id (NOOP)
     enabled: true
     near_threshold: null   # e5 cosine at which a near duplicate UPDATEs the existing memory (off: see DedupConfig)
+  decay:                   # decay by use: importance = e^(-ln2 x age / half-life), slowed by access_count
+    half_life_days: {{}}     # per type, days; defaults session 2, chat_summary 10, task_log 30, procedure 90
+    archive_below: 0.1     # the cleanup archives (hides, keeps) a memory that faded below this
+    rank_weight: 0.05      # score x (1 - w + w x importance); 0: relevance alone (bench/bench_decay.py)
 
 log:
   level: info

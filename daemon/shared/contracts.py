@@ -242,6 +242,8 @@ ConversationStatus = TypedDict(
         "infer_default": bool,
         "registry_error": str | None,
         "tailscale": TailscaleView | None,
+        "consolidation": dict[str, Any] | None,  # a consolidation under way: phase, done, total, since
+        "use": dict[str, Any],  # hits waiting to be written, written, dropped (daemon/conversation/access.py)
     },
     total=False,
 )
@@ -304,7 +306,17 @@ class Memory(TypedDict, total=False):
     role: str | None
     metadata: dict[str, Any]  # the caller's own keys
     phase: str
-    score_details: dict[str, Any]  # with explain: phase, why visible, cosine, relevance, role weight
+    score_details: dict[str, Any]  # with explain: phase, why visible, cosine, relevance, role weight, importance
+    valid_from: str | None  # its validity window (layers/conversation/validity.py)
+    invalid_at: str | None
+    superseded_by: str | None
+    state: str  # valid, superseded or archived
+    archived: str | None
+    access_count: int  # decay by use (layers/conversation/decay.py)
+    last_accessed: str | None
+    importance: float
+    trust: str  # high, medium or low (layers/conversation/policy.py)
+    provenance: str | None  # the write's source: user_direct, agent_output, tool_result, inferred, operator
     source: str
     path: str | None
     lines: list[int] | None

@@ -30,6 +30,10 @@ class InvalidRequestError(ValueError):
     """A request whose values cannot be used (HTTP 400); the message says which and why."""
 
 
+class ConflictError(RuntimeError):
+    """The request cannot run in the present state (HTTP 409): a run already under way, an undo over later changes."""
+
+
 class IndexUnavailableError(RuntimeError):
     """An agent's L3 index cannot answer now (refused, damaged and being rebuilt, a full disk): HTTP 503."""
 

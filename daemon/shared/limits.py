@@ -34,7 +34,7 @@ MAX_SEARCH_BODY_BYTES = JSON_BYTES_PER_CHAR * MAX_QUERY_CHARS + BODY_FIELDS_BYTE
 # Multilingual Plane) and a few short fields; a text of 20,000 emoji escaped (240,000 bytes) is not.
 MAX_MEMORY_BODY_BYTES = 128 * 1024
 assert MAX_MEMORY_BODY_BYTES >= 6 * MAX_MEMORY_TEXT_CHARS + BODY_FIELDS_BYTES
-MAX_SMALL_BODY_BYTES = 8192  # reindex, admin maintenance: a few flags and a path
+MAX_SMALL_BODY_BYTES = 8192  # reindex, a memory's restore, admin maintenance: a few flags and a path
 
 
 class Results(NamedTuple):

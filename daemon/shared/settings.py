@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from daemon.shared.config import Config
     from daemon.shared.contracts import Limits
+    from layers.conversation.decay import DecayRules
     from layers.conversation.store import StoreSettings
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,19 @@ def store_settings(config: Config) -> StoreSettings:
         api_key=api_key,
         timeout_s=c.qdrant.timeout_s,
         llm=llm,
+    )
+
+
+def decay_rules(config: Config) -> DecayRules:
+    """``conversation.decay`` as the L4 layer's rules (layers/conversation/decay.py)."""
+    from layers.conversation.decay import HALF_LIFE_DAYS, DecayRules
+
+    d = config.conversation.decay
+    return DecayRules(
+        half_life_days={**HALF_LIFE_DAYS, **d.half_life_days},
+        cap=d.cap,
+        archive_below=d.archive_below,
+        rank_weight=d.rank_weight,
     )
 
 

@@ -315,6 +315,12 @@ class EdgeCollection:
         pid = _point_id(point_id)
         self._update(qe.UpdateOperation.set_payload([pid], dict(payload)))
 
+    def set_payload_of(self, point_ids: Sequence[str], payload: Mapping) -> None:
+        """Merge the same ``payload`` into every one of ``point_ids``: one update (one WAL record), all or none."""
+        targets: list[int | uuid.UUID | str] = [_point_id(i) for i in point_ids]
+        if targets:
+            self._update(qe.UpdateOperation.set_payload(targets, dict(payload)), len(targets))
+
     def replace_payload(self, point_id: str, payload: Mapping) -> None:
         pid = _point_id(point_id)
         self._update(qe.UpdateOperation.overwrite_payload([pid], dict(payload)))

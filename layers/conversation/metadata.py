@@ -51,6 +51,14 @@ RESERVED = frozenset(
         "superseded_by",
         "valid_from",
         "archived",
+        "state",
+        "restored_at",
+        "supersedes",
+        "access_count",
+        "last_accessed",
+        "importance",
+        "trust",
+        "provenance",
     }
 )
 MAX_METADATA_BYTES = 4096

@@ -35,6 +35,17 @@ DEFAULT_RETENTION_DAYS: dict[str, int | None] = {"session": 7, "chat_summary": 3
 FIXED_PERMANENT = ("preference", "knowledge", "fact", "lesson", "decision")  # never expire, not configurable
 
 
+# How far a memory's writer is trusted (the seed's three levels), and where its text came from.
+TRUST_LEVELS = ("low", "medium", "high")
+TRUST_RANK = {level: rank for rank, level in enumerate(TRUST_LEVELS)}
+DEFAULT_TRUST = "medium"  # an agent's own write; also what a memory written before trust existed counts as
+OPERATOR_TRUST = "high"  # the operator's (the administrator's token)
+AGENT_TRUST_MAX = "medium"  # an agent may lower its own trust, never raise it
+# The seed's four sources (an agent picks among them), and the operator's.
+SOURCES = ("user_direct", "agent_output", "tool_result", "inferred", "operator")
+AGENT_SOURCE, INFERRED_SOURCE, OPERATOR_SOURCE = "agent_output", "inferred", "operator"
+
+
 class PolicyError(ValueError):
     """A request the rules reject for its content (an unknown type, a bad date)."""
 
@@ -86,6 +97,40 @@ def place(
             raise ForbiddenError(f"agent {agent!r} is not a member of project {project!r}")
         return Placement("project", project, inferred=False)
     return Placement("private", None, inferred=False)
+
+
+def provenance(admin: bool, trust: str | None, source: str | None, infer: bool) -> tuple[str, str]:
+    """A write's trust and source: given, or by the path it came (the operator's: high; an agent's: medium).
+
+    An agent may lower its trust (low), never raise it past medium, and may not claim to be the
+    operator: otherwise ``trust_min: high`` would filter nothing a careless or hostile agent wrote.
+    """
+    if trust is not None and trust not in TRUST_LEVELS:
+        raise PolicyError(f"unknown trust {trust!r}: use one of {', '.join(TRUST_LEVELS)}")
+    if source is not None and source not in SOURCES:
+        raise PolicyError(f"unknown source {source!r}: use one of {', '.join(SOURCES)}")
+    if admin:
+        return trust or OPERATOR_TRUST, source or OPERATOR_SOURCE
+    if trust is not None and TRUST_RANK[trust] > TRUST_RANK[AGENT_TRUST_MAX]:
+        raise ForbiddenError(
+            f"an agent's memory is trusted at most {AGENT_TRUST_MAX}: {trust} is for the operator's writes "
+            "(the administrator's token, e.g. `memstrata add` run as root)"
+        )
+    if source == OPERATOR_SOURCE:
+        raise ForbiddenError("source operator is for the operator's writes (the administrator's token)")
+    return trust or DEFAULT_TRUST, source or (INFERRED_SOURCE if infer else AGENT_SOURCE)
+
+
+def trust_filter(trust_min: str | None) -> dict | None:
+    """The filter (mem0's dictionary form) keeping trust ``trust_min`` and above; a memory without one is medium."""
+    if trust_min is None or trust_min == TRUST_LEVELS[0]:
+        return None
+    if trust_min not in TRUST_LEVELS:
+        raise PolicyError(f"unknown trust_min {trust_min!r}: use one of {', '.join(TRUST_LEVELS)}")
+    below = [level for level in TRUST_LEVELS if TRUST_RANK[level] < TRUST_RANK[trust_min]]
+    if DEFAULT_TRUST in below:  # an older memory (no trust field) is medium: it must not pass
+        return {"trust": {"in": [level for level in TRUST_LEVELS if level not in below]}}
+    return {"NOT": [{"trust": {"in": below}}]}
 
 
 @dataclass(frozen=True)

@@ -41,20 +41,36 @@ import warnings
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from layers.conversation import validity
+from layers.conversation.decay import ACCESS_COUNT, DEFAULT_DECAY, LAST_ACCESSED, DecayRules, merged_access
 from layers.conversation.filters import engine_part, has_text_match, matches, restrict, to_qdrant
 from layers.conversation.metadata import custom_of
-from layers.conversation.policy import Phase
+from layers.conversation.policy import DEFAULT_TRUST, TRUST_RANK, Phase, trust_filter
 from layers.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
 
 # Payload fields we filter on; a remote server and an Edge shard get an index for each.
-KEYWORD_FIELDS = ("agent_id", "visibility", "project_id", "memory_type", "write_id", "user_id", "run_id", "actor_id")
+# ``state`` and ``superseded_by``: a memory's validity (layers/conversation/validity.py), filtered inside the query.
+KEYWORD_FIELDS = (
+    "agent_id",
+    "visibility",
+    "project_id",
+    "memory_type",
+    "write_id",
+    "user_id",
+    "run_id",
+    "actor_id",
+    validity.STATE,
+    validity.SUPERSEDED_BY,
+    "trust",  # trust_min filters inside the query too
+)
 EXPIRY_FIELD = "expires_at"
 # The embedded backend's engines: Qdrant Edge (HNSW, payload indexes, a WAL) or, for migration
 # from it, qdrant-client's local mode (brute force in Python, a SQLite file of pickled points).
@@ -129,6 +145,8 @@ class NewMemory:
     run_id: str | None = None
     actor_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # the caller's own metadata (checked: no reserved key)
+    trust: str | None = None  # high / medium / low (layers/conversation/policy.py); None: written before trust
+    provenance: str | None = None  # the write's source: user_direct, agent_output, tool_result, inferred, operator
 
     def metadata(self) -> dict:
         """The payload fields mem0 takes as ``metadata`` (the ids go as its own arguments: it drops them here)."""
@@ -138,7 +156,12 @@ class NewMemory:
             "visibility": self.visibility,
             "memory_type": self.memory_type,
             "created_at": self.created_at,
+            validity.VALID_FROM: self.created_at,
         }
+        if self.trust:
+            meta["trust"] = self.trust
+        if self.provenance:
+            meta["provenance"] = self.provenance
         if self.project_id:
             meta["project_id"] = self.project_id
         if self.expires_at is not None:
@@ -196,8 +219,9 @@ def prepare_mem0_environment(data_dir: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def memory_view(memory_id: str, payload: dict, score: float | None = None) -> dict:
-    """A stored memory as callers see it: text, placement, owner, lifetime, provenance."""
+def memory_view(memory_id: str, payload: dict, score: float | None = None, decay: DecayRules = DEFAULT_DECAY) -> dict:
+    """A stored memory as callers see it: text, placement, owner, lifetime, validity, use, provenance."""
+    count = payload.get(ACCESS_COUNT)
     return {
         "id": str(memory_id),
         "memory": payload.get("data", ""),
@@ -216,6 +240,12 @@ def memory_view(memory_id: str, payload: dict, score: float | None = None) -> di
         "actor_id": payload.get("actor_id"),
         "metadata": custom_of(payload),
         "write_id": payload.get("write_id"),
+        **validity.window(payload),
+        ACCESS_COUNT: count if isinstance(count, int) and not isinstance(count, bool) else 0,
+        LAST_ACCESSED: payload.get(LAST_ACCESSED),
+        "importance": round(decay.importance(payload), 4),
+        "trust": payload.get("trust") or DEFAULT_TRUST,
+        "provenance": payload.get("provenance"),
         "score": None if score is None else round(float(score), 4),
         "source": "conversation",
     }
@@ -263,6 +293,7 @@ class ConversationStore:
         # the one-time import of an old local-mode store, for status: {"state", "done", "total", ...}
         self.import_progress: dict | None = None
         self.optimizer = None  # Edge only: when the shard's index is rebuilt (layers/conversation/optimizer.py)
+        self.decay = DEFAULT_DECAY  # half-lives and ranking weight (layers/conversation/decay.py); set by the daemon
 
     @property
     def connected(self) -> bool:
@@ -731,6 +762,9 @@ class ConversationStore:
         include_expired: bool = False,
         threshold: float = 0.0,
         explain: bool = False,
+        show_superseded: bool = False,
+        show_archived: bool = False,
+        trust_min: str | None = None,
     ) -> list[dict]:
         """Each phase searched on its own (``filters``, mem0's language, ANDed with it), merged by score,
         de-duplicated by content hash.
@@ -744,39 +778,56 @@ class ConversationStore:
         the local e5 model in layers/local/vectors.py), so that ``threshold`` means what it means in mem0;
         an embedder without one gives the cosine clamped to [0, 1], as mem0's stores do.  ``explain`` adds
         ``score_details`` (the phase, the visibility filter's verdict, the cosine, the relevance).
+        Superseded and archived memories are left out inside each query (layers/conversation/validity.py)
+        unless ``show_superseded`` / ``show_archived``.  A result's score is its relevance (times the
+        role's weight) times its importance's rank factor (layers/conversation/decay.py); ``threshold``
+        applies to the relevance, before importance: a faded memory ranks lower, it is not cut.
+        ``trust_min`` keeps memories of that trust and above, inside the query; equal scores rank by trust.
         """
         mem0, _ = self._require()
         now = time.time()
+        moment = datetime.fromtimestamp(now, timezone.utc)
         text_match = has_text_match(filters)
         fetch = min(max(4 * limit, 100), 1000) if text_match else limit  # substring checks drop candidates
+        if self.decay.rank_weight:  # importance may lift one from past the first ``limit`` by relevance
+            fetch = min(max(fetch, 2 * limit, limit + 10), 1000)
         found: list[dict] = []
+        hidden = validity.hidden_states(show_superseded, show_archived)
+        trusted = trust_filter(trust_min)
         with _translate_errors("search"), self._optimize_held():
             vector = mem0.embedding_model.embed(query, "search")
             for phase in phases:
-                combined = restrict(self._phase_filter_dict(phase, include_expired, now), filters)
+                combined = restrict(self._phase_filter_dict(phase, include_expired, now, hidden), filters)
+                if trusted:
+                    combined = restrict(combined, trusted)
                 for point_id, payload, cosine in self._nearest(mem0, query, vector, engine_part(combined), fetch):
                     if text_match and not matches(payload, combined):
                         continue
                     weight = ASSISTANT_WEIGHT if payload.get("role") == "assistant" else 1.0
-                    score = self.relevance(cosine) * weight
-                    if score < threshold:
+                    relevance = self.relevance(cosine) * weight
+                    if relevance < threshold:
                         continue
-                    view = memory_view(point_id, payload, score)
+                    importance = self.decay.importance(payload, moment)
+                    factor = self.decay.rank_factor(importance)
+                    score = relevance * factor
+                    view = memory_view(point_id, payload, score, decay=self.decay)
                     view["phase"] = phase.name
                     if explain:
                         view["score_details"] = {
                             "phase": phase.name,
                             "visibility": _why_visible(phase),
                             "cosine": round(float(cosine), 4),
-                            "relevance": round(score / weight, 4),
+                            "relevance": round(relevance / weight, 4),
                             "role_weight": weight,
+                            "importance": round(importance, 4),
+                            "decay_factor": round(factor, 4),
                             "score": round(score, 4),
                             "calibrated": bool(getattr(self.embedder, "calibrated", False)),
                             "threshold": threshold,
                             "filters": filters,
                         }
                     found.append(view)
-        found.sort(key=lambda v: -(v["score"] or 0))
+        found.sort(key=_rank, reverse=True)
         seen: set[str] = set()
         merged = []
         for view in found:
@@ -805,15 +856,22 @@ class ConversationStore:
         reading = getattr(self._client, "reading", None) if self.settings.on_edge else None
         return reading() if reading is not None else nullcontext()
 
-    def _phase_filter_dict(self, phase: Phase, include_expired: bool, now: float) -> dict:
-        """The phase in mem0's filter form (what an Edge shard is queried with)."""
+    def _phase_filter_dict(
+        self, phase: Phase, include_expired: bool, now: float, hidden: Sequence[str] = validity.HIDDEN_BY_DEFAULT
+    ) -> dict:
+        """The phase in mem0's filter form (what an Edge shard is queried with), ``hidden`` states left out."""
         filters: dict = {"visibility": phase.visibility}
         if phase.owner:
             filters["agent_id"] = phase.owner
         if phase.visibility == "project":
             filters["project_id"] = {"in": list(phase.projects)}
+        excluded: list[dict] = []
         if not include_expired:
-            filters["NOT"] = [{EXPIRY_FIELD: {"lt": now}}]
+            excluded.append({EXPIRY_FIELD: {"lt": now}})
+        if hidden:
+            excluded.append({validity.STATE: {"in": list(hidden)}})
+        if excluded:
+            filters["NOT"] = excluded
         return filters
 
     def _phase_filter(self, phase: Phase, include_expired: bool, now: float, filters: dict | None = None):
@@ -827,18 +885,23 @@ class ConversationStore:
         cursor: str | None = None,
         include_expired: bool = False,
         filters: dict | None = None,
+        show_superseded: bool = False,
+        show_archived: bool = False,
     ) -> tuple[builtins.list[dict], str | None]:
-        """One page of the memories the phases allow (and ``filters`` match); the cursor resumes where it ended."""
+        """One page of the memories the phases allow (and ``filters`` match); the cursor resumes where it ended.
+
+        Superseded and archived memories only with ``show_superseded`` / ``show_archived``, as in a search."""
         client = self._client_only()
         phase_index, offset = 0, None
         if cursor:
             phase_index, offset = _parse_cursor(cursor, len(phases))
         now = time.time()
         text_match = has_text_match(filters)
+        hidden = validity.hidden_states(show_superseded, show_archived)
         page: list[dict] = []
         with _translate_errors("list"):
             while phase_index < len(phases) and len(page) < limit:
-                combined = restrict(self._phase_filter_dict(phases[phase_index], include_expired, now), filters)
+                combined = restrict(self._phase_filter_dict(phases[phase_index], include_expired, now, hidden), filters)
                 engine = engine_part(combined)
                 if self.settings.on_edge:
                     if client is None:
@@ -853,7 +916,7 @@ class ConversationStore:
                         with_payload=True,
                     )
                 page.extend(
-                    memory_view(p.id, p.payload or {})
+                    memory_view(p.id, p.payload or {}, decay=self.decay)
                     for p in points
                     if not text_match or matches(p.payload or {}, combined)
                 )
@@ -874,7 +937,7 @@ class ConversationStore:
                     points = client.retrieve(self.settings.collection, ids=[memory_id], with_payload=True)
             except ValueError:  # not a valid point id
                 return None
-        return memory_view(points[0].id, points[0].payload or {}) if points else None
+        return memory_view(points[0].id, points[0].payload or {}, decay=self.decay) if points else None
 
     def delete(self, memory_id: str) -> None:
         mem0, _ = self._require()
@@ -916,7 +979,7 @@ class ConversationStore:
                 )
             next_offset = str(next_offset) if next_offset else None
         kept = [p for p in points if matches(p.payload or {}, combined)] if has_text_match(filters) else points
-        return [memory_view(p.id, p.payload or {}) for p in kept], next_offset
+        return [memory_view(p.id, p.payload or {}, decay=self.decay) for p in kept], next_offset
 
     def delete_ids(self, ids: builtins.list[str]) -> None:
         """Delete a batch of points in one request (the seed's script built this call wrongly)."""
@@ -944,12 +1007,134 @@ class ConversationStore:
         it as it is.
         """
         mem0, _ = self._require()
+        metadata: dict[str, Any] = {validity.VALID_FROM: _now_iso()}  # the new text is true from now
         options: dict = {}
         if expiration is not None:
-            options = {"metadata": {EXPIRY_FIELD: expiration[1]}, "expiration_date": expiration[0]}
+            metadata[EXPIRY_FIELD] = expiration[1]
+            options = {"expiration_date": expiration[0]}
         with _translate_errors("update"):
-            mem0.update(memory_id, text=text, **options)
+            mem0.update(memory_id, text=text, metadata=metadata, **options)
         self.upkeep()
+
+    # ------------------------------------------------------------ validity (layers/conversation/validity.py)
+
+    def supersede(self, old_ids: Sequence[str], by_id: str, at: str) -> None:
+        """Mark ``old_ids`` superseded by ``by_id`` at ``at`` (ISO 8601): one payload write for all of them.
+
+        The one primitive a change of what is true goes through (``add(..., supersedes=ID)``, a
+        consolidation merging several memories into one): on Edge a single engine update (one WAL
+        record: all the points or none), on a server one ``set_payload`` request.  Who may supersede
+        what is the caller's to decide; this only writes.  :meth:`restore_fields` undoes it.
+        """
+        ids = [str(i) for i in old_ids if str(i) != str(by_id)]
+        if not ids:
+            return
+        self._set_payload_of(ids, validity.supersede_payload(str(by_id), at), "supersede")
+
+    def restore_fields(self, memory_id: str, fields: dict[str, Any]) -> bool:
+        """Put lifecycle fields of one memory back as they were (None removes one): undoes a supersede or an
+        archive.  One write of the whole payload; False when there is no such memory.
+
+        Only :data:`validity.LIFECYCLE_FIELDS` (ValueError for any other): a restore re-validates a memory,
+        it never re-owns, re-places or re-words it.
+        """
+        current = self._payloads([memory_id]).get(str(memory_id))
+        if current is None:
+            return False
+        payload = validity.restored_payload(current, fields)
+        if self.settings.on_edge:
+            shard = self._edge()
+            with _translate_errors("restore"):
+                shard.replace_payload(str(memory_id), payload)
+            self.upkeep()
+            return True
+        client = self._client_only()
+        with _translate_errors("restore"):
+            client.overwrite_payload(self.settings.collection, payload=payload, points=[str(memory_id)], wait=True)
+        return True
+
+    def archive(self, memory_ids: Sequence[str], at: str) -> None:
+        """Archive faded memories (layers/conversation/decay.py): hidden from search, kept, restorable.
+
+        One payload write for all of them; :meth:`restore_fields` brings one back."""
+        ids = [str(i) for i in memory_ids]
+        if ids:
+            self._set_payload_of(ids, validity.archive_payload(at), "archive")
+
+    def record_access(self, batch: dict[str, tuple[int, str]]) -> int:
+        """Add a batch of hits (id -> (count, last ISO time)) to the memories' ``access_count`` / ``last_accessed``.
+
+        One lookup for the batch, then one small payload write per memory (their counts differ); a
+        memory deleted since it was returned is skipped.  The number of memories updated.
+        """
+        current = self._payloads(list(batch), [ACCESS_COUNT, LAST_ACCESSED])
+        if not current:
+            return 0
+        updates = {i: merged_access(p, *batch[i]) for i, p in current.items()}
+        if self.settings.on_edge:
+            shard = self._edge()
+            with _translate_errors("access"):
+                for memory_id, fields in updates.items():
+                    shard.set_payload(memory_id, fields)
+            self.upkeep()
+        else:
+            client = self._client_only()
+            with _translate_errors("access"):
+                for memory_id, fields in updates.items():
+                    client.set_payload(self.settings.collection, payload=fields, points=[memory_id], wait=True)
+        return len(updates)
+
+    def states(self, memory_ids: Sequence[str]) -> dict[str, str]:
+        """``valid`` / ``superseded`` / ``archived`` of each of ``memory_ids`` that exists (one lookup)."""
+        return {i: validity.state_of(p) for i, p in self._payloads(memory_ids, [validity.STATE]).items()}
+
+    def predecessors(self, memory_id: str, limit: int = 64) -> builtins.list[dict]:
+        """The memories ``memory_id`` superseded (their ``superseded_by`` names it), oldest first."""
+        wanted = {validity.SUPERSEDED_BY: str(memory_id)}
+        if self.settings.on_edge:
+            shard = self._edge()
+            if shard is None:
+                return []
+            with _translate_errors("history"):
+                points, _ = shard.scroll(wanted, limit=limit)
+        else:
+            client = self._client_only()
+            with _translate_errors("history"):
+                points, _ = client.scroll(
+                    self.settings.collection, scroll_filter=to_qdrant(wanted), limit=limit, with_payload=True
+                )
+        views = [memory_view(p.id, p.payload or {}, decay=self.decay) for p in points]
+        return sorted(views, key=lambda v: (v.get("invalid_at") or "", v.get("created_at") or ""))
+
+    def _payloads(self, memory_ids: Sequence[str], fields: builtins.list[str] | None = None) -> dict[str, dict]:
+        """The payloads (or ``fields`` of them) of the memories among ``memory_ids`` that exist."""
+        ids = [str(i) for i in memory_ids]
+        if not ids:
+            return {}
+        selector: bool | builtins.list[str] = fields if fields else True
+        if self.settings.on_edge:
+            shard = self._edge()
+            if shard is None:
+                return {}
+            with _translate_errors("get"):
+                return {h.id: h.payload for h in shard.retrieve(ids, with_payload=selector)}
+        client = self._client_only()
+        with _translate_errors("get"):
+            points = client.retrieve(self.settings.collection, ids=ids, with_payload=selector)
+        return {str(p.id): p.payload or {} for p in points}
+
+    def _set_payload_of(self, ids: builtins.list[str], payload: dict[str, Any], what: str) -> None:
+        if self.settings.on_edge:
+            shard = self._edge()
+            if shard is None:
+                return
+            with _translate_errors(what):
+                shard.set_payload_of(ids, payload)
+            self.upkeep()
+            return
+        client = self._client_only()
+        with _translate_errors(what):
+            client.set_payload(self.settings.collection, payload=payload, points=ids, wait=True)
 
     def history(self, memory_id: str) -> builtins.list[dict]:
         """mem0's history of one memory: its ADD/UPDATE/DELETE events, oldest first."""
@@ -983,8 +1168,17 @@ class ConversationStore:
             payload = hit.payload or {}
             expires_at = payload.get(EXPIRY_FIELD)
             if expires_at is None or expires_at >= now:
-                found.append((memory_view(hit.id, payload), float(hit.score)))
+                found.append((memory_view(hit.id, payload, decay=self.decay), float(hit.score)))
         return found
+
+
+def _rank(view: dict) -> tuple[float, int]:
+    """A search result's place: its score, then its trust (layers/conversation/policy.py) among equal scores."""
+    return (view["score"] or 0.0, TRUST_RANK.get(view.get("trust") or "", TRUST_RANK[DEFAULT_TRUST]))
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _history_in_wal_mode(connection: sqlite3.Connection) -> None:

@@ -65,6 +65,8 @@ MEMORY_TYPES = (
     "task_log",
 )
 VISIBILITIES = ("public", "project", "private")
+TRUST_LEVELS = ("low", "medium", "high")  # layers/conversation/policy.py
+SOURCES = ("user_direct", "agent_output", "tool_result", "inferred", "operator")
 PAGE_MAX = 1000  # the largest page GET /v1/memories serves
 MAX_QUERY_CHARS = 4096  # daemon/shared/limits.py: a longer search query is refused (HTTP 413)
 CONFIG_MAX_BYTES = 256 * 1024  # layers/yamlfile.py MAX_BYTES
@@ -451,6 +453,8 @@ class Mem0Client:
         threshold: float | None = None,
         explain: bool = False,
         show_expired: bool = False,
+        show_superseded: bool = False,
+        trust_min: str | None = None,
     ) -> dict:
         """Shared memories this agent may read; ``degraded: true`` means the local index answered.
 
@@ -472,6 +476,10 @@ class Mem0Client:
             body["explain"] = True
         if show_expired:
             body["show_expired"] = True
+        if show_superseded:
+            body["show_superseded"] = True
+        if trust_min:
+            body["trust_min"] = trust_min
         return self.request("POST", "/v1/memories/search", body=body)  # in the body: a URL has no room
 
     def add(
@@ -488,10 +496,15 @@ class Mem0Client:
         run_id: str | None = None,
         actor_id: str | None = None,
         metadata: dict | None = None,
+        supersedes: str | None = None,
+        trust: str | None = None,
+        source: str | None = None,
     ) -> dict:
         """Remember ``text``; ``queued: true`` means the store is down and the write will be replayed once.
 
-        ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning).
+        ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
+        ``supersedes`` names one of this agent's memories the new one replaces (kept, out of searches);
+        ``trust`` (medium by default, low to say it is unverified) and ``source`` say how far to rely on it.
         """
         fields = {
             "user_id": user_id,
@@ -504,18 +517,31 @@ class Mem0Client:
             "expires": expires,
             "infer": infer,
             "write_id": write_id,
+            "supersedes": supersedes,
+            "trust": trust,
+            "source": source,
         }
         body = {"agent": self._identity(), "text": text, **{k: v for k, v in fields.items() if v is not None}}
         return self.request("POST", "/v1/memories", body=body)
 
-    def get_page(self, limit: int = 100, cursor: str | None = None, filters: dict | None = None) -> dict:
-        """One page of GET /v1/memories, as the daemon serves it (``filters`` as JSON in the query)."""
+    def get_page(self, limit: int = 100, cursor: str | None = None, filters: dict | None = None, **shown: bool) -> dict:
+        """One page of GET /v1/memories, as the daemon serves it (``filters`` as JSON in the query).
+
+        ``shown``: ``show_superseded`` / ``show_expired`` true lists those memories too."""
         params: dict = {"agent": self._identity(), "limit": limit, "cursor": cursor}
         if filters:
             params["filters"] = json.dumps(filters, ensure_ascii=False)
+        params.update({k: "true" for k, v in shown.items() if v})
         return self.request("GET", "/v1/memories", params)
 
-    def get_all(self, limit: int = 100, page_size: int = PAGE_MAX, filters: dict | None = None) -> dict:
+    def get_all(
+        self,
+        limit: int = 100,
+        page_size: int = PAGE_MAX,
+        filters: dict | None = None,
+        show_superseded: bool = False,
+        show_expired: bool = False,
+    ) -> dict:
         """Every memory this agent may read, following cursors until ``limit`` are collected.
 
         ``truncated`` says more may exist beyond ``limit``; ``next_cursor`` resumes there.
@@ -526,7 +552,8 @@ class Mem0Client:
         cursor: str | None = None
         pages = 0
         while True:
-            page = self.get_page(min(limit - len(results), page_size, PAGE_MAX), cursor, filters)
+            shown = {"show_superseded": show_superseded, "show_expired": show_expired}
+            page = self.get_page(min(limit - len(results), page_size, PAGE_MAX), cursor, filters, **shown)
             pages += 1
             results.extend(page.get("results") or [])
             previous, cursor = cursor, page.get("next_cursor")
@@ -553,7 +580,7 @@ class Mem0CompatError(MemstrataError, ValueError):
 
 _UNSET = object()
 # What memstrata reads from mem0's ``metadata`` on add, and from ``filters`` on search/get_all.
-ADD_METADATA = ("visibility", "project_id", "expiration_date", "memory_type")
+ADD_METADATA = ("visibility", "project_id", "expiration_date", "memory_type", "supersedes", "trust", "source")
 PROCEDURAL = "procedural_memory"
 DEFAULT_THRESHOLD = 0.1  # mem0's search default  # mem0's one memory_type; memstrata's is "procedure"
 # Top-level keys of a memstrata result that mem0 keeps as its own fields; the rest go to ``metadata``.
@@ -571,7 +598,25 @@ MEM0_FIELDS = (
     "role",
     "expiration_date",
 )
-MEMSTRATA_METADATA = ("visibility", "project_id", "memory_type", "write_id", "phase", "source", "expires_at")
+MEMSTRATA_METADATA = (
+    "visibility",
+    "project_id",
+    "memory_type",
+    "write_id",
+    "phase",
+    "source",
+    "expires_at",
+    "valid_from",
+    "invalid_at",
+    "superseded_by",
+    "state",
+    "archived",
+    "access_count",
+    "last_accessed",
+    "importance",
+    "trust",
+    "provenance",
+)
 
 
 def mem0_result(view: dict, degraded: bool = False) -> dict:
@@ -724,6 +769,9 @@ class Memory:
             "user_id": user_id,
             "run_id": run_id,
             "metadata": custom or None,
+            "supersedes": metadata.get("supersedes"),
+            "trust": metadata.get("trust"),
+            "source": metadata.get("source"),
         }
         turns = [m for m in messages if m["role"] != "system"]
         if infer is None:  # the daemon's default: on when it has an LLM
@@ -748,6 +796,9 @@ class Memory:
             "run_id": fields["run_id"],
             "actor_id": message.get("name"),  # mem0 keeps a message's name as its actor_id
             "metadata": fields["metadata"],
+            "supersedes": fields["supersedes"],
+            "trust": fields["trust"],
+            "source": fields["source"],
         }
         answer = self.client.request("POST", "/v1/memories", body={k: v for k, v in body.items() if v is not None})
         answer["role"] = message["role"]
@@ -866,6 +917,7 @@ class Memory:
             threshold=float(threshold),
             explain=bool(explain),
             show_expired=bool(show_expired),  # until the cleanup job deletes them (mem0 only ever hides them)
+            show_superseded=bool(show_expired),  # mem0's "expired": no longer valid, a replaced fact too
         )
         degraded = bool(answer.get("degraded"))
         out: dict = {"results": [mem0_result(view, degraded) for view in answer.get("results") or []][:count]}
@@ -884,14 +936,17 @@ class Memory:
         filters: dict | None = None,
         limit: int | None = None,
         top_k: int | None = None,
+        show_expired: bool = False,
         **unsupported,
     ) -> dict:
+        """Memories this agent may read, mem0's shape; ``show_expired`` also those past their date or replaced."""
         _output_format(unsupported)
         if unsupported:
             raise Mem0CompatError(f"get_all() got unsupported argument(s) {', '.join(sorted(unsupported))}")
         wanted = self._filters(filters, user_id=user_id, agent_id=agent_id, run_id=run_id)
         count = top_k or limit or 20
-        answer = self.client.get_all(limit=count, filters=wanted)
+        shown = {"show_expired": bool(show_expired), "show_superseded": bool(show_expired)}
+        answer = self.client.get_all(limit=count, filters=wanted, **shown)
         return {"results": [mem0_result(v) for v in answer.get("results") or []][:count]}
 
     def get(self, memory_id: str) -> dict | None:
@@ -1022,6 +1077,8 @@ def format_memory(i: int, memory: dict) -> list[str]:
         meta = f"{memory.get('memory_type')}, by {memory.get('agent_id')}, {(memory.get('created_at') or '')[:10]}"
         if memory.get("expiration_date"):
             meta += f", until {memory['expiration_date']}"
+        if memory.get("state") in ("superseded", "archived"):
+            meta += f", {memory['state'].upper()}"
         head = f"{i}. [{_placement(memory)}] ({meta})  id {memory.get('id')}"
         text = memory.get("memory") or ""
     if memory.get("score") is not None:
@@ -1151,6 +1208,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--threshold", type=fraction, metavar="T", help="leave out results with relevance below T")
     search.add_argument("--explain", action="store_true", help="say why each result was returned")
     search.add_argument("--show-expired", action="store_true", help="also memories past their expiration date")
+    search.add_argument("--show-superseded", action="store_true", help="also memories a newer one replaced")
+    search.add_argument("--trust-min", choices=TRUST_LEVELS, help="only memories trusted this much or more")
 
     add = commands.add_parser("add", parents=[common], help="remember TEXT in the shared memory")
     add.add_argument("text")
@@ -1165,6 +1224,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--run-id", metavar="R", help="the run or conversation it belongs to")
     add.add_argument("--actor-id", metavar="A", help="who said it")
     add.add_argument("--metadata", type=json_object, metavar="JSON", help='your own fields: \'{"category": "x"}\'')
+    add.add_argument("--supersedes", metavar="MEMORY_ID", help="one of your memories this one replaces (kept)")
+    add.add_argument("--trust", choices=TRUST_LEVELS, help="medium by default; low: unverified (high: the operator's)")
+    add.add_argument("--source", choices=SOURCES, help="where it came from (default agent_output)")
 
     get_all = commands.add_parser(
         "get_all", aliases=["get-all"], parents=[common], help="list every memory you may read"
@@ -1199,6 +1261,8 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
             threshold=args.threshold,
             explain=args.explain,
             show_expired=args.show_expired,
+            show_superseded=args.show_superseded,
+            trust_min=args.trust_min,
         )
         return answer, format_search(answer)
     if args.command == "add":
@@ -1214,6 +1278,9 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
             run_id=args.run_id,
             actor_id=args.actor_id,
             metadata=args.metadata,
+            supersedes=args.supersedes,
+            trust=args.trust,
+            source=args.source,
         )
         return answer, format_add(answer)
     if args.command in ("get_all", "get-all"):

@@ -150,7 +150,7 @@ def test_copied_constants_agree_with_the_daemon():
     from daemon.shared.limits import L4_PAGE, MAX_QUERY_CHARS
     from daemon.shared.tokens import WORKSPACE_TOKEN
     from daemon.shared.workspaces import WORKSPACE_SUFFIX
-    from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+    from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
     from layers.ids import AGENT_ID_PATTERN, MAIN_AGENT
     from layers.yamlfile import MAX_BYTES
 
@@ -158,6 +158,7 @@ def test_copied_constants_agree_with_the_daemon():
     client = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(client)
     assert client.MEMORY_TYPES == MEMORY_TYPES and client.VISIBILITIES == VISIBILITIES
+    assert client.TRUST_LEVELS == TRUST_LEVELS and client.SOURCES == SOURCES
     assert client.WORKSPACE_TOKEN == WORKSPACE_TOKEN and client.WORKSPACE_SUFFIX == WORKSPACE_SUFFIX
     assert client.AGENT_ID_RE.pattern == AGENT_ID_PATTERN and client.MAIN_AGENT == MAIN_AGENT
     assert client.MAX_QUERY_CHARS == MAX_QUERY_CHARS and client.CONFIG_MAX_BYTES == MAX_BYTES
@@ -176,7 +177,15 @@ SETUP = {
     for name in ("agent", "workspace", "socket", "config", "timeout", "json")
 }
 # mem0's metadata keys on Memory.add, as the API's fields
-METADATA_AS = {"visibility": "visibility", "project_id": "project", "expiration_date": "expires", "memory_type": "type"}
+METADATA_AS = {
+    "visibility": "visibility",
+    "project_id": "project",
+    "expiration_date": "expires",
+    "memory_type": "type",
+    "supersedes": "supersedes",
+    "trust": "trust",
+    "source": "source",
+}
 
 
 def _command(name: str) -> argparse.ArgumentParser:
@@ -227,12 +236,13 @@ def test_what_it_sends_is_the_schemas_fields(tmp_path_factory, monkeypatch):
         argv = [a for name, flag in flags.items() for a in (flag, str(SAMPLES[name]))]
         argv += ["--no-infer" if SAMPLES["infer"] is False else "--infer", "--write-id", str(SAMPLES["write_id"])]
         argv += ["--user-id", SAMPLES["user_id"], "--run-id", SAMPLES["run_id"], "--actor-id", SAMPLES["actor_id"]]
-        argv += ["--metadata", json.dumps(SAMPLES["metadata"])]
+        argv += ["--metadata", json.dumps(SAMPLES["metadata"]), "--supersedes", SAMPLES["supersedes"]]
+        argv += ["--trust", SAMPLES["trust"], "--source", SAMPLES["source"]]
         common = ["--socket", str(sock), "--agent", "main"]
         sent = recorder.one(lambda: mem0_client.main([*common, "add", SAMPLES["text"], *argv]))
         assert parsed(AddRequest, sent) == {k: SAMPLES[k] for k in ADD if k != "role"}
         search = ["search", SAMPLES["q"], "--limit", "7", "--no-fallback", "--filters", filters_json]
-        search += ["--threshold", "0.3", "--explain", "--show-expired"]
+        search += ["--threshold", "0.3", "--explain", "--show-expired", "--show-superseded", "--trust-min", "medium"]
         sent = recorder.one(lambda: mem0_client.main([*common, *search]))
         assert parsed(MemorySearchRequest, sent) == {k: SAMPLES[k] for k in L4_SEARCH}
 

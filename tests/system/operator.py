@@ -24,7 +24,13 @@ ROOT = "/root/.openclaw"
 CONFIG = "/etc/memstrata/memstrata.yaml"
 WORKSPACE = f"{ROOT}/workspace"
 AGENTS = f"{WORKSPACE}/agents"
-SERVICES = ("memstrata.service", "memstrata-backup.service", "memstrata-cleanup.service")
+SERVICES = (
+    "memstrata.service",
+    "memstrata-backup.service",
+    "memstrata-cleanup.service",
+    "memstrata-consolidate.service",
+)
+TIMERS = ("memstrata-backup.timer", "memstrata-cleanup.timer", "memstrata-consolidate.timer")
 TEST_WATCHDOG_S = 5
 
 

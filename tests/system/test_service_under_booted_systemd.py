@@ -29,6 +29,7 @@ from tests.system.operator import (
     MEMSTRATA,
     SERVICES,
     TEST_WATCHDOG_S,
+    TIMERS,
     WORKSPACE,
     drop_in,
     install,
@@ -54,7 +55,7 @@ def installed(container):
 def test_install_enables_the_units_and_start_returns_once_ready(installed):
     c = installed
     assert c.run("systemctl", "is-enabled", "memstrata.service").stdout.strip() == "enabled"
-    for timer in ("memstrata-backup.timer", "memstrata-cleanup.timer"):
+    for timer in TIMERS:
         assert c.run("systemctl", "is-enabled", timer).stdout.strip() == "enabled"
     c.write(f"{WORKSPACE}/memory/ports.md", "# 端口\n\nQdrant 服务端口是 6333。\n")
     c.run("systemctl", "start", "memstrata.service", timeout=150)
@@ -181,7 +182,9 @@ def test_a_stopped_daemon_is_restarted_by_the_watchdog(installed):
     assert "Failed with result 'watchdog'" in c.journal("memstrata.service", 300)
 
 
-@pytest.mark.parametrize("service", ["memstrata-backup.service", "memstrata-cleanup.service"])
+@pytest.mark.parametrize(
+    "service", ["memstrata-backup.service", "memstrata-cleanup.service", "memstrata-consolidate.service"]
+)
 def test_backup_and_cleanup_started_right_after_the_daemon_succeed(installed, service):
     """What Persistent=true timers do at boot: run while the daemon is still opening the store."""
     c = installed
@@ -208,7 +211,9 @@ def test_stop_with_an_edit_pending_commits_it_and_exits_0_in_time(installed):
     assert "停止前的最后一行" in shown_head, c.journal("memstrata.service", 60)
 
 
-@pytest.mark.parametrize("service", ["memstrata-backup.service", "memstrata-cleanup.service"])
+@pytest.mark.parametrize(
+    "service", ["memstrata-backup.service", "memstrata-cleanup.service", "memstrata-consolidate.service"]
+)
 def test_backup_and_cleanup_run_while_the_daemon_is_stopped(installed, service):
     """A timer firing while the daemon is down: the runtime directory the units may write is
     gone then, and the job opens the store itself."""
@@ -231,7 +236,7 @@ def test_every_installed_service_is_exposed_at_most_2(installed, service):
 
 
 def test_every_installed_unit_verifies_without_warnings(installed):
-    units = [f"/etc/systemd/system/{u}" for u in (*SERVICES, "memstrata-backup.timer", "memstrata-cleanup.timer")]
+    units = [f"/etc/systemd/system/{u}" for u in (*SERVICES, *TIMERS)]
     proc = installed.run("systemd-analyze", "verify", *units, check=False)
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
 
@@ -244,7 +249,7 @@ def test_uninstall_stops_and_removes_the_units_and_keeps_the_data(installed):
         proc = c.run(MEMSTRATA, "uninstall", "--config", CONFIG, env=checkout_env(), check=False, timeout=120)
         assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert c.run("systemctl", "is-active", "memstrata.service", check=False).stdout.strip() in ("inactive", "failed")
-    for unit in (*SERVICES, "memstrata-backup.timer", "memstrata-cleanup.timer"):
+    for unit in (*SERVICES, *TIMERS):
         c.run("test", "!", "-e", f"/etc/systemd/system/{unit}")
     c.run("test", "-s", CONFIG)
     c.run("test", "-s", f"{AGENTS}/coder-workspace/.memstrata/token")

@@ -77,7 +77,9 @@ def test_json_on_the_setting_up_commands(tmp_path):
 COMMANDS = [
     ["init"], ["agent", "add"], ["agent", "list"], ["agent", "token"], ["status"], ["core"], ["note"],
     ["history"], ["restore"], ["search"], ["reindex"], ["model", "build"], ["add"], ["get"], ["list"],
-    ["update"], ["delete"], ["cleanup"], ["backup"], ["restore-backup"], ["install"], ["uninstall"],
+    ["update"], ["delete"], ["restore-memory"], ["cleanup"], ["consolidate"], ["backup"], ["restore-backup"],
+    ["install"],
+    ["uninstall"],
 ]  # fmt: skip
 
 

@@ -91,6 +91,8 @@ def test_the_cli_commands_take_the_schemas_fields():
         own={
             "layer": "local (no filter), core or daily, or conversation and all: the L4 search",
             "filters": "the L4 search's mem0 filters (--layer conversation/all)",
+            "show_superseded": "the L4 search's option (--layer conversation/all)",
+            "trust_min": "the L4 search's option (--layer conversation/all)",
             **AS_JSON,
         },
     )
@@ -117,8 +119,10 @@ def test_the_client_takes_the_schemas_fields():
 def test_the_broker_takes_the_schemas_fields():
     """Where an add's options land (``AddRequest.options()`` by field name: memory_type), an update, an L4 search."""
     as_named = {"memory_type": "type"}
-    assert differences(signature_fields(Writes.add), ADD, renamed=as_named, says_choices=False) == []
-    assert set(AddRequest(agent="a", text="t").options()) == set(signature_fields(Writes.add)) - {"agent", "text"}
+    by_token = {"admin": "the administrator's call (the API decides it from the token)"}
+    assert differences(signature_fields(Writes.add), ADD, renamed=as_named, own=by_token, says_choices=False) == []
+    taken = set(signature_fields(Writes.add)) - {"agent", "text", "admin"}
+    assert set(AddRequest(agent="a", text="t").options()) == taken
     admin = {"admin": "the administrator's call (the API decides it from the token)"}
     for update in (Writes.update, Broker.update):
         assert differences(signature_fields(update), UPDATE, own={**IN_THE_PATH, **admin}, says_choices=False) == []
@@ -205,7 +209,7 @@ def test_what_the_cli_sends_is_the_schemas_fields(root):
     sent = recorder.one(lambda: _cli(config, "update", SAMPLES["memory_id"], *argv, "--json"))
     assert (sent.method, sent.path) == ("PUT", f"/v1/memories/{SAMPLES['memory_id']}")
     assert parsed(UpdateRequest, sent) == fields == {k: SAMPLES[k] for k in UPDATE}
-    argv, fields = _argv("search", QUERY, {"json", "filters"})
+    argv, fields = _argv("search", QUERY, {"json", "filters", "show_superseded", "trust_min"})
     sent = recorder.one(lambda: _cli(config, "search", *argv, "--json"))
     assert (sent.method, sent.path) == ("POST", "/v1/search")
     assert parsed(SearchRequest, sent) == fields and set(fields) == set(L3_SEARCH)

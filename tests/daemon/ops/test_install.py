@@ -29,8 +29,8 @@ from tests.test_cron import parse as parse_crontab
 SKILL = Path("skills") / "mem0-integration"
 SKILL_FILES = sorted(p.name for p in (REPO_ROOT / SKILL).iterdir() if p.is_file())
 HAVE_SYSTEMCTL = shutil.which("systemctl") is not None
-UNITS = ("memstrata.service", "memstrata-backup.service", "memstrata-cleanup.service")
-TIMERS = ("memstrata-backup.timer", "memstrata-cleanup.timer")
+UNITS = ("memstrata.service", "memstrata-backup.service", "memstrata-cleanup.service", "memstrata-consolidate.service")
+TIMERS = ("memstrata-backup.timer", "memstrata-cleanup.timer", "memstrata-consolidate.timer")
 
 
 class Tree:
@@ -232,6 +232,8 @@ def test_cron_instead_of_timers_and_back(tree):
     commands = {" ".join(times): command for times, _, command in jobs}
     assert commands["0 3 * * *"].startswith(f"cd {config.paths.workspace / SKILL} && python3 memory_cleanup.py")
     assert commands["15 2 * * *"].startswith(f"{sys.prefix}/bin/memstrata backup --keep 7 >> {config.paths.audit_dir}/")
+    consolidate = f"{sys.prefix}/bin/memstrata consolidate --execute >> {config.paths.audit_dir}/"
+    assert commands["30 3 * * *"].startswith(consolidate)
     assert "removed" in proc.stdout
     tree.install()
     assert not tree.cron.exists() and (tree.units / TIMERS[0]).exists()

@@ -67,7 +67,7 @@ def test_cleanup_while_the_daemon_runs_and_from_the_skill_script(running, tmp_pa
 
     dry = json.loads(run_cli("cleanup", "--dry-run", "--json", config=config).stdout)
     assert (dry["mode"], dry["expired"], dry["deleted"], dry["errors"]) == ("dry-run", 3, 0, [])
-    assert dry["by_type"]["session"] == {"scanned": 4, "expired": 3, "deleted": 0}
+    assert dry["by_type"]["session"] == {"scanned": 4, "expired": 3, "deleted": 0, "archived": 0}
     # the seed's way: from the skill directory, with --config
     proc = subprocess.run(
         [sys.executable, "memory_cleanup.py", "--execute", "--json", "--config", str(config)],

@@ -142,3 +142,29 @@ def test_audit_lines_carry_no_text_and_the_utc_date(store, tmp_path):
         "reason",
     }
     assert "机密" not in log.read_text() and "retention 7 days" in lines[0]["reason"]
+
+
+def test_a_forced_cleanup_keeps_what_a_valid_memory_supersedes_until_its_own_expiry(store):
+    """--max-age-days would take a superseded memory early; the chain keeps it while its replacement is valid."""
+    retention = {**DEFAULT_RETENTION_DAYS, "task_log": 1000}  # 400 days old: not expired by itself
+    kept = put(store, "old log, replaced", "task_log", created=OLD)
+    replacement = put(store, "the log as it is now", "task_log", created=OLD)
+    store.supersede([kept], replacement, NEW)
+    orphan = put(store, "old log, its replacement replaced too", "task_log", created=OLD)
+    middle = put(store, "a replacement itself replaced", "task_log", created=OLD)
+    last = put(store, "the newest log", "task_log", created=NEW)
+    store.supersede([orphan], middle, NEW)
+    store.supersede([middle], last, NEW)
+    dated = put(store, "session past its date, replaced", "session", created=OLD, expiration=day(-1))
+    store.supersede([dated], replacement, NEW)
+    entries = []
+    report = run_cleanup(store, Rules(retention, max_age_days=30), execute=True, audit=entries.append, now=NOW)
+    left = texts(store)
+    assert "old log, replaced" in left and "a replacement itself replaced" in left  # valid ones point at them
+    assert "old log, its replacement replaced too" not in left  # what points at it is itself superseded
+    assert "session past its date, replaced" not in left  # its own date has passed: the chain does not hold it
+    assert report.kept_in_chain == 2 and report.to_dict()["kept_in_chain"] == 2
+    why = {e["id"]: e["why"] for e in entries if e["event"] == "kept"}
+    assert set(why) == {kept, middle} and replacement in why[kept]
+    plain = run_cleanup(store, Rules(retention), execute=True, now=NOW)
+    assert plain.kept_in_chain == 0 and plain.deleted == 0  # not forced: nothing is past its own retention

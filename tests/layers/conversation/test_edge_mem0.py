@@ -25,6 +25,9 @@ def test_mem0_runs_on_the_edge_shard_and_its_entity_store_too(store, tmp_path):
         "user_id": "keyword",
         "run_id": "keyword",
         "actor_id": "keyword",
+        "state": "keyword",
+        "superseded_by": "keyword",
+        "trust": "keyword",
         "expires_at": "float",
     }
     [added] = store.add(memory("a", "旧的说法：端口是 6333"))
