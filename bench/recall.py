@@ -13,7 +13,9 @@ then asks every question in each search mode and scores the answers:
 - R@5 by session: a result of a gold file in the first 5 (a chat note is one session);
 - R@5 by turn: a gold line is the *focus* of one of the first 5 results (the line the answer
   points at, one turn of a chat: a budget of five turns read);
-- list items in the first five results: how much text a reader is handed.
+- list items in the first five results: how much text a reader is handed;
+- recall within a 400- and an 800-token answer: each question asked again with ``max_tokens``, a gold
+  line in a passage or whole section the answer gives.
 
 Figures are given overall, per kind and per question language, for the whole
 set, the dev part (tune on this) and the held-aside third (report only).
@@ -57,6 +59,8 @@ LANGS = ("en", "zh")
 MODES = ("fts", "vector", "hybrid")
 SPLITS = ("all", "dev", "heldout")
 LIMIT = 10
+BUDGETS = (400, 800)  # each question is asked again with max_tokens: is the answer's line in what it gives?
+BUDGET_KEYS = tuple(f"r_{b}tok" for b in BUDGETS)
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 EMBED_TIMEOUT_S = 1800  # ~200 chunks; a busy 2-core host embeds a few per second
 
@@ -86,6 +90,7 @@ class Outcome:
     session_rank: int | None = None  # 1-based rank of the first result from a gold file
     turn_rank: int | None = None  # 1-based rank of the first result whose focus line is a gold line
     items_top5: int = 0  # list items (a chat's turns) in the first five results: how long the chunks read are
+    in_budget: dict[int, bool] = field(default_factory=dict)  # max_tokens → a gold line is in what the answer gives
 
 
 def load_questions(set_dir: Path = SET_DIR) -> list[Question]:
@@ -200,15 +205,24 @@ class RecallDaemon:
         self.client = DaemonClient(self.daemon.socket, timeout=120, token=self.daemon.admin_token())
         return self
 
-    def search(self, text: str, mode: str, limit: int = LIMIT) -> dict:
+    def search(self, text: str, mode: str, limit: int = LIMIT, max_tokens: int | None = None) -> dict:
         assert self.client is not None
-        return self.client.search("main", text, mode=mode, limit=limit)
+        return self.client.search("main", text, mode=mode, limit=limit, max_tokens=max_tokens)
 
     def __exit__(self, *exc: object) -> None:
         if self.client is not None:
             self.client.close()
         if self.daemon is not None:
             self.daemon.stop()
+
+
+def within_budget(question: Question, results: list[dict]) -> bool:
+    """A gold line is in what a ``max_tokens`` answer gives: a whole section's lines, or a passage's."""
+    for r in results:
+        start, end = r["lines"] if r.get("whole") else r["passage"]
+        if any(r["path"] == f and start <= g_end and g_start <= end for f, g_start, g_end in question.gold):
+            return True
+    return False
 
 
 def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, ...]) -> list[Outcome]:
@@ -230,6 +244,9 @@ def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, .
                     session_rank=first_session(q, results),
                     turn_rank=first_turn(q, results),
                     items_top5=sum(1 for r in results[:5] for line in r["text"].splitlines() if _ITEM.match(line)),
+                    in_budget={
+                        n: within_budget(q, served.search(q.text, mode, max_tokens=n)["results"]) for n in BUDGETS
+                    },
                 )
             )
     return outcomes
@@ -238,7 +255,7 @@ def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, .
 def _metrics(outcomes: list[Outcome]) -> dict:
     n = len(outcomes)
     if not n:
-        empty = ("r1", "r5", "mrr", "returned", "session_r5", "turn_r5", "items_top5")
+        empty = ("r1", "r5", "mrr", "returned", "session_r5", "turn_r5", "items_top5", *BUDGET_KEYS)
         return {"n": 0, **dict.fromkeys(empty)}
     ranks = [o.rank for o in outcomes]
     return {
@@ -250,6 +267,7 @@ def _metrics(outcomes: list[Outcome]) -> dict:
         "r5": round(sum(1 for r in ranks if r and r <= 5) / n, 3),
         "mrr": round(sum(1 / r for r in ranks if r) / n, 3),
         "returned": round(sum(o.returned for o in outcomes) / n, 1),
+        **{f"r_{b}tok": round(sum(1 for o in outcomes if o.in_budget.get(b)) / n, 3) for b in BUDGETS},
     }
 
 
@@ -282,6 +300,7 @@ def format_tables(scores: dict) -> str:
             ("r5", "R@5"),
             ("session_r5", "R@5 by session (a result of a gold file)"),
             ("turn_r5", "R@5 by turn (each result's focus line: a 5-turn budget)"),
+            *((f"r_{b}tok", f"recall within a {b}-token answer (max_tokens={b})") for b in BUDGETS),
             ("r1", "R@1"),
             ("mrr", "MRR"),
             ("returned", "results returned"),

@@ -223,6 +223,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         check_query(args.q)
         filters = Filters(layer=args.layer, path_glob=args.path, since=args.since, until=args.until)
         options = {"mode": args.mode, "limit": args.limit, "explain": args.explain, "threshold": args.threshold}
+        options["max_tokens"] = args.max_tokens
         return daemon.search(args.agent, args.q, filters=filters, **options)
 
     def memory_search(request: Request, caller: Caller, args: MemorySearchRequest) -> dict:
@@ -233,6 +234,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         broker = _conversation(daemon)
         options: dict[str, Any] = {"filters": args.filters, "threshold": args.threshold, "explain": args.explain}
         options.update(show_expired=args.show_expired, show_superseded=args.show_superseded, trust_min=args.trust_min)
+        options["max_tokens"] = args.max_tokens
         return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, **options)
 
     def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:

@@ -32,7 +32,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from daemon.shared.echo import cut
 from daemon.shared.errors import InvalidRequestError
-from daemon.shared.limits import L3_RESULTS, L4_PAGE, L4_RESULTS, Results
+from daemon.shared.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, Results
 from layers.conversation.metadata import ENTITY_RE
 from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
 from layers.ids import AGENT_ID_PATTERN
@@ -107,6 +107,7 @@ Days = Annotated[int, Field(ge=0, le=36_500)]  # a century: past that a date ove
 Count = Annotated[int, Field(ge=1)]
 Unset = BeforeValidator(_absent_when_empty)
 # A number of results: the default when not given, the nearest bound when out of range (daemon/shared/limits.py).
+TokenBudget = Annotated[int, _clamped(ANSWER_TOKENS)]  # estimated tokens of an answer (layers/textcost.py)
 L3Count = Annotated[int, _or(L3_RESULTS.default), _clamped(L3_RESULTS)]
 L4Count = Annotated[int, _or(L4_RESULTS.default), _clamped(L4_RESULTS)]
 PageCount = Annotated[int, _or(L4_PAGE.default), _clamped(L4_PAGE)]
@@ -137,6 +138,7 @@ class SearchRequest(Request):
     limit: L3Count = L3_RESULTS.default
     explain: Annotated[bool, _or(False)] = False
     threshold: Annotated[Fraction | None, Unset] = None  # the relevance scale L4's threshold uses
+    max_tokens: Annotated[TokenBudget | None, Unset] = None  # passages first, whole sections where they fit
 
 
 class MemorySearchRequest(Request):
@@ -153,6 +155,7 @@ class MemorySearchRequest(Request):
     show_expired: Annotated[bool, _or(False)] = False  # memories past their expiration_date, not yet cleaned up
     show_superseded: Annotated[bool, _or(False)] = False  # memories another one replaced (still kept)
     trust_min: Annotated[Trust | None, Unset] = None  # only memories trusted this much or more
+    max_tokens: Annotated[TokenBudget | None, Unset] = None  # the best results that fit
 
 
 class AddRequest(Request):

@@ -215,9 +215,20 @@ class Broker:
         show_expired: bool = False,
         show_superseded: bool = False,
         trust_min: str | None = None,
+        max_tokens: int | None = None,
     ) -> dict[str, Any]:
         return self.reads.search(
-            agent, query, limit, fallback, filters, threshold, explain, show_expired, show_superseded, trust_min
+            agent,
+            query,
+            limit,
+            fallback,
+            filters,
+            threshold,
+            explain,
+            show_expired,
+            show_superseded,
+            trust_min,
+            max_tokens,
         )
 
     def get_all(

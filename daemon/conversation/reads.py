@@ -16,7 +16,7 @@ from typing import Any
 
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.shared.audit import AuditLog
-from daemon.shared.contracts import SearchAnswer, local_answer
+from daemon.shared.contracts import SearchAnswer, fit_memories, local_answer
 from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError
 from layers.conversation.filters import FilterError, check
 from layers.conversation.policy import PolicyError, may_read, read_phases
@@ -84,8 +84,10 @@ class Reads:
         show_expired: bool = False,
         show_superseded: bool = False,
         trust_min: str | None = None,
+        max_tokens: int | None = None,
     ) -> dict:
         """What ``agent`` may read, best first; ``filters`` (mem0's language) narrows each visibility phase.
+        ``max_tokens`` keeps the best results that fit in that many (estimated) tokens, and says so in ``budget``.
 
         Superseded memories are left out (inside the store's query) unless ``show_superseded``; with
         ``trust_min`` only memories trusted that much or more (layers/conversation/policy.py).
@@ -114,8 +116,11 @@ class Reads:
             results = [r for r in found if may_read(registry, agent, r)]  # the filters already did; checked again
             if show_superseded:
                 self._hide_links(registry, agent, results)
-            self.on_returned([r["id"] for r in results])
-            return {"layer": "conversation", "degraded": False, "query": query, "results": results}
+            answer = {"layer": "conversation", "degraded": False, "query": query, "results": results}
+            if max_tokens is not None:
+                answer = fit_memories(answer, max_tokens)
+            self.on_returned([r["id"] for r in answer["results"]])  # what reached the agent counts as used
+            return answer
         if wanted is not None:
             raise ConversationUnavailableError(
                 f"{reason}; a filtered search is not answered from the local index (it has no user_id or metadata)"
@@ -123,7 +128,8 @@ class Reads:
         if not fallback:
             raise ConversationUnavailableError(reason)
         local = self.local_search(agent, query, limit, threshold)  # the same scale: it means the same there
-        return local_answer(query, reason, local)
+        answer = local_answer(query, reason, local)
+        return answer if max_tokens is None else fit_memories(answer, max_tokens)
 
     def get_all(
         self,

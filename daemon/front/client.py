@@ -152,12 +152,14 @@ class DaemonClient:
         limit: int | None = None,
         explain: bool = False,
         threshold: float | None = None,
+        max_tokens: int | None = None,
     ) -> SearchAnswer:
         """L3 search; the query goes in the body (a URL has no room for it), checked against the limit first.
-        ``threshold`` drops results under that relevance (0-1, the scale of :meth:`memory_search`'s)."""
+        ``threshold`` drops results under that relevance (0-1, the scale of :meth:`memory_search`'s);
+        ``max_tokens`` cuts the answer to that budget (passages first, whole sections where they fit)."""
         check_query(query)
         options: dict[str, Any] = {"layer": layer, "path": path, "since": since, "until": until, "mode": mode}
-        options.update(limit=limit, threshold=threshold)
+        options.update(limit=limit, threshold=threshold, max_tokens=max_tokens)
         clean = {k: v for k, v in {**options, "explain": explain}.items() if v not in (None, False)}
         return self._request("POST", "/v1/search", json={"agent": agent, "q": query, **clean})
 
@@ -220,6 +222,7 @@ class DaemonClient:
         show_expired: bool = False,
         show_superseded: bool = False,
         trust_min: str | None = None,
+        max_tokens: int | None = None,
     ) -> MemoryAnswer:
         """An L4 search; ``filters`` in mem0's language narrow what the agent may read (never widen it);
         ``threshold`` drops results under that relevance (0-1); ``explain`` says why each was returned."""
@@ -235,6 +238,8 @@ class DaemonClient:
             body["show_expired"] = True
         if show_superseded:
             body["show_superseded"] = True
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
         if trust_min:
             body["trust_min"] = trust_min
         return self._request("POST", "/v1/memories/search", json=body)

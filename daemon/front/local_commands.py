@@ -84,6 +84,12 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
         notes.append(
             f"daily notes of {days} ranked first (read from {said}; relative dates count from {d['reference']})"
         )
+    spent = answer.get("budget")
+    if spent:
+        notes.append(
+            f"{spent['used']} of {spent['max_tokens']} tokens: {spent['whole']} whole section(s), "
+            f"{spent['left_out']} result(s) left out"
+        )
     for note in notes:
         click.echo(f"({note})", err=True)
     if not answer["results"]:
@@ -96,7 +102,7 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
             click.echo(f"   (superseded by {r['superseded_by']})")
         if explain and r.get("ranks"):
             click.echo(f"   ranks: {', '.join(f'{k} #{v}' for k, v in r['ranks'].items())}")
-        for line in r["snippet"].splitlines():
+        for line in r.get("snippet", r["text"]).splitlines():
             click.echo(f"   {line}")
 
 
@@ -111,6 +117,7 @@ def local_search(
     explain: bool,
     reason: str,
     threshold: float | None = None,
+    max_tokens: int | None = None,
 ) -> SearchAnswer:
     """Search the index file directly, read-only (no daemon, no model): the offline path."""
     from layers.local.index import ForeignFile, IndexStale, open_for_reading
@@ -141,6 +148,7 @@ def local_search(
                 explain=explain,
                 threshold=threshold,
                 translate=None if dictionary is None else dictionary.translate,
+                max_tokens=max_tokens,
             )
     finally:
         if dictionary is not None:
@@ -169,6 +177,7 @@ def search_conversation(
     explain: bool = False,
     show_superseded: bool = False,
     trust_min: str | None = None,
+    max_tokens: int | None = None,
 ) -> None:
     """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3 (not with filters)."""
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
@@ -177,7 +186,7 @@ def search_conversation(
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
             options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
-            options.update(show_superseded=show_superseded, trust_min=trust_min)
+            options.update(show_superseded=show_superseded, trust_min=trust_min, max_tokens=max_tokens)
             answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback, **options)
     except DaemonRequestError as exc:
         raise conversation_failed(exc) from None
@@ -186,7 +195,15 @@ def search_conversation(
             raise conversation_failed(exc) from None
         reason = "the daemon (which brokers conversation memory) is not running"
         local = local_search(
-            config, agent_id, query, mode="auto", limit=limit, filters=None, explain=False, reason=reason
+            config,
+            agent_id,
+            query,
+            mode="auto",
+            limit=limit,
+            filters=None,
+            explain=False,
+            reason=reason,
+            max_tokens=max_tokens,
         )
         fallback_answer: LocalFallbackAnswer = {"layer": "local", "degraded": True, "reason": reason, **local}
         if as_json:
@@ -251,6 +268,13 @@ def print_conversation(answer: MemoryAnswer) -> None:
     "without vectors only full matches stay.",
 )
 @click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Cut the answer to about N tokens. L3: the passage that matched in each result first (best "
+    "first, with its heading and file), whole sections where room is left; L4: the best memories that fit.",
+)
+@click.option(
     "--show-superseded",
     is_flag=True,
     help="With --layer conversation/all: also memories another one has replaced (marked superseded).",
@@ -263,8 +287,8 @@ def print_conversation(answer: MemoryAnswer) -> None:
 @json_option
 @click.pass_context
 def search_cmd(
-    ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, threshold, show_superseded,
-    trust_min, as_json,
+    ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, threshold, max_tokens,
+    show_superseded, trust_min, as_json,
 ) -> None:  # fmt: skip
     """Search an agent's memory: its L3 index (default) or the shared L4 memory (--layer).
 
@@ -281,7 +305,7 @@ def search_cmd(
         config = config_of(ctx)
         get_agent(config, agent_id)
         options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
-        options.update(show_superseded=show_superseded, trust_min=trust_min)
+        options.update(show_superseded=show_superseded, trust_min=trust_min, max_tokens=max_tokens)
         search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json, **options)
         return
     if filters:
@@ -304,6 +328,7 @@ def search_cmd(
                 until=until,
                 explain=explain,
                 threshold=threshold,
+                max_tokens=max_tokens,
             )
     except DaemonRequestError as exc:
         raise request_failed(exc) from None
@@ -318,6 +343,7 @@ def search_cmd(
             explain=explain,
             reason="the daemon (which owns the model) is not running",
             threshold=threshold,
+            max_tokens=max_tokens,
         )
     if as_json:
         echo_json(answer)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from daemon import __version__
 from daemon.front.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
 from daemon.front.mcp_protocol import Param, Server, Tool, ToolError
-from daemon.shared.contracts import StatusDocument, local_answer
+from daemon.shared.contracts import StatusDocument, fit_memories, local_answer
 from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, QueryTooLongError
 from daemon.shared.settings import client_timeout
 from daemon.shared.tokens import own_token
@@ -245,16 +245,18 @@ def build_server(config: Config, agent_id: str) -> Server:
         explain: bool,
         show_superseded: bool,
         trust_min: str | None,
+        max_tokens: int | None,
     ) -> dict[str, Any]:
         options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
-        options.update(show_superseded=show_superseded, trust_min=trust_min)
+        options.update(show_superseded=show_superseded, trust_min=trust_min, max_tokens=max_tokens)
         try:
             return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback, **options))
         except DaemonDown as down:
             if not fallback:
                 raise _daemon_error(down.cause) from None
             reason = f"the memstrata daemon is not running ({down.cause}; `memstrata run` starts it)"
-            return _local_fallback(agent, query, limit, reason, threshold)
+            answer = _local_fallback(agent, query, limit, reason, threshold)
+        return answer if max_tokens is None else fit_memories(answer, max_tokens)
 
     def memory_add(
         text: str,
@@ -363,6 +365,14 @@ def build_server(config: Config, agent_id: str) -> Server:
                     default=None,
                     nullable=True,
                     enum=TRUST_LEVELS,
+                ),
+                Param(
+                    "max_tokens",
+                    int,
+                    "Cut the answer to about this many tokens, best results first (what was left out is counted).",
+                    default=None,
+                    nullable=True,
+                    minimum=1,
                 ),
             ),
             READ_ONLY,

@@ -63,6 +63,7 @@ class LocalSearch:
         filters: Filters | None = None,
         explain: bool = False,
         threshold: float | None = None,
+        max_tokens: int | None = None,
     ) -> SearchAnswer:
         """Search an agent's index from an API thread (its own read connection)."""
         agent = self.agent_of(agent_id)
@@ -105,6 +106,7 @@ class LocalSearch:
                     pause=self.pause,
                     threshold=threshold,
                     translate=None if dictionary is None else dictionary.translate,
+                    max_tokens=max_tokens,
                     **({"relevance": calibrated} if (calibrated := getattr(self.embedder, "relevance", None)) else {}),
                 )
         except (apsw.CorruptError, apsw.NotADBError) as exc:

@@ -386,3 +386,20 @@ def local_view(result: LocalHit) -> dict[str, Any]:
         "focus": result.get("focus"),
         **({"superseded_by": result["superseded_by"]} if result.get("superseded_by") else {}),
     }
+
+
+def fit_memories(answer: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """A memory search's answer cut to ``max_tokens`` (estimated, layers/textcost.py): its results best
+    first while they fit, what did not fit counted in ``budget``, as an L3 answer's is."""
+    from layers.textcost import estimate_tokens
+
+    left, kept, left_out = max_tokens, [], 0
+    for result in answer.get("results", []):
+        cost = estimate_tokens(str(result.get("memory", "")))
+        if cost <= left:
+            kept.append(result)
+            left -= cost
+        else:
+            left_out += 1
+    budget = {"max_tokens": max_tokens, "used": max_tokens - left, "whole": len(kept), "left_out": left_out}
+    return {**answer, "results": kept, "budget": budget}

@@ -49,6 +49,8 @@ class Results(NamedTuple):
 L3_RESULTS = Results(10, 1, 200)  # an L3 search (POST /v1/search)
 L4_RESULTS = Results(10, 1, 100)  # an L4 search (POST /v1/memories/search)
 L4_PAGE = Results(100, 1, 1000)  # a page of the L4 listing (GET /v1/memories)
+# max_tokens of a search's answer (layers/local/budget.py); not given: no budget (the default is unused)
+ANSWER_TOKENS = Results(800, 1, 1_000_000)
 
 # A value the daemon repeats back (in an error) or writes down (in the audit log) is cut to this many
 # characters; what it was is said by its length ("… (5,242,880 characters)").

@@ -27,8 +27,19 @@ class LocalHit(TypedDict, total=False):
     heading: str | None
     focus: list[int] | None  # the line holding the query's rarest terms (first, last); None when no line has one
     ranks: dict[str, int]  # list name -> the result's rank in it
+    passage: list[int]  # the item or paragraph holding the focus line (first, last): what matched
+    whole: bool  # a max_tokens answer: the text is the whole section (else only the passage)
     superseded_by: str  # a question about the present: the newer note's line (file:line) stating this anew
     relevance: float | None  # with a threshold or explain: the calibrated cosine with the query (None: no vector)
+
+
+class Budget(TypedDict):
+    """How a ``max_tokens`` answer spent its budget (layers/local/budget.py)."""
+
+    max_tokens: int
+    used: int  # estimated tokens of what the results hold (text, heading, path)
+    whole: int  # results given as their whole section
+    left_out: int  # results that did not fit
 
 
 class Embedded(TypedDict):
@@ -51,6 +62,7 @@ class SearchAnswer(TypedDict):
     matched: str | None  # lexical side: "all" terms, "some" (relaxed), "none"; None when not asked
     embedded: Embedded | None  # when vectors were used: how many chunks they covered
     threshold: Threshold | None  # when one was given: how it was applied
+    budget: Budget | None  # when max_tokens was given: how the answer spent it
 
 
 class Threshold(TypedDict):

@@ -30,7 +30,8 @@ from datetime import date, timedelta
 import numpy as np
 
 from layers.local import companion
-from layers.local.answers import Embedded, LocalHit, NamedDays, SearchAnswer, Threshold
+from layers.local.answers import Budget, Embedded, LocalHit, NamedDays, SearchAnswer, Threshold
+from layers.local.budget import fit, passage_span
 from layers.local.dates import DateRange, find_dates
 from layers.local.glossary import Glossary
 from layers.local.index import Filters, Hit, LocalIndex
@@ -87,6 +88,7 @@ class Answer:
     matched: str | None = None
     embedded: Embedded | None = None
     threshold: Threshold | None = None
+    budget: Budget | None = None
 
     def to_dict(self) -> SearchAnswer:
         return {
@@ -100,6 +102,7 @@ class Answer:
             "matched": self.matched,
             "embedded": None if self.embedded is None else Embedded(**self.embedded),
             "threshold": None if self.threshold is None else Threshold(**self.threshold),
+            "budget": None if self.budget is None else Budget(**self.budget),
         }
 
 
@@ -480,6 +483,7 @@ def search(
     threshold: float | None = None,
     relevance: Callable[[float], float] = clamped,
     translate: Callable[[str], list[str]] | None = None,
+    max_tokens: int | None = None,
 ) -> Answer:
     """Search ``index``; ``auto`` is hybrid when vectors exist, else full-text.
 
@@ -493,6 +497,9 @@ def search(
     when no chunk has every word of the question, the chunks holding the translations join as the
     "fts:translated" list (where every word matched, the answer is in the question's language; the
     same figures on both dev sets, and a search of ``集群规则`` stays the notes that say it).
+
+    ``max_tokens`` cuts the answer to that many (estimated) tokens: passages first, whole sections
+    where room is left (:mod:`layers.local.budget`); the answer's ``budget`` says how it was spent.
 
     ``threshold`` (0-1) leaves out results whose ``relevance`` (the embedder's calibrated map of the
     query's cosine with the chunk, the scale L4's threshold uses) is below it.  A chunk without a
@@ -643,6 +650,7 @@ def search(
             "lines": [hit.line_start, hit.line_end],
             "heading": hit.heading,
             "focus": None if offset is None else [hit.line_start + offset, hit.line_start + offset],
+            "passage": [hit.line_start + line for line in passage_span(hit.text, offset)],
         }
         if hit.chunk_id in superseded:
             result["superseded_by"] = superseded[hit.chunk_id]
@@ -651,4 +659,6 @@ def search(
         if relevances or threshold is not None:
             result["relevance"] = None if hit.chunk_id not in relevances else round(relevances[hit.chunk_id], 4)
         answer.results.append(result)
+    if max_tokens is not None:
+        answer.results, answer.budget = fit(answer.results, max_tokens)
     return answer

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from layers.core import estimate_tokens, load_core
+from layers.core import load_core
+from layers.textcost import estimate_tokens
 
 
 def _workspace(tmp_path):

@@ -158,6 +158,7 @@ def test_a_difference_is_found():
         "colour: taken, but no field of the schema",
         "explain: a field of the schema not taken",
         "layer: a field of the schema not taken",
+        "max_tokens: a field of the schema not taken",
         "path: a field of the schema not taken",
         "since: a field of the schema not taken",
         "threshold: a field of the schema not taken",

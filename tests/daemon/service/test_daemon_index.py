@@ -9,7 +9,7 @@ import sys
 
 import yaml
 
-from tests.helpers import FAST, REPO_ROOT, init_root, run_cli, wait_for
+from tests.helpers import FAST, LEAN, REPO_ROOT, init_root, run_cli, wait_for
 
 
 def _search(config, query, *extra, agent="main", check=True):
@@ -208,3 +208,28 @@ def test_a_threshold_on_l3_search_means_what_it_means_on_l4(tmp_path, daemons):
     assert _paths(offline) == {"memory/2026-11-04.md"}, "a full match stays: there is no vector to measure"
     relaxed = _search(config, "ramen station", "--threshold", "0.5")
     assert relaxed["results"] == [] and relaxed["threshold"]["dropped"] >= 1, "a partial match does not"
+
+
+def test_max_tokens_cuts_the_answer_through_the_daemon_and_without_it(tmp_path, daemons):
+    """`memstrata search --max-tokens`: the passage that matched first, counted in `budget`, the same with the
+    daemon down (read-only offline path); the translated list finds the Chinese note for an English question."""
+    config = init_root(tmp_path, **LEAN)
+    ws = tmp_path / "workspace"
+    d = daemons(config)
+    long_note = "## 迁移\n- 13:40 moth up on 10.88.1.11\n" + "".join(
+        f"- 第 {i} 条：整理机柜和网线\n" for i in range(40)
+    )
+    (ws / "memory" / "2026-08-08.md").write_text(long_note)
+    (ws / "memory" / "2026-07-07.md").write_text("## 标点数据\n- 第一批抽检 200 张，准确率 96.3%\n")
+    wait_for(lambda: _paths(_search(config, "10.88.1.11")) == {"memory/2026-08-08.md"}, what="indexed")
+    for attempt in ("daemon", "offline"):
+        answer = _search(config, "moth 10.88.1.11", "--max-tokens", "30")
+        (hit,) = answer["results"]
+        assert hit["text"] == "- 13:40 moth up on 10.88.1.11" and hit["passage"] == [2, 2] and not hit["whole"], attempt
+        assert answer["budget"]["max_tokens"] == 30 and answer["budget"]["used"] <= 30
+        shown = run_cli("search", "moth 10.88.1.11", "--agent", "main", "--max-tokens", "30", config=config)
+        assert "of 30 tokens" in shown.stderr and "13:40 moth up" in shown.stdout
+        found = _search(config, "What accuracy did the spot check get?")
+        assert "fts:translated" in found["lists"] and "memory/2026-07-07.md" in _paths(found), attempt
+        if attempt == "daemon":
+            assert d.stop() == 0
