@@ -177,6 +177,10 @@ def _conversation_lines(c: ConversationStatus) -> tuple[list[str], list[str]]:
         )
     if q.get("replayed") or q.get("skipped_already_written"):
         lines.append(f"  replayed: {q.get('replayed', 0)} written, {q.get('skipped_already_written', 0)} already there")
+    use: Mapping[str, Any] = c.get("use") or {}
+    if use.get("pending") or use.get("dropped"):  # decay by use: hits counted, not yet written
+        dropped = f", {use['dropped']} dropped (too many waiting)" if use.get("dropped") else ""
+        lines.append(f"  use counts: {use.get('pending', 0)} memories waiting to be written{dropped}")
     if c.get("last_error") and c.get("reachable"):
         lines.append(f"  last error: {c['last_error']}")
     if c.get("registry_error"):
