@@ -285,20 +285,20 @@ def _focus(hit: Hit, weights: dict[str, float], spans: list[tuple[int, int, str]
     """
     newlines = [m.start() for m in _NEWLINE.finditer(hit.text)]
     scores: dict[int, float] = {}
-    terms: dict[int, set[str]] = {}
+    held: dict[int, set[str]] = {}  # line -> the query terms on it
     for start, _end, term in spans:
         weight = weights.get(term)
         if weight is None:
             continue
         line = bisect.bisect_left(newlines, start)
-        on_line = terms.setdefault(line, set())
+        on_line = held.setdefault(line, set())
         if term not in on_line:
             on_line.add(term)
             scores[line] = scores.get(line, 0.0) + weight
     best = max(scores, key=lambda line: (scores[line], -line), default=None)  # the first of equals
     if best is None or scores[best] <= 0:
         return None, frozenset()
-    return best, frozenset(terms[best])
+    return best, frozenset(held[best])
 
 
 def _line_text(hit: Hit, offset: int) -> str:
@@ -411,8 +411,10 @@ def _lexical_lists(
 def _translated_lists(
     index: LocalIndex, translations: list[str], pool: int, filters: Filters, dated: Filters | None
 ) -> dict[str, list[Hit]]:
-    """ "fts:translated": the chunks holding the question's words in the other language or its own
-    content words, ranked by BM25 (a translation this memory does not use matches nothing)."""
+    """ "fts:translated": the chunks holding the question's words in the other language, ranked by BM25
+    (a translation this memory does not use matches nothing).  The question's own words are left to
+    the other lists: ORed in here too they ranked its language's chunks a second time (bench/recall_set
+    hybrid R@5 0.930 with them, 0.947 without)."""
     if not translations:
         return {}
     expression = " OR ".join(f'"{p}"' for p in dict.fromkeys(translations))
