@@ -61,8 +61,14 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
     notes = []
     if answer.get("relaxed"):
         notes.append("no chunk has every term: showing chunks with any of them (relaxed)")
+    bridged = [name for name in answer.get("lists", ()) if name.startswith(("fts:translated", "fts:entity"))]
     if answer.get("matched") == "none" and answer.get("results"):
-        notes.append("no word of the query occurs in this memory: these are only the nearest by meaning")
+        notes.append(
+            "no word of the query occurs in this memory as written: found through its translation or the names "
+            "it describes"
+            if bridged
+            else "no word of the query occurs in this memory: these are only the nearest by meaning"
+        )
     if answer.get("vectors", "").startswith("unavailable"):
         notes.append(f"lexical only: vectors {answer['vectors']}")
     embedded = answer.get("embedded")
