@@ -116,7 +116,7 @@ class Reads:
             results = [r for r in found if may_read(registry, agent, r)]  # the filters already did; checked again
             if show_superseded:
                 self._hide_links(registry, agent, results)
-            answer = {"layer": "conversation", "degraded": False, "query": query, "results": results}
+            answer: dict[str, Any] = {"layer": "conversation", "degraded": False, "query": query, "results": results}
             if max_tokens is not None:
                 answer = fit_memories(answer, max_tokens)
             self.on_returned([r["id"] for r in answer["results"]])  # what reached the agent counts as used

@@ -455,11 +455,13 @@ class Mem0Client:
         show_expired: bool = False,
         show_superseded: bool = False,
         trust_min: str | None = None,
+        max_tokens: int | None = None,
     ) -> dict:
         """Shared memories this agent may read; ``degraded: true`` means the local index answered.
 
         ``filters`` (mem0's language) narrow what this agent may read; they never widen it.  ``threshold``
-        (0-1, on the daemon's relevance scale) leaves out weaker results; ``explain`` adds ``score_details``.
+        (0-1, on the daemon's relevance scale) leaves out weaker results; ``explain`` adds ``score_details``;
+        ``max_tokens`` keeps the best results that fit in about that many tokens (the answer's ``budget``).
         """
         if len(query) > MAX_QUERY_CHARS:
             raise UsageError(
@@ -480,6 +482,8 @@ class Mem0Client:
             body["show_superseded"] = True
         if trust_min:
             body["trust_min"] = trust_min
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
         return self.request("POST", "/v1/memories/search", body=body)  # in the body: a URL has no room
 
     def add(
@@ -1210,6 +1214,9 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--show-expired", action="store_true", help="also memories past their expiration date")
     search.add_argument("--show-superseded", action="store_true", help="also memories a newer one replaced")
     search.add_argument("--trust-min", choices=TRUST_LEVELS, help="only memories trusted this much or more")
+    search.add_argument(
+        "--max-tokens", type=int, metavar="N", help="the best results that fit in about N tokens (counted in budget)"
+    )
 
     add = commands.add_parser("add", parents=[common], help="remember TEXT in the shared memory")
     add.add_argument("text")
@@ -1263,6 +1270,7 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
             show_expired=args.show_expired,
             show_superseded=args.show_superseded,
             trust_min=args.trust_min,
+            max_tokens=args.max_tokens,
         )
         return answer, format_search(answer)
     if args.command == "add":

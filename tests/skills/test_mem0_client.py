@@ -243,6 +243,7 @@ def test_what_it_sends_is_the_schemas_fields(tmp_path_factory, monkeypatch):
         assert parsed(AddRequest, sent) == {k: SAMPLES[k] for k in ADD if k != "role"}
         search = ["search", SAMPLES["q"], "--limit", "7", "--no-fallback", "--filters", filters_json]
         search += ["--threshold", "0.3", "--explain", "--show-expired", "--show-superseded", "--trust-min", "medium"]
+        search += ["--max-tokens", str(SAMPLES["max_tokens"])]
         sent = recorder.one(lambda: mem0_client.main([*common, *search]))
         assert parsed(MemorySearchRequest, sent) == {k: SAMPLES[k] for k in L4_SEARCH}
 

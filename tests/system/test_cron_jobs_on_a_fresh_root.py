@@ -47,7 +47,7 @@ def scheduled(container):
     )
     memstrata(c, "add", "一条记忆", "--agent", "main")
     every_minute = re.sub(r"(?m)^(\d+) (\d+) \* \* \* ", "* * * * * ", shipped)
-    assert every_minute.count("* * * * * root ") == 2, every_minute
+    assert every_minute.count("* * * * * root ") == 3, every_minute  # backup, cleanup, consolidate
     env = checkout_env()  # test-only, empty in CI: this worktree's code (see tests/system/operator.py)
     if env:
         every_minute = every_minute.replace(
