@@ -24,6 +24,7 @@ word weighs by how few definitions hold it), so a search can look for the names 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable
@@ -54,6 +55,7 @@ _DAY_AFTER = re.compile(r"\b(?:day after|next day|following day)\b|第二天|次
 _WORKDAY_AFTER = re.compile(r"\bfirst (?:working|work|business) day\b|第一个工作日|首个工作日", re.IGNORECASE)
 _BEFORE = re.compile(r"\b(?:before|ahead of|leading up to)\b|之前|以前|前夕", re.IGNORECASE)
 _AFTER = re.compile(r"\b(?:after|since|following)\b|之后|以后", re.IGNORECASE)
+KEPT_GLOSSARIES = 16  # one per agent's index searched lately
 NEAR_DAYS = 7  # "before the migration" / "after the migration": the week on that side of it
 
 
@@ -119,10 +121,14 @@ class Glossary:
     def __len__(self) -> int:
         return len(self.items)
 
-    @classmethod
-    def of_chunks(cls, chunks: Iterable[tuple[str, int, str]]) -> Glossary:
-        """The definitions of ``chunks`` ((path, first line, text), as :meth:`LocalIndex.curated_chunks` gives)."""
-        return cls(d for path, line, text in chunks for d in definitions(path, line, text))
+    @staticmethod
+    def of_chunks(chunks: Iterable[tuple[str, int, str]]) -> Glossary:
+        """The definitions of ``chunks`` ((path, first line, text), as :meth:`LocalIndex.curated_chunks` gives).
+
+        Kept for the same chunks (:data:`KEPT_GLOSSARIES` of them): every search reads MEMORY.md's
+        chunks, which seldom change, and 1,000 definitions take ~12 ms to read where a lookup of the
+        same texts takes well under one."""
+        return _glossary_of(tuple(chunks))
 
     def bridge(self, phrases: Iterable[str], question: str) -> Definition | None:
         """The one definition a question describes without naming it: the best of :meth:`described`
@@ -166,6 +172,11 @@ class Glossary:
                 if f" {token_string(name)} " in asked or (_HAN.fullmatch(name) and _shares_a_pair(name, question)):
                     return _relative(item.day, question), name
         return None
+
+
+@functools.lru_cache(maxsize=KEPT_GLOSSARIES)
+def _glossary_of(chunks: tuple[tuple[str, int, str], ...]) -> Glossary:
+    return Glossary(d for path, line, text in chunks for d in definitions(path, line, text))
 
 
 def _shares_a_pair(name: str, question: str) -> bool:
