@@ -61,7 +61,7 @@ def effective_age(age_days: float, access_count: int, cap: float = CAP) -> float
 
 
 def importance_of(age_days: float, access_count: int, half_life_days: float | None, cap: float = CAP) -> float:
-    """The seed's formula; 1.0 for a type that never decays."""
+    """e^(-ln2 x effective_age / half_life) (docs/lifecycle.md, "Decay by use"); 1.0 for a type that never decays."""
     if half_life_days is None:
         return 1.0
     return math.exp(-LN2 * effective_age(age_days, access_count, cap) / half_life_days)
