@@ -9,6 +9,7 @@ A dictionary that cannot be built (a full disk) is logged and searches go on unt
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 import apsw
@@ -16,6 +17,8 @@ import apsw
 from layers.local.translate import DICTIONARY_FILE, Dictionary, build, open_dictionary
 
 log = logging.getLogger(__name__)
+
+ROOM_BYTES = 32 * 2**20  # the file is ~8 MB; SQLite's journal and the temporary copy need as much again
 
 
 class DictionaryFile:
@@ -31,6 +34,19 @@ class DictionaryFile:
         found = self.open()
         if found is not None:
             found.close()
+            return
+        try:
+            free = shutil.disk_usage(self.path.parent).free
+        except OSError:
+            free = 0
+        if free < ROOM_BYTES:  # a full disk: not worth the seconds of reading the wheel only to fail writing
+            log.warning(
+                "the dictionary for translated search is not built: %s has %d MB free, it needs %d "
+                "(searches go untranslated; the next start tries again)",
+                self.path.parent,
+                free // 2**20,
+                ROOM_BYTES // 2**20,
+            )
             return
         log.info("building the dictionary for translated search at %s (once)", self.path)
         try:
