@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
@@ -19,51 +17,16 @@ import yaml
 from daemon.front.client import DaemonClient
 from tests.daemon.conversation.test_conversation_outage import free_port, set_backend
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
+from tests.stand_in_llm import StandInLLM
 
 EXTRACTED = "用户偏好 Tailscale 组网"
-
-
-class StandInLLM:
-    """An OpenAI-compatible /chat/completions that extracts one fixed memory."""
-
-    def __init__(self) -> None:
-        calls = self.calls = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                calls.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                content = json.dumps({"memory": [{"text": EXTRACTED}]}, ensure_ascii=False)
-                answer = {
-                    "id": "stand-in",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": body.get("model"),
-                    "choices": [
-                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
-                    ],
-                }
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
 
 
 @pytest.fixture
 def llm():
     server = StandInLLM()
+    # mem0's extraction prompt gets one fixed memory back, whatever it asks
+    server.answer = lambda prompt: json.dumps({"memory": [{"text": EXTRACTED}]}, ensure_ascii=False)
     yield server
     server.close()
 
