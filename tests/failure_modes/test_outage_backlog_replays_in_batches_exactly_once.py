@@ -31,7 +31,7 @@ from daemon.front.client import DaemonClient
 from layers.conversation.policy import DEFAULT_RETENTION_DAYS, lifetime
 from layers.conversation.queue import WriteQueue
 from layers.conversation.store import NewMemory
-from tests.daemon.conversation.test_conversation_infer import EXTRACTED, StandInLLM
+from tests.daemon.conversation.test_conversation_infer import EXTRACTED, extracting_llm
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for
 from tests.stand_in_embedder import StandInEmbedder
 
@@ -214,7 +214,7 @@ def test_sigkill_between_store_write_and_dequeue_writes_each_once(tmp_path, daem
 def test_refused_write_is_set_aside_and_inferred_writes_keep_their_place(tmp_path, daemons, embedder):
     """A write the store refuses (mem0 rejects its expiration date) no longer blocks the queue:
     it is kept aside, audited and shown; an infer=True write goes through the LLM in its place."""
-    llm = StandInLLM()
+    llm = extracting_llm()
     try:
         config, env = prepare(
             tmp_path,

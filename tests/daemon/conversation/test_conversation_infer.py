@@ -22,11 +22,16 @@ from tests.stand_in_llm import StandInLLM
 EXTRACTED = "用户偏好 Tailscale 组网"
 
 
+def extracting_llm() -> StandInLLM:
+    """The stand-in LLM answering mem0's extraction prompt with one fixed memory, whatever it asks."""
+    server = StandInLLM()
+    server.answer = lambda prompt: json.dumps({"memory": [{"text": EXTRACTED}]}, ensure_ascii=False)
+    return server
+
+
 @pytest.fixture
 def llm():
-    server = StandInLLM()
-    # mem0's extraction prompt gets one fixed memory back, whatever it asks
-    server.answer = lambda prompt: json.dumps({"memory": [{"text": EXTRACTED}]}, ensure_ascii=False)
+    server = extracting_llm()
     yield server
     server.close()
 

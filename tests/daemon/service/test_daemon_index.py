@@ -105,9 +105,15 @@ def test_a_damaged_index_is_rebuilt_from_markdown(tmp_path, daemons):
     # damaged while running: the next use notices and rebuilds
     with open(index_path, "r+b") as fh:
         fh.write(b"\xff" * 4096)
-    probe = _search(config, "重建索引", check=False)
-    assert isinstance(probe, dict) or "rebuilt" in probe.stderr
-    wait_for(lambda: _paths(_search(config, "重建索引")) == {"memory/2026-11-01.md"}, what="rebuilt while running")
+    def found_once_rebuilt() -> bool:
+        """A search during the rebuild is answered 503 "being rebuilt … retry shortly"; anything else fails."""
+        answer = _search(config, "重建索引", check=False)
+        if isinstance(answer, dict):
+            return _paths(answer) == {"memory/2026-11-01.md"}
+        assert "being rebuilt" in answer.stderr and "retry shortly" in answer.stderr, answer.stderr
+        return False
+
+    wait_for(found_once_rebuilt, what="rebuilt while running")
 
 
 def test_hostile_queries_through_the_cli_return_normally(tmp_path, daemons):
