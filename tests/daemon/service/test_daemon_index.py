@@ -105,6 +105,7 @@ def test_a_damaged_index_is_rebuilt_from_markdown(tmp_path, daemons):
     # damaged while running: the next use notices and rebuilds
     with open(index_path, "r+b") as fh:
         fh.write(b"\xff" * 4096)
+
     def found_once_rebuilt() -> bool:
         """A search during the rebuild is answered 503 "being rebuilt … retry shortly"; anything else fails."""
         answer = _search(config, "重建索引", check=False)
