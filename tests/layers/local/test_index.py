@@ -10,7 +10,16 @@ import threading
 import numpy as np
 import pytest
 
-from layers.local.index import Document, Filters, ForeignFile, Identity, IndexStale, LocalIndex, rebuild
+from layers.local.index import (
+    CURATED_CHUNKS_SQL,
+    Document,
+    Filters,
+    ForeignFile,
+    Identity,
+    IndexStale,
+    LocalIndex,
+    rebuild,
+)
 from layers.local.query import EmptyQueryError, parse_query
 from layers.local.search import search
 from layers.local.vectors import VectorsUnavailableError
@@ -449,3 +458,20 @@ def test_a_question_about_the_present_puts_the_newer_statement_first_and_marks_t
         assert marks.get("memory/2026-09-10.md") is None, "Grafana's port is another subject"
         plain = search(index, "Qdrant 端口", mode="fts").to_dict()["results"]
         assert all("superseded_by" not in r for r in plain), "only a question about the present is answered so"
+
+
+def test_curated_chunks_are_read_through_the_path_index_not_a_scan_of_every_chunk(tmp_path):
+    """Every search reads MEMORY.md's and the core files' chunks (the glossary): at 100,000 chunks a scan
+    of the chunks table was most of an fts search's time."""
+    with LocalIndex(tmp_path / "i.sqlite", Identity()) as index:
+        index.update_document(_doc("memory/2026-01-05.md", "## a\n\n- moth — the A100 box\n", "daily", "2026-01-05"))
+        index.update_document(_doc("SOUL.md", "## soul\n\n- be brief\n", "core"))
+        index.update_document(_doc("MEMORY.md", "## hosts\n\n- moth — the A100 box\n\n## people\n\n- Ana — Lisbon\n"))
+        assert [(path, line) for path, line, _ in index.curated_chunks()] == [
+            ("MEMORY.md", 1),
+            ("MEMORY.md", 5),
+            ("SOUL.md", 1),
+        ]
+        plan = [row[3] for row in index.db.execute("EXPLAIN QUERY PLAN " + CURATED_CHUNKS_SQL, (10,))]
+        assert any("SEARCH c USING INDEX chunks_by_path" in step for step in plan), plan
+        assert not any(step.startswith("SCAN c") for step in plan), plan
