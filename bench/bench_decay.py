@@ -18,8 +18,9 @@ three and six months later, when task logs have faded below the archive floor:
 ``--type task_log`` makes every memory a task log (the type that decays fastest after sessions): then
 importance follows the notes' dates and how often each was read, nothing else.
 
-Run: ``.venv/bin/python -m bench.bench_decay [--weights 0,0.05,0.3] [--type task_log]`` (~2 minutes: 180 lines
-embedded, 114 questions asked per weight and date).
+Run: ``.venv/bin/python -m bench.bench_decay [--weights 0,0.05,0.3] [--type task_log] [--set untuned]``
+(~2 minutes: 180 lines embedded, 114 questions asked per weight and date; ``--set untuned``: the blind
+set's notes and 126 questions).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ PHASES = [Phase("private", "private", owner=AGENT)]
 LIMIT = 10
 DATES = (date(2026, 11, 30), date(2027, 1, 31), date(2027, 4, 30))
 TYPES = (("task_log", 34), ("procedure", 18), ("decision", 16), ("knowledge", 16), ("fact", 16))
+SETS = {"tuned": SET_DIR, "untuned": SET_DIR.parent / "recall_set_untuned"}  # the blind set: never tuned on
 MEMORY_DATE = date(2026, 9, 1)  # MEMORY.md: the long-term file, as old as the first note
 
 
@@ -79,10 +81,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--weights", default="0,0.02,0.05,0.1,0.3")
     parser.add_argument("--type", dest="only", metavar="KIND", help="every memory of this type (e.g. task_log)")
+    parser.add_argument(
+        "--set", dest="which", choices=sorted(SETS), default="tuned", help="whose notes and questions (default: tuned)"
+    )
     args = parser.parse_args(argv)
+    set_dir = SETS[args.which]
     weights = [float(w) for w in args.weights.split(",")]
-    questions = load_questions(SET_DIR)
-    rows = memories_of(SET_DIR / "workspace", only=args.only)
+    questions = load_questions(set_dir)
+    rows = memories_of(set_dir / "workspace", only=args.only)
     embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
     with tempfile.TemporaryDirectory() as tmp:
         store = ConversationStore(StoreSettings("embedded", Path(tmp) / "l4"), embedder, embedder.dimension())

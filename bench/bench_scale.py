@@ -28,6 +28,7 @@ import hashlib
 import itertools
 import random
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -132,6 +133,12 @@ class RssSampler(threading.Thread):
             time.sleep(0.02)
 
 
+def _uncommitted(ws: Path) -> bool:
+    """Whether git still sees files of ``ws`` that are not committed (the daemon's first start commits them)."""
+    out = subprocess.run(["git", "-C", str(ws), "status", "--porcelain"], capture_output=True, text=True, check=True)
+    return bool(out.stdout.strip())
+
+
 def _mb(n: float) -> float:
     return n / 1024 / 1024
 
@@ -224,6 +231,14 @@ def one_size(chunks: int, tmp: Path, words: list[str] | None = None) -> dict:
             timeout=600,
             what="the few template chunks embedded",
         )
+        # ready comes before the first start's commit of every file: searches timed beside that commit measured
+        # git's share of the two cores (hybrid p95 90-114 ms at 20k while it ran, 42 ms once it was done)
+        wait_for(
+            lambda: not daemon.agent("main")["pending_commit"] and not _uncommitted(ws),
+            timeout=1800,
+            what="the first start's commit",
+        )
+        committed_s = time.perf_counter() - started
         proc = psutil.Process(daemon.proc.pid)  # type: ignore[union-attr]
         idle = proc.memory_info().rss
         client = DaemonClient(daemon.socket, timeout=120, token=daemon.admin_token())
@@ -263,6 +278,7 @@ def one_size(chunks: int, tmp: Path, words: list[str] | None = None) -> dict:
         "recall10": statistics.mean(recall),
         "first_load_ms": first_load_ms,
         "ready_s": ready_s,
+        "committed_s": committed_s,
         "rss_idle": _mb(idle),
         "rss_warm": _mb(warm),
         "rss_peak": _mb(max(sampler.peak, warm)),
@@ -289,7 +305,7 @@ def main(quick: bool = False, sizes: list[int] | None = None) -> None:
                 f"{r['recall10']:.3f} of exact (target ≥ 0.98)\n"
                 f"  daemon RSS: idle {r['rss_idle']:.0f} MB, models loaded {r['rss_warm']:.0f} MB, "
                 f"most while answering {r['rss_peak']:.0f} MB (+{r['rss_peak'] - r['rss_idle']:.0f} MB over idle); "
-                f"its first start (every file committed and checked) ready in {r['ready_s']:.0f} s",
+                f"its first start: ready in {r['ready_s']:.0f} s, every file committed in {r['committed_s']:.0f} s",
                 flush=True,
             )
     for a, b in itertools.pairwise(results):
