@@ -325,7 +325,7 @@ class DecayConfig(StrictModel):
     half_life_days: dict[str, float | None] = pydantic.Field(default_factory=dict)
     cap: float = pydantic.Field(3.0, gt=0)
     archive_below: float = pydantic.Field(0.10, ge=0, lt=1)
-    rank_weight: float = pydantic.Field(0.05, ge=0, le=1)
+    rank_weight: float = pydantic.Field(0.02, ge=0, le=1)
 
     @pydantic.field_validator("half_life_days")
     @classmethod
@@ -643,7 +643,7 @@ conversation:              # L4: the shared Mem0/Qdrant memory
   decay:                   # decay by use: importance = e^(-ln2 x age / half-life), slowed by access_count
     half_life_days: {{}}     # per type, days; defaults session 2, chat_summary 10, task_log 30, procedure 90
     archive_below: 0.1     # the cleanup archives (hides, keeps) a memory that faded below this
-    rank_weight: 0.05      # score x (1 - w + w x importance); 0: relevance alone (bench/bench_decay.py)
+    rank_weight: 0.02      # score x (1 - w + w x importance); 0: relevance alone (bench/bench_decay.py)
 
 log:
   level: info

