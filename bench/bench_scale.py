@@ -134,8 +134,11 @@ class RssSampler(threading.Thread):
 
 
 def _uncommitted(ws: Path) -> bool:
-    """Whether git still sees files of ``ws`` that are not committed (the daemon's first start commits them)."""
-    out = subprocess.run(["git", "-C", str(ws), "status", "--porcelain"], capture_output=True, text=True, check=True)
+    """Whether git still sees daily notes of ``ws`` that are not committed (the daemon's first start commits them;
+    files it does not version, such as skills/, stay untracked)."""
+    out = subprocess.run(
+        ["git", "-C", str(ws), "status", "--porcelain", "--", "memory"], capture_output=True, text=True, check=True
+    )
     return bool(out.stdout.strip())
 
 
