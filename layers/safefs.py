@@ -368,6 +368,25 @@ def give_tree(root: Path, rel: str, owner: Owner | None) -> int:
         os.close(top)
 
 
+def give_dir(root: Path, rel: str, owner: Owner | None) -> bool:
+    """Give the one directory ``root/rel`` (not what it holds) to ``owner`` if this process made it; True if
+    it changed.  For the directories a tree handed over with :func:`give_tree` was made in (``skills`` of
+    ``skills/mem0-integration``): what else they hold may be anyone's, and is left alone."""
+    me = os.geteuid()
+    if owner is None or owner[0] == me:
+        return False
+    try:
+        fd = open_dir(root, rel)
+    except (FileNotFoundError, NotADirectoryError, UnsafePathError):
+        return False
+    try:
+        before = os.fstat(fd).st_uid
+        _give(fd, owner, me)
+        return before != os.fstat(fd).st_uid
+    finally:
+        os.close(fd)
+
+
 def _give(fd: int, owner: Owner, me: int) -> bool:
     """fchown ``fd`` to ``owner`` if it is our directory or our singly-linked regular file; False on EPERM."""
     st = os.fstat(fd)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
 import git
@@ -527,6 +527,9 @@ class AgentTracker:
         for rel in (WORKSPACE_TOKEN.parent.as_posix(), SKILL_REL):
             with contextlib.suppress(OSError, safefs.UnsafePathError):
                 safefs.give_tree(self.workspace, rel, owner)
+                for parent in PurePosixPath(rel).parents:  # skills/, made with the skill when it was missing
+                    if parent.name:
+                        safefs.give_dir(self.workspace, parent.as_posix(), owner)
         self._daemon_files_owner = owner
 
     def commit(self, now: float | None = None) -> daily.CommitInfo | None:

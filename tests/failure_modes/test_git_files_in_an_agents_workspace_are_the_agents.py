@@ -56,3 +56,25 @@ def test_commits_in_an_agents_workspace_leave_its_repository_to_the_agent(tmp_pa
         assert outside.stat().st_uid == 0, "a hard-linked file from elsewhere keeps its owner"
         assert os.lstat(beta / ".git" / "planted-symlink").st_uid == 0, "a symlink is not handed over"
         assert d.stop() == 0
+
+
+def test_what_the_daemon_made_before_a_workspace_was_chowned_becomes_the_agents(tmp_path, daemons):
+    """A workspace made by hand (``mkdir``, then ``chown -R``) can be found between the two: the daemon
+    then makes ``skills/`` and ``.memstrata/`` as root, and ``chown -R`` may walk past them (seen once in
+    the booted-systemd test).  After its first commit the daemon hands them over, ``skills/`` itself
+    included; what else ``skills/`` holds is not the daemon's to give."""
+    config = init_root(tmp_path, **LEAN)
+    run_cli("agent", "add", "beta", config=config)  # skill and token made for root, as for a root-owned workspace
+    beta = tmp_path / "workspace" / "agents" / "beta-workspace"
+    admins = beta / "skills" / "admins-own"
+    admins.mkdir()
+    with second_user() as user:
+        chown_tree(beta, user)
+        for made_by_root in (beta / "skills", beta / ".memstrata", beta / ".memstrata" / "token", admins):
+            os.chown(made_by_root, 0, 0)  # what chown -R walked past
+        d = daemons(config)
+
+        (beta / "MEMORY.md").write_text("# MEMORY\n\n- committed for beta\n")
+        wait_for(lambda: "committed for beta" in _head_of(beta, "MEMORY.md"), what="the commit")
+        wait_for(lambda: _not_owned_by(beta, user.pw_uid) == ["skills/admins-own"], timeout=10, what="handed over")
+        assert d.stop() == 0
