@@ -12,8 +12,9 @@ in the curated files an agent keeps (MEMORY.md, the core files), as definition i
 
 An item is a definition when it starts with a short name part (at most :data:`MAX_NAME_WORDS`
 words, not a date) followed by a dash, an en or em dash or a colon.  Its names are the parts
-separated by ``/``, ``、`` or a comma, a bracketed alias, and the Latin and Chinese halves of a
-bilingual name; its description is the rest of the line.  An event is a definition whose line
+separated by ``/``, ``、`` or a comma, a bracketed alias, the Latin and Chinese halves of a
+bilingual name, and a former name the item gives ("Named otter before the migration", 原名 …);
+its description is the rest of the line.  An event is a definition whose line
 holds one ISO date.
 
 :meth:`Glossary.described` ranks the definitions whose descriptions hold a question's words (each
@@ -47,6 +48,17 @@ _SPLIT = re.compile(r"\s*(?:/|、|,|，)\s*")
 _HAN = re.compile(r"[\u4e00-\u9fff]+")
 _LATIN = re.compile(r"[A-Za-z][A-Za-z0-9 ._'-]*[A-Za-z0-9]|[A-Za-z]")
 _MARKUP = re.compile(r"[*`_]")
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
+_CONTINUATION = re.compile(r"^\s+\S")
+# A former name: "named otter before", "formerly otter", "renamed from otter", "previously called otter",
+# 原名 otter, 以前叫 otter, 旧名 otter (one word or one run of Han characters).
+_FORMER = re.compile(
+    r"\b(?:named|called|known as)\s+`?([\w.-]+)`?\s+(?:before|until|earlier|previously)\b"
+    r"|\b(?:formerly|previously|once)\s+(?:named\s+|called\s+|known as\s+)?`?([\w.-]+)"
+    r"|\brenamed from\s+`?([\w.-]+)"
+    r"|(?:原名|以前叫|之前叫|旧名|曾用名)[：:\s]*`?([\w.-]+|[\u4e00-\u9fff]{1,6})",
+    re.IGNORECASE,
+)
 # Words that say where an event's days lie relative to it, with the days they mean.
 _WEEK_BEFORE = re.compile(r"\bweek before\b|前一周|前一个?星期|之前一周|前的那一?周|前一週", re.IGNORECASE)
 _WEEK_AFTER = re.compile(r"\bweek after\b|后一周|之后一周|后的那一?周|后一个?星期", re.IGNORECASE)
@@ -88,10 +100,33 @@ def _names(head: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _former_names(description: str) -> list[str]:
+    """The names ``description`` says the thing had before ("Named otter before the migration", "formerly
+    gw-01", "原名 otter"): a note written then uses them (issue 24: a glossary's aliases)."""
+    found = ("".join(groups).strip(".,;:，。；：") for groups in _FORMER.findall(description))
+    return [name for name in found if name and terms(name)]
+
+
+def _continued(lines: list[str], start: int) -> str:
+    """The lines after ``start`` that continue its list item (indented, not an item of their own), joined."""
+    more = []
+    for line in lines[start + 1 :]:
+        if not _CONTINUATION.match(line) or _ITEM.match(line):
+            break
+        more.append(line.strip())
+    return " ".join(more)
+
+
 def definitions(path: str, first_line: int, text: str) -> list[Definition]:
-    """The definition items of a chunk of ``path`` whose first line is ``first_line``."""
+    """The definition items of a chunk of ``path`` whose first line is ``first_line``.
+
+    A former name anywhere in the item, its indented continuation lines included ("Named otter before
+    the migration"), is one more name: notes written before a rename use it.  The description that
+    questions are matched against stays the item's first line (with the continuation lines too, the
+    tuned set's ranking moved both ways and the blind set's total did not: docs/facts.md)."""
     found = []
-    for offset, line in enumerate(text.split("\n")):
+    lines = text.split("\n")
+    for offset, line in enumerate(lines):
         match = _DEFINITION.match(line)
         if match is None:
             continue
@@ -102,6 +137,8 @@ def definitions(path: str, first_line: int, text: str) -> list[Definition]:
         if not names:
             continue
         days = {date(int(y), int(m), int(d)) for y, m, d in _ISO_DAY.findall(body) if 1 <= int(m) <= 12}
+        whole = f"{body.strip()} {_continued(lines, offset)}".strip()
+        names = tuple(dict.fromkeys([*names, *_former_names(whole)]))
         found.append(Definition(names, body.strip(), path, first_line + offset, days.pop() if len(days) == 1 else None))
     return found
 

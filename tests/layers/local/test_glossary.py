@@ -17,6 +17,9 @@ MEMORY = """# MEMORY
 - 团子 (tuanzi) — 8×RTX 4090 box for eval, stays in the office server room.
 - gw-01 (10.0.1.1)：入口网关，nginx + certbot，对外 443。
 - qdr-02 — cloud VM that hosts our vector database (Qdrant).
+- heron — CPU data box, NFS server for
+  /data/datasets. Named otter before the migration.
+- gw-02 — 备用网关，原名 edge-b。
 ## People
 - 周岚 Zhou Lan — 组长, approves any spend over ¥5,000.
 - Ana Ferreira — evaluation lead, works remotely from Lisbon.
@@ -35,7 +38,23 @@ def _glossary() -> Glossary:
 
 def test_definition_items_give_names_aliases_bilingual_halves_and_event_days():
     found = {d.names[0]: d for d in _glossary().items}
-    assert set(found) == {"moth", "tuanzi", "10.0.1.1", "qdr-02", "周岚 Zhou Lan", "Ana Ferreira", "migration", "停电"}
+    assert set(found) == {
+        *(
+            "moth",
+            "tuanzi",
+            "10.0.1.1",
+            "qdr-02",
+            "heron",
+            "gw-02",
+            "周岚 Zhou Lan",
+            "Ana Ferreira",
+            "migration",
+            "停电",
+        )
+    }
+    # a former name, on the item's continuation line or in Chinese, is a name; the description stays one line
+    assert found["heron"].names == ("heron", "otter") and found["heron"].description == "CPU data box, NFS server for"
+    assert found["gw-02"].names == ("gw-02", "edge-b")
     assert found["tuanzi"].names == ("tuanzi", "团子")
     assert {"周岚", "Zhou Lan"} <= set(found["周岚 Zhou Lan"].names)
     assert found["migration"].names == ("migration", "机房搬迁") and found["migration"].day == date(2026, 8, 8)
@@ -86,6 +105,7 @@ def test_search_finds_the_note_that_names_what_the_question_describes_and_the_ev
         },
         "memory/2026-08-06.md": "## eval\n- picked ckpt-4500 as the v2 candidate\n",
         "memory/2026-08-12.md": "## eval\n- picked ckpt-5200 for the ablation\n",
+        "memory/2026-07-14.md": "## otter disks\n- root disk at 58%, mostly docker images\n",
     }
     with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model="")) as index:
         for path, text in notes.items():
@@ -95,6 +115,10 @@ def test_search_finds_the_note_that_names_what_the_question_describes_and_the_ev
         paths = [r["path"] for r in answer.results]
         assert paths[:2] == ["MEMORY.md", "memory/2026-08-03.md"], "the definition, then the note that names moth"
         assert answer.results[1]["focus"] is None, "no word of the question is on it: only the name led there"
+        # a note from before the rename names the host by its former name
+        disk = search(index, "How full is the root disk of the NFS server?", mode="fts", explain=True)
+        otter = next(r for r in disk.results if r["path"] == "memory/2026-07-14.md")
+        assert "fts:entity" in otter["ranks"], "found as a note naming the host the question describes"
         week = search(index, "In the week before the migration, which checkpoint was picked?", mode="fts")
         assert week.dates is not None and (week.dates["since"], week.dates["until"]) == ("2026-08-01", "2026-08-07")
         assert week.dates["from"] == ["migration"]
