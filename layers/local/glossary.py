@@ -13,7 +13,9 @@ in the curated files an agent keeps (MEMORY.md, the core files), as definition i
 An item is a definition when it starts with a short name part (at most :data:`MAX_NAME_WORDS`
 words, not a date) followed by a dash, an en or em dash or a colon.  Its names are the parts
 separated by ``/``, ``、`` or a comma, a bracketed alias, the Latin and Chinese halves of a
-bilingual name, and a former name the item gives ("Named otter before the migration", 原名 …);
+bilingual name, the first word of a person's name written in Latin letters ("Ana" of "Ana
+Ferreira": how notes call her), and a former name the item gives ("Named otter before the
+migration", 原名 …);
 its description is the rest of the line.  An event is a definition whose line
 holds one ISO date.
 
@@ -48,6 +50,8 @@ _SPLIT = re.compile(r"\s*(?:/|、|,|，)\s*")
 _HAN = re.compile(r"[\u4e00-\u9fff]+")
 _LATIN = re.compile(r"[A-Za-z][A-Za-z0-9 ._'-]*[A-Za-z0-9]|[A-Za-z]")
 _MARKUP = re.compile(r"[*`_]")
+# A person's name as notes write it (two or three capitalised words): its first word is how they are called.
+_PERSON = re.compile(r"([A-Z][a-z]{2,}) [A-Z][a-z]+(?: [A-Z][a-z]+)?$")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 _CONTINUATION = re.compile(r"^\s+\S")
 # A former name: "named otter before", "formerly otter", "renamed from otter", "previously called otter",
@@ -92,6 +96,8 @@ def _names(head: str) -> tuple[str, ...]:
         han, latin = _HAN.findall(part), _LATIN.findall(part)
         if han and latin:  # "周岚 Zhou Lan": each half names her
             found.extend([*han, *(w.strip() for w in latin)])
+        if not han and (person := _PERSON.match(part)):  # "Ana Ferreira": notes say "Ana"
+            found.append(person.group(1))
     names = []
     for name in found:
         name = re.sub(r"^(?:the|a|an)\s+", "", name.strip(), flags=re.IGNORECASE)

@@ -57,6 +57,8 @@ def test_definition_items_give_names_aliases_bilingual_halves_and_event_days():
     assert found["gw-02"].names == ("gw-02", "edge-b")
     assert found["tuanzi"].names == ("tuanzi", "团子")
     assert {"周岚", "Zhou Lan"} <= set(found["周岚 Zhou Lan"].names)
+    assert "Zhou" not in found["周岚 Zhou Lan"].names, "a pinyin name's first word is a family name"
+    assert found["Ana Ferreira"].names == ("Ana Ferreira", "Ana"), "notes call a colleague by her first name"
     assert found["migration"].names == ("migration", "机房搬迁") and found["migration"].day == date(2026, 8, 8)
     assert found["moth"].day is None and found["moth"].line == 3
 
@@ -106,6 +108,7 @@ def test_search_finds_the_note_that_names_what_the_question_describes_and_the_ev
         "memory/2026-08-06.md": "## eval\n- picked ckpt-4500 as the v2 candidate\n",
         "memory/2026-08-12.md": "## eval\n- picked ckpt-5200 for the ablation\n",
         "memory/2026-07-14.md": "## otter disks\n- root disk at 58%, mostly docker images\n",
+        "memory/2026-07-09.md": "## eval sync\n- Ana wants every number with a bootstrap CI (1,000 resamples)\n",
     }
     with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model="")) as index:
         for path, text in notes.items():
@@ -119,6 +122,9 @@ def test_search_finds_the_note_that_names_what_the_question_describes_and_the_ev
         disk = search(index, "How full is the root disk of the NFS server?", mode="fts", explain=True)
         otter = next(r for r in disk.results if r["path"] == "memory/2026-07-14.md")
         assert "fts:entity" in otter["ranks"], "found as a note naming the host the question describes"
+        ci = search(index, "How many resamples does the evaluation lead in Lisbon want?", mode="fts", explain=True)
+        ana = next(r for r in ci.results if r["path"] == "memory/2026-07-09.md")
+        assert "fts:entity" in ana["ranks"], "found as a note naming the colleague by her first name"
         week = search(index, "In the week before the migration, which checkpoint was picked?", mode="fts")
         assert week.dates is not None and (week.dates["since"], week.dates["until"]) == ("2026-08-01", "2026-08-07")
         assert week.dates["from"] == ["migration"]
