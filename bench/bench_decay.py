@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.recall import SET_DIR, load_questions
+from bench.recall import SETS, load_questions
 from daemon.shared.config import DEFAULT_MODEL_PATH
 from layers.conversation.decay import DecayRules
 from layers.conversation.policy import Phase
@@ -47,7 +47,6 @@ PHASES = [Phase("private", "private", owner=AGENT)]
 LIMIT = 10
 DATES = (date(2026, 11, 30), date(2027, 1, 31), date(2027, 4, 30))
 TYPES = (("task_log", 34), ("procedure", 18), ("decision", 16), ("knowledge", 16), ("fact", 16))
-SETS = {"tuned": SET_DIR, "untuned": SET_DIR.parent / "recall_set_untuned"}  # the blind set: never tuned on
 MEMORY_DATE = date(2026, 9, 1)  # MEMORY.md: the long-term file, as old as the first note
 
 
@@ -82,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--weights", default="0,0.02,0.05,0.1,0.3")
     parser.add_argument("--type", dest="only", metavar="KIND", help="every memory of this type (e.g. task_log)")
     parser.add_argument(
-        "--set", dest="which", choices=sorted(SETS), default="tuned", help="whose notes and questions (default: tuned)"
+        "--set", dest="which", choices=("tuned", "untuned"), default="tuned", help="whose notes and questions"
     )
     args = parser.parse_args(argv)
     set_dir = SETS[args.which]

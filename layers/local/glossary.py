@@ -15,9 +15,8 @@ words, not a date) followed by a dash, an en or em dash or a colon.  Its names a
 separated by ``/``, ``、`` or a comma, a bracketed alias, the Latin and Chinese halves of a
 bilingual name, the first word of a person's name written in Latin letters ("Ana" of "Ana
 Ferreira": how notes call her), and a former name the item gives ("Named otter before the
-migration", 原名 …);
-its description is the rest of the line.  An event is a definition whose line
-holds one ISO date.
+migration", 原名 …); its description is the rest of the line.  An event is a definition whose
+line holds one ISO date.
 
 :meth:`Glossary.described` ranks the definitions whose descriptions hold a question's words (each
 word weighs by how few definitions hold it), so a search can look for the names as well;
