@@ -57,13 +57,14 @@ def scheduled(container):
     return c
 
 
-def test_both_jobs_run_and_write_their_logs(scheduled):
+def test_every_job_runs_and_writes_its_log(scheduled):
     c = scheduled
     wait_inside(
         c,
-        f"grep -q 'execute: scanned' {LOGS}/cleanup-cron.log && grep -q 'backup ' {LOGS}/backup-cron.log",
+        f"grep -q 'execute: scanned' {LOGS}/cleanup-cron.log && grep -q 'backup ' {LOGS}/backup-cron.log"
+        f" && grep -q '(execute): applied; scanned' {LOGS}/consolidate-cron.log",
         timeout=150,
-        what="both cron jobs to have run",
+        what="the backup, cleanup and consolidate cron jobs to have run",
         interval=2,
     )
     backups = c.run("sh", "-c", "ls /var/lib/memstrata/backups").stdout.split()
