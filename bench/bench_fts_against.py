@@ -9,7 +9,7 @@ process importing only its own tree's code (its own index format: each tree buil
 The current tree also translates with the daemon's dictionary, as the daemon does.
 
     .venv/bin/python -m bench.bench_fts_against --base 66f422d            # 20,000 and 100,000 chunks
-    .venv/bin/python -m bench.bench_fts_against --base 66f422d --sizes 2000
+    .venv/bin/python -m bench.bench_fts_against --base 66f422d --sizes 20000 --rounds 10
 
 Prints each tree's p50 / p95 over every round, and now / base as a ratio.
 """
@@ -70,12 +70,12 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def one_size(chunks: int, base_tree: Path, tmp: Path) -> dict[str, list[float]]:
+def one_size(chunks: int, base_tree: Path, tmp: Path, rounds: int = ROUNDS) -> dict[str, list[float]]:
     ws = tmp / f"ws-{chunks}"
     words = ",".join(write_workspace(ws, chunks))
     trees = {"base": base_tree, "now": REPO}
     times: dict[str, list[float]] = {name: [] for name in trees}
-    for _ in range(ROUNDS):  # alternating: a busy moment of the host weighs on both
+    for _ in range(rounds):  # alternating: a busy moment of the host weighs on both
         for name, tree in trees.items():
             out = subprocess.run(
                 [
@@ -97,18 +97,18 @@ def one_size(chunks: int, base_tree: Path, tmp: Path) -> dict[str, list[float]]:
     return times
 
 
-def main(base: str, sizes: list[int]) -> None:
+def main(base: str, sizes: list[int], rounds: int = ROUNDS) -> None:
     with tempfile.TemporaryDirectory(prefix="memstrata-fts-against-") as tmp_name:
         tmp = Path(tmp_name)
         base_tree = tmp / "base"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(base_tree), base], check=True)
         try:
             for chunks in sizes:
-                t = one_size(chunks, base_tree, tmp)
+                t = one_size(chunks, base_tree, tmp, rounds)
                 b50, b95 = statistics.median(t["base"]), _pct(t["base"], 0.95)
                 n50, n95 = statistics.median(t["now"]), _pct(t["now"], 0.95)
                 print(
-                    f"{chunks:,} chunks, {QUERIES} two-word queries x {ROUNDS} rounds, search(mode='fts') in-process: "
+                    f"{chunks:,} chunks, {QUERIES} two-word queries x {rounds} rounds, search(mode='fts') in-process: "
                     f"{base} p50 {b50:.1f} / p95 {b95:.1f} ms, now p50 {n50:.1f} / p95 {n95:.1f} ms "
                     f"-> now/base p50 {n50 / b50:.2f}x, p95 {n95 / b95:.2f}x",
                     flush=True,
@@ -121,5 +121,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the commit to compare with (e.g. 66f422d, before issue 29)")
     parser.add_argument("--sizes", default="20000,100000", help="chunk counts")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="alternating rounds per size (more: a steadier p95)")
     args = parser.parse_args()
-    main(args.base, [int(n) for n in args.sizes.split(",")])
+    main(args.base, [int(n) for n in args.sizes.split(",")], args.rounds)
