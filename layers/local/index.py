@@ -618,7 +618,9 @@ class LocalIndex:
         return count
 
     def chunk_count(self) -> int:
-        return self.db.execute("SELECT count(*) FROM chunks").get
+        """Every file's chunk count, summed: ``count(*)`` of the chunks reads every row (0.5 ms at 20,000
+        chunks, on each search), the files table holds a row per file."""
+        return self.db.execute("SELECT coalesce(sum(chunks), 0) FROM files").get
 
     def has_vectors(self) -> bool:
         """Whether any chunk has a vector of the index's model (cheap: no count of them)."""
@@ -672,7 +674,7 @@ class LocalIndex:
         read from FTS5's own term statistics (an ``fts5vocab`` table in this connection's temp schema:
         nothing is written to the file)."""
         wanted = sorted(set(terms))
-        total = self.db.execute("SELECT coalesce(sum(chunks), 0) FROM files").get  # per file: count(*) read 20k rows
+        total = self.chunk_count()
         if not wanted or not total:
             return total, {}
         if not self._vocab:
@@ -790,7 +792,11 @@ class LocalIndex:
         if own:
             db.execute("BEGIN")
         try:
-            top, low = db.execute("SELECT coalesce(max(seq), 0), coalesce(min(seq), 0) FROM changes").get
+            # two subqueries: SQLite answers a lone max() or min() from the key's ends, both in one
+            # SELECT by reading the whole log (0.7 ms at 20,000 entries, twice per hybrid search)
+            top, low = db.execute(
+                "SELECT coalesce((SELECT max(seq) FROM changes), 0), coalesce((SELECT min(seq) FROM changes), 0)"
+            ).get
             if cache.seq == top:
                 return
             rows = "SELECT c.id, c.day, c.layer, k.code FROM chunks c JOIN codes k ON k.hash = c.hash AND k.model = ?"
