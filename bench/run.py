@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import (
     bench_burst,
+    bench_calibration,
     bench_consolidate,
     bench_conversation,
     bench_daemon,
@@ -46,6 +47,7 @@ BENCHMARKS = {
     "first-embed": bench_scale.main_first_embed,
     "engines": bench_vector_engines.main,
     "recall": recall.main,
+    "calibration": bench_calibration.main,
 }
 
 

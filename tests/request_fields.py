@@ -66,6 +66,7 @@ SAMPLES: dict[str, object] = {
     "filters": {"user_id": "alice"},
     "threshold": 0.3,
     "max_tokens": 400,
+    "min_score": 0.4,
     "show_expired": True,
     "show_superseded": True,
     "supersedes": "0b7c4c57-2b6a-4f7e-9d57-3d0c1e0f8a12",

@@ -223,7 +223,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         check_query(args.q)
         filters = Filters(layer=args.layer, path_glob=args.path, since=args.since, until=args.until)
         options = {"mode": args.mode, "limit": args.limit, "explain": args.explain, "threshold": args.threshold}
-        options["max_tokens"] = args.max_tokens
+        options.update(max_tokens=args.max_tokens, min_score=args.min_score)
         return daemon.search(args.agent, args.q, filters=filters, **options)
 
     def memory_search(request: Request, caller: Caller, args: MemorySearchRequest) -> dict:

@@ -138,6 +138,7 @@ class SearchRequest(Request):
     limit: L3Count = L3_RESULTS.default
     explain: Annotated[bool, _or(False)] = False
     threshold: Annotated[Fraction | None, Unset] = None  # the relevance scale L4's threshold uses
+    min_score: Annotated[Fraction | None, Unset] = None  # least confidence (layers/local/calibration.py)
     max_tokens: Annotated[TokenBudget | None, Unset] = None  # passages first, whole sections where they fit
 
 

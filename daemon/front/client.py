@@ -153,13 +153,15 @@ class DaemonClient:
         explain: bool = False,
         threshold: float | None = None,
         max_tokens: int | None = None,
+        min_score: float | None = None,
     ) -> SearchAnswer:
         """L3 search; the query goes in the body (a URL has no room for it), checked against the limit first.
         ``threshold`` drops results under that relevance (0-1, the scale of :meth:`memory_search`'s);
+        ``min_score`` those under that confidence (0-1: the chance a result is the passage that answers);
         ``max_tokens`` cuts the answer to that budget (passages first, whole sections where they fit)."""
         check_query(query)
         options: dict[str, Any] = {"layer": layer, "path": path, "since": since, "until": until, "mode": mode}
-        options.update(limit=limit, threshold=threshold, max_tokens=max_tokens)
+        options.update(limit=limit, threshold=threshold, max_tokens=max_tokens, min_score=min_score)
         clean = {k: v for k, v in {**options, "explain": explain}.items() if v not in (None, False)}
         return self._request("POST", "/v1/search", json={"agent": agent, "q": query, **clean})
 

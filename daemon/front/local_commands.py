@@ -81,6 +81,9 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
     if kept and kept.get("dropped"):
         how = "" if kept["applied"] == "relevance" else f" ({kept['applied']})"
         notes.append(f"{kept['dropped']} result(s) under the threshold {kept['value']} left out{how}")
+    cut = answer.get("min_score")
+    if cut and cut.get("dropped"):
+        notes.append(f"{cut['dropped']} result(s) with confidence under {cut['value']} left out")
     if answer.get("degraded"):
         notes.append(f"degraded: {answer.get('reason')}")
     if answer.get("dates"):
@@ -103,7 +106,8 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
     for i, r in enumerate(answer["results"], start=1):
         where = f"{r['path']}:{r['lines'][0]}-{r['lines'][1]}"
         heading = f"  § {r['heading']}" if r.get("heading") else ""
-        click.echo(click.style(f"{i}. {where}", bold=True) + heading + f"  (score {r['score']:.4g})")
+        sure = f"confidence {r['confidence']:.2f}" if "confidence" in r else f"score {r['score']:.4g}"
+        click.echo(click.style(f"{i}. {where}", bold=True) + heading + f"  ({sure})")
         if r.get("superseded_by"):
             click.echo(f"   (superseded by {r['superseded_by']})")
         if explain and r.get("ranks"):
@@ -124,6 +128,7 @@ def local_search(
     reason: str,
     threshold: float | None = None,
     max_tokens: int | None = None,
+    min_score: float | None = None,
 ) -> SearchAnswer:
     """Search the index file directly, read-only (no daemon, no model): the offline path."""
     from layers.local.index import ForeignFile, IndexStale, open_for_reading
@@ -155,6 +160,7 @@ def local_search(
                 threshold=threshold,
                 translate=None if dictionary is None else dictionary.translate,
                 max_tokens=max_tokens,
+                min_score=min_score,
             )
     finally:
         if dictionary is not None:
@@ -274,6 +280,13 @@ def print_conversation(answer: MemoryAnswer) -> None:
     "without vectors only full matches stay.",
 )
 @click.option(
+    "--min-score",
+    type=click.FloatRange(0, 1),
+    metavar="S",
+    help="L3: leave out results whose confidence is below S (0-1: the measured chance that a result is the "
+    "passage that answers; of what 0.5 kept on the two recall sets, 73-81 in 100 were).",
+)
+@click.option(
     "--max-tokens",
     type=click.IntRange(min=1),
     metavar="N",
@@ -293,8 +306,8 @@ def print_conversation(answer: MemoryAnswer) -> None:
 @json_option
 @click.pass_context
 def search_cmd(
-    ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, threshold, max_tokens,
-    show_superseded, trust_min, as_json,
+    ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, threshold, min_score,
+    max_tokens, show_superseded, trust_min, as_json,
 ) -> None:  # fmt: skip
     """Search an agent's memory: its L3 index (default) or the shared L4 memory (--layer).
 
@@ -307,6 +320,8 @@ def search_cmd(
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
 
     refuse_long_query(query)
+    if min_score is not None and layer in ("conversation", "all"):
+        raise click.UsageError("--min-score is for L3 searches (--layer local, core, daily); L4 has --threshold")
     if layer in ("conversation", "all"):
         config = config_of(ctx)
         get_agent(config, agent_id)
@@ -335,6 +350,7 @@ def search_cmd(
                 explain=explain,
                 threshold=threshold,
                 max_tokens=max_tokens,
+                min_score=min_score,
             )
     except DaemonRequestError as exc:
         raise request_failed(exc) from None
@@ -350,6 +366,7 @@ def search_cmd(
             reason="the daemon (which owns the model) is not running",
             threshold=threshold,
             max_tokens=max_tokens,
+            min_score=min_score,
         )
     if as_json:
         echo_json(answer)

@@ -64,6 +64,7 @@ class LocalSearch:
         explain: bool = False,
         threshold: float | None = None,
         max_tokens: int | None = None,
+        min_score: float | None = None,
     ) -> SearchAnswer:
         """Search an agent's index from an API thread (its own read connection)."""
         agent = self.agent_of(agent_id)
@@ -107,6 +108,8 @@ class LocalSearch:
                     threshold=threshold,
                     translate=None if dictionary is None else dictionary.translate,
                     max_tokens=max_tokens,
+                    min_score=min_score,
+                    calibrated=bool(getattr(self.embedder, "calibrated", False)),
                     **({"relevance": calibrated} if (calibrated := getattr(self.embedder, "relevance", None)) else {}),
                 )
         except (apsw.CorruptError, apsw.NotADBError) as exc:

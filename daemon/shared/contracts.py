@@ -378,7 +378,8 @@ def local_view(result: LocalHit) -> dict[str, Any]:
     return {
         "memory": result["text"],
         "snippet": result.get("snippet"),
-        "score": result.get("score"),
+        # a memory's score is on 0-1; an L3 hit's fused score is not, its confidence is (layers/local/calibration.py)
+        "score": result.get("confidence", result.get("score")),
         "source": "local",
         "path": result.get("path"),
         "lines": result.get("lines"),

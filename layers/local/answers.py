@@ -31,6 +31,8 @@ class LocalHit(TypedDict, total=False):
     whole: bool  # a max_tokens answer: the text is the whole section (else only the passage)
     superseded_by: str  # a question about the present: the newer note's line (file:line) stating this anew
     relevance: float | None  # with a threshold or explain: the calibrated cosine with the query (None: no vector)
+    confidence: float  # the chance (0-1) that this is the passage that answers (layers/local/calibration.py)
+    cosine: float  # with explain, when the query had a vector: the model's cosine with the result's best passage
 
 
 class Budget(TypedDict):
@@ -63,6 +65,14 @@ class SearchAnswer(TypedDict):
     embedded: Embedded | None  # when vectors were used: how many chunks they covered
     threshold: Threshold | None  # when one was given: how it was applied
     budget: Budget | None  # when max_tokens was given: how the answer spent it
+    min_score: MinScore | None  # when one was given: how many results had less confidence
+
+
+class MinScore(TypedDict):
+    """A least confidence asked of an L3 search's results (layers/local/calibration.py)."""
+
+    value: float
+    dropped: int  # results left out
 
 
 class Threshold(TypedDict):

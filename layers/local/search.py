@@ -30,8 +30,9 @@ from datetime import date, timedelta
 import numpy as np
 
 from layers.local import companion
-from layers.local.answers import Budget, Embedded, LocalHit, NamedDays, SearchAnswer, Threshold
+from layers.local.answers import Budget, Embedded, LocalHit, MinScore, NamedDays, SearchAnswer, Threshold
 from layers.local.budget import fit, passage_span
+from layers.local.calibration import confidence, is_chinese
 from layers.local.dates import DateRange, find_dates
 from layers.local.glossary import Glossary
 from layers.local.index import Filters, Hit, LocalIndex
@@ -89,6 +90,7 @@ class Answer:
     embedded: Embedded | None = None
     threshold: Threshold | None = None
     budget: Budget | None = None
+    min_score: MinScore | None = None
 
     def to_dict(self) -> SearchAnswer:
         return {
@@ -103,6 +105,7 @@ class Answer:
             "embedded": None if self.embedded is None else Embedded(**self.embedded),
             "threshold": None if self.threshold is None else Threshold(**self.threshold),
             "budget": None if self.budget is None else Budget(**self.budget),
+            "min_score": None if self.min_score is None else MinScore(**self.min_score),
         }
 
 
@@ -447,6 +450,19 @@ def _entity_lists(
     return {"fts:entity": hits} if hits else {}
 
 
+def _cosines(
+    index: LocalIndex, fused: list[tuple[Hit, float, dict[str, int]]], lists: dict[str, list[Hit]], vector: np.ndarray
+) -> dict[int, float]:
+    """e5's cosine of the query with each fused result's best passage: the vector lists' exact scores where they
+    have it, the stored vectors for the rest (a lexical result the vectors did not rank; one without a vector
+    has none)."""
+    known = {hit.chunk_id: hit.score for name in ("vector", "vector@date") for hit in lists.get(name, [])}
+    wanted = [hit.chunk_id for hit, _, _ in fused]
+    missing = [i for i in wanted if i not in known]
+    found = index.cosines(missing, vector) if missing else {}
+    return {i: known[i] if i in known else found[i] for i in wanted if i in known or i in found}
+
+
 def _above(
     fused: list[tuple[Hit, float, dict[str, int]]], threshold: float, relevances: dict[int, float], answer: Answer
 ) -> tuple[list[tuple[Hit, float, dict[str, int]]], Threshold]:
@@ -486,6 +502,8 @@ def search(
     relevance: Callable[[float], float] = clamped,
     translate: Callable[[str], list[str]] | None = None,
     max_tokens: int | None = None,
+    min_score: float | None = None,
+    calibrated: bool = False,
 ) -> Answer:
     """Search ``index``; ``auto`` is hybrid when vectors exist, else full-text.
 
@@ -499,6 +517,12 @@ def search(
     when no chunk has every word of the question, the chunks holding the translations join as the
     "fts:translated" list (where every word matched, the answer is in the question's language; the
     same figures on both dev sets, and a search of ``集群规则`` stays the notes that say it).
+
+    Every result has a ``confidence`` (0-1, :mod:`layers.local.calibration`): the chance that it is
+    the passage that answers, from its place in the answer, whether it holds every term, and the
+    query's cosine with it when ``calibrated`` says the query embedder is the model that was fitted
+    (the local e5).  ``min_score`` leaves out the results under that confidence; the answer's
+    ``min_score`` says how many.
 
     ``max_tokens`` cuts the answer to that many (estimated) tokens: passages first, whole sections
     where room is left (:mod:`layers.local.budget`); the answer's ``budget`` says how it was spent.
@@ -628,9 +652,10 @@ def search(
         fused = every[:limit]
         if lists.get("fts") and not answer.relaxed:
             fused = _keep_the_matches(_end_with_the_matches(fused), every, limit)
-    relevances: dict[int, float] = {}
-    if vector is not None and answer.vectors == "used" and (threshold is not None or explain):
-        relevances = {i: relevance(c) for i, c in index.cosines([h.chunk_id for h, _, _ in fused], vector).items()}
+    cosines: dict[int, float] = {}  # e5's cosine of the query with each result's best passage
+    if vector is not None and answer.vectors == "used":
+        cosines = _cosines(index, fused, lists, vector)
+    relevances = {i: relevance(c) for i, c in cosines.items()} if threshold is not None or explain else {}
     if threshold is not None:
         fused, answer.threshold = _above(fused, threshold, relevances, answer)
     weights = _term_weights(lexical, shares)
@@ -641,8 +666,11 @@ def search(
     superseded: dict[int, str] = {}
     if present and len(fused) > 1:
         fused, superseded = _supersede(fused, focus, index.days_of(h.chunk_id for h, _, _ in fused), weights)
-    for hit, score, ranks in fused:
+    chinese = is_chinese(text)
+    for position, (hit, score, ranks) in enumerate(fused, start=1):
         offset = focus[hit.chunk_id][0]
+        full_match = answer.matched == "all" and _is_match(ranks)
+        cosine = cosines.get(hit.chunk_id) if calibrated else None
         result: LocalHit = {
             "text": hit.text,
             "snippet": highlight(hit.text, wanted, spans=spans[hit.chunk_id]),
@@ -653,6 +681,7 @@ def search(
             "heading": hit.heading,
             "focus": None if offset is None else [hit.line_start + offset, hit.line_start + offset],
             "passage": [hit.line_start + line for line in passage_span(hit.text, offset)],
+            "confidence": round(confidence(position, full_match, cosine, chinese), 3),
         }
         if hit.chunk_id in superseded:
             result["superseded_by"] = superseded[hit.chunk_id]
@@ -660,7 +689,13 @@ def search(
             result["ranks"] = ranks
         if relevances or threshold is not None:
             result["relevance"] = None if hit.chunk_id not in relevances else round(relevances[hit.chunk_id], 4)
+        if explain and hit.chunk_id in cosines:
+            result["cosine"] = round(cosines[hit.chunk_id], 4)
         answer.results.append(result)
+    if min_score is not None:
+        kept = [result for result in answer.results if result["confidence"] >= min_score]
+        answer.min_score = MinScore(value=min_score, dropped=len(answer.results) - len(kept))
+        answer.results = kept
     if max_tokens is not None:
         answer.results, answer.budget = fit(answer.results, max_tokens)
     return answer

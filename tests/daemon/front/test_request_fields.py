@@ -51,7 +51,7 @@ SHOW_EXPIRED = {"show_expired": "mem0 2.2's search option, sent by the skill's M
 FIXED_AGENT = {"agent": "fixed when the MCP server starts: no tool takes an agent id"}
 L3_ONLY = {
     name: "an L3 filter or option of the same command"
-    for name in ("mode", "layer", "path", "since", "until", "explain", "json")
+    for name in ("mode", "layer", "path", "since", "until", "explain", "json", "min_score")
 }
 
 
@@ -159,6 +159,7 @@ def test_a_difference_is_found():
         "explain: a field of the schema not taken",
         "layer: a field of the schema not taken",
         "max_tokens: a field of the schema not taken",
+        "min_score: a field of the schema not taken",
         "path: a field of the schema not taken",
         "since: a field of the schema not taken",
         "threshold: a field of the schema not taken",

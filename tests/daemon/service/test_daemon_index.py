@@ -217,6 +217,39 @@ def test_a_threshold_on_l3_search_means_what_it_means_on_l4(tmp_path, daemons):
     assert relaxed["results"] == [] and relaxed["threshold"]["dropped"] >= 1, "a partial match does not"
 
 
+def test_min_score_keeps_the_results_likely_to_answer_on_one_scale_online_and_offline(tmp_path, daemons):
+    """Issue 24: every L3 result has a confidence (0-1, the chance it is the passage that answers); `--min-score`
+    leaves out those under it, through the daemon (hybrid, the real e5 cosine counted) and without it (full text)."""
+    config = init_root(tmp_path, **FAST)
+    ws = tmp_path / "workspace"
+    d = daemons(config)
+    (ws / "memory" / "2026-11-03.md").write_text("# 2026-11-03\n\n- The Qdrant server moved to port 6334.\n")
+    (ws / "memory" / "2026-11-04.md").write_text("# 2026-11-04\n\n- Lunch: we tried the new ramen place.\n")
+    wait_for(lambda: _index(d)["pending_embeddings"] == 0 and _paths(_search(config, "ramen")), timeout=120)
+    question = "which port does the qdrant server listen on"
+    plain = _search(config, question, "--explain")
+    assert plain["vectors"] == "used" and plain["min_score"] is None
+    by_path = {r["path"]: r for r in plain["results"]}
+    assert all(0 < r["confidence"] < 1 and -1 <= r["cosine"] <= 1 for r in plain["results"])
+    port, ramen = by_path["memory/2026-11-03.md"]["confidence"], by_path["memory/2026-11-04.md"]["confidence"]
+    assert port > ramen
+    cut = round((port + ramen) / 2, 3)
+    kept = _search(config, question, "--min-score", str(cut))
+    assert _paths(kept) == {r["path"] for r in plain["results"] if r["confidence"] >= cut}
+    assert "memory/2026-11-03.md" in _paths(kept) and "memory/2026-11-04.md" not in _paths(kept)
+    assert kept["min_score"]["value"] == cut and kept["min_score"]["dropped"] >= 1
+    human = run_cli("search", question, "--min-score", str(cut), "--agent", "main", config=config)
+    assert "confidence" in human.stdout and "with confidence under" in human.stderr
+    l4 = run_cli(
+        "search", "port", "--layer", "conversation", "--min-score", "0.5", "--agent", "main", config=config, check=False
+    )
+    assert l4.returncode == 2 and "--min-score is for L3" in l4.stderr
+    assert d.stop() == 0
+    offline = _search(config, "qdrant port", "--min-score", "0.01")
+    assert offline["vectors"].startswith("unavailable") and _paths(offline) == {"memory/2026-11-03.md"}
+    assert 0 < offline["results"][0]["confidence"] < 1 and offline["min_score"]["dropped"] == 0
+
+
 def test_max_tokens_cuts_the_answer_through_the_daemon_and_without_it(tmp_path, daemons):
     """`memstrata search --max-tokens`: the passage that matched first, counted in `budget`, the same with the
     daemon down (read-only offline path); the translated list finds the Chinese note for an English question."""
