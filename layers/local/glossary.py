@@ -47,6 +47,7 @@ _ISO_DAY = re.compile(r"\b(20\d\d)-(\d\d)-(\d\d)\b")
 _BRACKETED = re.compile(r"[(（]([^()（）]{1,40})[)）]")
 _SPLIT = re.compile(r"\s*(?:/|、|,|，)\s*")
 _HAN = re.compile(r"[\u4e00-\u9fff]+")
+_HAN_CHAR = re.compile(r"[\u4e00-\u9fff]")
 _LATIN = re.compile(r"[A-Za-z][A-Za-z0-9 ._'-]*[A-Za-z0-9]|[A-Za-z]")
 _MARKUP = re.compile(r"[*`_]")
 # A person's name as notes write it (two or three capitalised words): its first word is how they are called.
@@ -159,6 +160,7 @@ class Glossary:
     def __init__(self, items: Iterable[Definition]) -> None:
         self.items = list(items)
         self._streams = [f" {token_string(d.description)} " for d in self.items]
+        self._names = [[token_string(n) for n in d.names] for d in self.items]  # each name as index terms
 
     def __len__(self) -> int:
         return len(self.items)
@@ -187,7 +189,18 @@ class Glossary:
         count = len(self.items)
         if count == 0:
             return []
-        wanted = [p for p in dict.fromkeys(phrases) if p]
+        asked = f" {token_string(question)} "
+        # a name the question says is what it is about, not a description of another thing: "moth 上的 NVIDIA
+        # 驱动" is about moth even though the migration's description holds "moth" too
+        named = {term for names in self._names for n in names if f" {n} " in asked for term in n.split(" ")}
+        # one Chinese character alone is part of a word, not one (上 of "moth 上的" is not 上 of 上海): the
+        # question's pairs of characters stand for its Chinese words instead (成都 of "成都那家公司")
+        pairs = [f"{run[i]} {run[i + 1]}" for run in _HAN.findall(question) for i in range(len(run) - 1)]
+        wanted = [
+            p
+            for p in dict.fromkeys([*phrases, *pairs])
+            if p and not set(p.split(" ")) <= named and not _HAN_CHAR.fullmatch(p)
+        ]
         holders = {p: [i for i, s in enumerate(self._streams) if f" {p} " in s] for p in wanted}
         scores: dict[int, float] = {}
         for where in holders.values():
@@ -195,11 +208,10 @@ class Glossary:
                 continue
             for i in where:
                 scores[i] = scores.get(i, 0.0) + math.log(count / len(where))
-        asked = f" {token_string(question)} "
         ranked = [
             (self.items[i], score)
             for i, score in sorted(scores.items(), key=lambda kv: -kv[1])
-            if score >= MIN_SCORE and not any(f" {token_string(n)} " in asked for n in self.items[i].names)
+            if score >= MIN_SCORE and not any(f" {n} " in asked for n in self._names[i])
         ]
         return ranked
 

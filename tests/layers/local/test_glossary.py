@@ -51,9 +51,9 @@ def test_definition_items_give_names_aliases_bilingual_halves_and_event_days():
     assert found["moth"].day is None and found["moth"].line == 3
 
 
-def _bridge(question: str) -> str | None:
+def _bridge(question: str, glossary: Glossary | None = None) -> str | None:
     query = parse_query(question)
-    meant = _glossary().bridge([*query.optional, *query.required], question)
+    meant = (glossary or _glossary()).bridge([*query.optional, *query.required], question)
     return None if meant is None else meant.names[0]
 
 
@@ -64,6 +64,26 @@ def test_a_description_leads_to_the_name_and_a_named_thing_needs_no_bridge():
     assert _bridge("What did the colleague in Lisbon ask for?") is None, "one word of eight definitions: too little"
     assert _bridge("What is the IP of moth?") is None, "the question names it"
     assert _bridge("What did we eat for lunch?") is None
+
+
+def test_a_named_thing_and_a_lone_chinese_character_describe_nothing_else():
+    """ "moth 上的 NVIDIA 驱动" is about moth: not about the migration, whose description holds "moth", nor
+    about the colleague who moved to 上海 (上 of 上的 is not 上 of 上海); 成都 of "成都那家公司" still is the
+    vendor's city, though the question's parse leaves 成 alone (都 is a question word there)."""
+    glossary = Glossary(
+        definitions(
+            "MEMORY.md",
+            1,
+            "# MEMORY\n"
+            "- moth — 4×A100 80GB SXM, our training box.\n"
+            "- 陈默 Chen Mo — infra engineer who built our boxes, transferred to 上海.\n"
+            "- the migration — moth and otter moved to the IDC on 2026-08-08.\n"
+            "- 标点数据 — the labelling vendor, based in 成都, bills per image.\n"
+            "- heron — CPU data box.\n" + "".join(f"- box-{i:02d} — spare CPU box number {i}.\n" for i in range(20)),
+        )
+    )  # 25 definitions: a word only one of them holds is enough to bridge (layers/local/glossary.py, MIN_SCORE)
+    assert _bridge("moth 上的 NVIDIA 驱动是哪个版本？", glossary) is None
+    assert _bridge("成都那家公司一张图收多少钱？", glossary) == "标点数据"
 
 
 def test_an_event_named_in_the_memory_is_a_day_range_with_its_relative_words():
