@@ -23,15 +23,15 @@ import re
 
 #: Coefficients with the e5 cosine (hybrid or vector search with the local model).
 WITH_COSINE: dict[str, float] = {
-    "bias": -1.396,
-    "log_rank": -1.669,
-    "full_match": 1.468,
-    "cosine": 1.230,
-    "cosine_zh": 2.630,
-    "zh": -2.027,
+    "bias": -1.278,
+    "log_rank": -1.791,
+    "full_match": 1.517,
+    "cosine": 0.959,
+    "cosine_zh": 2.536,
+    "zh": -1.770,
 }
 #: Coefficients without a measured cosine: full-text search, a chunk not yet embedded, another embedder.
-LEXICAL: dict[str, float] = {"bias": -1.154, "log_rank": -1.384, "full_match": 1.791}
+LEXICAL: dict[str, float] = {"bias": -1.147, "log_rank": -1.393, "full_match": 1.789}
 #: The cosine enters as (cosine - COSINE_CENTRE) / COSINE_STEP: e5's unrelated pairs sit near 0.75, related near 0.85.
 COSINE_CENTRE = 0.8
 COSINE_STEP = 0.1
