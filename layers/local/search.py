@@ -659,7 +659,7 @@ def search(
         if lists.get("fts") and not answer.relaxed:
             fused = _keep_the_matches(_end_with_the_matches(fused), every, limit)
     cosines: dict[int, float] = {}  # e5's cosine of the query with each result's best passage
-    if vector is not None and answer.vectors == "used":
+    if vector is not None and answer.vectors == "used" and (calibrated or threshold is not None or explain):
         cosines = _cosines(index, fused, lists, vector)
     relevances = {i: relevance(c) for i, c in cosines.items()} if threshold is not None or explain else {}
     if threshold is not None:
