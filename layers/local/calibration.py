@@ -23,15 +23,15 @@ import re
 
 #: Coefficients with the e5 cosine (hybrid or vector search with the local model).
 WITH_COSINE: dict[str, float] = {
-    "bias": -1.278,
-    "log_rank": -1.791,
-    "full_match": 1.517,
-    "cosine": 0.959,
-    "cosine_zh": 2.536,
-    "zh": -1.770,
+    "bias": -1.262,
+    "log_rank": -1.813,
+    "full_match": 1.516,
+    "cosine": 0.949,
+    "cosine_zh": 2.547,
+    "zh": -1.771,
 }
 #: Coefficients without a measured cosine: full-text search, a chunk not yet embedded, another embedder.
-LEXICAL: dict[str, float] = {"bias": -1.147, "log_rank": -1.393, "full_match": 1.789}
+LEXICAL: dict[str, float] = {"bias": -1.155, "log_rank": -1.410, "full_match": 1.806}
 #: The cosine enters as (cosine - COSINE_CENTRE) / COSINE_STEP: e5's unrelated pairs sit near 0.75, related near 0.85.
 COSINE_CENTRE = 0.8
 COSINE_STEP = 0.1
