@@ -368,21 +368,19 @@ def give_tree(root: Path, rel: str, owner: Owner | None) -> int:
         os.close(top)
 
 
-def give_dir(root: Path, rel: str, owner: Owner | None) -> bool:
-    """Give the one directory ``root/rel`` (not what it holds) to ``owner`` if this process made it; True if
-    it changed.  For the directories a tree handed over with :func:`give_tree` was made in (``skills`` of
+def give_dir(root: Path, rel: str, owner: Owner | None) -> None:
+    """Give the one directory ``root/rel`` (not what it holds) to ``owner`` if this process made it.  For the
+    directories a tree handed over with :func:`give_tree` was made in (``skills`` of
     ``skills/mem0-integration``): what else they hold may be anyone's, and is left alone."""
     me = os.geteuid()
     if owner is None or owner[0] == me:
-        return False
+        return
     try:
         fd = open_dir(root, rel)
     except (FileNotFoundError, NotADirectoryError, UnsafePathError):
-        return False
+        return
     try:
-        before = os.fstat(fd).st_uid
         _give(fd, owner, me)
-        return before != os.fstat(fd).st_uid
     finally:
         os.close(fd)
 

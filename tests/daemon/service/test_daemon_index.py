@@ -180,15 +180,22 @@ def test_reindex_offline_and_through_the_daemon(tmp_path, daemons):
     assert no_vectors.returncode == 1 and "vectors are off" in no_vectors.stderr
 
 
-def test_a_threshold_on_l3_search_means_what_it_means_on_l4(tmp_path, daemons):
-    """Issue 23: a threshold is on the one relevance scale (the real e5 model's calibrated cosine);
-    the unrelated notes that hybrid search's vector list always brings are left out under it."""
+def _port_and_lunch_notes(tmp_path, daemons):
+    """A running daemon whose agent has two daily notes, one about Qdrant's port and one about lunch, both
+    embedded: a question about the port has one related note and one unrelated."""
     config = init_root(tmp_path, **FAST)
     ws = tmp_path / "workspace"
     d = daemons(config)
     (ws / "memory" / "2026-11-03.md").write_text("# 2026-11-03\n\n- The Qdrant server moved to port 6334.\n")
     (ws / "memory" / "2026-11-04.md").write_text("# 2026-11-04\n\n- Lunch: we tried the new ramen place.\n")
     wait_for(lambda: _index(d)["pending_embeddings"] == 0 and _paths(_search(config, "ramen")), timeout=120)
+    return config, d
+
+
+def test_a_threshold_on_l3_search_means_what_it_means_on_l4(tmp_path, daemons):
+    """Issue 23: a threshold is on the one relevance scale (the real e5 model's calibrated cosine);
+    the unrelated notes that hybrid search's vector list always brings are left out under it."""
+    config, d = _port_and_lunch_notes(tmp_path, daemons)
     plain = _search(config, "which port does the vector database listen on", "--explain")
     assert plain["vectors"] == "used" and plain["threshold"] is None
     assert all(0 <= r["relevance"] <= 1 for r in plain["results"] if r["relevance"] is not None)
@@ -220,12 +227,7 @@ def test_a_threshold_on_l3_search_means_what_it_means_on_l4(tmp_path, daemons):
 def test_min_score_keeps_the_results_likely_to_answer_on_one_scale_online_and_offline(tmp_path, daemons):
     """Issue 24: every L3 result has a confidence (0-1, the chance it is the passage that answers); `--min-score`
     leaves out those under it, through the daemon (hybrid, the real e5 cosine counted) and without it (full text)."""
-    config = init_root(tmp_path, **FAST)
-    ws = tmp_path / "workspace"
-    d = daemons(config)
-    (ws / "memory" / "2026-11-03.md").write_text("# 2026-11-03\n\n- The Qdrant server moved to port 6334.\n")
-    (ws / "memory" / "2026-11-04.md").write_text("# 2026-11-04\n\n- Lunch: we tried the new ramen place.\n")
-    wait_for(lambda: _index(d)["pending_embeddings"] == 0 and _paths(_search(config, "ramen")), timeout=120)
+    config, d = _port_and_lunch_notes(tmp_path, daemons)
     question = "which port does the qdrant server listen on"
     plain = _search(config, question, "--explain")
     assert plain["vectors"] == "used" and plain["min_score"] is None
