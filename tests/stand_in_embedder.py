@@ -63,11 +63,12 @@ class StandInEmbedder:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def configure(self, config: Path) -> dict:
-        """Point the daemon's embedder at this server; returns the environment the daemon needs."""
+    def configure(self, config: Path, dim: int = DIM) -> dict:
+        """Point the daemon's embedder at this server (``dim``-wide vectors); returns the environment the
+        daemon needs."""
         data = yaml.safe_load(config.read_text())
         data.setdefault("vectors", {}).update(
-            backend="openai", openai={"base_url": self.url, "model": "stand-in", "dim": DIM, "api_key_env": KEY_ENV}
+            backend="openai", openai={"base_url": self.url, "model": "stand-in", "dim": dim, "api_key_env": KEY_ENV}
         )
         config.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         return {KEY_ENV: KEY}
