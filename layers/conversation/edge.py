@@ -27,7 +27,9 @@ Things the engine does that callers must know (seen with 0.9.0):
   system has ``min_free`` bytes left, plus what the WAL's sparse segments may still claim (a load
   fills a 32 MiB segment in: a shard that wrote 1 MB needs 33 MB free to reopen), and raises
   ``OSError(ENOSPC)`` otherwise, before the engine is called.  That is a check, not a guarantee:
-  something else filling the disk between the check and the write still crashes the process.
+  something else filling the disk between the check and the write still crashes the process, and
+  so does a disk filled in the second after an update returns, before the engine's own flush has
+  written the update's pages into its segment files (:meth:`EdgeCollection.flush` does it at once).
 
 Filters are given in mem0's dictionary form (``{"agent_id": "a", "project_id": {"in": [...]},
 "NOT": [{"expires_at": {"lt": 5}}]}``), the form the broker, cleanup and mem0 already speak, and
