@@ -17,7 +17,7 @@ asked in fts and hybrid mode, alternating:
 - the index build against SQLite's own ``unicode61`` FTS5 over the same chunk texts;
 - the index file's size; and the growth factors from one size to the next;
 - hybrid once more with a labelled stand-in embedding endpoint (tests/stand_in_embedder.py: OpenAI's
-  protocol on loopback, a vector in microseconds, e5's width) in place of the local models, which the
+  protocol on loopback, a question's vector in 1-3 ms, e5's width) in place of the local models, which the
   issue allows for latency at scale: what hybrid costs the index itself, the query's encode on these
   two cores taken out (it is reported apart above).
 
@@ -357,6 +357,7 @@ def stand_in_hybrid(config: Path, index_path: Path, docs: list[Document], querie
 
 @contextlib.contextmanager
 def _environment(env: dict[str, str]) -> Iterator[None]:
+    """``env`` set in this process for a while: the stand-in's key, which its client reads at each call."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
