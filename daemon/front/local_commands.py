@@ -61,6 +61,11 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
     notes = []
     if answer.get("relaxed"):
         notes.append("no chunk has every term: showing chunks with any of them (relaxed)")
+    if answer.get("ranked_newest"):
+        notes.append(
+            f"more than {answer['ranked_newest']:,} chunks have every term: the words ranked the newest "
+            f"{answer['ranked_newest']:,} of them"
+        )
     bridged = [name for name in answer.get("lists", ()) if name.startswith(("fts:translated", "fts:entity"))]
     if answer.get("matched") == "none" and answer.get("results"):
         notes.append(

@@ -66,6 +66,7 @@ class SearchAnswer(TypedDict):
     threshold: Threshold | None  # when one was given: how it was applied
     budget: Budget | None  # when max_tokens was given: how the answer spent it
     min_score: MinScore | None  # when one was given: how many results had less confidence
+    ranked_newest: int | None  # more chunks held every term than this: BM25 ranked the newest this many
 
 
 class MinScore(TypedDict):

@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import apsw
 import numpy as np
@@ -49,7 +50,11 @@ SCHEMA_VERSION = 2  # 2: quantized codes and the change log (layers/local/vector
 # default), and merges segments as they pile up: a fresh build at 8 MB wrote its FTS rows in half the
 # time (20,000 chunks: 0.29 against 0.56 s; docs/facts.md, "Index build").  Kept in the table's config.
 FTS_BUILD_HASH_BYTES = 8 * 1024 * 1024
-HEADING_WEIGHT = 3.0  # bm25 weight of the heading column against 1.0 for the body
+HEADING_WEIGHT = 3.0
+# Past this many chunks holding every word of a question, BM25 ranks the newest of them (newest_floor).
+RANK_NEWEST = 2_000
+# A term's share of the chunks is read off its newest this many (LocalIndex._share).
+SHARE_SAMPLE = 500  # bm25 weight of the heading column against 1.0 for the body
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -268,6 +273,14 @@ class Hit:
     score: float
 
 
+class RankedMatches(NamedTuple):
+    """The lexical list of a question (:meth:`LocalIndex.search_query`)."""
+
+    hits: list[Hit]
+    relaxed: bool  # no chunk had every term: any of them
+    newest_only: bool  # more than RANK_NEWEST chunks had every term: the newest of them were ranked
+
+
 @dataclass(frozen=True)
 class UpdateStats:
     added: int
@@ -336,7 +349,6 @@ class LocalIndex:
         #: Chunks with a vector, as the last vector search of this connection saw them (its code cache's rows).
         self.embedded_chunks = 0
         self._created_at: str | None = None  # meta "created": which file this is, for the code caches
-        self._vocab = False  # the temp fts5vocab table of term_shares exists on this connection
         self._bulk = False
         self._next_id: int | None = None  # set while a fresh bulk build assigns ids
         self.path = path
@@ -656,49 +668,82 @@ class LocalIndex:
 
     # ------------------------------------------------------------ search
 
-    def search_text(self, expression: str, limit: int, filters: Filters) -> list[Hit]:
-        """BM25-ranked chunks for an FTS5 expression built by :mod:`layers.local.query`."""
+    def search_text(self, expression: str, limit: int, filters: Filters, after: int = 0) -> list[Hit]:
+        """BM25-ranked chunks for an FTS5 expression built by :mod:`layers.local.query` (those with an id
+        over ``after`` only: :meth:`newest_floor`)."""
         where, args = filters.sql()
         # Rank inside FTS5 first and fetch text only for the winners: joining the
         # chunk rows of every match before sorting cost more than bm25 itself.
         ranked = (
             f"SELECT rowid, bm25(chunks_fts, {HEADING_WEIGHT}, 1.0) AS rank FROM chunks_fts "
-            "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?"
+            "WHERE chunks_fts MATCH ? AND rowid > ? ORDER BY rank LIMIT ?"
             if not where
             else f"SELECT f.rowid, bm25(chunks_fts, {HEADING_WEIGHT}, 1.0) AS rank FROM chunks_fts f "
-            f"JOIN chunks c ON c.id = f.rowid WHERE chunks_fts MATCH ?{where} ORDER BY rank LIMIT ?"
+            f"JOIN chunks c ON c.id = f.rowid WHERE chunks_fts MATCH ? AND f.rowid > ?{where} ORDER BY rank LIMIT ?"
         )
         rows = self.db.execute(
             f"WITH top AS ({ranked}) SELECT c.id, c.path, c.heading, c.line_start, c.line_end, c.text, top.rank "
             "FROM top JOIN chunks c ON c.id = top.rowid ORDER BY top.rank",
-            (expression, *args, limit),
+            (expression, after, *args, limit),
         )
         return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], -r[6]) for r in rows]
 
+    def newest_floor(self, expression: str, filters: Filters, newest: int = RANK_NEWEST) -> int:
+        """The id under the ``newest`` newest chunks that match ``expression``, 0 when fewer match.
+
+        FTS5's bm25() scores every matching row (~0.5 µs each here): at 100,000 chunks a
+        question whose every word is in most of them was 30-40 ms of scoring.  FTS5 walks its
+        matches in id order and seeks on an id bound, so finding the floor costs ``newest``
+        steps, and ranking above it ``newest`` scores.  Ids follow writing order (a file's
+        changed chunks get new ones), so these are the most recently written.
+        """
+        where, args = filters.sql()
+        sql = (
+            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?"
+            if not where
+            else "SELECT f.rowid FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
+            f"WHERE chunks_fts MATCH ?{where} ORDER BY f.rowid DESC LIMIT 1 OFFSET ?"
+        )
+        row = self.db.execute(sql, (expression, *args, newest)).fetchone()
+        return row[0] if row else 0
+
     def term_shares(self, terms: Iterable[str]) -> tuple[int, dict[str, float]]:
-        """How many chunks there are, and the share of them holding each index term (in heading or body),
-        read from FTS5's own term statistics (an ``fts5vocab`` table in this connection's temp schema:
-        nothing is written to the file)."""
+        """How many chunks there are, and the share of them holding each index term (in heading or body)."""
         wanted = sorted(set(terms))
         total = self.chunk_count()
         if not wanted or not total:
             return total, {}
-        if not self._vocab:
-            vocab = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab USING fts5vocab(main, chunks_fts, 'row')"
-            self.db.execute(vocab)
-            self._vocab = True
-        shares = {}
-        for term in wanted:  # one lookup per term: fts5vocab seeks on ``term = ?``, scans on ``IN``
-            doc = self.db.execute("SELECT doc FROM temp.chunks_vocab WHERE term = ?", (term,)).get
-            shares[term] = min(1.0, doc / total) if doc else 0.0
-        return total, shares
+        return total, {term: self._share(term, total) for term in wanted}
 
-    def search_query(self, query: Query, limit: int, filters: Filters) -> tuple[list[Hit], bool]:
-        """All terms first; if that finds nothing and there are several, any term (``relaxed``)."""
-        hits = self.search_text(query.all_terms, limit, filters)
+    def _share(self, term: str, total: int) -> float:
+        """The share of the chunks holding ``term``: counted when fewer than :data:`SHARE_SAMPLE` do,
+        else read off the newest :data:`SHARE_SAMPLE` of them (how many chunks lie above the oldest).
+
+        fts5vocab counts a term's chunks by walking its whole posting list: at 100,000 chunks a word
+        in most of them took ~2 ms, on every search.  The sample's walk is bounded, and the chunks
+        above it are counted on FTS5's own table of row sizes (a small row per chunk).
+        """
+        count, oldest = self.db.execute(
+            "SELECT count(*), min(rowid) FROM "
+            "(SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT ?)",
+            (f'"{term}"', SHARE_SAMPLE),
+        ).fetchone()
+        if count < SHARE_SAMPLE:
+            return min(1.0, count / total)
+        above = self.db.execute("SELECT count(*) FROM chunks_fts_docsize WHERE id >= ?", (oldest,)).get
+        return min(1.0, count / max(above, count))
+
+    def search_query(self, query: Query, limit: int, filters: Filters) -> RankedMatches:
+        """All terms first; if that finds nothing and there are several, any term (``relaxed``).
+
+        When more than :data:`RANK_NEWEST` chunks hold every term, every term is in more chunks
+        than that, and BM25 ranks the newest :data:`RANK_NEWEST` of them (``newest_only``).
+        """
+        floor = self.newest_floor(query.all_terms, filters)
+        hits = self.search_text(query.all_terms, limit, filters, after=floor)
         if hits or not query.can_relax:
-            return hits, False
-        return self.search_text(query.any_term, limit, filters), True
+            return RankedMatches(hits, relaxed=False, newest_only=floor > 0)
+        return RankedMatches(self.search_text(query.any_term, limit, filters), relaxed=True, newest_only=False)
 
     def search_vectors(self, query_vec: np.ndarray, limit: int, filters: Filters, offset: int = 0) -> list[Hit]:
         """The ``limit`` chunks nearest ``query_vec`` within ``filters`` (see :meth:`vector_lists`)."""

@@ -35,7 +35,7 @@ from layers.local.budget import fit, passage_span
 from layers.local.calibration import confidence, is_chinese
 from layers.local.dates import DateRange, find_dates
 from layers.local.glossary import Glossary
-from layers.local.index import Filters, Hit, LocalIndex
+from layers.local.index import RANK_NEWEST, Filters, Hit, LocalIndex
 from layers.local.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.tokenizer import terms, token_spans, token_string
 from layers.local.units import has_companion
@@ -97,6 +97,7 @@ class Answer:
     threshold: Threshold | None = None
     budget: Budget | None = None
     min_score: MinScore | None = None
+    ranked_newest: int | None = None
 
     def to_dict(self) -> SearchAnswer:
         return {
@@ -112,6 +113,7 @@ class Answer:
             "threshold": None if self.threshold is None else Threshold(**self.threshold),
             "budget": None if self.budget is None else Budget(**self.budget),
             "min_score": None if self.min_score is None else MinScore(**self.min_score),
+            "ranked_newest": self.ranked_newest,
         }
 
 
@@ -395,8 +397,9 @@ def _without_common(query: Query, shares: dict[str, float], chunks: int) -> Quer
 
 def _lexical_lists(
     index: LocalIndex, query: Query, pool: int, filters: Filters, suffix: str = ""
-) -> tuple[dict[str, list[Hit]], bool]:
-    """The lexical lists for ``query``: "fts" (every term; any term when none has them all: ``relaxed``),
+) -> tuple[dict[str, list[Hit]], bool, bool]:
+    """The lexical lists for ``query``: "fts" (every term; any term when none has them all: ``relaxed``;
+    the newest of too many full matches: ``newest_only``, :meth:`LocalIndex.search_query`),
     "fts:any" beside a short "fts": the other chunks that have some of the terms, and "fts:quoted" when
     no chunk has every term: those holding every literal the question quotes (`max_num_seqs`).
 
@@ -404,7 +407,7 @@ def _lexical_lists(
     answers may use another word for one of them; below the full matches, the
     any-term list ranks the rest (at the relaxed list's weight, never as a match).
     """
-    hits, relaxed = index.search_query(query, pool, filters)
+    hits, relaxed, newest_only = index.search_query(query, pool, filters)
     lists = {f"fts{suffix}": hits}
     if query.quoted and (relaxed or not hits):
         # `max_num_seqs`: the chunks holding what the question quotes, whatever else it asks
@@ -414,7 +417,7 @@ def _lexical_lists(
         rest = [hit for hit in index.search_text(query.any_term, pool, filters) if hit.chunk_id not in full]
         if rest:
             lists[f"fts:any{suffix}"] = rest
-    return lists, relaxed
+    return lists, relaxed, newest_only
 
 
 def _translated_lists(
@@ -589,7 +592,8 @@ def search(
         if lexical is not None:
             chunks, shares = index.term_shares(_words(_content_terms(lexical)))
             lexical = _without_common(lexical, shares, chunks)
-            found_lists, answer.relaxed = _lexical_lists(index, lexical, pool, filters)
+            found_lists, answer.relaxed, newest_only = _lexical_lists(index, lexical, pool, filters)
+            answer.ranked_newest = RANK_NEWEST if newest_only else None
             lists.update(found_lists)
             if dated is not None:
                 lists.update(_lexical_lists(index, lexical, pool, dated, "@date")[0])

@@ -240,3 +240,12 @@ def test_note_appends_to_todays_file_from_arguments_and_stdin(service_root):
     assert first == second and Path(first).parent == service_root.parent / "workspace" / "memory"
     lines = Path(first).read_text().splitlines()
     assert lines[-2].endswith(" deployed Qdrant") and lines[-1].endswith(" from stdin")
+
+
+def test_a_search_that_ranked_only_the_newest_full_matches_says_so(capsys):
+    """The answer's ``ranked_newest`` (layers/local/index.py, RANK_NEWEST) is a note on stderr, as relaxed is."""
+    from daemon.front.local_commands import print_search
+
+    print_search({"results": [], "ranked_newest": 2000, "relaxed": False, "vectors": "used", "lists": []}, False)
+    err = capsys.readouterr().err
+    assert "(more than 2,000 chunks have every term: the words ranked the newest 2,000 of them)" in err

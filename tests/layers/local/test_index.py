@@ -475,3 +475,55 @@ def test_curated_chunks_are_read_through_the_path_index_not_a_scan_of_every_chun
         plan = [row[3] for row in index.db.execute("EXPLAIN QUERY PLAN " + CURATED_CHUNKS_SQL, (10,))]
         assert any("SEARCH c USING INDEX chunks_by_path" in step for step in plan), plan
         assert not any(step.startswith("SCAN c") for step in plan), plan
+
+
+def _sections(count: int, body: str, start: int = 0) -> str:
+    return "\n".join(f"## note {start + n}\n\n{body} filler{n % 7} words{n % 5}\n" for n in range(count))
+
+
+@pytest.fixture(scope="module")
+def crowded_index(tmp_path_factory):
+    """More chunks holding "alpha beta" than RANK_NEWEST: an old file where they say it three times (what BM25
+    likes best), one old chunk that also says "gamma", then newer files where they say it once."""
+    old = _sections(300, "alpha beta alpha beta alpha beta") + "\n## the old one\n\nalpha beta gamma\n"
+    newer = [_sections(1_000, "alpha beta and some other words around them", start=1_000 * (k + 1)) for k in range(3)]
+    docs = [_doc("memory/2020-01-01.md", old, day="2020-01-01")] + [
+        _doc(f"memory/2026-0{k + 1}-01.md", text, day=f"2026-0{k + 1}-01") for k, text in enumerate(newer)
+    ]
+    path = tmp_path_factory.mktemp("crowded") / "index.sqlite"
+    rebuild(path, Identity(), docs)
+    with LocalIndex(path, Identity(), readonly=True) as index:
+        yield index
+
+
+def test_past_rank_newest_full_matches_bm25_ranks_the_newest_and_the_answer_says_so(crowded_index):
+    """3,301 chunks hold both words: the newest RANK_NEWEST are ranked, so the old file's chunks (three times
+    each, BM25's favourites) are not; the answer says the ranking stopped there."""
+    from layers.local.index import RANK_NEWEST
+
+    hits, relaxed, newest_only = crowded_index.search_query(parse_query("alpha beta"), 20, Filters())
+    assert newest_only and not relaxed
+    assert len(hits) == 20 and all(h.path.startswith("memory/2026-") for h in hits)
+    unbounded = crowded_index.search_text(parse_query("alpha beta").all_terms, 20, Filters())
+    assert all(h.path == "memory/2020-01-01.md" for h in unbounded)  # what full ranking would have given
+    answer = search(crowded_index, "alpha beta", mode="fts").to_dict()
+    assert answer["ranked_newest"] == RANK_NEWEST
+    assert search(crowded_index, "alpha beta gamma", mode="fts").to_dict()["ranked_newest"] is None
+
+
+def test_a_rarer_word_is_searched_in_every_chunk_whatever_its_age(crowded_index):
+    """A question with one word few chunks hold has few full matches: all of them are ranked, the old one too."""
+    hits, _, newest_only = crowded_index.search_query(parse_query("alpha gamma"), 10, Filters())
+    assert not newest_only
+    assert [h.heading for h in hits] == ["the old one"]
+
+
+def test_term_shares_are_counted_below_the_sample_and_read_off_the_newest_above_it(crowded_index):
+    """ "gamma" is in one chunk (counted); "alpha" in every chunk and "filler3" in every seventh section
+    (both read off the newest SHARE_SAMPLE chunks that hold them)."""
+    total, shares = crowded_index.term_shares(["gamma", "alpha", "filler3", "absent"])
+    assert total == 3_301
+    assert shares["gamma"] == pytest.approx(1 / 3_301)
+    assert shares["alpha"] == pytest.approx(1.0)
+    assert shares["filler3"] == pytest.approx(1 / 7, abs=0.01)
+    assert shares["absent"] == 0.0
