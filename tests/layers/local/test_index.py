@@ -527,3 +527,18 @@ def test_term_shares_are_counted_below_the_sample_and_read_off_the_newest_above_
     assert shares["alpha"] == pytest.approx(1.0)
     assert shares["filler3"] == pytest.approx(1 / 7, abs=0.01)
     assert shares["absent"] == 0.0
+
+
+def test_the_counts_every_search_reads_follow_writes_of_this_connection_and_of_another(tmp_path):
+    """chunk_count and newest_day are kept between searches: a write on either side is seen at once."""
+    path = tmp_path / "index.sqlite"
+    with LocalIndex(path, Identity()) as writer:
+        writer.update_document(_doc("memory/2026-01-01.md", "## a\n\none\n", day="2026-01-01"))
+        with LocalIndex(path, Identity(), readonly=True) as reader:
+            assert (reader.chunk_count(), reader.newest_day()) == (1, "2026-01-01")
+            assert (writer.chunk_count(), writer.newest_day()) == (1, "2026-01-01")
+            writer.update_document(_doc("memory/2026-02-01.md", "## b\n\ntwo\n\n## c\n\nthree\n", day="2026-02-01"))
+            assert (writer.chunk_count(), writer.newest_day()) == (3, "2026-02-01")
+            assert (reader.chunk_count(), reader.newest_day()) == (3, "2026-02-01")
+            writer.remove_document("memory/2026-02-01.md")
+            assert (reader.chunk_count(), reader.newest_day()) == (1, "2026-01-01")
