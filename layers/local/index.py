@@ -52,7 +52,7 @@ SCHEMA_VERSION = 2  # 2: quantized codes and the change log (layers/local/vector
 FTS_BUILD_HASH_BYTES = 8 * 1024 * 1024
 HEADING_WEIGHT = 3.0
 # Past this many chunks holding every word of a question, BM25 ranks the newest of them (newest_floor).
-RANK_NEWEST = 2_000
+RANK_NEWEST = 1_000
 # A term's share of the chunks is read off its newest this many (LocalIndex._share).
 SHARE_SAMPLE = 500  # bm25 weight of the heading column against 1.0 for the body
 
