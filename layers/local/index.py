@@ -705,7 +705,7 @@ class LocalIndex:
         )
         return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], -r[6]) for r in rows]
 
-    def newest_floor(self, expression: str, filters: Filters, newest: int = RANK_NEWEST) -> int:
+    def newest_floor(self, expression: str, newest: int = RANK_NEWEST) -> int:
         """The id under the ``newest`` newest chunks that match ``expression``, 0 when fewer match.
 
         FTS5's bm25() scores every matching row (~0.5 µs each here): at 100,000 chunks a
@@ -714,14 +714,8 @@ class LocalIndex:
         steps, and ranking above it ``newest`` scores.  Ids follow writing order (a file's
         changed chunks get new ones), so these are the most recently written.
         """
-        where, args = filters.sql()
-        sql = (
-            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?"
-            if not where
-            else "SELECT f.rowid FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
-            f"WHERE chunks_fts MATCH ?{where} ORDER BY f.rowid DESC LIMIT 1 OFFSET ?"
-        )
-        row = self.db.execute(sql, (expression, *args, newest)).fetchone()
+        sql = "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?"
+        row = self.db.execute(sql, (expression, newest)).fetchone()
         return row[0] if row else 0
 
     def term_shares(self, terms: Iterable[str]) -> tuple[int, dict[str, float]]:
@@ -760,9 +754,11 @@ class LocalIndex:
         """All terms first; if that finds nothing and there are several, any term (``relaxed``).
 
         When more than :data:`RANK_NEWEST` chunks hold every term, every term is in more chunks
-        than that, and BM25 ranks the newest :data:`RANK_NEWEST` of them (``newest_only``).
+        than that, and BM25 ranks the newest :data:`RANK_NEWEST` of them (``newest_only``).  Not
+        with filters: the floor would be looked for through a join with every match's chunk row,
+        which is what ranking them costs already.
         """
-        floor = self.newest_floor(query.all_terms, filters)
+        floor = 0 if filters.sql()[0] else self.newest_floor(query.all_terms)
         hits = self.search_text(query.all_terms, limit, filters, after=floor)
         if hits or not query.can_relax:
             return RankedMatches(hits, relaxed=False, newest_only=floor > 0)

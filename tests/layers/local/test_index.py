@@ -509,6 +509,9 @@ def test_past_rank_newest_full_matches_bm25_ranks_the_newest_and_the_answer_says
     answer = search(crowded_index, "alpha beta", mode="fts").to_dict()
     assert answer["ranked_newest"] == RANK_NEWEST
     assert search(crowded_index, "alpha beta gamma", mode="fts").to_dict()["ranked_newest"] is None
+    # with a filter every match in it is ranked (finding the floor would cost what ranking them does)
+    until = crowded_index.search_query(parse_query("alpha beta"), 20, Filters(until="2021-01-01"))
+    assert not until.newest_only and {h.path for h in until.hits} == {"memory/2020-01-01.md"}
 
 
 def test_a_rarer_word_is_searched_in_every_chunk_whatever_its_age(crowded_index):
