@@ -50,11 +50,11 @@ SCHEMA_VERSION = 2  # 2: quantized codes and the change log (layers/local/vector
 # default), and merges segments as they pile up: a fresh build at 8 MB wrote its FTS rows in half the
 # time (20,000 chunks: 0.29 against 0.56 s; docs/facts.md, "Index build").  Kept in the table's config.
 FTS_BUILD_HASH_BYTES = 8 * 1024 * 1024
-HEADING_WEIGHT = 3.0
+HEADING_WEIGHT = 3.0  # bm25 weight of the heading column against 1.0 for the body
 # Past this many chunks holding every word of a question, BM25 ranks the newest of them (newest_floor).
 RANK_NEWEST = 1_000
 # A term's share of the chunks is read off its newest this many (LocalIndex._share).
-SHARE_SAMPLE = 500  # bm25 weight of the heading column against 1.0 for the body
+SHARE_SAMPLE = 500
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
