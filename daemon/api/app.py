@@ -343,10 +343,14 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": f"{request.method} is not a method of {request.url.path}"[:1000]}, 405)
 
-    return Starlette(
+    app = Starlette(
         routes=[Route(path, endpoint, methods=[method]) for path, method, endpoint in routes],
         exception_handlers={404: not_found, 405: not_allowed},
     )
+    # No route ends in "/": a memory id of "/" (sent as %2F) made "/v1/memories//", which Starlette answered
+    # with an empty 307 to "/v1/memories", and a client that follows it with DELETE asks for the collection.
+    app.router.redirect_slashes = False
+    return app
 
 
 def bind_unix_socket(path: Path) -> socket.socket:

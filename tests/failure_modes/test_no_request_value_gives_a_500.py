@@ -210,6 +210,13 @@ def test_no_request_value_gives_a_500(tmp_path, daemons):
     )
     assert raw.recv(100).startswith(b"HTTP/1.1 413"), "refused from its declared length"
     raw.close()
+    # A memory id of "/" was an empty 307 to the collection ("/v1/memories//" → "/v1/memories"): a client
+    # following it with DELETE would have asked to delete every memory.  It is a JSON 404, like any other path.
+    for method in ("GET", "DELETE", "PUT"):
+        body = json.dumps(add).encode() if method == "PUT" else None
+        sent = {**alpha, "Content-Type": "application/json"}
+        status, text = _send(daemon.socket, method, _path("/v1/memories/{memory_id}", "/"), body, sent)
+        assert status == 404 and "no such endpoint" in json.loads(text)["error"], text
 
     # Every route, generated values.
     for method, route in SCHEMAS:
