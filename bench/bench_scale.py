@@ -28,7 +28,6 @@ asked in fts and hybrid mode, alternating:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import os
@@ -38,9 +37,9 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from datetime import date, timedelta
 from pathlib import Path
+from unittest import mock
 
 import apsw
 import numpy as np
@@ -326,7 +325,7 @@ def stand_in_hybrid(config: Path, index_path: Path, docs: list[Document], querie
             stand_in_vectors(index, (STAND_IN_DIM,))
             index.checkpoint()
         embed_ms = []
-        with _environment(env):
+        with mock.patch.dict(os.environ, env):  # the stand-in's key, which its client reads at each call
             for q in queries:
                 t = time.perf_counter()
                 embedder.embed_query(q)
@@ -353,21 +352,6 @@ def stand_in_hybrid(config: Path, index_path: Path, docs: list[Document], querie
         "stand_in_hybrid_p95": _pct(hybrid_ms, 0.95),
         "stand_in_embed_p50": statistics.median(embed_ms),
     }
-
-
-@contextlib.contextmanager
-def _environment(env: dict[str, str]) -> Iterator[None]:
-    """``env`` set in this process for a while: the stand-in's key, which its client reads at each call."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def main(quick: bool = False, sizes: list[int] | None = None) -> None:
