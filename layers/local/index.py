@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import stat
 import time
 import urllib.parse
@@ -36,7 +37,7 @@ import numpy as np
 
 from layers import malloc
 from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
-from layers.local import vector_codes
+from layers.local import ranking, vector_codes
 from layers.local.answers import IndexStats, RebuildStats
 from layers.local.chunker import CHUNKER_VERSION, chunk_markdown
 from layers.local.query import Query
@@ -61,6 +62,7 @@ CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files(
     path TEXT PRIMARY KEY, sha256 TEXT NOT NULL, layer TEXT NOT NULL, day TEXT,
     chunks INTEGER NOT NULL, indexed_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS files_by_layer ON files(layer);
 CREATE TABLE IF NOT EXISTS chunks(
     id INTEGER PRIMARY KEY, path TEXT NOT NULL, seq INTEGER NOT NULL, heading TEXT NOT NULL,
     line_start INTEGER NOT NULL, line_end INTEGER NOT NULL, hash TEXT NOT NULL, text TEXT NOT NULL,
@@ -75,14 +77,16 @@ CREATE TABLE IF NOT EXISTS codes(
     hash TEXT NOT NULL, model TEXT NOT NULL, code BLOB NOT NULL, PRIMARY KEY(hash, model)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS changes(seq INTEGER PRIMARY KEY AUTOINCREMENT, chunk INTEGER NOT NULL);
 """
-# The curated files are picked from the (small) files table, their chunks read through chunks_by_path;
-# CROSS JOIN keeps that order.  The same condition on the chunks table, or a plain JOIN the planner turned
+# The curated files are picked from the files table through its primary key and files_by_layer (a scan of
+# it was 0.25-0.5 ms a search at 5,000 files), their chunks read through chunks_by_path; CROSS JOIN keeps
+# that order.  The same condition on the chunks table, or a plain JOIN the planner turned
 # round, walked every chunk: at 100,000 chunks fts through the API took p50 52 / p95 87 ms with it, 9 / 40 ms
 # without (bench/bench_scale.py).
 CURATED_CHUNKS_SQL = (
     "SELECT c.path, c.line_start, c.text FROM files f CROSS JOIN chunks c ON c.path = f.path "
     "WHERE f.path = 'MEMORY.md' OR f.layer = 'core' ORDER BY c.path = 'MEMORY.md' DESC, c.path, c.seq LIMIT ?"
 )
+_PHRASE = re.compile(r'"([^"]*)"')  # a phrase of an expression layers.local.query wrote (never holds a quote)
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path, seq);
 CREATE INDEX IF NOT EXISTS chunks_by_hash ON chunks(hash);
@@ -357,6 +361,7 @@ class LocalIndex:
         self._bulk = False
         self._next_id: int | None = None  # set while a fresh bulk build assigns ids
         self._summary: tuple[tuple[int, int], _Summary] | None = None  # (database state, what it said then)
+        self._matches: dict[str, float] = {}  # phrase -> chunks holding it, counted or sampled, until a write
         self.path = path
         self.identity = identity
         self.readonly = readonly
@@ -383,6 +388,7 @@ class LocalIndex:
             with contextlib.suppress(Exception):
                 self.db.close()
             raise IndexStale(f"{path} is damaged ({exc.__class__.__name__}: {exc})") from exc
+        ranking.register(self.db, HEADING_WEIGHT)
         if not readonly:
             tighten_sqlite(path)  # ours (checked above): an index of an older version was 0644
 
@@ -395,7 +401,8 @@ class LocalIndex:
             check = db.execute("PRAGMA quick_check").fetchall()
             if check != [("ok",)]:
                 raise apsw.CorruptError(f"quick_check: {check[0][0]}")
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')")}
+        schema = dict(db.execute("SELECT name, type FROM sqlite_schema WHERE type IN ('table', 'view', 'index')"))
+        tables = {name for name, kind in schema.items() if kind != "index"}
         if "meta" not in tables:
             if self.readonly or tables - {"meta"}:
                 raise IndexStale(f"{self.path} is not a memstrata index (no meta table)")
@@ -404,6 +411,8 @@ class LocalIndex:
                 db.executemany("INSERT INTO meta VALUES(?, ?)", self.identity.as_meta().items())
                 db.execute("INSERT INTO meta VALUES('created', ?)", (str(time.time()),))
             return
+        if not self.readonly and "files_by_layer" not in schema:  # an index written before it was made
+            db.execute("CREATE INDEX IF NOT EXISTS files_by_layer ON files(layer)")
         meta = dict(db.execute("SELECT key, value FROM meta"))
         wanted = self.identity.as_meta()
         differs = [f"{k} {meta.get(k)!r} ≠ {v!r}" for k, v in wanted.items() if meta.get(k) != v]
@@ -436,6 +445,7 @@ class LocalIndex:
                     self.db.execute(hashsize, (FTS_BUILD_HASH_BYTES,))
                     self._next_id = self.db.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").get
                 yield
+                self._note_summary()
                 if fresh:
                     self.db.execute(_INDEXES)
         finally:
@@ -516,6 +526,8 @@ class LocalIndex:
                 "INSERT OR REPLACE INTO files VALUES(?, ?, ?, ?, ?, ?)",
                 (doc.path, doc.sha256, doc.layer, doc.day, len(chunks), time.time()),
             )
+            if not self._bulk:
+                self._note_summary()
         return UpdateStats(added, len(stale), kept)
 
     def remove_document(self, path: str) -> int:
@@ -525,6 +537,8 @@ class LocalIndex:
             self._delete_chunks(ids)
             self._log_changes(ids)
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
+            if not self._bulk:
+                self._note_summary()
         return len(ids)
 
     def scrub(self, paths: Iterable[str]) -> int:
@@ -642,20 +656,36 @@ class LocalIndex:
         return count
 
     def chunk_count(self) -> int:
-        """Every file's chunk count, summed: ``count(*)`` of the chunks reads every row (0.5 ms at 20,000
-        chunks, on each search), the files table holds a row per file."""
+        """How many chunks the index holds, as the writer keeps it (:meth:`_summarised`): ``count(*)``
+        of the chunks reads every row (0.5 ms at 20,000 chunks, on each search)."""
         return self._summarised().chunks
 
     def _summarised(self) -> _Summary:
-        """The chunk count and newest day, read once until a write: a search asks for them three
-        times, and each read sums the files table (a row per file: 5,000 at 100,000 chunks).
+        """The chunk count and newest day, read once until a write: a search asks for them three times.
         ``data_version`` moves when another connection commits, ``total_changes`` when this one writes.
+
+        The writer keeps both in meta (:meth:`_note_summary`): summing the files table (a row per
+        file: 5,000 at 100,000 chunks) took 0.55 ms, on every search, as each opens its own
+        connection.  An index written before they were kept is summed.
         """
         state = (self.db.execute("PRAGMA data_version").get, self.db.total_changes())
         if self._summary is None or self._summary[0] != state:
-            chunks, newest = next(self.db.execute("SELECT coalesce(sum(chunks), 0), max(day) FROM files"))
-            self._summary = (state, _Summary(chunks, newest))
+            kept = dict(self.db.execute("SELECT key, value FROM meta WHERE key IN ('chunk_total', 'newest_day')"))
+            if len(kept) == 2:
+                summary = _Summary(int(kept["chunk_total"]), kept["newest_day"] or None)
+            else:
+                summary = _Summary(*next(self.db.execute("SELECT coalesce(sum(chunks), 0), max(day) FROM files")))
+            self._summary = (state, summary)
+            self._matches.clear()
         return self._summary[1]
+
+    def _note_summary(self) -> None:
+        """Keep the chunk count and newest day in meta for readers (:meth:`_summarised`), in the
+        transaction that changed the files table."""
+        chunks, newest = next(self.db.execute("SELECT coalesce(sum(chunks), 0), max(day) FROM files"))
+        self.db.executemany(
+            "INSERT OR REPLACE INTO meta VALUES(?, ?)", [("chunk_total", str(chunks)), ("newest_day", newest or "")]
+        )
 
     def has_vectors(self) -> bool:
         """Whether any chunk has a vector of the index's model (cheap: no count of them)."""
@@ -689,19 +719,26 @@ class LocalIndex:
         """BM25-ranked chunks for an FTS5 expression built by :mod:`layers.local.query` (those with an id
         over ``after`` only: :meth:`newest_floor`)."""
         where, args = filters.sql()
+        # Above a newest floor few rows are ranked, and FTS5's bm25() would still walk every
+        # phrase's whole posting list for its IDF: the same formula with counted or sampled IDFs
+        # (layers/local/ranking.py) ranks them in less than the walks took.
+        rank, rank_args = f"bm25(chunks_fts, {HEADING_WEIGHT}, 1.0)", ()
+        if after:
+            total = self.chunk_count()
+            counts = [self.phrase_matches(phrase) for phrase in _PHRASE.findall(expression)]
+            rank, rank_args = f"{ranking.FUNCTION}(chunks_fts, ?)", (ranking.idf_argument(total, counts),)
         # Rank inside FTS5 first and fetch text only for the winners: joining the
         # chunk rows of every match before sorting cost more than bm25 itself.
         ranked = (
-            f"SELECT rowid, bm25(chunks_fts, {HEADING_WEIGHT}, 1.0) AS rank FROM chunks_fts "
-            "WHERE chunks_fts MATCH ? AND rowid > ? ORDER BY rank LIMIT ?"
+            f"SELECT rowid, {rank} AS rank FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid > ? ORDER BY rank LIMIT ?"
             if not where
-            else f"SELECT f.rowid, bm25(chunks_fts, {HEADING_WEIGHT}, 1.0) AS rank FROM chunks_fts f "
+            else f"SELECT f.rowid, {rank} AS rank FROM chunks_fts f "
             f"JOIN chunks c ON c.id = f.rowid WHERE chunks_fts MATCH ? AND f.rowid > ?{where} ORDER BY rank LIMIT ?"
         )
         rows = self.db.execute(
             f"WITH top AS ({ranked}) SELECT c.id, c.path, c.heading, c.line_start, c.line_end, c.text, top.rank "
             "FROM top JOIN chunks c ON c.id = top.rowid ORDER BY top.rank",
-            (expression, after, *args, limit),
+            (*rank_args, expression, after, *args, limit),
         )
         return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], -r[6]) for r in rows]
 
@@ -727,28 +764,38 @@ class LocalIndex:
         return total, {term: self._share(term, total) for term in wanted}
 
     def _share(self, term: str, total: int) -> float:
-        """The share of the chunks holding ``term``: counted when fewer than :data:`SHARE_SAMPLE` do,
-        else read off the newest :data:`SHARE_SAMPLE` of them (over the ids they span, at the index's
-        mean density of ids: a rewritten chunk leaves its old id unused).
+        """The share of the chunks holding ``term`` (:meth:`phrase_matches`)."""
+        return min(1.0, self.phrase_matches(term) / total)
+
+    def phrase_matches(self, phrase: str) -> float:
+        """How many chunks hold ``phrase`` (index terms joined by spaces): counted when fewer than
+        :data:`SHARE_SAMPLE` do, else read off the newest :data:`SHARE_SAMPLE` of them (over the ids
+        they span, at the index's mean density of ids: a rewritten chunk leaves its old id unused).
+        Kept until the index changes.
 
         fts5vocab counts a term's chunks by walking its whole posting list: at 100,000 chunks a word
         in most of them took ~2 ms, on every search.  The sample's walk is bounded.
         """
+        total = self.chunk_count()  # first: it forgets the kept counts when the index has changed
+        if phrase in self._matches:
+            return self._matches[phrase]
         count, oldest = next(
             self.db.execute(
                 "SELECT count(*), min(rowid) FROM "
                 "(SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT ?)",
-                (f'"{term}"', SHARE_SAMPLE),
+                (f'"{phrase}"', SHARE_SAMPLE),
             )
         )
-        if count < SHARE_SAMPLE:
-            return min(1.0, count / total)
-        # min() and max() each read one end of the id b-tree; both in one statement would scan every chunk
-        first = self.db.execute("SELECT min(id) FROM chunks").get
-        last = self.db.execute("SELECT max(id) FROM chunks").get
-        density = total / max(1, last - first + 1)
-        above = (last - oldest + 1) * density
-        return min(1.0, count / max(above, count))
+        matches = float(count)
+        if count >= SHARE_SAMPLE:
+            # min() and max() each read one end of the id b-tree; both in one statement would scan every chunk
+            first = self.db.execute("SELECT min(id) FROM chunks").get
+            last = self.db.execute("SELECT max(id) FROM chunks").get
+            density = total / max(1, last - first + 1)
+            above = (last - oldest + 1) * density  # chunks in the span the sample covers
+            matches = total * count / max(above, count)  # the sample's share, over the whole index
+        self._matches[phrase] = matches
+        return matches
 
     def search_query(self, query: Query, limit: int, filters: Filters) -> RankedMatches:
         """All terms first; if that finds nothing and there are several, any term (``relaxed``).
