@@ -39,6 +39,7 @@ from layers import malloc
 from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
 from layers.local import ranking, vector_codes
 from layers.local.answers import IndexStats, RebuildStats
+from layers.local.build_helper import PreparedChunk, prepared_documents
 from layers.local.chunker import CHUNKER_VERSION, chunk_markdown
 from layers.local.query import Query
 from layers.local.tokenizer import TOKENIZER_VERSION, token_string
@@ -463,9 +464,10 @@ class LocalIndex:
 
     # ------------------------------------------------------------ writing
 
-    def update_document(self, doc: Document) -> UpdateStats:
-        """Re-chunk one file; only chunks whose hash changed are written (and re-embedded)."""
-        chunks = chunk_markdown(doc.text)
+    def update_document(self, doc: Document, prepared: list[PreparedChunk] | None = None) -> UpdateStats:
+        """Re-chunk one file; only chunks whose hash changed are written (and re-embedded).
+        ``prepared``: its chunks and their terms, made elsewhere (:mod:`layers.local.build_helper`)."""
+        chunks = chunk_markdown(doc.text) if prepared is None else [p.chunk for p in prepared]
         db = self.db
         with self._transaction():
             existing: dict[str, list[int]] = defaultdict(list)
@@ -487,7 +489,9 @@ class LocalIndex:
                         (seq, chunk.line_start, chunk.line_end, doc.layer, doc.day, existing[chunk_hash].pop(0))
                     )
                     continue
-                if chunk.heading not in headings:
+                if prepared is not None:
+                    headings[chunk.heading] = prepared[seq].heading_terms
+                elif chunk.heading not in headings:
                     headings[chunk.heading] = token_string(chunk.heading)
                 new_rows.append(
                     (
@@ -503,7 +507,8 @@ class LocalIndex:
                         doc.day,
                     )
                 )
-                fts_rows.append((next_id, headings[chunk.heading], token_string(chunk.text)))
+                body = token_string(chunk.text) if prepared is None else prepared[seq].body_terms
+                fts_rows.append((next_id, headings[chunk.heading], body))
                 new_hashes.append(chunk_hash)
                 next_id += 1
             stale = [chunk_id for ids in existing.values() for chunk_id in ids]
@@ -722,7 +727,8 @@ class LocalIndex:
         # Above a newest floor few rows are ranked, and FTS5's bm25() would still walk every
         # phrase's whole posting list for its IDF: the same formula with counted or sampled IDFs
         # (layers/local/ranking.py) ranks them in less than the walks took.
-        rank, rank_args = f"bm25(chunks_fts, {HEADING_WEIGHT}, 1.0)", ()
+        rank = f"bm25(chunks_fts, {HEADING_WEIGHT}, 1.0)"
+        rank_args: tuple[str, ...] = ()
         if after:
             total = self.chunk_count()
             counts = [self.phrase_matches(phrase) for phrase in _PHRASE.findall(expression)]
@@ -1069,8 +1075,8 @@ def rebuild(
         if found.kind == "index":
             reused = _copy_vectors(new, path)
         with new.bulk(fresh=True):
-            for count, doc in enumerate(documents, start=1):
-                new.update_document(doc)
+            for count, (doc, prepared) in enumerate(prepared_documents(documents), start=1):
+                new.update_document(doc, prepared)
                 if progress:
                     progress(count)
         stats = new.stats()

@@ -40,11 +40,12 @@ def register(db: apsw.Connection, heading_weight: float, body_weight: float = 1.
     """Make ``sampled_bm25(table, idfs)`` available on ``db``, for the index's two columns
     (heading, body) weighted as its bm25() call weighs them."""
 
-    def sampled_bm25(api: apsw.FTS5ExtensionApi, idfs: str) -> float:
+    def sampled_bm25(api: apsw.FTS5ExtensionApi, *args: apsw.SQLiteValue) -> float:
+        (idfs,) = args  # the IDFs, comma-separated (idf_argument)
         prepared = api.aux_data  # per query: the length norm's terms and the IDFs, made on its first row
         if prepared is None:
             average = api.column_total_size(-1) / max(1, api.row_count)
-            phrases = tuple(enumerate(float(x) for x in idfs.split(",")))
+            phrases = tuple(enumerate(float(x) for x in str(idfs).split(",")))
             prepared = api.aux_data = (K1 * (1.0 - B), K1 * B / average, phrases)
         fixed, per_token, phrases = prepared
         norm = fixed + per_token * api.column_size(-1)
