@@ -283,10 +283,19 @@ def build_mem0_app(daemon: Any) -> Starlette:
         message = f"no such endpoint: {request.method} {request.url.path} (memstrata serves mem0's memory API only)"
         return JSONResponse({"error": message[:1000], "detail": message[:1000]}, 404)
 
-    return Starlette(
-        routes=[Route(path, _with_detail(endpoint), methods=[method]) for path, method, endpoint in routes],
+    # Each path is served with and without its trailing slash, and nothing is redirected: Starlette's
+    # redirect sent a memory id of "/" without the slash (/v1/memories//) on to /v1/memories/, the
+    # delete-all route, and a client follows a 307 with its DELETE.
+    app = Starlette(
+        routes=[
+            Route(served, _with_detail(endpoint), methods=[method])
+            for path, method, endpoint in routes
+            for served in (path, path.rstrip("/"))
+        ],
         exception_handlers={404: not_found, 405: not_found},
     )
+    app.router.redirect_slashes = False
+    return app
 
 
 def _number(value: str | None, default: int, name: str) -> int:

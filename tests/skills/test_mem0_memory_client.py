@@ -167,4 +167,14 @@ def test_the_rest_api_pages_refuses_and_names_what_it_does_not_serve(mem0_daemon
         assert bad.status_code == 400 and "threshold" in bad.json()["detail"]
         missing = http.get("/v1/entities/")
         assert missing.status_code == 404 and "mem0's memory API only" in missing.json()["detail"]
+        # a memory id of "/" is no memory, with or without the trailing slash, and nothing is redirected
+        # (Starlette sent /v1/memories// on to the delete-all route, with the caller's query)
+        for path in ("/v1/memories/%2F", "/v1/memories/%2F/"):
+            for method in ("GET", "DELETE"):
+                answer = http.request(method, path, params={"user_id": "carol"})
+                assert answer.status_code == 404 and "mem0's memory API only" in answer.json()["detail"], answer
+        kept = http.post("/v3/memories/", json={"filters": {"user_id": "carol"}}).json()
+        assert kept["count"] == 3
+        one = kept["results"][0]["id"]
+        assert http.get(f"/v1/memories/{one}").json()["id"] == one  # served without the slash too
         assert http.delete("/v1/memories/", params={"user_id": "carol"}).json()["deleted"] == 3
