@@ -149,12 +149,14 @@ class Helper:
         if not self.alive:
             return None
         answer = self._inbox.get()
-        if not isinstance(answer, list) or len(answer) != count:
-            if self.alive:
-                log.warning("index build: the helper stopped (exit %s): preparing the rest here", self.process.poll())
+        prepared = None
+        if isinstance(answer, list) and len(answer) == count:
+            with contextlib.suppress(TypeError, ValueError, IndexError):  # an answer of another shape: not used
+                prepared = [[PreparedChunk(Chunk(*row[:4]), row[4], row[5]) for row in doc] for doc in answer]
+        if prepared is None:
+            log.warning("index build: the helper stopped (exit %s): preparing the rest here", self.process.poll())
             self.alive = False
-            return None
-        return [[PreparedChunk(Chunk(*row[:4]), row[4], row[5]) for row in doc] for doc in answer]
+        return prepared
 
     def prepare(self, documents: Iterable[Document]) -> Iterator[tuple[Document, list[PreparedChunk] | None]]:
         """``documents`` in order, each with its prepared chunks (None: the caller prepares it)."""

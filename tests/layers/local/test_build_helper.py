@@ -35,6 +35,17 @@ def _contents(path) -> tuple[list, list]:
     return contents
 
 
+WRONG_SHAPE = """
+import marshal, struct, sys
+stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+while len(head := stdin.read(8)) == 8:
+    texts = marshal.loads(stdin.read(struct.unpack("<Q", head)[0]))
+    data = marshal.dumps([[("x",)]] * len(texts))
+    stdout.write(struct.pack("<Q", len(data)) + data)
+    stdout.flush()
+"""
+
+
 @pytest.fixture
 def small_batches(monkeypatch):
     """The helper from the first file, in batches of a few files, so both processes prepare some."""
@@ -68,6 +79,7 @@ def test_a_build_with_the_helper_is_the_build_without_it(tmp_path, monkeypatch, 
         ["/nonexistent/python"],  # cannot start
         [sys.executable, "-c", "import sys; sys.stdin.buffer.read(8)"],  # exits before answering
         [sys.executable, "-c", "import sys; sys.stdout.buffer.write(b'\\x05' + bytes(7) + b'junk!')"],  # answers junk
+        [sys.executable, "-c", WRONG_SHAPE],  # answers each batch in time, with rows of another shape
     ],
 )
 def test_a_helper_that_fails_loses_no_file(tmp_path, small_batches, command):
