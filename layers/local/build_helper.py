@@ -141,9 +141,6 @@ class Helper:
             log.warning("index build: the helper's answer was unreadable (%s)", exc)
         self._inbox.put(None)
 
-    def _send(self, texts: list[str]) -> None:
-        self._outbox.put(texts)
-
     def _receive(self, count: int) -> list[list[PreparedChunk]] | None:
         """The answer for the oldest batch sent; None once the helper has failed."""
         if not self.alive:
@@ -173,7 +170,7 @@ class Helper:
                 number += 1
                 to_helper = self.alive and number % OWN_SHARE != 0
                 if to_helper:
-                    self._send([doc.text for doc in batch])
+                    self._outbox.put([doc.text for doc in batch])
                     sent += 1
                 waiting.append((batch, to_helper))
             if not waiting:

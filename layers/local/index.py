@@ -80,9 +80,9 @@ CREATE TABLE IF NOT EXISTS changes(seq INTEGER PRIMARY KEY AUTOINCREMENT, chunk 
 """
 # The curated files are picked from the files table through its primary key and files_by_layer (a scan of
 # it was 0.25-0.5 ms a search at 5,000 files), their chunks read through chunks_by_path; CROSS JOIN keeps
-# that order.  The same condition on the chunks table, or a plain JOIN the planner turned
-# round, walked every chunk: at 100,000 chunks fts through the API took p50 52 / p95 87 ms with it, 9 / 40 ms
-# without (bench/bench_scale.py).
+# that order.  The same condition on the chunks table, or a plain JOIN the planner turned round, walked
+# every chunk: at 100,000 chunks fts through the API took p50 52 / p95 87 ms with it, 9 / 40 ms without
+# (bench/bench_scale.py).
 CURATED_CHUNKS_SQL = (
     "SELECT c.path, c.line_start, c.text FROM files f CROSS JOIN chunks c ON c.path = f.path "
     "WHERE f.path = 'MEMORY.md' OR f.layer = 'core' ORDER BY c.path = 'MEMORY.md' DESC, c.path, c.seq LIMIT ?"
