@@ -228,6 +228,11 @@ def prepared_documents(
     if helper is None:
         yield from ((doc, None) for doc in docs)
         return
+    log.info(
+        "index build: past %s characters, helper process %d chunks and tokenizes with this one",
+        read,
+        helper.process.pid,
+    )
     try:
         yield from helper.prepare(docs)
     finally:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -226,6 +227,40 @@ def test_backup_and_cleanup_run_while_the_daemon_is_stopped(installed, service):
     assert (shown["Result"], shown["ExecMainStatus"]) == ("success", "0"), shown
 
 
+BULK_NOTES = """
+import datetime, pathlib, sys
+memory = pathlib.Path(sys.argv[1])
+start = datetime.date(2024, 1, 1)
+for n in range(160):
+    day = start + datetime.timedelta(days=n)
+    body = "检索服务的部署记录 deployment notes for the index " * 30
+    sections = [f"## 第 {k} 段 build{n}x{k}\\n\\n{body}" for k in range(6)]
+    (memory / f"{day.isoformat()}.md").write_text(f"# {day}\\n\\n" + "\\n".join(sections), encoding="utf-8")
+"""
+
+
+def test_a_first_index_past_a_megabyte_is_built_with_its_helper_inside_the_unit(installed):
+    """A fresh build past 1 MB of notes shares its chunking and tokenizing with a helper process
+    (layers/local/build_helper.py): it starts and answers inside the service's sandbox, and the
+    index it builds answers a search for a word of the last note."""
+    c = installed
+    c.run("systemctl", "start", "memstrata.service", timeout=150)
+    python = str(Path(MEMSTRATA).with_name("python"))
+    c.run(python, "-c", BULK_NOTES, f"{WORKSPACE}/memory")
+    deadline = time.monotonic() + 180
+    while _main_index(c)["files"] < 160:  # the watcher commits and indexes them first, one by one
+        assert time.monotonic() < deadline, (_main_index(c), c.journal("memstrata.service", 60))
+        time.sleep(1)
+    since = c.run("date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
+    rebuilt = json.loads(memstrata(c, "reindex", "--agent", "main", "--rebuild", "--json", timeout=300).stdout)
+    assert rebuilt["main"]["rebuilt"] and rebuilt["main"]["files"] >= 160, rebuilt
+    journal = c.run("journalctl", "--no-pager", "-u", "memstrata.service", "--since", since).stdout
+    assert re.search(r"index build: past \d+ characters, helper process \d+", journal), journal[-3000:]
+    assert "helper stopped" not in journal and "no helper process" not in journal, journal[-3000:]
+    found = json.loads(memstrata(c, "search", "build159x5", "--agent", "main", "--mode", "fts", "--json").stdout)
+    assert found["results"] and found["results"][0]["path"] == "memory/2024-06-08.md", found
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_every_installed_service_is_exposed_at_most_2(installed, service):
     """The real assessment, by the booted systemd, of the unit as installed."""
@@ -255,6 +290,10 @@ def test_uninstall_stops_and_removes_the_units_and_keeps_the_data(installed):
     c.run("test", "-s", f"{AGENTS}/coder-workspace/.memstrata/token")
     assert "停止前的最后一行" in c.run("git", "-C", WORKSPACE, "show", "HEAD:MEMORY.md").stdout
     c.run("test", "-d", "/var/lib/memstrata")
+
+
+def _main_index(c) -> dict:
+    return next(agent["index"] for agent in status(c)["agents"] if agent["id"] == "main")
 
 
 def _status_cmd() -> str:
