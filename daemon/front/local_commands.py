@@ -164,6 +164,7 @@ def local_search(
                 explain=explain,
                 threshold=threshold,
                 translate=None if dictionary is None else dictionary.translate,
+                romanize=None if dictionary is None else dictionary.romanize,
                 max_tokens=max_tokens,
                 min_score=min_score,
             )

@@ -107,6 +107,7 @@ class LocalSearch:
                     pause=self.pause,
                     threshold=threshold,
                     translate=None if dictionary is None else dictionary.translate,
+                    romanize=None if dictionary is None else dictionary.romanize,
                     max_tokens=max_tokens,
                     min_score=min_score,
                     calibrated=bool(getattr(self.embedder, "calibrated", False)),

@@ -10,6 +10,10 @@ in the curated files an agent keeps (MEMORY.md, the core files), as definition i
     - gw-01 (10.0.1.1)：入口网关，nginx + certbot。
     - the migration / 机房搬迁 — moth and otter moved to 萧山 IDC on 2026-08-08.
 
+An item that lists roles and who holds them, in clauses ("数据库：王磊（DBA）。安全审计：Tom Becker。",
+"Database: Wang Lei. Security audit: Tom Becker."), defines each holder by the role: the question
+says "the security auditor", the notes say "Tom".  Two such clauses at least, each holder a person's name.
+
 An item is a definition when it starts with a short name part (at most :data:`MAX_NAME_WORDS`
 words, not a date) followed by a dash, an en or em dash or a colon.  Its names are the parts
 separated by ``/``, ``、`` or a comma, a bracketed alias, the Latin and Chinese halves of a
@@ -33,16 +37,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from layers.local.query import STOPWORDS_ZH
 from layers.local.tokenizer import terms, token_string
 
 MAX_NAME_WORDS = 5
 MAX_NAME_CHARS = 60
-MIN_SCORE = 3.0  # one word that only one of 20 definitions holds, or two that a few hold
+MIN_SCORE = math.log(20)  # one word that only one of 20 definitions holds, or two that a few hold
+# A smaller glossary counts as this many definitions: in one of 13, a word that one definition holds
+# ("缓存" of redis-01's 缓存和队列) scored log(13) = 2.6 and bridged nothing, though it tells it apart as well.
+MIN_DEFINITIONS = 20
 CLEAR_LEAD = 1.25  # the best definition must lead the next by this factor to be the one meant
 MAX_SHARE = 0.25  # a word in more of the definitions than this tells none of them apart
 _DEFINITION = re.compile(
     rf"^\s*[-*+]\s+(?P<head>[^\n]{{1,{MAX_NAME_CHARS}}}?)\s*(?:\s[—–-]\s|：|:\s)\s*(?P<body>\S.*)$"
 )
+# a clause of a roles item ("安全审计：Tom Becker", "数据库：王磊（DBA）"): the role, a colon, a person's name
+# (two to four Han characters, or one to three capitalised words) with perhaps a bracketed note.  Only a
+# person: "moth: GPU box. IP: 10.88.1.11." is a host's definition, not two roles.
+_ROLE_CLAUSE = re.compile(
+    r"^(?P<role>[^:：]{1,40}?)\s*[:：]\s*"
+    r"(?P<who>(?:[\u4e00-\u9fff]{2,4}|[A-Z][a-z]+(?: [A-Z][a-z]+){0,2})\s*(?:[(（][^()（）]{1,20}[)）])?)$"
+)
+_CLAUSES = re.compile(r"\s*(?:。|；|;\s|\.\s)\s*")
 _ISO_DAY = re.compile(r"\b(20\d\d)-(\d\d)-(\d\d)\b")
 _BRACKETED = re.compile(r"[(（]([^()（）]{1,40})[)）]")
 _SPLIT = re.compile(r"\s*(?:/|、|,|，)\s*")
@@ -71,6 +87,14 @@ _DAY_AFTER = re.compile(r"\b(?:day after|next day|following day)\b|第二天|次
 _WORKDAY_AFTER = re.compile(r"\bfirst (?:working|work|business) day\b|第一个工作日|首个工作日", re.IGNORECASE)
 _BEFORE = re.compile(r"\b(?:before|ahead of|leading up to)\b|之前|以前|前夕", re.IGNORECASE)
 _AFTER = re.compile(r"\b(?:after|since|following)\b|之后|以后", re.IGNORECASE)
+_FUNCTION_WORDS = frozenset(STOPWORDS_ZH)
+# A question about a person: only such a question means the holder of a role its words describe ("负责网络的同事",
+# "who handles security audits"); "how many database connections" is about the database, not its DBA.
+_ABOUT_A_PERSON = re.compile(
+    r"\b(?:who|whom|whose|colleague|owner|owns|lead|responsible|in charge|handles?|person|she|he|her|him)\b"
+    r"|谁|负责|同事|那位|的人",
+    re.IGNORECASE,
+)
 KEPT_GLOSSARIES = 16  # one per agent's index searched lately
 NEAR_DAYS = 7  # "before the migration" / "after the migration": the week on that side of it
 
@@ -82,6 +106,7 @@ class Definition:
     path: str
     line: int
     day: date | None  # an event's day: the one ISO date its line holds
+    role: bool = False  # a person defined by what they do (a roles item): pointed at by a question about a person
 
 
 def _names(head: str) -> tuple[str, ...]:
@@ -123,6 +148,23 @@ def _continued(lines: list[str], start: int) -> str:
     return " ".join(more)
 
 
+def _holders(line: str, path: str, line_no: int) -> list[Definition] | None:
+    """The definitions of a roles item (each holder defined by the role), or None when ``line`` is not one."""
+    clauses = [c for c in _CLAUSES.split(_ITEM.sub("", line, count=1).strip().rstrip("。.;；")) if c]
+    if len(clauses) < 2:
+        return None
+    found = []
+    for clause in clauses:
+        match = _ROLE_CLAUSE.match(clause)
+        if match is None:
+            return None
+        names = _names(match.group("who"))
+        if not names:
+            return None
+        found.append(Definition(names, match.group("role").strip(), path, line_no, None, role=True))
+    return found
+
+
 def definitions(path: str, first_line: int, text: str) -> list[Definition]:
     """The definition items of a chunk of ``path`` whose first line is ``first_line``.
 
@@ -133,6 +175,9 @@ def definitions(path: str, first_line: int, text: str) -> list[Definition]:
     found = []
     lines = text.split("\n")
     for offset, line in enumerate(lines):
+        if _ITEM.match(line) and (holders := _holders(line, path, first_line + offset)) is not None:
+            found.extend(holders)
+            continue
         match = _DEFINITION.match(line)
         if match is None:
             continue
@@ -195,19 +240,26 @@ class Glossary:
         named = {term for names in self._names for n in names if f" {n} " in asked for term in n.split(" ")}
         # one Chinese character alone is part of a word, not one (上 of "moth 上的" is not 上 of 上海): the
         # question's pairs of characters stand for its Chinese words instead (成都 of "成都那家公司")
-        pairs = [f"{run[i]} {run[i + 1]}" for run in _HAN.findall(question) for i in range(len(run) - 1)]
+        pairs = [
+            f"{run[i]} {run[i + 1]}"
+            for run in _HAN.findall(question)
+            for i in range(len(run) - 1)
+            if run[i : i + 2] not in _FUNCTION_WORDS  # 之前 of "哪个日期之前" describes nothing
+        ]
         wanted = [
             p
             for p in dict.fromkeys([*phrases, *pairs])
             if p and not set(p.split(" ")) <= named and not _HAN_CHAR.fullmatch(p)
         ]
-        holders = {p: [i for i, s in enumerate(self._streams) if f" {p} " in s] for p in wanted}
+        person = bool(_ABOUT_A_PERSON.search(question))
+        open_ = [i for i, item in enumerate(self.items) if person or not item.role]
+        holders = {p: [i for i in open_ if f" {p} " in self._streams[i]] for p in wanted}
         scores: dict[int, float] = {}
         for where in holders.values():
             if not where or len(where) > max(1, MAX_SHARE * count):
                 continue
             for i in where:
-                scores[i] = scores.get(i, 0.0) + math.log(count / len(where))
+                scores[i] = scores.get(i, 0.0) + math.log(max(count, MIN_DEFINITIONS) / len(where))
         ranked = [
             (self.items[i], score)
             for i, score in sorted(scores.items(), key=lambda kv: -kv[1])

@@ -444,15 +444,20 @@ def _entity_lists(
     text: str,
     pool: int,
     filters: Filters,
+    romanize: Callable[[str], str | None] | None = None,
 ) -> dict[str, list[Hit]]:
     """ "fts:entity": when the question describes a thing the memory defines ("the A100 training box"
-    for ``moth``), the chunks that name it and hold the rest of the question's words."""
+    for ``moth``), the chunks that name it and hold the rest of the question's words.  A person named
+    in Chinese is looked for as Latin letters write the name too (``romanize``: 李娜, "Li Na")."""
     phrases = [*(query.optional or query.phrases), *query.required, *translations]
     meant = glossary.bridge(phrases, text)
     if meant is None:
         return {}
     described = f" {token_string(meant.description)} "
-    names = " OR ".join(f'"{" ".join(terms(n))}"' for n in meant.names)
+    spelled = [" ".join(terms(n)) for n in meant.names]
+    if romanize is not None:
+        spelled += [latin for n in meant.names if (latin := romanize(n))]
+    names = " OR ".join(f'"{n}"' for n in dict.fromkeys(spelled))
     rest = " OR ".join(f'"{p}"' for p in dict.fromkeys(phrases) if f" {p} " not in described)
     hits = index.search_text(f"({names}) AND ({rest})", pool, filters) if rest else []
     hits = hits or index.search_text(names, pool, filters)
@@ -510,6 +515,7 @@ def search(
     threshold: float | None = None,
     relevance: Callable[[float], float] = clamped,
     translate: Callable[[str], list[str]] | None = None,
+    romanize: Callable[[str], str | None] | None = None,
     max_tokens: int | None = None,
     min_score: float | None = None,
     calibrated: bool = False,
@@ -526,6 +532,7 @@ def search(
     when no chunk has every word of the question, the chunks holding the translations join as the
     "fts:translated" list (where every word matched, the answer is in the question's language; the
     same figures on both dev sets, and a search of ``集群规则`` stays the notes that say it).
+    ``romanize`` spells a Chinese person's name in Latin letters (the same dictionary's readings).
 
     Every result has a ``confidence`` (0-1, :mod:`layers.local.calibration`): the chance that it is
     the passage that answers, from its place in the answer, whether it holds every term, and the
@@ -601,7 +608,7 @@ def search(
             if translate is not None and (answer.relaxed or not lists.get("fts")):
                 translations = translate(rest if found else text)
                 lists.update(_translated_lists(index, translations, pool, filters, dated))
-            lists.update(_entity_lists(index, glossary, lexical, translations, text, pool, filters))
+            lists.update(_entity_lists(index, glossary, lexical, translations, text, pool, filters, romanize))
         lexical_hits = lists.get("fts") or lists.get("fts@date")
         answer.matched = "none" if not lexical_hits else "some" if answer.relaxed else "all"
     if encoding is not None:

@@ -33,7 +33,7 @@ from layers.local.tokenizer import TOKENIZER_VERSION, terms
 
 DICTIONARY_FILE = "dictionary.sqlite"  # its name in a daemon's state directory
 #: what the file holds: the way glosses are read here, and the index terms (stems) they are written as
-DICTIONARY_VERSION = f"2+tokens{TOKENIZER_VERSION}"  # 2: three glosses a Chinese word
+DICTIONARY_VERSION = f"3+tokens{TOKENIZER_VERSION}"  # 2: three glosses a Chinese word; 3: characters' readings
 PER_KEY = 3  # the first translations of an English word or pair that a question gets
 # The first glosses of a Chinese word. A third often is the sense notes use (升级: promote, escalate, upgrade):
 # bench/recall_set fts R@5 0.842 -> 0.851, hybrid and the other two sets unchanged (docs/facts.md, "Fusion's k").
@@ -43,6 +43,8 @@ MAX_ZH = 8  # the longest Chinese word looked up
 MAX_TRANSLATIONS = 32  # a long question's translations, at most (the query's own cap)
 _ENTRY = re.compile(r"^(\S+) (\S+) \[[^\]]*\] /(.*)/$")
 _HAN = re.compile(r"[\u4e00-\u9fff]+")
+_READING = re.compile(r"^\S+ (\S) \[([A-Za-z:]+)[1-5]\] /")  # one character's entry, its pinyin without the tone
+NAME_CHARS = (2, 3)  # a Chinese person's name: a surname and one or two characters
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’-]*")
 _PARENS = re.compile(r"\([^)]*\)")
 _LEAD = re.compile(r"^(?:to|a|an|the) ")
@@ -93,6 +95,22 @@ def _entries(lines: Iterable[str]) -> Iterator[tuple[str, list[str]]]:
             yield word, keys
 
 
+def _readings(lines: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """Each Han character's first pinyin reading, and its reading as a surname ("" when it is none):
+    entries written with a capital are surnames (李 [Li3] /surname Li/)."""
+    found: dict[str, tuple[str, str]] = {}
+    for line in lines:
+        match = _READING.match(line)
+        if match is None:
+            continue
+        char, pinyin = match.group(1), match.group(2).replace("u:", "u")
+        first, surname = found.get(char, (pinyin.lower(), ""))
+        if pinyin[0].isupper() and not surname:
+            surname = pinyin.lower()
+        found[char] = (first, surname)
+    return found
+
+
 def build(path: Path, lines: Iterable[str] | None = None) -> int:
     """Write the dictionary file at ``path`` (atomically) from CC-CEDICT; returns its entry count.
 
@@ -101,7 +119,9 @@ def build(path: Path, lines: Iterable[str] | None = None) -> int:
     """
     by_key: dict[str, list[tuple[int, int, str]]] = {}
     words: dict[str, str] = {}
-    for word, keys in _entries(_source() if lines is None else lines):
+    source = list(_source() if lines is None else lines)
+    readings = _readings(source)
+    for word, keys in _entries(source):
         words.setdefault(word, "\t".join(keys[:PER_WORD]))
         for rank, key in enumerate(keys):
             by_key.setdefault(key, []).append((rank, len(keys), word))
@@ -121,6 +141,10 @@ def build(path: Path, lines: Iterable[str] | None = None) -> int:
                 ((key, n, w) for key, found in by_key.items() for n, (_, _, w) in enumerate(sorted(found)[:PER_KEY])),
             )
             db.execute("CREATE INDEX en_key ON en(key)")
+            db.execute(
+                "CREATE TABLE han(char TEXT PRIMARY KEY, reading TEXT NOT NULL, surname TEXT NOT NULL) WITHOUT ROWID"
+            )
+            db.executemany("INSERT INTO han VALUES (?, ?, ?)", ((c, r, s) for c, (r, s) in readings.items()))
         db.close()
         os.replace(name, path)
     except BaseException:
@@ -189,6 +213,24 @@ class Dictionary:
                     phrases.extend(" ".join(terms(gloss)) for gloss in known[word].split("\t"))
                 i += len(word)
         return phrases
+
+    def romanize(self, name: str) -> str | None:
+        """A Chinese person's name as notes in Latin letters write it, as index terms ("李娜" → "li na",
+        written "Li Na"; "张三丰" → "zhang sanfeng"), or None when ``name`` is not one: two or three Han
+        characters, the first a surname.  Why: a bilingual memory names one colleague both ways, and a
+        question may use the other."""
+        if len(name) not in NAME_CHARS or not _HAN.fullmatch(name):
+            return None
+        chars = sorted(set(name))
+        rows = {
+            c: (reading, surname)
+            for c, reading, surname in self.db.execute(
+                f"SELECT char, reading, surname FROM han WHERE char IN ({','.join('?' * len(chars))})", chars
+            )
+        }
+        if len(rows) < len(chars) or not rows[name[0]][1]:
+            return None
+        return f"{rows[name[0]][1]} {''.join(rows[c][0] for c in name[1:])}"  # Li Na, Zhang Sanfeng
 
 
 def open_dictionary(path: Path) -> Dictionary | None:

@@ -61,9 +61,39 @@ def test_a_description_leads_to_the_name_and_a_named_thing_needs_no_bridge():
     assert _bridge("What is the current IP address of the A100 training box?") == "moth"
     assert _bridge("Which host runs the vector database?") == "qdr-02"
     assert _bridge("What did the evaluation colleague in Lisbon ask for?") == "Ana Ferreira"
-    assert _bridge("What did the colleague in Lisbon ask for?") is None, "one word of eight definitions: too little"
+    # a word only one definition holds tells it apart in a small glossary as in a large one (MIN_DEFINITIONS)
+    assert _bridge("What did the colleague in Lisbon ask for?") == "Ana Ferreira"
+    assert _bridge("Which box needs a new fan?") is None, "three of ten definitions hold 'box': it tells none apart"
     assert _bridge("What is the IP of moth?") is None, "the question names it"
     assert _bridge("What did we eat for lunch?") is None
+
+
+ROLES = """# MEMORY
+## 负责人
+- 数据库：王磊（DBA）。网络和 Tailscale：赵强。安全审计：Tom Becker。产品和发布节奏：李娜。
+- Billing: Ana Ferreira. On-call rota: Priya Nair.
+- gw-01: the gateway. Runs nginx.
+- redis-01 (10.0.4.20)：缓存和队列，Redis 7。
+"""
+
+
+def test_a_roles_item_defines_each_holder_by_the_role():
+    found = {d.names[0]: d for d in definitions("MEMORY.md", 1, ROLES)}
+    assert found["DBA"].names == ("DBA", "王磊") and found["DBA"].description == "数据库" and found["DBA"].role
+    assert found["李娜"].description == "产品和发布节奏" and found["Tom Becker"].description == "安全审计"
+    assert found["Ana Ferreira"].description == "Billing" and found["Priya Nair"].role
+    assert not found["gw-01"].role and found["gw-01"].description == "the gateway. Runs nginx.", (
+        "one clause with a colon is a definition as before, not a roles item"
+    )
+    assert found["10.0.4.20"].description.startswith("缓存和队列") and not found["10.0.4.20"].role
+
+
+def test_a_role_points_at_its_holder_only_from_a_question_about_a_person():
+    glossary = Glossary(definitions("MEMORY.md", 1, ROLES))
+    assert _bridge("负责安全审计的那位同事下一个要查什么？", glossary) == "Tom Becker"
+    assert _bridge("Who handles billing questions now?", glossary) == "Ana Ferreira"
+    assert _bridge("How many 数据库 connections were open at peak?", glossary) is None, "about the database"
+    assert _bridge("缓存事故之后加了什么告警？", glossary) == "10.0.4.20", "a host is no person: no cue needed"
 
 
 def test_a_named_thing_and_a_lone_chinese_character_describe_nothing_else():

@@ -86,3 +86,35 @@ def test_an_english_question_finds_the_chinese_note_through_its_translation(tmp_
         assert translated.results[0]["path"] == "memory/2026-07-07.md"
         back = search(index, "内核升级到了哪些节点？", mode="fts", translate=dictionary.translate)
         assert "memory/2026-07-09.md" in [r["path"] for r in back.results], "Chinese question, English note"
+
+
+def test_a_chinese_persons_name_is_spelled_as_latin_letters_write_it(dictionary):
+    assert dictionary.romanize("李娜") == "li na", "a surname's reading (李 Li), then the given name"
+    assert dictionary.romanize("单强") == "shan qiang", "单 read as the surname Shan, not dan"
+    assert dictionary.romanize("张三丰") == "zhang sanfeng", "a two-character given name is written as one word"
+    assert dictionary.romanize("吕布") == "lu bu"
+    for not_a_name in ("数据库", "李", "李娜娜娜", "Li Na", "产品"):
+        assert dictionary.romanize(not_a_name) is None, not_a_name
+
+
+def test_a_question_describing_a_role_finds_the_english_note_naming_its_holder(tmp_path, dictionary):
+    """MEMORY.md says who holds which role in Chinese (产品和发布节奏：李娜); the note of the meeting calls her
+    Li Na. A Chinese question about the product owner reaches it through the role and the name's spelling."""
+    notes = {
+        "MEMORY.md": "# MEMORY\n## 负责人\n- 数据库：王磊（DBA）。安全审计：Tom Becker。产品和发布节奏：李娜。\n",
+        "memory/2026-10-29.md": "## Cost review\n- Li Na wants a monthly cost line in the ops report from now on.\n",
+        "memory/2026-10-28.md": "## 周报\n- 运维报告本周照常发出，内容没有变化。\n",
+    }
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model="")) as index:
+        for path, text in notes.items():
+            index.update_document(_doc(path, text))
+        question = "负责产品的同事希望运维报告里以后多加哪一项？"
+        unspelled = search(index, question, mode="fts", translate=dictionary.translate, explain=True)
+        assert not any(
+            "fts:entity" in r["ranks"] for r in unspelled.results if r["path"] == "memory/2026-10-29.md"
+        ), "李娜 is not on that note"
+        spelled = search(
+            index, question, mode="fts", translate=dictionary.translate, romanize=dictionary.romanize, explain=True
+        )
+        hit = next(r for r in spelled.results if r["path"] == "memory/2026-10-29.md")
+        assert "fts:entity" in hit["ranks"], "found as the note naming the role's holder, spelled in Latin letters"
