@@ -42,10 +42,7 @@ from layers.local.tokenizer import terms, token_string
 
 MAX_NAME_WORDS = 5
 MAX_NAME_CHARS = 60
-MIN_SCORE = math.log(20)  # one word that only one of 20 definitions holds, or two that a few hold
-# A smaller glossary counts as this many definitions: in one of 13, a word that one definition holds
-# ("缓存" of redis-01's 缓存和队列) scored log(13) = 2.6 and bridged nothing, though it tells it apart as well.
-MIN_DEFINITIONS = 20
+MIN_SCORE = 3.0  # one word that only one of 20 definitions holds, or two that a few hold
 CLEAR_LEAD = 1.25  # the best definition must lead the next by this factor to be the one meant
 MAX_SHARE = 0.25  # a word in more of the definitions than this tells none of them apart
 _DEFINITION = re.compile(
@@ -252,6 +249,7 @@ class Glossary:
             if p and not set(p.split(" ")) <= named and not _HAN_CHAR.fullmatch(p)
         ]
         person = bool(_ABOUT_A_PERSON.search(question))
+        roles = [i for i, item in enumerate(self.items) if item.role]
         open_ = [i for i, item in enumerate(self.items) if person or not item.role]
         holders = {p: [i for i in open_ if f" {p} " in self._streams[i]] for p in wanted}
         scores: dict[int, float] = {}
@@ -259,7 +257,11 @@ class Glossary:
             if not where or len(where) > max(1, MAX_SHARE * count):
                 continue
             for i in where:
-                scores[i] = scores.get(i, 0.0) + math.log(max(count, MIN_DEFINITIONS) / len(where))
+                scores[i] = scores.get(i, 0.0) + math.log(count / len(where))
+        if person:  # that the question asks after a person is one more word a role's holder shares with it
+            for i in roles:
+                if i in scores:
+                    scores[i] += math.log(count / len(roles))
         ranked = [
             (self.items[i], score)
             for i, score in sorted(scores.items(), key=lambda kv: -kv[1])

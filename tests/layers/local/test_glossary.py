@@ -61,8 +61,7 @@ def test_a_description_leads_to_the_name_and_a_named_thing_needs_no_bridge():
     assert _bridge("What is the current IP address of the A100 training box?") == "moth"
     assert _bridge("Which host runs the vector database?") == "qdr-02"
     assert _bridge("What did the evaluation colleague in Lisbon ask for?") == "Ana Ferreira"
-    # a word only one definition holds tells it apart in a small glossary as in a large one (MIN_DEFINITIONS)
-    assert _bridge("What did the colleague in Lisbon ask for?") == "Ana Ferreira"
+    assert _bridge("What did the colleague in Lisbon ask for?") is None, "one word of eight definitions: too little"
     assert _bridge("Which box needs a new fan?") is None, "three of ten definitions hold 'box': it tells none apart"
     assert _bridge("What is the IP of moth?") is None, "the question names it"
     assert _bridge("What did we eat for lunch?") is None
@@ -74,7 +73,9 @@ ROLES = """# MEMORY
 - Billing: Ana Ferreira. On-call rota: Priya Nair.
 - gw-01: the gateway. Runs nginx.
 - redis-01 (10.0.4.20)：缓存和队列，Redis 7。
+## Spare boxes
 """
+ROLES += "".join(f"- box-{i:02d} — spare CPU box number {i}.\n" for i in range(14))  # 22 definitions, as with core
 
 
 def test_a_roles_item_defines_each_holder_by_the_role():

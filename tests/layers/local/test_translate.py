@@ -101,7 +101,9 @@ def test_a_question_describing_a_role_finds_the_english_note_naming_its_holder(t
     """MEMORY.md says who holds which role in Chinese (产品和发布节奏：李娜); the note of the meeting calls her
     Li Na. A Chinese question about the product owner reaches it through the role and the name's spelling."""
     notes = {
-        "MEMORY.md": "# MEMORY\n## 负责人\n- 数据库：王磊（DBA）。安全审计：Tom Becker。产品和发布节奏：李娜。\n",
+        "MEMORY.md": "# MEMORY\n## 负责人\n- 数据库：王磊（DBA）。安全审计：Tom Becker。产品和发布节奏：李娜。\n"
+        + "## 主机\n"
+        + "".join(f"- box-{i:02d} — spare CPU box number {i}.\n" for i in range(17)),  # 20 definitions
         "memory/2026-10-29.md": "## Cost review\n- Li Na wants a monthly cost line in the ops report from now on.\n",
         "memory/2026-10-28.md": "## 周报\n- 运维报告本周照常发出，内容没有变化。\n",
     }
@@ -110,9 +112,9 @@ def test_a_question_describing_a_role_finds_the_english_note_naming_its_holder(t
             index.update_document(_doc(path, text))
         question = "负责产品的同事希望运维报告里以后多加哪一项？"
         unspelled = search(index, question, mode="fts", translate=dictionary.translate, explain=True)
-        assert not any(
-            "fts:entity" in r["ranks"] for r in unspelled.results if r["path"] == "memory/2026-10-29.md"
-        ), "李娜 is not on that note"
+        assert not any("fts:entity" in r["ranks"] for r in unspelled.results if r["path"] == "memory/2026-10-29.md"), (
+            "李娜 is not on that note"
+        )
         spelled = search(
             index, question, mode="fts", translate=dictionary.translate, romanize=dictionary.romanize, explain=True
         )
