@@ -69,15 +69,21 @@ def _doc(path: str, text: str) -> Document:
     return Document(path, text, hashlib.sha256(text.encode()).hexdigest(), "daily" if day else "core", day)
 
 
+def _indexed(tmp_path, notes: dict[str, str]) -> LocalIndex:
+    """An index of ``notes`` (path → text), open for writing: use it in a with-block."""
+    index = LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=""))
+    for path, text in notes.items():
+        index.update_document(_doc(path, text))
+    return index
+
+
 def test_an_english_question_finds_the_chinese_note_through_its_translation(tmp_path, dictionary):
     notes = {
         "memory/2026-07-07.md": "## 标点数据\n- 第一批抽检 200 张，准确率 96.3%，高于验收线。\n",
         "memory/2026-07-08.md": "## 日常\n- 今天整理了机房的网线。\n",
         "memory/2026-07-09.md": "## deploy\n- the web nodes got the new kernel\n",
     }
-    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model="")) as index:
-        for path, text in notes.items():
-            index.update_document(_doc(path, text))
+    with _indexed(tmp_path, notes) as index:
         question = "What accuracy did the spot check find?"
         plain = search(index, question, mode="fts")
         assert "memory/2026-07-07.md" not in [r["path"] for r in plain.results]
@@ -107,9 +113,7 @@ def test_a_question_describing_a_role_finds_the_english_note_naming_its_holder(t
         "memory/2026-10-29.md": "## Cost review\n- Li Na wants a monthly cost line in the ops report from now on.\n",
         "memory/2026-10-28.md": "## 周报\n- 运维报告本周照常发出，内容没有变化。\n",
     }
-    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model="")) as index:
-        for path, text in notes.items():
-            index.update_document(_doc(path, text))
+    with _indexed(tmp_path, notes) as index:
         question = "负责产品的同事希望运维报告里以后多加哪一项？"
         unspelled = search(index, question, mode="fts", translate=dictionary.translate, explain=True)
         assert not any("fts:entity" in r["ranks"] for r in unspelled.results if r["path"] == "memory/2026-10-29.md"), (
