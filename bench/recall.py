@@ -343,18 +343,36 @@ def run(modes: tuple[str, ...] = MODES, set_dir: Path = SET_DIR) -> tuple[dict, 
     return score(outcomes), outcomes, facts
 
 
+def _set_dir(value: str) -> Path:
+    """A set's name, or the directory of a set someone else wrote (their memory, their questions)."""
+    if value in SETS:
+        return SETS[value]
+    path = Path(value)
+    if not (path / "questions.yaml").is_file() or not (path / "workspace").is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is neither a set ({', '.join(SETS)}) nor a directory with questions.yaml and workspace/"
+        )
+    return path
+
+
 def main(quick: bool = False, argv: list[str] | tuple[str, ...] = ()) -> None:
     """``quick`` (from ``bench/run.py --quick``): hybrid only."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", action="append", choices=MODES, help="modes to run (repeatable; default: all)")
     parser.add_argument(
-        "--set", dest="set_name", choices=SETS, default="tuned", help="which question set (default: tuned)"
+        "--set",
+        dest="set_dir",
+        type=_set_dir,
+        default=SET_DIR,
+        metavar="NAME|DIR",
+        help=f"which question set: {', '.join(SETS)} (default: tuned), or a directory of your own holding "
+        "questions.yaml and workspace/ in the same form (bench/recall_set/README.md)",
     )
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
     parser.add_argument("--misses", action="store_true", help="list every question without a hit in the top 5")
     args = parser.parse_args(list(argv))
     modes = tuple(args.mode or (("hybrid",) if quick else MODES))
-    scores, outcomes, facts = run(modes, SETS[args.set_name])
+    scores, outcomes, facts = run(modes, args.set_dir)
     if args.json:
         print(json.dumps({"facts": facts, "scores": scores}, ensure_ascii=False, indent=1))
         return

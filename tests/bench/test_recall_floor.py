@@ -53,3 +53,19 @@ def test_overall_recall_at_5_stays_above_the_committed_floor(name):
         assert measured[mode] >= floor, (
             f"{mode} R@5 {measured[mode]} fell below the committed {floor} ({facts}); misses:\n" + "\n".join(misses)
         )
+
+
+def test_a_set_written_elsewhere_is_named_by_its_directory(tmp_path):
+    """Someone else's memory and questions run through the same harness: `--set DIR`."""
+    import argparse
+    import shutil
+
+    from bench.recall import _set_dir
+
+    assert _set_dir("chat") == SETS["chat"]
+    own = tmp_path / "their-set"
+    shutil.copytree(SETS["crossling"], own, symlinks=False)  # the workspace link becomes their own copy
+    assert _set_dir(str(own)) == own
+    assert len(load_questions(own)) == len(load_questions(SETS["crossling"]))
+    with pytest.raises(argparse.ArgumentTypeError, match=r"questions\.yaml and workspace/"):
+        _set_dir(str(tmp_path))
