@@ -289,7 +289,8 @@ def _agent_line(a: AgentReport, width: int, problems: int) -> str:
     if "chunks" in ix:
         parts.append(f"{ix['chunks']:,} chunks")
         if ix.get("pending_embeddings"):
-            parts.append(f"{ix['pending_embeddings']:,} waiting for vectors")
+            items = f" ({ix['pending_items']:,} of them for their items)" if ix.get("pending_items") else ""
+            parts.append(f"{ix['pending_embeddings']:,} waiting for vectors{items}")
     elif ix.get("state"):
         parts.append(f"index {str(ix['state']).split(' (')[0]}")
     if ix.get("progress"):
@@ -329,6 +330,11 @@ def _agent_detail(a: AgentReport) -> list[str]:
         lines.append(
             f"  index: {ix['state']}, {ix['files']} files, {ix['chunks']:,} chunks, last indexed {indexed}, "
             f"{so_far}{waiting:,} waiting for vectors"
+            + (
+                f" ({ix['pending_items']:,} of them have their whole vector and wait for their items')"
+                if ix.get("pending_items")
+                else ""
+            )
         )
         lines.append(f"  index identity: {ix.get('identity')}")
     elif ix:

@@ -90,7 +90,8 @@ class IndexStats(TypedDict, total=False):
     files: int
     chunks: int
     last_indexed: float | None  # time.time() of the newest indexed file; None when it holds none
-    pending_embeddings: int
+    pending_embeddings: int  # chunks with embedding work left: their vector, or their items' after it
+    pending_items: int  # of those, chunks that have their whole vector and wait for their items'
     vectors: int
     identity: str
 

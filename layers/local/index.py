@@ -58,7 +58,11 @@ RANK_NEWEST = 1_000
 # A term's share of the chunks is read off its newest this many (LocalIndex._share).
 SHARE_SAMPLE = 500
 
-_SCHEMA = """
+# chunks whose whole vector is stored and whose items' vectors are still to be made (LocalIndex.store_vectors)
+_PENDING_ITEMS = (
+    "CREATE TABLE IF NOT EXISTS pending_items(hash TEXT PRIMARY KEY, queued_at REAL NOT NULL) WITHOUT ROWID;"
+)
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files(
     path TEXT PRIMARY KEY, sha256 TEXT NOT NULL, layer TEXT NOT NULL, day TEXT,
@@ -74,6 +78,7 @@ CREATE TABLE IF NOT EXISTS vectors(
     hash TEXT NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL, vec BLOB NOT NULL,
     PRIMARY KEY(hash, model)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending(hash TEXT PRIMARY KEY, queued_at REAL NOT NULL) WITHOUT ROWID;
+{_PENDING_ITEMS}
 CREATE TABLE IF NOT EXISTS codes(
     hash TEXT NOT NULL, model TEXT NOT NULL, code BLOB NOT NULL, PRIMARY KEY(hash, model)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS changes(seq INTEGER PRIMARY KEY AUTOINCREMENT, chunk INTEGER NOT NULL);
@@ -414,6 +419,8 @@ class LocalIndex:
             return
         if not self.readonly and "files_by_layer" not in schema:  # an index written before it was made
             db.execute("CREATE INDEX IF NOT EXISTS files_by_layer ON files(layer)")
+        if not self.readonly and "pending_items" not in schema:  # an index written before items came second
+            db.execute(_PENDING_ITEMS)
         meta = dict(db.execute("SELECT key, value FROM meta"))
         wanted = self.identity.as_meta()
         differs = [f"{k} {meta.get(k)!r} ≠ {v!r}" for k, v in wanted.items() if meta.get(k) != v]
@@ -594,10 +601,11 @@ class LocalIndex:
             chunk_hash = db.execute("SELECT hash FROM chunks WHERE id = ?", (chunk_id,)).get
             db.execute("DELETE FROM chunks WHERE id = ?", (chunk_id,))
             db.execute("DELETE FROM chunks_fts WHERE rowid = ?", (chunk_id,))
-            db.execute(
-                "DELETE FROM pending WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)",
-                (chunk_hash, chunk_hash),
-            )
+            for queue in ("pending", "pending_items"):
+                db.execute(
+                    f"DELETE FROM {queue} WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)",
+                    (chunk_hash, chunk_hash),
+                )
 
     def _log_changes(self, chunk_ids: Iterable[int]) -> None:
         """Tell code caches (layers/local/vector_codes.py) which chunks to look at again; the log
@@ -627,24 +635,51 @@ class LocalIndex:
     # ------------------------------------------------------------ vectors
 
     def pending_count(self) -> int:
-        return self.db.execute("SELECT count(*) FROM pending").get
+        """Chunks with embedding work left: no vector yet, or their items still to come (:meth:`store_vectors`)."""
+        return self.db.execute("SELECT count(*) FROM pending").get + self.pending_items_count()
 
-    def take_pending(self, limit: int) -> list[tuple[str, str]]:
+    def pending_items_count(self) -> int:
+        """Chunks whose whole vector is stored and whose items' vectors are still to come."""
+        try:
+            return self.db.execute("SELECT count(*) FROM pending_items").get
+        except apsw.SQLError:  # a read-only look at an index no writer has opened since items came second
+            return 0
+
+    def take_pending(self, limit: int, items: bool = False) -> list[tuple[str, str]]:
         """Up to ``limit`` (hash, passage text) pairs waiting for an embedding: MEMORY.md's first, then the
         newest days' (a first index of two years of notes is useful after its first minutes, not its last),
-        then the most recently queued."""
+        then the most recently queued.  ``items``: the chunks whose whole vector is stored and whose items
+        wait (taken once no chunk waits for its whole vector)."""
+        queue = "pending_items" if items else "pending"
         return list(
             self.db.execute(
-                "SELECT p.hash, c.heading || char(10) || c.text FROM pending p "
+                f"SELECT p.hash, c.heading || char(10) || c.text FROM {queue} p "
                 "JOIN chunks c ON c.id = (SELECT id FROM chunks WHERE hash = p.hash LIMIT 1) "
                 "ORDER BY c.layer = 'core' DESC, c.day IS NULL, c.day DESC, p.queued_at DESC LIMIT ?",
                 (limit,),
             )
         )
 
-    def store_vectors(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> int:
+    def drop_pending_items(self) -> None:
+        """Forget the items still to embed (the index has grown past the size whose chunks get them)."""
+        with write_transaction(self.db):
+            self.db.execute("DELETE FROM pending_items")
+
+    def stored_vector(self, chunk_hash: str) -> np.ndarray | None:
+        """The rows stored for ``chunk_hash`` under the index's model, ``(n, dim)``; None when there are none."""
+        row = self.db.execute(
+            "SELECT vec, dim FROM vectors WHERE hash = ? AND model = ?", (chunk_hash, self.identity.embed_model)
+        ).fetchone()
+        return None if row is None else np.frombuffer(row[0], dtype=np.float32).reshape(-1, row[1])
+
+    def store_vectors(
+        self, model: str, items: Iterable[tuple[str, np.ndarray]], items_later: Iterable[str] = ()
+    ) -> int:
         """Store each chunk's vector, or its passages' vectors as one ``(n, dim)`` array (it scores as the best),
-        with their codes (layers/local/vector_codes.py)."""
+        with their codes (layers/local/vector_codes.py).  ``items_later``: of these chunks, those whose
+        whole vector this is and whose items are to be embedded once every chunk has its whole vector
+        (a first index is searchable over all of it sooner: whole chunks are ~2× faster than with items)."""
+        later = set(items_later)
         count = 0
         with write_transaction(self.db):
             for chunk_hash, vec in items:
@@ -655,6 +690,10 @@ class LocalIndex:
                 )
                 self.db.execute("INSERT OR REPLACE INTO codes VALUES(?, ?, ?)", (chunk_hash, model, quantize(vec)))
                 self.db.execute("DELETE FROM pending WHERE hash = ?", (chunk_hash,))
+                if chunk_hash in later:
+                    self.db.execute("INSERT OR IGNORE INTO pending_items VALUES(?, ?)", (chunk_hash, time.time()))
+                else:
+                    self.db.execute("DELETE FROM pending_items WHERE hash = ?", (chunk_hash,))
                 ids = [r[0] for r in self.db.execute("SELECT id FROM chunks WHERE hash = ?", (chunk_hash,))]
                 self._log_changes(ids)
                 count += 1
@@ -986,6 +1025,7 @@ class LocalIndex:
             "chunks": chunks,
             "last_indexed": last,
             "pending_embeddings": self.pending_count(),
+            "pending_items": self.pending_items_count(),
             "vectors": self.vector_count() if self.identity.embed_model else 0,
             "identity": self.identity.describe(),
         }
