@@ -1119,6 +1119,8 @@ def rebuild(
                 new.update_document(doc, prepared)
                 if progress:
                     progress(count)
+        with write_transaction(new.db):  # the items owed by chunks the files no longer hold
+            new.db.execute("DELETE FROM pending_items WHERE hash NOT IN (SELECT hash FROM chunks)")
         stats = new.stats()
     finally:
         new.close()
@@ -1152,6 +1154,8 @@ def _copy_vectors(new: LocalIndex, old_path: Path) -> int:
             old_tables = {r[0] for r in new.db.execute("SELECT name FROM old.sqlite_schema WHERE type = 'table'")}
             if "codes" in old_tables:
                 new.db.execute("INSERT OR IGNORE INTO codes SELECT hash, model, code FROM old.codes")
+            if "pending_items" in old_tables:  # a whole vector carried over still owes its items (pruned after)
+                new.db.execute("INSERT OR IGNORE INTO pending_items SELECT hash, queued_at FROM old.pending_items")
             _add_missing_codes(new.db)
         return new.db.execute("SELECT count(*) FROM vectors").get
     except apsw.Error:

@@ -222,6 +222,27 @@ def test_identity_mismatch_and_damage_make_the_index_stale(tmp_path):
         LocalIndex(path, Identity(), owned=True)  # the caller created it: damaged, rebuilt
 
 
+def test_a_rebuild_keeps_the_items_a_carried_over_whole_vector_still_owes(tmp_path):
+    """Whole vectors come first and items later (daemon/local/embedding.py): a rebuild between the two
+    passes carries the owed items over for the chunks it keeps, and forgets those of chunks it drops."""
+    path = tmp_path / "i.sqlite"
+    model = "test-model"
+    docs = [_doc(f"memory/{i}.md", f"# t{i}\n\n- item one {i}\n- item two {i}\n") for i in range(4)]
+    with LocalIndex(path, Identity(embed_model=model)) as index:
+        for d in docs:
+            index.update_document(d)
+        pending = index.take_pending(100)
+        index.store_vectors(model, [(h, np.ones(4, dtype=np.float32) / 2) for h, _ in pending], [h for h, _ in pending])
+        assert index.pending_items_count() == 4 and index.pending_count() == 4
+        assert index.take_pending(100) == [] and len(index.take_pending(100, items=True)) == 4
+    rebuild(path, Identity(embed_model=model), docs[:3])
+    with LocalIndex(path, Identity(embed_model=model)) as fresh:
+        assert fresh.pending_items_count() == 3 and fresh.pending_count() == 3 and fresh.vector_count() == 3
+        h, _ = fresh.take_pending(1, items=True)[0]
+        fresh.store_vectors(model, [(h, np.ones((3, 4), dtype=np.float32) / 2)])
+        assert fresh.pending_items_count() == 2 and fresh.stored_vector(h).shape == (3, 4)
+
+
 def test_rebuild_replaces_the_file_atomically_keeps_old_answers_and_reuses_vectors(tmp_path):
     path = tmp_path / "i.sqlite"
     model = "test-model"
