@@ -331,7 +331,7 @@ def _agent_detail(a: AgentReport) -> list[str]:
             f"  index: {ix['state']}, {ix['files']} files, {ix['chunks']:,} chunks, last indexed {indexed}, "
             f"{so_far}{waiting:,} waiting for vectors"
             + (
-                f" ({ix['pending_items']:,} of them have their whole vector and wait for their items')"
+                f" ({ix['pending_items']:,} of them have their whole vector, their items wait)"
                 if ix.get("pending_items")
                 else ""
             )
