@@ -249,7 +249,6 @@ class Glossary:
             if p and not set(p.split(" ")) <= named and not _HAN_CHAR.fullmatch(p)
         ]
         person = bool(_ABOUT_A_PERSON.search(question))
-        roles = [i for i, item in enumerate(self.items) if item.role]
         open_ = [i for i, item in enumerate(self.items) if person or not item.role]
         holders = {p: [i for i in open_ if f" {p} " in self._streams[i]] for p in wanted}
         scores: dict[int, float] = {}
@@ -259,6 +258,7 @@ class Glossary:
             for i in where:
                 scores[i] = scores.get(i, 0.0) + math.log(count / len(where))
         if person:  # that the question asks after a person is one more word a role's holder shares with it
+            roles = [i for i, item in enumerate(self.items) if item.role]
             for i in roles:
                 if i in scores:
                     scores[i] += math.log(count / len(roles))

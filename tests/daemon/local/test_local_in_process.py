@@ -179,7 +179,10 @@ def test_a_foreign_file_at_the_index_path_is_refused_by_the_search_too(local):
 # ---------------------------------------------------------------- the embedding worker
 
 
-def test_the_embedding_worker_fills_in_every_vector(service_root, monkeypatch):
+@pytest.fixture
+def embedding(service_root, monkeypatch) -> Iterator[tuple[Local, object, Identity]]:
+    """A root's indexer and search wired to the labelled stand-in OpenAI endpoint (a remote embedder is
+    what cannot run here; the worker's order and book-keeping are what these tests exercise)."""
     embedder_server = StandInEmbedder()
     monkeypatch.setenv(KEY_ENV, KEY)
     try:
@@ -187,68 +190,63 @@ def test_the_embedding_worker_fills_in_every_vector(service_root, monkeypatch):
         config = load_config(service_root)
         embedder = make_embedder(config)
         identity = Identity(embed_model=index_model_id(embedder.model_id))
-        local = Local(config, identity, embedder)
-        (local.agent.workspace / "MEMORY.md").write_text("# MEMORY\nthe lychee orchard\n\n- ripe in June\n")
-        local.indexer.open(local.agent, desired_of(local.agent))
-        pending = local.indexer.report("main")["pending_embeddings"]
-        assert pending > 0, "the chunks wait for their vectors"
-        worker = EmbedWorker(embedder, identity, lambda: [("main", local.agent.index)], batch_size=4)
-        worker.start()
-        try:
-            wait_for(lambda: local.indexer.report("main")["pending_embeddings"] == 0, timeout=60, what="vectors")
-            # a chunk with items is embedded twice: whole, then its items once every chunk is whole
-            assert worker.status()["embedded"] >= pending and worker.status()["backend"] == "openai"
-        finally:
-            assert worker.stop(10)
-        assert local.indexer.report("main")["vectors"] >= pending
-        answer = local.search.search("main", "lychee orchard", mode="hybrid")
-        assert answer["vectors"] == "used" and [r["path"] for r in answer["results"]][:1] == ["MEMORY.md"]
-        local.indexer.close()
+        yield Local(config, identity, embedder), embedder, identity
     finally:
         embedder_server.close()
 
 
-def test_every_chunk_gets_its_whole_vector_before_any_chunk_its_items(service_root, monkeypatch):
+def test_the_embedding_worker_fills_in_every_vector(embedding):
+    local, embedder, identity = embedding
+    (local.agent.workspace / "MEMORY.md").write_text("# MEMORY\nthe lychee orchard\n\n- ripe in June\n")
+    local.indexer.open(local.agent, desired_of(local.agent))
+    pending = local.indexer.report("main")["pending_embeddings"]
+    assert pending > 0, "the chunks wait for their vectors"
+    worker = EmbedWorker(embedder, identity, lambda: [("main", local.agent.index)], batch_size=4)
+    worker.start()
+    try:
+        wait_for(lambda: local.indexer.report("main")["pending_embeddings"] == 0, timeout=60, what="vectors")
+        # a chunk with items is embedded twice: whole, then its items once every chunk is whole
+        assert worker.status()["embedded"] >= pending and worker.status()["backend"] == "openai"
+    finally:
+        assert worker.stop(10)
+    assert local.indexer.report("main")["vectors"] >= pending
+    answer = local.search.search("main", "lychee orchard", mode="hybrid")
+    assert answer["vectors"] == "used" and [r["path"] for r in answer["results"]][:1] == ["MEMORY.md"]
+    local.indexer.close()
+
+
+def test_every_chunk_gets_its_whole_vector_before_any_chunk_its_items(embedding):
     """A first index is searchable over all of it after the whole-chunk pass (~2x faster than with items);
     the items' vectors follow, below each chunk's whole vector, and then nothing waits."""
-    embedder_server = StandInEmbedder()  # the labelled stand-in OpenAI endpoint: what is tested is the order
-    monkeypatch.setenv(KEY_ENV, KEY)
-    try:
-        embedder_server.configure(service_root)
-        config = load_config(service_root)
-        embedder = make_embedder(config)
-        identity = Identity(embed_model=index_model_id(embedder.model_id))
-        local = Local(config, identity, embedder)
-        memory = local.agent.workspace / "memory"
-        memory.mkdir(exist_ok=True)
-        for day in range(1, 7):
-            (memory / f"2026-09-0{day}.md").write_text(
-                f"# 2026-09-0{day}\n\n## hosts\n- moth{day} is the training box\n- otter{day} keeps the backups\n"
-            )
-        local.indexer.open(local.agent, desired_of(local.agent))
-        chunks = local.indexer.report("main")["chunks"]
-        worker = EmbedWorker(embedder, identity, lambda: [("main", local.agent.index)], batch_size=500)
-        assert worker._one_pass()
-        report = local.indexer.report("main")
-        assert report["vectors"] == chunks, "after one pass every chunk has its whole vector"
-        assert report["pending_items"] >= 6 and report["pending_embeddings"] == report["pending_items"]
-        with LocalIndex(local.agent.index, identity, verify=False) as index:
-            waiting = dict(index.take_pending(500, items=True))
-            wholes = {h: index.stored_vector(h) for h in waiting}
-        assert all(v.shape[0] == 1 for v in wholes.values()), "whole chunks only, so far"
-        assert local.search.search("main", "training box", mode="hybrid")["vectors"] == "used"
-        assert worker._one_pass()
-        report = local.indexer.report("main")
-        assert report["pending_embeddings"] == 0 and report["pending_items"] == 0
-        with LocalIndex(local.agent.index, identity, verify=False) as index:
-            for h, whole in wholes.items():
-                rows = index.stored_vector(h)
-                assert rows.shape[0] == len(passages(waiting[h])) > 1, "the whole vector, then each item's"
-                assert np.array_equal(rows[0], whole[0])
-        assert not worker._one_pass(), "nothing left to embed"
-        local.indexer.close()
-    finally:
-        embedder_server.close()
+    local, embedder, identity = embedding
+    memory = local.agent.workspace / "memory"
+    memory.mkdir(exist_ok=True)
+    for day in range(1, 7):
+        (memory / f"2026-09-0{day}.md").write_text(
+            f"# 2026-09-0{day}\n\n## hosts\n- moth{day} is the training box\n- otter{day} keeps the backups\n"
+        )
+    local.indexer.open(local.agent, desired_of(local.agent))
+    chunks = local.indexer.report("main")["chunks"]
+    worker = EmbedWorker(embedder, identity, lambda: [("main", local.agent.index)], batch_size=500)
+    assert worker._one_pass()
+    report = local.indexer.report("main")
+    assert report["vectors"] == chunks, "after one pass every chunk has its whole vector"
+    assert report["pending_items"] >= 6 and report["pending_embeddings"] == report["pending_items"]
+    with LocalIndex(local.agent.index, identity, verify=False) as index:
+        waiting = dict(index.take_pending(500, items=True))
+        wholes = {h: index.stored_vector(h) for h in waiting}
+    assert all(v.shape[0] == 1 for v in wholes.values()), "whole chunks only, so far"
+    assert local.search.search("main", "training box", mode="hybrid")["vectors"] == "used"
+    assert worker._one_pass()
+    report = local.indexer.report("main")
+    assert report["pending_embeddings"] == 0 and report["pending_items"] == 0
+    with LocalIndex(local.agent.index, identity, verify=False) as index:
+        for h, whole in wholes.items():
+            rows = index.stored_vector(h)
+            assert rows.shape[0] == len(passages(waiting[h])) > 1, "the whole vector, then each item's"
+            assert np.array_equal(rows[0], whole[0])
+    assert not worker._one_pass(), "nothing left to embed"
+    local.indexer.close()
 
 
 # ---------------------------------------------------------------- which index files are ours

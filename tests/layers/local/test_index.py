@@ -222,17 +222,26 @@ def test_identity_mismatch_and_damage_make_the_index_stale(tmp_path):
         LocalIndex(path, Identity(), owned=True)  # the caller created it: damaged, rebuilt
 
 
+def _with_vectors(path, model: str, docs: list[Document], items_later: bool = False) -> list[tuple[str, str]]:
+    """Index ``docs`` at ``path`` and give each chunk a vector (whole only, its items still owed, with
+    ``items_later``); returns the chunks that were waiting for one."""
+    with LocalIndex(path, Identity(embed_model=model)) as index:
+        for d in docs:
+            index.update_document(d)
+        pending = index.take_pending(100)
+        owed = [h for h, _ in pending] if items_later else []
+        index.store_vectors(model, [(h, np.ones(4, dtype=np.float32) / 2) for h, _ in pending], owed)
+    return pending
+
+
 def test_a_rebuild_keeps_the_items_a_carried_over_whole_vector_still_owes(tmp_path):
     """Whole vectors come first and items later (daemon/local/embedding.py): a rebuild between the two
     passes carries the owed items over for the chunks it keeps, and forgets those of chunks it drops."""
     path = tmp_path / "i.sqlite"
     model = "test-model"
     docs = [_doc(f"memory/{i}.md", f"# t{i}\n\n- item one {i}\n- item two {i}\n") for i in range(4)]
+    _with_vectors(path, model, docs, items_later=True)
     with LocalIndex(path, Identity(embed_model=model)) as index:
-        for d in docs:
-            index.update_document(d)
-        pending = index.take_pending(100)
-        index.store_vectors(model, [(h, np.ones(4, dtype=np.float32) / 2) for h, _ in pending], [h for h, _ in pending])
         assert index.pending_items_count() == 4 and index.pending_count() == 4
         assert index.take_pending(100) == [] and len(index.take_pending(100, items=True)) == 4
     rebuild(path, Identity(embed_model=model), docs[:3])
@@ -247,14 +256,10 @@ def test_rebuild_replaces_the_file_atomically_keeps_old_answers_and_reuses_vecto
     path = tmp_path / "i.sqlite"
     model = "test-model"
     docs = [_doc(f"memory/{i}.md", f"# t{i}\n\nshared words 共享 {i}\n") for i in range(20)]
-    with LocalIndex(path, Identity(embed_model=model)) as index:
-        for d in docs:
-            index.update_document(d)
-        pending = index.take_pending(100)
-        assert len(pending) == 20
-        index.store_vectors(model, [(h, np.ones(4, dtype=np.float32) / 2) for h, _ in pending])
-        assert index.pending_count() == 0
+    pending = _with_vectors(path, model, docs)
+    assert len(pending) == 20
     old_reader = LocalIndex(path, Identity(embed_model=model), readonly=True, verify=False)
+    assert old_reader.pending_count() == 0
     answered_during_build = []
 
     def before_swap():
