@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
 from daemon.front.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
-from daemon.front.mcp_protocol import Param, Server, Tool, ToolError
+from daemon.front.mcp_protocol import Param, Server, Tool, ToolError, names_shown
 from daemon.shared.contracts import StatusDocument, fit_memories, local_answer
 from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, QueryTooLongError
 from daemon.shared.settings import client_timeout
@@ -174,7 +174,8 @@ def _refuse_unknown(tool: str, agent_id: str) -> Callable[[list[str], list[str]]
             if {"agent_id", "agent", "user_id"} & set(unknown)
             else ""
         )
-        return f"unknown argument(s) {', '.join(unknown)} for {tool} (it takes: {', '.join(known) or 'none'});{who}"
+        listed = names_shown(unknown)  # the caller's names: cut, escaped, counted past a few
+        return f"unknown argument(s) {listed} for {tool} (it takes: {', '.join(known) or 'none'});{who}"
 
     return message
 
