@@ -122,7 +122,8 @@ class StdioSession:
         self._lock = threading.Lock()  # the calls in flight and the running count
         self._idle = threading.Condition(self._lock)
         self._in_flight: dict[str | int, _Call] = {}
-        self._running = 0  # call threads alive, cancelled ones included
+        self._running = 0  # call threads alive, cancelled ones included (bounded by MAX_CALLS_RUNNING)
+        self._owing = 0  # calls whose answer is not written yet, cancelled ones excluded (close waits for them)
 
     # ------------------------------------------------------------ reading
 
@@ -225,6 +226,7 @@ class StdioSession:
             if not busy and not taken:
                 self._in_flight[request_id] = call
                 self._running += 1
+                self._owing += 1
         if taken:
             reply(
                 error(
@@ -244,6 +246,7 @@ class StdioSession:
             threading.Thread(target=self._run, args=(call, tool, values), name=name, daemon=True).start()
 
     def _run(self, call: _Call, tool: Tool, values: dict[str, Any]) -> None:
+        current = False
         try:
             try:
                 answer = success(call.request_id, self.server.run_call(tool, values))
@@ -257,8 +260,9 @@ class StdioSession:
             if current:  # else it was cancelled: its slot was filled with nothing then
                 call.reply(answer)
         finally:
-            with self._idle:  # counted down after the answer was written, so close() waits for it
+            with self._idle:  # counted down once the answer is written, so close() waits for the write
                 self._running -= 1
+                self._owing -= 1 if current else 0
                 self._idle.notify_all()
 
     def _cancel(self, params: Any) -> None:
@@ -266,8 +270,11 @@ class StdioSession:
         request_id = params.get("requestId") if isinstance(params, dict) else None
         if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
             return
-        with self._lock:
+        with self._idle:
             call = self._in_flight.pop(request_id, None)
+            if call is not None:
+                self._owing -= 1
+                self._idle.notify_all()
         if call is not None:
             log.info("MCP call %s cancelled by the client", cut(str(request_id)))
             call.reply(None)
@@ -290,12 +297,13 @@ class StdioSession:
                 log.info("MCP client stopped reading: %s", exc)
 
     def close(self, grace: float) -> None:
-        """Wait up to ``grace`` seconds for running calls; then nothing more is written."""
+        """Wait up to ``grace`` seconds for the calls that owe an answer (not the cancelled ones, which
+        will never give one); then nothing more is written."""
         deadline = time.monotonic() + grace
         with self._idle:
-            while self._running and (left := deadline - time.monotonic()) > 0:
+            while self._owing and (left := deadline - time.monotonic()) > 0:
                 self._idle.wait(left)
-            abandoned = self._running
+            abandoned = self._owing
         with self._write_lock:
             self._closed = True
         if abandoned:

@@ -27,9 +27,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from mcp import Client
 
 from tests.helpers import REPO_ROOT, init_root
+from tests.mcp_session import Cluster, server, with_mcp
+from tests.mcp_session import call as sdk_call
 
 BOUND_S = 5.0  # what "answered at once" means on a busy two-core machine
 START_S = 60.0  # the server's start (a Python interpreter and the config) and the stuck call's arrival
@@ -98,12 +102,12 @@ class RawSession:
             self.lines.put(json.loads(line))  # stdout is protocol only: every line is one message
         self.lines.put(None)  # end of output
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(message).encode() + b"\n")
         self.proc.stdin.flush()
 
-    def next_answer(self, timeout: float) -> dict[str, Any]:
+    def next_answer(self, timeout: float) -> Any:
         """The next line the server writes, within ``timeout`` seconds."""
         try:
             answer = self.lines.get(timeout=timeout)
@@ -206,3 +210,53 @@ def test_stdin_eof_ends_the_server_promptly_while_a_call_is_stuck(stuck):
         assert rest == [] and status == 0
     finally:
         session.kill()
+
+
+def test_a_cancelled_call_in_a_batch_leaves_the_batch_to_the_others(stuck):
+    """Under 2025-03-26 (batches): the batch is answered once its last request is, and a cancelled one
+    is left out of it instead of holding it until the daemon's timeout."""
+    config, daemon = stuck
+    session = RawSession(config)
+    try:
+        init = {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+        session.send(request(1, "initialize", init))
+        assert session.next_answer(START_S)["id"] == 1
+        session.send([call(2, "memory_search", query="what did we decide", fallback=False), request(3, "ping")])
+        assert daemon.accepted.wait(START_S), "the call never reached the daemon"
+
+        session.send(request(4, "ping"))  # the batch waits for its stuck call; the session does not
+        assert session.next_answer(BOUND_S)["id"] == 4
+        session.send(notification("notifications/cancelled", {"requestId": 2}))
+        assert session.next_answer(BOUND_S) == [{"jsonrpc": "2.0", "id": 3, "result": {}}]
+
+        daemon.release()
+        rest, status = session.close_and_collect(BOUND_S)
+        assert rest == [] and status == 0
+    finally:
+        session.kill()
+
+
+def test_the_sdk_client_pings_reads_core_and_cancels_while_a_call_is_stuck(stuck, tmp_path):
+    """The same through the official MCP SDK client (the compatibility proof): its cancellation of a
+    stuck call is taken, and the session goes on."""
+    config, daemon = stuck
+
+    async def scenario(client: Client) -> None:
+        stuck_call = anyio.CancelScope()
+
+        async def search() -> None:
+            with stuck_call:
+                await client.call_tool("memory_search", {"query": "what did we decide", "fallback": False})
+            assert stuck_call.cancelled_caught, "the stuck call was answered"
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(search)
+            assert await anyio.to_thread.run_sync(daemon.accepted.wait, START_S), "the call never reached the daemon"
+            with anyio.fail_after(BOUND_S):
+                await client.send_ping()
+                assert "memstrata core bundle" in await sdk_call(client, "memory_core")
+            stuck_call.cancel()
+        with anyio.fail_after(BOUND_S):
+            await client.send_ping()
+
+    with_mcp(server(Cluster(tmp_path, config, None), "main", None), scenario)

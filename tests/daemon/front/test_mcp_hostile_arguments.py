@@ -35,8 +35,12 @@ HOSTILE = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
 )
 
-# Every code point, lone surrogates and control characters included (JSON can carry them all).
-ANY_CHARACTER = st.characters(min_codepoint=0, max_codepoint=0x10FFFF, blacklist_categories=())
+# Every code point, lone surrogates and control characters included (JSON can carry them all), with the
+# ones that broke or could break an error text drawn often: a lone surrogate cannot be written as UTF-8.
+AWKWARD = ["\ud800", "\udfff", "\x00", "\x1f", "\x7f", "\u202e", "\u2028", "\U000e0001", "好", "'", '"', "\\"]
+ANY_CHARACTER = st.one_of(
+    st.characters(min_codepoint=0, max_codepoint=0x10FFFF, blacklist_categories=()), st.sampled_from(AWKWARD)
+)
 
 
 @st.composite
@@ -192,6 +196,14 @@ def test_unknown_tool_and_method_names_are_echoed_cut(server, name, method):
         assert_capped(answers[1]["error"]["message"], name)
     assert answers[2]["error"]["code"] == -32601
     assert_capped(answers[2]["error"]["message"], f"x/{method}")
+
+
+@pytest.mark.parametrize("name", ["\ud800", "agent\udfff_id", "\x00" * 200])
+def test_a_name_with_lone_surrogates_or_control_characters_is_shown_escaped_and_the_session_goes_on(server, name):
+    """A lone surrogate repeated in the refusal once ended the server (its answer could not be encoded)."""
+    text = tool_error(exchange(server, tool_call("memory_core", {name: 1}))[1])  # the ping after it is answered
+    assert "unknown argument" in text
+    assert ("\\ud" in text) != ("\\x00" in text)  # shown escaped
 
 
 def test_the_reported_megabyte_name_and_value_come_back_cut(server):
