@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from daemon.shared.echo import cut
 from daemon.shared.limits import MAX_ECHO_CHARS
@@ -226,7 +225,8 @@ class Tool:
 
 
 class Server:
-    """An MCP server of ``tools``; :meth:`run` serves it on stdio until stdin is closed.
+    """An MCP server of ``tools``, apart from its transport (served on stdio by
+    :class:`daemon.front.mcp_stdio.StdioServer`).
 
     The server answers what needs no tool (:meth:`dispatch`) and checks a tool call
     (:meth:`prepare_call`) at once; running the tool (:meth:`run_call`) may wait for the
@@ -238,22 +238,6 @@ class Server:
         self.version = version
         self.instructions = instructions
         self.tools = {t.name: t for t in tools}
-
-    # ------------------------------------------------------------ transport
-
-    def run(self, transport: str = "stdio") -> None:
-        """Serve newline-delimited JSON-RPC on stdin/stdout until stdin is closed."""
-        if transport != "stdio":
-            raise ValueError(f"unsupported transport {transport!r}: only stdio")
-        out = sys.stdout.buffer
-        sys.stdout = sys.stderr  # a stray print must not corrupt the protocol stream
-        self.serve(sys.stdin.buffer, out)
-
-    def serve(self, inp: IO[bytes], out: IO[bytes]) -> None:
-        """Serve the JSON-RPC lines of ``inp`` on ``out`` until ``inp`` ends (see :mod:`daemon.front.mcp_stdio`)."""
-        from daemon.front.mcp_stdio import StdioSession
-
-        StdioSession(self, out).serve(inp)
 
     # ------------------------------------------------------------ MCP
 

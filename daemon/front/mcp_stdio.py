@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from daemon.front.mcp_protocol import (
     INTERNAL_ERROR,
@@ -44,6 +45,7 @@ from daemon.front.mcp_protocol import (
     INVALID_REQUEST,
     PARSE_ERROR,
     ProtocolError,
+    Server,
     Tool,
     ToolError,
     echo_json,
@@ -52,9 +54,6 @@ from daemon.front.mcp_protocol import (
     tool_error,
 )
 from daemon.shared.echo import cut
-
-if TYPE_CHECKING:
-    from daemon.front.mcp_protocol import Server
 
 log = logging.getLogger("memstrata.mcp")
 
@@ -108,6 +107,22 @@ class _Batch:
             complete = self._open == 0
         if complete and self._answers:  # a batch of notifications only is not answered at all
             self._send(self._answers)
+
+
+class StdioServer(Server):
+    """A :class:`~daemon.front.mcp_protocol.Server` on stdio: :meth:`run` serves until stdin is closed."""
+
+    def run(self, transport: str = "stdio") -> None:
+        """Serve newline-delimited JSON-RPC on stdin/stdout until stdin is closed."""
+        if transport != "stdio":
+            raise ValueError(f"unsupported transport {transport!r}: only stdio")
+        out = sys.stdout.buffer
+        sys.stdout = sys.stderr  # a stray print must not corrupt the protocol stream
+        self.serve(sys.stdin.buffer, out)
+
+    def serve(self, inp: IO[bytes], out: IO[bytes]) -> None:
+        """Serve the JSON-RPC lines of ``inp`` on ``out`` until ``inp`` ends."""
+        StdioSession(self, out).serve(inp)
 
 
 class StdioSession:

@@ -9,7 +9,7 @@ the whole error text is bounded, and ``arguments`` that is not an object is a JS
 invalid-params error: no tool runs.
 
 The real server of agent ``main`` (no daemon: its tools fail fast, ``memory_core`` works)
-is driven in-process through :meth:`Server.serve` on byte streams, as stdio drives it.
+is driven in-process through :meth:`StdioServer.serve` on byte streams, as stdio drives it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.front.mcp_protocol import MAX_ERROR_CHARS, Server
+from daemon.front.mcp_protocol import MAX_ERROR_CHARS
 from daemon.front.mcp_server import build_server
+from daemon.front.mcp_stdio import StdioServer
 from daemon.shared.config import load_config
 from daemon.shared.limits import MAX_ECHO_CHARS
 from tests.helpers import init_root
@@ -61,13 +62,13 @@ JSON_VALUES = st.recursive(
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Server:
+def server(tmp_path_factory) -> StdioServer:
     root = tmp_path_factory.mktemp("mcp-hostile")
     config = load_config(init_root(root, vectors={"backend": "off"}))
     return build_server(config, "main")
 
 
-def exchange(server: Server, *messages: Any) -> dict[int, dict[str, Any]]:
+def exchange(server: StdioServer, *messages: Any) -> dict[int, dict[str, Any]]:
     """Serve an initialize, ``messages`` and a ping as stdio lines; every answer by id (the ping's
     answer proves the session outlived the messages).  Each line written must be one JSON message."""
     hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
