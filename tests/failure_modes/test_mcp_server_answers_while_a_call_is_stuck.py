@@ -55,6 +55,7 @@ class StuckDaemon:
         self.accepted = threading.Event()
         self.released = threading.Event()
         self.held: list[socket.socket] = []
+        self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -64,16 +65,18 @@ class StuckDaemon:
                 connection, _ = self.listener.accept()
             except OSError:  # closed by stop()
                 return
-            if self.released.is_set():
-                connection.close()
-                continue
-            self.held.append(connection)
+            with self.lock:  # a connection is either held (and closed by release) or closed now
+                if self.released.is_set():
+                    connection.close()
+                    continue
+                self.held.append(connection)
             self.accepted.set()
 
     def release(self) -> None:
-        self.released.set()
-        for connection in self.held:
-            connection.close()
+        with self.lock:
+            self.released.set()
+            for connection in self.held:
+                connection.close()
 
     def stop(self) -> None:
         self.release()
@@ -260,3 +263,38 @@ def test_the_sdk_client_pings_reads_core_and_cancels_while_a_call_is_stuck(stuck
             await client.send_ping()
 
     with_mcp(server(Cluster(tmp_path, config, None), "main", None), scenario)
+
+
+def test_past_the_calls_running_at_once_a_call_is_refused_at_once_not_queued(stuck):
+    """A stuck daemon holds a thread per call until its timeout: past MAX_CALLS_RUNNING a call is
+    answered at once with a tool error saying why, ping still answers, and once the daemon lets go
+    every held call is answered and calls run again."""
+    from daemon.front.mcp_stdio import MAX_CALLS_RUNNING
+
+    config, daemon = stuck
+    session = RawSession(config)
+    try:
+        init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+        session.send(request(1, "initialize", init))
+        assert session.next_answer(START_S)["id"] == 1
+        held = range(100, 100 + MAX_CALLS_RUNNING)
+        for n in held:
+            session.send(call(n, "memory_search", query=f"question {n}", fallback=False))
+        session.send(call(2, "memory_core"))
+        refused = session.next_answer(BOUND_S)
+        assert refused["id"] == 2 and refused["result"]["isError"] is True, refused
+        assert f"{MAX_CALLS_RUNNING} calls of this session are still running" in refused["result"]["content"][0]["text"]
+        session.send(request(3, "ping"))
+        assert session.next_answer(BOUND_S)["id"] == 3
+
+        assert daemon.accepted.wait(START_S)
+        daemon.release()  # connections accepted later are closed at once too
+        answered = [session.next_answer(START_S) for _ in held]
+        assert sorted(a["id"] for a in answered) == list(held)
+        assert all(a["result"]["isError"] and "memstrata daemon" in a["result"]["content"][0]["text"] for a in answered)
+        session.send(call(4, "memory_core"))
+        assert session.next_answer(BOUND_S)["result"]["isError"] is False
+        rest, status = session.close_and_collect(BOUND_S)
+        assert rest == [] and status == 0
+    finally:
+        session.kill()
