@@ -11,8 +11,13 @@ requests), which every MCP client supports: a client that first probes
 What it serves: ``initialize`` (answers with the client's protocol version when it
 is one of :data:`PROTOCOL_VERSIONS`, else the newest), ``ping``, ``tools/list`` and
 ``tools/call``.  Notifications are never answered; an unknown method is -32601, bad
-params -32602, a line that is not JSON -32700.  A tool's own failure (bad arguments
-included, so a model can correct itself) is a result with ``isError: true``.  stdout
+params (``arguments`` that is not an object included: it never runs a tool as ``{}``)
+-32602, a line that is not JSON -32700.  A tool's own failure (bad arguments included,
+so a model can correct itself) is a result with ``isError: true``.  Every value an
+error repeats is the caller's and may be hostile: it is cut to
+:data:`~daemon.shared.limits.MAX_ECHO_CHARS` characters saying how long it was, and a
+whole error text to :data:`MAX_ERROR_CHARS`.  The session on stdio (calls beside the
+reader, cancellation, batches, one writer) is :mod:`daemon.front.mcp_stdio`; stdout
 carries only the protocol; anything else written there goes to stderr.
 """
 
@@ -20,11 +25,13 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
+
+from daemon.shared.echo import cut
+from daemon.shared.limits import MAX_ECHO_CHARS
 
 log = logging.getLogger("memstrata.mcp")
 
@@ -38,6 +45,50 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
 REQUIRED = object()  # a parameter's default when it has none
+
+# An error text (a tool's refusal, a JSON-RPC error's message) is cut to this many characters: each
+# value in it is already cut to MAX_ECHO_CHARS, this bounds the sum (twelve bad arguments, a daemon's
+# message) while leaving every ordinary refusal whole.
+MAX_ERROR_CHARS = 2_000
+MAX_NAMES_SHOWN = 8  # unknown argument names an error lists; the rest are counted
+
+
+def echo(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """A caller's string as an error repeats it: quoted, what cannot be printed escaped (``\\x1f``,
+    ``\\ud800``), at most ``limit`` characters shown, and its length said when it was cut.
+
+    The escapes count towards the limit: 120 control characters do not become 1,200.
+    """
+    pieces: list[str] = []
+    size = 0
+    for character in text[:limit]:
+        piece = character if character.isprintable() else character.encode("unicode_escape").decode("ascii")
+        if size + len(piece) > limit:
+            break
+        pieces.append(piece)
+        size += len(piece)
+    body = "".join(pieces)
+    return f"'{body}'" if len(pieces) == len(text) else f"'{body}…' ({len(text):,} characters)"
+
+
+def echo_json(value: Any) -> str:
+    """A JSON value as an error repeats it: a string by :func:`echo`, a number as JSON (cut), a container
+    by its kind (never its contents)."""
+    if isinstance(value, str):
+        return echo(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return cut(json.dumps(value))
+    kinds: dict[type, str] = {dict: "an object", list: "a list"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def names_shown(names: list[str]) -> str:
+    """Names a caller sent, listed for an error: an identifier as it is, anything else quoted and cut
+    (control characters escaped), at most :data:`MAX_NAMES_SHOWN` of them and the rest counted."""
+    listed = [n if n.isidentifier() and len(n) <= MAX_ECHO_CHARS else echo(n) for n in names[:MAX_NAMES_SHOWN]]
+    if len(names) > MAX_NAMES_SHOWN:
+        listed.append(f"and {len(names) - MAX_NAMES_SHOWN:,} more")
+    return ", ".join(listed)
 
 
 class ToolError(Exception):
@@ -93,9 +144,9 @@ class Param:
         # bool is an int in Python, not in JSON
         kinds = (int, float) if self.type is float else self.type  # a JSON number may be written 1 or 1.0
         if not isinstance(value, kinds) or (self.type is not bool and isinstance(value, bool)):
-            return f"{self.name}: expected {wanted}, got {json.dumps(value)[:80]}"
+            return f"{self.name}: expected {wanted}, got {echo_json(value)}"
         if self.enum is not None and value not in self.enum:
-            return f"{self.name}: {value!r} is not one of {', '.join(self.enum)}"
+            return f"{self.name}: {echo_json(value)} is not one of {', '.join(self.enum)}"
         if isinstance(value, int) and self.minimum is not None and value < self.minimum:
             return f"{self.name}: must be ≥ {self.minimum}, got {value}"
         if isinstance(value, int) and self.maximum is not None and value > self.maximum:
@@ -109,7 +160,8 @@ class Tool:
 
     ``fn`` returns a dict (the structured result) or a str (wrapped as ``{"result": text}``, as the
     SDK did for a text tool).  ``unknown_arguments`` words the refusal of an argument the tool does
-    not take (given the unknown and the known names).
+    not take (given the unknown and the known names; list the unknown ones with :func:`names_shown`,
+    they are the caller's).
     """
 
     name: str
@@ -153,7 +205,7 @@ class Tool:
         if unknown:
             if self.unknown_arguments is not None:
                 raise ToolError(self.unknown_arguments(unknown, sorted(known)))
-            raise ToolError(f"unknown argument(s) {', '.join(unknown)} for {self.name}")
+            raise ToolError(f"unknown argument(s) {names_shown(unknown)} for {self.name}")
         problems = []
         values = {}
         for p in self.params:
@@ -173,7 +225,13 @@ class Tool:
 
 
 class Server:
-    """An MCP server of ``tools`` over stdio; :meth:`run` serves until stdin ends."""
+    """An MCP server of ``tools``, apart from its transport (served on stdio by
+    :class:`daemon.front.mcp_stdio.StdioServer`).
+
+    The server answers what needs no tool (:meth:`dispatch`) and checks a tool call
+    (:meth:`prepare_call`) at once; running the tool (:meth:`run_call`) may wait for the
+    daemon, so the session runs it beside the reader (:mod:`daemon.front.mcp_stdio`).
+    """
 
     def __init__(self, name: str, version: str, instructions: str, tools: list[Tool]) -> None:
         self.name = name
@@ -181,68 +239,17 @@ class Server:
         self.instructions = instructions
         self.tools = {t.name: t for t in tools}
 
-    # ------------------------------------------------------------ transport
-
-    def run(self, transport: str = "stdio") -> None:
-        """Serve newline-delimited JSON-RPC on stdin/stdout until stdin is closed."""
-        if transport != "stdio":
-            raise ValueError(f"unsupported transport {transport!r}: only stdio")
-        out = sys.stdout.buffer
-        sys.stdout = sys.stderr  # a stray print must not corrupt the protocol stream
-        self.serve(sys.stdin.buffer, out)
-
-    def serve(self, inp: IO[bytes], out: IO[bytes]) -> None:
-        for line in inp:
-            if not line.strip():
-                continue
-            answer = self.handle_line(line)
-            if answer is not None:
-                out.write(json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
-                out.flush()
-
-    # ------------------------------------------------------------ JSON-RPC
-
-    def handle_line(self, line: bytes) -> dict[str, Any] | None:
-        """The answer to one line, or None for a notification or a client's response."""
-        try:
-            message = json.loads(line)
-        except ValueError as exc:  # includes bad UTF-8
-            return _error(None, PARSE_ERROR, f"parse error: {exc}")
-        if not isinstance(message, dict):
-            return _error(None, INVALID_REQUEST, "invalid request: expected one JSON-RPC object per line")
-        request_id = message.get("id")
-        method = message.get("method")
-        if "id" not in message:  # a notification: never answered
-            if isinstance(method, str) and not method.startswith("notifications/"):
-                log.debug("ignoring notification %s", method)
-            return None
-        if method is None and ("result" in message or "error" in message):
-            return None  # a response to a request of ours (we send none)
-        if message.get("jsonrpc") != "2.0" or not isinstance(method, str):
-            return _error(request_id, INVALID_REQUEST, "invalid request: needs jsonrpc '2.0' and a method")
-        if request_id is None or isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
-            return _error(None, INVALID_REQUEST, "invalid request: id must be a string or an integer")
-        params = message.get("params", {})
-        if not isinstance(params, dict):
-            return _error(request_id, INVALID_PARAMS, "invalid params: expected an object")
-        try:
-            return {"jsonrpc": "2.0", "id": request_id, "result": self.dispatch(method, params)}
-        except ProtocolError as exc:
-            return _error(request_id, exc.code, str(exc))
-        except Exception as exc:  # a bug here must not end the session
-            log.error("MCP %s failed:\n%s", method, traceback.format_exc())
-            return _error(request_id, INTERNAL_ERROR, f"internal error: {exc}")
+    # ------------------------------------------------------------ MCP
 
     def dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The result of a request other than ``tools/call``; ProtocolError when there is none."""
         if method == "initialize":
             return self.initialize(params)
         if method == "ping":
             return {}
         if method == "tools/list":
             return {"tools": [t.listing() for t in self.tools.values()]}
-        if method == "tools/call":
-            return self.call(params)
-        raise ProtocolError(METHOD_NOT_FOUND, f"method not found: {method}")
+        raise ProtocolError(METHOD_NOT_FOUND, f"method not found: {echo(method)}")
 
     def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         requested = params.get("protocolVersion")
@@ -255,23 +262,37 @@ class Server:
             "instructions": self.instructions,
         }
 
-    def call(self, params: dict[str, Any]) -> dict[str, Any]:
+    def prepare_call(self, params: dict[str, Any]) -> tuple[Tool, dict[str, Any]]:
+        """The tool a ``tools/call`` names and its checked arguments, defaults filled in.
+
+        ProtocolError for a call that names no known tool or whose ``arguments`` is not an object
+        (absent or null: no arguments); ToolError for arguments the tool refuses (the model reads it).
+        """
         name = params.get("name")
-        arguments = params.get("arguments") or {}
         if not isinstance(name, str):
             raise ProtocolError(INVALID_PARAMS, "invalid params: tools/call needs a tool name")
         tool = self.tools.get(name)
         if tool is None:
-            raise ProtocolError(INVALID_PARAMS, f"unknown tool: {name} (tools: {', '.join(self.tools)})")
+            raise ProtocolError(INVALID_PARAMS, f"unknown tool: {echo(name)} (tools: {', '.join(self.tools)})")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
         if not isinstance(arguments, dict):
-            raise ProtocolError(INVALID_PARAMS, "invalid params: arguments must be an object")
+            # [], 0, false and "" once ran the tool as if {} had been sent
+            raise ProtocolError(
+                INVALID_PARAMS, f"invalid params: arguments must be an object, got {echo_json(arguments)}"
+            )
+        return tool, tool.arguments(arguments)
+
+    def run_call(self, tool: Tool, values: dict[str, Any]) -> dict[str, Any]:
+        """Run ``tool``: its result, or its failure as an ``isError`` result (never an exception)."""
         try:
-            result = tool.fn(**tool.arguments(arguments))
+            result = tool.fn(**values)
         except ToolError as exc:
-            return _tool_error(name, str(exc))
+            return tool_error(tool.name, str(exc))
         except Exception as exc:
-            log.error("MCP tool %s failed:\n%s", name, traceback.format_exc())
-            return _tool_error(name, f"{type(exc).__name__}: {exc}")
+            log.error("MCP tool %s failed:\n%s", tool.name, traceback.format_exc())
+            return tool_error(tool.name, f"{type(exc).__name__}: {exc}")
         if isinstance(result, str):
             return {
                 "content": [{"type": "text", "text": result}],
@@ -282,9 +303,16 @@ class Server:
         return {"content": [{"type": "text", "text": text}], "structuredContent": result, "isError": False}
 
 
-def _tool_error(tool: str, message: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": f"Error executing tool {tool}: {message}"}], "isError": True}
+def tool_error(tool: str, message: str) -> dict[str, Any]:
+    """A tool's failure as the model reads it: an ``isError`` result, its text bounded."""
+    text = cut(f"Error executing tool {tool}: {message}", limit=MAX_ERROR_CHARS)
+    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
-def _error(request_id: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+def error(request_id: Any, code: int, message: str) -> dict[str, Any]:
+    """A JSON-RPC error answer, its message bounded."""
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": cut(message, limit=MAX_ERROR_CHARS)}}
+
+
+def success(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}

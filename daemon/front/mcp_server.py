@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
 from daemon.front.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
-from daemon.front.mcp_protocol import Param, Server, Tool, ToolError
+from daemon.front.mcp_protocol import Param, Tool, ToolError, names_shown
+from daemon.front.mcp_stdio import StdioServer
 from daemon.shared.contracts import StatusDocument, fit_memories, local_answer
 from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, QueryTooLongError
 from daemon.shared.settings import client_timeout
@@ -174,7 +175,8 @@ def _refuse_unknown(tool: str, agent_id: str) -> Callable[[list[str], list[str]]
             if {"agent_id", "agent", "user_id"} & set(unknown)
             else ""
         )
-        return f"unknown argument(s) {', '.join(unknown)} for {tool} (it takes: {', '.join(known) or 'none'});{who}"
+        listed = names_shown(unknown)  # the caller's names: cut, escaped, counted past a few
+        return f"unknown argument(s) {listed} for {tool} (it takes: {', '.join(known) or 'none'});{who}"
 
     return message
 
@@ -194,7 +196,7 @@ WRITES = _hints(read_only=False, destructive=False, idempotent=False)
 CHANGES = _hints(read_only=False, destructive=True, idempotent=True)
 
 
-def build_refusing_server(reason: str) -> Server:
+def build_refusing_server(reason: str) -> StdioServer:
     """A server that says why it cannot serve, for an agent id the configuration does not know.
 
     Exiting at start leaves the reason in a log few MCP clients show; a server that starts,
@@ -211,7 +213,7 @@ def build_refusing_server(reason: str) -> Server:
         memory_status,
         annotations=READ_ONLY,
     )
-    return Server(name="memstrata", version=__version__, instructions=message, tools=[status])
+    return StdioServer(name="memstrata", version=__version__, instructions=message, tools=[status])
 
 
 def _filters_param() -> Param:
@@ -229,7 +231,7 @@ def _memory_id(description: str) -> Param:
     return Param("memory_id", str, description)
 
 
-def build_server(config: Config, agent_id: str) -> Server:
+def build_server(config: Config, agent_id: str) -> StdioServer:
     """The MCP server for ``agent_id``; raises UnknownAgentError for an agent without a workspace."""
     agent = get_agent(config, agent_id)
 
@@ -556,4 +558,4 @@ def build_server(config: Config, agent_id: str) -> Server:
         tool.unknown_arguments = _refuse_unknown(tool.name, agent.id)
     problem = _token_problem(config, agent)
     instructions = f"{INSTRUCTIONS}\n\nNOT AVAILABLE NOW: {problem}" if problem else INSTRUCTIONS
-    return Server(name="memstrata", version=__version__, instructions=instructions, tools=tools)
+    return StdioServer(name="memstrata", version=__version__, instructions=instructions, tools=tools)

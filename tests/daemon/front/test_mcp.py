@@ -341,3 +341,72 @@ def test_the_mcp_server_imports_no_sdk_and_no_validation_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     loaded = {name.split(".")[0] for name in out.stdout.split()}
     assert not loaded & {"mcp", "mcp_types", "pydantic", "starlette", "uvicorn", "anyio", "yaml"}, loaded
+
+
+def test_batches_are_answered_under_2025_03_26_only(tmp_path):
+    """2025-03-26 requires a server to accept JSON-RPC batches (and forbids initialize in one); the
+    revisions after it removed them, and before initialize no revision is agreed."""
+    notification = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    answers = _raw_session(
+        tmp_path,
+        [_request(1, "ping")],  # before initialize
+        _initialize(2, "2025-03-26"),
+        notification,
+        [
+            _request(3, "ping"),
+            _request(4, "tools/list"),
+            {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}},
+            _request(5, "tools/call", {"name": "memory_core"}),
+            _request(6, "tools/call", {"name": "memory_core", "arguments": []}),
+            _request(7, "resources/list"),
+            42,
+            _initialize(8, "2025-03-26"),
+        ],
+        [notification],  # notifications only: nothing to answer
+        [],
+        _initialize(9, "2025-06-18"),
+        [_request(10, "ping")],
+    )
+    arrays = [a for a in answers if isinstance(a, list)]
+    singles = {a["id"]: a for a in answers if isinstance(a, dict) and a["id"] is not None}
+    refusals = [a["error"] for a in answers if isinstance(a, dict) and a["id"] is None]
+    assert len(answers) == len(arrays) + len(singles) + len(refusals) and len(arrays) == 1, answers
+
+    batch = {a["id"]: a for a in arrays[0]}
+    assert len(arrays[0]) == 7 and set(batch) == {3, 4, 5, 6, 7, None, 8}, arrays[0]
+    assert batch[3]["result"] == {} and len(batch[4]["result"]["tools"]) == 9
+    assert "memstrata core bundle" in batch[5]["result"]["structuredContent"]["result"]
+    assert batch[6]["error"]["code"] == -32602  # arguments that is not an object, in a batch too
+    assert batch[7]["error"]["code"] == -32601
+    assert batch[None]["error"]["code"] == -32600  # 42 is no request
+    assert batch[8]["error"]["code"] == -32600 and "initialize" in batch[8]["error"]["message"]
+
+    assert singles[2]["result"]["protocolVersion"] == "2025-03-26"
+    assert singles[9]["result"]["protocolVersion"] == "2025-06-18"
+    assert set(singles) == {2, 9}
+    assert [r["code"] for r in refusals] == [-32600, -32600, -32600]
+    before, empty, after = (r["message"] for r in refusals)
+    assert "batches" in before and "2025-03-26" in before
+    assert "empty batch" in empty
+    assert "batches" in after and "2025-06-18" in after
+
+
+def test_answers_of_calls_running_at_once_never_interleave(tmp_path):
+    """Many calls at once, each answer several KB (the core bundle with its reference files), pings
+    between them: every line written is one whole message, every request answered exactly once."""
+    from daemon.front.mcp_stdio import MAX_CALLS_RUNNING
+
+    calls = [
+        _request(n, "tools/call", {"name": "memory_core", "arguments": {"include_reference": True}})
+        if n % 3
+        else _request(n, "ping")
+        for n in range(2, 80)
+    ]
+    answers = _raw_session(tmp_path, _initialize(1, "2025-11-25"), *calls)  # each line parsed as JSON
+    assert sorted(a["id"] for a in answers) == list(range(1, 80)), answers
+    cores = [a["result"] for a in answers if a["id"] > 1 and a["id"] % 3]
+    whole = [c for c in cores if not c["isError"]]
+    assert all("memstrata core bundle" in c["structuredContent"]["result"] for c in whole)
+    assert all(f"{MAX_CALLS_RUNNING} calls of this session" in c["content"][0]["text"] for c in cores if c["isError"])
+    assert len(whole) >= MAX_CALLS_RUNNING
+    assert len(json.dumps(whole[0])) > 4096  # longer than a pipe writes at once (PIPE_BUF)
