@@ -159,3 +159,56 @@ def test_two_spellings_of_one_directory_make_one_agent(tmp_path, daemons):
     assert reasons["second"].startswith("is agent first's workspace")
     assert reasons["third"].startswith("is agent first's workspace")
     assert d.stop() == 0
+
+
+def test_the_cli_never_adds_tokens_or_files_where_a_workspace_is_refused(tmp_path):
+    """``agent add``, ``agent token`` and every ``--agent`` command judge the workspace as the daemon does."""
+    config = init_root(tmp_path, **LEAN)
+    run_cli("agent", "add", "beta", config=config)
+    agents = tmp_path / "workspace" / "agents"
+    beta = agents / "beta-workspace"
+    before = _token_file(beta)
+    (tmp_path / "link").symlink_to(agents)
+    _openclaw_json(tmp_path, {"gamma": tmp_path / "link" / "beta-workspace"})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (agents / "zeta-workspace").symlink_to(outside)  # memstrata's own layout, a symlink planted in it
+
+    token = run_cli("agent", "token", "gamma", config=config, check=False)
+    assert token.returncode == 1 and "Traceback" not in token.stderr
+    assert "of agent gamma refused: is agent beta's workspace" in token.stderr
+    note = run_cli("note", "--agent", "gamma", "into beta's memory?", config=config, check=False)
+    assert note.returncode == 1 and "is agent beta's workspace" in note.stderr
+    zeta = run_cli("agent", "add", "zeta", config=config, check=False)
+    assert zeta.returncode == 1 and "of agent zeta refused: is a symbolic link" in zeta.stderr
+    assert list(outside.iterdir()) == [], "no template, token or skill written through the link"
+    listed = {a["id"] for a in json.loads(run_cli("agent", "list", "--json", config=config).stdout)}
+    assert listed == {"main", "beta"}
+    assert _token_file(beta) == before
+    assert git(beta, "status", "--porcelain", "--", "memory", "MEMORY.md") == ""
+
+
+def test_a_watched_workspace_whose_parent_becomes_a_symlink_is_dropped(tmp_path, daemons):
+    """The path of an OpenClaw agent's workspace that later reaches beta's (its parent swapped for a
+    symlink) stops being watched at the next reconcile; beta keeps its token and its answers."""
+    config = init_root(tmp_path, **{**LEAN, "watch": {**LEAN["watch"], "reconcile_interval_s": 1}})
+    run_cli("agent", "add", "beta", config=config)
+    agents = tmp_path / "workspace" / "agents"
+    beta = agents / "beta-workspace"
+    (beta / "MEMORY.md").write_text("# MEMORY\n\n- beta's private launch plan\n")
+    before = _token_file(beta)
+    parent = tmp_path / "parent"
+    (parent / "beta-workspace").mkdir(parents=True)
+    _openclaw_json(tmp_path, {"gamma": parent / "beta-workspace"})
+    d = daemons(config)
+    assert {a["id"] for a in d.status()["agents"]} == {"main", "beta", "gamma"}
+    assert _token_file(beta) == before
+
+    parent.rename(tmp_path / "parent-was")
+    parent.symlink_to(agents)  # gamma's path now reaches beta's workspace
+    wait_for(lambda: {a["id"] for a in d.status()["agents"]} == {"main", "beta"}, what="gamma no longer watched")
+    assert f"gamma: its path {parent / 'beta-workspace'} now reaches another directory" in d.log()
+    wait_for(lambda: "workspace REFUSED: gamma" in run_cli("status", config=config).stdout, what="said in status")
+    assert _token_file(beta) == before
+    assert _search_as(d, before[0].decode().strip(), "beta", "launch plan") == ["MEMORY.md"]
+    assert d.stop() == 0
