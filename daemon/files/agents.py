@@ -28,7 +28,7 @@ from daemon.shared.contracts import WorkspaceRefusal
 from daemon.shared.current import Current
 from daemon.shared.storage import StorageHealth
 from daemon.shared.workspace_guard import Resolved, WorkspaceRefusedError, resolve
-from daemon.shared.workspaces import Agent, places_of, survey
+from daemon.shared.workspaces import Agent, places_of, say_refused, survey
 from layers import daily
 from layers.ids import MAIN_AGENT
 
@@ -99,10 +99,8 @@ class Agents:
         try:
             return places.judge(agent.id, agent.workspace, follow_link=agent.id == MAIN_AGENT)
         except WorkspaceRefusedError as exc:
-            before = self.refused.get(agent.id)
-            if before is None or str(before) != str(exc):
-                log.warning("%s; not watched, nothing written there", exc, extra={"event": "workspace_refused"})
-            self._note_refused(exc, before)
+            say_refused(exc)
+            self._note_refused(exc, self.refused.get(agent.id))
             return None
 
     def moved(self, agent_id: str) -> str | None:

@@ -96,7 +96,7 @@ class Survey:
 _said: set[str] = set()
 
 
-def _say_once(refusal: WorkspaceRefusedError) -> None:
+def say_refused(refusal: WorkspaceRefusedError) -> None:
     """One log line per refusal and process: a reconcile every few minutes repeats nothing."""
     text = str(refusal)
     if text not in _said:
@@ -134,7 +134,7 @@ def survey(config: WithPaths, watched: Mapping[str, Resolved] | None = None) -> 
         try:
             found = places.judge(agent_id, path, named_by, follow_link=agent_id == MAIN_AGENT)
         except WorkspaceRefusedError as exc:
-            _say_once(exc)
+            say_refused(exc)
             refused.append(exc)
             return
         if found is None:
