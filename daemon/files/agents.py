@@ -1,5 +1,12 @@
 """The agents the daemon watches: one tracker each, added when found, dropped when gone.
 
+Nothing is written into a workspace (git, token, skill) before it is judged on where it
+resolves, against the workspaces already watched (daemon/shared/workspace_guard.py): that is
+checked again here, the one door every agent passes, whoever found it (a reconcile, an event in
+the agents directory). A refusal is logged once, audited once (``workspace_refused``) and listed
+in the status (``daemon.workspaces_refused``); a watched workspace whose path later resolves to
+another directory is no longer watched.
+
 Also what each agent's index should hold (its own files plus the main agent's
 shared core, minus what holds a secret), since that is read from the trackers.
 """
@@ -7,6 +14,7 @@ shared core, minus what holds a secret), since that is read from the trackers.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,10 +24,11 @@ from daemon.files.provision import Provisioner
 from daemon.files.tracker import AgentTracker, EditListener
 from daemon.local.index_files import move_legacy_index
 from daemon.local.indexer import SHARED_PREFIX, Indexer, desired_documents
+from daemon.shared.contracts import WorkspaceRefusal
 from daemon.shared.current import Current
 from daemon.shared.storage import StorageHealth
-from daemon.shared.workspaces import Agent
-from daemon.shared.workspaces import discover as discover_agents
+from daemon.shared.workspace_guard import Resolved, WorkspaceRefusedError, resolve
+from daemon.shared.workspaces import Agent, places_of, say_refused, survey
 from layers import daily
 from layers.ids import MAIN_AGENT
 
@@ -45,6 +54,10 @@ class Agents:
         self.storage = storage
         self.provision = provision
         self.trackers: dict[str, AgentTracker] = {}
+        #: What each watched workspace resolved to when it was added (device and inode).
+        self.resolved: dict[str, Resolved] = {}
+        #: The workspaces refused at the last look, by agent id (shown in status).
+        self.refused: dict[str, WorkspaceRefusedError] = {}
 
     def get(self, agent_id: str) -> AgentTracker | None:
         return self.trackers.get(agent_id)
@@ -58,8 +71,53 @@ class Agents:
         return list(self.trackers.values())
 
     def discover(self) -> list[Agent]:
-        """Every agent whose workspace exists now (main and the spokes under agents_dir)."""
-        return discover_agents(self.current.config)
+        """Every agent whose workspace exists now and may be used (daemon/shared/workspaces.py ``survey``,
+        the workspaces watched already keeping theirs); a refusal is audited once and shown in status."""
+        found = survey(self.current.config, watched=self.resolved)
+        refused = {r.agent_id: r for r in found.refused}
+        for agent_id, refusal in refused.items():
+            self._note_refused(refusal, self.refused.get(agent_id))
+        self.refused = refused
+        return found.agents
+
+    def _note_refused(self, refusal: WorkspaceRefusedError, before: WorkspaceRefusedError | None) -> None:
+        self.refused[refusal.agent_id] = refusal
+        if (before is None or str(before) != str(refusal)) and self.audit is not None:
+            self.audit("workspace_refused", agent=refusal.agent_id, path=str(refusal.path), reason=refusal.reason)
+
+    def refusals(self) -> list[WorkspaceRefusal]:
+        """The refused workspaces, for the status document (the administrator's view only)."""
+        return [{"agent": r.agent_id, "path": str(r.path), "reason": r.reason} for _, r in sorted(self.refused.items())]
+
+    def _judge(self, agent: Agent) -> Resolved | None:
+        """Where ``agent``'s workspace resolves, when no watched workspace and no guarded place is in
+        the way; None (refused: noted; or gone) otherwise."""
+        places = places_of(self.current.config.paths)
+        for other, where in self.resolved.items():
+            if other != agent.id:
+                places.take(other, where)
+        try:
+            return places.judge(agent.id, agent.workspace, follow_link=agent.id == MAIN_AGENT)
+        except WorkspaceRefusedError as exc:
+            say_refused(exc)
+            self._note_refused(exc, self.refused.get(agent.id))
+            return None
+
+    def moved(self, agent_id: str) -> str | None:
+        """Why a watched workspace can no longer be used (gone, or its path now reaches another
+        directory: a parent swapped for a symlink), or None while it is where it was."""
+        tracker = self.trackers[agent_id]
+        path = tracker.workspace
+        try:
+            now = resolve(Path(os.path.realpath(path)) if agent_id == MAIN_AGENT else path)
+        except ValueError as exc:
+            return f"its path {path} {exc}"
+        if now is None:
+            return "workspace disappeared"
+        before = self.resolved.get(agent_id)
+        if before is not None and before.identity != now.identity:
+            return f"its path {path} now reaches another directory ({now.real})"
+        return None
 
     def record_path(self, agent_id: str) -> Path:
         return self.current.config.paths.state_dir / "agents" / f"{agent_id}.json"
@@ -74,8 +132,14 @@ class Agents:
         except OSError as exc:
             log.warning("%s: could not move the index from the old default %s: %s", agent.id, old, exc)
 
-    def add(self, agent: Agent) -> AgentTracker:
-        """Start watching ``agent``: its tracker, repository, token and skill."""
+    def add(self, agent: Agent) -> AgentTracker | None:
+        """Start watching ``agent``: its tracker, repository, token and skill; None when its
+        workspace is refused (or gone), and then nothing at all is written for it."""
+        where = self._judge(agent)
+        if where is None:
+            return None
+        self.refused.pop(agent.id, None)
+        self.resolved[agent.id] = where
         self.move_legacy_index(agent)
         c = self.current
         tracker = self._make_tracker(
@@ -104,6 +168,7 @@ class Agents:
     def drop(self, agent_id: str) -> None:
         """Stop watching an agent whose workspace went away (its index connection closes)."""
         del self.trackers[agent_id]
+        self.resolved.pop(agent_id, None)
         self.indexer.forget(agent_id)
 
     def desired(self, tracker: AgentTracker) -> dict[str, str]:

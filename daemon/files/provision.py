@@ -15,7 +15,7 @@ from daemon.shared import skill
 from daemon.shared.audit import AuditLog
 from daemon.shared.current import Current
 from daemon.shared.storage import StorageHealth
-from daemon.shared.tokens import TokenStore
+from daemon.shared.tokens import TokenOfAnotherAgentError, TokenStore
 from daemon.shared.workspaces import Agent
 from layers import safefs
 
@@ -42,6 +42,8 @@ class Provisioner:
             try:
                 if self.tokens.ensure(agent.id, agent.workspace):
                     log.info("%s: issued an API token (%s)", agent.id, agent.workspace / ".memstrata" / "token")
+            except TokenOfAnotherAgentError as exc:
+                tracker.refuse(exc.rel, f"{exc.why}; no API token written", event="token_refused")
             except safefs.UnsafePathError as exc:
                 tracker.refuse(exc.rel, f"{exc.why}; no API token written")
 

@@ -83,8 +83,9 @@ class Reconciler:
             if agent.id not in known:
                 self.agents.add(agent)
         for agent_id in list(self.agents.trackers):
-            if not self.agents.trackers[agent_id].workspace.is_dir():
-                log.warning("%s: workspace disappeared; no longer watching it", agent_id)
+            why = self.agents.moved(agent_id)
+            if why is not None:  # gone, or its path now reaches another directory (judged again when found)
+                log.warning("%s: %s; no longer watching it", agent_id, why)
                 self.agents.drop(agent_id)
                 self.storage.forget(agent_id)
         repaired = sum(self.one(t, progress) for t in self.agents.all() if not self.stopping())

@@ -13,12 +13,11 @@ import collections
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from daemon.files.agents import Agents
 from daemon.files.tracker import AgentTracker
-from daemon.shared import openclaw
 from daemon.shared.config import Config
 from daemon.shared.current import Current
 from daemon.shared.workspaces import is_memory_path, make_agent, spoke_id
@@ -34,14 +33,15 @@ HISTORY_CHECK_DELAY_S = 1.0
 FileKey = tuple[str, str]  # (agent id, path relative to its workspace)
 
 
-def watch_roots(config: Config) -> list[Path]:
+def watch_roots(config: Config, workspaces: Iterable[Path]) -> list[Path]:
     """The directories the watcher watches: the main workspace, agents_dir (unless inside it) and
-    each OpenClaw-layout workspace found at start (daemon/shared/openclaw.py) outside both."""
+    each watched ``workspaces`` outside both (an OpenClaw-layout one: daemon/shared/openclaw.py),
+    so only what was judged and added is ever watched."""
     paths = config.paths
     roots = [paths.workspace]
     if paths.workspace not in paths.agents_dir.parents:
         roots.append(paths.agents_dir)
-    for workspace in sorted(openclaw.workspaces(paths.root).values()):
+    for workspace in sorted(workspaces):
         if not any(workspace == r or r in workspace.parents for r in roots):
             roots.append(workspace)
     return roots
@@ -226,8 +226,9 @@ class Router:
                 agent = make_agent(config, agent_id)
                 if not agent.workspace.is_dir() or agent.workspace.is_symlink():
                     return None
-                tracker = self.agents.add(agent)
-                self.reconcile(tracker)
+                added = self.agents.add(agent)  # judged there: a refused workspace is never watched
+                if added is not None:
+                    self.reconcile(added)
                 return None  # the reconcile covered every file of the new workspace
             return tracker, "/".join(parts[1:])
         for tracker in self.agents.all():  # an OpenClaw-layout workspace outside both (watch_roots)

@@ -387,12 +387,13 @@ class AgentTracker:
             self.refuse(rel, why)
         self._archive_refused = set(refused)
 
-    def refuse(self, rel: str, why: str) -> None:
-        """Record a symlink where the daemon expected its own file: logged and audited once, shown in status."""
+    def refuse(self, rel: str, why: str, event: str = "symlink_refused") -> None:
+        """Record a symlink (or, ``event``, another agent's file) where the daemon expected its own
+        file: logged and audited once, shown in status."""
         if self.refused.get(rel) != why:
             log.warning("%s: refused %s: %s", self.id, rel, why, extra={"event": "refused"})
             if self.audit is not None:
-                self.audit("symlink_refused", agent=self.id, path=rel, reason=why)
+                self.audit(event, agent=self.id, path=rel, reason=why)
         self.refused[rel] = why
 
     # ------------------------------------------------------------ commits

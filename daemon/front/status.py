@@ -357,6 +357,8 @@ def _daemon_problems(status: StatusDocument) -> list[str]:
     problems = _storage_lines(status.get("storage"))
     if d.get("config_error"):
         problems.append(f"configuration: {d['config_error']}")
+    for refusal in d.get("workspaces_refused") or []:
+        problems.append(f"workspace REFUSED: {refusal['agent']} at {refusal['path']}: {refusal['reason']}")
     restart = d.get("restart_needed")
     if restart:
         problems.append(f"configuration: RESTART NEEDED to apply {', '.join(restart)} (read on reload)")

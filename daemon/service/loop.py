@@ -221,7 +221,9 @@ class Loop:
             from daemon.files.routing import watch_roots  # a module the loop otherwise only names in types
 
             watcher = self.started.watcher
-            if watcher is not None and set(watch_roots(self.reconciler.current.config)) != set(watcher.roots):
+            watched = [t.workspace for t in self.reconciler.agents.all()]
+            roots = set(watch_roots(self.reconciler.current.config, watched))
+            if watcher is not None and roots != set(watcher.roots):
                 # an OpenClaw-layout workspace appeared outside the roots (or went): watched from now on
                 self.restart_watcher("the workspaces to watch changed")
         changed |= self.indexer.flush(now) > 0  # what calls, commits or reconcile queued

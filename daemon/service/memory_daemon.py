@@ -297,7 +297,8 @@ class MemoryDaemon:
 
     def _make_watcher(self) -> Watcher:
         w = self.config.watch
-        return Watcher(watch_roots(self.config), self.on_change, w.mode, w.poll_interval_s, self.router.on_lost)
+        roots = watch_roots(self.config, [t.workspace for t in self.agents.all()])
+        return Watcher(roots, self.on_change, w.mode, w.poll_interval_s, self.router.on_lost)
 
     def restart_watcher(self, why: str) -> None:
         log.warning("restarting the watcher: %s", why)

@@ -157,7 +157,7 @@ class StatusBoard:
             "watcher": {
                 "mode": self.started.watcher.mode if self.started.watcher else no_watcher,
                 "reason": self.started.watcher.reason if self.started.watcher else "",
-                "roots": [str(r) for r in watch_roots(config)],
+                "roots": [str(r) for r in watch_roots(config, [t.workspace for t in self.agents.all()])],
             },
             "reconcile": {**self.reconciler.last, "interval_s": config.watch.reconcile_interval_s},
             "limits": limits_of(config),
@@ -206,6 +206,7 @@ class StatusBoard:
                 "summary": line,
                 "config_error": self.reload_outcome.config_error or None,
                 "restart_needed": self.reload_outcome.restart_needed or None,
+                "workspaces_refused": self.agents.refusals() or None,
             },
             **self._parts(config, "stopped"),
             "agents": reports,

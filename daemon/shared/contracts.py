@@ -51,6 +51,14 @@ class StartingInfo(TypedDict, total=False):
     text: str
 
 
+class WorkspaceRefusal(TypedDict):
+    """A workspace path refused (daemon/shared/workspace_guard.py): never watched, nothing written there."""
+
+    agent: str
+    path: str
+    reason: str
+
+
 class DaemonInfo(TypedDict, total=False):
     running: bool
     pid: int
@@ -65,6 +73,7 @@ class DaemonInfo(TypedDict, total=False):
     summary: str
     config_error: str | None
     restart_needed: list[str] | None  # settings the last SIGHUP read that only a restart applies
+    workspaces_refused: list[WorkspaceRefusal] | None  # workspace paths no agent may have (the administrator's view)
     starting: StartingInfo  # only while the daemon starts
     stopped: str | None  # the snapshot's last word: when the daemon stopped
     reason: str  # offline: why no daemon answered

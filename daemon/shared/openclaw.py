@@ -8,9 +8,11 @@ documentation, "Agent workspace"; docs/openclaw.md has what memstrata relies on)
 ``openclaw.json`` is JSON5 (comments, unquoted keys, trailing commas).
 
 Read-only, and as hostile as a workspace: the file is read through a no-follow descriptor and
-only up to :data:`MAX_CONFIG_BYTES`; an id that is not a valid agent id, a workspace that is a
-symlink, not a directory, relative, or another agent's, is skipped with one log line; a file that
-does not parse costs its own agents only, never the ones found by name.
+only up to :data:`MAX_CONFIG_BYTES`; an id that is not a valid agent id or a path that is not
+absolute is skipped with one log line; a file that does not parse costs its own agents only,
+never the ones found by name. This module only says which paths are *named*, and by whom (the
+owner of the file, or of the directory listed): where each path resolves is judged, with every
+other source of workspaces at once, by daemon/shared/workspaces.py (daemon/shared/workspace_guard.py).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import logging
 import os
 import pwd
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.shared.workspace_guard import Namer
 from layers.ids import MAIN_AGENT, is_valid_id
 
 CONFIG_FILE = "openclaw.json"
@@ -31,7 +35,18 @@ MAX_CONFIG_BYTES = 1 << 20  # a roster of thousands of agents is far below this
 MAX_AGENTS = 10_000
 
 log = logging.getLogger(__name__)
-_cache: dict[Path, tuple[tuple[object, ...], dict[str, Path]]] = {}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A workspace OpenClaw's layout names for an agent: the path as named, and who named it."""
+
+    agent_id: str
+    path: Path
+    named_by: Namer
+
+
+_cache: dict[Path, tuple[tuple[object, ...], list[Candidate]]] = {}
 _said: set[str] = set()
 
 
@@ -48,51 +63,42 @@ def _stamp(root: Path) -> tuple[object, ...]:
     for path in (root, root / CONFIG_FILE):
         try:
             st = os.lstat(path)
-            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size, st.st_uid))
         except OSError:
             out.append(None)
     return tuple(out)
 
 
-def workspaces(root: Path) -> dict[str, Path]:
-    """OpenClaw's agents under state dir ``root`` (main excluded): id → workspace, cached until
-    the directory or the file changes."""
+def candidates(root: Path) -> list[Candidate]:
+    """OpenClaw's agents under state dir ``root`` (main excluded), in the order found: those named
+    by a directory ``workspace-<id>`` first, then those ``openclaw.json`` lists (an id found by
+    name keeps the directory named for it). Cached until the directory or the file changes.
+    Nothing here says a path is usable: the caller judges where each one resolves."""
     stamp = _stamp(root)
     cached = _cache.get(root)
     if cached is not None and cached[0] == stamp:
-        return dict(cached[1])
+        return list(cached[1])
     found = _by_name(root)
-    for agent_id, workspace in _listed(root).items():
-        if agent_id in found:
-            continue  # listed where it is found by name, or elsewhere: the directory named for it wins
-        if workspace in found.values():
-            _once("%s: %s: workspace %s is another agent's; skipped", CONFIG_FILE, agent_id, workspace)
-            continue
-        found[agent_id] = workspace
+    named = {c.agent_id for c in found}
+    found.extend(c for c in _listed(root) if c.agent_id not in named)
     _cache[root] = (stamp, found)
-    return dict(found)
+    return list(found)
 
 
-def _usable(workspace: Path) -> bool:
-    """A real directory (not a symlink, not a file): the daemon never follows a link to a workspace."""
-    try:
-        return stat.S_ISDIR(os.lstat(workspace).st_mode)
-    except OSError:
-        return False
-
-
-def _by_name(root: Path) -> dict[str, Path]:
-    found: dict[str, Path] = {}
+def _by_name(root: Path) -> list[Candidate]:
+    """``root/workspace-<id>`` entries, named by whoever owns ``root`` (who may create them)."""
     try:
         names = sorted(os.listdir(root))
+        owner = os.lstat(root).st_uid
     except OSError:
-        return found
+        return []
+    found = []
     for name in names:
         if not name.startswith(WORKSPACE_PREFIX):
             continue
         agent_id = name[len(WORKSPACE_PREFIX) :]
-        if is_valid_id(agent_id) and agent_id != MAIN_AGENT and _usable(root / name):
-            found[agent_id] = root / name
+        if is_valid_id(agent_id) and agent_id != MAIN_AGENT and os.path.lexists(root / name):
+            found.append(Candidate(agent_id, root / name, Namer(owner, root)))
     return found
 
 
@@ -125,6 +131,7 @@ def _read_config(root: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         return None
     data["__owner_home__"] = _home_of(owner)
+    data["__owner__"] = owner
     return data
 
 
@@ -144,21 +151,22 @@ def _expand(text: str, home: str | None) -> Path | None:
     return path if path.is_absolute() else None
 
 
-def _listed(root: Path) -> dict[str, Path]:
+def _listed(root: Path) -> list[Candidate]:
     data = _read_config(root)
     if data is None:
-        return {}
+        return []
     home = data.get("__owner_home__")
+    namer = Namer(int(data["__owner__"]), root / CONFIG_FILE)
     agents = data.get("agents")
     if not isinstance(agents, dict):
-        return {}
+        return []
     defaults = agents.get("defaults")
     given_root = defaults.get("workspace") if isinstance(defaults, dict) else None
     shared_root = given_root if isinstance(given_root, str) else None
     entries = agents.get("list")
     if not isinstance(entries, list):
-        return {}
-    found: dict[str, Path] = {}
+        return []
+    found: dict[str, Candidate] = {}
     for entry in entries[:MAX_AGENTS]:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             continue
@@ -176,15 +184,8 @@ def _listed(root: Path) -> dict[str, Path]:
             workspace = base / agent_id if base is not None else None
         else:
             workspace = root / f"{WORKSPACE_PREFIX}{agent_id}"
-        if workspace is not None and root.is_relative_to(workspace):
-            _once("%s: %s: workspace %s holds the state directory itself; skipped", CONFIG_FILE, agent_id, workspace)
-            continue
         if workspace is None:
             _once("%s: %s: workspace %r is not an absolute path; skipped", CONFIG_FILE, agent_id, str(given)[:200])
             continue
-        if not _usable(workspace):
-            if workspace.is_symlink():
-                _once("%s: %s: workspace %s is a symbolic link; skipped", CONFIG_FILE, agent_id, workspace)
-            continue  # not made yet: found once OpenClaw creates it
-        found[agent_id] = workspace
-    return found
+        found[agent_id] = Candidate(agent_id, workspace, namer)
+    return list(found.values())

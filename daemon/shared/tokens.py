@@ -68,6 +68,13 @@ def read_workspace_token(workspace: Path) -> str | None:
     return (data.decode("utf-8", errors="replace").strip() or None) if data is not None else None
 
 
+class TokenOfAnotherAgentError(safefs.UnsafePathError):
+    """The workspace's ``.memstrata/token`` is another agent's valid token: it is never replaced.
+
+    A token file is created for a new workspace only; finding another agent's there means two ids
+    reach one workspace (issue 44), and replacing it would hand that agent's identity over."""
+
+
 class TokenStore:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
@@ -88,8 +95,21 @@ class TokenStore:
             current[agent] = digest
             _write_secret(self.path, json.dumps(current, indent=1, sort_keys=True))
 
+    def _holder(self, agent: str, workspace: Path, known: dict[str, str]) -> None:
+        """Refuse when the token already in ``workspace`` is a valid token of an agent other than ``agent``."""
+        token = read_workspace_token(workspace)
+        if not token:
+            return
+        digest = _digest(token)
+        for other, theirs in known.items():
+            if other != agent and hmac.compare_digest(digest, theirs):
+                raise TokenOfAnotherAgentError(workspace, WORKSPACE_TOKEN.as_posix(), f"holds agent {other}'s token")
+
     def issue(self, agent: str, workspace: Path) -> str:
-        """A new token for ``agent``, written into its workspace; the old one stops working."""
+        """A new token for ``agent``, written into its workspace; the old one stops working.
+
+        Never over another agent's valid token (:class:`TokenOfAnotherAgentError`)."""
+        self._holder(agent, workspace, self._read_file())
         token = secrets.token_urlsafe(32)
         _write_workspace_token(workspace, token + "\n")
         self._locked_update(agent, _digest(token))

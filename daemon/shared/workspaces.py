@@ -1,7 +1,11 @@
 """Agents and their workspaces: discovery, lookup, creation from the template.
 
 The main agent lives in ``paths.workspace``; every spoke agent in
-``paths.agents_dir/<id>-workspace``.  Which files of a workspace are memory (and
+``paths.agents_dir/<id>-workspace``, or where OpenClaw's layout puts it
+(daemon/shared/openclaw.py).  Every workspace, from whichever source, is judged on where its
+path resolves before anyone uses it (:func:`survey`, daemon/shared/workspace_guard.py): one that
+is, holds or lies inside another agent's workspace, the agents or state directory or a system
+directory is refused, said once, and never written.  Which files of a workspace are memory (and
 so watched, versioned and indexed) is decided here, once, for everyone.
 """
 
@@ -18,10 +22,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from daemon.shared import openclaw
 from daemon.shared.errors import UnknownAgentError  # defined with the domain errors, raised here
+from daemon.shared.workspace_guard import Namer, Places, Resolved, WorkspaceRefusedError
 from layers import core, daily, safefs
 from layers.ids import MAIN_AGENT, check_id, is_valid_id
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from daemon.shared.config import Config
     from daemon.shared.config_cache import Paths
 
@@ -72,16 +79,96 @@ def is_memory_path(rel: str) -> bool:
     return parts[0] in MEMORY_DIRS and ".git" not in parts
 
 
+@dataclass(frozen=True)
+class Survey:
+    """Every agent whose workspace may be used, and every workspace path refused (and why)."""
+
+    agents: list[Agent]
+    refused: list[WorkspaceRefusedError]
+
+    def agent(self, agent_id: str) -> Agent | None:
+        return next((a for a in self.agents if a.id == agent_id), None)
+
+    def refusal(self, agent_id: str) -> WorkspaceRefusedError | None:
+        return next((r for r in self.refused if r.agent_id == agent_id), None)
+
+
+_said: set[str] = set()
+
+
+def say_refused(refusal: WorkspaceRefusedError) -> None:
+    """One log line per refusal and process: a reconcile every few minutes repeats nothing."""
+    text = str(refusal)
+    if text not in _said:
+        _said.add(text)
+        log.warning("%s; not watched, nothing written there", text, extra={"event": "workspace_refused"})
+
+
+def places_of(paths: Paths) -> Places:
+    """The places no workspace may be, of a configuration's paths (daemon/shared/workspace_guard.py)."""
+    return Places.of(
+        workspace=paths.workspace,
+        agents_dir=paths.agents_dir,
+        state_dir=paths.state_dir,
+        root=paths.root,
+        index_template=paths.index_template,
+    )
+
+
+def survey(config: WithPaths, watched: Mapping[str, Resolved] | None = None) -> Survey:
+    """Every agent, in the order that decides who keeps a contested directory: the main agent
+    (when its workspace exists), every valid ``agents_dir/*-workspace``, then OpenClaw's own agents
+    (``root/workspace-<id>``, ``openclaw.json``) whose id is not already found. Each workspace is
+    judged on where it resolves (by device and inode) against the ones before it and the places
+    no workspace may be; OpenClaw's are then used by their real path, so a symlinked parent
+    swapped later does not move them. ``watched``: the workspaces a daemon watches already, which
+    keep their directories (the first found keeps it, across looks too)."""
+    paths = config.paths
+    places = places_of(paths)
+    for agent_id, where in (watched or {}).items():
+        places.take(agent_id, where)
+    agents: list[Agent] = []
+    refused: list[WorkspaceRefusedError] = []
+
+    def consider(agent_id: str, path: Path, named_by: Namer | None = None) -> None:
+        try:
+            found = places.judge(agent_id, path, named_by, follow_link=agent_id == MAIN_AGENT)
+        except WorkspaceRefusedError as exc:
+            say_refused(exc)
+            refused.append(exc)
+            return
+        if found is None:
+            return  # no directory there (yet): found once it is made
+        places.take(agent_id, found)
+        where = found.real if named_by is not None else path
+        agents.append(Agent(agent_id, where, paths.index_for(agent_id)))
+
+    consider(MAIN_AGENT, paths.workspace)
+    try:
+        entries = sorted(os.listdir(paths.agents_dir))
+    except OSError:
+        entries = []
+    for name in entries:
+        spoke = spoke_id(name)
+        if spoke is not None:
+            consider(spoke, paths.agents_dir / name)
+    seen = {a.id for a in agents} | {r.agent_id for r in refused}
+    for candidate in openclaw.candidates(paths.root):
+        if candidate.agent_id not in seen:  # an id found before keeps what it was found with
+            consider(candidate.agent_id, candidate.path, candidate.named_by)
+    return Survey(agents, refused)
+
+
 def workspace_of(config: WithPaths, agent_id: str) -> Path:
     """``agents_dir/<id>-workspace`` (memstrata's layout), else the workspace OpenClaw's own layout
-    gives the id (``root/workspace-<id>`` or ``openclaw.json``: daemon/shared/openclaw.py)."""
+    gives the id, where it resolves (``root/workspace-<id>`` or ``openclaw.json``), once judged."""
     if agent_id == MAIN_AGENT:
         return config.paths.workspace
     ours = config.paths.agents_dir / f"{agent_id}{WORKSPACE_SUFFIX}"
     if not os.path.lexists(ours):
-        theirs = openclaw.workspaces(config.paths.root).get(agent_id)
+        theirs = survey(config).agent(agent_id)
         if theirs is not None:
-            return theirs
+            return theirs.workspace
     return ours
 
 
@@ -90,23 +177,8 @@ def make_agent(config: WithPaths, agent_id: str) -> Agent:
 
 
 def discover(config: WithPaths) -> list[Agent]:
-    """The main agent (when its workspace exists), every valid ``agents_dir/*-workspace``, then
-    OpenClaw's own agents (``root/workspace-<id>``, ``openclaw.json``) not already found."""
-    agents = []
-    if config.paths.workspace.is_dir():
-        agents.append(make_agent(config, MAIN_AGENT))
-    agents_dir = config.paths.agents_dir
-    if agents_dir.is_dir():
-        for entry in sorted(agents_dir.iterdir()):
-            agent_id = spoke_id(entry.name)
-            if agent_id and entry.is_dir() and not entry.is_symlink():
-                agents.append(make_agent(config, agent_id))
-    known = {a.id for a in agents}
-    taken = {a.workspace for a in agents}
-    for agent_id, workspace in sorted(openclaw.workspaces(config.paths.root).items()):
-        if agent_id not in known and workspace not in taken and workspace != config.paths.workspace:
-            agents.append(Agent(agent_id, workspace, config.paths.index_for(agent_id)))
-    return agents
+    """Every agent whose workspace exists and may be used (:func:`survey`; the refused are logged)."""
+    return survey(config).agents
 
 
 def spoke_id(dirname: str) -> str | None:
@@ -118,15 +190,20 @@ def spoke_id(dirname: str) -> str | None:
 
 
 def get_agent(config: WithPaths, agent_id: str) -> Agent:
-    """The agent with this id, or an error that lists the agents that do exist."""
+    """The agent with this id, or an error that lists the agents that do exist (or says why its
+    workspace is refused: nothing is ever read or written there)."""
     check_id(agent_id)
-    agent = make_agent(config, agent_id)
-    if not agent.workspace.is_dir():
-        known = ", ".join(a.id for a in discover(config)) or "none"
-        raise UnknownAgentError(
-            f"unknown agent {agent_id!r}: no workspace at {agent.workspace} (known agents: {known})"
-        )
-    return agent
+    found = survey(config)
+    agent = found.agent(agent_id)
+    if agent is not None:
+        return agent
+    refusal = found.refusal(agent_id)
+    if refusal is not None:
+        raise refusal
+    known = ", ".join(a.id for a in found.agents) or "none"
+    raise UnknownAgentError(
+        f"unknown agent {agent_id!r}: no workspace at {workspace_of(config, agent_id)} (known agents: {known})"
+    )
 
 
 def template_dir() -> Path:
@@ -184,6 +261,13 @@ def create_workspace(config: Config, agent_id: str) -> tuple[Agent, bool]:
     """
     check_id(agent_id)
     agent = make_agent(config, agent_id)
+    if os.path.lexists(agent.workspace):
+        judged = survey(config)
+        refusal = judged.refusal(agent_id)
+        if refusal is not None:
+            raise refusal
+        if judged.agent(agent_id) is None:
+            raise WorkspaceRefusedError(agent_id, agent.workspace, "is not a directory")
     if agent.workspace.is_dir():
         created = copy_template(agent.workspace, main=agent_id == MAIN_AGENT)
         if created or not (agent.workspace / ".git").exists():

@@ -1,7 +1,7 @@
 """A stock OpenClaw host (a real daemon): agents at ``<state-dir>/workspace-<agentId>`` and the ones
 ``openclaw.json`` (JSON5) lists are discovered, watched and committed; the file is read, never
 written, and hostile entries (bad ids, symlinks, relative or state-swallowing paths, a file that
-does not parse) cost only themselves."""
+does not parse) cost only themselves; each refusal is one log line."""
 
 from __future__ import annotations
 
@@ -56,9 +56,11 @@ def test_openclaw_layout_is_discovered_read_only(tmp_path, daemons):
     assert (tmp_path / "openclaw.json").read_text() == text, "OpenClaw's file is never written"
     assert list(outside.iterdir()) == [], "nothing written through a symlink"
     log = d.log()
-    assert "'Bad/Id' is not a valid agent id" in log and "linked: workspace" in log and "symbolic link" in log
+    assert "'Bad/Id' is not a valid agent id" in log
+    assert f"workspace {tmp_path / 'linked-target'} of agent linked refused: is a symbolic link" in log
+    assert f"workspace {tmp_path / 'workspace-gamma'} of agent gamma refused: is a symbolic link" in log
     assert "relative: workspace 'some/where' is not an absolute path" in log
-    assert "everything: workspace / holds the state directory itself" in log
+    assert "workspace / of agent everything refused: is the system directory /" in log
     assert "another agent's" not in log, "alpha, listed and found by name at the same place, is one agent"
     assert d.stop() == 0
 
