@@ -16,93 +16,26 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 import uuid
 from collections.abc import Iterator
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from starlette.testclient import TestClient
 
-from daemon.api.app import build_app
 from daemon.api.requests import WriteId
-from daemon.shared.tokens import read_token
-from tests.daemon.conftest import Service
+from tests.daemon.conversation.l4_api import MEMORIES, Api, l4_api
 from tests.daemon.conversation_service import enable, l4_service, unreachable
-from tests.helpers import registry_of, token_of, wait_for
+from tests.helpers import wait_for
 from tests.stand_in_embedder import StandInEmbedder
 
-MEMORIES = "/v1/memories"
 WRITE_ID_PATTERN = WriteId.__metadata__[0].pattern  # the API's own rule for a write_id
-
-
-class Api:
-    """The API over one daemon, and the tokens of main, beta and the administrator."""
-
-    def __init__(self, service: Service, client: TestClient) -> None:
-        self.service = service
-        self.client = client
-        self.tokens = {
-            "main": token_of(service.root, "main"),
-            "beta": token_of(service.root, "beta"),
-            "admin": read_token(service.daemon.tokens.admin_path),
-        }
-
-    def call(self, who: str, method: str, path: str, **request):
-        headers = {"Authorization": f"Bearer {self.tokens[who]}"}
-        return self.client.request(method, path, headers=headers, **request)
-
-    def add(self, who: str, agent: str, text: str, **fields):
-        return self.call(who, "POST", MEMORIES, json={"agent": agent, "text": text, **fields})
-
-    def added(self, who: str, agent: str, text: str, **fields) -> str:
-        """The id of the one memory a write made (or found: ``EXISTS``)."""
-        response = self.add(who, agent, text, **fields)
-        assert response.status_code == 200, response.text
-        [result] = response.json()["results"]
-        return result["id"]
-
-    def stored(self, memory_id: str) -> dict:
-        """A memory as the store holds it, read past every rule and without counting as a use."""
-        broker = self.service.daemon.broker
-        memory = broker.thread.call("get", lambda: broker.store.get(memory_id))
-        assert memory is not None, f"memory {memory_id} is gone"
-        return memory
-
-    def search(self, agent: str, query: str) -> list[str]:
-        response = self.call(agent, "POST", f"{MEMORIES}/search", json={"agent": agent, "q": query, "limit": 50})
-        assert response.status_code == 200, response.text
-        return [r["id"] for r in response.json()["results"]]
-
-
-def _with_project_ops(root) -> None:
-    """A project ``ops`` that beta is in and main is not; beta may write public memories."""
-    registry = registry_of(root)
-    data = yaml.safe_load(registry.read_text())
-    data["projects"] = {"ops": {"description": "operations", "members": ["beta"], "keywords": []}}
-    data["agents"]["beta"] = {"projects": ["ops"], "can_write_public": True}
-    registry.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 @pytest.fixture(scope="module")
 def api(_service_template, tmp_path_factory) -> Iterator[Api]:
-    root = tmp_path_factory.mktemp("l4-ids") / "root"
-    shutil.copytree(_service_template, root, symlinks=True)
-    _with_project_ops(root)
-    config = root / "memstrata.yaml"
-    embedder = StandInEmbedder()
-    enable(config, embedder)
-    try:
-        with l4_service(config) as service:
-            service.spoke_workspace()
-            service.daemon.reconciler.all()  # beta is watched and has its token
-            service.daemon.provision.ensure_admin_token()
-            with TestClient(build_app(service.daemon), raise_server_exceptions=False) as client:
-                yield Api(service, client)
-    finally:
-        embedder.close()
+    with l4_api(_service_template, tmp_path_factory.mktemp("l4-ids") / "root") as api:
+        yield api
 
 
 _numbers = itertools.count()
