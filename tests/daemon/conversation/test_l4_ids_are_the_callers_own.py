@@ -242,3 +242,53 @@ def test_two_agents_queue_the_same_write_id_and_each_is_replayed_as_its_own(serv
                 assert (memory["agent_id"], memory["memory"]) == (agent, f"{agent}'s queued note")
     finally:
         embedder.close()
+
+
+# ---------------------------------------------------------------- generated: supersede chains
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "supersede", "restore"]),
+        st.integers(0, 3),  # the text: a few, so that restatements (dedup) happen
+        st.integers(0, 2),  # the write_id: a few, so that reuses happen
+        st.integers(0, 3),  # which earlier memory the op names
+    ),
+    min_size=2,
+    max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_OPS)
+def test_generated_writes_and_supersedes_never_leave_a_chain_without_a_valid_memory(api, ops):
+    """Whatever mix of writes, reused write ids, restatements, supersedes and restores an agent sends, every
+    memory's ``superseded_by`` chain ends, without a cycle, in a valid memory."""
+    from daemon.shared.errors import ConflictError, NoSuchMemoryError
+    from layers.conversation.policy import PolicyError
+
+    broker = api.service.daemon.broker
+    run = next(_numbers)
+    made: list[str] = []
+    for op, text, write, target in ops:
+        fields = {"write_id": f"chain-{run}-{write}"}
+        try:
+            if op == "restore" and made:
+                broker.restore_memory("main", made[target % len(made)])
+                continue
+            if op == "supersede" and made:
+                fields["supersedes"] = made[target % len(made)]
+            answer = broker.add("main", f"chain {run}: fact number {text}", **fields)
+        except (ConflictError, PolicyError, NoSuchMemoryError):
+            continue  # refused: nothing changed
+        made += [r["id"] for r in answer["results"] if r["id"] not in made]
+    stored = {i: api.stored(i) for i in made}
+    for start in made:
+        seen, at = {start}, stored[start]
+        while at["superseded_by"]:
+            assert at["state"] == "superseded"
+            nxt = at["superseded_by"]
+            assert nxt not in seen, f"a cycle through {nxt}"
+            seen.add(nxt)
+            at = stored.get(nxt) or api.stored(nxt)
+        assert at["state"] != "superseded", "the chain ends in a valid memory"
