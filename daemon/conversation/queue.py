@@ -56,12 +56,13 @@ class QueueAccess:
                 return False
         return True
 
-    def contains(self, write_id: str) -> bool:
-        return self.read(lambda: self.queue.contains(write_id), False)
+    def contains(self, write_id: str, agent_id: str) -> bool:
+        """Whether ``agent_id``'s ``write_id`` is queued (its owner's: layers/conversation/write_ids.py)."""
+        return self.read(lambda: self.queue.contains(write_id, agent_id), False)
 
-    def note(self, write_id: str, why: str) -> None:
+    def note(self, write_id: str, agent_id: str, why: str) -> None:
         """A failed attempt, counted on the queued write (a courtesy: a full disk must not stop anything)."""
-        self.storage.attempt("queue", lambda: self.queue.failed(write_id, why), path=self.queue.path)
+        self.storage.attempt("queue", lambda: self.queue.failed(write_id, agent_id, why), path=self.queue.path)
 
     def view(self, fn: Callable[[], T]) -> T | None:
         """A figure for status, never an exception (status runs in the daemon's loop)."""

@@ -2,7 +2,7 @@
 
 One thread (``l4-probe``).  While the breaker is open it probes (a quick HTTP
 look at a remote server, then connect and ping on the store thread); once the
-store answers it replays the queue in order, exactly once by write_id: plain
+store answers it replays the queue in order, exactly once by (owner, write_id): plain
 writes in batches (one lookup, one embedding call, one upsert each), inferred
 ones one by one in their place; a write the store refuses is set aside (kept,
 audited, shown in status) instead of blocking every write behind it.  While up,
@@ -272,15 +272,15 @@ class Replayer:
             return handled
         records = [record for _, record in readable]
         # tried before (a direct add that failed, an earlier batch that timed out): maybe stored already
-        suspects = {item.write_id for item, _ in readable if item.attempts}
+        suspects = {record.write_key for item, record in readable if item.attempts}
         if not self.head_checked:
-            suspects.add(readable[0][0].write_id)
+            suspects.add(readable[0][1].write_key)
         deadline = t.deadline_s + REPLAY_PER_WRITE_S * len(records)
         try:
             results = t.call("replay", lambda: t.store.add_batch(records, suspects), deadline, patient=True)
         except StoreDown as exc:
             if not t.stopping:
-                self.queue.note(readable[0][0].write_id, str(exc))
+                self.queue.note(readable[0][0].write_id, readable[0][0].agent_id, str(exc))
             return handled
         except StoreRequestError as exc:
             if len(readable) > 1:  # find the one(s) refused: each alone
@@ -297,7 +297,7 @@ class Replayer:
             if result.event == "REFUSED":
                 self._set_aside(item, result.reason)
                 continue
-            done.append(item.write_id)
+            done.append((item.write_id, item.agent_id))
             if result.event == "EXISTS":
                 self.skipped += 1
             else:
@@ -323,10 +323,13 @@ class Replayer:
             except StoreDown as exc:
                 if not t.stopping:
                     # the attempt count is a courtesy: a full queue disk must not stop the replay loop
-                    self.storage.attempt("queue", functools.partial(queue.failed, item.write_id, str(exc)))
+                    self.storage.attempt(
+                        "queue", functools.partial(queue.failed, item.write_id, item.agent_id, str(exc))
+                    )
                 return handled
             self.storage.succeeded("store")
-            if not self.storage.attempt("queue", functools.partial(queue.done, item.write_id), path=queue.path):
+            done = functools.partial(queue.done, item.write_id, item.agent_id)
+            if not self.storage.attempt("queue", done, path=queue.path):
                 return handled  # written, still queued: the next replay finds its write_id in the store
             if results and all(r.get("event") == "EXISTS" for r in results):
                 self.skipped += 1
@@ -336,7 +339,7 @@ class Replayer:
 
     def _set_aside(self, item: QueuedWrite, reason: str) -> None:
         """A write the store refuses: kept aside with the reason, so the writes behind it go on."""
-        if self.queue.queue.set_aside(item.write_id, reason):
+        if self.queue.queue.set_aside(item.write_id, item.agent_id, reason):
             self.set_aside += 1
         log.warning("queued write %s of %s set aside: the store refuses it: %s", item.write_id, item.agent_id, reason)
         self.audit.record("queued_write_set_aside", agent=item.agent_id, write_id=item.write_id, reason=reason)

@@ -6,6 +6,8 @@ the store (``infer=False``, or ``True`` with an LLM), with exact duplicates of a
 memory in the same scope answered NOOP.  When the store cannot take it (or earlier
 writes are still queued) the write goes to the durable queue, answered
 ``queued``, and is replayed later exactly once by write_id (daemon/conversation/replay.py).
+A write_id is its owner's (layers/conversation/write_ids.py): it is looked up, queued and replayed
+as ``(agent, write_id)``, so another agent's equal write_id is neither found nor revealed.
 Updates and deletes are never queued: whose a memory is, and what it says now,
 can only be read from the store, so while it is down they are refused (503).
 """
@@ -13,6 +15,7 @@ can only be read from the store, so while it is down they are refused (503).
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -25,7 +28,13 @@ from daemon.conversation.reads import Reads, audit_denied, checked_filters
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.shared.audit import AuditLog
 from daemon.shared.config import DedupConfig
-from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError, NotStoredError, SecretRefusedError
+from daemon.shared.errors import (
+    ConflictError,
+    ConversationUnavailableError,
+    NoSuchMemoryError,
+    NotStoredError,
+    SecretRefusedError,
+)
 from daemon.shared.guard import SecretGuard
 from daemon.shared.limits import MAX_MEMORY_TEXT_CHARS
 from daemon.shared.storage import StorageHealth, is_storage_error
@@ -34,6 +43,7 @@ from layers.conversation import validity
 from layers.conversation.cleanup import Selection
 from layers.conversation.metadata import MetadataError, check_entity_id, check_metadata, strings
 from layers.conversation.policy import (
+    DEFAULT_TRUST,
     DEFAULT_TYPE,
     ForbiddenError,
     PolicyError,
@@ -58,6 +68,60 @@ def not_changed(exc: Exception, done: int = 0) -> str:
 def normalised(text: str) -> str:
     """A memory's text as exact-duplicate detection compares it: whitespace collapsed, case folded."""
     return " ".join(text.split()).casefold()
+
+
+DEDUP_CANDIDATES = 8  # nearest memories dedup looks at: equal texts with other data may take the first places
+
+
+def _canonical(value: object) -> str:
+    """A JSON value as dedup compares it: keys sorted, ``1``, ``1.0`` and ``true`` told apart."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def same_data(memory: Mapping, record: NewMemory) -> bool:
+    """Whether a stored memory (a view) already holds everything ``record`` would store besides its text.
+
+    A NOOP answers the write with the stored memory, so it may drop nothing the caller sent: the type
+    (another lifetime), mem0's ids (whom and which run it is about, who spoke), the role, the caller's
+    metadata, the trust and the source.  Anything else differing makes it another memory.
+    """
+    return (
+        memory.get("memory_type") == record.memory_type
+        and (memory.get("user_id"), memory.get("run_id"), memory.get("actor_id"))
+        == (record.user_id, record.run_id, record.actor_id)
+        and (memory.get("role") or "user") == record.role
+        and _canonical(memory.get("metadata") or {}) == _canonical(record.extra)
+        and (memory.get("trust"), memory.get("provenance")) == (record.trust or DEFAULT_TRUST, record.provenance)
+    )
+
+
+def _still_valid(memory: Mapping, memory_id: str) -> None:
+    """A supersede target must be valid: one already replaced names what to supersede instead."""
+    if memory.get("state") == validity.SUPERSEDED or memory.get("superseded_by"):
+        raise PolicyError(
+            f"memory {memory_id} was already superseded at {memory.get('invalid_at')} by "
+            f"{memory.get('superseded_by')}: supersede that one instead"
+        )
+
+
+def _may_replace(write_id: str, earlier: list[str], old_id: str, states: Mapping[str, str]) -> None:
+    """A retried superseding write's earlier memories may replace ``old_id`` only while valid and not it.
+
+    Else the marking would make a cycle (``old_id`` replaced by a memory it replaced, or by itself) and
+    leave the chain with no valid memory: refused (409), nothing changed.
+    """
+    if old_id in earlier:
+        raise ConflictError(
+            f"write_id {write_id} already wrote memory {old_id} itself: a memory cannot supersede itself; a "
+            "write_id names one write: send the new text with a new write_id"
+        )
+    replaced = [i for i in earlier if states.get(i) == validity.SUPERSEDED]
+    if replaced:
+        raise ConflictError(
+            f"write_id {write_id} already wrote memory {replaced[0]}, which is superseded since: marking "
+            f"{old_id} superseded by it would leave no valid memory; a write_id names one write: send the "
+            "new text with a new write_id"
+        )
 
 
 def seconds(value: float) -> str:
@@ -192,8 +256,8 @@ class Writes:
         }
         if supersedes is not None:
             return {**answer, **self._superseding(agent, record, supersedes, admin, retry)}
-        if retry and self.queue.contains(record.write_id):
-            return {**answer, **self._queued(record.write_id, "this write_id is already queued")}
+        if retry and self.queue.contains(record.write_id, agent):
+            return {**answer, **self._queued(record, "this write_id is already queued")}
         attempted = False
         depth = self.queue.depth()  # None: the queue cannot be read (a full disk kept it from opening)
         if depth == 0 or (depth is None and self.queue.nothing_queued()):  # earlier queued writes go first
@@ -223,36 +287,44 @@ class Writes:
             ) from None
         self.storage.succeeded("queue")
         if attempted or retry:  # it may be in the store under mem0's random id: replay looks it up by write_id
-            self.queue.note(record.write_id, reason)
+            self.queue.note(record.write_id, agent, reason)
         self.thread.attention.set()
         self.on_change()
-        return {**answer, **self._queued(record.write_id, reason)}
+        return {**answer, **self._queued(record, reason)}
 
     def _superseding(self, agent: str, record: NewMemory, old_id: str, admin: bool, retry: bool) -> dict:
         """Write ``record`` and mark ``old_id`` superseded by it, on the store thread, one after the other.
 
-        The old memory must be one ``agent`` may change (daemon/conversation/writes.py ``_owned``: an unknown
-        id and another agent's private one get the same "no memory" answer).  A retry with the same
-        write_id finds the write already made and marks the old memory again: the pair completes.
+        The old memory must be the writer's own (any with ``admin``): another agent's, readable or not, gets
+        exactly the answer of an unknown id, so a supersede tells nothing about other agents' memories.  A
+        retry with the same write_id finds the write already made and marks the old memory again: the pair
+        completes.  A chain always ends in a valid memory: the old memory must still be valid, and the one
+        replacing it must be valid and another memory, checked again on the store thread (the store's one
+        writer) right before the marking, so no two writes can cross (A superseded by B, B by A).
         """
         if record.infer:
             raise PolicyError(
                 "supersedes needs infer off: it names the one memory the new text replaces, "
                 "while with infer the LLM decides what changes"
             )
-        old = self._owned(agent, old_id, admin, "supersede")
-        if old.get("state") == validity.SUPERSEDED and old.get("superseded_by"):
-            raise PolicyError(
-                f"memory {old_id} was already superseded at {old.get('invalid_at')} by {old['superseded_by']}: "
-                "supersede that one instead"
-            )
+        old = self._owned(agent, old_id, admin, "supersede", readable_is_forbidden=False)
+        _still_valid(old, old_id)
         store = self.thread.store
 
         def write_and_supersede() -> list[dict]:
-            results = self.write(record, check_first=retry)
-            new_ids = [r["id"] for r in results if r.get("id") and r["id"] != old_id]
-            if new_ids:
-                store.supersede([old_id], new_ids[0], record.created_at)
+            current = store.get(old_id)  # again, where nothing can change it before the marking
+            if current is None or not (admin or current.get("agent_id") == agent):
+                raise NoSuchMemoryError(f"no memory {old_id}")  # deleted meanwhile: as missing as ever
+            _still_valid(current, old_id)
+            earlier = store.find_write(record.agent_id, record.write_id) if retry else []
+            if earlier:
+                _may_replace(record.write_id, earlier, old_id, store.states(earlier))
+                results = [{"id": i, "event": "EXISTS"} for i in earlier]
+            else:
+                results = self.write(record, check_first=False)
+            by = next((r["id"] for r in results if r.get("id") and r["id"] != old_id), None)
+            if by is not None:
+                store.supersede([old_id], by, record.created_at)
             return results
 
         self.thread.embed_ahead(record.text)
@@ -271,18 +343,18 @@ class Writes:
             )
         return {"queued": False, "results": results, "supersedes": old_id, "superseded": by is not None}
 
-    def _queued(self, write_id: str, reason: str) -> dict:
+    def _queued(self, record: NewMemory, reason: str) -> dict:
         """The answer for a queued write: how many go before it and, while draining, how long that takes."""
-        ahead = self.queue.queue.ahead_of(write_id)
+        ahead = self.queue.queue.ahead_of(record.write_id, record.agent_id)
         rate = self.replay_rate()
         eta = f", replaying at {rate:,.0f}/s, about {seconds(ahead / rate)} to go" if rate and ahead else ""
         return {"queued": True, "ahead": ahead, "reason": f"{reason}: {ahead:,} ahead{eta}"}
 
     def write(self, record: NewMemory, check_first: bool) -> list[dict]:
-        """On the store thread: write once (a write_id already in the store is not written again)."""
+        """On the store thread: write once (the owner's write_id already in the store is not written again)."""
         store = self.thread.store
         if check_first:
-            existing = store.find_write(record.write_id)
+            existing = store.find_write(record.agent_id, record.write_id)
             if existing:
                 return [{"id": i, "event": "EXISTS"} for i in existing]
         if not record.infer and self.dedup.enabled:
@@ -294,20 +366,19 @@ class Writes:
     def _dedup(self, record: NewMemory) -> list[dict] | None:
         """On the store thread: the answer when ``record`` restates a memory already in its scope, else None.
 
-        Same owner, visibility, project and type only (another type has another lifetime).  The
-        same text up to whitespace and case: nothing is written, the existing id comes back with
-        event NOOP.  When ``conversation.dedup.near_threshold`` is set (it is not by default: see
-        DedupConfig for why), a passage cosine at or above it: the existing memory takes the new
-        text (mem0's update: an UPDATE event in its history), the newest wording being the one kept.
+        Same owner, visibility, project and type only (another type has another lifetime), and only a
+        memory that already holds every other thing the write would store (:func:`same_data`: its ids,
+        role, metadata, trust and source), valid (not superseded, not archived).  The same text up to
+        whitespace and case: nothing is written, the existing id comes back with event NOOP.  The same
+        text with other metadata is another memory (mem0's ``add`` stores each write): it is written, so
+        a filter on the new metadata finds it and nothing the caller sent is silently dropped.  When
+        ``conversation.dedup.near_threshold`` is set (it is not by default: see DedupConfig for why), a
+        passage cosine at or above it (with the same data too): the existing memory takes the new text
+        (mem0's update: an UPDATE event in its history), the newest wording being the one kept.
         Replayed (queued) writes skip this: they are written once each by write_id, as queued.
         """
         store = self.thread.store
-        candidates = [
-            (m, score)
-            for m, score in store.nearest(record)
-            if m.get("memory_type") == record.memory_type
-            and (m.get("user_id"), m.get("run_id")) == (record.user_id, record.run_id)
-        ]
+        candidates = [(m, score) for m, score in store.nearest(record, DEDUP_CANDIDATES) if same_data(m, record)]
         if not candidates:
             return None
         wanted = normalised(record.text)
@@ -355,8 +426,13 @@ class Writes:
 
     # ------------------------------------------------------------ update, delete
 
-    def _owned(self, agent: str, memory_id: str, admin: bool, what: str) -> dict:
-        """The memory, when ``agent`` owns it; 403 when the agent may read it but not change it, else 404."""
+    def _owned(self, agent: str, memory_id: str, admin: bool, what: str, *, readable_is_forbidden: bool = True) -> dict:
+        """The memory, when ``agent`` owns it (any with ``admin``); else the answer for an unknown id (404).
+
+        ``readable_is_forbidden``: a memory the agent may read but not change is a 403 ("only its owner
+        may"; nothing the agent could not read is told).  A supersede target is never told apart from a
+        missing one (False): another agent's memory is no memory the caller has.
+        """
 
         try:
             memory = self.reads.fetch(memory_id)
@@ -366,7 +442,7 @@ class Writes:
             raise NoSuchMemoryError(f"no memory {memory_id}")
         if not admin and memory.get("agent_id") != agent:
             audit_denied(self.audit, f"{what}_denied", agent, memory)
-            if may_read(self.registry.current(), agent, memory):
+            if readable_is_forbidden and may_read(self.registry.current(), agent, memory):
                 owner = memory.get("agent_id")
                 raise ForbiddenError(f"memory {memory_id} belongs to {owner}; only its owner may {what} it")
             raise NoSuchMemoryError(f"no memory {memory_id}")

@@ -45,7 +45,8 @@ from layers.conversation.decay import ACCESS_COUNT, LAST_ACCESSED
 from layers.conversation.judge import JudgeError, LlmJudge, Statement
 from layers.conversation.policy import DEFAULT_TRUST, INFERRED_SOURCE, TRUST_RANK
 from layers.conversation.sameness import GUARD_VERSION
-from layers.conversation.store import NewMemory, point_id_of
+from layers.conversation.store import NewMemory
+from layers.conversation.write_ids import point_id_of
 
 T = TypeVar("T")
 PAGE = 256
@@ -185,7 +186,7 @@ def _summarise(cluster: Cluster, text: str, run_id: str, check_text: Callable[[s
         cluster.note = f"LLM summary not stored: {refused}"
         return
     cluster.summary = text
-    cluster.created = point_id_of(_summary_write_id(run_id, cluster.number))
+    cluster.created = point_id_of(str(cluster.scope["agent_id"]), _summary_write_id(run_id, cluster.number))
     cluster.superseded = {m.id: cluster.created for m in cluster.members}
     cluster.action = "summarise"
 

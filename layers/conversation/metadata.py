@@ -12,6 +12,13 @@ mem0 use for a memory's own fields are reserved (:data:`RESERVED`): a caller's m
 re-place, re-own or re-date a memory through them.  A size cap keeps one memory's metadata small
 (:data:`MAX_METADATA_BYTES` of compact JSON); :func:`strings` yields every string in it for the
 caller's secret guard.
+
+Numbers are kept exactly or refused, never rounded: a whole number past ±(2^53 − 1)
+(:data:`MAX_EXACT_INTEGER`) is refused naming its key, because past that a JSON number is a double to
+most readers (JavaScript, the mem0 platform's clients), a range filter compares payload numbers as
+doubles, and the embedded engine stores one past 64 bits as a double: 2^53 + 1 would come back, or
+match, as 2^53.  Such a value goes as a string.  The same bound holds for the numbers of a filter
+(:func:`check_exact_numbers`), so a filter never asks for a value no memory can hold.
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ RESERVED = frozenset(
     }
 )
 MAX_METADATA_BYTES = 4096
+MAX_EXACT_INTEGER = 2**53 - 1  # the largest whole number every JSON reader and the store keep exactly
 MAX_METADATA_KEYS = 32
 MAX_DEPTH = 4
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -115,9 +123,40 @@ def check_metadata(metadata: object) -> dict[str, Any]:
     return out
 
 
+def inexact_integer(value: object) -> bool:
+    """A whole number (not a boolean) past ±(2^53 − 1): one that would not be kept exactly."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_EXACT_INTEGER
+
+
+def _not_exact(where: str) -> MetadataError:
+    """The refusal of such a number, naming where it is and never quoting it."""
+    return MetadataError(
+        f"{where}: a whole number past ±{MAX_EXACT_INTEGER:,} (2^53 − 1) would not be kept exactly (JSON "
+        "readers and range filters take numbers as doubles): send it as a string"
+    )
+
+
+def check_exact_numbers(value: object, where: str) -> None:
+    """Refuse any whole number past ±(2^53 − 1) anywhere in ``value`` (a filter: its keys name the place).
+
+    Iterative, so a value nested as deeply as a JSON body may be is walked without a RecursionError.
+    """
+    stack: list[tuple[object, str]] = [(value, where)]
+    while stack:
+        item, place = stack.pop()
+        if inexact_integer(item):
+            raise _not_exact(place)
+        if isinstance(item, Mapping):
+            stack += [(v, f"{place}.{str(k)[:64]}") for k, v in item.items()]
+        elif isinstance(item, list | tuple):
+            stack += [(v, f"{place}[{i}]") for i, v in enumerate(item)]
+
+
 def _check_value(value: Any, where: str, depth: int) -> None:
     if depth > MAX_DEPTH:
         raise MetadataError(f"{where}: metadata values nest at most {MAX_DEPTH} levels")
+    if inexact_integer(value):
+        raise _not_exact(where)
     if value is None or isinstance(value, str | bool | int):
         return
     if isinstance(value, float):

@@ -28,23 +28,62 @@ from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS writes (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
-    write_id    TEXT NOT NULL UNIQUE,
+    write_id    TEXT NOT NULL,
     agent_id    TEXT NOT NULL,
     request     TEXT NOT NULL,
     enqueued_at REAL NOT NULL,
     attempts    INTEGER NOT NULL DEFAULT 0,
-    last_error  TEXT NOT NULL DEFAULT ''
+    last_error  TEXT NOT NULL DEFAULT '',
+    UNIQUE (agent_id, write_id)
 );
 CREATE TABLE IF NOT EXISTS set_aside (
     seq         INTEGER PRIMARY KEY,
-    write_id    TEXT NOT NULL UNIQUE,
+    write_id    TEXT NOT NULL,
     agent_id    TEXT NOT NULL,
     request     TEXT NOT NULL,
     enqueued_at REAL NOT NULL,
     set_aside_at REAL NOT NULL,
-    reason      TEXT NOT NULL
+    reason      TEXT NOT NULL,
+    UNIQUE (agent_id, write_id)
 );
 """
+_TABLES = ("writes", "set_aside")
+
+
+def _unique_on_write_id_alone(db: apsw.Connection, table: str) -> bool:
+    """True for a table of the first schema, where ``write_id`` was unique across every agent."""
+    for _, name, unique, *_ in db.execute(f"PRAGMA index_list({table})").fetchall():
+        columns = [row[2] for row in db.execute(f"PRAGMA index_info({name})").fetchall()]
+        if unique and columns == ["write_id"]:
+            return True
+    return False
+
+
+def _owner_scoped(db: apsw.Connection) -> None:
+    """Rebuild the tables of a queue whose write ids were global, keeping every row, its order and its seq.
+
+    One transaction (a crash leaves the old file as it was); the AUTOINCREMENT counter is carried
+    over so a seq is never handed out twice (``set_aside`` rows keep the seq they had in ``writes``).
+    """
+    old = [
+        t
+        for t in _TABLES
+        if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)).fetchone()
+        and _unique_on_write_id_alone(db, t)
+    ]
+    if not old:
+        return
+    with db:
+        counter = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'writes'").fetchone()
+        for table in old:
+            db.execute(f"ALTER TABLE {table} RENAME TO {table}_global_ids")
+        db.execute(_SCHEMA)
+        for table in old:
+            db.execute(f"INSERT INTO {table} SELECT * FROM {table}_global_ids")
+            db.execute(f"DROP TABLE {table}_global_ids")
+        if counter is not None:
+            db.execute("DELETE FROM sqlite_sequence WHERE name = 'writes'")
+            db.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('writes', ?)", (counter[0],))
 
 
 @dataclass(frozen=True)
@@ -93,6 +132,7 @@ class WriteQueue:
             db.setbusytimeout(5000)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
+            _owner_scoped(db)
             db.execute(_SCHEMA)
             tighten_sqlite(self.path)  # side files an older version left 0644
         except BaseException:
@@ -102,7 +142,7 @@ class WriteQueue:
         return db
 
     def put(self, write_id: str, agent_id: str, request: dict) -> bool:
-        """Store a write durably; False when ``write_id`` is already queued (a client retry)."""
+        """Store a write durably; False when ``agent_id``'s ``write_id`` is already queued (a client retry)."""
         with self._lock, self._connection() as db:
             db.execute(
                 "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at) VALUES (?, ?, ?, ?)",
@@ -137,25 +177,26 @@ class WriteQueue:
             )
         return [QueuedWrite(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
 
-    def done(self, write_id: str) -> None:
+    def done(self, write_id: str, agent_id: str) -> None:
         with self._lock, self._connection() as db:
-            db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
+            db.execute("DELETE FROM writes WHERE write_id = ? AND agent_id = ?", (write_id, agent_id))
 
-    def done_many(self, write_ids: list[str]) -> None:
-        """Forget a replayed batch in one commit."""
+    def done_many(self, writes: list[tuple[str, str]]) -> None:
+        """Forget a replayed batch of ``(write_id, agent_id)`` in one commit."""
         with self._lock, self._connection() as db:
-            db.executemany("DELETE FROM writes WHERE write_id = ?", [(w,) for w in write_ids])
+            db.executemany("DELETE FROM writes WHERE write_id = ? AND agent_id = ?", writes)
 
-    def set_aside(self, write_id: str, reason: str) -> bool:
+    def set_aside(self, write_id: str, agent_id: str, reason: str) -> bool:
         """Move a write the store refused out of the way, kept with ``reason``; False when it is not queued."""
         with self._lock, self._connection() as db:
             db.execute(
                 "INSERT OR REPLACE INTO set_aside(seq, write_id, agent_id, request, enqueued_at, set_aside_at, reason) "
-                "SELECT seq, write_id, agent_id, request, enqueued_at, ?, ? FROM writes WHERE write_id = ?",
-                (time.time(), reason, write_id),
+                "SELECT seq, write_id, agent_id, request, enqueued_at, ?, ? FROM writes "
+                "WHERE write_id = ? AND agent_id = ?",
+                (time.time(), reason, write_id, agent_id),
             )
             moved = db.changes() > 0
-            db.execute("DELETE FROM writes WHERE write_id = ?", (write_id,))
+            db.execute("DELETE FROM writes WHERE write_id = ? AND agent_id = ?", (write_id, agent_id))
         return moved
 
     def set_aside_writes(self, limit: int = 100) -> list[dict]:
@@ -177,10 +218,11 @@ class WriteQueue:
         with self._lock:
             return self._connection().execute("SELECT count(*) FROM set_aside").get
 
-    def failed(self, write_id: str, error: str) -> None:
+    def failed(self, write_id: str, agent_id: str, error: str) -> None:
         with self._lock, self._connection() as db:
             db.execute(
-                "UPDATE writes SET attempts = attempts + 1, last_error = ? WHERE write_id = ?", (error, write_id)
+                "UPDATE writes SET attempts = attempts + 1, last_error = ? WHERE write_id = ? AND agent_id = ?",
+                (error, write_id, agent_id),
             )
 
     def check_writable(self) -> None:
@@ -189,22 +231,29 @@ class WriteQueue:
             version = db.execute("PRAGMA user_version").get
             db.execute(f"PRAGMA user_version = {(version + 1) % 1_000_000}")
 
-    def contains(self, write_id: str) -> bool:
+    def contains(self, write_id: str, agent_id: str) -> bool:
+        """Whether ``agent_id``'s ``write_id`` is queued (another agent's equal write_id is another write)."""
         with self._lock:
-            row = self._connection().execute("SELECT 1 FROM writes WHERE write_id = ?", (write_id,)).fetchone()
+            row = (
+                self._connection()
+                .execute("SELECT 1 FROM writes WHERE write_id = ? AND agent_id = ?", (write_id, agent_id))
+                .fetchone()
+            )
         return row is not None
 
     def depth(self) -> int:
         with self._lock:
             return self._connection().execute("SELECT count(*) FROM writes").get
 
-    def ahead_of(self, write_id: str) -> int:
-        """How many queued writes go before ``write_id``."""
+    def ahead_of(self, write_id: str, agent_id: str) -> int:
+        """How many queued writes go before ``agent_id``'s ``write_id``."""
         with self._lock:
             return (
                 self._connection()
                 .execute(
-                    "SELECT count(*) FROM writes WHERE seq < (SELECT seq FROM writes WHERE write_id = ?)", (write_id,)
+                    "SELECT count(*) FROM writes WHERE seq < "
+                    "(SELECT seq FROM writes WHERE write_id = ? AND agent_id = ?)",
+                    (write_id, agent_id),
                 )
                 .get
             )

@@ -17,9 +17,10 @@ same in every field as one ``Memory.add(infer=False)`` makes.  A search embeds t
 query once and asks the vector store itself, one filtered query per visibility
 phase (mem0's ``search`` would merge a caller's filter into the phase's own keys:
 layers/conversation/filters.py).  A batched write's
-point id is derived from its write_id, so the lookup is a retrieve by id (local
-mode evaluates a payload filter in Python, point by point and value by value)
-and a repeated upsert could only replace the point, never add a second one.
+point id is derived from its owner and write_id (layers/conversation/write_ids.py: a write_id is
+its owner's, never global), so the lookup is a retrieve by id (local mode evaluates a payload
+filter in Python, point by point and value by value) and a repeated upsert could only replace
+the point, never add a second one.
 
 Every call that reaches Qdrant may raise :class:`StoreUnavailableError`; the
 broker decides what that means (breaker, queue, fallback).  This module knows
@@ -52,6 +53,7 @@ from layers.conversation.decay import ACCESS_COUNT, DEFAULT_DECAY, LAST_ACCESSED
 from layers.conversation.filters import engine_part, has_text_match, matches, restrict, to_qdrant
 from layers.conversation.metadata import custom_of
 from layers.conversation.policy import DEFAULT_TRUST, TRUST_RANK, Phase, trust_filter
+from layers.conversation.write_ids import KEY_FIELDS, WriteKey, candidate_points, owner_of, point_id_of
 from layers.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
@@ -80,8 +82,6 @@ EDGE, QDRANT_LOCAL = "edge", "qdrant-local"
 # local e5: a user's statement ranked first for 0 of 5 such questions; with the assistant's relevance x 0.7,
 # 3 of 5; with a {"role": "user"} filter, 5 of 5).  Assistant turns are ranked with this weight.
 ASSISTANT_WEIGHT = 0.7
-# Point ids of batched writes: uuid5(WRITE_NAMESPACE, write_id).
-WRITE_NAMESPACE = uuid.UUID("5d0c1f9e-6c3a-4d8e-9a57-2f4b8e61c0a3")
 
 
 class StoreUnavailableError(ConnectionError):
@@ -168,6 +168,11 @@ class NewMemory:
             meta[EXPIRY_FIELD] = self.expires_at
         return meta
 
+    @property
+    def write_key(self) -> WriteKey:
+        """Whose write this is: its write_id inside its owner's scope (layers/conversation/write_ids.py)."""
+        return (self.agent_id, self.write_id)
+
 
 @dataclass(frozen=True)
 class BatchResult:
@@ -177,11 +182,6 @@ class BatchResult:
     event: str
     ids: tuple[str, ...] = ()
     reason: str = ""
-
-
-def point_id_of(write_id: str) -> str:
-    """The point id a batched write gets: the same write always lands on the same point."""
-    return str(uuid.uuid5(WRITE_NAMESPACE, write_id))
 
 
 def mem0_payload(memory: NewMemory) -> dict:
@@ -596,104 +596,123 @@ class ConversationStore:
         if isinstance(model, _Mem0Embedder):
             model.embed_ahead(text, query)
 
-    def find_write(self, write_id: str) -> list[str]:
-        """Ids of memories a write already produced (replay skips such writes)."""
-        return self.find_writes([write_id]).get(write_id, [])
+    def find_write(self, agent_id: str, write_id: str) -> list[str]:
+        """Ids of the memories ``agent_id``'s write ``write_id`` already produced (another agent's never count)."""
+        return self.find_writes([(agent_id, write_id)]).get((agent_id, write_id), [])
 
-    def find_writes(self, write_ids: Sequence[str], by_filter: Collection[str] | None = None) -> dict[str, list[str]]:
-        """Which of ``write_ids`` the store holds, with their memory ids, in one lookup for all of them.
+    def find_writes(
+        self, keys: Sequence[WriteKey], by_filter: Collection[WriteKey] | None = None
+    ) -> dict[WriteKey, list[str]]:
+        """Which of ``keys`` (owner, write_id) the store holds, with their memory ids, in one lookup for all.
 
-        A batched write is found by its derived point id.  A write mem0 made itself (random ids: an
-        inferred write, a direct add) only by a filter on ``write_id``, which a server answers from its
-        payload index but local mode evaluates in Python over the whole collection, once per value:
-        there only the write ids in ``by_filter`` are looked up that way (None: all of them).
+        A batched write is found by its derived point id (or, written before write ids had an owner, by
+        the legacy one: counted only when its payload names the same owner).  A write mem0 made itself
+        (random ids: an inferred write, a direct add) only by a filter on ``write_id`` and ``agent_id``,
+        which a server answers from its payload indexes but local mode evaluates in Python over the whole
+        collection, once per value: there only the keys in ``by_filter`` are looked up that way (None: all).
         """
-        if not write_ids:
+        keys = list(dict.fromkeys(keys))
+        if not keys:
             return {}
         if self.settings.on_edge:
-            return self._find_writes_on_edge(write_ids)
+            return self._find_writes_on_edge(keys)
         from qdrant_client import models
 
         client = self._client_only()
-        found: dict[str, list[str]] = {}
+        found: dict[WriteKey, list[str]] = {}
         if self.settings.backend == "remote":
-            by_filter = write_ids  # indexed on a server: one filtered scroll finds every kind
+            by_filter = keys  # indexed on a server: one filtered scroll finds every kind
         else:
-            wanted = {point_id_of(w): w for w in write_ids}
+            candidates = candidate_points(keys)
             with _translate_errors("lookup"):
-                points = client.retrieve(self.settings.collection, ids=list(wanted), with_payload=["write_id"])
+                points = client.retrieve(self.settings.collection, ids=list(candidates), with_payload=KEY_FIELDS)
             for point in points:
-                found[wanted[str(point.id)]] = [str(point.id)]
-        rest = [w for w in (write_ids if by_filter is None else by_filter) if w not in found]
+                key = owner_of(candidates[str(point.id)], point.payload)
+                if key is not None:
+                    found.setdefault(key, []).append(str(point.id))
+        rest = [k for k in (keys if by_filter is None else by_filter) if k not in found]
         if not rest:
             return found
-        condition = models.FieldCondition(key="write_id", match=models.MatchAny(any=rest))
+        wanted = set(rest)
+        conditions = [
+            models.FieldCondition(key="write_id", match=models.MatchAny(any=sorted({w for _, w in rest}))),
+            models.FieldCondition(key="agent_id", match=models.MatchAny(any=sorted({a for a, _ in rest}))),
+        ]
         offset = None
         with _translate_errors("lookup"):
             while True:
                 points, offset = client.scroll(
                     self.settings.collection,
-                    scroll_filter=models.Filter(must=[condition]),
+                    scroll_filter=models.Filter(must=conditions),
                     limit=max(64, 2 * len(rest)),  # an inferred write may have made several memories
                     offset=offset,
-                    with_payload=["write_id"],
+                    with_payload=KEY_FIELDS,
                 )
                 for point in points:
-                    ids = found.setdefault((point.payload or {})["write_id"], [])  # the filter matched it
-                    if str(point.id) not in ids:
-                        ids.append(str(point.id))
+                    key = owner_of(wanted, point.payload)  # the filter pairs any owner with any write_id
+                    if key is not None and str(point.id) not in found.setdefault(key, []):
+                        found[key].append(str(point.id))
                 if offset is None:
                     return found
 
-    def _find_writes_on_edge(self, write_ids: Sequence[str]) -> dict[str, list[str]]:
-        """By derived id first, then every other write id by the (indexed) ``write_id`` payload field."""
+    def _find_writes_on_edge(self, keys: Sequence[WriteKey]) -> dict[WriteKey, list[str]]:
+        """By derived id (and legacy id) first, then every other key by the indexed ``write_id``/``agent_id``."""
         shard = self._edge()
         if shard is None:
             return {}
-        wanted = {point_id_of(w): w for w in write_ids}
-        found: dict[str, list[str]] = {}
+        candidates = candidate_points(keys)
+        found: dict[WriteKey, list[str]] = {}
         with _translate_errors("lookup"):
-            for hit in shard.retrieve(list(wanted), with_payload=["write_id"]):
-                found[wanted[hit.id]] = [hit.id]
-            rest = [w for w in write_ids if w not in found]
+            for hit in shard.retrieve(list(candidates), with_payload=KEY_FIELDS):
+                key = owner_of(candidates[hit.id], hit.payload)
+                if key is not None:
+                    found.setdefault(key, []).append(hit.id)
+            rest = [k for k in keys if k not in found]
+            wanted = set(rest)
+            conditions = {
+                "write_id": {"in": sorted({w for _, w in rest})},
+                "agent_id": {"in": sorted({a for a, _ in rest})},
+            }
             offset = None
             while rest:
                 page, offset = shard.scroll(
-                    {"write_id": {"in": rest}}, limit=max(64, 2 * len(rest)), offset=offset, with_payload=["write_id"]
+                    conditions, limit=max(64, 2 * len(rest)), offset=offset, with_payload=KEY_FIELDS
                 )
                 for hit in page:
-                    ids = found.setdefault(hit.payload.get("write_id"), [])
-                    if hit.id not in ids:
-                        ids.append(hit.id)
+                    key = owner_of(wanted, hit.payload)  # the filter pairs any owner with any write_id
+                    if key is not None and hit.id not in found.setdefault(key, []):
+                        found[key].append(hit.id)
                 if offset is None:
                     break
         return found
 
-    def add_batch(self, memories: Sequence[NewMemory], suspects: Collection[str] = ()) -> list[BatchResult]:
+    def add_batch(self, memories: Sequence[NewMemory], suspects: Collection[WriteKey] = ()) -> list[BatchResult]:
         """Write ``infer=False`` memories not yet in the store, each once, in the order given.
 
         One lookup, one embedding call, one upsert (one commit), one history commit for the whole
-        batch.  ``suspects`` are write ids that may already be stored under a random id (a direct
+        batch.  ``suspects`` are writes (owner, write_id) that may already be stored under a random id (a direct
         add that was tried before it was queued): those are also looked up by a ``write_id`` filter.
         A memory mem0 would refuse comes back ``REFUSED`` with the reason and does not stop the
         others; StoreRequestError when the store refuses the upsert itself (split the batch then).
+        A write is its owner's (``NewMemory.write_key``): two agents' equal write ids are two writes.
         """
         if any(m.infer for m in memories):
             raise ValueError("add_batch writes infer=False memories only; inferred writes go through add()")
         mem0, _ = self._require()
-        existing = self.find_writes([m.write_id for m in memories], by_filter=suspects)
-        results: dict[str, BatchResult] = {}
+        existing = self.find_writes([m.write_key for m in memories], by_filter=suspects)
+        results: dict[WriteKey, BatchResult] = {}
         todo: list[tuple[NewMemory, dict]] = []
         for memory in memories:
-            if memory.write_id in existing:
-                results[memory.write_id] = BatchResult(memory.write_id, "EXISTS", tuple(existing[memory.write_id]))
+            key = memory.write_key
+            if key in existing:
+                results[key] = BatchResult(memory.write_id, "EXISTS", tuple(existing[key]))
                 continue
             try:
                 todo.append((memory, mem0_payload(memory)))
             except (ValueError, TypeError) as exc:
-                results[memory.write_id] = BatchResult(memory.write_id, "REFUSED", reason=describe_error(exc))
+                results[key] = BatchResult(memory.write_id, "REFUSED", reason=describe_error(exc))
         if todo:
-            ids = [point_id_of(m.write_id) for m, _ in todo]
+            ids = [point_id_of(*m.write_key) for m, _ in todo]
             payloads = [payload for _, payload in todo]
             with _translate_errors("replay"):
                 vectors = mem0.embedding_model.embed_batch([m.text for m, _ in todo], "add")
@@ -715,9 +734,9 @@ class ConversationStore:
             with _translate_errors("history"):
                 mem0.db.batch_add_history(history)
             for (memory, _), memory_id in zip(todo, ids, strict=True):
-                results[memory.write_id] = BatchResult(memory.write_id, "ADD", (memory_id,))
+                results[memory.write_key] = BatchResult(memory.write_id, "ADD", (memory_id,))
         self.upkeep()
-        return [results[m.write_id] for m in memories]
+        return [results[m.write_key] for m in memories]
 
     @contextmanager
     def _one_commit(self) -> Iterator[None]:
@@ -1149,26 +1168,28 @@ class ConversationStore:
 
         The new text is embedded as a passage, as stored memories are, so the score is passage to
         passage (what dedup's threshold was measured on), not the query-to-passage score of a search.
-        Expired memories do not count.
+        Expired memories do not count, nor superseded or archived ones (inside the query): restating a
+        fact that was replaced, or that faded, is a new statement, never a NOOP answered with a memory
+        searches leave out (nor, with ``supersedes``, a replacement that is itself replaced: a cycle).
         """
         mem0, _ = self._require()
-        filters = {"agent_id": memory.agent_id, "visibility": memory.visibility}
+        filters: dict[str, Any] = {"agent_id": memory.agent_id, "visibility": memory.visibility}
         if memory.project_id:
             filters["project_id"] = memory.project_id
         for key in ("user_id", "run_id"):  # a memory about alice is not a duplicate of one about bob
             value = getattr(memory, key)
             if value:
                 filters[key] = value
+        filters["NOT"] = [{validity.STATE: {"in": list(validity.HIDDEN_BY_DEFAULT)}}]
         with _translate_errors("dedup"):
             vector = mem0.embedding_model.embed(memory.text, "dedup")  # kept for the write that may follow
-            hits = mem0.vector_store.search(query=memory.text, vectors=vector, top_k=count, filters=filters)
+            hits = self._nearest(mem0, memory.text, vector, filters, count)
         now = time.time()
         found = []
-        for hit in hits:
-            payload = hit.payload or {}
+        for point_id, payload, score in hits:
             expires_at = payload.get(EXPIRY_FIELD)
             if expires_at is None or expires_at >= now:
-                found.append((memory_view(hit.id, payload, decay=self.decay), float(hit.score)))
+                found.append((memory_view(point_id, payload, decay=self.decay), float(score)))
         return found
 
 

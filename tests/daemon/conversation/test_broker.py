@@ -55,7 +55,7 @@ def test_a_write_while_the_store_is_down_is_queued_durably(down):
     answer = broker.add("main", "the deploy window is Tuesday", memory_type="decision")
     assert answer["queued"] is True and answer["ahead"] == 0
     assert answer["visibility"] == "private" and answer["memory_type"] == "decision"
-    assert broker.queue.depth() == 1 and broker.queue.contains(answer["write_id"])
+    assert broker.queue.depth() == 1 and broker.queue.contains(answer["write_id"], "main")
     again = broker.add("main", "the deploy window is Tuesday", write_id=answer["write_id"])
     assert again["queued"] is True and "already queued" in again["reason"]
     assert broker.queue.depth() == 1, "a retried write_id is queued once"

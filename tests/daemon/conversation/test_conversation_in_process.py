@@ -52,7 +52,7 @@ def test_a_write_the_store_could_not_take_survives_a_reopen_and_is_replayed_once
 
     with l4_service(service_root, start=False) as reopened:  # another process, the same state directory
         broker = reopened.daemon.broker
-        assert broker.queue.depth() == 1 and broker.queue.contains("w-generator")
+        assert broker.queue.depth() == 1 and broker.queue.contains("w-generator", "main")
         again = broker.add("main", "the generator is serviced in March", write_id="w-generator")
         assert again["queued"] is True and "already queued" in again["reason"]
         assert broker.queue.depth() == 1, "a retried write_id is kept once"

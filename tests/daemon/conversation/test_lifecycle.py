@@ -88,10 +88,13 @@ def test_another_agents_private_memory_is_answered_as_an_unknown_id_and_left_unt
     assert {"event": "supersede_denied", "agent": "main", "memory_id": private}.items() <= _audit(broker)[-1].items()
 
 
-def test_a_readable_memory_of_another_agent_is_refused_and_an_administrator_may(broker):
+def test_a_readable_memory_of_another_agent_is_refused_as_an_unknown_id_and_an_administrator_may(broker):
     public = _id(broker.add("beta", "the release train leaves on Thursdays", visibility="public"))
-    with pytest.raises(ForbiddenError, match="only its owner may supersede it"):
+    with pytest.raises(NoSuchMemoryError) as theirs:
         broker.add("main", "the release train leaves on Fridays", visibility="public", supersedes=public)
+    with pytest.raises(NoSuchMemoryError) as unknown:
+        broker.add("main", "the release train leaves on Fridays", visibility="public", supersedes=UNKNOWN)
+    assert str(theirs.value).replace(public, "ID") == str(unknown.value).replace(UNKNOWN, "ID")
     assert broker.get("main", public)["state"] == "valid"
     by_admin = broker.add(
         "main", "the release train leaves on Fridays", visibility="public", supersedes=public, admin=True

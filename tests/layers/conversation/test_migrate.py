@@ -38,7 +38,7 @@ def test_the_old_store_is_imported_once_and_kept(tmp_path, embedder, caplog):
         assert s.import_progress == {"state": "done", "from": str(tmp_path / "l4" / "qdrant"), "done": 41, "total": 41}
         got = s.get(ids[7])
         assert got["memory"] == "旧引擎写下的第 7 条记忆 oldmarker7" and got["agent_id"] == "a"
-        assert s.find_write(got["write_id"]) == [ids[7]], "the derived point id survives the import"
+        assert s.find_write("a", got["write_id"]) == [ids[7]], "the derived point id survives the import"
         hits = s.search("oldmarker7 旧引擎写下的第 7 条记忆", [PRIVATE_A], limit=3)
         assert hits[0]["id"] == ids[7], "vectors came across"
         assert [h["memory"] for h in s.search("publicmarker", [PUBLIC], limit=3)] == [

@@ -17,15 +17,17 @@ def test_queue_keeps_order_ignores_retries_and_survives_reopen(tmp_path):
     assert q.put("w1", "a", {"text": "第一条"})
     assert q.put("w2", "b", {"text": "second"})
     assert not q.put("w1", "a", {"text": "retry"})  # same write_id: one entry
-    q.failed("w1", "refused")
+    q.failed("w1", "a", "refused")
     q.close()
 
     q = WriteQueue(path)
     items = q.peek()
     assert [(i.write_id, i.request["text"], i.attempts) for i in items] == [("w1", "第一条", 1), ("w2", "second", 0)]
     assert items[0].last_error == "refused"
-    assert q.depth() == 2 and q.contains("w2") and q.oldest_age_s() >= 0
-    q.done("w1")
+    assert q.depth() == 2 and q.contains("w2", "b") and not q.contains("w2", "a") and q.oldest_age_s() >= 0
+    q.done("w1", "b")  # another agent's w1: not this one
+    assert q.depth() == 2
+    q.done("w1", "a")
     assert [i.write_id for i in q.peek()] == ["w2"]
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 
@@ -71,10 +73,10 @@ def test_a_refused_write_is_set_aside_kept_and_the_queue_goes_on(tmp_path):
     q = WriteQueue(path)
     assert q.put_many([(f"w{i}", "a", {"n": i}) for i in range(5)]) == 5
     assert q.put_many([("w1", "a", {"n": "retry"}), ("w5", "b", {"n": 5})]) == 1  # w1 is already queued
-    assert q.ahead_of("w3") == 3 and q.ahead_of("w0") == 0
-    assert q.set_aside("w1", "add: ValueError: expiration_date must be a valid date")
-    assert not q.set_aside("never-queued", "x")
-    q.done_many(["w0", "w2"])
+    assert q.ahead_of("w3", "a") == 3 and q.ahead_of("w0", "a") == 0
+    assert q.set_aside("w1", "a", "add: ValueError: expiration_date must be a valid date")
+    assert not q.set_aside("never-queued", "a", "x") and not q.set_aside("w2", "b", "another agent's w2")
+    q.done_many([("w0", "a"), ("w2", "a")])
     q.close()
 
     q = WriteQueue(path)
@@ -84,3 +86,64 @@ def test_a_refused_write_is_set_aside_kept_and_the_queue_goes_on(tmp_path):
     assert (aside["write_id"], aside["agent_id"]) == ("w1", "a") and "expiration_date" in aside["reason"]
     assert aside["set_aside_at"] >= aside["enqueued_at"]
     assert q.put("w1", "a", {"n": "fixed"})  # set aside, it may be queued again
+
+
+def test_two_agents_may_queue_the_same_write_id(tmp_path):
+    """A write_id is its owner's: another agent's equal one is another write, kept, replayed and removed alone."""
+    q = WriteQueue(tmp_path / "queue.sqlite")
+    assert q.put("conv-1:msg-3", "a", {"text": "a's"})
+    assert q.put("conv-1:msg-3", "b", {"text": "b's"})
+    assert not q.put("conv-1:msg-3", "b", {"text": "b's retry"})
+    assert [(i.agent_id, i.request["text"]) for i in q.peek()] == [("a", "a's"), ("b", "b's")]
+    assert q.ahead_of("conv-1:msg-3", "b") == 1
+    q.done("conv-1:msg-3", "a")
+    assert [(i.agent_id, i.request["text"]) for i in q.peek()] == [("b", "b's")]
+
+
+# The first schema: write_id unique across every agent.
+FIRST_SCHEMA = """
+CREATE TABLE writes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, write_id TEXT NOT NULL UNIQUE, agent_id TEXT NOT NULL,
+    request TEXT NOT NULL, enqueued_at REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE set_aside (
+    seq INTEGER PRIMARY KEY, write_id TEXT NOT NULL UNIQUE, agent_id TEXT NOT NULL, request TEXT NOT NULL,
+    enqueued_at REAL NOT NULL, set_aside_at REAL NOT NULL, reason TEXT NOT NULL
+);
+"""
+
+
+def test_a_queue_of_the_first_schema_is_rebuilt_keeping_every_write_its_order_and_its_seq(tmp_path):
+    import apsw
+
+    path = tmp_path / "queue.sqlite"
+    db = apsw.Connection(str(path))
+    db.execute(FIRST_SCHEMA)
+    for i in range(6):
+        db.execute(
+            "INSERT INTO writes(write_id, agent_id, request, enqueued_at, attempts) VALUES (?, ?, ?, ?, ?)",
+            (f"w{i}", "a" if i % 2 else "b", f'{{"n": {i}}}', 1000.0 + i, i % 3),
+        )
+    db.execute("DELETE FROM writes WHERE write_id = 'w5'")  # the last seq handed out is gone already
+    db.execute(
+        "INSERT INTO set_aside SELECT seq, write_id, agent_id, request, enqueued_at, 2000.0, 'refused' "
+        "FROM writes WHERE write_id = 'w0'"
+    )
+    db.execute("DELETE FROM writes WHERE write_id = 'w0'")
+    db.close()
+
+    q = WriteQueue(path)
+    items = q.peek()
+    assert [(i.seq, i.write_id, i.agent_id, i.request["n"], i.attempts) for i in items] == [
+        (2, "w1", "a", 1, 1),
+        (3, "w2", "b", 2, 2),
+        (4, "w3", "a", 3, 0),
+        (5, "w4", "b", 4, 1),
+    ]
+    assert [(w["write_id"], w["agent_id"], w["reason"]) for w in q.set_aside_writes()] == [("w0", "b", "refused")]
+    assert q.put("w1", "b", {"n": "b's own w1"}), "now a write_id is its owner's"
+    assert not q.put("w1", "a", {"n": "a's retry"})
+    assert q.peek()[-1].seq == 7, "a seq is never handed out twice (6 was w5's)"
+    q.close()
+    assert [i.write_id for i in WriteQueue(path).peek()] == ["w1", "w2", "w3", "w4", "w1"], "rebuilt once, kept"

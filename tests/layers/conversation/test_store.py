@@ -87,8 +87,9 @@ def test_expired_memories_are_hidden_but_listed_on_request(store):
 def test_get_delete_and_write_id_lookup(store):
     new = memory("a", "to be forgotten")
     [written] = store.add(new)
-    assert store.find_write(new.write_id) == [written["id"]]
-    assert store.find_write("never-written") == []
+    assert store.find_write("a", new.write_id) == [written["id"]]
+    assert store.find_write("b", new.write_id) == [], "a write_id is its owner's"
+    assert store.find_write("a", "never-written") == []
     got = store.get(written["id"])
     assert got["memory"] == "to be forgotten" and got["write_id"] == new.write_id and got["agent_id"] == "a"
     assert store.get("not-a-uuid") is None
@@ -194,9 +195,9 @@ def test_a_batch_writes_each_write_once_and_refuses_only_the_bad_one(store):
     results = store.add_batch([first[1], bad, new, first[2]])
     assert [r.event for r in results] == ["EXISTS", "REFUSED", "ADD", "EXISTS"]
     assert "expiration_date" in results[1].reason
-    assert store.find_writes([w.write_id for w in first] + [new.write_id, bad.write_id]).keys() == {
-        *(w.write_id for w in first),
-        new.write_id,
+    assert store.find_writes([w.write_key for w in first] + [new.write_key, bad.write_key]).keys() == {
+        *(w.write_key for w in first),
+        new.write_key,
     }
     assert store.count() == 4
 
@@ -240,11 +241,43 @@ def test_a_batch_that_fails_to_commit_leaves_nothing_half_written(small_fs, embe
     with pytest.raises(StoreUnavailableError):
         s.add_batch(batch)
     filler.unlink()
-    assert s.find_writes([m.write_id for m in batch]) == {}, "the failed batch must not look written"
+    assert s.find_writes([m.write_key for m in batch]) == {}, "the failed batch must not look written"
     assert [r.event for r in s.add_batch(batch)] == ["ADD"] * 20
     s.close()
     s.connect()  # what is on disk
-    assert s.count() == 23 and s.find_writes([m.write_id for m in kept + batch]).keys() == {
-        m.write_id for m in kept + batch
+    assert s.count() == 23 and s.find_writes([m.write_key for m in kept + batch]).keys() == {
+        m.write_key for m in kept + batch
     }
     s.close()
+
+
+def test_a_write_id_is_its_owners_and_a_write_from_before_owners_still_dedupes_for_its_owner(store):
+    """Batched writes landed on uuid5(write_id) before write ids had an owner; such a point is still a's
+    write for a (a retry or replay finds it), and nobody else's: b's equal write_id is a write of its own."""
+    from dataclasses import replace
+
+    from layers.conversation.store import mem0_payload
+    from layers.conversation.write_ids import legacy_point_id, point_id_of
+
+    old = replace(memory("a", "written before write ids had an owner"), write_id="conv-1:msg-1")
+    mem0, _ = store._require()
+    legacy = legacy_point_id(old.write_id)
+    mem0.vector_store.insert(
+        vectors=[mem0.embedding_model.embed(old.text, "add")], ids=[legacy], payloads=[mem0_payload(old)]
+    )
+    assert store.find_write("a", "conv-1:msg-1") == [legacy]
+    assert store.find_write("b", "conv-1:msg-1") == []
+    again = replace(memory("a", "written before write ids had an owner"), write_id="conv-1:msg-1")
+    theirs = replace(memory("b", "b's own first message"), write_id="conv-1:msg-1")
+    results = store.add_batch([again, theirs], suspects={again.write_key, theirs.write_key})
+    assert [(r.event, r.ids) for r in results] == [("EXISTS", (legacy,)), ("ADD", (point_id_of("b", "conv-1:msg-1"),))]
+    assert store.get(legacy)["memory"] == "written before write ids had an owner", "a's memory untouched"
+    assert store.get(point_id_of("b", "conv-1:msg-1"))["agent_id"] == "b"
+    direct = replace(memory("c", "c's write through mem0 (a random id)"), write_id="conv-1:msg-1")
+    [added] = store.add(direct)
+    assert store.find_write("c", "conv-1:msg-1") == [added["id"]]
+    assert store.find_writes([("a", "conv-1:msg-1"), ("b", "conv-1:msg-1"), ("c", "conv-1:msg-1")]) == {
+        ("a", "conv-1:msg-1"): [legacy],
+        ("b", "conv-1:msg-1"): [point_id_of("b", "conv-1:msg-1")],
+        ("c", "conv-1:msg-1"): [added["id"]],
+    }
