@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from daemon.front.failures import Failure, UnreachableFailure, UsageFailure
+from daemon.shared.terminal import escaped, json_text
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
@@ -82,7 +83,14 @@ def front_config(ctx: click.Context) -> Config | FrontConfig:
 
 
 def echo_json(data: object) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+    """``data`` as indented JSON: exact values, every control character a ``\\u`` escape (daemon/shared/terminal.py)."""
+    click.echo(json_text(data, indent=2))
+
+
+def echo_text(line: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """One line of a command's text output with every control character of it escaped: what an agent
+    wrote (a name, a memory, metadata) never drives the operator's terminal (daemon/shared/terminal.py)."""
+    click.echo(escaped(line), err=err, nl=nl)
 
 
 class Report:
@@ -96,7 +104,7 @@ class Report:
     def say(self, line: str) -> None:
         """One step, written as the text output shows it: its first word is the action."""
         if not self.as_json:
-            click.echo(line)
+            click.echo(escaped(line, keep_newlines=True))  # the blank line before "next:" is ours
             return
         action, _, what = line.strip().partition(" ")
         self.steps.append({"action": action, "what": what.strip()})

@@ -19,6 +19,7 @@ from daemon.shared.contracts import (
     StorageReport,
 )
 from daemon.shared.settings import SNAPSHOT_FILE, guard_from, limits_of
+from daemon.shared.terminal import for_terminal
 from daemon.shared.workspaces import discover
 
 if TYPE_CHECKING:
@@ -428,7 +429,11 @@ def _daemon_lines(status: StatusDocument) -> list[str]:
 
 def render(status: StatusDocument, agent: str | None = None) -> str:
     """The report a person reads: one summary line (healthy, or how many problems), the problems,
-    the daemon's state, then one line per agent; ``agent``: that agent's detail instead of the list."""
+    the daemon's state, then one line per agent; ``agent``: that agent's detail instead of the list.
+
+    Every string of the document is escaped first (daemon/shared/terminal.py): a file name, a path, an
+    error or a commit subject an agent wrote reaches the terminal as text, never as a control sequence."""
+    status = for_terminal(status)
     d = status["daemon"]
     agents = status.get("agents")
     if agent is not None and agents is not None:
