@@ -124,7 +124,7 @@ class Writes:
         """``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
         they never change who writes it (``agent``, from the token) or where it goes (placement).
 
-        ``supersedes``: the id of a memory the new one replaces (its owner's, or any with ``admin``): it stays,
+        ``supersedes``: the id of a memory the new one replaces (``agent``'s own, also with ``admin``): it stays,
         marked superseded (layers/conversation/validity.py), and leaves search.  Such a write needs the store
         (whose the old memory is can only be read there): while it is down it is refused, never queued.
 
@@ -191,7 +191,7 @@ class Writes:
             **({"metadata": extra} if extra else {}),
         }
         if supersedes is not None:
-            return {**answer, **self._superseding(agent, record, supersedes, admin, retry)}
+            return {**answer, **self._superseding(agent, record, supersedes, retry)}
         if retry and self.queue.contains(record.write_id):
             return {**answer, **self._queued(record.write_id, "this write_id is already queued")}
         attempted = False
@@ -228,7 +228,7 @@ class Writes:
         self.on_change()
         return {**answer, **self._queued(record.write_id, reason)}
 
-    def _superseding(self, agent: str, record: NewMemory, old_id: str, admin: bool, retry: bool) -> dict:
+    def _superseding(self, agent: str, record: NewMemory, old_id: str, retry: bool) -> dict:
         """Write ``record`` and mark ``old_id`` superseded by it, on the store thread, one after the other.
 
         The old memory must be one ``agent`` may change (daemon/conversation/writes.py ``_owned``: an unknown
@@ -240,7 +240,7 @@ class Writes:
                 "supersedes needs infer off: it names the one memory the new text replaces, "
                 "while with infer the LLM decides what changes"
             )
-        old = self._owned(agent, old_id, admin, "supersede")
+        old = self._owned(agent, old_id, "supersede")
         if old.get("state") == validity.SUPERSEDED and old.get("superseded_by"):
             raise PolicyError(
                 f"memory {old_id} was already superseded at {old.get('invalid_at')} by {old['superseded_by']}: "
@@ -355,8 +355,11 @@ class Writes:
 
     # ------------------------------------------------------------ update, delete
 
-    def _owned(self, agent: str, memory_id: str, admin: bool, what: str) -> dict:
-        """The memory, when ``agent`` owns it; 403 when the agent may read it but not change it, else 404."""
+    def _owned(self, agent: str, memory_id: str, what: str) -> dict:
+        """The memory, when ``agent`` owns it; 403 when the agent may read it but not change it, else 404.
+
+        The administrator's token acting as ``agent`` gets the same answer as ``agent``'s own: ``--agent X``
+        means "as X" (the audit log names the real actor, ``admin as X``: daemon/shared/audit.py)."""
 
         try:
             memory = self.reads.fetch(memory_id)
@@ -364,7 +367,7 @@ class Writes:
             raise ConversationUnavailableError(not_changed(exc)) from None
         if memory is None:
             raise NoSuchMemoryError(f"no memory {memory_id}")
-        if not admin and memory.get("agent_id") != agent:
+        if memory.get("agent_id") != agent:
             audit_denied(self.audit, f"{what}_denied", agent, memory)
             if may_read(self.registry.current(), agent, memory):
                 owner = memory.get("agent_id")
@@ -377,10 +380,10 @@ class Writes:
         self.tombstones.record(memory, datetime.now(timezone.utc).isoformat(timespec="seconds"))
         self.audit.record("memory_deleted", agent=agent, memory_id=memory.get("id"), owner=memory.get("agent_id"))
 
-    def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+    def delete(self, agent: str, memory_id: str) -> dict:
         """Delete one of ``agent``'s own memories; while the store is down refused (503), never queued."""
 
-        memory = self._owned(agent, memory_id, admin, "delete")
+        memory = self._owned(agent, memory_id, "delete")
         try:
             self.thread.call("delete", lambda: self.thread.store.delete(memory_id))
         except StoreDown as exc:
@@ -388,7 +391,7 @@ class Writes:
         self._deleted(agent, memory)
         return {"deleted": memory_id}
 
-    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None, admin: bool = False) -> dict:
+    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None) -> dict:
         """Replace the text of one of ``agent``'s own memories (mem0's ``update``).
 
         The memory keeps its id, owner, placement, type and created_at; it is
@@ -400,7 +403,7 @@ class Writes:
         """
 
         text = self.checked_text(agent, text)
-        memory = self._owned(agent, memory_id, admin, "update")
+        memory = self._owned(agent, memory_id, "update")
         expiration = None
         if expires is not None:
             now = datetime.now(timezone.utc)
@@ -414,14 +417,14 @@ class Writes:
         updated = self.reads.fetch(memory_id) or {**memory, "memory": text}
         return {**updated, "event": "UPDATE", "previous_memory": memory.get("memory")}
 
-    def restore(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+    def restore(self, agent: str, memory_id: str) -> dict:
         """Bring one of ``agent``'s own memories back to valid: out of the archive (decay), or un-superseded.
 
         Archived: it is shown in searches again and its age counts from now (``restored_at``), so the
         next cleanup does not archive it at once.  Superseded: the link to its replacement is removed
         (both are valid then; the owner asked for it).  Refused (503) while the store is down.
         """
-        memory = self._owned(agent, memory_id, admin, "restore")
+        memory = self._owned(agent, memory_id, "restore")
         state = memory.get("state") or validity.VALID
         if state == validity.VALID:
             return {**memory, "restored": False, "previous_state": state}

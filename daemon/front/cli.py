@@ -12,6 +12,7 @@ import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path, PurePosixPath
@@ -352,8 +353,14 @@ def status(ctx: click.Context, agent_id: str | None, watch: bool, interval: floa
     """
     if agent_id is not None:
         check_id(agent_id)
-    data = _status_document(ctx, agent_id)
+    if watch:
+        # Ctrl-C is how --watch ends, so it must raise KeyboardInterrupt whatever this process inherited.
+        # A program started in the background by a non-interactive shell (`make test &`, a CI runner, nohup)
+        # inherits SIGINT *ignored*, and Python then leaves it ignored: --watch never ended (issue 44).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    data: dict | None = None
     try:
+        data = _status_document(ctx, agent_id)
         while True:
             if watch and sys.stdout.isatty() and not as_json:
                 click.clear()
@@ -366,7 +373,8 @@ def status(ctx: click.Context, agent_id: str | None, watch: bool, interval: floa
             time.sleep(interval)
             data = _status_document(ctx, agent_id)
     except KeyboardInterrupt:  # how --watch ends
-        pass
+        if data is None:
+            sys.exit(130)  # interrupted before the first answer: as a shell reports a SIGINT
     sys.exit(0 if data["daemon"]["running"] else 3)
 
 
@@ -429,8 +437,7 @@ def core_cmd(ctx: click.Context, agent_id: str, budget: int | None, on_demand: b
 @click.pass_context
 def note(ctx: click.Context, agent_id: str, text: tuple[str, ...], as_json: bool) -> None:
     """Append a timestamped line to today's memory/YYYY-MM-DD.md (TEXT, or stdin)."""
-    config = config_of(ctx)
-    agent_obj = get_agent(config, agent_id)
+    agent_obj = get_agent(front_config(ctx), agent_id)  # the workspace's path is all a note needs
     body = " ".join(text) if text else ("" if sys.stdin.isatty() else sys.stdin.read())
     path = daily.append_note(agent_obj.workspace, body)
     if as_json:

@@ -3,7 +3,9 @@
 Every command goes through the daemon, which owns the store (the embedded
 Qdrant storage is single-process) and applies the rules; the CLI only shows
 what the daemon answers.  As the administrator (who can read the state
-directory) the CLI may act for any agent; otherwise it uses the agent's token.
+directory) the CLI may act as any agent, and then acts *as* it: ``--agent X`` reads and
+changes exactly what X may (the daemon decides it: daemon/api/app.py ``authorize``), and the
+audit log says ``admin as X``; otherwise it uses the agent's token.
 ``mcp`` never acts as the administrator: it serves one agent, with that agent's token.
 """
 
@@ -222,7 +224,10 @@ def filter_options(fn):
 @json_option
 @click.pass_context
 def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
-    """Show one L4 memory by id (one agent ID may read: public, its projects', its own)."""
+    """Show one L4 memory by id, as agent ID (one it may read: public, its projects', its own).
+
+    Also as root: --agent ID means "as ID", never "as administrator"; another agent's private
+    memory is "no memory", as an unknown id is."""
     answer = _ask(ctx, agent_id, lambda c: c.get(agent_id, memory_id))
     echo_json(answer) if as_json else _print_memory(1, answer)
 
@@ -299,7 +304,8 @@ def delete_cmd(
 ) -> None:
     """Delete one of agent ID's own L4 memories by id, or with --all every own one matching the filters.
 
-    Another agent's memories are never deleted (not even with --all). While the store is down
+    Another agent's memories are never deleted (not even with --all, not even as root: --agent ID
+    means "as ID"; the audit log records the operator as "admin as ID"). While the store is down
     the delete is refused (exit 1) and nothing changes.
     """
     if bool(memory_id) == bool(delete_all):

@@ -104,9 +104,10 @@ def show(failure: Failure, as_json: bool) -> None:
         click.echo(f"Error: {escaped(message, keep_newlines=True)}", err=True)
         return
     usage_error = getattr(failure, "usage_error", None)
-    shown = usage_error or failure
-    shown.message = escaped(shown.message, keep_newlines=True)
-    shown.show()
+    if usage_error is not None:  # with its usage line and hint, as click shows it
+        click.UsageError(escaped(usage_error.message, keep_newlines=True), usage_error.ctx).show()
+        return
+    click.ClickException(escaped(message, keep_newlines=True)).show()
 
 
 def wants_json(args: Sequence[str]) -> bool:

@@ -37,6 +37,7 @@ from layers.conversation.policy import TRUST_LEVELS
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
+    from daemon.shared.config_cache import FrontConfig
     from layers.local.index import Filters
 
 
@@ -128,7 +129,7 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
 
 
 def local_search(
-    config: Config,
+    config: Config | FrontConfig,
     agent_id: str,
     text: str,
     *,
@@ -371,7 +372,7 @@ def search_cmd(
         raise request_failed(exc) from None
     except DaemonUnavailableError:
         answer = local_search(
-            config_of(ctx),  # reads the index itself: the whole configuration
+            front_config(ctx),  # reads the index itself, at the configuration's paths
             agent_id,
             query,
             mode=mode,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import unicodedata
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -84,6 +85,46 @@ def _vectors_report(config: Config) -> dict[str, Any]:
 
 #: A document older than this was not built for this call (the loop was busy): status says its age.
 STALE_AFTER_S = 2.0
+#: The widest line ``status`` prints (columns); a longer one goes on, indented, on the next lines.
+WIDTH = 100
+_CONTINUED = "    "  # what a line continued on the next one starts with, under its own indentation
+
+
+def columns(text: str) -> int:
+    """How many terminal columns ``text`` takes: wide (CJK) characters two, combining marks none."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _cut_at(text: str, room: int) -> int:
+    """The index where ``text`` is cut to fit ``room`` columns: after the last ", " or space that fits,
+    else (one long word: a path) at the last character that fits."""
+    used, fits = 0, 0
+    for i, c in enumerate(text):
+        used += columns(c)
+        if used > room:
+            break
+        fits = i + 1
+    else:
+        return len(text)
+    space = text.rfind(" ", 0, fits + 1)
+    return space + 1 if space > len(text) - len(text.lstrip(" ")) else max(fits, 1)
+
+
+def fitted(line: str, width: int = WIDTH) -> list[str]:
+    """``line`` as lines of at most ``width`` columns: broken after a space where it can be, each part after
+    the first indented four more than the line itself (so it never reads as a new agent or problem)."""
+    if columns(line) <= width:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip(" "))) + _CONTINUED
+    out: list[str] = []
+    rest = line
+    while columns(rest) > width:
+        cut = _cut_at(rest, width)
+        out.append(rest[:cut].rstrip(" "))
+        rest = indent + rest[cut:].lstrip(" ")
+        width = max(width, len(indent) + 20)  # an absurd indentation still moves forward
+    out.append(rest)
+    return out
 
 
 def _clock(iso: str | None) -> str:
@@ -290,7 +331,7 @@ def _agent_line(a: AgentReport, width: int, problems: int) -> str:
     if "chunks" in ix:
         parts.append(f"{ix['chunks']:,} chunks")
         if ix.get("pending_embeddings"):
-            items = f" ({ix['pending_items']:,} of them for their items)" if ix.get("pending_items") else ""
+            items = f" ({ix['pending_items']:,} for their items)" if ix.get("pending_items") else ""
             parts.append(f"{ix['pending_embeddings']:,} waiting for vectors{items}")
     elif ix.get("state"):
         parts.append(f"index {str(ix['state']).split(' (')[0]}")
@@ -432,8 +473,14 @@ def render(status: StatusDocument, agent: str | None = None) -> str:
     the daemon's state, then one line per agent; ``agent``: that agent's detail instead of the list.
 
     Every string of the document is escaped first (daemon/shared/terminal.py): a file name, a path, an
-    error or a commit subject an agent wrote reaches the terminal as text, never as a control sequence."""
-    status = for_terminal(status)
+    error or a commit subject an agent wrote reaches the terminal as text, never as a control sequence.
+    Every line fits in :data:`WIDTH` columns (a longer one goes on, indented, on the next)."""
+    text = _report(for_terminal(status), agent)
+    return "".join(part + "\n" for line in text.splitlines() for part in fitted(line))
+
+
+def _report(status: StatusDocument, agent: str | None) -> str:
+    """:func:`render`'s lines, as long as they come."""
     d = status["daemon"]
     agents = status.get("agents")
     if agent is not None and agents is not None:

@@ -70,6 +70,12 @@ def _json_escape(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
 
+def escape_json_controls(text: str) -> str:
+    """JSON text with the controls ``json.dumps(ensure_ascii=False)`` leaves raw written as ``\\uNNNN``: the
+    same value, read back exactly (only strings can hold them: outside, JSON is ASCII)."""
+    return _JSON_RAW.sub(_json_escape, text) if _JSON_RAW.search(text) else text
+
+
 def json_text(data: object, indent: int | None = None) -> str:
     """``data`` as JSON that a terminal can show: non-ASCII text stays readable, every control and bidi
     character is a ``\\uNNNN`` escape (JSON's own spelling, so the value read back is exact).
@@ -78,5 +84,4 @@ def json_text(data: object, indent: int | None = None) -> str:
     inside a string.  A name with undecodable bytes is spelled as everywhere else (``bad\\xffname.md``,
     layers/names.py ``json_safe``): UTF-8 output cannot hold a lone surrogate.
     """
-    text = json.dumps(json_safe(data), ensure_ascii=False, indent=indent)
-    return _JSON_RAW.sub(_json_escape, text) if _JSON_RAW.search(text) else text
+    return escape_json_controls(json.dumps(json_safe(data), ensure_ascii=False, indent=indent))

@@ -81,7 +81,12 @@ def test_clean_text_is_unchanged(text):
     assert escaped(text) == text
 
 
-@given(st.recursive(HOSTILE_TEXT | st.integers() | st.none(), lambda inner: st.lists(inner) | st.dictionaries(HOSTILE_TEXT, inner)))
+DOCUMENTS = st.recursive(
+    HOSTILE_TEXT | st.integers() | st.none(), lambda inner: st.lists(inner) | st.dictionaries(HOSTILE_TEXT, inner)
+)
+
+
+@given(DOCUMENTS)
 def test_json_text_is_exact_json_without_raw_controls(value):
     text = json_text(value, indent=2)
     assert json.loads(text) == value
@@ -107,9 +112,7 @@ def _status(name: str, text: str) -> dict:
         "refused": [{"path": name, "reason": text}],
         "last_error": text,
         "index": {"state": "ready", "files": 3, "chunks": 2, "identity": text, "error": text},
-        "history_lost": [
-            {"found": "2026-12-01T10:00:00+00:00", "commit": "0123456", "subject": text, "copy": name}
-        ],
+        "history_lost": [{"found": "2026-12-01T10:00:00+00:00", "commit": "0123456", "subject": text, "copy": name}],
     }
     return {
         "daemon": {"running": True, "pid": 1, "version": "0.1", "uptime_s": 5, "config_error": text},
