@@ -96,23 +96,26 @@ def columns(text: str) -> int:
 
 
 def _cut_at(text: str, room: int) -> int:
-    """The index where ``text`` is cut to fit ``room`` columns: after the last ", " or space that fits,
-    else (one long word: a path) at the last character that fits."""
-    used, fits = 0, 0
+    """Where ``text`` is cut to fit ``room`` columns: after the last space that fits; a word longer than
+    the room (a path) is never cut: the cut comes after it."""
+    start = len(text) - len(text.lstrip(" "))
+    used, fits = 0, len(text)
     for i, c in enumerate(text):
         used += columns(c)
         if used > room:
+            fits = i
             break
-        fits = i + 1
-    else:
-        return len(text)
-    space = text.rfind(" ", 0, fits + 1)
-    return space + 1 if space > len(text) - len(text.lstrip(" ")) else max(fits, 1)
+    space = text.rfind(" ", start, fits + 1)
+    if space > start:
+        return space + 1
+    after = text.find(" ", fits)
+    return len(text) if after < 0 else after + 1
 
 
 def fitted(line: str, width: int = WIDTH) -> list[str]:
-    """``line`` as lines of at most ``width`` columns: broken after a space where it can be, each part after
-    the first indented four more than the line itself (so it never reads as a new agent or problem)."""
+    """``line`` as lines of at most ``width`` columns, broken after spaces, each part after the first
+    indented four more than the line itself (so it never reads as a new agent or problem).  A word
+    longer than that (a path) is kept whole, on a line of its own."""
     if columns(line) <= width:
         return [line]
     indent = " " * (len(line) - len(line.lstrip(" "))) + _CONTINUED
@@ -120,9 +123,10 @@ def fitted(line: str, width: int = WIDTH) -> list[str]:
     rest = line
     while columns(rest) > width:
         cut = _cut_at(rest, width)
+        if cut >= len(rest):
+            break
         out.append(rest[:cut].rstrip(" "))
         rest = indent + rest[cut:].lstrip(" ")
-        width = max(width, len(indent) + 20)  # an absurd indentation still moves forward
     out.append(rest)
     return out
 
@@ -474,8 +478,11 @@ def render(status: StatusDocument, agent: str | None = None) -> str:
 
     Every string of the document is escaped first (daemon/shared/terminal.py): a file name, a path, an
     error or a commit subject an agent wrote reaches the terminal as text, never as a control sequence.
-    Every line fits in :data:`WIDTH` columns (a longer one goes on, indented, on the next)."""
+    The overview's lines fit in :data:`WIDTH` columns (a longer one goes on, indented, on the next; only a
+    path longer than that is not cut); an agent's detail keeps its lines whole."""
     text = _report(for_terminal(status), agent)
+    if agent is not None:
+        return text
     return "".join(part + "\n" for line in text.splitlines() for part in fitted(line))
 
 

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.front.status import columns, render
+from daemon.shared.terminal import escaped
 from tests.helpers import FAKE_AWS_KEY, LEAN, MEMSTRATA, init_root, run_cli, wait_for
 
 AGENTS = [f"agent-{n}" for n in range(1, 10)]  # and main: ten
@@ -134,8 +135,11 @@ NAME = st.text(min_size=1, max_size=120).map(lambda s: "memory/" + s.replace("/"
 @settings(max_examples=50, deadline=None)
 @given(ids=st.lists(AGENT_ID, min_size=1, max_size=12, unique=True), name=NAME, files=st.integers(0, 10**7))
 def test_every_status_line_fits_in_100_columns(ids, name, files):
+    """Every line of the overview fits, but for a word (a path) longer than 100 columns: it is never cut."""
     agents = [_agent(agent_id, n, name=name, files=files) for n, agent_id in enumerate(ids, start=1)]
-    for agent in (None, ids[0]):
-        text = render(_document(agents), agent)  # type: ignore[arg-type]
-        assert max(map(columns, text.splitlines())) <= 100, text
-    assert _entries(render(_document(agents))) == ids  # type: ignore[arg-type]
+    text = render(_document(agents))  # type: ignore[arg-type]
+    too_wide = [line for line in text.splitlines() if columns(line) > 100]
+    assert all(len(line.split()) == 1 for line in too_wide), too_wide
+    assert _entries(text) == ids
+    if len(ids) >= 4 and not any(c.isspace() for c in escaped(name)):  # agent 4 holds it back: said whole
+        assert escaped(name) in text.split(), text
