@@ -4,8 +4,9 @@ Every record passes the never_store patterns first (the message, and a traceback
 secret that reaches a log call is never written, in any form.
 
 The text log escapes every control character a record's values carry (daemon/shared/terminal.py):
-a file name with ESC/OSC sequences in it is logged as ``\x1b]0;…``, never as the sequence itself a
-``tail`` or ``less -R`` would obey, and a value with a newline cannot start a forged line.  The
+a file name with ESC/OSC sequences in it is logged as ``\\x1b]0;…``, never as the sequence itself a
+``tail`` or ``less -R`` would obey, and a value with a newline cannot start a forged record (its next
+lines are indented).  The
 message's own line breaks (its format string, a traceback) stay.  The JSON log is exact JSON with
 the same characters as ``\\u`` escapes.
 
@@ -52,10 +53,16 @@ def _redacted(guard: SecretGuard | None, text: str) -> str:
     return guard.redact(text) if guard is not None else text
 
 
+CONTINUED = "    "  # what a value's own next line starts with in the text log
+
+
 def _escaped_value(value: object) -> object:
-    """A log call's argument as the text log writes it: a string with every control escaped (a newline
-    too: a value never starts a line of its own); numbers and other objects as they are."""
-    return escaped(value) if isinstance(value, str) else value
+    """A log call's argument as the text log writes it: a string with every control escaped but its line
+    breaks, each next line indented (a file name with a newline cannot start a line that reads as a record
+    of its own; a multi-line error stays readable); numbers and other objects as they are."""
+    if not isinstance(value, str):
+        return value
+    return escaped(value, keep_newlines=True).replace("\n", "\n" + CONTINUED)
 
 
 def escaped_message(record: logging.LogRecord) -> str:
