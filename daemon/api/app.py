@@ -98,6 +98,14 @@ class SocketInUseError(RuntimeError):
 def authorize(daemon: DaemonApi, caller: Caller, agent: str, path: str) -> bool:
     """Check that ``caller`` may act as ``agent``; True when the caller is the administrator.
 
+    The administrator may act as any agent the daemon knows, and then acts *as* it: what it reads
+    and changes is what ``agent`` may read and change, never more (``memstrata get ID --agent beta``
+    as root answers "no memory" for alpha's private one, as beta's own token does).  Being the
+    administrator only marks what it writes as the operator's (trust high, source operator) and
+    keeps its looking from counting as the agent's use; the audit log names it (``admin as beta``).
+    There is no route that reads or changes another agent's memory by id for the administrator:
+    to act on alpha's memory, it acts as alpha.
+
     A valid token of another agent is 403 and goes to the audit log (it is an
     attempt to read or write as someone else); a missing one never gets here.
     """
@@ -264,21 +272,21 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         return _conversation(daemon).get(args.agent, request.path_params["memory_id"], admin=admin)
 
     def memory_delete(request: Request, caller: Caller, args: AgentParams) -> dict:
-        admin = authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).delete(args.agent, request.path_params["memory_id"], admin=admin)
+        authorize(daemon, caller, args.agent, request.url.path)  # as args.agent: its own memories only
+        return _conversation(daemon).delete(args.agent, request.path_params["memory_id"])
 
     def memory_update(request: Request, caller: Caller, args: UpdateRequest) -> dict:
-        admin = authorize(daemon, caller, args.agent, request.url.path)
+        authorize(daemon, caller, args.agent, request.url.path)
         memory_id = request.path_params["memory_id"]
-        return _conversation(daemon).update(args.agent, memory_id, args.text, expires=args.expires, admin=admin)
+        return _conversation(daemon).update(args.agent, memory_id, args.text, expires=args.expires)
 
     def memory_restore(request: Request, caller: Caller, args: AgentParams) -> dict:
-        admin = authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).restore_memory(args.agent, request.path_params["memory_id"], admin=admin)
+        authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).restore_memory(args.agent, request.path_params["memory_id"])
 
     def memory_history(request: Request, caller: Caller, args: AgentParams) -> dict:
-        admin = authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).history(args.agent, request.path_params["memory_id"], admin=admin)
+        authorize(daemon, caller, args.agent, request.url.path)
+        return _conversation(daemon).history(args.agent, request.path_params["memory_id"])
 
     def memory_delete_all(request: Request, caller: Caller, args: DeleteAllParams) -> dict:
         authorize(daemon, caller, args.agent, request.url.path)  # the administrator too deletes only the named agent's

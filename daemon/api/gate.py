@@ -32,6 +32,7 @@ from daemon.api.answers import ApiError, JSONResponse, as_response
 from daemon.api.fairness import Busy, Courtesy, FairScheduler
 from daemon.api.requests import Request as RequestSchema
 from daemon.api.requests import json_body, parse
+from daemon.shared.audit import acting_for
 from daemon.shared.echo import Redact
 from daemon.shared.limits import PER_CALLER_QUEUED, PER_CALLER_RUNNING, WORK_THREADS
 from daemon.shared.tokens import ADMIN
@@ -123,9 +124,11 @@ class Gate:
         return endpoint
 
     def _answer(self, work, request: Request, caller: Caller, args) -> Response:
-        """On the lane's thread: the work, and its answer rendered (JSON of a search is not free)."""
+        """On the lane's thread: the work, and its answer rendered (JSON of a search is not free).
+        What the work writes to the audit log names its caller as the actor (daemon/shared/audit.py)."""
         try:
-            answer = work(request, caller, args)
+            with acting_for(caller.id):
+                answer = work(request, caller, args)
             return answer if isinstance(answer, Response) else JSONResponse(answer)
         except Exception as exc:
             return as_response(exc, request, self.redact())

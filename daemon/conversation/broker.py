@@ -189,16 +189,17 @@ class Broker:
     def add(self, agent: str, text: str, **options: Any) -> dict[str, Any]:
         return self.writes.add(agent, text, **options)
 
-    def update(
-        self, agent: str, memory_id: str, text: str, *, expires: str | None = None, admin: bool = False
-    ) -> dict[str, Any]:
-        return self.writes.update(agent, memory_id, text, expires=expires, admin=admin)
+    # Changes and reads by id act as ``agent``, with ``agent``'s visibility and ownership, whoever's token
+    # asked (the administrator's too: ``--agent X`` means "as X"; the audit log names the real actor).
 
-    def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
-        return self.writes.delete(agent, memory_id, admin=admin)
+    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None) -> dict[str, Any]:
+        return self.writes.update(agent, memory_id, text, expires=expires)
 
-    def restore_memory(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
-        return self.writes.restore(agent, memory_id, admin=admin)
+    def delete(self, agent: str, memory_id: str) -> dict[str, Any]:
+        return self.writes.delete(agent, memory_id)
+
+    def restore_memory(self, agent: str, memory_id: str) -> dict[str, Any]:
+        return self.writes.restore(agent, memory_id)
 
     def delete_all(self, agent: str, **options: Any) -> dict[str, Any]:
         return self.writes.delete_all(agent, **options)
@@ -246,8 +247,8 @@ class Broker:
     def get(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.reads.get(agent, memory_id, admin=admin)
 
-    def history(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
-        return self.reads.history(agent, memory_id, admin=admin)
+    def history(self, agent: str, memory_id: str) -> dict[str, Any]:
+        return self.reads.history(agent, memory_id)
 
     # ------------------------------------------------------------ maintenance (daemon/conversation/maintenance_jobs.py)
 

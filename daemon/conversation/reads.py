@@ -176,19 +176,21 @@ class Reads:
             raise ConversationUnavailableError(str(exc)) from None
 
     def get(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+        """One memory ``agent`` may read.  ``admin``: the administrator asks as ``agent`` (it sees exactly what
+        ``agent`` may, no more: ``--agent X`` means "as X"), and looking is not the memory being used."""
         memory = self.fetch(memory_id)
         if memory is None:
             raise NoSuchMemoryError(f"no memory {memory_id}")
         registry = self.registry.current()
-        if not admin and not may_read(registry, agent, memory):
+        if not may_read(registry, agent, memory):
             audit_denied(self.audit, "read_denied", agent, memory)
             raise NoSuchMemoryError(f"no memory {memory_id}")  # another's memory is not even admitted to exist
-        if not admin:  # the administrator looking is not the memory being used
-            self._hide_links(registry, agent, [memory])
+        self._hide_links(registry, agent, [memory])
+        if not admin:
             self.on_returned([memory_id])
         return memory
 
-    def history(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+    def history(self, agent: str, memory_id: str) -> dict:
         """mem0's ADD/UPDATE/DELETE events of a memory the caller may read (or could, before it was deleted)."""
 
         memory = self.fetch(memory_id)
@@ -196,17 +198,17 @@ class Reads:
             memory = self.tombstones.lookup(memory_id) if is_uuid(memory_id) else None
         if memory is None:
             raise NoSuchMemoryError(f"no memory {memory_id}")
-        if not admin and not may_read(self.registry.current(), agent, memory):
+        if not may_read(self.registry.current(), agent, memory):
             audit_denied(self.audit, "history_denied", agent, memory)
             raise NoSuchMemoryError(f"no memory {memory_id}")
         try:
             events = self.thread.call("history", lambda: self.thread.store.history(memory_id))
-            chain = self._chain(memory_id, memory, agent, admin)
+            chain = self._chain(memory_id, memory, agent)
         except StoreDown as exc:
             raise ConversationUnavailableError(str(exc)) from None
         return {"memory_id": memory_id, "results": events, "chain": chain}
 
-    def _chain(self, memory_id: str, memory: dict, agent: str, admin: bool) -> list[dict]:
+    def _chain(self, memory_id: str, memory: dict, agent: str) -> list[dict]:
         """What ``memory_id`` replaced and what replaced it, oldest first, as far as ``agent`` may read.
 
         Walks ``superseded_by`` forward to the memory that is valid now, and the memories each step
@@ -215,7 +217,9 @@ class Reads:
         """
         registry = self.registry.current()
         store = self.thread.store
-        readable = (lambda m: True) if admin else (lambda m: may_read(registry, agent, m))
+
+        def readable(view: dict) -> bool:
+            return may_read(registry, agent, view)
 
         def step(view: dict) -> dict:
             keys = ("id", "memory", "agent_id", "visibility", "valid_from", "invalid_at", "superseded_by", "state")
@@ -249,8 +253,7 @@ class Reads:
             forward.append(nxt)
             view = nxt
         chain = [step(m) for m in back] + [step(current)] + [step(m) for m in forward]
-        if not admin:
-            self._hide_links(registry, agent, chain)
+        self._hide_links(registry, agent, chain)
         return chain
 
     def _hide_links(self, registry, agent: str, views: list[dict]) -> None:

@@ -188,7 +188,7 @@ class Writes:
         """``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
         they never change who writes it (``agent``, from the token) or where it goes (placement).
 
-        ``supersedes``: the id of a memory the new one replaces (its owner's, or any with ``admin``): it stays,
+        ``supersedes``: the id of a memory the new one replaces (``agent``'s own, also with ``admin``): it stays,
         marked superseded (layers/conversation/validity.py), and leaves search.  Such a write needs the store
         (whose the old memory is can only be read there): while it is down it is refused, never queued.
 
@@ -255,7 +255,7 @@ class Writes:
             **({"metadata": extra} if extra else {}),
         }
         if supersedes is not None:
-            return {**answer, **self._superseding(agent, record, supersedes, admin, retry)}
+            return {**answer, **self._superseding(agent, record, supersedes, retry)}
         if retry and self.queue.contains(record.write_id, agent):
             return {**answer, **self._queued(record, "this write_id is already queued")}
         attempted = False
@@ -292,12 +292,13 @@ class Writes:
         self.on_change()
         return {**answer, **self._queued(record, reason)}
 
-    def _superseding(self, agent: str, record: NewMemory, old_id: str, admin: bool, retry: bool) -> dict:
+    def _superseding(self, agent: str, record: NewMemory, old_id: str, retry: bool) -> dict:
         """Write ``record`` and mark ``old_id`` superseded by it, on the store thread, one after the other.
 
-        The old memory must be the writer's own (any with ``admin``): another agent's, readable or not, gets
-        exactly the answer of an unknown id, so a supersede tells nothing about other agents' memories.  A
-        retry with the same write_id finds the write already made and marks the old memory again: the pair
+        The old memory must be the writer's own (the administrator's too: it acts as ``agent``): another
+        agent's, readable or not, gets exactly the answer of an unknown id, so a supersede tells nothing
+        about other agents' memories.  A retry with the same write_id finds the write already made and
+        marks the old memory again: the pair
         completes.  A chain always ends in a valid memory: the old memory must still be valid, and the one
         replacing it must be valid and another memory, checked again on the store thread (the store's one
         writer) right before the marking, so no two writes can cross (A superseded by B, B by A).
@@ -307,13 +308,13 @@ class Writes:
                 "supersedes needs infer off: it names the one memory the new text replaces, "
                 "while with infer the LLM decides what changes"
             )
-        old = self._owned(agent, old_id, admin, "supersede", readable_is_forbidden=False)
+        old = self._owned(agent, old_id, "supersede", readable_is_forbidden=False)
         _still_valid(old, old_id)
         store = self.thread.store
 
         def write_and_supersede() -> list[dict]:
             current = store.get(old_id)  # again, where nothing can change it before the marking
-            if current is None or not (admin or current.get("agent_id") == agent):
+            if current is None or current.get("agent_id") != agent:
                 raise NoSuchMemoryError(f"no memory {old_id}")  # deleted meanwhile: as missing as ever
             _still_valid(current, old_id)
             earlier = store.find_write(record.agent_id, record.write_id) if retry else []
@@ -426,12 +427,14 @@ class Writes:
 
     # ------------------------------------------------------------ update, delete
 
-    def _owned(self, agent: str, memory_id: str, admin: bool, what: str, *, readable_is_forbidden: bool = True) -> dict:
-        """The memory, when ``agent`` owns it (any with ``admin``); else the answer for an unknown id (404).
+    def _owned(self, agent: str, memory_id: str, what: str, *, readable_is_forbidden: bool = True) -> dict:
+        """The memory, when ``agent`` owns it; else the answer for an unknown id (404).
 
         ``readable_is_forbidden``: a memory the agent may read but not change is a 403 ("only its owner
         may"; nothing the agent could not read is told).  A supersede target is never told apart from a
-        missing one (False): another agent's memory is no memory the caller has.
+        missing one (False): another agent's memory is no memory the caller has.  The administrator's token
+        acting as ``agent`` gets the same answer as ``agent``'s own: ``--agent X`` means "as X" (the audit
+        log names the real actor, ``admin as X``: daemon/shared/audit.py).
         """
 
         try:
@@ -440,7 +443,7 @@ class Writes:
             raise ConversationUnavailableError(not_changed(exc)) from None
         if memory is None:
             raise NoSuchMemoryError(f"no memory {memory_id}")
-        if not admin and memory.get("agent_id") != agent:
+        if memory.get("agent_id") != agent:
             audit_denied(self.audit, f"{what}_denied", agent, memory)
             if readable_is_forbidden and may_read(self.registry.current(), agent, memory):
                 owner = memory.get("agent_id")
@@ -453,10 +456,10 @@ class Writes:
         self.tombstones.record(memory, datetime.now(timezone.utc).isoformat(timespec="seconds"))
         self.audit.record("memory_deleted", agent=agent, memory_id=memory.get("id"), owner=memory.get("agent_id"))
 
-    def delete(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+    def delete(self, agent: str, memory_id: str) -> dict:
         """Delete one of ``agent``'s own memories; while the store is down refused (503), never queued."""
 
-        memory = self._owned(agent, memory_id, admin, "delete")
+        memory = self._owned(agent, memory_id, "delete")
         try:
             self.thread.call("delete", lambda: self.thread.store.delete(memory_id))
         except StoreDown as exc:
@@ -464,7 +467,7 @@ class Writes:
         self._deleted(agent, memory)
         return {"deleted": memory_id}
 
-    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None, admin: bool = False) -> dict:
+    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None) -> dict:
         """Replace the text of one of ``agent``'s own memories (mem0's ``update``).
 
         The memory keeps its id, owner, placement, type and created_at; it is
@@ -476,7 +479,7 @@ class Writes:
         """
 
         text = self.checked_text(agent, text)
-        memory = self._owned(agent, memory_id, admin, "update")
+        memory = self._owned(agent, memory_id, "update")
         expiration = None
         if expires is not None:
             now = datetime.now(timezone.utc)
@@ -490,14 +493,14 @@ class Writes:
         updated = self.reads.fetch(memory_id) or {**memory, "memory": text}
         return {**updated, "event": "UPDATE", "previous_memory": memory.get("memory")}
 
-    def restore(self, agent: str, memory_id: str, admin: bool = False) -> dict:
+    def restore(self, agent: str, memory_id: str) -> dict:
         """Bring one of ``agent``'s own memories back to valid: out of the archive (decay), or un-superseded.
 
         Archived: it is shown in searches again and its age counts from now (``restored_at``), so the
         next cleanup does not archive it at once.  Superseded: the link to its replacement is removed
         (both are valid then; the owner asked for it).  Refused (503) while the store is down.
         """
-        memory = self._owned(agent, memory_id, admin, "restore")
+        memory = self._owned(agent, memory_id, "restore")
         state = memory.get("state") or validity.VALID
         if state == validity.VALID:
             return {**memory, "restored": False, "previous_state": state}

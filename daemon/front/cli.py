@@ -12,6 +12,7 @@ import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path, PurePosixPath
@@ -26,6 +27,7 @@ from daemon.shared import skill
 from daemon.shared.errors import DaemonError
 from daemon.shared.locations import ENV_VAR, SYSTEM_CONFIG
 from daemon.shared.settings import guard_from
+from daemon.shared.terminal import escaped, for_terminal, json_text
 from daemon.shared.tokens import WORKSPACE_TOKEN, TokenStore
 from daemon.shared.workspaces import core_of, create_workspace, discover, get_agent, make_agent, workspace_repo
 from layers import daily
@@ -171,7 +173,7 @@ def _install_skill(config: Config, agent_id: str, workspace: Path, report: Repor
     try:
         changes = skill.sync_skill(workspace, launcher)
     except UnsafePathError as exc:
-        click.echo(f"skill not installed: {exc}", err=True)
+        click.echo(escaped(f"skill not installed: {exc}"), err=True)
         return
     if changes:
         report.say(f"skill    {workspace / skill.SKILL_REL} ({len(changes)} files written)")
@@ -272,7 +274,7 @@ def agent_token(ctx: click.Context, agent_id: str, as_json: bool) -> None:
     if as_json:
         echo_json({"agent": agent_id, "token_file": str(agent_obj.workspace / WORKSPACE_TOKEN)})
     else:
-        click.echo(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}")
+        click.echo(escaped(f"token    {agent_obj.workspace / WORKSPACE_TOKEN}"))
 
 
 @agent.command("list")
@@ -291,7 +293,7 @@ def agent_list(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json(rows)
         return
-    for row in rows:
+    for row in for_terminal(rows):
         projects = f"  [{', '.join(row['projects'])}]" if row["projects"] else ""
         click.echo(f"{row['id']:<16} {row['workspace']}{projects}")
 
@@ -351,13 +353,19 @@ def status(ctx: click.Context, agent_id: str | None, watch: bool, interval: floa
     """
     if agent_id is not None:
         check_id(agent_id)
-    data = _status_document(ctx, agent_id)
+    if watch:
+        # Ctrl-C is how --watch ends, so it must raise KeyboardInterrupt whatever this process inherited.
+        # A program started in the background by a non-interactive shell (`make test &`, a CI runner, nohup)
+        # inherits SIGINT *ignored*, and Python then leaves it ignored: --watch never ended (issue 44).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    data: dict | None = None
     try:
+        data = _status_document(ctx, agent_id)
         while True:
             if watch and sys.stdout.isatty() and not as_json:
                 click.clear()
             if as_json:
-                click.echo(json.dumps(data, ensure_ascii=False)) if watch else echo_json(data)
+                click.echo(json_text(data)) if watch else echo_json(data)
             else:
                 click.echo(render_status(data, agent_id), nl=False)
             if not watch:
@@ -365,7 +373,8 @@ def status(ctx: click.Context, agent_id: str | None, watch: bool, interval: floa
             time.sleep(interval)
             data = _status_document(ctx, agent_id)
     except KeyboardInterrupt:  # how --watch ends
-        pass
+        if data is None:
+            sys.exit(130)  # interrupted before the first answer: as a shell reports a SIGINT
     sys.exit(0 if data["daemon"]["running"] else 3)
 
 
@@ -414,11 +423,11 @@ def core_cmd(ctx: click.Context, agent_id: str, budget: int | None, on_demand: b
     config = config_of(ctx)
     bundle = core_of(config, get_agent(config, agent_id), on_demand, budget)
     if as_json:
-        click.echo(bundle.to_json())
+        click.echo(json_text(json.loads(bundle.to_json()), indent=2))  # controls in the files as \\u escapes
         return
-    click.echo(bundle.render(), nl=False)
+    click.echo(escaped(bundle.render(), keep_newlines=True), nl=False)  # the agent's own files, lines kept
     if bundle.missing:
-        click.echo(f"memstrata: {agent_id}: missing core files: {', '.join(bundle.missing)}", err=True)
+        click.echo(escaped(f"memstrata: {agent_id}: missing core files: {', '.join(bundle.missing)}"), err=True)
 
 
 @main.command()
@@ -428,14 +437,13 @@ def core_cmd(ctx: click.Context, agent_id: str, budget: int | None, on_demand: b
 @click.pass_context
 def note(ctx: click.Context, agent_id: str, text: tuple[str, ...], as_json: bool) -> None:
     """Append a timestamped line to today's memory/YYYY-MM-DD.md (TEXT, or stdin)."""
-    config = config_of(ctx)
-    agent_obj = get_agent(config, agent_id)
+    agent_obj = get_agent(front_config(ctx), agent_id)  # the workspace's path is all a note needs
     body = " ".join(text) if text else ("" if sys.stdin.isatty() else sys.stdin.read())
     path = daily.append_note(agent_obj.workspace, body)
     if as_json:
         echo_json({"agent": agent_id, "file": str(path)})
     else:
-        click.echo(str(path))
+        click.echo(escaped(str(path)))
 
 
 @main.command()
@@ -475,16 +483,16 @@ def history(
         )
         return
     if not commits:
-        click.echo("no commits" + (f" touching {rel}" if rel else ""))
-    for c in commits:
-        click.echo(f"{c.short}  {c.time}  {c.subject}")
+        click.echo(escaped("no commits" + (f" touching {rel}" if rel else "")))
+    for c in commits:  # a subject is whoever committed's: an agent may write its own history
+        click.echo(escaped(f"{c.short}  {c.time}  {c.subject}"))
     if kept and repo.copy is not None:  # only a copy keeps versions the workspace lost
         click.echo(
-            f"\nno longer in the workspace's history, kept in the daemon's copy {repo.copy.path} "
+            f"\nno longer in the workspace's history, kept in the daemon's copy {escaped(str(repo.copy.path))} "
             "(`memstrata restore --at SHA` brings a file back):"
         )
         for c in kept:
-            click.echo(f"{c.short}  {c.time}  {c.subject}")
+            click.echo(escaped(f"{c.short}  {c.time}  {c.subject}"))
 
 
 @main.command()
@@ -534,17 +542,19 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
         return
     if done.kept_edits_commit:
         click.echo(
-            f"kept the uncommitted edits of {rel} as commit {done.kept_edits_commit.short} "
-            f"(no commit held them; `memstrata restore --at {done.kept_edits_commit.short}` brings them back)"
+            escaped(
+                f"kept the uncommitted edits of {rel} as commit {done.kept_edits_commit.short} "
+                f"(no commit held them; `memstrata restore --at {done.kept_edits_commit.short}` brings them back)"
+            )
         )
     if done.from_copy:
-        click.echo(f"{done.source[:10]} is no longer in the workspace's history: taken from the daemon's copy")
+        click.echo(escaped(f"{done.source[:10]} is no longer in the workspace's history: taken from the daemon's copy"))
     if done.changed and done.commit:
-        click.echo(f"restored {rel} from {done.source[:10]} as commit {done.commit.short}")
+        click.echo(escaped(f"restored {rel} from {done.source[:10]} as commit {done.commit.short}"))
     elif done.changed:
-        click.echo(f"restored {rel} from {done.source[:10]} (the daemon had committed it already)")
+        click.echo(escaped(f"restored {rel} from {done.source[:10]} (the daemon had committed it already)"))
     else:
-        click.echo(f"{rel} already matches {done.source[:10]}; nothing to restore")
+        click.echo(escaped(f"{rel} already matches {done.source[:10]}; nothing to restore"))
 
 
 # The L3 commands (search, reindex, model), the L4 ones (add, get, list, update, delete, restore-memory, mcp),

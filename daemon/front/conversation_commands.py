@@ -3,7 +3,9 @@
 Every command goes through the daemon, which owns the store (the embedded
 Qdrant storage is single-process) and applies the rules; the CLI only shows
 what the daemon answers.  As the administrator (who can read the state
-directory) the CLI may act for any agent; otherwise it uses the agent's token.
+directory) the CLI may act as any agent, and then acts *as* it: ``--agent X`` reads and
+changes exactly what X may (the daemon decides it: daemon/api/app.py ``authorize``), and the
+audit log says ``admin as X``; otherwise it uses the agent's token.
 ``mcp`` never acts as the administrator: it serves one agent, with that agent's token.
 """
 
@@ -27,6 +29,7 @@ from daemon.front.options import (
 )
 from daemon.shared.errors import UnknownAgentError
 from daemon.shared.limits import L4_PAGE
+from daemon.shared.terminal import escaped, for_terminal
 from daemon.shared.workspaces import get_agent
 from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
 
@@ -108,6 +111,7 @@ def add_cmd(
     if as_json:
         echo_json(answer)
         return
+    answer = for_terminal(answer)
     where = placement(answer)
     guessed = " (inferred)" if answer.get("visibility_inferred") else ""
     expiry = f", expires after {answer['expiration_date']}" if answer.get("expiration_date") else ", never expires"
@@ -176,7 +180,15 @@ def _ask(ctx: click.Context, agent_id: str, request):
         raise conversation_failed(exc) from None
 
 
-def _print_memory(i: int, r: dict) -> None:
+def print_memory_text(text: str) -> None:
+    """A memory's text under its listing line: its own line breaks kept, each line indented, so no text
+    can start a line that reads as another entry; every other control character escaped."""
+    for line in escaped(text or "", keep_newlines=True).split("\n"):
+        click.echo(f"   {line}")
+
+
+def _print_memory(i: int, raw: dict) -> None:
+    r = for_terminal(raw)
     where = placement(r)
     meta = f"{r.get('memory_type')}, by {r.get('agent_id')}, {(r.get('created_at') or '')[:10]}"
     meta += use_note(r)
@@ -186,7 +198,7 @@ def _print_memory(i: int, r: dict) -> None:
         meta += f", until {r['expiration_date']}"
     meta += lifecycle_note(r)
     click.echo(click.style(f"{i}. [{where}]", bold=True) + f" ({meta})  id {r['id']}")
-    click.echo(f"   {r['memory']}")
+    print_memory_text(raw.get("memory") or "")
 
 
 FILTERS_HELP = (
@@ -212,7 +224,10 @@ def filter_options(fn):
 @json_option
 @click.pass_context
 def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
-    """Show one L4 memory by id (one agent ID may read: public, its projects', its own)."""
+    """Show one L4 memory by id, as agent ID (one it may read: public, its projects', its own).
+
+    Also as root: --agent ID means "as ID", never "as administrator"; another agent's private
+    memory is "no memory", as an unknown id is."""
     answer = _ask(ctx, agent_id, lambda c: c.get(agent_id, memory_id))
     echo_json(answer) if as_json else _print_memory(1, answer)
 
@@ -255,7 +270,7 @@ def list_cmd(
     for i, r in enumerate(answer["results"], start=1):
         _print_memory(i, r)
     if answer.get("next_cursor"):
-        click.echo(f"(more: --cursor {answer['next_cursor']})")
+        click.echo(escaped(f"(more: --cursor {answer['next_cursor']})"))
 
 
 @click.command("update")
@@ -271,7 +286,7 @@ def update_cmd(ctx, memory_id, text, agent_id, expires, as_json) -> None:
     While the store is down the update is refused (exit 1) and nothing changes: it is never queued.
     """
     answer = _ask(ctx, agent_id, lambda c: c.update(agent_id, memory_id, text, expires=expires))
-    echo_json(answer) if as_json else click.echo(f"updated {answer['id']}: {answer['memory']}")
+    echo_json(answer) if as_json else click.echo(escaped(f"updated {answer['id']}: {answer['memory']}"))
 
 
 @click.command("delete")
@@ -289,7 +304,8 @@ def delete_cmd(
 ) -> None:
     """Delete one of agent ID's own L4 memories by id, or with --all every own one matching the filters.
 
-    Another agent's memories are never deleted (not even with --all). While the store is down
+    Another agent's memories are never deleted (not even with --all, not even as root: --agent ID
+    means "as ID"; the audit log records the operator as "admin as ID"). While the store is down
     the delete is refused (exit 1) and nothing changes.
     """
     if bool(memory_id) == bool(delete_all):
@@ -298,7 +314,7 @@ def delete_cmd(
         raise click.UsageError("--type, --visibility, --project, --user-id, --run-id and --dry-run go with --all")
     if memory_id:
         answer = _ask(ctx, agent_id, lambda c: c.delete(agent_id, memory_id))
-        echo_json(answer) if as_json else click.echo(f"deleted {answer['deleted']}")
+        echo_json(answer) if as_json else click.echo(escaped(f"deleted {answer['deleted']}"))
         return
     filters = {"type": memory_type, "visibility": visibility, "project": project, "dry_run": dry_run}
     filters.update(user_id=user_id, run_id=run_id)
@@ -309,7 +325,7 @@ def delete_cmd(
     verb = "would delete" if dry_run else "deleted"
     click.echo(f"{verb} {len(answer['ids'])} memor{'y' if len(answer['ids']) == 1 else 'ies'} of {agent_id}")
     for memory_id in answer["ids"]:
-        click.echo(f"  {memory_id}")
+        click.echo(escaped(f"  {memory_id}"))
 
 
 @click.command("restore-memory")
@@ -329,9 +345,9 @@ def restore_memory_cmd(ctx, memory_id, agent_id, as_json) -> None:
     if as_json:
         echo_json(answer)
     elif answer.get("restored"):
-        click.echo(f"restored {answer['id']} (was {answer['previous_state']}): {answer['memory']}")
+        click.echo(escaped(f"restored {answer['id']} (was {answer['previous_state']}): {answer['memory']}"))
     else:
-        click.echo(f"{answer['id']} is valid already: nothing to restore")
+        click.echo(escaped(f"{answer['id']} is valid already: nothing to restore"))
 
 
 def print_memory_history(ctx: click.Context, agent_id: str, memory_id: str, as_json: bool) -> None:
@@ -340,6 +356,7 @@ def print_memory_history(ctx: click.Context, agent_id: str, memory_id: str, as_j
     if as_json:
         echo_json(answer)
         return
+    answer = for_terminal(answer)  # texts and ids as the store holds them, each on its one line
     for event in answer["results"]:
         text = event.get("new_memory") if event["event"] != "DELETE" else event.get("old_memory")
         click.echo(f"{(event.get('updated_at') or event.get('created_at') or '')[:19]}  {event['event']:<6}  {text}")

@@ -14,7 +14,6 @@ still goes to stderr for a person watching.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 
@@ -93,13 +92,22 @@ def classify(exc: BaseException) -> Failure | None:
 
 
 def show(failure: Failure, as_json: bool) -> None:
-    """Say what failed: JSON on stdout (and the line on stderr) with ``--json``, else click's text."""
+    """Say what failed: JSON on stdout (and the line on stderr) with ``--json``, else click's text.
+
+    A message may quote what an agent wrote (a file name, a daemon's refusal naming a value): its
+    control characters are escaped on the terminal (daemon/shared/terminal.py), exact in the JSON."""
+    from daemon.shared.terminal import escaped, json_text
+
+    message = failure.format_message()
     if as_json:
-        click.echo(json.dumps({"error": {"code": failure.code, "message": failure.format_message()}}))
-        click.echo(f"Error: {failure.format_message()}", err=True)
+        click.echo(json_text({"error": {"code": failure.code, "message": message}}))
+        click.echo(f"Error: {escaped(message, keep_newlines=True)}", err=True)
         return
     usage_error = getattr(failure, "usage_error", None)
-    (usage_error or failure).show()
+    if usage_error is not None:  # with its usage line and hint, as click shows it
+        click.UsageError(escaped(usage_error.message, keep_newlines=True), usage_error.ctx).show()
+        return
+    click.ClickException(escaped(message, keep_newlines=True)).show()
 
 
 def wants_json(args: Sequence[str]) -> bool:

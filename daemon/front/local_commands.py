@@ -31,11 +31,13 @@ from daemon.front.options import (
 )
 from daemon.shared.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, SearchAnswer, StatusDocument
 from daemon.shared.limits import L3_RESULTS
+from daemon.shared.terminal import escaped, for_terminal
 from daemon.shared.workspaces import get_agent
 from layers.conversation.policy import TRUST_LEVELS
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
+    from daemon.shared.config_cache import FrontConfig
     from layers.local.index import Filters
 
 
@@ -57,7 +59,12 @@ def _filters(layer: str | None, path: str | None, since: str | None, until: str 
 
 def print_search(answer: Mapping[str, Any], explain: bool) -> None:
     """An answer whose results are L3 hits: a search's, its stand-in for L4 (``--layer all``), or L4's
-    answer served from L3 by the daemon (its results made L3-shaped, :func:`_as_local`)."""
+    answer served from L3 by the daemon (its results made L3-shaped, :func:`_as_local`).
+
+    Paths, headings and notes are shown escaped (daemon/shared/terminal.py); a passage keeps its own line
+    breaks, each line indented under its result, every other control character escaped."""
+    raw_results = answer["results"]
+    answer = for_terminal(answer)
     notes = []
     if answer.get("relaxed"):
         notes.append("no chunk has every term: showing chunks with any of them (relaxed)")
@@ -108,7 +115,7 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
         click.echo(f"({note})", err=True)
     if not answer["results"]:
         click.echo("no matches")
-    for i, r in enumerate(answer["results"], start=1):
+    for i, (r, raw) in enumerate(zip(answer["results"], raw_results, strict=True), start=1):
         where = f"{r['path']}:{r['lines'][0]}-{r['lines'][1]}"
         heading = f"  § {r['heading']}" if r.get("heading") else ""
         sure = f"confidence {r['confidence']:.2f}" if "confidence" in r else f"score {r['score']:.4g}"
@@ -117,12 +124,12 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
             click.echo(f"   (superseded by {r['superseded_by']})")
         if explain and r.get("ranks"):
             click.echo(f"   ranks: {', '.join(f'{k} #{v}' for k, v in r['ranks'].items())}")
-        for line in r.get("snippet", r["text"]).splitlines():
+        for line in escaped(raw.get("snippet", raw["text"]), keep_newlines=True).splitlines():
             click.echo(f"   {line}")
 
 
 def local_search(
-    config: Config,
+    config: Config | FrontConfig,
     agent_id: str,
     text: str,
     *,
@@ -242,16 +249,19 @@ def _as_local(result: Memory) -> dict[str, Any]:
 
 
 def print_conversation(answer: MemoryAnswer) -> None:
+    from daemon.front.conversation_commands import print_memory_text
+
     if not answer["results"]:
         click.echo("no matches")
-    for i, r in enumerate(answer["results"], start=1):
+    for i, raw in enumerate(answer["results"], start=1):
+        r = for_terminal(raw)
         where = placement(r)
         meta = f"{r.get('memory_type')}, by {r.get('agent_id')}, {(r.get('created_at') or '')[:10]}"
         if r.get("expiration_date"):
             meta += f", until {r['expiration_date']}"
         meta += use_note(r) + lifecycle_note(r)
         click.echo(click.style(f"{i}. [{where}]", bold=True) + f" ({meta})  score {r.get('score') or 0:.3f}")
-        click.echo(f"   {r['memory']}")
+        print_memory_text(raw["memory"])
 
 
 @click.command("search")
@@ -362,7 +372,7 @@ def search_cmd(
         raise request_failed(exc) from None
     except DaemonUnavailableError:
         answer = local_search(
-            config_of(ctx),  # reads the index itself: the whole configuration
+            front_config(ctx),  # reads the index itself, at the configuration's paths
             agent_id,
             query,
             mode=mode,
@@ -430,7 +440,7 @@ def reindex(ctx, agent_id: str | None, rebuild: bool, vectors: bool, as_json: bo
             what = "rebuilt" if info.get("rebuilt") else f"{info.get('changed', 0)} file(s) updated"
             click.echo(f"{name}: {info.get('files')} files, {what}")
     for name, error in refused.items():
-        click.echo(f"{name}: NOT INDEXED: {error}", err=True)
+        click.echo(escaped(f"{name}: NOT INDEXED: {error}"), err=True)
     if refused:
         ctx.exit(1)
 

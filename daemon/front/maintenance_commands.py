@@ -19,6 +19,7 @@ import click
 
 from daemon.front.options import config_of, echo_json, json_option
 from daemon.shared.settings import DEFAULT_KEEP
+from daemon.shared.terminal import for_terminal
 from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
 
 if TYPE_CHECKING:
@@ -161,6 +162,7 @@ def cleanup_cmd(
 
 
 def _print_cleanup(result: dict) -> None:
+    result = for_terminal(result)  # errors may quote a store's answer: escaped on the terminal
     executed = result["mode"] == "execute"
     verb, archive_verb = ("deleted", "archived") if executed else ("would delete", "would archive")
     click.echo(
@@ -326,6 +328,7 @@ class _Progress:
 
 
 def _print_consolidation(result: dict) -> None:
+    result = for_terminal(result)  # memory texts and notes are the agents': escaped on the terminal
     if result.get("undo"):
         u = result["undo"]
         forced = " (forced over later changes)" if u.get("forced") else ""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from daemon.front.failures import Failure, UnreachableFailure, UsageFailure
+from daemon.shared.terminal import escaped, json_text
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
@@ -51,38 +52,88 @@ def config_of(ctx: click.Context) -> Config:
 
 
 def front_config(ctx: click.Context) -> Config | FrontConfig:
-    """The configuration's resolved paths, for a call that only talks to a running daemon.
+    """The configuration's resolved paths, for a call that only talks to a running daemon or reads
+    files at those paths (an agent's workspace, its index).
 
     From the validated-configuration cache (daemon/shared/config_cache.py) when the file,
     its path, the environment and the code are those of an earlier full validation;
     else validated in full here (same errors as :func:`config_of`) and recorded.
+    A file that no longer validates (a typo the daemon refused on SIGHUP, running on) gives the
+    paths of its last good version, the running daemon's, and the call says on stderr that the
+    file on disk is broken, and why (file, key, line): see :func:`paths_config`.
     Only ``.paths`` and ``.source`` may be read from what this returns: anything
     else (a daemon that is down, another layer) goes through :func:`config_of`.
     """
-    from daemon.shared import config_cache
+    from daemon.shared.config_cache import FrontConfig  # the standard library only
 
     obj = ctx.ensure_object(dict)
     if "config" in obj:
         return obj["config"]
-    raw = config_cache.read_config_bytes(obj.get("config_path"))
-    if raw is not None:
-        cached = config_cache.load(raw)
-        if cached is not None:
-            return cached
-        try:
-            text = raw.raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return config_of(ctx)  # the full reader names the line of the bad byte
-        from daemon.shared.config import parse_config
+    if "front_config" not in obj:
+        config, broken = paths_config(obj.get("config_path"))
+        if not isinstance(config, FrontConfig):
+            obj["config"] = config  # validated in full: config_of() reuses it
+            return config
+        obj["front_config"] = config
+        if broken is not None:
+            say_config_broken(broken)
+    return obj["front_config"]
 
-        obj["config"] = config = parse_config(text, raw.path)  # the very bytes the key hashes
-        config_cache.store(raw, config.paths)
-        return config
-    return config_of(ctx)
+
+def paths_config(config_path: Path | None) -> tuple[Config | FrontConfig, str | None]:
+    """The configuration's paths for a front call, and why the file on disk does not load, if it does not.
+
+    The cache's entry for these very bytes; else the file validated in full (and recorded); else, when
+    it does not validate but an earlier version of the same file did (same path, environment, user
+    and code), the paths of that last good version with the full reader's error (file, key, line);
+    else that error is raised, as :func:`config_of` raises it.
+    """
+    from daemon.shared import config_cache
+    from daemon.shared.config import load_config, parse_config
+
+    raw = config_cache.read_config_bytes(config_path)
+    if raw is None:
+        return load_config(config_path), None
+    cached = config_cache.load(raw)
+    if cached is not None:
+        return cached, None
+    try:
+        config = parse_config(raw.raw.decode("utf-8"), raw.path)  # the very bytes the key hashes
+    except (UnicodeDecodeError, ValueError) as exc:
+        last_good = config_cache.last_good(raw)
+        if isinstance(exc, UnicodeDecodeError):
+            try:  # the full reader names the line of the bad byte
+                load_config(raw.path)
+            except ValueError as named:
+                exc = named
+        if last_good is None:
+            raise exc from None
+        return last_good, str(exc)
+    config_cache.store(raw, config.paths)
+    return config, None
+
+
+def say_config_broken(why: str) -> None:
+    """On stderr: the configuration file on disk does not load, so this call uses its last good version."""
+    click.echo(
+        escaped(
+            f"memstrata: the configuration file does not load, so this uses the paths of its last good version "
+            f"(those the running daemon uses; fix the file, then reload: systemctl reload memstrata):\n{why}",
+            keep_newlines=True,
+        ),
+        err=True,
+    )
 
 
 def echo_json(data: object) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+    """``data`` as indented JSON: exact values, every control character a ``\\u`` escape (daemon/shared/terminal.py)."""
+    click.echo(json_text(data, indent=2))
+
+
+def echo_text(line: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """One line of a command's text output with every control character of it escaped: what an agent
+    wrote (a name, a memory, metadata) never drives the operator's terminal (daemon/shared/terminal.py)."""
+    click.echo(escaped(line), err=err, nl=nl)
 
 
 class Report:
@@ -96,7 +147,7 @@ class Report:
     def say(self, line: str) -> None:
         """One step, written as the text output shows it: its first word is the action."""
         if not self.as_json:
-            click.echo(line)
+            click.echo(escaped(line, keep_newlines=True))  # the blank line before "next:" is ours
             return
         action, _, what = line.strip().partition(" ")
         self.steps.append({"action": action, "what": what.strip()})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import unicodedata
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +20,7 @@ from daemon.shared.contracts import (
     StorageReport,
 )
 from daemon.shared.settings import SNAPSHOT_FILE, guard_from, limits_of
+from daemon.shared.terminal import for_terminal
 from daemon.shared.workspaces import discover
 
 if TYPE_CHECKING:
@@ -83,6 +85,50 @@ def _vectors_report(config: Config) -> dict[str, Any]:
 
 #: A document older than this was not built for this call (the loop was busy): status says its age.
 STALE_AFTER_S = 2.0
+#: The widest line ``status`` prints (columns); a longer one goes on, indented, on the next lines.
+WIDTH = 100
+_CONTINUED = "    "  # what a line continued on the next one starts with, under its own indentation
+
+
+def columns(text: str) -> int:
+    """How many terminal columns ``text`` takes: wide (CJK) characters two, combining marks none."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _cut_at(text: str, room: int) -> int:
+    """Where ``text`` is cut to fit ``room`` columns: after the last space that fits; a word longer than
+    the room (a path) is never cut: the cut comes after it."""
+    start = len(text) - len(text.lstrip(" "))
+    used, fits = 0, len(text)
+    for i, c in enumerate(text):
+        used += columns(c)
+        if used > room:
+            fits = i
+            break
+    space = text.rfind(" ", start, fits + 1)
+    if space > start:
+        return space + 1
+    after = text.find(" ", fits)
+    return len(text) if after < 0 else after + 1
+
+
+def fitted(line: str, width: int = WIDTH) -> list[str]:
+    """``line`` as lines of at most ``width`` columns, broken after spaces, each part after the first
+    indented four more than the line itself (so it never reads as a new agent or problem).  A word
+    longer than that (a path) is kept whole, on a line of its own."""
+    if columns(line) <= width:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip(" "))) + _CONTINUED
+    out: list[str] = []
+    rest = line
+    while columns(rest) > width:
+        cut = _cut_at(rest, width)
+        if cut >= len(rest):
+            break
+        out.append(rest[:cut].rstrip(" "))
+        rest = indent + rest[cut:].lstrip(" ")
+    out.append(rest)
+    return out
 
 
 def _clock(iso: str | None) -> str:
@@ -289,7 +335,7 @@ def _agent_line(a: AgentReport, width: int, problems: int) -> str:
     if "chunks" in ix:
         parts.append(f"{ix['chunks']:,} chunks")
         if ix.get("pending_embeddings"):
-            items = f" ({ix['pending_items']:,} of them for their items)" if ix.get("pending_items") else ""
+            items = f" ({ix['pending_items']:,} for their items)" if ix.get("pending_items") else ""
             parts.append(f"{ix['pending_embeddings']:,} waiting for vectors{items}")
     elif ix.get("state"):
         parts.append(f"index {str(ix['state']).split(' (')[0]}")
@@ -430,7 +476,20 @@ def _daemon_lines(status: StatusDocument) -> list[str]:
 
 def render(status: StatusDocument, agent: str | None = None) -> str:
     """The report a person reads: one summary line (healthy, or how many problems), the problems,
-    the daemon's state, then one line per agent; ``agent``: that agent's detail instead of the list."""
+    the daemon's state, then one line per agent; ``agent``: that agent's detail instead of the list.
+
+    Every string of the document is escaped first (daemon/shared/terminal.py): a file name, a path, an
+    error or a commit subject an agent wrote reaches the terminal as text, never as a control sequence.
+    The overview's lines fit in :data:`WIDTH` columns (a longer one goes on, indented, on the next; only a
+    path longer than that is not cut); an agent's detail keeps its lines whole."""
+    text = _report(for_terminal(status), agent)
+    if agent is not None:
+        return text
+    return "".join(part + "\n" for line in text.splitlines() for part in fitted(line))
+
+
+def _report(status: StatusDocument, agent: str | None) -> str:
+    """:func:`render`'s lines, as long as they come."""
     d = status["daemon"]
     agents = status.get("agents")
     if agent is not None and agents is not None:

@@ -12,16 +12,23 @@ id is written ``[redacted …]``.  A caller repeating the same refused request
 does not fill the disk either: an event identical to one written less than
 :data:`FOLD_WINDOW_S` ago is counted, not written, and the count goes out as one
 line (``"repeated": N``) when the window has passed (or the daemon stops).
+
+Who acted: an event written while the API serves a request names the request's caller as
+``"actor"`` (:func:`acting_for`): the agent itself, or ``"admin as beta"`` when the administrator's
+token acted as agent beta (``memstrata delete ID --agent beta`` as root).  Before, such a delete
+was written ``"agent": "beta"`` alone, as if beta had done it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.shared.echo import capped
 from daemon.shared.guard import SecretGuard
+from daemon.shared.terminal import escape_json_controls
+from daemon.shared.tokens import ADMIN
 from layers import safefs
 
 if TYPE_CHECKING:
@@ -38,6 +47,28 @@ log = logging.getLogger(__name__)
 
 FOLD_WINDOW_S = 60.0  # identical events within this are one line and a count
 MAX_FOLDS = 4096  # distinct events remembered for folding; the oldest is written out past this
+
+
+#: The caller of the API request being served on this thread (an agent id, ADMIN), None outside one.
+_CALLER: ContextVar[str | None] = ContextVar("memstrata_audit_caller", default=None)
+
+
+@contextlib.contextmanager
+def acting_for(caller: str | None) -> Iterator[None]:
+    """While a request of ``caller`` is served: every audit event names it as ``actor``."""
+    token = _CALLER.set(caller)
+    try:
+        yield
+    finally:
+        _CALLER.reset(token)
+
+
+def actor(caller: str | None, agent: object) -> str | None:
+    """Who really acted, as the audit log says it: the agent, or ``admin as AGENT`` for the administrator's
+    token acting as an agent (``admin`` for its own routes)."""
+    if caller == ADMIN:
+        return f"admin as {agent}" if isinstance(agent, str) and agent else ADMIN
+    return caller
 
 
 @dataclass
@@ -82,6 +113,9 @@ class AuditLog:
         return self.directory / f"{self.prefix}-{when:%Y-%m-%d}.log"
 
     def record(self, event: str, **fields: object) -> None:
+        caller = _CALLER.get()
+        if caller is not None and "actor" not in fields:
+            fields["actor"] = actor(caller, fields.get("agent"))
         self.write({"event": event, **fields})
 
     def write(self, fields: dict[str, Any]) -> None:
@@ -129,7 +163,7 @@ class AuditLog:
     def _append(self, entries: list[dict[str, Any]]) -> None:
         if not entries:
             return
-        text = "".join(json.dumps(e, ensure_ascii=False, default=str) + "\n" for e in entries)
+        text = "".join(escape_json_controls(json.dumps(e, ensure_ascii=False, default=str)) + "\n" for e in entries)
         when = datetime.fromisoformat(entries[-1]["time"])
         try:
             if self._confine is not None:

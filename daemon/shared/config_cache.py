@@ -15,6 +15,14 @@ layers/conversation/policy.py and this module).  A changed file therefore always
 goes through daemon/shared/config.py again and a bad one is refused with the usual
 error naming file, key and line.
 
+The last good validation: an entry also keeps the key of everything but the file's bytes (the
+*context*).  When the file no longer validates (a typo, then SIGHUP: the daemon refuses it and runs
+on, on its last good configuration), :func:`last_good` gives the paths of the last file that did,
+for the same path, environment, user and code: the paths the running daemon uses (paths change
+only with a restart, and a daemon starts only on a valid file).  So ``status``, ``search``, ``note``
+and the skill's ``local_search.py`` keep working, and say that the file on disk is broken and why
+(naming file and line), instead of failing on it.
+
 Entries are per user and never shared: they live in ``$XDG_CACHE_HOME/memstrata``
 (else ``~/.cache/memstrata``), a directory that must be owned by the caller and
 closed to group and others (0700), in files owned by the caller with mode 0600,
@@ -34,7 +42,7 @@ from pathlib import Path
 
 from daemon.shared.locations import ENV_VAR, SYSTEM_CONFIG
 
-FORMAT = 1
+FORMAT = 2  # 2: entries keep the context key (last_good)
 MAX_BYTES = 256 * 1024  # as layers.yamlfile.MAX_BYTES: a larger file is left to the full reader's error
 _CODE = (
     Path(__file__).resolve().parent / "config.py",
@@ -87,6 +95,16 @@ class ConfigBytes:
     raw: bytes
 
     def key(self) -> str:
+        """What an entry for exactly these bytes must match: the context and the bytes."""
+        digest = self._context()
+        digest.update(hashlib.sha256(self.raw).digest())
+        return digest.hexdigest()
+
+    def context_key(self) -> str:
+        """Everything that decides the paths but the file's bytes: its path, ``HOME``, the user, the code."""
+        return self._context().hexdigest()
+
+    def _context(self) -> hashlib._Hash:
         digest = hashlib.sha256()
         for part in (
             f"memstrata-config-cache/{FORMAT}".encode(),
@@ -96,8 +114,7 @@ class ConfigBytes:
             *(_code_bytes(p) for p in _CODE),
         ):
             digest.update(len(part).to_bytes(8, "big") + part)
-        digest.update(hashlib.sha256(self.raw).digest())
-        return digest.hexdigest()
+        return digest
 
 
 def _code_bytes(path: Path) -> bytes:
@@ -158,6 +175,17 @@ def _private(st: os.stat_result, kind: int) -> bool:
 
 def load(config: ConfigBytes) -> FrontConfig | None:
     """The cached paths for exactly these bytes, path, environment and code; None on any doubt."""
+    return _entry(config, "key", config.key())
+
+
+def last_good(config: ConfigBytes) -> FrontConfig | None:
+    """The paths of the last file at ``config``'s path that validated, for this environment, user and code
+    (whatever its bytes were); None on any doubt.  For a file that no longer validates: see the module."""
+    return _entry(config, "context", config.context_key())
+
+
+def _entry(config: ConfigBytes, field: str, expected: str) -> FrontConfig | None:
+    """The entry of ``config``'s path when its ``field`` is ``expected`` and every check passes."""
     entry = _entry_file(config.path)
     if entry is None:
         return None
@@ -171,7 +199,7 @@ def load(config: ConfigBytes) -> FrontConfig | None:
         if not _private(os.fstat(fd), stat.S_IFREG):
             return None
         data = json.loads(os.read(fd, 64 * 1024))
-        if data.get("key") != config.key() or data.get("source") != str(config.path):
+        if data.get(field) != expected or data.get("source") != str(config.path):
             return None
         p = data["paths"]
         paths = Paths(
@@ -195,6 +223,7 @@ def store(config: ConfigBytes, paths: Paths) -> None:
         return
     data = {
         "key": config.key(),
+        "context": config.context_key(),
         "source": str(config.path),
         "paths": {
             **{k: str(getattr(paths, k)) for k in _PATH_FIELDS},

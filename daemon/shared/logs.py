@@ -3,6 +3,13 @@
 Every record passes the never_store patterns first (the message, and a traceback's text): a
 secret that reaches a log call is never written, in any form.
 
+The text log escapes every control character a record's values carry (daemon/shared/terminal.py):
+a file name with ESC/OSC sequences in it is logged as ``\\x1b]0;…``, never as the sequence itself a
+``tail`` or ``less -R`` would obey, and a value with a newline cannot start a forged record (its next
+lines are indented).  The
+message's own line breaks (its format string, a traceback) stay.  The JSON log is exact JSON with
+the same characters as ``\\u`` escapes.
+
 Fields: a record about one agent says which (``MEMSTRATA_AGENT=`` under journald, ``"agent"`` in
 JSON). The daemon's messages about an agent begin ``"%s: …"`` with the agent's id as the first
 argument, so the id is taken from there; a call may also pass ``extra={"agent": …, "event": …}``
@@ -16,15 +23,17 @@ socket refuses (too large, journald gone) is written to stderr instead, so none 
 
 from __future__ import annotations
 
-import json
+import copy
 import logging
 import os
 import socket
 import struct
 import sys
 import time
+from collections.abc import Mapping
 
 from daemon.shared.guard import RedactingFilter, SecretGuard
+from daemon.shared.terminal import escaped, json_text
 from layers.ids import is_valid_id
 
 JOURNAL_SOCKET = "/run/systemd/journal/socket"
@@ -42,6 +51,45 @@ _PRIORITY = {
 
 def _redacted(guard: SecretGuard | None, text: str) -> str:
     return guard.redact(text) if guard is not None else text
+
+
+CONTINUED = "    "  # what a value's own next line starts with in the text log
+
+
+def _escaped_value(value: object) -> object:
+    """A log call's argument as the text log writes it: a string with every control escaped but its line
+    breaks, each next line indented (a file name with a newline cannot start a line that reads as a record
+    of its own; a multi-line error stays readable); numbers and other objects as they are."""
+    if not isinstance(value, str):
+        return value
+    return escaped(value, keep_newlines=True).replace("\n", "\n" + CONTINUED)
+
+
+def escaped_message(record: logging.LogRecord) -> str:
+    """``record``'s message with its arguments' control characters escaped, its format string's line
+    breaks kept; whatever else is left (an exception's text, an object's str) is escaped but its lines."""
+    args = record.args
+    message: str
+    if args:
+        try:
+            if isinstance(args, Mapping):
+                message = str(record.msg) % {k: _escaped_value(v) for k, v in args.items()}
+            else:
+                message = str(record.msg) % tuple(_escaped_value(v) for v in args)
+        except (TypeError, ValueError, KeyError):
+            message = record.getMessage()  # as logging itself would fail or format it
+    else:
+        message = str(record.msg)
+    return escaped(message, keep_newlines=True)
+
+
+class EscapingFormatter(logging.Formatter):
+    """A text formatter whose output holds no control character but its own line breaks."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        shown = copy.copy(record)  # the other handlers (journald's fallback stream) see the record as logged
+        shown.msg, shown.args = escaped_message(record), None
+        return escaped(super().format(shown), keep_newlines=True)  # a traceback's lines stay
 
 
 class AgentField(logging.Filter):
@@ -66,7 +114,7 @@ def _fields(record: logging.LogRecord) -> dict[str, str]:
     return out
 
 
-class JournalFormatter(logging.Formatter):
+class JournalFormatter(EscapingFormatter):
     """Text. Under journald's stream (no native socket), prefix ``<N>`` so ``journalctl -p`` works."""
 
     def __init__(self, journal: bool, guard: SecretGuard | None = None) -> None:
@@ -101,7 +149,7 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             entry["exception"] = _redacted(self.guard, self.formatException(record.exc_info))
-        return json.dumps(entry, ensure_ascii=False)
+        return json_text(entry)
 
 
 class JournalHandler(logging.Handler):
@@ -178,7 +226,7 @@ def setup_logging(level: str, guard: SecretGuard | None = None, fmt: str = "text
     handler: logging.Handler = stream
     if native is not None:
         handler = JournalHandler(native, stream, guard)
-        handler.setFormatter(JsonFormatter(guard) if fmt == "json" else logging.Formatter("%(name)s: %(message)s"))
+        handler.setFormatter(JsonFormatter(guard) if fmt == "json" else EscapingFormatter("%(name)s: %(message)s"))
     for each in {handler, stream}:
         if guard is not None:
             each.addFilter(RedactingFilter(guard))

@@ -31,7 +31,9 @@ use_memstrata(__file__)
 
 from daemon.front.cli import echo_json  # noqa: E402
 from daemon.front.local_commands import local_search, print_search  # noqa: E402
-from daemon.shared.config import ENV_VAR, load_config  # noqa: E402
+from daemon.front.options import paths_config, say_config_broken  # noqa: E402
+from daemon.shared.config import ENV_VAR  # noqa: E402
+from daemon.shared.terminal import escaped  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,10 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_query(args.query)
     except QueryTooLongError as exc:
-        print(f"local_search: {exc}", file=sys.stderr)
+        print(f"local_search: {escaped(str(exc))}", file=sys.stderr)
         return 2
     try:
-        config = load_config(Path(args.config) if args.config else None)
+        # the index's path is all it needs: a configuration file broken since its last good version (the
+        # running daemon's) is said on stderr, and the search answers from that version's paths
+        config, broken = paths_config(Path(args.config) if args.config else None)
+        if broken is not None:
+            say_config_broken(broken)
         answer = local_search(
             config,
             args.agent,
@@ -75,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
             reason="local_search.py reads the index without a model",
         )
     except (YamlFileError, UnknownAgentError, EmptyQueryError, ValueError) as exc:
-        print(f"local_search: {exc}", file=sys.stderr)
+        print(f"local_search: {escaped(str(exc), keep_newlines=True)}", file=sys.stderr)
         return 1
     except Exception as exc:  # click.ClickException and friends: one line, no traceback
-        print(f"local_search: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        print(f"local_search: {escaped(str(getattr(exc, 'message', exc)), keep_newlines=True)}", file=sys.stderr)
         return 1
     answer["degraded"] = True
     answer["reason"] = "searched the local index directly (daemon not used)"

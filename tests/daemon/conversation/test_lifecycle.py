@@ -88,18 +88,22 @@ def test_another_agents_private_memory_is_answered_as_an_unknown_id_and_left_unt
     assert {"event": "supersede_denied", "agent": "main", "memory_id": private}.items() <= _audit(broker)[-1].items()
 
 
-def test_a_readable_memory_of_another_agent_is_refused_as_an_unknown_id_and_an_administrator_may(broker):
+def test_a_readable_memory_of_another_agent_is_refused_as_an_unknown_id_also_to_the_administrator_as_that_agent(broker):
+    """The administrator's token acting as main is main (issue 44): to replace beta's memory, it acts as beta."""
     public = _id(broker.add("beta", "the release train leaves on Thursdays", visibility="public"))
     with pytest.raises(NoSuchMemoryError) as theirs:
         broker.add("main", "the release train leaves on Fridays", visibility="public", supersedes=public)
     with pytest.raises(NoSuchMemoryError) as unknown:
         broker.add("main", "the release train leaves on Fridays", visibility="public", supersedes=UNKNOWN)
     assert str(theirs.value).replace(public, "ID") == str(unknown.value).replace(UNKNOWN, "ID")
+    with pytest.raises(NoSuchMemoryError):
+        broker.add("main", "the release train leaves on Fridays", visibility="public", supersedes=public, admin=True)
     assert broker.get("main", public)["state"] == "valid"
     by_admin = broker.add(
-        "main", "the release train leaves on Fridays", visibility="public", supersedes=public, admin=True
+        "beta", "the release train leaves on Fridays", visibility="public", supersedes=public, admin=True
     )
     assert broker.get("main", public)["superseded_by"] == _id(by_admin)
+    assert by_admin["provenance"] == "operator", "written by the operator, as beta"
 
 
 def test_a_memory_is_superseded_once(broker):

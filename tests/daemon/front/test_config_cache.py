@@ -59,18 +59,30 @@ def test_a_changed_config_is_seen_by_the_next_call(root):
     assert code == 3 and f"no daemon socket at {root / 'elsewhere' / 'other.sock'}" in out
 
 
-def test_a_broken_config_after_a_good_one_is_refused_not_served_from_the_cache(root):
+def test_a_broken_config_after_a_good_one_is_never_served_silently(root):
+    """A file that no longer validates is validated again and its error said, file, key and line, on every
+    call. A call that only needs the paths (search, note, a status of a running daemon) then answers from
+    the file's last good version, the running daemon's (issue 44); one that needs the whole configuration
+    (status with the daemon down surveys the layers) fails with the error, as before."""
     config = root / "memstrata.yaml"
     assert _status(config)[0] == 3
     assert _entries(root)
     text = config.read_text()
     line = len(text.splitlines()) + 1
     config.write_text(text + "colour: red\n")
-    for args in (["status"], ["search", "port", "--agent", "main", "--mode", "fts"]):
-        result = CliRunner().invoke(main, ["--config", str(config), *args])
-        assert result.exit_code == 1, result.output
-        assert f"{config}: colour (line {line}): unknown key" in result.output
-    # What a call to a running daemon reads: the error too (the daemon-down path above validates anyway).
+    said = f"{config}: colour (line {line}): unknown key"
+    status = CliRunner().invoke(main, ["--config", str(config), "status"])
+    assert status.exit_code == 1 and said in status.output, status.output
+    search = CliRunner().invoke(main, ["--config", str(config), "search", "port", "--agent", "main", "--mode", "fts"])
+    assert said in search.output and "last good version" in search.output, search.output
+    assert "no index for main" in search.output, "answered from the last good paths (the daemon is down)"
+    with click.Context(main, obj={"config_path": config}) as ctx:
+        assert isinstance(front_config(ctx), config_cache.FrontConfig)
+    # Another user's or another code's entry is no last good version: the error stands.
+    for entry in _entries(root):
+        data = json.loads(entry.read_text())
+        data["context"] = "0" * 64
+        entry.write_text(json.dumps(data))
     with click.Context(main, obj={"config_path": config}) as ctx, pytest.raises(YamlFileError, match="colour"):
         front_config(ctx)
 

@@ -151,7 +151,8 @@ def test_status_without_a_daemon_surveys_the_disk_and_exits_3(service_root):
     result = ms("status", config=service_root)
     assert result.exit_code == 3, result.output
     text = result.output
-    assert "daemon NOT running" in text and f"no daemon socket at {root / 'run' / 'memstrata.sock'}" in text
+    said = " ".join(text.split())  # a line over 100 columns goes on, indented, on the next
+    assert "daemon NOT running" in said and f"no daemon socket at {root / 'run' / 'memstrata.sock'}" in said
     assert "\nmain  " in text and "(changes waiting to be committed)" in text  # one line per agent
     detail = ms("status", "--agent", "main", config=service_root).output
     assert f"main  {root / 'workspace'}" in detail and "index: missing" in detail
