@@ -31,6 +31,11 @@ def retry_delay(retry_after: str | None) -> float:
     return min(CLIENT_RETRY_CAP_S, max(0.1, seconds)) * random.uniform(1.0, 1.25)
 
 
+def _token_shaped(token: str) -> bool:
+    """Printable ASCII without spaces: every token memstrata issues (``secrets.token_urlsafe``) is."""
+    return token.isascii() and token.isprintable() and " " not in token
+
+
 class DaemonUnavailableError(ConnectionError):
     """No daemon answers on the socket (not running, or no permission)."""
 
@@ -79,6 +84,12 @@ class DaemonClient:
     def __init__(self, socket_path: Path, timeout: float = 5.0, token: str | None = None) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
+        if token and not _token_shaped(token):
+            # http.client would refuse the header quoting it whole: a secret on the terminal
+            raise ValueError(
+                "the token given ($MEMSTRATA_TOKEN or a token file) holds characters no memstrata token has "
+                f"({len(token)} characters; not shown): memstrata tokens are printable ASCII"
+            )
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def _request(
