@@ -24,7 +24,7 @@ from daemon.shared.errors import (
     SecretRefusedError,
     StateUnreadableError,
 )
-from daemon.shared.limits import QueryTooLongError
+from daemon.shared.limits import QueryTooLongError, TooManyItemsError
 from layers.conversation.backup import BackupNotFoundError, NotABackupError
 from layers.conversation.edge import EdgeLockedError
 from layers.conversation.policy import ForbiddenError, PolicyError
@@ -77,6 +77,7 @@ STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (NotStoredError, 507),  # a full disk: neither the store nor the queue kept the write
     (SecretRefusedError, 422),
     (QueryTooLongError, 413),
+    (TooManyItemsError, 413),  # a list in a request over its cap (messages of a mem0 add, a filter's parts)
     (ForbiddenError, 403),
     (ConflictError, 409),  # a consolidation under way; an undo that would overwrite later changes
     (ConversationUnavailableError, 503),

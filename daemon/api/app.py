@@ -31,6 +31,7 @@ from starlette.routing import Route
 from daemon.api.answers import INTERNAL_ERROR, ApiError, JSONResponse  # noqa: F401 - importable from here
 from daemon.api.fairness import Courtesy
 from daemon.api.gate import Caller, Gate
+from daemon.api.hosts import HostCheck
 from daemon.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from daemon.api.metrics import Metrics, readiness
 from daemon.api.protocol import DeadlineH11Protocol
@@ -408,7 +409,7 @@ def bind_loopback(host: str, port: int, setting: str = "metrics.port", backlog: 
     return sock
 
 
-def _server_config(app: Starlette) -> uvicorn.Config:
+def _server_config(app: Starlette | HostCheck) -> uvicorn.Config:
     """uvicorn for a socket or port of ours: deadlines and limits, no log of its own."""
     return uvicorn.Config(
         app,
@@ -429,9 +430,10 @@ class ApiServer:
     def __init__(self, path: Path, daemon: DaemonApi, metrics_port: tuple[str, int] | None = None) -> None:
         self.path = path
         self.metrics = Metrics()  # one registry: the socket's and the port's /metrics show the same histograms
-        self.app = build_app(daemon, self.metrics)
+        self.app: Starlette | HostCheck = build_app(daemon, self.metrics)
         self.metrics_port = metrics_port
-        self._port_app = metrics_app(daemon, self.metrics) if metrics_port else None
+        # a loopback port answers only requests that name it (daemon/api/hosts.py: DNS rebinding)
+        self._port_app = HostCheck(metrics_app(daemon, self.metrics)) if metrics_port else None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
@@ -480,7 +482,7 @@ class TcpApiServer(ApiServer):
 
     def __init__(self, host: str, port: int, app: Starlette) -> None:
         self.host, self.port = host, port
-        self.app = app
+        self.app = HostCheck(app)  # requests that name another host are refused (daemon/api/hosts.py)
         self.metrics_port, self._port_app = None, None  # the metrics port is the Unix socket server's
         self._server = self._port_server = None
         self._thread = self._port_thread = None

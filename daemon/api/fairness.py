@@ -21,6 +21,13 @@ caller has more waiting (or right after its last one) is *patient*: at each
 costly step (:meth:`Courtesy.pause`, before a model encode) it waits while a
 request of a caller without a backlog runs, for at most MAX_PAUSE_S each time.
 That caller's search then waits for at most the one step the flooder is in.
+
+One request can hold the work of many: a mem0 add of 2,500 messages is 2,500 writes (an
+embedding, a duplicate check and a store write each).  Such a request was *prompt* for its
+whole length (minutes on the seed's machine), so every patient request of every other caller
+waited MAX_PAUSE_S at each of its pauses meanwhile (a 5.6 s stall).  A route doing several parts
+calls :meth:`Courtesy.next_part` between them: from its second part on it is charged like a
+flood's further requests (patient), so its length is its own caller's, never another's.
 """
 
 from __future__ import annotations
@@ -64,17 +71,31 @@ class Courtesy:
     def running(self, patient: bool) -> Iterator[None]:
         """The request running in this thread meanwhile; ``patient``: it makes way at each pause."""
         self._thread.patient = patient
+        self._thread.inside = True
         if not patient:
             with self._changed:
                 self._prompt += 1
         try:
             yield
         finally:
+            self._stop_being_prompt()
             self._thread.patient = False
-            if not patient:
-                with self._changed:
-                    self._prompt -= 1
-                    self._changed.notify_all()
+            self._thread.inside = False
+
+    def next_part(self) -> None:
+        """Between the parts of a request that does the work of several (each message of a mem0 add):
+        from here on the request is patient, and it makes way now for a prompt request of another caller."""
+        if getattr(self._thread, "inside", False):
+            self._stop_being_prompt()
+            self.pause()
+
+    def _stop_being_prompt(self) -> None:
+        """The request of this thread no longer holds up the patient requests of other callers."""
+        if getattr(self._thread, "inside", False) and not self._thread.patient:
+            self._thread.patient = True
+            with self._changed:
+                self._prompt -= 1
+                self._changed.notify_all()
 
     def pause(self) -> None:
         """Before a costly step: a patient request waits while a prompt one runs (bounded)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -33,9 +33,16 @@ from starlette.routing import Route
 
 from daemon.api.answers import ApiError, JSONResponse
 from daemon.api.gate import Caller, Gate
-from daemon.api.requests import Fraction, JsonObject, Trust
+from daemon.api.requests import Fraction, JsonObject, MemFilter, Trust, Unset, parse
 from daemon.api.requests import Request as Schema
-from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_MEMORY_BODY_BYTES, MAX_SEARCH_BODY_BYTES
+from daemon.shared.limits import (
+    L4_PAGE,
+    L4_RESULTS,
+    MAX_MEMORY_BODY_BYTES,
+    MAX_MESSAGES_PER_ADD,
+    MAX_SEARCH_BODY_BYTES,
+    check_count,
+)
 
 DEFAULT_THRESHOLD = 0.1  # mem0's
 # metadata keys that are the memory's own fields, not the caller's: placement, validity, trust
@@ -69,8 +76,14 @@ MEMSTRATA_METADATA = (
 COUNT_CAP = 10_000  # get_all counts at most this many
 
 
+def _few_messages(messages: object) -> object:
+    """At most MAX_MESSAGES_PER_ADD (413 naming the field and the cap), counted before anything else is read."""
+    check_count("messages", messages, MAX_MESSAGES_PER_ADD, "messages")
+    return messages
+
+
 class AddBody(Schema):
-    messages: list[dict[str, Any]] | str | dict[str, Any]
+    messages: Annotated[list[dict[str, Any]] | str | dict[str, Any], BeforeValidator(_few_messages)]
     user_id: str | int | None = None
     agent_id: str | None = None
     run_id: str | int | None = None
@@ -81,7 +94,7 @@ class AddBody(Schema):
 
 class SearchBody(Schema):
     query: str
-    filters: JsonObject | None = None
+    filters: MemFilter | None = None
     top_k: Annotated[int, Field(ge=1)] = L4_RESULTS.default
     threshold: Fraction | None = DEFAULT_THRESHOLD
     rerank: bool = False
@@ -91,7 +104,30 @@ class SearchBody(Schema):
 
 
 class ListBody(Schema):
-    filters: JsonObject | None = None
+    filters: MemFilter | None = None
+
+
+# A whole number in a query string, in ASCII digits: "²" passed str.isdigit() and then failed int() (a 500).
+PAGE_NUMBER_MAX = 1_000_000_000
+PageNumber = Annotated[int, Field(ge=1, le=PAGE_NUMBER_MAX), BeforeValidator(lambda v: 1 if v in (None, "") else v)]
+
+
+class ListQuery(Schema):
+    """get_all's query string (``?page=2&page_size=50``): a page past the last one is empty."""
+
+    page: PageNumber = 1
+    page_size: Annotated[
+        int, Field(ge=1, le=PAGE_NUMBER_MAX), BeforeValidator(lambda v: L4_PAGE.default if v in (None, "") else v)
+    ] = L4_PAGE.default
+
+
+class DeleteAllQuery(Schema):
+    """delete_all's query string: the mem0 ids whose memories go (checked again by the broker)."""
+
+    agent_id: Annotated[str | None, Unset] = None
+    user_id: Annotated[str | None, Unset] = None
+    run_id: Annotated[str | None, Unset] = None
+    actor_id: Annotated[str | None, Unset] = None
 
 
 class UpdateBody(Schema):
@@ -145,6 +181,22 @@ def _messages(messages: Any) -> list[dict]:
     return [m for m in messages if m["role"] != "system"]
 
 
+# What each route reads, for tests/failure_modes/test_no_request_value_gives_a_500.py: the body's schema
+# (POST, PUT) or the query's (GET, DELETE); get_all reads both.
+SCHEMAS: dict[tuple[str, str], type[Schema] | None] = {
+    ("GET", "/v1/ping/"): None,
+    ("POST", "/v3/memories/add/"): AddBody,
+    ("POST", "/v3/memories/search/"): SearchBody,
+    ("POST", "/v3/memories/"): ListBody,
+    ("GET", "/v1/memories/{memory_id}/"): None,
+    ("PUT", "/v1/memories/{memory_id}/"): UpdateBody,
+    ("DELETE", "/v1/memories/{memory_id}/"): None,
+    ("DELETE", "/v1/memories/"): DeleteAllQuery,
+    ("GET", "/v1/memories/{memory_id}/history/"): None,
+}
+QUERIES: dict[tuple[str, str], type[Schema]] = {("POST", "/v3/memories/"): ListQuery}
+
+
 def build_mem0_app(daemon: Any) -> Starlette:
     """The routes; ``daemon`` as daemon/api/app.py's ``DaemonApi`` (broker, identify, guard, courtesy)."""
     gate = Gate(daemon.identify, lambda: daemon.guard.redact, daemon.courtesy)
@@ -176,15 +228,17 @@ def build_mem0_app(daemon: Any) -> Starlette:
         turns = _messages(args.messages)
         l4 = broker()
         infer = args.infer if args.infer is not None else l4.writes.llm_configured
-        answers: list[tuple[dict | None, dict]]
+        answers: list[tuple[dict | None, dict]] = []
         if infer:
             text = "\n".join(f"{m['role']}: {m['content']}" for m in turns)
             answers = [(None, l4.add(agent, text, infer=True, **data))]
         else:
-            answers = [
-                (m, l4.add(agent, m["content"], infer=False, role=m["role"], actor_id=m.get("name"), **data))
-                for m in turns
-            ]
+            for i, m in enumerate(turns):
+                if i:  # each message is a write of its own: charged to this caller like further requests
+                    daemon.courtesy.next_part()
+                answers.append(
+                    (m, l4.add(agent, m["content"], infer=False, role=m["role"], actor_id=m.get("name"), **data))
+                )
         results = []
         for message, answer in answers:
             common = {"user_id": data["user_id"], "run_id": data["run_id"]}
@@ -218,11 +272,13 @@ def build_mem0_app(daemon: Any) -> Starlette:
 
     def get_all(request: Request, caller: Caller, args: ListBody) -> dict:
         wanted = _filters(caller, args.filters)
-        page = _number(request.query_params.get("page"), 1, "page")
-        size = min(_number(request.query_params.get("page_size"), L4_PAGE.default, "page_size"), L4_PAGE.high)
+        query = parse(ListQuery, request.query_params)
+        page, size = query.page, min(query.page_size, L4_PAGE.high)
         found: list[dict] = []
         cursor = None
         while len(found) < COUNT_CAP:
+            if found:  # each further page of the store: charged to this caller like another request
+                daemon.courtesy.next_part()
             answer = broker().get_all(_agent(caller), limit=L4_PAGE.high, cursor=cursor, filters=wanted)
             found += answer["results"]
             cursor = answer.get("next_cursor")
@@ -254,11 +310,10 @@ def build_mem0_app(daemon: Any) -> Starlette:
         broker().delete(_agent(caller), request.path_params["memory_id"])
         return {"message": "Memory deleted successfully!"}
 
-    def delete_all(request: Request, caller: Caller, _args: None) -> dict:
-        params = request.query_params
-        agent = _agent(caller, params.get("agent_id"))
-        ids = {k: params[k] for k in ("user_id", "run_id", "actor_id") if params.get(k)}
-        if not ids and not params.get("agent_id"):
+    def delete_all(request: Request, caller: Caller, params: DeleteAllQuery) -> dict:
+        agent = _agent(caller, params.agent_id)
+        ids = {k: v for k in ("user_id", "run_id", "actor_id") if (v := getattr(params, k))}
+        if not ids and not params.agent_id:
             raise ApiError(400, "delete_all needs user_id, run_id, actor_id or agent_id (agent_id: all of your own)")
         answer = broker().delete_all(agent, filters=ids or None)
         return {"message": "Memories deleted successfully!", "deleted": answer["deleted"]}
@@ -275,7 +330,7 @@ def build_mem0_app(daemon: Any) -> Starlette:
         (memory, "GET", gate.route(get)),
         (memory, "PUT", gate.route(update, schema=UpdateBody, body_limit=MAX_MEMORY_BODY_BYTES)),
         (memory, "DELETE", gate.route(delete)),
-        ("/v1/memories/", "DELETE", gate.route(delete_all)),
+        ("/v1/memories/", "DELETE", gate.route(delete_all, schema=DeleteAllQuery)),
         ("/v1/memories/{memory_id}/history/", "GET", gate.route(history)),
     ]
 
@@ -296,14 +351,6 @@ def build_mem0_app(daemon: Any) -> Starlette:
     )
     app.router.redirect_slashes = False
     return app
-
-
-def _number(value: str | None, default: int, name: str) -> int:
-    if value in (None, ""):
-        return default
-    if not value.isdigit() or int(value) < 1:
-        raise ApiError(400, f"{name} must be a whole number of at least 1")
-    return int(value)
 
 
 def _with_detail(endpoint):

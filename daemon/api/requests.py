@@ -32,7 +32,9 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from daemon.shared.echo import cut
 from daemon.shared.errors import InvalidRequestError
-from daemon.shared.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, Results
+from daemon.shared.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, Results, TooManyItemsError
+from layers.conversation.filters import FilterError, FilterTooLargeError
+from layers.conversation.filters import check as check_filter
 from layers.conversation.metadata import ENTITY_RE
 from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
 from layers.ids import AGENT_ID_PATTERN
@@ -100,6 +102,19 @@ MEMORY_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{
 MemoryId = Annotated[str, StringConstraints(max_length=64, pattern=MEMORY_ID_PATTERN)]
 EntityId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=128, pattern=ENTITY_RE.pattern)]
 JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_text)]  # checked further by its reader
+
+
+def _mem0_filter(value: dict[str, Any]) -> dict[str, Any]:
+    """A filter checked here, before the request waits for its turn: a bad one is a 400 naming its part,
+    one with more conditions, clauses or values than the language takes a 413 (the broker checks again)."""
+    try:
+        check_filter(value)
+    except FilterTooLargeError as exc:
+        raise TooManyItemsError(str(exc)) from None
+    return value
+
+
+MemFilter = Annotated[dict[str, Any], BeforeValidator(_json_text), AfterValidator(_mem0_filter)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Share = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]  # of an agent's memories
 RunId = Annotated[str, StringConstraints(max_length=32, pattern=r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")]
@@ -149,7 +164,7 @@ class MemorySearchRequest(Request):
     q: Text
     limit: L4Count = L4_RESULTS.default
     fallback: Annotated[bool, _or(True)] = True
-    filters: Annotated[JsonObject | None, Unset] = None  # mem0's language (layers/conversation/filters.py)
+    filters: Annotated[MemFilter | None, Unset] = None  # mem0's language (layers/conversation/filters.py)
     # on the embedder's relevance scale (layers/local/vectors.py); not given: none (mem0's clients send 0.1)
     threshold: Annotated[Fraction | None, Unset] = None
     explain: Annotated[bool, _or(False)] = False
@@ -233,7 +248,7 @@ class ListParams(Request):
     agent: Id
     limit: PageCount = L4_PAGE.default
     cursor: Annotated[Short | None, Unset] = None
-    filters: Annotated[JsonObject | None, Unset] = None  # JSON text in a query string
+    filters: Annotated[MemFilter | None, Unset] = None  # JSON text in a query string
     show_superseded: Annotated[bool, _or(False)] = False
     show_expired: Annotated[bool, _or(False)] = False
     show_archived: Annotated[bool, _or(False)] = False  # faded by disuse (decay): hidden, kept, restorable
@@ -335,6 +350,8 @@ def _problem(error: Mapping[str, Any], fields: Mapping[str, object], model: type
         return f"{field}: unknown {noun}, use one of {ctx.get('expected', '')}"
     if kind == "dict_type":
         return f"{field} must be an object, not {_kind(given)}"
+    if kind == "value_error" and isinstance(ctx.get("error"), FilterError):
+        return str(ctx["error"])  # names its part itself ("filters.rating.gt: …")
     if kind == "value_error":
         return f"{field} {str(error['msg']).removeprefix('Value error, ')}"
     return f"{field}: {error['msg']}"

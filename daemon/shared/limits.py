@@ -52,6 +52,12 @@ L4_PAGE = Results(100, 1, 1000)  # a page of the L4 listing (GET /v1/memories)
 # max_tokens of a search's answer (layers/local/budget.py); not given: no budget (the default is unused)
 ANSWER_TOKENS = Results(800, 1, 1_000_000)
 
+# One mem0 add (``POST /v3/memories/add/``) takes at most this many messages: without ``infer`` each is a
+# memory of its own (an embedding, a duplicate check and a store write each, ~13 ms here and ~100 ms on
+# the seed's 2-core Xeon), so 2,500 one-word messages, which fit in the 128 KiB body, held the daemon
+# for minutes.  A conversation turn is a few messages; more go in further adds.
+MAX_MESSAGES_PER_ADD = 100
+
 # A value the daemon repeats back (in an error) or writes down (in the audit log) is cut to this many
 # characters; what it was is said by its length ("… (5,242,880 characters)").
 MAX_ECHO_CHARS = 120
@@ -81,6 +87,20 @@ CLIENT_RETRY_CAP_S = 10.0
 
 class QueryTooLongError(ValueError):
     """A search query over :data:`MAX_QUERY_CHARS` characters (HTTP 413)."""
+
+
+class TooManyItemsError(Exception):
+    """A list in a request over its cap (HTTP 413): the message names the field, how many came and the cap.
+
+    Not a ValueError on purpose: raised inside a request schema's validator (daemon/api/requests.py),
+    it passes through pydantic as itself instead of becoming one more 400 "value error".
+    """
+
+
+def check_count(field: str, items: object, cap: int, noun: str) -> None:
+    """Refuse a list ``field`` of more than ``cap`` items (``noun``: what one item is, plural)."""
+    if isinstance(items, list | tuple) and len(items) > cap:
+        raise TooManyItemsError(f"{field} holds {len(items):,} {noun}; at most {cap:,} in one request")
 
 
 def check_query(text: str) -> None:

@@ -25,6 +25,7 @@ which tests/layers/conversation/test_filters.py checks against Edge itself.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -38,15 +39,26 @@ TEXT = ("contains", "icontains")
 OPERATORS = (*COMPARE, *RANGES, *TEXT)
 MAX_DEPTH = 8  # nested AND/OR/NOT levels
 MAX_CONDITIONS = 64  # field conditions in one filter
+MAX_CLAUSES = 64  # filter objects inside AND/OR/NOT lists, every level counted (empty ones too)
 MAX_LIST = 256  # values of one in/nin
 MAX_VALUE_CHARS = 1024
 FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2})?(\.\d+)?(Z|[+-]\d{2}:?\d{2})?)?$")
+# ASCII digits only: ``\d`` also takes "٢٠٢٦-١٢-٣١", which the engines refuse (it was a 400 quoting Edge's parser).
+_CLOCK = r"[T ][0-9]{2}:[0-9]{2}(:[0-9]{2})?(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})?"
+ISO_DATETIME = re.compile(rf"^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}({_CLOCK})?$")
+# The engines hold a whole number as a signed 64-bit integer (Qdrant's payload integers; Edge refuses a
+# larger one with a TypeError), and compare a range bound as a double, exact only within 2^53.
+MAX_MATCH_INT = 2**63 - 1
+MAX_EXACT_BOUND = 2**53
 Scalar = str | int | float | bool
 
 
 class FilterError(ValueError):
     """A filter mem0's language cannot express, or one over the limits; the message names the part."""
+
+
+class FilterTooLargeError(FilterError):
+    """A filter with more conditions, clauses or values than :func:`check` takes (the API answers 413)."""
 
 
 # ------------------------------------------------------------------ checking
@@ -61,12 +73,35 @@ def check(filters: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(filters, Mapping):
         raise FilterError(f"filters must be an object (mem0's filter dictionary), not {type(filters).__name__}")
-    count = [0]
+    count = _Count()
     out = _check(filters, 1, count, "filters")
     return out or None
 
 
-def _check(filters: Mapping, depth: int, count: list[int], where: str) -> dict[str, Any]:
+class _Count:
+    """What one filter holds so far, against its caps (a 56 KiB body held 18,000 empty clauses)."""
+
+    def __init__(self) -> None:
+        self.conditions = 0
+        self.clauses = 0
+
+    def condition(self) -> None:
+        self.conditions += 1
+        if self.conditions > MAX_CONDITIONS:
+            raise FilterTooLargeError(
+                f"filters hold more than {MAX_CONDITIONS} conditions; at most {MAX_CONDITIONS} conditions"
+            )
+
+    def clause(self, where: str, given: int) -> None:
+        self.clauses += given
+        if self.clauses > MAX_CLAUSES:
+            raise FilterTooLargeError(
+                f"{where}: filters hold more than {MAX_CLAUSES} objects inside AND/OR/NOT; "
+                f"at most {MAX_CLAUSES} objects (all levels counted)"
+            )
+
+
+def _check(filters: Mapping, depth: int, count: _Count, where: str) -> dict[str, Any]:
     if depth > MAX_DEPTH:
         raise FilterError(f"{where}: filters nest at most {MAX_DEPTH} levels of AND/OR/NOT")
     out: dict[str, Any] = {}
@@ -79,22 +114,54 @@ def _check(filters: Mapping, depth: int, count: list[int], where: str) -> dict[s
                 raise FilterError(f"{where}: {key} given twice")
             if not isinstance(value, list) or not value or not all(isinstance(v, Mapping) for v in value):
                 raise FilterError(f"{where}.{key} takes a non-empty list of filter objects")
+            count.clause(f"{where}.{key}", len(value))
             out[key] = [_check(v, depth + 1, count, f"{where}.{key}[{i}]") for i, v in enumerate(value)]
+            if key == "NOT" and any(_matches_all(sub) for sub in out[key]):
+                raise FilterError(
+                    f'{where}.NOT holds an object that restricts nothing (empty, or only "*"): '
+                    "NOT of it matches no memory"
+                )
             continue
         if not FIELD_RE.match(key):
             raise FilterError(f"{where}: {key[:64]!r} is not a field name (letters, digits, '_', '.', '-', at most 64)")
-        count[0] += 1
-        if count[0] > MAX_CONDITIONS:
-            raise FilterError(f"filters hold at most {MAX_CONDITIONS} conditions")
+        count.condition()
         out[key] = _check_condition(value, f"{where}.{key}")
     return out
 
 
+def _matches_all(checked: Mapping[str, Any]) -> bool:
+    """Whether a checked filter object restricts nothing, as the engines read it (:func:`_translate` drops it).
+
+    Inside NOT such an object would mean "no memory" in Python and vanish on the engines (``{"NOT":
+    [{}]}`` matched everything there): :func:`check` refuses it instead.
+    """
+    for key, value in checked.items():
+        if key == "AND" and all(_matches_all(sub) for sub in value):
+            continue
+        if key == "OR" and any(_matches_all(sub) for sub in value):
+            continue
+        if key not in LOGICAL and value == "*":
+            continue
+        return False
+    return True
+
+
 def _scalar(value: Any, where: str) -> Scalar:
-    if isinstance(value, int | float):  # bool is an int
-        if isinstance(value, float) and value != value:  # NaN matches nothing and compares with nothing
-            raise FilterError(f"{where}: not a number")
+    """A value to match exactly: what both engines match by value (a string, a whole number, true/false).
+
+    A fraction was handed to the engine and came back as its TypeError; a whole number past 64 bits too.
+    """
+    if isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        if abs(value) > MAX_MATCH_INT:
+            raise FilterError(f"{where}: a whole number to match is at most {MAX_MATCH_INT:,} either side of 0")
+        return value
+    if isinstance(value, float):
+        raise FilterError(
+            f"{where}: a number with a fraction cannot be matched exactly (the engines match strings, whole "
+            "numbers and true/false): compare it with gte and lte"
+        )
     if isinstance(value, str):
         if len(value) > MAX_VALUE_CHARS:
             raise FilterError(f"{where}: a value holds at most {MAX_VALUE_CHARS} characters")
@@ -103,12 +170,27 @@ def _scalar(value: Any, where: str) -> Scalar:
 
 
 def _bound(value: Any, where: str) -> float | str:
+    """A range bound: a finite number (compared as a double, so a whole number within 2^53) or an ISO date.
+
+    Before, a 401-digit integer overflowed float() (a 500), NaN or Infinity (JSON extensions Python
+    reads) were handed on to match nothing, and a date the engine's parser refuses ("2026-02-30",
+    Arabic-Indic digits) came back as its error.  A date is handed on in the one form every engine
+    reads, its own offset kept (a naive one is UTC, as :func:`matches` reads it).
+    """
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise FilterError(f"{where}: range bounds must be numbers or ISO dates")
     if isinstance(value, str):
-        if not ISO_DATETIME.match(value):
+        moment = _as_time(value)
+        if moment is None:
             raise FilterError(f"{where}: range bounds must be numbers or ISO dates like 2026-12-31")
-        return value
+        return moment.isoformat()  # written out in full: Edge refuses an offset after minutes ("T10:00+05:30")
+    if isinstance(value, int) and abs(value) > MAX_EXACT_BOUND:
+        raise FilterError(
+            f"{where}: a whole-number bound is at most {MAX_EXACT_BOUND:,} either side of 0 "
+            "(bounds are compared as floating-point numbers, exact only that far)"
+        )
+    if not math.isfinite(value):
+        raise FilterError(f"{where}: a range bound must be a finite number")
     return float(value)
 
 
@@ -136,6 +218,8 @@ def _check_condition(value: Any, where: str) -> Any:
             ops[op] = _scalar(operand, f"{where}.{op}")
         else:
             ops[op] = _scalar(operand, f"{where}.{op}")
+            if op == "ne" and not (isinstance(operand, str) or _whole(operand)):
+                raise FilterError(f"{where}.ne takes a string or a whole number (for true/false: eq the other one)")
     bounds = [v for op, v in ops.items() if op in RANGES]
     if len({type(b) for b in bounds}) > 1:
         raise FilterError(f"{where}: range bounds must be all numbers or all dates")
@@ -143,11 +227,20 @@ def _check_condition(value: Any, where: str) -> Any:
 
 
 def _values(value: Any, where: str) -> list[Scalar]:
+    """The values of an ``in``/``nin`` (or of a list given as a value): all strings or all whole numbers,
+    the two kinds of list both engines match (Edge refused a mixed one with a TypeError)."""
     if not isinstance(value, list) or not value:
         raise FilterError(f"{where}: takes a non-empty list of values")
     if len(value) > MAX_LIST:
-        raise FilterError(f"{where}: at most {MAX_LIST} values")
-    return [_scalar(v, where) for v in value]
+        raise FilterTooLargeError(f"{where}: holds {len(value):,} values; at most {MAX_LIST} values")
+    values = [_scalar(v, where) for v in value]
+    if not (all(isinstance(v, str) for v in values) or all(_whole(v) for v in values)):
+        raise FilterError(f"{where}: a list of values is all strings or all whole numbers (not true/false)")
+    return values
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # ------------------------------------------------------------------ combining

@@ -128,3 +128,68 @@ def test_a_pause_waits_at_most_its_bound():
         thread.start()
         thread.join(5)
     assert result == ["passed"]  # a flooder is slowed, never stopped
+
+
+def test_a_request_of_many_parts_never_holds_another_callers_patient_request():
+    """A mem0 add of 2,500 messages was prompt for minutes: a patient request of another caller waited
+    its full pause at each step meanwhile.  From its second part on it is patient itself."""
+    courtesy = Courtesy(max_pause_s=30)  # a wrong wait would show as the test's own timeout below
+    parted, release, passed = threading.Event(), threading.Event(), threading.Event()
+
+    def many_parts() -> None:
+        with courtesy.running(patient=False):
+            courtesy.next_part()  # its second message
+            parted.set()
+            release.wait(30)
+
+    def patient_request() -> None:
+        with courtesy.running(patient=True):
+            parted.wait(30)
+            courtesy.pause()
+            passed.set()
+
+    threads = [threading.Thread(target=many_parts), threading.Thread(target=patient_request)]
+    for t in threads:
+        t.start()
+    try:
+        assert passed.wait(10), "the patient request waited on the long request"
+    finally:
+        release.set()
+        for t in threads:
+            t.join(30)
+
+
+def test_a_request_of_many_parts_makes_way_between_its_parts_for_a_prompt_request():
+    courtesy = Courtesy(max_pause_s=30)
+    events: list[str] = []
+    other_running, at_part = threading.Event(), threading.Event()
+
+    def many_parts() -> None:
+        with courtesy.running(patient=False):
+            other_running.wait(10)
+            at_part.set()
+            courtesy.next_part()  # another caller's prompt request runs: this one waits for it
+            events.append("second part")
+
+    def prompt_request() -> None:
+        with courtesy.running(patient=False):
+            other_running.set()
+            at_part.wait(10)
+            time.sleep(0.2)  # the rest of its work, while the long request is held at its part
+            events.append("prompt request done")
+
+    threads = [threading.Thread(target=many_parts), threading.Thread(target=prompt_request)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert events == ["prompt request done", "second part"]
+
+
+def test_next_part_outside_a_request_and_twice_counts_once():
+    courtesy = Courtesy(max_pause_s=0.1)
+    courtesy.next_part()  # no request on this thread: nothing to change, nothing to wait for
+    with courtesy.running(patient=False):
+        courtesy.next_part()
+        courtesy.next_part()
+    assert courtesy._prompt == 0

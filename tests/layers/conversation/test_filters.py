@@ -8,6 +8,8 @@ Each filter below is run three ways over the same payloads: on a real Qdrant Edg
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from qdrant_client import QdrantClient, models
 
 from layers.conversation import filters as f
@@ -138,3 +140,99 @@ def test_a_callers_filter_never_widens_the_visibility_filter(engines):
         points, _ = client.scroll("c", scroll_filter=f.to_qdrant(f.engine_part(combined)), limit=100)
         assert edge <= {0} and found(points) <= {0}, hostile
         assert {i for i, p in enumerate(PAYLOADS) if f.matches(p, combined)} <= {0}
+
+
+# What a hostile caller puts where a filter takes a value or a bound: huge and non-ASCII numbers, dates
+# the engines' parsers refuse, NaN and Infinity (JSON extensions Python reads), fractions to match exactly.
+HOSTILE_NUMBERS = st.one_of(
+    st.integers(),
+    st.sampled_from([10**400, -(10**400), 2**63, 2**63 - 1, -(2**63), 2**53, 2**53 + 1, 2**64, 0, -1]),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+HOSTILE_DATES = st.one_of(
+    st.sampled_from(
+        [
+            "٢٠٢٦-١٢-٣١",  # Arabic-Indic digits
+            "２０２６-１２-３１",  # fullwidth digits
+            "2026-02-30",
+            "2026-13-01",
+            "0000-01-01",
+            "9999-12-31T23:59:59-14:00",
+            "0001-01-01T00:00+05:00",
+            "2026-12-31T10:00+05:30",
+            "2026-12-31T24:00",
+            "2026-12-31 10:00:00.1234567890123Z",
+            "²⁰²⁶-¹²-³¹",
+        ]
+    ),
+    st.datetimes(timezones=st.none() | st.timezones()).map(lambda d: d.isoformat()),
+    st.from_regex(r"\A[0-9٠-٩]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}(:[0-9]{2})?(Z|[+-][0-9]{2}:?[0-9]{2})?)?\Z"),
+)
+OPERANDS = st.one_of(HOSTILE_NUMBERS, HOSTILE_DATES, st.text(max_size=8), st.booleans(), st.none())
+CONDITIONS = st.one_of(
+    OPERANDS,
+    st.lists(OPERANDS, max_size=4),
+    st.dictionaries(
+        st.sampled_from([*f.OPERATORS, "$gt", "between"]), OPERANDS | st.lists(OPERANDS, max_size=3), max_size=3
+    ),
+)
+FIELDS = st.sampled_from(["rating", "created_at", "user_id", "tags", "note", "x y"])
+HOSTILE_FILTERS = st.recursive(
+    st.dictionaries(FIELDS, CONDITIONS, max_size=3),
+    lambda inner: (
+        st.dictionaries(st.sampled_from([*f.LOGICAL, "$or"]), st.lists(inner, max_size=3), max_size=2)
+        | st.dictionaries(FIELDS, CONDITIONS, max_size=2)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flt=HOSTILE_FILTERS)
+def test_a_filter_check_takes_is_one_every_engine_takes(engines, flt):
+    """Whatever :func:`check` accepts runs on Edge and on qdrant-client and in Python; the rest is FilterError.
+
+    Before, ``{"rating": {"gt": 10**400}}`` was an OverflowError (a 500), and a fraction to match, an
+    integer past 64 bits or a date Edge's parser refuses came back as the engine's own TypeError/ValueError.
+    """
+    shard, client = engines
+    try:
+        checked = f.check(flt)
+    except f.FilterError:
+        return
+    python = {i for i, payload in enumerate(PAYLOADS) if f.matches(payload, checked)}
+    engine = f.engine_part(checked)
+    on_edge = {i for i in found(shard.scroll(engine, limit=100)[0]) if f.matches(PAYLOADS[i], checked)}
+    points, _ = client.scroll("c", scroll_filter=f.to_qdrant(engine), limit=100)
+    on_client = {i for i in found(points) if f.matches(PAYLOADS[i], checked)}
+    assert on_edge == on_client == python, flt
+
+
+def test_out_of_range_numbers_and_foreign_digits_are_refused_naming_the_part():
+    for flt, message in (
+        ({"rating": {"gt": int("9" * 401)}}, r"filters\.rating\.gt: a whole-number bound is at most"),
+        ({"rating": {"lte": float("inf")}}, r"filters\.rating\.lte: a range bound must be a finite number"),
+        ({"rating": {"gte": float("nan")}}, "finite number"),
+        ({"rating": 2**64}, r"filters\.rating: a whole number to match is at most"),
+        ({"rating": {"in": [1, 4.5]}}, "cannot be matched exactly"),
+        ({"created_at": {"gt": "٢٠٢٦-١٢-٣١"}}, "ISO dates like 2026-12-31"),
+        ({"created_at": {"gt": "2026-02-30"}}, "ISO dates like 2026-12-31"),
+        ({"user_id": ["alice", 1]}, "all strings or all whole numbers"),
+        ({"NOT": [{"user_id": "*"}]}, "restricts nothing"),  # the engines dropped it: everything matched
+    ):
+        with pytest.raises(f.FilterError, match=message):
+            f.check(flt)
+    # the largest a double holds exactly still works, and a date with its offset after the minutes too
+    assert f.check({"rating": {"lt": 2**53}}) == {"rating": {"lt": float(2**53)}}
+    assert f.check({"t": {"gt": "2026-12-31T10:00+05:30"}}) == {"t": {"gt": "2026-12-31T10:00:00+05:30"}}
+
+
+def test_counts_over_their_caps_are_too_large_not_merely_bad():
+    with pytest.raises(f.FilterTooLargeError, match="more than 64 objects inside AND/OR/NOT; at most 64 objects"):
+        f.check({"AND": [{}] * (f.MAX_CLAUSES + 1)})  # 18,000 of them fitted in a search body
+    nested = {"OR": [{"AND": [{"x": 1}] * 40}, {"AND": [{"y": 1}] * 40}]}
+    with pytest.raises(f.FilterTooLargeError, match="objects inside AND/OR/NOT"):
+        f.check(nested)
+    with pytest.raises(f.FilterTooLargeError, match="holds 257 values; at most 256 values"):
+        f.check({"user_id": {"in": list(range(f.MAX_LIST + 1))}})
+    assert f.check({"AND": [{"x": i} for i in range(f.MAX_CLAUSES)]})
