@@ -158,7 +158,8 @@ def _fields(schema_of: type | None) -> st.SearchStrategy[dict]:
     names = [*sorted(schema.get("properties", {})), "extra_field"]
     valid = from_schema(schema)
     hostile = st.dictionaries(st.sampled_from(names), HOSTILE, max_size=3)
-    return st.builds(lambda v, h: {**v, **h}, valid, hostile) | hostile
+    # the valid form on its own too: each route must be seen past its checks (a 200) in every run
+    return valid | st.builds(lambda v, h: {**v, **h}, valid, hostile) | hostile
 
 
 def _driver(
@@ -181,6 +182,7 @@ def _driver(
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
         database=None,
+        derandomize=True,  # the same examples every run: "reached a 200" can never come and go by chance
     )
     @given(
         fields=st.just({}) if in_query else _fields(body_schema),
