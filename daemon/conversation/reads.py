@@ -19,7 +19,6 @@ from daemon.shared.audit import AuditLog
 from daemon.shared.contracts import SearchAnswer, fit_memories, local_answer
 from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError
 from layers.conversation.filters import FilterError, check
-from layers.conversation.metadata import MetadataError, check_exact_numbers
 from layers.conversation.policy import PolicyError, may_read, read_phases
 from layers.conversation.registry import RegistryCache
 from layers.conversation.tombstones import Tombstones
@@ -30,13 +29,12 @@ CHAIN_MAX = 32  # steps a history's chain follows each way
 def checked_filters(filters: Any) -> dict | None:
     """A caller's mem0 filter, checked (400 naming the part that is wrong); None when it restricts nothing.
 
-    A whole number past ±(2^53 − 1) in it is refused too, naming where (layers/conversation/metadata.py:
+    A whole number past ±(2^53 − 1) in it is refused too, naming where (layers/conversation/filters.py:
     no memory holds one, and a range filter would compare it as a double, rounded).
     """
     try:
-        check_exact_numbers(filters, "filters")  # before check(): it turns a range's bounds into floats
         return check(filters)
-    except (FilterError, MetadataError) as exc:
+    except FilterError as exc:
         raise PolicyError(str(exc)) from None
 
 

@@ -32,8 +32,8 @@ def retry_delay(retry_after: str | None) -> float:
 
 
 def _token_shaped(token: str) -> bool:
-    """Printable ASCII without spaces: every token memstrata issues (``secrets.token_urlsafe``) is."""
-    return token.isascii() and token.isprintable() and " " not in token
+    """Printable ASCII: every token memstrata issues (``secrets.token_urlsafe``) is, and a header can carry it."""
+    return token.isascii() and token.isprintable()
 
 
 class DaemonUnavailableError(ConnectionError):

@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from layers.conversation.metadata import MetadataError, check_exact_numbers
+
 LOGICAL = ("AND", "OR", "NOT")
 ALIASES = {"$and": "AND", "$or": "OR", "$not": "NOT"}  # mem0's processed spelling (its own internal calls)
 COMPARE = ("eq", "ne", "in", "nin")
@@ -46,10 +48,6 @@ FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 # ASCII digits only: ``\d`` also takes "٢٠٢٦-١٢-٣١", which the engines refuse (it was a 400 quoting Edge's parser).
 _CLOCK = r"[T ][0-9]{2}:[0-9]{2}(:[0-9]{2})?(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})?"
 ISO_DATETIME = re.compile(rf"^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}({_CLOCK})?$")
-# The engines hold a whole number as a signed 64-bit integer (Qdrant's payload integers; Edge refuses a
-# larger one with a TypeError), and compare a range bound as a double, exact only within 2^53.
-MAX_MATCH_INT = 2**63 - 1
-MAX_EXACT_BOUND = 2**53
 Scalar = str | int | float | bool
 
 
@@ -73,6 +71,10 @@ def check(filters: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(filters, Mapping):
         raise FilterError(f"filters must be an object (mem0's filter dictionary), not {type(filters).__name__}")
+    try:  # one bound for every whole number in a filter, the one a memory's metadata has (metadata.py)
+        check_exact_numbers(filters, "filters")
+    except MetadataError as exc:
+        raise FilterError(str(exc)) from None
     count = _Count()
     out = _check(filters, 1, count, "filters")
     return out or None
@@ -153,9 +155,7 @@ def _scalar(value: Any, where: str) -> Scalar:
     """
     if isinstance(value, bool):
         return value
-    if isinstance(value, int):
-        if abs(value) > MAX_MATCH_INT:
-            raise FilterError(f"{where}: a whole number to match is at most {MAX_MATCH_INT:,} either side of 0")
+    if isinstance(value, int):  # within ±(2^53 − 1): check() refused any other first
         return value
     if isinstance(value, float):
         raise FilterError(
@@ -184,11 +184,6 @@ def _bound(value: Any, where: str) -> float | str:
         if moment is None:
             raise FilterError(f"{where}: range bounds must be numbers or ISO dates like 2026-12-31")
         return moment.isoformat()  # written out in full: Edge refuses an offset after minutes ("T10:00+05:30")
-    if isinstance(value, int) and abs(value) > MAX_EXACT_BOUND:
-        raise FilterError(
-            f"{where}: a whole-number bound is at most {MAX_EXACT_BOUND:,} either side of 0 "
-            "(bounds are compared as floating-point numbers, exact only that far)"
-        )
     if not math.isfinite(value):
         raise FilterError(f"{where}: a range bound must be a finite number")
     return float(value)

@@ -408,7 +408,7 @@ class Mem0Client:
         """One HTTP exchange with the daemon; errors become :class:`MemstrataError` subclasses."""
         headers = {"Accept": "application/json"}
         if self.token:
-            if not (self.token.isascii() and self.token.isprintable() and " " not in self.token):
+            if not (self.token.isascii() and self.token.isprintable()):
                 raise SetupError(  # never quoted: a secret (http.client's refusal would show it whole)
                     f"the token given (${TOKEN_ENV} or {WORKSPACE_TOKEN}) holds characters no memstrata token "
                     f"has ({len(self.token)} characters; not shown): memstrata tokens are printable ASCII"
