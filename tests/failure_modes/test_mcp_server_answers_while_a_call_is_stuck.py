@@ -15,6 +15,7 @@ in raw JSON lines so that what it writes (and does not write) is seen line by li
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import shutil
@@ -160,13 +161,22 @@ def stuck(tmp_path) -> Iterator[tuple[Path, StuckDaemon]]:
     shutil.rmtree(short)
 
 
-def test_ping_core_and_cancellation_are_answered_while_a_call_waits_for_a_stuck_daemon(stuck):
-    config, daemon = stuck
+@contextlib.contextmanager
+def initialized(config: Path, version: str) -> Iterator[RawSession]:
+    """A raw session past ``initialize`` under protocol ``version``; killed however the test ends."""
     session = RawSession(config)
     try:
-        init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+        init = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
         session.send(request(1, "initialize", init))
         assert session.next_answer(START_S)["id"] == 1
+        yield session
+    finally:
+        session.kill()
+
+
+def test_ping_core_and_cancellation_are_answered_while_a_call_waits_for_a_stuck_daemon(stuck):
+    config, daemon = stuck
+    with initialized(config, "2025-06-18") as session:
         session.send(notification("notifications/initialized"))
 
         session.send(call(2, "memory_search", query="what did we decide", fallback=False))
@@ -194,36 +204,24 @@ def test_ping_core_and_cancellation_are_answered_while_a_call_waits_for_a_stuck_
         rest, status = session.close_and_collect(BOUND_S)
         assert rest == [], "the cancelled call was answered"
         assert status == 0
-    finally:
-        session.kill()
 
 
 def test_stdin_eof_ends_the_server_promptly_while_a_call_is_stuck(stuck):
     """Shutdown does not wait for the daemon's timeout: the stuck call is given up, unanswered."""
     config, daemon = stuck
-    session = RawSession(config)
-    try:
-        init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
-        session.send(request(1, "initialize", init))
-        assert session.next_answer(START_S)["id"] == 1
+    with initialized(config, "2025-06-18") as session:
         session.send(call(2, "memory_search", query="what did we decide", fallback=False))
         assert daemon.accepted.wait(START_S), "the call never reached the daemon"
 
         rest, status = session.close_and_collect(BOUND_S)
         assert rest == [] and status == 0
-    finally:
-        session.kill()
 
 
 def test_a_cancelled_call_in_a_batch_leaves_the_batch_to_the_others(stuck):
     """Under 2025-03-26 (batches): the batch is answered once its last request is, and a cancelled one
     is left out of it instead of holding it until the daemon's timeout."""
     config, daemon = stuck
-    session = RawSession(config)
-    try:
-        init = {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
-        session.send(request(1, "initialize", init))
-        assert session.next_answer(START_S)["id"] == 1
+    with initialized(config, "2025-03-26") as session:
         session.send([call(2, "memory_search", query="what did we decide", fallback=False), request(3, "ping")])
         assert daemon.accepted.wait(START_S), "the call never reached the daemon"
 
@@ -235,8 +233,6 @@ def test_a_cancelled_call_in_a_batch_leaves_the_batch_to_the_others(stuck):
         daemon.release()
         rest, status = session.close_and_collect(BOUND_S)
         assert rest == [] and status == 0
-    finally:
-        session.kill()
 
 
 def test_the_sdk_client_pings_reads_core_and_cancels_while_a_call_is_stuck(stuck, tmp_path):
@@ -272,11 +268,7 @@ def test_past_the_calls_running_at_once_a_call_is_refused_at_once_not_queued(stu
     from daemon.front.mcp_stdio import MAX_CALLS_RUNNING
 
     config, daemon = stuck
-    session = RawSession(config)
-    try:
-        init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
-        session.send(request(1, "initialize", init))
-        assert session.next_answer(START_S)["id"] == 1
+    with initialized(config, "2025-06-18") as session:
         held = range(100, 100 + MAX_CALLS_RUNNING)
         for n in held:
             session.send(call(n, "memory_search", query=f"question {n}", fallback=False))
@@ -296,5 +288,3 @@ def test_past_the_calls_running_at_once_a_call_is_refused_at_once_not_queued(stu
         assert session.next_answer(BOUND_S)["result"]["isError"] is False
         rest, status = session.close_and_collect(BOUND_S)
         assert rest == [] and status == 0
-    finally:
-        session.kill()
