@@ -218,7 +218,7 @@ class Replayer:
 
     def _ping(self) -> None:
         try:
-            self.rtt_ms = self.thread.call("ping", self.thread.store.ping)
+            self.rtt_ms = self.thread.call("ping", lambda: self.thread.store.ping())  # the store when it runs
         except StoreDown:
             return
         self._last_ping = time.monotonic()

@@ -310,9 +310,9 @@ class Writes:
             )
         old = self._owned(agent, old_id, "supersede", readable_is_forbidden=False)
         _still_valid(old, old_id)
-        store = self.thread.store
 
         def write_and_supersede() -> list[dict]:
+            store = self.thread.store  # read when it runs: a reload may have replaced the store meanwhile
             current = store.get(old_id)  # again, where nothing can change it before the marking
             if current is None or current.get("agent_id") != agent:
                 raise NoSuchMemoryError(f"no memory {old_id}")  # deleted meanwhile: as missing as ever
@@ -547,7 +547,10 @@ class Writes:
             try:
                 page, cursor = self.thread.call(
                     "delete_all",
-                    functools.partial(self.thread.store.scan, selection, 256, cursor if dry_run else None, wanted),
+                    # the store is read when the job runs (a reload may replace it while the job waits)
+                    functools.partial(
+                        lambda *args: self.thread.store.scan(*args), selection, 256, cursor if dry_run else None, wanted
+                    ),
                 )
             except StoreDown as exc:
                 raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
@@ -561,7 +564,7 @@ class Writes:
                 break
             for memory in mine:
                 try:
-                    self.thread.call("delete", functools.partial(self.thread.store.delete, memory["id"]))
+                    self.thread.call("delete", functools.partial(lambda i: self.thread.store.delete(i), memory["id"]))
                 except StoreDown as exc:
                     raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
                 self._deleted(agent, memory)

@@ -294,6 +294,7 @@ class ConversationStore:
         self.import_progress: dict | None = None
         self.optimizer = None  # Edge only: when the shard's index is rebuilt (layers/conversation/optimizer.py)
         self.decay = DEFAULT_DECAY  # half-lives and ranking weight (layers/conversation/decay.py); set by the daemon
+        self.retired = False  # replaced by a reload (:meth:`retire`): never opened again
 
     @property
     def connected(self) -> bool:
@@ -356,6 +357,8 @@ class ConversationStore:
             self.settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             return EdgeCollection(path, dim)
         except EdgeLockedError as exc:
+            if exc.here:  # a handle of ours not yet closed (a store a reload is replacing): try again later
+                raise StoreUnavailableError(f"connect: {exc}") from None
             raise StoreConfigError(f"{exc}; only the daemon may open it: go through its API") from None
         except (OSError, EdgeError) as exc:  # a full or read-only disk: the store comes back when the disk does
             raise StoreUnavailableError(f"connect: {describe_error(exc)}") from exc
@@ -515,6 +518,17 @@ class ConversationStore:
         self._client = self._mem0 = self._entities = None
         self._edge_open = False
 
+    def retire(self) -> None:
+        """Close for good: this store was replaced (a reload), and another object now owns its files.
+
+        A closed store reopens on its next call (a failed connect, a failed batch close it to reload
+        from disk); a retired one refuses instead.  A job that captured this object before the swap and
+        runs after it would otherwise reopen the shard and hold its lock for ever, and the store that
+        replaced it could never connect (issue 45: a SIGHUP right after start left L4 off).
+        """
+        self.retired = True
+        self.close()
+
     def _require(self):
         if not self.connected:
             self.connect()
@@ -522,6 +536,8 @@ class ConversationStore:
 
     def _client_only(self):
         """The Qdrant client without mem0 (listing, cleanup, backups need no embedder)."""
+        if self.retired:
+            raise StoreUnavailableError("the conversation store was replaced by a reload: try again")
         if self._client is None:
             prepare_mem0_environment(self.settings.data_dir)
             self._client = self._make_client()
