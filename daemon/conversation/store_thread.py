@@ -137,6 +137,7 @@ class StoreThread:
             old_store.retire()  # first: its files are free before anything can open them again
             self.store = ConversationStore(settings, embedder, dim)
             self.store.decay = old_store.decay
+            self.store.changed = old_store.changed
 
         self.worker.submit(swap)
         self.fatal = ""  # a store refused for its configuration gets another chance
