@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from layers import gitcommit, safefs
 from layers.gitcommit import Check, StagedChange
 from layers.gitlog import LOG_FORMAT, CommitInfo, parse_log
-from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git, GitFailed
+from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git, GitFailed, sync_dirs, sync_tree
 from layers.history_copy import HistoryCopy
 from layers.names import shown as printable
 
@@ -105,6 +105,8 @@ def append_note(workspace: Path, text: str, now: datetime | None = None) -> Path
             fh.write(prefix + line.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
+            if size == 0:  # a new day's file: its name must survive a cut as its line does
+                sync_dirs(workspace / MEMORY_DIR, workspace)
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
     return workspace / rel
@@ -288,6 +290,7 @@ class WorkspaceRepo:
         if not os.path.lexists(self.path / ".git"):
             self.path.mkdir(parents=True, exist_ok=True)
             git.Git().init("--quiet", "--", str(self.path))
+            sync_tree(self.path / ".git")  # git init syncs nothing it writes
             log.info("initialised a git repository in %s", self.path)
             created = True
             self._git = None
@@ -468,8 +471,24 @@ class WorkspaceRepo:
             raise RepoBusyError(str(exc)) from None
         finally:
             self._give_to_owner()
+        if result.sha:
+            self._sync_refs()
         lost = self.keep(result.sha) if result.sha and keep else None
         return Committed(info, result.committed, result.held, lost)
+
+    def _sync_refs(self) -> None:
+        """The directories a commit's renames changed (the branch ref's, the index's), synced: git syncs
+        the files, not the renames, and a commit is reported made only once a cut cannot undo it."""
+        dot_git = self.path / ".git"
+        dirs = [dot_git, dot_git / "refs" / "heads"]
+        try:
+            text = (dot_git / "HEAD").read_text(encoding="utf-8", errors="replace")[:512].strip()
+        except OSError:
+            text = ""
+        name = text.removeprefix("ref: ")
+        if text.startswith("ref: refs/") and ".." not in name.split("/"):
+            dirs.append((dot_git / name).parent)
+        sync_dirs(*dirs)
 
     def _info(self, runner: Git, sha: str) -> CommitInfo | None:
         commits = parse_log(runner.run("log", f"--format={LOG_FORMAT}", "-n1", sha).decode(errors="replace"))

@@ -9,6 +9,8 @@ repository.
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from layers import daily
@@ -34,7 +36,11 @@ def commit_of(rig: PowerCutRoot, agent: str, rel: str, line: str) -> str:
 
 
 def test_a_committed_note_survives_a_cut(files_root: PowerCutRoot):
+    """Agent a's own git config turns syncing off: the daemon's commands sync all the same."""
     rig = files_root
+    for key, value in (("core.fsync", "none"), ("core.fsyncMethod", "writeout-only")):
+        subprocess.run(["git", "-C", str(rig.workspace("a")), "config", key, value], check=True)
+    rig.disk.sync()
     for agent in ("main", "a"):
         line = f"power cut note of {agent} #{rig.disk.cuts}"
         path = daily.append_note(rig.workspace(agent), line)
