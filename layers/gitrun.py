@@ -81,7 +81,7 @@ def sync_tree(root: Path) -> None:
     For what ``git init`` writes, which it never syncs (a few dozen small files): a repository
     made just before a cut must still be one after it.
     """
-    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+    for dirpath, _dirs, filenames in os.walk(root, topdown=False):
         for name in filenames:
             try:
                 fd = os.open(os.path.join(dirpath, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)

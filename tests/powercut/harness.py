@@ -122,7 +122,7 @@ class LoopDisk:
         self.current = other
         self.cuts += 1
         replay = _run("e2fsck", "-fy", str(self.image), check=False)  # replays the journal, as a boot would
-        assert replay.returncode in (0, 1), f"e2fsck -fy after cut {self.cuts}: exit {replay.returncode}\n{replay.stdout}"
+        assert replay.returncode in (0, 1), f"e2fsck -fy, cut {self.cuts}: exit {replay.returncode}\n{replay.stdout}"
         clean = _run("e2fsck", "-fn", str(self.image), check=False)
         assert clean.returncode == 0, f"the file system after cut {self.cuts} is not clean:\n{clean.stdout}"
         self._attach()
@@ -203,7 +203,7 @@ class CutDaemon:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             assert time.monotonic() < deadline, f"processes {own} still hold {mount}"
-            time.sleep(0.01)  # noqa: the kernel reaps them; nothing to wait on from here
+            time.sleep(0.01)  # the kernel reaps them: no event to wait on from here
 
     def stop(self) -> None:
         """A clean stop (SIGTERM): the daemon's own promise of a stop."""
@@ -350,9 +350,10 @@ class PowerCutRoot:
         by_agent: dict[str, list[tuple[str, str, str]]] = {}
         for memory_id, (agent, text, state) in self.ledger.memories.items():
             by_agent.setdefault(agent, []).append((memory_id, text, state))
+        daemon = self.daemon
+        wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=90, what="the store reachable")
         for agent, expected in by_agent.items():
-            with self.daemon.client(self.token(agent)) as client:
-                wait_for(lambda c=client: c.get_all(agent, limit=1) is not None, timeout=60, what="the store answers")
+            with daemon.client(self.token(agent)) as client:
                 listed = _all_memories(client, agent)
             for memory_id, text, state in expected:
                 found = [m for m in listed if m["id"] == memory_id]
@@ -369,7 +370,7 @@ class PowerCutRoot:
                     problems.append(f"memory {memory_id} of {agent}: {memory.get('memory')!r}, acknowledged {text!r}")
                 superseded = bool(memory.get("superseded_by") or memory.get("invalid_at"))
                 if superseded != (state == "superseded"):
-                    problems.append(f"memory {memory_id} of {agent}: acknowledged {state}, found superseded={superseded}")
+                    problems.append(f"memory {memory_id} of {agent}: {state} acknowledged, superseded: {superseded}")
                 if len(same_text) != 1:
                     problems.append(f"text {text!r} of {agent} is stored {len(same_text)} times (ids {same_text})")
         return problems

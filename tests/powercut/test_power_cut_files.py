@@ -24,6 +24,7 @@ CUT_AFTER_S = 1.0  # within the 30 s the kernel leaves dirty pages alone: only w
 
 def commit_of(rig: PowerCutRoot, agent: str, rel: str, line: str) -> str:
     """The sha of the daemon's commit holding ``line`` in ``rel``, once status reports it."""
+
     def committed() -> str | None:
         report = rig.daemon.agent(agent)  # type: ignore[union-attr]
         if report["pending_commit"] or report["last_commit"] is None:
