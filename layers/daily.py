@@ -24,7 +24,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from layers import gitcommit, safefs
+from layers import gitcommit, gitrepair, safefs
 from layers.gitcommit import Check, StagedChange
 from layers.gitlog import LOG_FORMAT, CommitInfo, parse_log
 from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git, GitFailed, sync_dirs, sync_tree
@@ -202,6 +202,15 @@ class Committed:
 
 
 @dataclass(frozen=True)
+class Repaired:
+    """A repository found broken (a power cut) and what its repair did (:mod:`layers.gitrepair`)."""
+
+    damage: list[str]
+    actions: list[str]
+    left: str  # "" when git fsck --connectivity-only is clean afterwards, else what it still says
+
+
+@dataclass(frozen=True)
 class Rewritten:
     """The daemon's last commit is no longer in the workspace's history (kept in the copy)."""
 
@@ -361,6 +370,41 @@ class WorkspaceRepo:
         """The repository's git for the commit pipeline (stdin, deadlines, cancel), filters emptied."""
         self._worktree_git()
         return Git(self._prefix, self._env, self.path, self.cancel)
+
+    # -- damage a power cut left
+
+    def _plain_runner(self) -> Git:
+        """The repository's git without asking its config first: a broken repository may refuse that."""
+        self.ensure()
+        return Git(self._prefix, self._env, self.path, self.cancel)
+
+    def damage(self, thorough: bool = False) -> list[str]:
+        """What is broken in the repository ([] when nothing; see :func:`layers.gitrepair.damage`)."""
+        if not (self.path / ".git").is_dir():
+            return []
+        return gitrepair.damage(self._plain_runner(), thorough)
+
+    def repair(self, thorough: bool = False) -> Repaired | None:
+        """Repair the repository from :attr:`copy` when it is broken; None when nothing was broken.
+
+        Nothing committed is lost: every object the copy holds comes back, no ref that names a
+        readable commit is moved, and the work tree's files are not touched.
+        """
+        found = self.damage(thorough)
+        if not found:
+            return None
+        copy = self.copy if self.copy is not None and self.copy.exists else None
+        runner = self._plain_runner()
+        actions = gitrepair.repair(
+            runner,
+            copy.runner() if copy is not None else runner,
+            copy.refs() if copy is not None else [],
+            copy.last() if copy is not None else None,
+        )
+        self._git = None  # HEAD and the index may be new files: the next use starts afresh
+        self._give_to_owner()
+        left = gitrepair.verify(self._plain_runner())
+        return Repaired(found, actions, left)
 
     # -- lock handling
 

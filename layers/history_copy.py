@@ -65,6 +65,14 @@ class HistoryCopy:
         env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = _quoted(alternate) if alternate is not None else None
         return Git(["git", f"--git-dir={self.path}", *options], env, self.path, self.cancel)
 
+    def runner(self) -> Git:
+        """The copy's git, for a repair that reads from it (:mod:`layers.gitrepair`)."""
+        return self._git()
+
+    def refs(self) -> list[str]:
+        """Every reference whose history the copy keeps: the daemon's, and those of lost histories."""
+        return ([DAEMON_REF] if self.last() else []) + [lost.ref for lost in self.lost()]
+
     # -- reading
 
     @property
