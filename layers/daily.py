@@ -112,6 +112,27 @@ def append_note(workspace: Path, text: str, now: datetime | None = None) -> Path
     return workspace / rel
 
 
+def refill_if_empty(workspace: Path, rel: str, content: bytes) -> bool:
+    """Write ``content`` into ``rel`` if the file is still empty (0 bytes); True when it was.
+
+    After a power cut a file the agent wrote (never synced) can be 0 bytes while HEAD holds its
+    last committed version: committing that would record the cut as the agent's edit.  The check
+    and the write happen under the note lock (:func:`append_note`), on the open fd (no symlink
+    followed), so a note appended meanwhile is never overwritten: it lands after the content.
+    """
+    with safefs.open_append(workspace, rel, owner=safefs.owner_of(workspace)) as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            if os.fstat(fh.fileno()).st_size != 0:
+                return False
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+            return True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def follows_convention(rel: str) -> bool:
     """Whether a workspace-relative path under ``memory/`` is named as the convention says."""
     rel_dir, _, name = rel.rpartition("/")
@@ -160,6 +181,10 @@ def archive_plan(workspace: Path, after_days: int, today: date) -> list[tuple[st
 
 class RepoBusyError(RuntimeError):
     """Another git process holds the repository's ``index.lock``; try again later."""
+
+
+class RepositoryBroken(GitFailed):
+    """The repository lost data (a power cut): :meth:`WorkspaceRepo.repair` puts it right."""
 
 
 class RepoRefusedError(RuntimeError):
@@ -244,6 +269,8 @@ class WorkspaceRepo:
         self.copy = copy
         #: Set by the daemon's stop: kills the commit pipeline's running git (see layers/gitrun.py).
         self.cancel: Cancel | None = None
+        #: Where the daemon writes down the index.lock it holds (None: nowhere; gitcommit.index_lock).
+        self.lock_record: Path | None = None
         self._author = author
         self._git: git.Git | None = None
         self._filters: tuple[str, ...] = ()
@@ -509,7 +536,9 @@ class WorkspaceRepo:
         runner = self._runner()
         store = self._store if self.copy is not None else None
         try:
-            result = gitcommit.commit_paths(runner, paths, message, check, before_update=store)
+            result = gitcommit.commit_paths(
+                runner, paths, message, check, before_update=store, lock_record=self.lock_record
+            )
             info = self._info(runner, result.sha) if result.sha else None
         except gitcommit.IndexBusy as exc:
             raise RepoBusyError(str(exc)) from None
@@ -593,6 +622,9 @@ class WorkspaceRepo:
         if head is not None and self._runner().status("merge-base", "--is-ancestor", last, head, fatal=False)[0] == 0:
             self.keep(head)  # the copy follows: commits made since (a person's, or ours a stop cut) are kept too
             return None
+        if present and (found := self.damage()):
+            # not a history someone rewrote but one a power cut broke: repaired, never recorded as lost
+            raise RepositoryBroken("history check", 128, "the repository is broken: " + "; ".join(found))
         if not present:
             why = "the workspace's repository (.git) was removed or replaced"
         elif head is None:
