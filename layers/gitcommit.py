@@ -218,7 +218,10 @@ def index_lock(git_dir: Path, record: Path | None = None) -> Iterator[_Lock]:
         if record is not None:
             st = os.fstat(fd)
             held = {"lock": os.fsdecode(path), "dev": st.st_dev, "ino": st.st_ino, "since": time.time()}
-            atomic_write(record, json.dumps({**held, **lockowner.this_process()}), mode=0o600)
+            try:
+                atomic_write(record, json.dumps({**held, **lockowner.this_process()}), mode=0o600)
+            except OSError:  # a full state disk: the commit goes on; a lock left is then cleared by its age
+                record = None
         yield lock
     finally:
         os.close(fd)

@@ -46,7 +46,11 @@ def begin_run(state_dir: Path) -> bool:
     """Mark the daemon running; True when the previous run ended without a clean stop."""
     marker = state_dir / RUNNING_MARKER
     unclean = marker.exists()
-    atomic_write(marker, json.dumps({**lockowner.this_process(), "started": time.time()}), mode=0o600)
+    try:
+        atomic_write(marker, json.dumps({**lockowner.this_process(), "started": time.time()}), mode=0o600)
+    except OSError as exc:  # a full state disk: the daemon runs; the next start checks whatever happens
+        log.warning("could not write %s (%s): the next start will check every repository", marker, exc)
+        return unclean
     sync_dirs(state_dir)
     return unclean
 
