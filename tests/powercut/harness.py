@@ -205,6 +205,13 @@ class CutDaemon:
             assert time.monotonic() < deadline, f"processes {own} still hold {mount}"
             time.sleep(0.01)  # the kernel reaps them: no event to wait on from here
 
+    def signal_daemon(self, sig: int) -> None:
+        """``sig`` to the daemon itself (pid 1 of its namespace: unshare passes no signal on)."""
+        assert self.proc is not None
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        assert children, "the daemon under unshare is gone"
+        os.kill(int(children[0]), sig)
+
     def stop(self) -> None:
         """A clean stop (SIGTERM): the daemon's own promise of a stop."""
         if self.proc is not None and self.proc.poll() is None:
