@@ -2,7 +2,11 @@
 
 One thread (``l4-probe``).  While the breaker is open it probes (a quick HTTP
 look at a remote server, then connect and ping on the store thread); once the
-store answers it replays the queue in order, exactly once by (owner, write_id): plain
+store answers it replays the queue in order, exactly once by (owner, write_id).  The queue is
+also the write-ahead log (layers/conversation/queue.py): what a crash left in it (applied or not,
+answered or not) is pending again at the start and replayed the same way, each write at its
+deterministic point id; a replayed row stays in the log, applied, until the checkpoint
+(daemon/conversation/checkpoint.py) has flushed the store past it.  Plain
 writes in batches (one lookup, one embedding call, one upsert each), inferred
 ones one by one in their place; a write the store refuses is set aside (kept,
 audited, shown in status) instead of blocking every write behind it.  While up,
@@ -218,7 +222,7 @@ class Replayer:
 
     def _ping(self) -> None:
         try:
-            self.rtt_ms = self.thread.call("ping", self.thread.store.ping)
+            self.rtt_ms = self.thread.call("ping", lambda: self.thread.store.ping())  # the store when it runs
         except StoreDown:
             return
         self._last_ping = time.monotonic()
@@ -297,14 +301,15 @@ class Replayer:
             if result.event == "REFUSED":
                 self._set_aside(item, result.reason)
                 continue
-            done.append((item.write_id, item.agent_id))
+            done.append(item.seq)
             if result.event == "EXISTS":
                 self.skipped += 1
             else:
                 self.replayed += 1
         self.storage.succeeded("store")
-        if not self.storage.attempt("queue", lambda: queue.done_many(done), path=queue.path):
-            return handled  # written, still queued: replaying them again replaces the same points
+        # applied, not yet flushed: the rows stay in the log until a checkpoint has flushed the store past them
+        if not self.storage.attempt("queue", lambda: queue.applied(done), path=queue.path):
+            return handled  # written, still queued: replaying them again finds the same points
         return handled + len(readable)
 
     def _replay_inferred(self, items: list[QueuedWrite]) -> int:
@@ -328,7 +333,7 @@ class Replayer:
                     )
                 return handled
             self.storage.succeeded("store")
-            done = functools.partial(queue.done, item.write_id, item.agent_id)
+            done = functools.partial(queue.applied, [item.seq])  # the log forgets it after the next checkpoint
             if not self.storage.attempt("queue", done, path=queue.path):
                 return handled  # written, still queued: the next replay finds its write_id in the store
             if results and all(r.get("event") == "EXISTS" for r in results):

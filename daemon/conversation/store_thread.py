@@ -134,9 +134,10 @@ class StoreThread:
 
         def swap() -> None:
             old_store = self.store
+            old_store.retire()  # first: its files are free before anything can open them again
             self.store = ConversationStore(settings, embedder, dim)
             self.store.decay = old_store.decay
-            old_store.close()
+            self.store.changed = old_store.changed
 
         self.worker.submit(swap)
         self.fatal = ""  # a store refused for its configuration gets another chance

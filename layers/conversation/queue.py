@@ -1,11 +1,26 @@
-"""The durable write queue: memories written while the store is unreachable.
+"""The durable write queue, and the L4 write-ahead log: no acknowledged write lives only in memory.
 
 Engram lost queued writes on a lock timeout; here a write is committed to SQLite
-(``synchronous=FULL``) before the caller hears "queued", so neither SIGKILL nor
-a power cut loses it.  Entries leave the queue only after the store has the
-memory; replay is in write order, and each entry carries a ``write_id`` that
-the store records, so a replay interrupted between "written" and "removed"
-finds the memory already there and does not write it twice.
+(``synchronous=FULL``) before the caller hears anything, so neither SIGKILL nor
+a power cut loses it.  Every ``add`` is logged here first (issue 45), whether the
+store takes it at once or later: the Edge shard and mem0's history are flushed
+seldom (a flush costs 9-40 ms holding the GIL), so this log is what makes an
+answered write durable.  A row is in one of three states:
+
+- ``pending`` (0): to be applied by the replay, in write order (a write queued while the
+  store was down, or left over by a crash);
+- ``claimed`` (1): a live request is applying it itself (the replay leaves it alone);
+- ``applied`` (2): in the store, not yet flushed there: removed by the next checkpoint
+  (daemon/conversation/checkpoint.py), only once the store has flushed past it.
+
+Opening the log turns every row back to ``pending``: whatever a crash left (applied but not
+flushed, claimed but never answered) is applied again, idempotently (deterministic point ids,
+layers/conversation/write_ids.py, and a lookup by write_id), before the queue counts as drained.
+Changes of state are committed without a sync of their own: the next synced commit carries them,
+and a state lost in a power cut only makes a row ``pending`` again, which is safe.
+
+Appends are group-committed (layers/conversation/group_commit.py): concurrent writers share one
+fdatasync.  Each entry carries a ``write_id``, its owner's (layers/conversation/write_ids.py).
 
 A write the store refuses (a 4xx, mem0's validation: the request's fault, not
 the link's) would block every write behind it for ever; it is moved aside into
@@ -17,13 +32,17 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import apsw
 
+from layers.conversation.group_commit import GroupCommit
 from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
+
+PENDING, CLAIMED, APPLIED = 0, 1, 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS writes (
@@ -34,6 +53,7 @@ CREATE TABLE IF NOT EXISTS writes (
     enqueued_at REAL NOT NULL,
     attempts    INTEGER NOT NULL DEFAULT 0,
     last_error  TEXT NOT NULL DEFAULT '',
+    state       INTEGER NOT NULL DEFAULT 0,
     UNIQUE (agent_id, write_id)
 );
 CREATE TABLE IF NOT EXISTS set_aside (
@@ -59,6 +79,14 @@ def _unique_on_write_id_alone(db: apsw.Connection, table: str) -> bool:
     return False
 
 
+def _with_states(db: apsw.Connection) -> None:
+    """A queue of a version before the write-ahead log: every row it holds is pending (the default)."""
+    exists = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'writes'").fetchone()
+    columns = [row[1] for row in db.execute("PRAGMA table_info(writes)").fetchall()]
+    if exists and "state" not in columns:
+        db.execute("ALTER TABLE writes ADD COLUMN state INTEGER NOT NULL DEFAULT 0")
+
+
 def _owner_scoped(db: apsw.Connection) -> None:
     """Rebuild the tables of a queue whose write ids were global, keeping every row, its order and its seq.
 
@@ -79,7 +107,8 @@ def _owner_scoped(db: apsw.Connection) -> None:
             db.execute(f"ALTER TABLE {table} RENAME TO {table}_global_ids")
         db.execute(_SCHEMA)
         for table in old:
-            db.execute(f"INSERT INTO {table} SELECT * FROM {table}_global_ids")
+            columns = ", ".join(str(row[1]) for row in db.execute(f"PRAGMA table_info({table}_global_ids)").fetchall())
+            db.execute(f"INSERT INTO {table}({columns}) SELECT {columns} FROM {table}_global_ids")
             db.execute(f"DROP TABLE {table}_global_ids")
         if counter is not None:
             db.execute("DELETE FROM sqlite_sequence WHERE name = 'writes'")
@@ -105,6 +134,8 @@ class WriteQueue:
         self.path = path
         self._db: apsw.Connection | None = None
         self._lock = threading.Lock()
+        self._appends: GroupCommit[tuple[str, str, dict, int], int | None] = GroupCommit(self._append_batch)
+        self.recovered = 0  # rows a crash left applied or claimed, made pending again at open
 
     @property
     def opened(self) -> bool:
@@ -133,7 +164,11 @@ class WriteQueue:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             _owner_scoped(db)
+            _with_states(db)
             db.execute(_SCHEMA)
+            with db:  # what a crash left applied-but-unflushed or claimed is applied again, looked up first
+                db.execute("UPDATE writes SET state = ?, attempts = attempts + 1 WHERE state != ?", (PENDING, PENDING))
+                self.recovered = db.changes()
             tighten_sqlite(self.path)  # side files an older version left 0644
         except BaseException:
             db.close()
@@ -142,14 +177,68 @@ class WriteQueue:
         return db
 
     def put(self, write_id: str, agent_id: str, request: dict) -> bool:
-        """Store a write durably; False when ``agent_id``'s ``write_id`` is already queued (a client retry)."""
+        """Store a write durably, pending; False when ``agent_id``'s ``write_id`` is already logged (a retry)."""
+        return self._appends.submit((write_id, agent_id, request, PENDING)) is not None
+
+    def log(self, write_id: str, agent_id: str, request: dict) -> int | None:
+        """Log a write durably, claimed by the caller who applies it; its seq, or None when already logged.
+
+        Returns only once the row is synced (group commit: concurrent callers share one fdatasync).
+        """
+        return self._appends.submit((write_id, agent_id, request, CLAIMED))
+
+    def _append_batch(self, items: Sequence[tuple[str, str, dict, int]]) -> list[int | None]:
+        """One transaction (one sync) for a group of appends: each row's seq, None where it was there already."""
+        now = time.time()
+        seqs: list[int | None] = []
         with self._lock, self._connection() as db:
-            db.execute(
-                "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at) VALUES (?, ?, ?, ?)",
-                (write_id, agent_id, json.dumps(request, ensure_ascii=False), time.time()),
-            )
-            added = db.changes() > 0
-        return added
+            for write_id, agent_id, request, state in items:
+                db.execute(
+                    "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at, state) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (write_id, agent_id, json.dumps(request, ensure_ascii=False), now, state),
+                )
+                seqs.append(db.last_insert_rowid() if db.changes() > 0 else None)
+        return seqs
+
+    def _unsynced(self, sql: str, rows: list[tuple]) -> None:
+        """A change of state committed without a sync of its own (the next synced commit carries it)."""
+        with self._lock:
+            db = self._connection()
+            db.execute("PRAGMA synchronous=OFF")
+            try:
+                with db:
+                    db.executemany(sql, rows)
+            finally:
+                db.execute("PRAGMA synchronous=FULL")
+
+    def release(self, seq: int) -> None:
+        """A claimed row its caller could not apply (the store is down): pending, for the replay."""
+        self._unsynced("UPDATE writes SET state = ? WHERE seq = ? AND state = ?", [(PENDING, seq, CLAIMED)])
+
+    def applied(self, seqs: list[int]) -> None:
+        """Rows now in the store, not yet flushed there: the next checkpoint removes them."""
+        self._unsynced("UPDATE writes SET state = ? WHERE seq = ?", [(APPLIED, s) for s in seqs])
+
+    def forget(self, seq: int) -> None:
+        """Remove a row at once, synced: its write changed nothing to keep (a NOOP: the memory existed)."""
+        with self._lock, self._connection() as db:
+            db.execute("DELETE FROM writes WHERE seq = ?", (seq,))
+
+    def applied_seqs(self) -> list[int]:
+        """Rows applied and waiting for a store flush (a checkpoint takes them before it flushes)."""
+        with self._lock:
+            rows = self._connection().execute("SELECT seq FROM writes WHERE state = ?", (APPLIED,)).fetchall()
+        return [r[0] for r in rows if isinstance(r[0], int)]
+
+    def trim(self, seqs: list[int]) -> None:
+        """After the store flushed past them: remove these applied rows (a lost removal only replays them)."""
+        self._unsynced("DELETE FROM writes WHERE seq = ? AND state = ?", [(s, APPLIED) for s in seqs])
+
+    def unflushed(self) -> int:
+        """Rows applied and not yet covered by a store flush (status; 0 after a checkpoint)."""
+        with self._lock:
+            return self._connection().execute("SELECT count(*) FROM writes WHERE state = ?", (APPLIED,)).get
 
     def put_many(self, writes: list[tuple[str, str, dict]]) -> int:
         """Store many ``(write_id, agent_id, request)`` in one commit (an import); how many were new."""
@@ -170,7 +259,7 @@ class WriteQueue:
                 self._connection()
                 .execute(
                     "SELECT seq, write_id, agent_id, request, enqueued_at, attempts, last_error FROM writes "
-                    "ORDER BY seq LIMIT ?",
+                    "WHERE state = 0 ORDER BY seq LIMIT ?",
                     (limit,),
                 )
                 .fetchall()
@@ -178,6 +267,7 @@ class WriteQueue:
         return [QueuedWrite(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
 
     def done(self, write_id: str, agent_id: str) -> None:
+        """Remove a row at once (synced): only for a write the store holds flushed (see :meth:`applied`)."""
         with self._lock, self._connection() as db:
             db.execute("DELETE FROM writes WHERE write_id = ? AND agent_id = ?", (write_id, agent_id))
 
@@ -236,14 +326,14 @@ class WriteQueue:
         with self._lock:
             row = (
                 self._connection()
-                .execute("SELECT 1 FROM writes WHERE write_id = ? AND agent_id = ?", (write_id, agent_id))
+                .execute("SELECT 1 FROM writes WHERE write_id = ? AND agent_id = ? AND state = 0", (write_id, agent_id))
                 .fetchone()
             )
         return row is not None
 
     def depth(self) -> int:
         with self._lock:
-            return self._connection().execute("SELECT count(*) FROM writes").get
+            return self._connection().execute("SELECT count(*) FROM writes WHERE state = 0").get
 
     def ahead_of(self, write_id: str, agent_id: str) -> int:
         """How many queued writes go before ``agent_id``'s ``write_id``."""
@@ -251,16 +341,21 @@ class WriteQueue:
             return (
                 self._connection()
                 .execute(
-                    "SELECT count(*) FROM writes WHERE seq < "
+                    "SELECT count(*) FROM writes WHERE state = 0 AND seq < "
                     "(SELECT seq FROM writes WHERE write_id = ? AND agent_id = ?)",
                     (write_id, agent_id),
                 )
                 .get
             )
 
+    def pending_before(self, seq: int) -> int:
+        """How many pending writes go before the row ``seq`` (a claimed write must not overtake them)."""
+        with self._lock:
+            return self._connection().execute("SELECT count(*) FROM writes WHERE state = 0 AND seq < ?", (seq,)).get
+
     def oldest_age_s(self, now: float | None = None) -> float | None:
         with self._lock:
-            oldest = self._connection().execute("SELECT min(enqueued_at) FROM writes").get
+            oldest = self._connection().execute("SELECT min(enqueued_at) FROM writes WHERE state = 0").get
         if oldest is None:
             return None
         return round((time.time() if now is None else now) - oldest, 1)
