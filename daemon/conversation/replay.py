@@ -107,6 +107,7 @@ class Replayer:
         self._batch_size = REPLAY_BATCH_MIN
         self.drain = drain or DrainRate()  # this drain's writes and busy seconds, for rate and time to go
         self.head_checked = False  # the queue's head at start may be in any earlier version's crash window
+        self._forcing = False  # re-applying what a crash left, with the breaker still open
         self._last_ping = 0.0
         self._prober = threading.Thread(target=self._probe_loop, name="l4-probe", daemon=True)
 
@@ -216,9 +217,39 @@ class Replayer:
         if (self.storage.error("store") or "").startswith("connect"):
             self.storage.succeeded("store")  # it opened; a write that still fails says so again
         self._last_ping = time.monotonic()
+        if not self._reapply_recovered():
+            return  # the store failed meanwhile: the breaker stays open, the next probe tries again
         if t.breaker.success():
             log.info("conversation store is reachable (%.1f ms)", self.rtt_ms)
             self.on_change()
+
+    def _reapply_recovered(self) -> bool:
+        """Before the store is let in: the rows a crash left applied or claimed in the log, applied again.
+
+        They were acknowledged as written (not ``queued``), so nothing may read the store without them:
+        the breaker stays open (searches answer from L3, adds are logged) until they are back, each at
+        its deterministic id (found, not written twice, when the store kept it).  Rows that were pending
+        at the crash were answered ``queued`` and replay as usual, after.  False when the store failed.
+        """
+        queue = self.queue.queue
+        left = queue.recovered
+        if not left:
+            return True
+        self._forcing = True
+        try:
+            while left > 0 and not self.thread.stopping:
+                batch = self._batch_size
+                self._batch_size = min(batch, left)
+                handled = self._replay()
+                self._batch_size = max(self._batch_size, batch)
+                if not handled:
+                    return False
+                left -= handled
+        finally:
+            self._forcing = False
+        log.info("write-ahead log: %d writes a crash left unflushed applied again before serving", queue.recovered)
+        queue.recovered = 0
+        return True
 
     def _ping(self) -> None:
         try:
@@ -229,8 +260,10 @@ class Replayer:
 
     # ------------------------------------------------------------ replay
 
-    def _replay(self) -> None:
-        """The next batch of queued writes, oldest first, each exactly once; stops at the first failure."""
+    def _replay(self) -> int:
+        """The next batch of queued writes, oldest first, each exactly once; stops at the first failure.
+
+        Returns how many writes left the pending state (applied, found, or set aside)."""
         items = self.queue.queue.peek(self._batch_size)
         started = time.monotonic()
         handled = 0
@@ -260,6 +293,7 @@ class Replayer:
                 self.drain.handled / max(self.drain.busy_s, 1e-6),
             )
             self.drain.end()
+        return handled
 
     def _replay_plain(self, items: list[QueuedWrite]) -> int:
         """``infer=False`` writes as one batch; how many left the queue (all of them unless the store failed)."""
@@ -281,7 +315,9 @@ class Replayer:
             suspects.add(readable[0][1].write_key)
         deadline = t.deadline_s + REPLAY_PER_WRITE_S * len(records)
         try:
-            results = t.call("replay", lambda: t.store.add_batch(records, suspects), deadline, patient=True)
+            results = t.call(
+                "replay", lambda: t.store.add_batch(records, suspects), deadline, patient=True, force=self._forcing
+            )
         except StoreDown as exc:
             if not t.stopping:
                 self.queue.note(readable[0][0].write_id, readable[0][0].agent_id, str(exc))
@@ -318,7 +354,9 @@ class Replayer:
         for handled, item in enumerate(items):
             try:
                 record = NewMemory(**item.request)
-                results = t.call("replay", functools.partial(self.write, record, True), patient=True)
+                results = t.call(
+                    "replay", functools.partial(self.write, record, True), patient=True, force=self._forcing
+                )
             except TypeError as exc:
                 self._set_aside(item, f"unreadable queued request: {describe_error(exc)}")
                 continue

@@ -232,8 +232,11 @@ class WriteQueue:
         return [r[0] for r in rows if isinstance(r[0], int)]
 
     def trim(self, seqs: list[int]) -> None:
-        """After the store flushed past them: remove these applied rows (a lost removal only replays them)."""
-        self._unsynced("DELETE FROM writes WHERE seq = ? AND state = ?", [(s, APPLIED) for s in seqs])
+        """After the store flushed past them: remove these applied rows, synced (once per checkpoint).
+
+        A removal lost to a cut would only replay them (found at their ids), but would hold the start."""
+        with self._lock, self._connection() as db:
+            db.executemany("DELETE FROM writes WHERE seq = ? AND state = ?", [(s, APPLIED) for s in seqs])
 
     def unflushed(self) -> int:
         """Rows applied and not yet covered by a store flush (status; 0 after a checkpoint)."""

@@ -62,6 +62,7 @@ def add(rig: PowerCutRoot, agent: str, text: str, **options) -> dict:
 
 
 def added_id(answer: dict) -> str:
+    assert "results" in answer, {k: answer.get(k) for k in ("queued", "reason", "ahead")}
     return answer["results"][0]["id"]
 
 
