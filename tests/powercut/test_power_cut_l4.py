@@ -8,6 +8,7 @@ L4 write (the Edge shard is flushed only at close).  These pass once the L4 writ
 
 from __future__ import annotations
 
+import json
 import signal
 import uuid
 from collections.abc import Iterator
@@ -52,6 +53,9 @@ def l4_root(tmp_path_factory) -> Iterator[PowerCutRoot]:
 def rig(l4_root: PowerCutRoot) -> PowerCutRoot:
     """The module's root, with a ledger of this test's acknowledgements only (a loss is one test's failure)."""
     l4_root.ledger = Ledger()
+    daemon = l4_root.daemon
+    assert daemon is not None  # after the previous test's cut its store takes a moment to open
+    wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=90, what="store reachable")
     return l4_root
 
 
@@ -61,8 +65,20 @@ def add(rig: PowerCutRoot, agent: str, text: str, **options) -> dict:
         return client.add(agent, text, write_id=f"w-{uuid.uuid4().hex[:12]}", **options)
 
 
-def added_id(answer: dict) -> str:
-    return answer["results"][0]["id"]
+def added_id(answer: dict, rig: PowerCutRoot | None = None, agent: str = "a", text: str = "") -> str:
+    """The acknowledged write's memory id; a write answered ``queued`` (durable, behind earlier ones) is
+    looked up once applied."""
+    if "results" in answer:
+        return answer["results"][0]["id"]
+    assert answer.get("queued") and rig is not None and rig.daemon is not None, json.dumps(answer)
+    daemon = rig.daemon
+
+    def applied() -> str | None:
+        with daemon.client(rig.token(agent)) as client:
+            found = [m["id"] for m in client.get_all(agent, limit=100)["results"] if m["memory"] == text]
+        return found[0] if found else None
+
+    return wait_for(applied, timeout=60, what=f"queued write {text!r} applied: {daemon.status()['conversation']}")
 
 
 def cut_and_check(rig: PowerCutRoot) -> None:
@@ -73,25 +89,24 @@ def cut_and_check(rig: PowerCutRoot) -> None:
 def test_direct_adds_survive_a_cut(rig: PowerCutRoot):
     for i in range(5):
         text = f"direct add {i} before cut {rig.disk.cuts}"
-        answer = add(rig, "a", text)
-        assert not answer.get("queued"), answer
-        rig.ledger.memories[added_id(answer)] = ("a", text, "valid")
+        rig.ledger.memories[added_id(add(rig, "a", text), rig, "a", text)] = ("a", text, "valid")
     cut_and_check(rig)
 
 
 def test_a_supersede_survives_a_cut(rig: PowerCutRoot):
     old_text, new_text = f"the port is 6333 ({rig.disk.cuts})", f"the port is 6334 ({rig.disk.cuts})"
-    old = added_id(add(rig, "a", old_text))
+    old = added_id(add(rig, "a", old_text), rig, "a", old_text)
     rig.disk.sync()  # the first write is old news: the cut is about the supersede
     rig.ledger.memories[old] = ("a", old_text, "valid")
-    new = added_id(add(rig, "a", new_text, supersedes=old))
+    new = added_id(add(rig, "a", new_text, supersedes=old), rig, "a", new_text)
     rig.ledger.memories[old] = ("a", old_text, "superseded")
     rig.ledger.memories[new] = ("a", new_text, "valid")
     cut_and_check(rig)
 
 
 def test_an_update_survives_a_cut(rig: PowerCutRoot):
-    memory = added_id(add(rig, "a", f"meeting on Tuesday ({rig.disk.cuts})"))
+    before = f"meeting on Tuesday ({rig.disk.cuts})"
+    memory = added_id(add(rig, "a", before), rig, "a", before)
     rig.disk.sync()
     text = f"meeting on Wednesday ({rig.disk.cuts})"
     assert rig.daemon is not None
@@ -103,7 +118,7 @@ def test_an_update_survives_a_cut(rig: PowerCutRoot):
 
 def test_a_delete_survives_a_cut(rig: PowerCutRoot):
     text = f"to be deleted ({rig.disk.cuts})"
-    memory = added_id(add(rig, "a", text))
+    memory = added_id(add(rig, "a", text), rig, "a", text)
     rig.disk.sync()
     assert rig.daemon is not None
     with rig.daemon.client(rig.token("a")) as client:
@@ -114,8 +129,8 @@ def test_a_delete_survives_a_cut(rig: PowerCutRoot):
 
 def test_a_restore_survives_a_cut(rig: PowerCutRoot):
     old_text, new_text = f"tea ({rig.disk.cuts})", f"coffee ({rig.disk.cuts})"
-    old = added_id(add(rig, "a", old_text))
-    new = added_id(add(rig, "a", new_text, supersedes=old))
+    old = added_id(add(rig, "a", old_text), rig, "a", old_text)
+    new = added_id(add(rig, "a", new_text, supersedes=old), rig, "a", new_text)
     rig.disk.sync()
     assert rig.daemon is not None
     with rig.daemon.client(rig.token("a")) as client:
@@ -150,7 +165,11 @@ def test_queued_then_replayed_adds_survive_a_cut(rig: PowerCutRoot):
         assert answer.get("queued"), answer
         write_ids.append(answer)
     _set_store(rig, {k: v for k, v in embedded.items() if v is not None} | {"backend": "embedded"})
-    wait_for(lambda: rig.daemon.status()["conversation"]["queue"]["depth"] == 0, timeout=60, what="replayed")
+    wait_for(
+        lambda: rig.daemon.status()["conversation"]["queue"]["depth"] == 0,
+        timeout=60,
+        what=f"replayed: {rig.daemon.status()['conversation']}",
+    )
     with rig.daemon.client(rig.token("a")) as client:
         listed = client.get_all("a", limit=100)["results"]
     for text in texts:
