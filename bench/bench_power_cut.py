@@ -66,6 +66,7 @@ def main(quick: bool = False, runs: int | None = None, delays: tuple[float, ...]
     runs = runs if runs is not None else (1 if quick else RUNS)
     plan = {"note + commit": operations.note_commit, **operations.L4_OPERATIONS}
     counts: dict[tuple[str, float], Counter] = {}
+    seen: set[str] = set()  # a problem is counted once, in the cell of the cut that first showed it
     embedder = StandInEmbedder()
     with tempfile.TemporaryDirectory(prefix="bench-power-cut-") as tmp:
         rig = _root(Path(tmp), embedder)
@@ -83,6 +84,9 @@ def main(quick: bool = False, runs: int | None = None, delays: tuple[float, ...]
                         problems = rig.check()
                         cell["cuts"] += 1
                         for problem in problems:
+                            if problem in seen:
+                                continue
+                            seen.add(problem)
                             cell[classify(problem)] += 1
                             print(f"  {name}, cut at {delay:g} s, run {run + 1}: {problem[:300]}", flush=True)
         finally:
@@ -99,7 +103,8 @@ def main(quick: bool = False, runs: int | None = None, delays: tuple[float, ...]
     total = sum(counts.values(), Counter())
     print(
         f"total: {total['cuts']} cuts, lost {total['lost']}, duplicated {total['duplicated']}, "
-        f"corrupt {total['corrupt']} (L/D/C per cell: problems found, every earlier item re-checked); "
+        f"corrupt {total['corrupt']} (L/D/C per cell: items first found lost/doubled/corrupt at that cut; every "
+        "earlier item is re-checked after each cut); "
         f"{took:.0f} s, copy of the image at the cut: median {sorted(rig.cut_took)[len(rig.cut_took) // 2]:.3f} s"
     )
 
