@@ -13,27 +13,12 @@ import subprocess
 
 import pytest
 
-from layers import daily
-from tests.helpers import wait_for
+from tests.powercut import operations
 from tests.powercut.harness import PowerCutRoot, needs_loop_devices
 
 pytestmark = [needs_loop_devices, pytest.mark.slow]
 
 CUT_AFTER_S = 1.0  # within the 30 s the kernel leaves dirty pages alone: only what was synced survives
-
-
-def commit_of(rig: PowerCutRoot, agent: str, rel: str, line: str) -> str:
-    """The sha of the daemon's commit holding ``line`` in ``rel``, once status reports it."""
-
-    def committed() -> str | None:
-        report = rig.daemon.agent(agent)  # type: ignore[union-attr]
-        if report["pending_commit"] or report["last_commit"] is None:
-            return None
-        head = daily.WorkspaceRepo(rig.workspace(agent))
-        sha = head.resolve("HEAD")
-        return sha if line in head.read_at(sha, rel).decode() else None
-
-    return wait_for(committed, timeout=30, what=f"the commit of {rel}")
 
 
 def test_a_committed_note_survives_a_cut(files_root: PowerCutRoot):
@@ -42,12 +27,7 @@ def test_a_committed_note_survives_a_cut(files_root: PowerCutRoot):
     for key, value in (("core.fsync", "none"), ("core.fsyncMethod", "writeout-only")):
         subprocess.run(["git", "-C", str(rig.workspace("a")), "config", key, value], check=True)
     rig.disk.sync()
-    for agent in ("main", "a"):
-        line = f"power cut note of {agent} #{rig.disk.cuts}"
-        path = daily.append_note(rig.workspace(agent), line)
-        rel = path.relative_to(rig.workspace(agent)).as_posix()
-        rig.ledger.notes.append((agent, rel, line))
-        rig.ledger.commits.append((agent, commit_of(rig, agent, rel, line)))
+    operations.note_commit(rig)
     rig.cut(CUT_AFTER_S)
     assert rig.check() == []
     for agent in ("main", "a"):
