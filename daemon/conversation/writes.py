@@ -270,8 +270,8 @@ class Writes:
             return {**answer, **self._superseding(agent, record, supersedes, retry)}
         if retry and self.queue.contains(record.write_id, agent):
             return {**answer, **self._queued(record, "this write_id is already queued")}
-        seq, logged = self._log(record)
-        if seq is not None and self.queue.queue.pending_before(seq):  # earlier queued writes go first
+        seq, ahead, logged = self._log(record)
+        if seq is not None and ahead:  # earlier queued writes go first
             self.queue.queue.release(seq)
             self._wake_replay()
             return {**answer, **self._queued(record, "earlier writes are still queued")}
@@ -279,7 +279,7 @@ class Writes:
         try:
             if not infer:  # with an LLM, mem0 embeds the facts it extracts, not the text
                 self.thread.embed_ahead(record.text)
-            results = self.thread.call("add", lambda: self._apply(record, seq, check_first=retry or not logged))
+            results = self.thread.call("add", lambda: self.write(record, check_first=retry or not logged))
         except StoreDown as exc:
             if not logged:
                 raise NotStoredError(
@@ -294,6 +294,8 @@ class Writes:
             self._wake_replay()
             return {**answer, **self._queued(record, str(exc))}
         self.storage.succeeded("store")
+        if seq is not None:
+            self._settle(seq, results)
         merged = any(r.get("event") == "UPDATE" for r in results)
         if not logged or merged:
             # not in the log (its disk refused it), or a dedup merge into an existing memory (an update,
@@ -303,8 +305,8 @@ class Writes:
             self.storage.attempt("queue", lambda: self.queue.queue.forget(seq), path=self.queue.queue.path)
         return {**answer, "queued": False, "results": results}
 
-    def _log(self, record: NewMemory) -> tuple[int | None, bool]:
-        """The write in the write-ahead log, synced, before anything else: ``(seq, logged)``.
+    def _log(self, record: NewMemory) -> tuple[int | None, int, bool]:
+        """The write in the write-ahead log, synced, before anything else: ``(seq, pending ahead, logged)``.
 
         ``seq`` is the row this call claimed (None when ``(owner, write_id)`` was logged already: a
         retry of a write in flight or applied, which then goes to the store as a lookup).  ``logged``
@@ -313,33 +315,32 @@ class Writes:
         """
         queue = self.queue.queue
         if not queue.opened and not self.queue.open():
-            return None, False
+            return None, 0, False
         try:
-            seq = queue.log(record.write_id, record.agent_id, asdict(record))
+            seq, ahead = queue.log(record.write_id, record.agent_id, asdict(record))
         except (apsw.Error, OSError) as exc:
             if not is_storage_error(exc):
                 raise
             self.storage.failed("queue", exc, path=queue.path)
-            return None, False
+            return None, 0, False
         self.storage.succeeded("queue")
-        return seq, True
+        return seq, ahead, True
 
-    def _apply(self, record: NewMemory, seq: int | None, check_first: bool) -> list[dict]:
-        """On the store thread: write ``record`` once, then tell its log row what happened.
+    def _settle(self, seq: int, results: list[dict]) -> None:
+        """After the store took the write: tell its log row what happened (from the caller's thread, so
+        the store thread never waits for the log's lock while a group commit syncs under it).
 
-        Applied: the row waits for the checkpoint that flushes the store past it.  A NOOP (the memory
-        was there already) changed nothing to keep: the row goes at once, or a replay after a crash
-        would write the text the caller was told exists.  A dedup merge (UPDATE of an existing memory)
-        stays claimed: the caller forgets it once the store has flushed the update.
+        Applied: the row waits for the checkpoint that flushes the store past it (a checkpoint that
+        runs before this leaves the still-claimed row alone).  A NOOP (the memory was there already)
+        changed nothing to keep: the row goes at once, or a replay after a crash would write the text
+        the caller was told exists.  A dedup merge (UPDATE of an existing memory) is forgotten by the
+        caller once the store has flushed the update.
         """
-        results = self.write(record, check_first)
-        if seq is not None:
-            queue = self.queue.queue
-            if results and all(r.get("event") == "NOOP" for r in results):
-                self.storage.attempt("queue", lambda: queue.forget(seq), path=queue.path)
-            elif not any(r.get("event") == "UPDATE" for r in results):  # a merge: forgotten once flushed
-                self.storage.attempt("queue", lambda: queue.applied([seq]), path=queue.path)
-        return results
+        queue = self.queue.queue
+        if results and all(r.get("event") == "NOOP" for r in results):
+            self.storage.attempt("queue", lambda: queue.forget(seq), path=queue.path)
+        elif not any(r.get("event") == "UPDATE" for r in results):
+            queue.applied([seq], claimed=True)
 
     def _wake_replay(self) -> None:
         self.thread.attention.set()

@@ -11,7 +11,9 @@ answered write durable.  A row is in one of three states:
   store was down, or left over by a crash);
 - ``claimed`` (1): a live request is applying it itself (the replay leaves it alone);
 - ``applied`` (2): in the store, not yet flushed there: removed by the next checkpoint
-  (daemon/conversation/checkpoint.py), only once the store has flushed past it.
+  (daemon/conversation/checkpoint.py), only once the store has flushed past it.  A row a request
+  applied itself stays ``claimed`` on disk and is noted applied in memory (no commit on the
+  request's way); a crash turns it pending again like any other.
 
 Opening the log turns every row back to ``pending``: whatever a crash left (applied but not
 flushed, claimed but never answered) is applied again, idempotently (deterministic point ids,
@@ -134,7 +136,10 @@ class WriteQueue:
         self.path = path
         self._db: apsw.Connection | None = None
         self._lock = threading.Lock()
-        self._appends: GroupCommit[tuple[str, str, dict, int], int | None] = GroupCommit(self._append_batch)
+        self._appends: GroupCommit[tuple[str, str, dict, int], tuple[int | None, int]] = GroupCommit(self._append_batch)
+        # rows a request applied itself (still claimed on disk): kept here, not written, until the checkpoint
+        # trims them; lost in a crash they are only claimed rows, which the next start applies again
+        self._applied_here: set[int] = set()
         self.recovered = 0  # rows a crash left applied or claimed, made pending again at open
 
     @property
@@ -178,19 +183,21 @@ class WriteQueue:
 
     def put(self, write_id: str, agent_id: str, request: dict) -> bool:
         """Store a write durably, pending; False when ``agent_id``'s ``write_id`` is already logged (a retry)."""
-        return self._appends.submit((write_id, agent_id, request, PENDING)) is not None
+        return self._appends.submit((write_id, agent_id, request, PENDING))[0] is not None
 
-    def log(self, write_id: str, agent_id: str, request: dict) -> int | None:
-        """Log a write durably, claimed by the caller who applies it; its seq, or None when already logged.
+    def log(self, write_id: str, agent_id: str, request: dict) -> tuple[int | None, int]:
+        """Log a write durably, claimed by the caller who applies it: ``(seq, pending writes before it)``.
 
-        Returns only once the row is synced (group commit: concurrent callers share one fdatasync).
+        ``seq`` is None when the write was logged already (a retry).  Returns only once the row is
+        synced (group commit: concurrent callers share one fdatasync).
         """
         return self._appends.submit((write_id, agent_id, request, CLAIMED))
 
-    def _append_batch(self, items: Sequence[tuple[str, str, dict, int]]) -> list[int | None]:
-        """One transaction (one sync) for a group of appends: each row's seq, None where it was there already."""
+    def _append_batch(self, items: Sequence[tuple[str, str, dict, int]]) -> list[tuple[int | None, int]]:
+        """One transaction (one sync) for a group of appends: each row's seq (None where it was there
+        already) and how many pending rows go before it, read in the same transaction."""
         now = time.time()
-        seqs: list[int | None] = []
+        rows: list[tuple[int | None, int]] = []
         with self._lock, self._connection() as db:
             for write_id, agent_id, request, state in items:
                 db.execute(
@@ -198,8 +205,10 @@ class WriteQueue:
                     "VALUES (?, ?, ?, ?, ?)",
                     (write_id, agent_id, json.dumps(request, ensure_ascii=False), now, state),
                 )
-                seqs.append(db.last_insert_rowid() if db.changes() > 0 else None)
-        return seqs
+                seq = db.last_insert_rowid() if db.changes() > 0 else None
+                ahead = db.execute("SELECT count(*) FROM writes WHERE state = 0 AND seq < ?", (seq or 0,)).get
+                rows.append((seq, int(ahead) if isinstance(ahead, int) else 0))
+        return rows
 
     def _unsynced(self, sql: str, rows: list[tuple]) -> None:
         """A change of state committed without a sync of its own (the next synced commit carries it)."""
@@ -216,8 +225,17 @@ class WriteQueue:
         """A claimed row its caller could not apply (the store is down): pending, for the replay."""
         self._unsynced("UPDATE writes SET state = ? WHERE seq = ? AND state = ?", [(PENDING, seq, CLAIMED)])
 
-    def applied(self, seqs: list[int]) -> None:
-        """Rows now in the store, not yet flushed there: the next checkpoint removes them."""
+    def applied(self, seqs: list[int], claimed: bool = False) -> None:
+        """Rows now in the store, not yet flushed there: the next checkpoint removes them.
+
+        ``claimed``: rows a request applied itself; nothing else would pick them up, so they are only
+        noted in memory (no commit on the request's way).  Pending rows (the replay's) are marked on disk
+        (unsynced), so that the replay never takes them again.
+        """
+        if claimed:
+            with self._lock:
+                self._applied_here.update(seqs)
+            return
         self._unsynced("UPDATE writes SET state = ? WHERE seq = ?", [(APPLIED, s) for s in seqs])
 
     def forget(self, seq: int) -> None:
@@ -229,19 +247,22 @@ class WriteQueue:
         """Rows applied and waiting for a store flush (a checkpoint takes them before it flushes)."""
         with self._lock:
             rows = self._connection().execute("SELECT seq FROM writes WHERE state = ?", (APPLIED,)).fetchall()
-        return [r[0] for r in rows if isinstance(r[0], int)]
+            here = sorted(self._applied_here)
+        return [r[0] for r in rows if isinstance(r[0], int)] + here
 
     def trim(self, seqs: list[int]) -> None:
         """After the store flushed past them: remove these applied rows, synced (once per checkpoint).
 
         A removal lost to a cut would only replay them (found at their ids), but would hold the start."""
         with self._lock, self._connection() as db:
-            db.executemany("DELETE FROM writes WHERE seq = ? AND state = ?", [(s, APPLIED) for s in seqs])
+            db.executemany("DELETE FROM writes WHERE seq = ? AND state != ?", [(s, PENDING) for s in seqs])
+            self._applied_here.difference_update(seqs)
 
     def unflushed(self) -> int:
-        """Rows applied and not yet covered by a store flush (status; 0 after a checkpoint)."""
+        """Rows applied or claimed, not yet covered by a store flush (0 after a checkpoint with no request
+        in flight)."""
         with self._lock:
-            return self._connection().execute("SELECT count(*) FROM writes WHERE state = ?", (APPLIED,)).get
+            return self._connection().execute("SELECT count(*) FROM writes WHERE state != ?", (PENDING,)).get
 
     def put_many(self, writes: list[tuple[str, str, dict]]) -> int:
         """Store many ``(write_id, agent_id, request)`` in one commit (an import); how many were new."""
@@ -350,11 +371,6 @@ class WriteQueue:
                 )
                 .get
             )
-
-    def pending_before(self, seq: int) -> int:
-        """How many pending writes go before the row ``seq`` (a claimed write must not overtake them)."""
-        with self._lock:
-            return self._connection().execute("SELECT count(*) FROM writes WHERE state = 0 AND seq < ?", (seq,)).get
 
     def oldest_age_s(self, now: float | None = None) -> float | None:
         with self._lock:

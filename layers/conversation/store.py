@@ -673,7 +673,7 @@ class ConversationStore:
         if not keys:
             return {}
         if self.settings.on_edge:
-            return self._find_writes_on_edge(keys)
+            return self._find_writes_on_edge(keys, by_filter)
         from qdrant_client import models
 
         client = self._client_only()
@@ -713,8 +713,12 @@ class ConversationStore:
                 if offset is None:
                     return found
 
-    def _find_writes_on_edge(self, keys: Sequence[WriteKey]) -> dict[WriteKey, list[str]]:
-        """By derived id (and legacy id) first, then every other key by the indexed ``write_id``/``agent_id``."""
+    def _find_writes_on_edge(
+        self, keys: Sequence[WriteKey], by_filter: Collection[WriteKey] | None = None
+    ) -> dict[WriteKey, list[str]]:
+        """By derived id (and legacy id) first, then the keys of ``by_filter`` (None: all) not found so by the
+        indexed ``write_id``/``agent_id``: a write made at its derived id needs no filtered scroll (a direct add
+        under load paid one per write), only one that may sit at mem0's random id (a suspect) does."""
         shard = self._edge()
         if shard is None:
             return {}
@@ -725,7 +729,7 @@ class ConversationStore:
                 key = owner_of(candidates[hit.id], hit.payload)
                 if key is not None:
                     found.setdefault(key, []).append(hit.id)
-            rest = [k for k in keys if k not in found]
+            rest = [k for k in (keys if by_filter is None else by_filter) if k not in found]
             wanted = set(rest)
             conditions = {
                 "write_id": {"in": sorted({w for _, w in rest})},

@@ -66,7 +66,7 @@ def leave_in_log(root: Path, writes: list[NewMemory], state: int) -> None:
     """Rows as a crash leaves them: logged by a request (claimed) or applied by it, never checkpointed."""
     queue = WriteQueue(queue_path(root))
     try:
-        seqs = [queue.log(w.write_id, w.agent_id, asdict(w)) for w in writes]
+        seqs = [queue.log(w.write_id, w.agent_id, asdict(w))[0] for w in writes]
         assert None not in seqs
         if state == APPLIED:
             queue.applied([s for s in seqs if s is not None])
@@ -115,7 +115,7 @@ def test_rows_a_crash_left_in_the_log_are_applied_once_whatever_the_store_kept(t
     leave_in_log(tmp_path, claimed, CLAIMED)
     leave_in_log(tmp_path, lost, APPLIED)
     queue = WriteQueue(queue_path(tmp_path))
-    assert queue.log("kept-1", "a", asdict(again[0])) is not None
+    assert queue.log("kept-1", "a", asdict(again[0]))[0] is not None
     queue.close()
 
     daemon = daemons(config, env=env)
