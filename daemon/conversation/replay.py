@@ -224,31 +224,30 @@ class Replayer:
             self.on_change()
 
     def _reapply_recovered(self) -> bool:
-        """Before the store is let in: the rows a crash left applied or claimed in the log, applied again.
+        """Before the store is let in: the log up to the last row a crash left applied or claimed, applied.
 
-        They were acknowledged as written (not ``queued``), so nothing may read the store without them:
-        the breaker stays open (searches answer from L3, adds are logged) until they are back, each at
-        its deterministic id (found, not written twice, when the store kept it).  Rows that were pending
-        at the crash were answered ``queued`` and replay as usual, after.  False when the store failed.
+        Those rows were answered as written (a direct add) or already visible (a replayed one), so nothing
+        may read the store without them: the breaker stays open (searches answer from L3, adds are
+        logged) until they are back, each at its deterministic id (found, not written twice, when the
+        store kept it).  Pending rows after the last of them were answered ``queued`` and never applied:
+        they replay as usual, after.  False when the store failed.
         """
         queue = self.queue.queue
-        left = queue.recovered
-        if not left:
+        upto = queue.recovered_upto
+        if not upto:
             return True
         self._forcing = True
         try:
-            while left > 0 and not self.thread.stopping:
-                batch = self._batch_size
-                self._batch_size = min(batch, left)
-                handled = self._replay()
-                self._batch_size = max(self._batch_size, batch)
-                if not handled:
+            while not self.thread.stopping:
+                head = queue.peek(1)
+                if not head or head[0].seq > upto:
+                    break
+                if not self._replay():
                     return False
-                left -= handled
         finally:
             self._forcing = False
         log.info("write-ahead log: %d writes a crash left unflushed applied again before serving", queue.recovered)
-        queue.recovered = 0
+        queue.recovered = queue.recovered_upto = 0
         return True
 
     def _ping(self) -> None:

@@ -18,8 +18,8 @@ answered write durable.  A row is in one of three states:
 Opening the log turns every row back to ``pending``: whatever a crash left (applied but not
 flushed, claimed but never answered) is applied again, idempotently (deterministic point ids,
 layers/conversation/write_ids.py, and a lookup by write_id), before the queue counts as drained.
-Changes of state are committed without a sync of their own: the next synced commit carries them,
-and a state lost in a power cut only makes a row ``pending`` again, which is safe.
+Every commit is synced (``synchronous=FULL``); a request's own rows change state in memory only,
+so an add costs one group-committed sync.
 
 Appends are group-committed (layers/conversation/group_commit.py): concurrent writers share one
 fdatasync.  Each entry carries a ``write_id``, its owner's (layers/conversation/write_ids.py).
@@ -141,6 +141,7 @@ class WriteQueue:
         # trims them; lost in a crash they are only claimed rows, which the next start applies again
         self._applied_here: set[int] = set()
         self.recovered = 0  # rows a crash left applied or claimed, made pending again at open
+        self.recovered_upto = 0  # the last of them (seq): the log up to it is applied again before serving
 
     @property
     def opened(self) -> bool:
@@ -172,8 +173,10 @@ class WriteQueue:
             _with_states(db)
             db.execute(_SCHEMA)
             with db:  # what a crash left applied-but-unflushed or claimed is applied again, looked up first
+                last = db.execute("SELECT max(seq) FROM writes WHERE state != ?", (PENDING,)).get
                 db.execute("UPDATE writes SET state = ?, attempts = attempts + 1 WHERE state != ?", (PENDING, PENDING))
                 self.recovered = db.changes()
+                self.recovered_upto = last if isinstance(last, int) else 0
             tighten_sqlite(self.path)  # side files an older version left 0644
         except BaseException:
             db.close()
@@ -210,33 +213,34 @@ class WriteQueue:
                 rows.append((seq, int(ahead) if isinstance(ahead, int) else 0))
         return rows
 
-    def _unsynced(self, sql: str, rows: list[tuple]) -> None:
-        """A change of state committed without a sync of its own (the next synced commit carries it)."""
-        with self._lock:
-            db = self._connection()
-            db.execute("PRAGMA synchronous=OFF")
-            try:
-                with db:
-                    db.executemany(sql, rows)
-            finally:
-                db.execute("PRAGMA synchronous=FULL")
+    def _commit(self, sql: str, rows: list[tuple]) -> None:
+        """A change of state, synced like every commit here.
+
+        Never ``synchronous=OFF``, even for a mark a crash could lose safely: a WAL checkpoint run under
+        it leaves the database file unsynced, and the WAL restarted after it no longer holds the synced
+        rows (an acknowledged write gone in a power cut).  A replayed row's ``applied`` must survive a
+        cut anyway: that row is then re-applied before the store serves, as a visible write must be.
+        """
+        with self._lock, self._connection() as db:
+            db.executemany(sql, rows)
 
     def release(self, seq: int) -> None:
         """A claimed row its caller could not apply (the store is down): pending, for the replay."""
-        self._unsynced("UPDATE writes SET state = ? WHERE seq = ? AND state = ?", [(PENDING, seq, CLAIMED)])
+        self._commit("UPDATE writes SET state = ? WHERE seq = ? AND state = ?", [(PENDING, seq, CLAIMED)])
 
     def applied(self, seqs: list[int], claimed: bool = False) -> None:
         """Rows now in the store, not yet flushed there: the next checkpoint removes them.
 
         ``claimed``: rows a request applied itself; nothing else would pick them up, so they are only
-        noted in memory (no commit on the request's way).  Pending rows (the replay's) are marked on disk
-        (unsynced), so that the replay never takes them again.
+        noted in memory (no commit on the request's way; after a crash a claimed row is re-applied before
+        the store serves).  Pending rows (the replay's) are marked on disk, synced (one commit per replay
+        batch): the replay never takes them again, and after a cut they too are re-applied before serving.
         """
         if claimed:
             with self._lock:
                 self._applied_here.update(seqs)
             return
-        self._unsynced("UPDATE writes SET state = ? WHERE seq = ?", [(APPLIED, s) for s in seqs])
+        self._commit("UPDATE writes SET state = ? WHERE seq = ?", [(APPLIED, s) for s in seqs])
 
     def forget(self, seq: int) -> None:
         """Remove a row at once, synced: its write changed nothing to keep (a NOOP: the memory existed)."""
