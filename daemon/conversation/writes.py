@@ -622,17 +622,21 @@ class Writes:
                 continue
             if not mine:
                 break
-            for memory in mine:
-                try:
+            gone: list[dict] = []
+            try:
+                for memory in mine:
                     self.thread.call("delete", functools.partial(lambda i: self.thread.store.delete(i), memory["id"]))
-                except StoreDown as exc:
-                    raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
-                self._deleted(agent, memory)
-                deleted.append(memory["id"])
+                    gone.append(memory)
+            except StoreDown as exc:
+                raise ConversationUnavailableError(not_changed(exc, len(deleted) + len(gone))) from None
+            finally:
+                if gone:  # on disk first, then the tombstones and the audit lines that say so
+                    self.checkpointer.durable("delete")
+                    for memory in gone:
+                        self._deleted(agent, memory)
+                        deleted.append(memory["id"])
             if len(mine) < len(page) or (not page and cursor):  # never loop on what the store did not delete
                 break
         if dry_run:  # a preview deletes nothing, and says so: "deleted" is what went, never what would
             return {"deleted": 0, "would_delete": len(deleted), "ids": deleted, "dry_run": True}
-        if deleted:
-            self.checkpointer.durable("delete")  # one flush for the whole run
         return {"deleted": len(deleted), "ids": deleted, "dry_run": False}
