@@ -24,8 +24,10 @@ from bench import (
     bench_front,
     bench_hostile_files,
     bench_index,
+    bench_l4_durability,
     bench_many_files,
     bench_many_messages,
+    bench_power_cut,
     bench_scale,
     bench_stop,
     bench_vector_engines,
@@ -38,6 +40,7 @@ BENCHMARKS = {
     "index": bench_index.main,
     "burst": bench_burst.main,
     "conversation": bench_conversation.main,
+    "l4-durability": bench_l4_durability.main,
     "consolidate": bench_consolidate.main,
     "edge": lambda quick: bench_edge.main([1000] if quick else [1000, 10_000, 50_000]),
     "stop": bench_stop.main,
@@ -50,6 +53,7 @@ BENCHMARKS = {
     "engines": bench_vector_engines.main,
     "recall": recall.main,
     "calibration": bench_calibration.main,
+    "power-cut": bench_power_cut.main,  # root only (loop devices); --runs N per cell
 }
 
 
@@ -59,6 +63,7 @@ def main() -> None:
         "only", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)"
     )
     parser.add_argument("--quick", action="store_true", help="fewer samples, for a smoke run")
+    parser.add_argument("--runs", type=int, default=None, help="power-cut: runs per operation and cut point (20)")
     args = parser.parse_args()
     unknown = set(args.only) - set(BENCHMARKS)
     if unknown:
@@ -66,7 +71,10 @@ def main() -> None:
     for name in args.only or BENCHMARKS:
         started = time.monotonic()
         print(f"\n=== {name} ===", flush=True)
-        BENCHMARKS[name](quick=args.quick)
+        if name == "power-cut":
+            bench_power_cut.main(quick=args.quick, runs=args.runs)
+        else:
+            BENCHMARKS[name](quick=args.quick)
         print(f"({name}: {time.monotonic() - started:.0f} s)", flush=True)
 
 

@@ -24,10 +24,10 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from layers import gitcommit, safefs
+from layers import gitcommit, gitrepair, safefs
 from layers.gitcommit import Check, StagedChange
 from layers.gitlog import LOG_FORMAT, CommitInfo, parse_log
-from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git, GitFailed
+from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git, GitFailed, sync_dirs, sync_tree
 from layers.history_copy import HistoryCopy
 from layers.names import shown as printable
 
@@ -105,9 +105,32 @@ def append_note(workspace: Path, text: str, now: datetime | None = None) -> Path
             fh.write(prefix + line.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
+            if size == 0:  # a new day's file: its name must survive a cut as its line does
+                sync_dirs(workspace / MEMORY_DIR, workspace)
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
     return workspace / rel
+
+
+def refill_if_empty(workspace: Path, rel: str, content: bytes) -> bool:
+    """Write ``content`` into ``rel`` if the file is still empty (0 bytes); True when it was.
+
+    After a power cut a file the agent wrote (never synced) can be 0 bytes while HEAD holds its
+    last committed version: committing that would record the cut as the agent's edit.  The check
+    and the write happen under the note lock (:func:`append_note`), on the open fd (no symlink
+    followed), so a note appended meanwhile is never overwritten: it lands after the content.
+    """
+    with safefs.open_append(workspace, rel, owner=safefs.owner_of(workspace)) as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            if os.fstat(fh.fileno()).st_size != 0:
+                return False
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+            return True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def follows_convention(rel: str) -> bool:
@@ -160,6 +183,10 @@ class RepoBusyError(RuntimeError):
     """Another git process holds the repository's ``index.lock``; try again later."""
 
 
+class RepositoryBroken(GitFailed):
+    """The repository lost data (a power cut): :meth:`WorkspaceRepo.repair` puts it right."""
+
+
 class RepoRefusedError(RuntimeError):
     """A repository git is not run in: its ``.git`` is a symlink or a gitfile pointing elsewhere."""
 
@@ -200,6 +227,15 @@ class Committed:
 
 
 @dataclass(frozen=True)
+class Repaired:
+    """A repository found broken (a power cut) and what its repair did (:mod:`layers.gitrepair`)."""
+
+    damage: list[str]
+    actions: list[str]
+    left: str  # "" when git fsck --connectivity-only is clean afterwards, else what it still says
+
+
+@dataclass(frozen=True)
 class Rewritten:
     """The daemon's last commit is no longer in the workspace's history (kept in the copy)."""
 
@@ -233,6 +269,8 @@ class WorkspaceRepo:
         self.copy = copy
         #: Set by the daemon's stop: kills the commit pipeline's running git (see layers/gitrun.py).
         self.cancel: Cancel | None = None
+        #: Where the daemon writes down the index.lock it holds (None: nowhere; gitcommit.index_lock).
+        self.lock_record: Path | None = None
         self._author = author
         self._git: git.Git | None = None
         self._filters: tuple[str, ...] = ()
@@ -288,6 +326,7 @@ class WorkspaceRepo:
         if not os.path.lexists(self.path / ".git"):
             self.path.mkdir(parents=True, exist_ok=True)
             git.Git().init("--quiet", "--", str(self.path))
+            sync_tree(self.path / ".git")  # git init syncs nothing it writes
             log.info("initialised a git repository in %s", self.path)
             created = True
             self._git = None
@@ -358,6 +397,41 @@ class WorkspaceRepo:
         """The repository's git for the commit pipeline (stdin, deadlines, cancel), filters emptied."""
         self._worktree_git()
         return Git(self._prefix, self._env, self.path, self.cancel)
+
+    # -- damage a power cut left
+
+    def _plain_runner(self) -> Git:
+        """The repository's git without asking its config first: a broken repository may refuse that."""
+        self.ensure()
+        return Git(self._prefix, self._env, self.path, self.cancel)
+
+    def damage(self, thorough: bool = False) -> list[str]:
+        """What is broken in the repository ([] when nothing; see :func:`layers.gitrepair.damage`)."""
+        if not (self.path / ".git").is_dir():
+            return []
+        return gitrepair.damage(self._plain_runner(), thorough)
+
+    def repair(self, thorough: bool = False) -> Repaired | None:
+        """Repair the repository from :attr:`copy` when it is broken; None when nothing was broken.
+
+        Nothing committed is lost: every object the copy holds comes back, no ref that names a
+        readable commit is moved, and the work tree's files are not touched.
+        """
+        found = self.damage(thorough)
+        if not found:
+            return None
+        copy = self.copy if self.copy is not None and self.copy.exists else None
+        runner = self._plain_runner()
+        actions = gitrepair.repair(
+            runner,
+            copy.runner() if copy is not None else runner,
+            copy.refs() if copy is not None else [],
+            copy.last() if copy is not None else None,
+        )
+        self._git = None  # HEAD and the index may be new files: the next use starts afresh
+        self._give_to_owner()
+        left = gitrepair.verify(self._plain_runner())
+        return Repaired(found, actions, left)
 
     # -- lock handling
 
@@ -462,14 +536,32 @@ class WorkspaceRepo:
         runner = self._runner()
         store = self._store if self.copy is not None else None
         try:
-            result = gitcommit.commit_paths(runner, paths, message, check, before_update=store)
+            result = gitcommit.commit_paths(
+                runner, paths, message, check, before_update=store, lock_record=self.lock_record
+            )
             info = self._info(runner, result.sha) if result.sha else None
         except gitcommit.IndexBusy as exc:
             raise RepoBusyError(str(exc)) from None
         finally:
             self._give_to_owner()
+        if result.sha:
+            self._sync_refs()
         lost = self.keep(result.sha) if result.sha and keep else None
         return Committed(info, result.committed, result.held, lost)
+
+    def _sync_refs(self) -> None:
+        """The directories a commit's renames changed (the branch ref's, the index's), synced: git syncs
+        the files, not the renames, and a commit is reported made only once a cut cannot undo it."""
+        dot_git = self.path / ".git"
+        dirs = [dot_git, dot_git / "refs" / "heads"]
+        try:
+            text = (dot_git / "HEAD").read_text(encoding="utf-8", errors="replace")[:512].strip()
+        except OSError:
+            text = ""
+        name = text.removeprefix("ref: ")
+        if text.startswith("ref: refs/") and ".." not in name.split("/"):
+            dirs.append((dot_git / name).parent)
+        sync_dirs(*dirs)
 
     def _info(self, runner: Git, sha: str) -> CommitInfo | None:
         commits = parse_log(runner.run("log", f"--format={LOG_FORMAT}", "-n1", sha).decode(errors="replace"))
@@ -530,6 +622,9 @@ class WorkspaceRepo:
         if head is not None and self._runner().status("merge-base", "--is-ancestor", last, head, fatal=False)[0] == 0:
             self.keep(head)  # the copy follows: commits made since (a person's, or ours a stop cut) are kept too
             return None
+        if present and (found := self.damage()):
+            # not a history someone rewrote but one a power cut broke: repaired, never recorded as lost
+            raise RepositoryBroken("history check", 128, "the repository is broken: " + "; ".join(found))
         if not present:
             why = "the workspace's repository (.git) was removed or replaced"
         elif head is None:

@@ -22,8 +22,31 @@ def resolves_inside(path: Path, root: Path) -> bool:
     return real == real_root or real_root in real.parents
 
 
+def fsync_dir(path: Path) -> None:
+    """Sync a directory's entries: a file just created or renamed into it survives a power cut.
+
+    fsync of a file syncs its data, not the name pointing at it; ext4 without ``auto_da_alloc`` (and
+    other file systems always) can lose a rename or a new name that was never synced.  A directory
+    that cannot be opened (gone, not ours) is left: this only hardens what already happened.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a directory (EINVAL): nothing more to do there
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> None:
-    """Write ``path`` so that a crash leaves either the old or the new content, never half."""
+    """Write ``path`` so that a crash leaves either the old or the new content, never half.
+
+    The content is fsynced before the rename and the directory after it, so once this returns the new
+    content is what a power cut leaves (issue 45: a report written ``applied`` must be the one on disk).
+    """
     if isinstance(data, str):
         data = data.encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,6 +59,7 @@ def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> None
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

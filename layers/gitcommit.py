@@ -33,14 +33,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from layers import lockowner
+from layers.fsutil import atomic_write
 from layers.gitrun import Cancelled, Git, GitFailed
 
 ZERO_OID = "0" * 40
@@ -196,8 +200,14 @@ class _Lock:
 
 
 @contextlib.contextmanager
-def index_lock(git_dir: Path) -> Iterator[_Lock]:
-    """``index.lock``, created as git creates it (exclusively, never through a symlink); removed unless installed."""
+def index_lock(git_dir: Path, record: Path | None = None) -> Iterator[_Lock]:
+    """``index.lock``, created as git creates it (exclusively, never through a symlink); removed unless installed.
+
+    With ``record``, the lock is also written down there (its path, inode and this process,
+    :mod:`layers.lockowner`) while it is held: a lock the daemon's own dead process left (SIGKILL, a
+    power cut) is then known as such at the next start and removed at once
+    (:func:`clear_recorded_lock`), instead of blocking commits until it is ``stale_lock_s`` old.
+    """
     path = git_dir / "index.lock"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -205,12 +215,54 @@ def index_lock(git_dir: Path) -> Iterator[_Lock]:
         raise IndexBusy(f"{path} is held by another git process") from None
     lock = _Lock(path, fd)
     try:
+        if record is not None:
+            st = os.fstat(fd)
+            held = {"lock": os.fsdecode(path), "dev": st.st_dev, "ino": st.st_ino, "since": time.time()}
+            try:
+                atomic_write(record, json.dumps({**held, **lockowner.this_process()}), mode=0o600)
+            except OSError:  # a full state disk: the commit goes on; a lock left is then cleared by its age
+                record = None
         yield lock
     finally:
         os.close(fd)
         if not lock.renamed:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+        if record is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(record)
+
+
+def clear_recorded_lock(record: Path) -> str | None:
+    """Remove the lock ``record`` names if the process that took it is gone; what was removed, or None.
+
+    Left alone: a lock whose holder still runs, and a file at the lock's path that is not the
+    one recorded (another inode: someone else's git took it since).  Ref locks (``HEAD.lock``, the
+    branch's) made while the recorded lock was held are the same dead commit's: removed too.
+    """
+    try:
+        held = json.loads(record.read_text())
+    except (OSError, ValueError):
+        record.unlink(missing_ok=True)
+        return None
+    if not isinstance(held, dict) or lockowner.alive(held):
+        return None
+    removed = []
+    lock = Path(str(held.get("lock", "")))
+    with contextlib.suppress(OSError):
+        st = os.lstat(lock)
+        if (st.st_dev, st.st_ino) == (held.get("dev"), held.get("ino")):
+            lock.unlink()
+            removed.append(lock.name)
+    since = float(held.get("since") or 0)
+    git_dir = lock.parent
+    for ref_lock in (git_dir / "HEAD.lock", *(git_dir / "refs" / "heads").rglob("*.lock")):
+        with contextlib.suppress(OSError):
+            if os.lstat(ref_lock).st_mtime >= since - 1 and not ref_lock.is_symlink():
+                ref_lock.unlink()
+                removed.append(ref_lock.relative_to(git_dir).as_posix())
+    record.unlink(missing_ok=True)
+    return f"{', '.join(removed)} in {git_dir}" if removed else None
 
 
 def _copy_index(git_dir: Path, private: Path) -> None:
@@ -265,6 +317,7 @@ def commit_paths(
     message: str | Callable[[list[StagedChange]], str],
     check: Check | None = None,
     before_update: Callable[[str], None] | None = None,
+    lock_record: Path | None = None,
 ) -> CommitResult:
     """Commit exactly ``paths`` as their files are now (steps 1-6 above).
 
@@ -282,7 +335,7 @@ def commit_paths(
     result = CommitResult()
     if not paths:
         return result
-    with index_lock(git_dir) as lock, tempfile.TemporaryDirectory(prefix="memstrata-index-") as scratch:
+    with index_lock(git_dir, lock_record) as lock, tempfile.TemporaryDirectory(prefix="memstrata-index-") as scratch:
         private = Path(scratch) / "index"
         staging = git.with_env(GIT_INDEX_FILE=str(private))
         for attempt in range(_UPDATE_REF_TRIES):

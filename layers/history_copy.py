@@ -29,7 +29,7 @@ from pathlib import Path
 
 from layers.fsutil import private_dirs
 from layers.gitlog import LOG_FORMAT, CommitInfo, parse_log
-from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git, GitFailed
+from layers.gitrun import NEUTRAL_CONFIG, Cancel, Git, GitFailed, sync_dirs, sync_tree
 
 DAEMON_REF = "refs/heads/daemon"
 LOST_PREFIX = "refs/lost/"
@@ -64,6 +64,14 @@ class HistoryCopy:
         env: dict[str, str | None] = {"GIT_TERMINAL_PROMPT": "0", "GIT_DIR": None, "GIT_INDEX_FILE": None}
         env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = _quoted(alternate) if alternate is not None else None
         return Git(["git", f"--git-dir={self.path}", *options], env, self.path, self.cancel)
+
+    def runner(self) -> Git:
+        """The copy's git, for a repair that reads from it (:mod:`layers.gitrepair`)."""
+        return self._git()
+
+    def refs(self) -> list[str]:
+        """Every reference whose history the copy keeps: the daemon's, and those of lost histories."""
+        return ([DAEMON_REF] if self.last() else []) + [lost.ref for lost in self.lost()]
 
     # -- reading
 
@@ -144,6 +152,7 @@ class HistoryCopy:
         private_dirs(self.path.parent)
         self._git().run("init", "--bare", "-q", str(self.path), killable=False)
         os.chmod(self.path, 0o700)
+        sync_tree(self.path)  # git init syncs nothing it writes
 
     def store(self, objects: Path, sha: str) -> None:
         """Copy commit ``sha`` (and all it reaches) from the object directory ``objects``, moving no reference.
@@ -162,6 +171,7 @@ class HistoryCopy:
         revs = "".join([f"{sha}\n", *(f"^{c}\n" for c in exclude)])
         pack = str(self.path / "objects" / "pack" / "pack")
         self._git(objects).run("pack-objects", "--revs", "-q", pack, input=revs.encode())
+        sync_dirs(self.path / "objects" / "pack")  # git synced the pack and its index, not their names
         self._stored = sha
 
     def _has(self, sha: str) -> bool:
@@ -193,6 +203,7 @@ class HistoryCopy:
                 if "cannot lock ref" in str(exc.stderr):
                     continue  # another memstrata process (the CLI's restore) moved it meanwhile: again
                 raise
+            self._sync_refs()
             self._merge_packs()
             return lost
         raise GitFailed("update-ref", 1, f"{DAEMON_REF} in {self.path} kept moving")
@@ -203,7 +214,12 @@ class HistoryCopy:
         if last is not None:
             self._record_lost(last)
             self._git().run("update-ref", "-d", DAEMON_REF, last, killable=False)
+            self._sync_refs()
         return last
+
+    def _sync_refs(self) -> None:
+        """The reference directories a ref update renamed into (git syncs the ref's file, not its name)."""
+        sync_dirs(self.path, self.path / "refs" / "heads", self.path / "refs" / "lost")
 
     def _descends(self, sha: str, ancestor: str) -> bool:
         status, _ = self._git().status("merge-base", "--is-ancestor", ancestor, sha)
@@ -214,9 +230,11 @@ class HistoryCopy:
             return
         ref = f"{LOST_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{sha[:12]}"
         self._git().run("update-ref", ref, sha, "0" * 40, killable=False)
+        self._sync_refs()
 
     def _merge_packs(self) -> None:
         packs = list((self.path / "objects" / "pack").glob("*.pack"))
         if len(packs) > _MAX_PACKS:
             # every object stays, reachable or not: the copy exists to lose nothing
             self._git().run("repack", "-a", "-d", "-q", "--keep-unreachable", killable=False)
+            sync_dirs(self.path / "objects" / "pack")

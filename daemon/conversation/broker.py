@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.conversation.access import AccessRecorder
+from daemon.conversation.checkpoint import Checkpointer
 from daemon.conversation.maintenance_jobs import Maintenance
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import Reads
@@ -83,6 +84,9 @@ class Broker:
         self.thread = StoreThread(
             store, Breaker(c.probe_interval_s), store_deadline(config), self.storage, on_change, pause
         )
+        # the store flushed and the write-ahead log trimmed, off the request path (daemon/conversation/checkpoint.py)
+        self.checkpointer = Checkpointer(self.thread.worker, lambda: self.thread.store, self.queue_access)
+        store.changed = self.checkpointer.changed
         self.access = AccessRecorder(self.thread)  # decay by use: counted on reads, written in batches
         self.reads = Reads(self.thread, self.registry, self.audit, self.tombstones, local_search, self.access.hit)
         drain = DrainRate()  # the replayer measures it, a queued write's answer reads it
@@ -95,6 +99,7 @@ class Broker:
             self.tombstones,
             self.storage,
             guard,
+            checkpointer=self.checkpointer,
             replay_rate=drain.rate,
             on_change=on_change,
         )
@@ -110,7 +115,7 @@ class Broker:
             c.probe_timeout_s,
             drain,
         )
-        self.maintenance = Maintenance(self.thread, lambda: self.config)
+        self.maintenance = Maintenance(self.thread, lambda: self.config, self.checkpointer)
         self._final_status: ConversationStatus | None = None  # what status() says once the queue is closed
 
     @property
@@ -120,6 +125,7 @@ class Broker:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        self.checkpointer.start()
         self.replayer.start()
         self.access.start()
 
@@ -140,6 +146,8 @@ class Broker:
         self.request_stop()
         prober_ended = self.replayer.join(max(0.0, deadline - time.monotonic()))
         self.access.stop(max(0.0, deadline - time.monotonic()) / 2)  # the hits not yet written, then the store closes
+        self.checkpointer.stop()
+        self.thread.worker.submit(self.checkpointer.checkpoint)  # the last one: what the log holds, flushed
         worker_ended = self.thread.close(max(0.0, deadline - time.monotonic()))
         self._final_status = self.status()
         self.audit.flush()  # the counts of refusals folded since their last line

@@ -8,12 +8,14 @@ undo restores) in one job on that thread: no agent's write comes between its par
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from daemon.conversation.checkpoint import Checkpointer
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.ops import consolidation, maintenance
 from daemon.shared.config import Config
@@ -28,9 +30,12 @@ MAINTENANCE_S = 600.0  # a backup or restore of a large store
 
 
 class Maintenance:
-    def __init__(self, thread: StoreThread, config: Callable[[], Config]) -> None:
+    def __init__(self, thread: StoreThread, config: Callable[[], Config], checkpointer: Checkpointer) -> None:
         self.thread = thread
         self.config = config  # the configuration in force (a reload replaces it)
+        # every change here is answered (and reported: RUN.json, cleanup's figures) only once the store has
+        # flushed it: a power cut never leaves a report saying more than the store holds
+        self.checkpointer = checkpointer
         self.consolidating: dict | None = None  # the run under way, for status: run, phase, done, total
         self._one_consolidation = threading.Lock()
 
@@ -93,6 +98,7 @@ class _BrokeredStore:
         self._not_stopping()
         thread = self.owner.thread
         self.owner.admin_call("delete", lambda: thread.store.delete_ids(ids))
+        self.owner.checkpointer.durable("cleanup")  # this page's deletes on disk before they are counted
 
     def states(self, ids: list[str]) -> dict[str, str]:
         thread = self.owner.thread
@@ -102,6 +108,7 @@ class _BrokeredStore:
         self._not_stopping()
         thread = self.owner.thread
         self.owner.admin_call("archive", lambda: thread.store.archive(ids, at))
+        self.owner.checkpointer.durable("archive")
 
     def _not_stopping(self) -> None:
         """A cleanup ends between pages when the daemon stops; running it again goes on from there."""
@@ -127,5 +134,13 @@ class _BrokeredConsolidation:
         return self.owner.admin_call("scan", lambda: StoreFace(thread.store).scan_points(limit, cursor, agent))
 
     def exclusive(self, fn: Callable[[StoreFace], T]) -> T:
+        """The batch as one job, then the store flushed: the report says ``applied``/``undone`` only after."""
         thread = self.owner.thread
-        return self.owner.admin_call("consolidate", lambda: fn(StoreFace(thread.store)), MAINTENANCE_S)
+        try:
+            result = self.owner.admin_call("consolidate", lambda: fn(StoreFace(thread.store)), MAINTENANCE_S)
+        except BaseException:  # a batch cut off half-way is flushed too: the report's ``applying`` describes it
+            with contextlib.suppress(Exception):
+                self.owner.checkpointer.durable("consolidation")
+            raise
+        self.owner.checkpointer.durable("consolidation")
+        return result

@@ -9,7 +9,6 @@ are refused (503).
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -214,7 +213,13 @@ class Reads:
         memory the caller may not read ends the walk there, unnamed.
         """
         registry = self.registry.current()
-        store = self.thread.store
+        thread = self.thread  # its store is read by each job when it runs (a reload may replace it meanwhile)
+
+        def predecessors(memory_id: str) -> Callable[[], list[dict]]:
+            return lambda: thread.store.predecessors(memory_id)
+
+        def fetched(memory_id: str) -> Callable[[], dict | None]:
+            return lambda: thread.store.get(memory_id)
 
         def readable(view: dict) -> bool:
             return may_read(registry, agent, view)
@@ -231,9 +236,7 @@ class Reads:
         seen = {memory_id}
         while frontier and len(back) < CHAIN_MAX:
             earlier = [
-                p
-                for p in self.thread.call("history", functools.partial(store.predecessors, frontier[0]))
-                if p["id"] not in seen and readable(p)
+                p for p in self.thread.call("history", predecessors(frontier[0])) if p["id"] not in seen and readable(p)
             ]
             frontier = frontier[1:] + [p["id"] for p in earlier]
             seen.update(p["id"] for p in earlier)
@@ -244,7 +247,7 @@ class Reads:
             following = view["superseded_by"]
             if following in seen or not is_uuid(following):
                 break
-            nxt = self.thread.call("history", functools.partial(store.get, following))
+            nxt = self.thread.call("history", fetched(following))
             if nxt is None or not readable(nxt):
                 break
             seen.add(following)
@@ -259,9 +262,9 @@ class Reads:
         links = {v["superseded_by"] for v in views if v.get("superseded_by")}
         if not links:
             return
-        store = self.thread.store
+        thread = self.thread
         try:
-            targets = self.thread.call("get", lambda: {i: store.get(i) for i in links if is_uuid(i)})
+            targets = self.thread.call("get", lambda: {i: thread.store.get(i) for i in links if is_uuid(i)})
         except StoreDown:
             targets = {}
         for view in views:

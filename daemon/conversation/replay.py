@@ -2,7 +2,11 @@
 
 One thread (``l4-probe``).  While the breaker is open it probes (a quick HTTP
 look at a remote server, then connect and ping on the store thread); once the
-store answers it replays the queue in order, exactly once by (owner, write_id): plain
+store answers it replays the queue in order, exactly once by (owner, write_id).  The queue is
+also the write-ahead log (layers/conversation/queue.py): what a crash left in it (applied or not,
+answered or not) is pending again at the start and replayed the same way, each write at its
+deterministic point id; a replayed row stays in the log, applied, until the checkpoint
+(daemon/conversation/checkpoint.py) has flushed the store past it.  Plain
 writes in batches (one lookup, one embedding call, one upsert each), inferred
 ones one by one in their place; a write the store refuses is set aside (kept,
 audited, shown in status) instead of blocking every write behind it.  While up,
@@ -103,6 +107,7 @@ class Replayer:
         self._batch_size = REPLAY_BATCH_MIN
         self.drain = drain or DrainRate()  # this drain's writes and busy seconds, for rate and time to go
         self.head_checked = False  # the queue's head at start may be in any earlier version's crash window
+        self._forcing = False  # re-applying what a crash left, with the breaker still open
         self._last_ping = 0.0
         self._prober = threading.Thread(target=self._probe_loop, name="l4-probe", daemon=True)
 
@@ -212,21 +217,52 @@ class Replayer:
         if (self.storage.error("store") or "").startswith("connect"):
             self.storage.succeeded("store")  # it opened; a write that still fails says so again
         self._last_ping = time.monotonic()
+        if not self._reapply_recovered():
+            return  # the store failed meanwhile: the breaker stays open, the next probe tries again
         if t.breaker.success():
             log.info("conversation store is reachable (%.1f ms)", self.rtt_ms)
             self.on_change()
 
+    def _reapply_recovered(self) -> bool:
+        """Before the store is let in: the log up to the last row a crash left applied or claimed, applied.
+
+        Those rows were answered as written (a direct add) or already visible (a replayed one), so nothing
+        may read the store without them: the breaker stays open (searches answer from L3, adds are
+        logged) until they are back, each at its deterministic id (found, not written twice, when the
+        store kept it).  Pending rows after the last of them were answered ``queued`` and never applied:
+        they replay as usual, after.  False when the store failed.
+        """
+        queue = self.queue.queue
+        upto = queue.recovered_upto
+        if not upto:
+            return True
+        self._forcing = True
+        try:
+            while not self.thread.stopping:
+                head = queue.peek(1)
+                if not head or head[0].seq > upto:
+                    break
+                if not self._replay():
+                    return False
+        finally:
+            self._forcing = False
+        log.info("write-ahead log: %d writes a crash left unflushed applied again before serving", queue.recovered)
+        queue.recovered = queue.recovered_upto = 0
+        return True
+
     def _ping(self) -> None:
         try:
-            self.rtt_ms = self.thread.call("ping", self.thread.store.ping)
+            self.rtt_ms = self.thread.call("ping", lambda: self.thread.store.ping())  # the store when it runs
         except StoreDown:
             return
         self._last_ping = time.monotonic()
 
     # ------------------------------------------------------------ replay
 
-    def _replay(self) -> None:
-        """The next batch of queued writes, oldest first, each exactly once; stops at the first failure."""
+    def _replay(self) -> int:
+        """The next batch of queued writes, oldest first, each exactly once; stops at the first failure.
+
+        Returns how many writes left the pending state (applied, found, or set aside)."""
         items = self.queue.queue.peek(self._batch_size)
         started = time.monotonic()
         handled = 0
@@ -256,6 +292,7 @@ class Replayer:
                 self.drain.handled / max(self.drain.busy_s, 1e-6),
             )
             self.drain.end()
+        return handled
 
     def _replay_plain(self, items: list[QueuedWrite]) -> int:
         """``infer=False`` writes as one batch; how many left the queue (all of them unless the store failed)."""
@@ -277,7 +314,9 @@ class Replayer:
             suspects.add(readable[0][1].write_key)
         deadline = t.deadline_s + REPLAY_PER_WRITE_S * len(records)
         try:
-            results = t.call("replay", lambda: t.store.add_batch(records, suspects), deadline, patient=True)
+            results = t.call(
+                "replay", lambda: t.store.add_batch(records, suspects), deadline, patient=True, force=self._forcing
+            )
         except StoreDown as exc:
             if not t.stopping:
                 self.queue.note(readable[0][0].write_id, readable[0][0].agent_id, str(exc))
@@ -297,14 +336,15 @@ class Replayer:
             if result.event == "REFUSED":
                 self._set_aside(item, result.reason)
                 continue
-            done.append((item.write_id, item.agent_id))
+            done.append(item.seq)
             if result.event == "EXISTS":
                 self.skipped += 1
             else:
                 self.replayed += 1
         self.storage.succeeded("store")
-        if not self.storage.attempt("queue", lambda: queue.done_many(done), path=queue.path):
-            return handled  # written, still queued: replaying them again replaces the same points
+        # applied, not yet flushed: the rows stay in the log until a checkpoint has flushed the store past them
+        if not self.storage.attempt("queue", lambda: queue.applied(done), path=queue.path):
+            return handled  # written, still queued: replaying them again finds the same points
         return handled + len(readable)
 
     def _replay_inferred(self, items: list[QueuedWrite]) -> int:
@@ -313,7 +353,9 @@ class Replayer:
         for handled, item in enumerate(items):
             try:
                 record = NewMemory(**item.request)
-                results = t.call("replay", functools.partial(self.write, record, True), patient=True)
+                results = t.call(
+                    "replay", functools.partial(self.write, record, True), patient=True, force=self._forcing
+                )
             except TypeError as exc:
                 self._set_aside(item, f"unreadable queued request: {describe_error(exc)}")
                 continue
@@ -328,7 +370,7 @@ class Replayer:
                     )
                 return handled
             self.storage.succeeded("store")
-            done = functools.partial(queue.done, item.write_id, item.agent_id)
+            done = functools.partial(queue.applied, [item.seq])  # the log forgets it after the next checkpoint
             if not self.storage.attempt("queue", done, path=queue.path):
                 return handled  # written, still queued: the next replay finds its write_id in the store
             if results and all(r.get("event") == "EXISTS" for r in results):

@@ -57,12 +57,16 @@ class StoreThread:
         self.worker = StoreWorker()
         self.pause = pause  # before a write's embedding: a flood's write makes way (daemon/api/fairness.py)
 
-    def call(self, what: str, fn: Callable[[], T], deadline: float | None = None, patient: bool = False) -> T:
+    def call(
+        self, what: str, fn: Callable[[], T], deadline: float | None = None, patient: bool = False, force: bool = False
+    ) -> T:
         """Run ``fn`` on the store's thread; raise StoreDown (and open the breaker) when it fails.
 
         ``patient``: time queued behind other store jobs does not count (see :meth:`daemon.shared.jobs.Jobs.wait`).
+        ``force``: run it with the breaker still open (the probe re-applying the write-ahead log before it
+        lets requests in: daemon/conversation/replay.py).
         """
-        if not self.breaker.closed:
+        if not self.breaker.closed and not force:
             raise StoreDown(self.down_reason())
         deadline = self.deadline_s if deadline is None else deadline
         future = self.worker.submit(fn, deadline)
@@ -134,9 +138,10 @@ class StoreThread:
 
         def swap() -> None:
             old_store = self.store
+            old_store.retire()  # first: its files are free before anything can open them again
             self.store = ConversationStore(settings, embedder, dim)
             self.store.decay = old_store.decay
-            old_store.close()
+            self.store.changed = old_store.changed
 
         self.worker.submit(swap)
         self.fatal = ""  # a store refused for its configuration gets another chance

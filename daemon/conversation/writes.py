@@ -10,6 +10,16 @@ A write_id is its owner's (layers/conversation/write_ids.py): it is looked up, q
 as ``(agent, write_id)``, so another agent's equal write_id is neither found nor revealed.
 Updates and deletes are never queued: whose a memory is, and what it says now,
 can only be read from the store, so while it is down they are refused (503).
+
+Acknowledged means durable (issue 45), and each path chooses how:
+
+- ``add`` (direct, queued, replayed): logged first in the write-ahead log (the durable queue,
+  synced, group-committed) and applied at a deterministic point id, so the log replays it
+  idempotently after a crash; answered without waiting for the store's flush, which the
+  checkpoint makes later (daemon/conversation/checkpoint.py) before the row leaves the log;
+- update, delete, delete_all, restore, supersede (and a dedup merge): not logged (they need the
+  store as it is now): answered after ``checkpointer.durable()``, a store flush shared by every
+  caller waiting at the time.  Their audit lines follow the store change, never precede it.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from datetime import datetime, timezone
 
 import apsw
 
+from daemon.conversation.checkpoint import Checkpointer
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import Reads, audit_denied, checked_filters
 from daemon.conversation.store_thread import StoreDown, StoreThread
@@ -38,7 +49,6 @@ from daemon.shared.errors import (
 from daemon.shared.guard import SecretGuard
 from daemon.shared.limits import MAX_MEMORY_TEXT_CHARS
 from daemon.shared.storage import StorageHealth, is_storage_error
-from daemon.shared.storage import describe as describe_storage
 from layers.conversation import validity
 from layers.conversation.cleanup import Selection
 from layers.conversation.metadata import MetadataError, check_entity_id, check_metadata, strings
@@ -139,6 +149,7 @@ class Writes:
         tombstones: Tombstones,
         storage: StorageHealth,
         guard: Callable[[], SecretGuard],
+        checkpointer: Checkpointer,
         replay_rate: Callable[[], float | None],
         on_change: Callable[[], None],
     ) -> None:
@@ -150,6 +161,7 @@ class Writes:
         self.tombstones = tombstones
         self.storage = storage
         self.guard = guard
+        self.checkpointer = checkpointer  # durable(): a change the log cannot replay waits for the store's flush
         self.replay_rate = replay_rate
         self.on_change = on_change
         # conversation.* settings, replaced by a reload (see Broker.reconfigure)
@@ -258,39 +270,81 @@ class Writes:
             return {**answer, **self._superseding(agent, record, supersedes, retry)}
         if retry and self.queue.contains(record.write_id, agent):
             return {**answer, **self._queued(record, "this write_id is already queued")}
-        attempted = False
-        depth = self.queue.depth()  # None: the queue cannot be read (a full disk kept it from opening)
-        if depth == 0 or (depth is None and self.queue.nothing_queued()):  # earlier queued writes go first
-            attempted = self.thread.breaker.closed
+        seq, ahead, logged = self._log(record)
+        if seq is not None and ahead:  # earlier queued writes go first
+            self.queue.queue.release(seq)
+            self._wake_replay()
+            return {**answer, **self._queued(record, "earlier writes are still queued")}
+        attempted = self.thread.breaker.closed
+        try:
             if not infer:  # with an LLM, mem0 embeds the facts it extracts, not the text
                 self.thread.embed_ahead(record.text)
-            try:
-                results = self.thread.call("add", lambda: self.write(record, check_first=retry))
-                self.storage.succeeded("store")
-                return {**answer, "queued": False, "results": results}
-            except StoreDown as exc:
-                reason = str(exc)
-        elif depth is None:
-            reason = "the write queue cannot be read, so earlier writes may be waiting in it"
-        else:
-            reason = "earlier writes are still queued"
+            results = self.thread.call("add", lambda: self.write(record, check_first=retry or not logged))
+        except StoreDown as exc:
+            if not logged:
+                raise NotStoredError(
+                    f"not stored: {exc}, and the write-ahead log {self.queue.queue.path} cannot be written "
+                    f"({self.storage.error('queue') or 'see status'}); nothing was kept: write it again once there "
+                    "is space"
+                ) from None
+            if seq is not None:
+                self.queue.queue.release(seq)
+                if attempted or retry:  # it may be in the store already: replay looks it up by write_id first
+                    self.queue.note(record.write_id, agent, str(exc))
+            self._wake_replay()
+            return {**answer, **self._queued(record, str(exc))}
+        self.storage.succeeded("store")
+        if seq is not None:
+            self._settle(seq, results)
+        merged = any(r.get("event") == "UPDATE" for r in results)
+        if not logged or merged:
+            # not in the log (its disk refused it), or a dedup merge into an existing memory (an update,
+            # which the log cannot replay): durable only once the store has flushed it
+            self.checkpointer.durable("add")
+        if merged and seq is not None:
+            self.storage.attempt("queue", lambda: self.queue.queue.forget(seq), path=self.queue.queue.path)
+        return {**answer, "queued": False, "results": results}
+
+    def _log(self, record: NewMemory) -> tuple[int | None, int, bool]:
+        """The write in the write-ahead log, synced, before anything else: ``(seq, pending ahead, logged)``.
+
+        ``seq`` is the row this call claimed (None when ``(owner, write_id)`` was logged already: a
+        retry of a write in flight or applied, which then goes to the store as a lookup).  ``logged``
+        is False when the log's disk refused it: the write may still go to the store, and is then
+        answered only once the store has flushed it.
+        """
         queue = self.queue.queue
+        if not queue.opened and not self.queue.open():
+            return None, 0, False
         try:
-            queue.put(record.write_id, agent, asdict(record))
+            seq, ahead = queue.log(record.write_id, record.agent_id, asdict(record))
         except (apsw.Error, OSError) as exc:
             if not is_storage_error(exc):
                 raise
             self.storage.failed("queue", exc, path=queue.path)
-            raise NotStoredError(
-                f"not stored: {reason}, and the write queue {queue.path} cannot be written "
-                f"({describe_storage(exc)}); nothing was kept: write it again once there is space"
-            ) from None
+            return None, 0, False
         self.storage.succeeded("queue")
-        if attempted or retry:  # it may be in the store under mem0's random id: replay looks it up by write_id
-            self.queue.note(record.write_id, agent, reason)
+        return seq, ahead, True
+
+    def _settle(self, seq: int, results: list[dict]) -> None:
+        """After the store took the write: tell its log row what happened (from the caller's thread, so
+        the store thread never waits for the log's lock while a group commit syncs under it).
+
+        Applied: the row waits for the checkpoint that flushes the store past it (a checkpoint that
+        runs before this leaves the still-claimed row alone).  A NOOP (the memory was there already)
+        changed nothing to keep: the row goes at once, or a replay after a crash would write the text
+        the caller was told exists.  A dedup merge (UPDATE of an existing memory) is forgotten by the
+        caller once the store has flushed the update.
+        """
+        queue = self.queue.queue
+        if results and all(r.get("event") == "NOOP" for r in results):
+            self.storage.attempt("queue", lambda: queue.forget(seq), path=queue.path)
+        elif not any(r.get("event") == "UPDATE" for r in results):
+            queue.applied([seq], claimed=True)
+
+    def _wake_replay(self) -> None:
         self.thread.attention.set()
         self.on_change()
-        return {**answer, **self._queued(record, reason)}
 
     def _superseding(self, agent: str, record: NewMemory, old_id: str, retry: bool) -> dict:
         """Write ``record`` and mark ``old_id`` superseded by it, on the store thread, one after the other.
@@ -310,9 +364,9 @@ class Writes:
             )
         old = self._owned(agent, old_id, "supersede", readable_is_forbidden=False)
         _still_valid(old, old_id)
-        store = self.thread.store
 
         def write_and_supersede() -> list[dict]:
+            store = self.thread.store  # read when it runs: a reload may have replaced the store meanwhile
             current = store.get(old_id)  # again, where nothing can change it before the marking
             if current is None or current.get("agent_id") != agent:
                 raise NoSuchMemoryError(f"no memory {old_id}")  # deleted meanwhile: as missing as ever
@@ -337,6 +391,7 @@ class Writes:
                 "was queued, and if the new memory was written already, the same write_id again completes it"
             ) from None
         self.storage.succeeded("store")
+        self.checkpointer.durable("supersede")  # the pair is not in the log: answered once the store flushed it
         by = next((r["id"] for r in results if r.get("id") and r["id"] != old_id), None)
         if by is not None:
             self.audit.record(
@@ -362,6 +417,8 @@ class Writes:
             merged = self._dedup(record)
             if merged is not None:
                 return merged
+        if not record.infer:  # at its deterministic id: a replay of its log row finds it, never writes it twice
+            return store.add_plain(record, suspect=check_first)
         return store.add(record)
 
     def _dedup(self, record: NewMemory) -> list[dict] | None:
@@ -464,6 +521,7 @@ class Writes:
             self.thread.call("delete", lambda: self.thread.store.delete(memory_id))
         except StoreDown as exc:
             raise ConversationUnavailableError(not_changed(exc)) from None
+        self.checkpointer.durable("delete")
         self._deleted(agent, memory)
         return {"deleted": memory_id}
 
@@ -489,6 +547,7 @@ class Writes:
             self.thread.call("update", lambda: self.thread.store.update(memory_id, text, expiration))
         except StoreDown as exc:
             raise ConversationUnavailableError(not_changed(exc)) from None
+        self.checkpointer.durable("update")
         self.audit.record("memory_updated", agent=agent, memory_id=memory_id, owner=memory.get("agent_id"))
         updated = self.reads.fetch(memory_id) or {**memory, "memory": text}
         return {**updated, "event": "UPDATE", "previous_memory": memory.get("memory")}
@@ -513,6 +572,7 @@ class Writes:
             self.thread.call("restore", lambda: self.thread.store.restore_fields(memory_id, fields))
         except StoreDown as exc:
             raise ConversationUnavailableError(not_changed(exc)) from None
+        self.checkpointer.durable("restore")
         self.audit.record(
             "memory_restored", agent=agent, memory_id=memory_id, owner=memory.get("agent_id"), previous_state=state
         )
@@ -547,7 +607,10 @@ class Writes:
             try:
                 page, cursor = self.thread.call(
                     "delete_all",
-                    functools.partial(self.thread.store.scan, selection, 256, cursor if dry_run else None, wanted),
+                    # the store is read when the job runs (a reload may replace it while the job waits)
+                    functools.partial(
+                        lambda *args: self.thread.store.scan(*args), selection, 256, cursor if dry_run else None, wanted
+                    ),
                 )
             except StoreDown as exc:
                 raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
@@ -559,13 +622,19 @@ class Writes:
                 continue
             if not mine:
                 break
-            for memory in mine:
-                try:
-                    self.thread.call("delete", functools.partial(self.thread.store.delete, memory["id"]))
-                except StoreDown as exc:
-                    raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
-                self._deleted(agent, memory)
-                deleted.append(memory["id"])
+            gone: list[dict] = []
+            try:
+                for memory in mine:
+                    self.thread.call("delete", functools.partial(lambda i: self.thread.store.delete(i), memory["id"]))
+                    gone.append(memory)
+            except StoreDown as exc:
+                raise ConversationUnavailableError(not_changed(exc, len(deleted) + len(gone))) from None
+            finally:
+                if gone:  # on disk first, then the tombstones and the audit lines that say so
+                    self.checkpointer.durable("delete")
+                    for memory in gone:
+                        self._deleted(agent, memory)
+                        deleted.append(memory["id"])
             if len(mine) < len(page) or (not page and cursor):  # never loop on what the store did not delete
                 break
         if dry_run:  # a preview deletes nothing, and says so: "deleted" is what went, never what would

@@ -30,7 +30,7 @@ import git
 
 from daemon.shared.contracts import CommitProgress
 from daemon.shared.guard import Finding, SecretGuard
-from layers import daily
+from layers import daily, gitrepair
 from layers.gitrun import Cancelled, GitFailed
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class CommitOutcome:
     held: dict[str, list[Finding]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     rewritten: daily.Rewritten | None = None
+    repaired: daily.Repaired | None = None  # the repository was found broken (a power cut) and repaired
     error: BaseException | None = None
     cancelled: bool = False
     left: int = 0  # eligible files not committed (a stop, or an error after some batches)
@@ -126,6 +127,29 @@ class CommitJob:
 
     def __call__(self) -> CommitOutcome:
         outcome = CommitOutcome()
+        self._run(outcome)
+        if outcome.error is not None and outcome.repaired is None and gitrepair.looks_corrupt(outcome.error):
+            # a repository a power cut broke fails every commit: repaired from the history copy, then again
+            try:
+                outcome.repaired = self.repo.repair(thorough=True)
+            except (daily.RepoRefusedError, git.GitCommandError, GitFailed, OSError) as exc:
+                log.error("%s: the repository looks broken and could not be repaired: %s", self.agent_id, exc)
+            if outcome.repaired is not None and not outcome.repaired.left:
+                outcome.error = None
+                self._run(outcome)
+        if outcome.commits and not outcome.cancelled:  # a stop leaves it to the next start's check
+            newest = outcome.commits[-1].sha
+            lost = self.repo.keep(newest)
+            if lost is not None and outcome.rewritten is None:  # rewritten while this job ran
+                outcome.rewritten = daily.Rewritten(lost, None, newest, "the workspace's history changed meanwhile")
+        with self._lock:
+            outcome.left = self.total - self.done
+        return outcome
+
+    def _run(self, outcome: CommitOutcome) -> None:
+        """List, scan and commit in batches into ``outcome`` (an error or a stop ends it there)."""
+        with self._lock:
+            self.done = 0
         try:
             self.repo.ensure()
             outcome.rewritten = self.repo.history_check()
@@ -161,11 +185,3 @@ class CommitJob:
             outcome.cancelled = True
         except (daily.RepoBusyError, daily.RepoRefusedError, git.GitCommandError, GitFailed, OSError) as exc:
             outcome.error = exc
-        if outcome.commits and not outcome.cancelled:  # a stop leaves it to the next start's check
-            newest = outcome.commits[-1].sha
-            lost = self.repo.keep(newest)
-            if lost is not None and outcome.rewritten is None:  # rewritten while this job ran
-                outcome.rewritten = daily.Rewritten(lost, None, newest, "the workspace's history changed meanwhile")
-        with self._lock:
-            outcome.left = self.total - self.done
-        return outcome

@@ -142,6 +142,9 @@ class AgentTracker:
     #: Histories of this workspace found rewritten (kept in the daemon's copy), newest first.
     history_lost: list[LostHistory] = field(default_factory=list)
     _history_read: bool = field(default=False, repr=False)
+    #: What a power cut broke and the daemon put right (a repository repaired, an emptied file
+    #: refilled from HEAD), one line each, newest last: shown in status until the daemon stops.
+    recovered: list[str] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -496,6 +499,8 @@ class AgentTracker:
             self._give_daemon_files()
         if outcome.rewritten is not None:
             self._rewritten(outcome.rewritten)
+        if outcome.repaired is not None:
+            self.repaired(outcome.repaired, "when a commit met the damage")
         if outcome.error is not None or outcome.cancelled or outcome.left:
             first, last, immediate = job.marks
             if first is not None:
@@ -537,6 +542,64 @@ class AgentTracker:
         """Commit pending L1/L2 changes now, in this thread; on failure, back off and keep them pending."""
         job = self.begin_commit(now)
         return self.finish_commit(job, job(), now)
+
+    # ------------------------------------------------------------ after a power cut
+
+    def recover_after_unclean_stop(self) -> None:
+        """Before the first reconcile of a start after an unclean stop (daemon/files/recovery.py):
+        repair the repository when a cut broke it, refill memory files the cut emptied."""
+        try:
+            repaired = self.repo.repair(thorough=True)
+            if repaired is not None:
+                self.repaired(repaired, "after an unclean stop")
+            self._refill_emptied()
+        except (git.GitCommandError, GitFailed, daily.RepoRefusedError, OSError, ValueError) as exc:
+            self.last_error = _error_text(exc, self.workspace)
+            log.error("%s: could not check the repository after an unclean stop: %s", self.id, self.last_error)
+
+    def _refill_emptied(self) -> None:
+        """A memory file empty on disk while HEAD has a version with content: that version back."""
+        for change in self.repo.changes(PATHSPECS):
+            if change.kind != "modified" or not is_memory_path(change.path):
+                continue
+            try:
+                st = os.lstat(self.workspace / change.path)
+            except OSError:
+                continue
+            if (
+                st.st_size != 0
+                or not os.path.isfile(self.workspace / change.path)
+                or os.path.islink(self.workspace / change.path)
+            ):
+                continue
+            try:
+                content = self.repo.read_at("HEAD", change.path)
+            except ValueError:
+                continue
+            if not content or not daily.refill_if_empty(self.workspace, change.path, content):
+                continue
+            head = self.repo.resolve("HEAD")[:10]
+            line = (
+                f"REFILLED after an unclean stop: {change.path} was empty (the agent's last write of it never "
+                f"reached the disk); its committed version {head} ({len(content):,} bytes) is back"
+            )
+            self._said_recovered(line, "file_refilled", path=change.path, commit=head, size=len(content))
+
+    def repaired(self, repaired: daily.Repaired, when: str) -> None:
+        """A repository repaired (:meth:`recover_after_unclean_stop`, or a commit that met the damage)."""
+        line = f"REPAIRED {when}: {'; '.join(repaired.damage)}; {'; '.join(repaired.actions)}"
+        if repaired.left:
+            line += f"; STILL BROKEN: {repaired.left}"
+        self._said_recovered(
+            line, "repository_repaired", damage=repaired.damage, actions=repaired.actions, left=repaired.left
+        )
+        self.last_commit = None  # read again: HEAD may be back
+
+    def _said_recovered(self, line: str, event: str, **fields: object) -> None:
+        log.warning("%s: %s", self.id, line, extra={"event": event})
+        if self.audit is not None:
+            self.audit(event, agent=self.id, **fields)
+        self.recovered = [*self.recovered, line][-10:]
 
     # ------------------------------------------------------------ history
 
@@ -647,6 +710,7 @@ class AgentTracker:
             "refused": [{"path": p, "reason": r} for p, r in sorted(self.refused.items())],
             "committing": self.committing.progress if self.committing else None,
             "history_lost": self.history_lost,
+            "recovered": self.recovered,
             "commits_total": self.commits_total,
             "commit_failures_total": self.commit_failures_total,
         }
@@ -691,4 +755,8 @@ def make_tracker(
     """A tracker for ``agent``; ``record`` None keeps the processed-files record in memory only."""
     files = FileState(record, storage, agent.id)
     repo = workspace_repo(config, agent.workspace, agent.id)
+    if record is not None:  # the running daemon: its index.lock written down while held (recovery.py)
+        from daemon.files.recovery import lock_record
+
+        repo.lock_record = lock_record(config.paths.state_dir, agent.id)
     return AgentTracker(agent, repo, files, guard, settings_from(config), listeners, audit)

@@ -311,8 +311,10 @@ def run(ctx: click.Context) -> None:
     8 s, leaving what cannot finish for the next start; SIGHUP reloads the
     configuration.
     """
+    from daemon.service.loop import early_signals
     from layers import malloc
 
+    early_signals.install()  # a SIGHUP or SIGTERM while the daemon is built is applied, not fatal
     malloc.tune()  # before any thread starts: at most two malloc arenas, a fixed mmap threshold (layers/malloc.py)
 
     from daemon.api.app import SocketInUseError

@@ -276,6 +276,7 @@ def _agent_problems(a: AgentReport) -> list[str]:
     """Everything about one agent a person has to look at: what git or the index does not have,
     and why. Each line is said as the detail view says it."""
     lines = _history_lines(a)
+    lines += list(a.get("recovered") or [])  # after a power cut: a repository repaired, a file refilled
     for h in a.get("held_back") or []:
         lines.append(f"HELD BACK from git: {h['path']} line {h['line']} (never_store pattern {h['kind']!r})")
     for name in a.get("naming_violations") or []:

@@ -31,6 +31,7 @@ from typing import IO, Any, TypeVar
 from daemon.api.app import ApiServer
 from daemon.api.fairness import Courtesy
 from daemon.conversation.broker import Broker
+from daemon.files import recovery
 from daemon.files.agents import Agents
 from daemon.files.committer import Committer
 from daemon.files.provision import Provisioner
@@ -67,6 +68,7 @@ from daemon.shared.settings import (
 )
 from daemon.shared.storage import StorageHealth
 from daemon.shared.tokens import TokenStore
+from daemon.shared.workspaces import HISTORY_DIR
 from layers.conversation.store import ConversationStore
 from layers.ids import MAIN_AGENT
 from layers.local.index import ForeignFile, Identity
@@ -252,11 +254,19 @@ class MemoryDaemon:
                 "or set paths.workspace in the configuration"
             )
         self._acquire_state_lock()
+        unclean = recovery.begin_run(paths.state_dir)  # after a SIGKILL or a power cut: True
+        recovery.clear_stale_git_locks(paths.state_dir)  # the daemon's own dead commits' index.lock
+        if unclean:
+            log.warning("the previous run did not stop cleanly: checking every repository before the first commit")
+            recovery.clear_copy_locks(paths.state_dir / HISTORY_DIR)
         paths.agents_dir.mkdir(parents=True, exist_ok=True)
         self.provision.ensure_audit_dir()
         self.provision.ensure_admin_token()
         for agent in self.agents.discover():
             self.agents.add(agent)
+        if unclean:
+            for tracker in self.agents.all():
+                tracker.recover_after_unclean_stop()
         parts = self.parts
         if self.config.conversation.enabled:
             parts.broker = self._make_broker()

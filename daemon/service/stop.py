@@ -7,6 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from daemon.files import recovery
 from daemon.files.reconcile import iso
 from daemon.shared.settings import SNAPSHOT_FILE
 from layers.fsutil import atomic_write
@@ -120,6 +121,8 @@ class Shutdown:
             atomic_write(self.current.config.paths.state_dir / SNAPSHOT_FILE, json.dumps(snapshot, ensure_ascii=False))
         except OSError as exc:
             log.warning("could not save the last status: %s", exc)
+        if not self.left_running:  # a clean stop: the next start skips the after-a-cut checks
+            recovery.end_run(self.current.config.paths.state_dir)
         log.info("stopped in %.1f s", time.monotonic() - budget.started)
 
     def final_commits(self, deadline: float) -> None:

@@ -13,6 +13,10 @@ does not fill the disk either: an event identical to one written less than
 :data:`FOLD_WINDOW_S` ago is counted, not written, and the count goes out as one
 line (``"repeated": N``) when the window has passed (or the daemon stops).
 
+Each append is fdatasync'd before the call returns, and a new day's file has its directory synced:
+these are rare events (refusals, changes), and a change's line is written only after the change is
+on disk (daemon/conversation/writes.py), so after a power cut the log never says more than the store.
+
 Who acted: an event written while the API serves a request names the request's caller as
 ``"actor"`` (:func:`acting_for`): the agent itself, or ``"admin as beta"`` when the administrator's
 token acted as agent beta (``memstrata delete ID --agent beta`` as root).  Before, such a delete
@@ -39,6 +43,7 @@ from daemon.shared.guard import SecretGuard
 from daemon.shared.terminal import escape_json_controls
 from daemon.shared.tokens import ADMIN
 from layers import safefs
+from layers.fsutil import fsync_dir
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
@@ -165,15 +170,23 @@ class AuditLog:
             return
         text = "".join(escape_json_controls(json.dumps(e, ensure_ascii=False, default=str)) + "\n" for e in entries)
         when = datetime.fromisoformat(entries[-1]["time"])
+        path = self.path_for(when)
+        new_file = not path.exists()
         try:
             if self._confine is not None:
-                rel = self.path_for(when).relative_to(self._confine).as_posix()
+                rel = path.relative_to(self._confine).as_posix()
                 with safefs.open_append(self._confine, rel) as fh:
                     fh.write(text.encode("utf-8", errors="backslashreplace"))
+                    fh.flush()
+                    os.fdatasync(fh.fileno())
             else:
                 self.directory.mkdir(parents=True, exist_ok=True, mode=0o750)
-                with open(self.path_for(when), "a", encoding="utf-8", errors="backslashreplace") as fh:
+                with open(path, "a", encoding="utf-8", errors="backslashreplace") as fh:
                     fh.write(text)
+                    fh.flush()
+                    os.fdatasync(fh.fileno())
+            if new_file:  # the day's file: its name synced too
+                fsync_dir(path.parent)
         except OSError as exc:
             log.error("audit log %s not written (%s): %s", self.directory, exc.strerror, entries[-1].get("event"))
 

@@ -198,6 +198,7 @@ class AgentReport(TypedDict, total=False):
     refused: list[PathReason]
     committing: CommitProgress | None
     history_lost: list[LostHistory]  # newest first
+    recovered: list[str]  # what a power cut broke and the daemon put right, newest last (daemon/files/recovery.py)
     commits_total: int  # since the daemon started
     commit_failures_total: int  # failed commit attempts since the daemon started
     index: IndexReport

@@ -10,6 +10,7 @@ works over the Edge shard and over a remote Qdrant collection alike.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
@@ -103,7 +104,15 @@ class StoreFace:
         self.store.delete_ids(list(ids))
 
     def exclusive(self, fn: Callable[[StoreFace], T]) -> T:
-        return fn(self)
+        """``fn`` at once, then the store flushed: the caller writes ``applied`` only once it is on disk."""
+        try:
+            result = fn(self)
+        except BaseException:  # a batch cut off half-way is flushed too: the report's ``applying`` describes it
+            with contextlib.suppress(Exception):
+                self.store.flush()
+            raise
+        self.store.flush()
+        return result
 
 
 def _vector(value) -> list[float] | None:

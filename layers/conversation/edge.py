@@ -111,7 +111,20 @@ _SCHEMAS = {KEYWORD: qe.PayloadSchemaType.Keyword, FLOAT: qe.PayloadSchemaType.F
 
 
 class EdgeLockedError(RuntimeError):
-    """The shard is open elsewhere (another process, or another handle in this one)."""
+    """The shard is open elsewhere (another process, or another handle in this one).
+
+    ``here``: the holder is another handle of this process.  That is never an operator's mistake but
+    a handle not yet closed (a store being replaced by a reload): worth trying again, never fatal.
+    """
+
+    def __init__(self, message: str, here: bool = False) -> None:
+        super().__init__(message)
+        self.here = here
+
+
+# The shard paths this process holds open (resolved): tells "another handle here" from "another process".
+_HELD_HERE: set[str] = set()
+_HELD_LOCK = threading.Lock()
 
 
 class EdgeError(RuntimeError):
@@ -158,11 +171,17 @@ class EdgeCollection:
         self.min_free = min_free
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock_fd = os.open(str(self.path) + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._held_key = os.path.realpath(str(self.path) + LOCK_SUFFIX)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._lock_fd)
-            raise EdgeLockedError(f"the embedded store at {self.path} is open in another process or handle") from None
+            with _HELD_LOCK:
+                here = self._held_key in _HELD_HERE
+            holder = "another handle of this process" if here else "another process or handle"
+            raise EdgeLockedError(f"the embedded store at {self.path} is open in {holder}", here=here) from None
+        with _HELD_LOCK:
+            _HELD_HERE.add(self._held_key)
         self._work = self.path.parent / WORK_DIR
         self._gens = self.path.parent / GEN_DIR
         self._next_link = self.path.parent / f"{self.path.name}{NEXT_LINK_SUFFIX}"
@@ -186,6 +205,8 @@ class EdgeCollection:
             self._live_dir = self._current()  # the generation the engine has open
             self._shard = self._open()
         except BaseException:
+            with _HELD_LOCK:
+                _HELD_HERE.discard(self._held_key)
             os.close(self._lock_fd)
             raise
 
@@ -549,6 +570,8 @@ class EdgeCollection:
             self._shard = None
             if self._remover is not None:
                 self._remover.join()
+            with _HELD_LOCK:
+                _HELD_HERE.discard(self._held_key)
             os.close(self._lock_fd)
 
     @property

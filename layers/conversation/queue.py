@@ -1,11 +1,28 @@
-"""The durable write queue: memories written while the store is unreachable.
+"""The durable write queue, and the L4 write-ahead log: no acknowledged write lives only in memory.
 
 Engram lost queued writes on a lock timeout; here a write is committed to SQLite
-(``synchronous=FULL``) before the caller hears "queued", so neither SIGKILL nor
-a power cut loses it.  Entries leave the queue only after the store has the
-memory; replay is in write order, and each entry carries a ``write_id`` that
-the store records, so a replay interrupted between "written" and "removed"
-finds the memory already there and does not write it twice.
+(``synchronous=FULL``) before the caller hears anything, so neither SIGKILL nor
+a power cut loses it.  Every ``add`` is logged here first (issue 45), whether the
+store takes it at once or later: the Edge shard and mem0's history are flushed
+seldom (a flush costs 9-40 ms holding the GIL), so this log is what makes an
+answered write durable.  A row is in one of three states:
+
+- ``pending`` (0): to be applied by the replay, in write order (a write queued while the
+  store was down, or left over by a crash);
+- ``claimed`` (1): a live request is applying it itself (the replay leaves it alone);
+- ``applied`` (2): in the store, not yet flushed there: removed by the next checkpoint
+  (daemon/conversation/checkpoint.py), only once the store has flushed past it.  A row a request
+  applied itself stays ``claimed`` on disk and is noted applied in memory (no commit on the
+  request's way); a crash turns it pending again like any other.
+
+Opening the log turns every row back to ``pending``: whatever a crash left (applied but not
+flushed, claimed but never answered) is applied again, idempotently (deterministic point ids,
+layers/conversation/write_ids.py, and a lookup by write_id), before the queue counts as drained.
+Every commit is synced (``synchronous=FULL``); a request's own rows change state in memory only,
+so an add costs one group-committed sync.
+
+Appends are group-committed (layers/conversation/group_commit.py): concurrent writers share one
+fdatasync.  Each entry carries a ``write_id``, its owner's (layers/conversation/write_ids.py).
 
 A write the store refuses (a 4xx, mem0's validation: the request's fault, not
 the link's) would block every write behind it for ever; it is moved aside into
@@ -17,13 +34,17 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import apsw
 
+from layers.conversation.group_commit import GroupCommit
 from layers.fsutil import create_private_file, private_dirs, tighten_sqlite
+
+PENDING, CLAIMED, APPLIED = 0, 1, 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS writes (
@@ -34,6 +55,7 @@ CREATE TABLE IF NOT EXISTS writes (
     enqueued_at REAL NOT NULL,
     attempts    INTEGER NOT NULL DEFAULT 0,
     last_error  TEXT NOT NULL DEFAULT '',
+    state       INTEGER NOT NULL DEFAULT 0,
     UNIQUE (agent_id, write_id)
 );
 CREATE TABLE IF NOT EXISTS set_aside (
@@ -59,6 +81,14 @@ def _unique_on_write_id_alone(db: apsw.Connection, table: str) -> bool:
     return False
 
 
+def _with_states(db: apsw.Connection) -> None:
+    """A queue of a version before the write-ahead log: every row it holds is pending (the default)."""
+    exists = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'writes'").fetchone()
+    columns = [row[1] for row in db.execute("PRAGMA table_info(writes)").fetchall()]
+    if exists and "state" not in columns:
+        db.execute("ALTER TABLE writes ADD COLUMN state INTEGER NOT NULL DEFAULT 0")
+
+
 def _owner_scoped(db: apsw.Connection) -> None:
     """Rebuild the tables of a queue whose write ids were global, keeping every row, its order and its seq.
 
@@ -79,7 +109,8 @@ def _owner_scoped(db: apsw.Connection) -> None:
             db.execute(f"ALTER TABLE {table} RENAME TO {table}_global_ids")
         db.execute(_SCHEMA)
         for table in old:
-            db.execute(f"INSERT INTO {table} SELECT * FROM {table}_global_ids")
+            columns = ", ".join(str(row[1]) for row in db.execute(f"PRAGMA table_info({table}_global_ids)").fetchall())
+            db.execute(f"INSERT INTO {table}({columns}) SELECT {columns} FROM {table}_global_ids")
             db.execute(f"DROP TABLE {table}_global_ids")
         if counter is not None:
             db.execute("DELETE FROM sqlite_sequence WHERE name = 'writes'")
@@ -105,6 +136,12 @@ class WriteQueue:
         self.path = path
         self._db: apsw.Connection | None = None
         self._lock = threading.Lock()
+        self._appends: GroupCommit[tuple[str, str, dict, int], tuple[int | None, int]] = GroupCommit(self._append_batch)
+        # rows a request applied itself (still claimed on disk): kept here, not written, until the checkpoint
+        # trims them; lost in a crash they are only claimed rows, which the next start applies again
+        self._applied_here: set[int] = set()
+        self.recovered = 0  # rows a crash left applied or claimed, made pending again at open
+        self.recovered_upto = 0  # the last of them (seq): the log up to it is applied again before serving
 
     @property
     def opened(self) -> bool:
@@ -133,7 +170,13 @@ class WriteQueue:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             _owner_scoped(db)
+            _with_states(db)
             db.execute(_SCHEMA)
+            with db:  # what a crash left applied-but-unflushed or claimed is applied again, looked up first
+                last = db.execute("SELECT max(seq) FROM writes WHERE state != ?", (PENDING,)).get
+                db.execute("UPDATE writes SET state = ?, attempts = attempts + 1 WHERE state != ?", (PENDING, PENDING))
+                self.recovered = db.changes()
+                self.recovered_upto = last if isinstance(last, int) else 0
             tighten_sqlite(self.path)  # side files an older version left 0644
         except BaseException:
             db.close()
@@ -142,14 +185,88 @@ class WriteQueue:
         return db
 
     def put(self, write_id: str, agent_id: str, request: dict) -> bool:
-        """Store a write durably; False when ``agent_id``'s ``write_id`` is already queued (a client retry)."""
+        """Store a write durably, pending; False when ``agent_id``'s ``write_id`` is already logged (a retry)."""
+        return self._appends.submit((write_id, agent_id, request, PENDING))[0] is not None
+
+    def log(self, write_id: str, agent_id: str, request: dict) -> tuple[int | None, int]:
+        """Log a write durably, claimed by the caller who applies it: ``(seq, pending writes before it)``.
+
+        ``seq`` is None when the write was logged already (a retry).  Returns only once the row is
+        synced (group commit: concurrent callers share one fdatasync).
+        """
+        return self._appends.submit((write_id, agent_id, request, CLAIMED))
+
+    def _append_batch(self, items: Sequence[tuple[str, str, dict, int]]) -> list[tuple[int | None, int]]:
+        """One transaction (one sync) for a group of appends: each row's seq (None where it was there
+        already) and how many pending rows go before it, read in the same transaction."""
+        now = time.time()
+        rows: list[tuple[int | None, int]] = []
         with self._lock, self._connection() as db:
-            db.execute(
-                "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at) VALUES (?, ?, ?, ?)",
-                (write_id, agent_id, json.dumps(request, ensure_ascii=False), time.time()),
-            )
-            added = db.changes() > 0
-        return added
+            for write_id, agent_id, request, state in items:
+                db.execute(
+                    "INSERT OR IGNORE INTO writes(write_id, agent_id, request, enqueued_at, state) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (write_id, agent_id, json.dumps(request, ensure_ascii=False), now, state),
+                )
+                seq = db.last_insert_rowid() if db.changes() > 0 else None
+                ahead = db.execute("SELECT count(*) FROM writes WHERE state = 0 AND seq < ?", (seq or 0,)).get
+                rows.append((seq, int(ahead) if isinstance(ahead, int) else 0))
+        return rows
+
+    def _commit(self, sql: str, rows: list[tuple]) -> None:
+        """A change of state, synced like every commit here.
+
+        Never ``synchronous=OFF``, even for a mark a crash could lose safely: a WAL checkpoint run under
+        it leaves the database file unsynced, and the WAL restarted after it no longer holds the synced
+        rows (an acknowledged write gone in a power cut).  A replayed row's ``applied`` must survive a
+        cut anyway: that row is then re-applied before the store serves, as a visible write must be.
+        """
+        with self._lock, self._connection() as db:
+            db.executemany(sql, rows)
+
+    def release(self, seq: int) -> None:
+        """A claimed row its caller could not apply (the store is down): pending, for the replay."""
+        self._commit("UPDATE writes SET state = ? WHERE seq = ? AND state = ?", [(PENDING, seq, CLAIMED)])
+
+    def applied(self, seqs: list[int], claimed: bool = False) -> None:
+        """Rows now in the store, not yet flushed there: the next checkpoint removes them.
+
+        ``claimed``: rows a request applied itself; nothing else would pick them up, so they are only
+        noted in memory (no commit on the request's way; after a crash a claimed row is re-applied before
+        the store serves).  Pending rows (the replay's) are marked on disk, synced (one commit per replay
+        batch): the replay never takes them again, and after a cut they too are re-applied before serving.
+        """
+        if claimed:
+            with self._lock:
+                self._applied_here.update(seqs)
+            return
+        self._commit("UPDATE writes SET state = ? WHERE seq = ?", [(APPLIED, s) for s in seqs])
+
+    def forget(self, seq: int) -> None:
+        """Remove a row at once, synced: its write changed nothing to keep (a NOOP: the memory existed)."""
+        with self._lock, self._connection() as db:
+            db.execute("DELETE FROM writes WHERE seq = ?", (seq,))
+
+    def applied_seqs(self) -> list[int]:
+        """Rows applied and waiting for a store flush (a checkpoint takes them before it flushes)."""
+        with self._lock:
+            rows = self._connection().execute("SELECT seq FROM writes WHERE state = ?", (APPLIED,)).fetchall()
+            here = sorted(self._applied_here)
+        return [r[0] for r in rows if isinstance(r[0], int)] + here
+
+    def trim(self, seqs: list[int]) -> None:
+        """After the store flushed past them: remove these applied rows, synced (once per checkpoint).
+
+        A removal lost to a cut would only replay them (found at their ids), but would hold the start."""
+        with self._lock, self._connection() as db:
+            db.executemany("DELETE FROM writes WHERE seq = ? AND state != ?", [(s, PENDING) for s in seqs])
+            self._applied_here.difference_update(seqs)
+
+    def unflushed(self) -> int:
+        """Rows applied or claimed, not yet covered by a store flush (0 after a checkpoint with no request
+        in flight)."""
+        with self._lock:
+            return self._connection().execute("SELECT count(*) FROM writes WHERE state != ?", (PENDING,)).get
 
     def put_many(self, writes: list[tuple[str, str, dict]]) -> int:
         """Store many ``(write_id, agent_id, request)`` in one commit (an import); how many were new."""
@@ -170,7 +287,7 @@ class WriteQueue:
                 self._connection()
                 .execute(
                     "SELECT seq, write_id, agent_id, request, enqueued_at, attempts, last_error FROM writes "
-                    "ORDER BY seq LIMIT ?",
+                    "WHERE state = 0 ORDER BY seq LIMIT ?",
                     (limit,),
                 )
                 .fetchall()
@@ -178,6 +295,7 @@ class WriteQueue:
         return [QueuedWrite(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
 
     def done(self, write_id: str, agent_id: str) -> None:
+        """Remove a row at once (synced): only for a write the store holds flushed (see :meth:`applied`)."""
         with self._lock, self._connection() as db:
             db.execute("DELETE FROM writes WHERE write_id = ? AND agent_id = ?", (write_id, agent_id))
 
@@ -236,14 +354,14 @@ class WriteQueue:
         with self._lock:
             row = (
                 self._connection()
-                .execute("SELECT 1 FROM writes WHERE write_id = ? AND agent_id = ?", (write_id, agent_id))
+                .execute("SELECT 1 FROM writes WHERE write_id = ? AND agent_id = ? AND state = 0", (write_id, agent_id))
                 .fetchone()
             )
         return row is not None
 
     def depth(self) -> int:
         with self._lock:
-            return self._connection().execute("SELECT count(*) FROM writes").get
+            return self._connection().execute("SELECT count(*) FROM writes WHERE state = 0").get
 
     def ahead_of(self, write_id: str, agent_id: str) -> int:
         """How many queued writes go before ``agent_id``'s ``write_id``."""
@@ -251,7 +369,7 @@ class WriteQueue:
             return (
                 self._connection()
                 .execute(
-                    "SELECT count(*) FROM writes WHERE seq < "
+                    "SELECT count(*) FROM writes WHERE state = 0 AND seq < "
                     "(SELECT seq FROM writes WHERE write_id = ? AND agent_id = ?)",
                     (write_id, agent_id),
                 )
@@ -260,7 +378,7 @@ class WriteQueue:
 
     def oldest_age_s(self, now: float | None = None) -> float | None:
         with self._lock:
-            oldest = self._connection().execute("SELECT min(enqueued_at) FROM writes").get
+            oldest = self._connection().execute("SELECT min(enqueued_at) FROM writes WHERE state = 0").get
         if oldest is None:
             return None
         return round((time.time() if now is None else now) - oldest, 1)

@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -294,6 +294,10 @@ class ConversationStore:
         self.import_progress: dict | None = None
         self.optimizer = None  # Edge only: when the shard's index is rebuilt (layers/conversation/optimizer.py)
         self.decay = DEFAULT_DECAY  # half-lives and ranking weight (layers/conversation/decay.py); set by the daemon
+        self.retired = False  # replaced by a reload (:meth:`retire`): never opened again
+        # told of every write (from the store thread): the checkpoint that flushes it is then due
+        # (daemon/conversation/checkpoint.py); carried over to the store a reload swaps in
+        self.changed: Callable[[], None] = lambda: None
 
     @property
     def connected(self) -> bool:
@@ -356,6 +360,8 @@ class ConversationStore:
             self.settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             return EdgeCollection(path, dim)
         except EdgeLockedError as exc:
+            if exc.here:  # a handle of ours not yet closed (a store a reload is replacing): try again later
+                raise StoreUnavailableError(f"connect: {exc}") from None
             raise StoreConfigError(f"{exc}; only the daemon may open it: go through its API") from None
         except (OSError, EdgeError) as exc:  # a full or read-only disk: the store comes back when the disk does
             raise StoreUnavailableError(f"connect: {describe_error(exc)}") from exc
@@ -515,6 +521,39 @@ class ConversationStore:
         self._client = self._mem0 = self._entities = None
         self._edge_open = False
 
+    def flush(self) -> None:
+        """Everything written so far on disk: the Edge shards' segments and mem0's history (fsynced).
+
+        Edge's ``update`` syncs nothing and mem0's history commits with ``synchronous=NORMAL``: until
+        this runs, a power cut can take them.  Called by the checkpoint (daemon/conversation/checkpoint.py)
+        before the write-ahead log forgets the writes it covers, never per request (a flush holds the
+        GIL 9-40 ms on a small shard).  The history goes first: a cut between the two leaves an ADD row
+        whose point the log's replay writes again (under its own id), never a point without its row.
+        A remote server keeps its own writes (``wait=True``); only the history is ours there.
+        """
+        if self._mem0 is not None:
+            db = self._mem0.db
+            with _translate_errors("flush"), getattr(db, "_lock", nullcontext()):
+                db.connection.execute("PRAGMA wal_checkpoint(FULL)")
+        if not self.settings.on_edge:
+            return
+        with _translate_errors("flush"):
+            if self._client is not None:
+                self._client.flush()
+            if self._entities is not None and self._entities.opened:
+                self._entities.shard.flush()
+
+    def retire(self) -> None:
+        """Close for good: this store was replaced (a reload), and another object now owns its files.
+
+        A closed store reopens on its next call (a failed connect, a failed batch close it to reload
+        from disk); a retired one refuses instead.  A job that captured this object before the swap and
+        runs after it would otherwise reopen the shard and hold its lock for ever, and the store that
+        replaced it could never connect (issue 45: a SIGHUP right after start left L4 off).
+        """
+        self.retired = True
+        self.close()
+
     def _require(self):
         if not self.connected:
             self.connect()
@@ -522,6 +561,8 @@ class ConversationStore:
 
     def _client_only(self):
         """The Qdrant client without mem0 (listing, cleanup, backups need no embedder)."""
+        if self.retired:
+            raise StoreUnavailableError("the conversation store was replaced by a reload: try again")
         if self._client is None:
             prepare_mem0_environment(self.settings.data_dir)
             self._client = self._make_client()
@@ -583,8 +624,25 @@ class ConversationStore:
                 expiration_date=memory.expiration_date,
                 infer=memory.infer,
             )
+        self.changed()
         self.upkeep()
         return [{"id": r.get("id"), "event": r.get("event"), "memory": r.get("memory")} for r in result["results"]]
+
+    def add_plain(self, memory: NewMemory, suspect: bool = False) -> list[dict]:
+        """An ``infer=False`` write at its deterministic point id (``point_id_of(owner, write_id)``): once.
+
+        The direct path and the replay of the write-ahead log (layers/conversation/queue.py) write the
+        same point, so a write applied, lost to a power cut before the shard's flush, and applied again
+        from the log is one memory, never two (mem0's own ``add`` would pick a random id each time).
+        ``suspect``: it may already be stored under a random id (a direct add of an older version, a
+        retry): looked up by its write_id too.  StoreRequestError when mem0 would refuse it.
+        """
+        result = self.add_batch([memory], [memory.write_key] if suspect else ())[0]
+        if result.event == "REFUSED":
+            raise StoreRequestError(result.reason)
+        if result.event == "EXISTS":
+            return [{"id": i, "event": "EXISTS"} for i in result.ids]
+        return [{"id": i, "event": "ADD", "memory": memory.text} for i in result.ids]
 
     def embed_ahead(self, text: str, query: bool = False) -> None:
         """Embed, on the calling thread, what the next write (a passage) or search (a query) of ``text`` needs.
@@ -615,7 +673,7 @@ class ConversationStore:
         if not keys:
             return {}
         if self.settings.on_edge:
-            return self._find_writes_on_edge(keys)
+            return self._find_writes_on_edge(keys, by_filter)
         from qdrant_client import models
 
         client = self._client_only()
@@ -655,8 +713,12 @@ class ConversationStore:
                 if offset is None:
                     return found
 
-    def _find_writes_on_edge(self, keys: Sequence[WriteKey]) -> dict[WriteKey, list[str]]:
-        """By derived id (and legacy id) first, then every other key by the indexed ``write_id``/``agent_id``."""
+    def _find_writes_on_edge(
+        self, keys: Sequence[WriteKey], by_filter: Collection[WriteKey] | None = None
+    ) -> dict[WriteKey, list[str]]:
+        """By derived id (and legacy id) first, then the keys of ``by_filter`` (None: all) not found so by the
+        indexed ``write_id``/``agent_id``: a write made at its derived id needs no filtered scroll (a direct add
+        under load paid one per write), only one that may sit at mem0's random id (a suspect) does."""
         shard = self._edge()
         if shard is None:
             return {}
@@ -667,7 +729,7 @@ class ConversationStore:
                 key = owner_of(candidates[hit.id], hit.payload)
                 if key is not None:
                     found.setdefault(key, []).append(hit.id)
-            rest = [k for k in keys if k not in found]
+            rest = [k for k in (keys if by_filter is None else by_filter) if k not in found]
             wanted = set(rest)
             conditions = {
                 "write_id": {"in": sorted({w for _, w in rest})},
@@ -718,6 +780,7 @@ class ConversationStore:
                 vectors = mem0.embedding_model.embed_batch([m.text for m, _ in todo], "add")
                 with self._one_commit():
                     mem0.vector_store.insert(vectors=vectors, ids=ids, payloads=payloads)
+            self.changed()
             history = [
                 {
                     "memory_id": memory_id,
@@ -962,6 +1025,7 @@ class ConversationStore:
         mem0, _ = self._require()
         with _translate_errors("delete"):
             mem0.delete(memory_id)
+        self.changed()
         self.upkeep()
 
     def count(self) -> int:
@@ -1004,6 +1068,7 @@ class ConversationStore:
         """Delete a batch of points in one request (the seed's script built this call wrongly)."""
         if not ids:
             return
+        self.changed()
         if self.settings.on_edge:
             shard = self._edge()
             if shard is not None:
@@ -1033,6 +1098,7 @@ class ConversationStore:
             options = {"expiration_date": expiration[0]}
         with _translate_errors("update"):
             mem0.update(memory_id, text=text, metadata=metadata, **options)
+        self.changed()
         self.upkeep()
 
     # ------------------------------------------------------------ validity (layers/conversation/validity.py)
@@ -1061,6 +1127,7 @@ class ConversationStore:
         if current is None:
             return False
         payload = validity.restored_payload(current, fields)
+        self.changed()
         if self.settings.on_edge:
             shard = self._edge()
             with _translate_errors("restore"):
@@ -1090,6 +1157,7 @@ class ConversationStore:
         if not current:
             return 0
         updates = {i: merged_access(p, *batch[i]) for i, p in current.items()}
+        self.changed()
         if self.settings.on_edge:
             shard = self._edge()
             with _translate_errors("access"):
@@ -1143,6 +1211,7 @@ class ConversationStore:
         return {str(p.id): p.payload or {} for p in points}
 
     def _set_payload_of(self, ids: builtins.list[str], payload: dict[str, Any], what: str) -> None:
+        self.changed()
         if self.settings.on_edge:
             shard = self._edge()
             if shard is None:
@@ -1389,4 +1458,10 @@ class _Mem0Embedder:
     def embed_batch(self, texts, memory_action="add") -> list[list[float]]:
         if memory_action == "search":
             return [self.embed(t, "search") for t in texts]
-        return [v.tolist() for v in self._embedder.embed_passages(list(texts))]
+        vectors: list[list[float] | None] = [self._taken(t, False) for t in texts]  # embedded ahead
+        missing = [i for i, v in enumerate(vectors) if v is None]
+        if missing:
+            fresh = self._embedder.embed_passages([texts[i] for i in missing])
+            for i, vector in zip(missing, fresh, strict=True):
+                vectors[i] = vector.tolist()
+        return [v for v in vectors if v is not None]

@@ -151,7 +151,10 @@ def test_10k_backlog_survives_sigkill_mid_replay_exactly_once_in_order(tmp_path,
     assert written == order[: len(written)], "replay left a gap: queue order was not kept"
     assert remaining == order[len(order) - len(remaining) :], "the queue lost a write or its order"
     assert len(written) + len(remaining) >= len(order), "a write is neither stored nor queued"
-    assert 0 < len(remaining) < len(order), f"the SIGKILL did not land mid-replay ({len(remaining)} left)"
+    # replayed rows stay in the write-ahead log until a checkpoint has flushed the store past them
+    # (issue 45), so the log may still hold every write: the store must hold some, not all
+    assert 0 < len(written) < len(order), f"the SIGKILL did not land mid-replay ({len(written)} stored)"
+    assert remaining, "the log still holds what was not replayed"
     assert during["replay_rate_per_s"] and during["eta_s"] is not None, during
     in_both = len(written) + len(remaining) - len(order)  # stored, but killed before the queue forgot them
 

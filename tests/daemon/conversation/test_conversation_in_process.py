@@ -152,3 +152,25 @@ def test_a_reload_applies_retention_at_once_and_reconnects_to_another_collection
         wait_for(lambda: broker.status()["reachable"], timeout=60, what="the new store opens")
         assert broker.status()["collection"] == "second"
         assert first not in [m["id"] for m in _mine(broker, "main")], "another collection"
+
+
+def test_a_job_holding_the_store_a_reload_replaced_never_locks_out_the_new_one(service_root, embedder):
+    """Issue 45: a job that captured the store object before a reload's swap and ran after it reopened
+    the old Edge shard and held its lock for ever; the new store then failed to connect ("open in
+    another process or handle") and L4 stayed off until a restart.  A replaced store refuses now."""
+    from daemon.shared.config import load_config
+
+    enable(service_root, embedder)
+    with l4_service(service_root) as up:
+        broker = up.daemon.broker
+        first = broker.add("main", "written before the reload")["results"][0]["id"]
+        old = broker.thread.store
+        enable(service_root, embedder, qdrant={"timeout_s": 7})  # same shard, other settings: a reconnect
+        assert broker.reconfigure(load_config(service_root)) == ["conversation store (reconnected)"]
+        wait_for(lambda: broker.thread.store is not old, timeout=30, what="the swap ran")
+        with pytest.raises(StoreUnavailableError, match="replaced by a reload"):
+            broker.thread.worker.call(old.count, 30)  # on the store thread, the captured old store: refused
+        wait_for(lambda: broker.status()["reachable"], timeout=60, what=f"the new store opens: {broker.status()}")
+        assert not broker.status()["error"]
+        assert broker.get("main", first)["memory"] == "written before the reload"
+        assert broker.add("main", "written after the reload")["queued"] is False
