@@ -41,6 +41,32 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> None:
+    """fsync a file's data (and inode) by its path: one someone else wrote (``tarfile``, ``cp``) without syncing."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root`` (``root`` too), deepest first; symlinks are names only.
+
+    For a tree about to be renamed into place (a backup put back): a rename of a directory synced
+    before its contents could leave, after a power cut, the new name over files the disk never got.
+    A file that cannot be synced raises: the caller must not answer as if it were on disk.  (The
+    Edge optimize has its own copy, layers/conversation/edge.py ``_sync_tree``: its child process
+    runs with the standard library only.)
+    """
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            path = Path(directory, name)
+            if not path.is_symlink():
+                fsync_file(path)
+        fsync_dir(Path(directory))
+
+
 def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> None:
     """Write ``path`` so that a crash leaves either the old or the new content, never half.
 

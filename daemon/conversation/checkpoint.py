@@ -137,6 +137,19 @@ class Checkpointer:
                 self._dirty_since = time.monotonic()  # try again later
             self._cond.notify_all()
 
+    def replaced(self) -> None:
+        """On the store thread, after the store was replaced whole (a backup put back): remove the rows
+        applied to the store it replaced, synced.
+
+        They are its writes, not the backup's: left in the log, a crash before the next checkpoint
+        would re-apply them over the backup (the writes made after the backup back again).  Rows
+        still pending (answered ``queued``, never applied) stay: they are applied to the backup.
+        """
+        nothing: list[int] = []
+        applied = self.queue.read(self.queue.queue.applied_seqs, nothing)
+        if applied:
+            self.queue.storage.attempt("queue", lambda: self.queue.queue.trim(applied), path=self.queue.queue.path)
+
     def _submit_locked(self) -> None:
         if not self._queued:
             self._queued = True

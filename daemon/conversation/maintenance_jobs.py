@@ -74,9 +74,13 @@ class Maintenance:
         )
 
     def restore(self, archive: Path) -> dict:
+        """One job on the store thread: the backup's files put back synced (layers/conversation/backup.py),
+        the write-ahead log's rows of the replaced store removed, the store reopened; answered after."""
+
         def run() -> dict:
             store = self.thread.store
             result = maintenance.restore(store, archive)
+            self.checkpointer.replaced()
             store.connect()
             return result
 

@@ -22,6 +22,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from layers.fsutil import fsync_dir, fsync_file, sync_tree
+
 PREFIX = "conversation-"
 
 
@@ -52,7 +54,9 @@ def _publish(staging: Path, dest_dir: Path, name: str) -> Path:
         for path in sorted(staging.rglob("*")):
             tar.add(path, arcname=str(path.relative_to(staging)), recursive=False)
     partial.chmod(0o600)  # memories, private ones included
+    fsync_file(partial)  # a backup answered is one a power cut leaves whole, under its final name
     partial.replace(final)
+    fsync_dir(dest_dir)
     return final
 
 
@@ -92,6 +96,11 @@ def restore_embedded(archive: Path, data_dir: Path) -> Path:
 
     The current files are kept beside it (``qdrant.before-restore-…``), so a
     restore can itself be undone by hand.
+
+    Durable when it returns (issue 45): the extracted tree (the shards' files, mem0's history) is
+    synced, files and directories, before it is renamed into place, and ``data_dir`` after the
+    renames: a power cut after the answer finds the backup's store, never the new names over files
+    the disk did not get (a shard that does not load, an empty ``history.db``).
     """
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     with tempfile.TemporaryDirectory(dir=data_dir) as tmp:
@@ -107,6 +116,7 @@ def restore_embedded(archive: Path, data_dir: Path) -> Path:
             (staged / "edge").is_dir() or (staged / "qdrant" / "meta.json").is_file()
         ):
             raise NotABackupError(f"{archive} is not a memstrata backup of an embedded store")
+        sync_tree(staged)
         kept = data_dir / f"{layout}.before-restore-{_stamp()}"
         if (data_dir / layout).exists():
             (data_dir / layout).replace(kept)
@@ -115,6 +125,7 @@ def restore_embedded(archive: Path, data_dir: Path) -> Path:
             for stale in ("history.db-wal", "history.db-shm"):  # the replaced database's, not this one's
                 (data_dir / stale).unlink(missing_ok=True)
             (staged / "history.db").replace(data_dir / "history.db")
+        fsync_dir(data_dir)  # the renames (and the side files' removal) on disk before the answer
     return kept
 
 

@@ -192,7 +192,8 @@ class EdgeCollection:
         self._child: subprocess.Popen | None = None
         self._next: Path | None = None  # the generation being optimized (the copy), while an optimize runs
         self._journal: list | None = None  # the writes since the copy was taken, while an optimize runs
-        self._retired: tuple | None = None  # (shard, its directory) a swap replaced, closed by ``tidy``
+        # (shard, its directory or None: keep the files) a swap replaced, closed by ``tidy``
+        self._retired: tuple[Any, Path | None] | None = None
         self._child_started = 0.0  # time.monotonic() the child was started
         self._held_s = 0.0  # how long reads have held the child stopped
         self._holding = False  # inside ``reading``: the child is stopped already
@@ -511,8 +512,16 @@ class EdgeCollection:
 
         The live shard answers until the link is replaced (``<name>.next`` renamed over ``<name>``,
         atomic); before that a crash leaves the live generation the truth and the new one a leftover
-        for ``_recover``, after it the new one holds every acknowledged write (the journal's in its
-        WAL).  Nothing is renamed but the link, so the live shard need not be closed first.
+        for ``_recover``, after it the new one holds every acknowledged write.  Nothing is renamed but
+        the link, so the live shard need not be closed first.
+
+        A power cut must find the same (issue 45): the link may only name files the disk has.  So
+        before the rename the new generation is flushed (the journal's writes: the daemon's
+        checkpoint may already have trimmed its log of them, having flushed the live shard) and its
+        whole tree synced, files and directories (the ``cp`` copy and the child's rewrite: the child
+        synced them already, ``_optimize_child``, so this is mostly clean pages), and so is the
+        directory holding it; after the rename the link's directory is synced, and only then may
+        ``tidy`` remove the replaced generation.
         """
         _check_room(target, self.min_free)
         fresh = None
@@ -521,6 +530,9 @@ class EdgeCollection:
             for operation in journal:
                 _check_room(target, self.min_free)
                 _engine(lambda op=operation: fresh.update(op))
+            _engine(fresh.flush)
+            _sync_tree(target)
+            _fsync_dir(self._gens)  # the new generation's own name
             self._next_link.unlink(missing_ok=True)
             os.symlink(os.path.relpath(target, self.path.parent), self._next_link)
             os.rename(self._next_link, self.path)  # from here the new generation is the truth
@@ -531,9 +543,16 @@ class EdgeCollection:
             self._next_link.unlink(missing_ok=True)
             shutil.rmtree(target, ignore_errors=True)
             raise
-        self._retired = (self._shard, self._live_dir)
-        self._shard, self._live_dir = fresh, target
-        _fsync_dir(self.path.parent)  # the new link on disk (it already names what this handle serves)
+        replaced = self._shard
+        retired_dir: Path | None = self._live_dir
+        self._shard, self._live_dir = fresh, target  # the link already names what this handle serves
+        try:
+            _fsync_dir(self.path.parent)  # the new link on disk before the old generation may go
+        except OSError:
+            retired_dir = None  # closed by tidy, its files left to the next open's ``_recover``
+            raise
+        finally:
+            self._retired = (replaced, retired_dir)
 
     def tidy(self) -> None:
         """Close the shard a swap replaced and remove its generation (the files go in the background)."""
@@ -544,6 +563,8 @@ class EdgeCollection:
         with contextlib.suppress(Exception):
             _engine(shard.close)
         del shard, retired
+        if directory is None:  # its link's rename was never synced: ``_recover`` decides at the next open
+            return
         # The engine frees the replaced shard into malloc, which keeps it otherwise (+51 MB instead of
         # +102 MB at 50k, docs/memory.md).  Imported here: this file also runs as the optimize child's
         # script (``python -P edge.py``), which has only the standard library and the engine.
@@ -703,6 +724,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _sync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root`` (``root`` too), deepest first.
+
+    A generation the link is about to name must be on the disk whole, not in the page cache: ``cp``
+    and the engine write without syncing what they do not themselves rewrite.  Here, not in
+    layers/fsutil.py: the optimize child runs this file with the standard library only.
+    """
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            path = os.path.join(directory, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(directory))
+
+
 def _tail(path: Path) -> str:
     try:
         lines = path.read_text(errors="replace").strip().splitlines()
@@ -764,6 +805,7 @@ def _optimize_child(path: str, parent: int) -> int:
     shard.optimize()
     shard.flush()
     shard.close()
+    _sync_tree(Path(path))  # the heavy part of the swap's sync, here: off the daemon's store thread
     return 0
 
 

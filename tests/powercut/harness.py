@@ -27,12 +27,14 @@ Root only (loop devices, mounts): :data:`needs_loop_devices` skips elsewhere, sa
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +44,7 @@ import yaml
 from daemon.front.client import DaemonClient, DaemonUnavailableError
 from tests.helpers import seed_dictionary, wait_for
 
-IMAGE_SIZE = "384M"
+IMAGE_SIZE = "1G"  # a backup put back keeps the replaced store beside the restored one (unsparse WAL)
 MOUNT_OPTIONS = "commit=600,noauto_da_alloc"
 KILL_TIMEOUT_S = 10.0
 
@@ -229,6 +231,9 @@ class Ledger:
     commits: list[tuple[str, str]] = field(default_factory=list)
     #: memory id -> (agent, text expected, state expected: "valid" | "superseded" | "deleted")
     memories: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    #: checks of what an acknowledged report said (consolidation's RUN.json, cleanup's audit lines) against
+    #: the store after the cut: each returns the problems found (a report saying more than the store holds)
+    reports: list[Callable[[PowerCutRoot], list[str]]] = field(default_factory=list)
 
 
 class PowerCutRoot:
@@ -312,6 +317,8 @@ class PowerCutRoot:
         problems = self.fsck_all()
         problems += self.check_notes()
         problems += self.check_memories()
+        for check in self.ledger.reports:
+            problems += check(self)
         return problems
 
     def repositories(self) -> list[tuple[str, list[str]]]:
@@ -358,7 +365,12 @@ class PowerCutRoot:
         for memory_id, (agent, text, state) in self.ledger.memories.items():
             by_agent.setdefault(agent, []).append((memory_id, text, state))
         daemon = self.daemon
-        wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=90, what="the store reachable")
+        try:
+            wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=90, what="the store reachable")
+        except AssertionError as exc:
+            status = daemon.status()["conversation"]
+            why = {k: v for k, v in status.items() if k in ("reachable", "error", "state", "queue", "replay")}
+            return [f"{exc}: {json.dumps(why)[:1500]}"]
         for agent, expected in by_agent.items():
             with daemon.client(self.token(agent)) as client:
                 listed = _all_memories(client, agent)
@@ -381,6 +393,13 @@ class PowerCutRoot:
                 if len(same_text) != 1:
                     problems.append(f"text {text!r} of {agent} is stored {len(same_text)} times (ids {same_text})")
         return problems
+
+
+def all_memories(rig: PowerCutRoot, agent: str) -> list[dict]:
+    """Every memory of ``agent``'s as the daemon on the root lists it (superseded, archived ones too)."""
+    assert rig.daemon is not None
+    with rig.daemon.client(rig.token(agent)) as client:
+        return _all_memories(client, agent)
 
 
 def _all_memories(client: DaemonClient, agent: str) -> list[dict]:

@@ -4,6 +4,7 @@ root's ledger what was acknowledged (the cut and the checks are the caller's: a 
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import uuid
@@ -15,7 +16,7 @@ import yaml
 from layers import daily
 from layers.fsutil import atomic_write
 from tests.helpers import wait_for
-from tests.powercut.harness import PowerCutRoot
+from tests.powercut.harness import PowerCutRoot, all_memories
 
 
 def note_commit(rig: PowerCutRoot, agents: tuple[str, ...] = ("main", "a")) -> None:
@@ -152,6 +153,133 @@ def queued_then_replayed(rig: PowerCutRoot) -> None:
         rig.ledger.memories[memory["id"]] = ("a", text, "valid")
 
 
+# -- maintenance: consolidation, cleanup, a backup put back
+
+
+def admin(rig: PowerCutRoot, action: str, body: dict) -> dict:
+    """An administrator's maintenance request (the admin token), answered once it is done."""
+    assert rig.daemon is not None
+    with rig.daemon.client(timeout=120) as client:
+        return client.admin(action, body)
+
+
+def audit_lines(rig: PowerCutRoot, prefix: str) -> list[dict]:
+    """Every line of the audit files ``<prefix>-*.log`` (``paths.audit_dir``: the main workspace's)."""
+    folder = rig.workspace("main") / "logs" / "security"
+    lines = []
+    for path in sorted(folder.glob(f"{prefix}-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                lines.append(json.loads(line))
+            except ValueError:
+                lines.append({"unreadable": line[:200]})  # a line cut short: only an unsynced one may be
+    return lines
+
+
+def _duplicates(rig: PowerCutRoot) -> tuple[list[str], list[str]]:
+    """Three memories of a's that consolidation folds whatever the embedder: the same text up to its
+    punctuation (layers/conversation/consolidation_plan.py: an "exact" cluster; the write's own dedup,
+    which keeps punctuation, stores all three).  The adds are made old news: the cut is about the run."""
+    base = f"the cut {rig.disk.cuts} backup host is kestrel {uuid.uuid4().hex[:6]}"
+    texts = [base, f"{base}.", f"{base}!"]
+    ids = [added_id(add(rig, "a", text), rig, "a", text) for text in texts]
+    for memory, text in zip(ids, texts, strict=True):
+        rig.ledger.memories[memory] = ("a", text, "valid")
+    rig.disk.sync()
+    return ids, texts
+
+
+def _applied(rig: PowerCutRoot) -> dict:
+    """A consolidation of a's memories applied (max_share 1: the module's few memories are no refusal);
+    the ledger takes what its report says it superseded (any memory an earlier run left valid too)."""
+    answer = admin(rig, "consolidate", {"execute": True, "agent": "a", "max_share": 1.0})
+    assert answer["state"] == "applied", answer
+    report = json.loads(Path(answer["report"]).read_text())
+    for memory, payload in report["after"].items():
+        if memory in rig.ledger.memories and payload.get("superseded_by"):
+            agent, text, _ = rig.ledger.memories[memory]
+            rig.ledger.memories[memory] = (agent, text, "superseded")
+    return report
+
+
+def consolidation_apply(rig: PowerCutRoot) -> None:
+    ids, _ = _duplicates(rig)
+    report = _applied(rig)
+    folded = [memory for memory in ids if report["after"].get(memory, {}).get("superseded_by")]
+    assert len(folded) == 2, f"two of the three folded: {report['clusters']}"
+    rig.ledger.reports.append(functools.partial(_run_holds, report["run_id"], "applied", report["after"]))
+
+
+def consolidation_undo(rig: PowerCutRoot) -> None:
+    ids, texts = _duplicates(rig)
+    report = _applied(rig)
+    rig.disk.sync()  # the run is old news: the cut is about its undo
+    answer = admin(rig, "consolidate", {"undo": report["run_id"]})
+    assert answer["state"] == "undone" and answer["undo"]["restored"] == 2, answer
+    for memory, text in zip(ids, texts, strict=True):
+        rig.ledger.memories[memory] = ("a", text, "valid")
+    rig.ledger.reports.append(functools.partial(_run_holds, report["run_id"], "undone", {}))
+
+
+def _run_holds(run_id: str, state: str, after: dict[str, dict], rig: PowerCutRoot) -> list[str]:
+    """The run's RUN.json and audit line say ``state`` (acknowledged), and the store holds what its
+    ``after`` says each superseded memory points at (the ledger checks the states themselves)."""
+    path = rig.state_dir / "consolidation" / f"{run_id}.json"
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"consolidation {run_id}, acknowledged {state}: its report is unreadable ({exc})"]
+    problems = []
+    if report.get("state") != state:
+        problems.append(f"consolidation {run_id}, acknowledged {state}: its report says {report.get('state')}")
+    if not any(e.get("run_id") == run_id and e.get("state") == state for e in audit_lines(rig, "memory-consolidation")):
+        problems.append(f"consolidation {run_id}, acknowledged {state}: no audit line says so")
+    stored = {m["id"]: m for m in all_memories(rig, "a")}
+    for memory, payload in after.items():
+        wanted = payload.get("superseded_by")
+        if wanted and (stored.get(memory) or {}).get("superseded_by") != wanted:
+            problems.append(f"consolidation {run_id} superseded {memory} by {wanted}: the store says otherwise")
+    return problems
+
+
+def cleanup(rig: PowerCutRoot) -> None:
+    """Session memories (a type with a retention) removed by a forced cleanup (``max_age_days`` 0: a write
+    cannot be given an ``expires`` in the past); only a's session memories are selected, so nothing an
+    earlier operation acknowledged is touched."""
+    texts = [f"session note {i} before cut {rig.disk.cuts}" for i in range(3)]
+    ids = [added_id(add(rig, "a", text, type="session"), rig, "a", text) for text in texts]
+    rig.disk.sync()
+    answer = admin(rig, "cleanup", {"execute": True, "max_age_days": 0, "type": "session", "agent": "a"})
+    assert answer["deleted"] == len(ids) and not answer["errors"], answer
+    for memory, text in zip(ids, texts, strict=True):
+        rig.ledger.memories[memory] = ("a", text, "deleted")
+    rig.ledger.reports.append(functools.partial(_cleanup_audited, ids))
+
+
+def _cleanup_audited(ids: list[str], rig: PowerCutRoot) -> list[str]:
+    """Each acknowledged deletion has its audit line, and no audit line names a deletion the store lacks."""
+    deleted = {e.get("id") for e in audit_lines(rig, "memory-cleanup") if e.get("event") == "deleted"}
+    problems = [
+        f"cleanup deleted {memory} (acknowledged): no audit line says so" for memory in ids if memory not in deleted
+    ]
+    back = deleted & {m["id"] for m in all_memories(rig, "a")}
+    problems += [f"cleanup's audit says {memory} was deleted, but the store holds it" for memory in sorted(back)]
+    return problems
+
+
+def backup_restored(rig: PowerCutRoot) -> None:
+    """A backup taken, one more memory written, the backup put back: the store is the backup's (the later
+    memory gone, the earlier one there) after the cut."""
+    kept_text, later_text = (f"{w} the backup of cut {rig.disk.cuts}" for w in ("before", "after"))
+    kept = added_id(add(rig, "a", kept_text), rig, "a", kept_text)
+    archive = admin(rig, "backup", {})["backup"]
+    later = added_id(add(rig, "a", later_text), rig, "a", later_text)
+    rig.ledger.memories[kept] = ("a", kept_text, "valid")
+    rig.disk.sync()  # the backup and both writes are old news: the cut is about the restore
+    admin(rig, "restore", {"path": archive})
+    rig.ledger.memories[later] = ("a", later_text, "deleted")
+
+
 L4_OPERATIONS: dict[str, Callable[[PowerCutRoot], None]] = {
     "add": direct_adds,
     "add queued, replayed": queued_then_replayed,
@@ -159,4 +287,8 @@ L4_OPERATIONS: dict[str, Callable[[PowerCutRoot], None]] = {
     "update": update,
     "delete": delete,
     "restore": restore,
+    "consolidation apply": consolidation_apply,
+    "consolidation undo": consolidation_undo,
+    "cleanup": cleanup,
+    "backup restored": backup_restored,
 }

@@ -91,3 +91,26 @@ def test_queued_then_replayed_adds_survive_a_cut(rig: PowerCutRoot):
     they replay; the cut comes after the replay."""
     operations.queued_then_replayed(rig)
     cut_and_check(rig)
+
+
+def test_a_consolidation_apply_survives_a_cut(rig: PowerCutRoot):
+    """Its RUN.json and audit line say ``applied`` after the cut, and the store holds every fold."""
+    operations.consolidation_apply(rig)
+    cut_and_check(rig)
+
+
+def test_a_consolidation_undo_survives_a_cut(rig: PowerCutRoot):
+    operations.consolidation_undo(rig)
+    cut_and_check(rig)
+
+
+def test_a_cleanup_survives_a_cut(rig: PowerCutRoot):
+    """Every deletion the cleanup counted is gone after the cut, and has its audit line."""
+    operations.cleanup(rig)
+    cut_and_check(rig)
+
+
+def test_a_backup_restore_survives_a_cut(rig: PowerCutRoot):
+    """The store after the cut is the backup put back: the shard loads, the later memory stays gone."""
+    operations.backup_restored(rig)
+    cut_and_check(rig)
