@@ -54,7 +54,8 @@ def _root(workdir: Path, embedder: StandInEmbedder) -> PowerCutRoot:
         "conversation": {"enabled": True, "backend": "embedded", "probe_interval_s": 0.5},
         "vectors": yaml.safe_load(scratch.read_text())["vectors"],
     }
-    rig = PowerCutRoot(workdir, overrides, agents=("a",), env=env)
+    # every backup put back keeps the store it replaced (an operator's safety copy): 20 runs of them need room
+    rig = PowerCutRoot(workdir, overrides, agents=("a",), env=env, size="6G")
     rig.create()
     return rig
 

@@ -74,8 +74,9 @@ needs_loop_devices = pytest.mark.skipif(bool(loop_devices_usable()), reason=loop
 class LoopDisk:
     """An ext4 image on a loop device mounted at :attr:`mount`; :meth:`cut` swaps it for its copy at the cut."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, size: str = IMAGE_SIZE) -> None:
         self.workdir = workdir
+        self.size = size  # sparse: only what is written takes room
         self.mount = workdir / "mnt"
         self.images = (workdir / "disk-a.img", workdir / "disk-b.img")
         self.current = 0
@@ -88,7 +89,7 @@ class LoopDisk:
 
     def create(self) -> None:
         self.mount.mkdir(parents=True, exist_ok=True)
-        _run("truncate", "-s", IMAGE_SIZE, str(self.image))
+        _run("truncate", "-s", self.size, str(self.image))
         _run("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", str(self.image))
         self._attach()
 
@@ -239,9 +240,16 @@ class Ledger:
 class PowerCutRoot:
     """A memstrata root on a :class:`LoopDisk`, a daemon on it, cuts, and the checks after each cut."""
 
-    def __init__(self, workdir: Path, overrides: dict, agents: tuple[str, ...] = (), env: dict | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        overrides: dict,
+        agents: tuple[str, ...] = (),
+        env: dict | None = None,
+        size: str = IMAGE_SIZE,
+    ) -> None:
         self.workdir = workdir
-        self.disk = LoopDisk(workdir)
+        self.disk = LoopDisk(workdir, size)
         self.overrides = overrides
         self.agents = agents
         self.env = {**os.environ, **(env or {})}
