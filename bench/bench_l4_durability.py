@@ -4,7 +4,8 @@ Issue 45 made an add wait for its row in the write-ahead log (a synced, group-co
 commit) where it used to be answered right after an unsynced Edge upsert.  The targets: add
 throughput at least 0.5x and add p95 at most 2x the old code's, measured here side by side:
 
-- baseline: the daemon of another git revision (``MEMSTRATA_BENCH_BASELINE``, default ``main``),
+- baseline: the daemon of another git revision (``MEMSTRATA_BENCH_BASELINE``, default :data:`BEFORE_WAL`,
+  the last main before L4 writes were synced: once this landed, ``main`` is the durable code itself),
   checked out into a temporary worktree and run from there;
 - durable: the daemon of this checkout.
 
@@ -36,6 +37,8 @@ from tests.helpers import FAST, REPO_ROOT, init_root, run_cli, token_of, wait_fo
 from tests.stand_in_embedder import StandInEmbedder
 
 WRITERS = 8
+# main as it was before the write-ahead log (issue 45): adds answered before anything was synced
+BEFORE_WAL = "747fa10f2c0763a89c5e8a2322b79e0e25133b49"
 AGENTS = [f"w{i}" for i in range(WRITERS)]
 
 
@@ -138,7 +141,7 @@ def _round(code: Path, label: str, per_writer: int, embedder: StandInEmbedder) -
 
 
 def _baseline_checkout(into: Path) -> Path:
-    ref = os.environ.get("MEMSTRATA_BENCH_BASELINE", "main")
+    ref = os.environ.get("MEMSTRATA_BENCH_BASELINE", BEFORE_WAL)
     subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(into), ref], check=True)
     return into
 
@@ -159,7 +162,7 @@ def main(quick: bool = False) -> None:
                 figures[label][1].extend(latencies)
         print(
             f"L4 add, {WRITERS} concurrent writers x {per_writer} adds, {rounds} round(s) each, "
-            f"baseline = {os.environ.get('MEMSTRATA_BENCH_BASELINE', 'main')} (stand-in embedder)"
+            f"baseline = {os.environ.get('MEMSTRATA_BENCH_BASELINE', BEFORE_WAL)[:12]} (stand-in embedder)"
         )
         summary = {}
         for label, (rates, latencies) in figures.items():
