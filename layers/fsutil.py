@@ -27,10 +27,11 @@ def fsync_dir(path: Path) -> None:
 
     fsync of a file syncs its data, not the name pointing at it; ext4 without ``auto_da_alloc`` (and
     other file systems always) can lose a rename or a new name that was never synced.  A directory
-    that cannot be opened (gone, not ours) is left: this only hardens what already happened.
+    that cannot be opened (gone, not ours) is left: this only hardens what already happened.  A
+    symlink to a directory is followed (the main workspace may be one): a sync writes nothing there.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return
     try:
@@ -43,7 +44,7 @@ def fsync_dir(path: Path) -> None:
 
 def fsync_file(path: Path) -> None:
     """fsync a file's data (and inode) by its path: one someone else wrote (``tarfile``, ``cp``) without syncing."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO never blocks
     try:
         os.fsync(fd)
     finally:

@@ -26,6 +26,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from layers.fsutil import fsync_dir, fsync_file
+
 # Settings every git command gets on its command line, whatever the repository's
 # own .git/config (which the agent can write) says: the daemon runs git as root
 # in directories agents control, and none of these may make root run a program
@@ -63,38 +65,22 @@ def sync_dirs(*paths: Path) -> None:
     never the directory the rename changed, so a ref or index moved just before a cut could still
     name the old one.  A directory that is gone (or not ours to open) is passed over."""
     for path in dict.fromkeys(paths):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        fsync_dir(path)
 
 
 def sync_tree(root: Path) -> None:
     """fsync every file and directory under ``root`` (not following symlinks), then ``root``'s parent.
 
     For what ``git init`` writes, which it never syncs (a few dozen small files): a repository
-    made just before a cut must still be one after it.
+    made just before a cut must still be one after it.  Unlike :func:`layers.fsutil.sync_tree` a file
+    that cannot be opened is passed over: this only hardens a repository git has already made.
     """
     for dirpath, _dirs, filenames in os.walk(root, topdown=False):
         for name in filenames:
-            try:
-                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-            except OSError:
-                continue  # a symlink (hooks samples are files; nothing git makes is a link)
-            try:
-                os.fsync(fd)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-        sync_dirs(Path(dirpath))
-    sync_dirs(root.parent)
+            with contextlib.suppress(OSError):  # a symlink (hooks samples are files; nothing git makes is a link)
+                fsync_file(Path(dirpath, name))
+        fsync_dir(Path(dirpath))
+    fsync_dir(root.parent)
 
 
 class GitFailed(RuntimeError):
