@@ -352,10 +352,10 @@ class Writes:
         The old memory must be the writer's own (the administrator's too: it acts as ``agent``): another
         agent's, readable or not, gets exactly the answer of an unknown id, so a supersede tells nothing
         about other agents' memories.  A retry with the same write_id finds the write already made and
-        marks the old memory again: the pair
-        completes.  A chain always ends in a valid memory: the old memory must still be valid, and the one
-        replacing it must be valid and another memory, checked again on the store thread (the store's one
-        writer) right before the marking, so no two writes can cross (A superseded by B, B by A).
+        marks the old memory again: the pair completes.  A chain always ends in a valid memory: the old
+        memory must still be valid, and the one replacing it must be valid and another memory, checked
+        again on the store thread (the store's one writer) right before the marking, so no two writes
+        can cross (A superseded by B, B by A).
         """
         if record.infer:
             raise PolicyError(
@@ -513,6 +513,16 @@ class Writes:
         self.tombstones.record(memory, datetime.now(timezone.utc).isoformat(timespec="seconds"))
         self.audit.record("memory_deleted", agent=agent, memory_id=memory.get("id"), owner=memory.get("agent_id"))
 
+    def _scan(
+        self, selection: Selection, limit: int, cursor: str | None, filters: dict | None
+    ) -> tuple[list[dict], str | None]:
+        """On the store thread: a page of the store in force when the job runs (a reload may swap it)."""
+        return self.thread.store.scan(selection, limit, cursor, filters)
+
+    def _delete(self, memory_id: str) -> None:
+        """On the store thread: delete from the store in force when the job runs."""
+        self.thread.store.delete(memory_id)
+
     def delete(self, agent: str, memory_id: str) -> dict:
         """Delete one of ``agent``'s own memories; while the store is down refused (503), never queued."""
 
@@ -608,9 +618,7 @@ class Writes:
                 page, cursor = self.thread.call(
                     "delete_all",
                     # the store is read when the job runs (a reload may replace it while the job waits)
-                    functools.partial(
-                        lambda *args: self.thread.store.scan(*args), selection, 256, cursor if dry_run else None, wanted
-                    ),
+                    functools.partial(self._scan, selection, 256, cursor if dry_run else None, wanted),
                 )
             except StoreDown as exc:
                 raise ConversationUnavailableError(not_changed(exc, len(deleted))) from None
@@ -625,7 +633,7 @@ class Writes:
             gone: list[dict] = []
             try:
                 for memory in mine:
-                    self.thread.call("delete", functools.partial(lambda i: self.thread.store.delete(i), memory["id"]))
+                    self.thread.call("delete", functools.partial(self._delete, memory["id"]))
                     gone.append(memory)
             except StoreDown as exc:
                 raise ConversationUnavailableError(not_changed(exc, len(deleted) + len(gone))) from None
