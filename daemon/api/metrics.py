@@ -151,6 +151,11 @@ class StatusCollector(Collector):
             ("set_aside", "memstrata_l4_queue_set_aside", "Queued writes the store refuses (kept in the queue)"),
             ("replay_rate_per_s", "memstrata_l4_replay_rate", "Queued writes replayed per second (recent)"),
             ("replayed", "memstrata_l4_replayed", "Queued writes replayed since the start"),
+            (
+                "unflushed",
+                "memstrata_l4_unflushed",
+                "Answered L4 writes the write-ahead log holds until the store's flush",
+            ),
         ):
             yield _one(name, doc, queue.get(key) or 0)
 

@@ -291,6 +291,7 @@ class Broker:
             self.replayer,
             self.queue_access,
             self.storage,
+            self.checkpointer,
             self.writes.llm_configured,
             self.maintenance.consolidating,
         )

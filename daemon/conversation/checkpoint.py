@@ -67,12 +67,13 @@ class Checkpointer:
         """Something was written to the store (any thread): a checkpoint is due soon."""
         with self._cond:
             now = time.monotonic()
-            if self._dirty_since is None:
+            first = self._dirty_since is None
+            if first:
                 self._dirty_since = now
             self._last_change = now
             self._changes += 1
-            if self._changes >= BUSY_CHANGES:
-                self._cond.notify_all()
+            if first or self._changes >= BUSY_CHANGES:
+                self._cond.notify_all()  # the loop waits without a deadline while nothing is dirty
 
     def durable(self, what: str) -> None:
         """Return once a checkpoint that started after this call has flushed the store.

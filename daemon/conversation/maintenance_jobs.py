@@ -75,11 +75,16 @@ class Maintenance:
 
     def restore(self, archive: Path) -> dict:
         """One job on the store thread: the backup's files put back synced (layers/conversation/backup.py),
-        the write-ahead log's rows of the replaced store removed, the store reopened; answered after."""
+        the write-ahead log's rows of the replaced store removed, the store reopened; answered after.
+        A restore that fails (not a backup, a full disk) reopens the store it left in place."""
 
         def run() -> dict:
             store = self.thread.store
-            result = maintenance.restore(store, archive)
+            try:
+                result = maintenance.restore(store, archive)
+            except Exception:
+                store.connect()  # a restore that failed put nothing back: the store as it was serves again
+                raise
             self.checkpointer.replaced()
             store.connect()
             return result

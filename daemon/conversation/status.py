@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.conversation.checkpoint import Checkpointer
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.replay import Replayer
 from daemon.conversation.store_thread import StoreThread
@@ -12,7 +13,9 @@ from daemon.shared.storage import StorageHealth
 from layers.conversation.registry import RegistryCache
 
 
-def queue_status(queue: QueueAccess, replay: Replayer, storage: StorageHealth) -> QueueStatus:
+def queue_status(
+    queue: QueueAccess, replay: Replayer, storage: StorageHealth, checkpointer: Checkpointer
+) -> QueueStatus:
     depth = queue.view(queue.queue.depth)
     rate = replay.rate()
     return {
@@ -26,6 +29,9 @@ def queue_status(queue: QueueAccess, replay: Replayer, storage: StorageHealth) -
         "set_aside": queue.view(queue.queue.set_aside_count),
         # write ids and reasons, never the text
         "set_aside_recent": queue.view(lambda: queue.queue.set_aside_writes(limit=5)),
+        "unflushed": queue.view(queue.queue.unflushed),
+        "checkpoints": checkpointer.checkpoints,
+        "checkpoint_error": checkpointer.last_error,
     }
 
 
@@ -35,6 +41,7 @@ def conversation_status(
     replayer: Replayer,
     queue: QueueAccess,
     storage: StorageHealth,
+    checkpointer: Checkpointer,
     llm_configured: bool,
     consolidating: dict[str, Any] | None = None,
 ) -> ConversationStatus:
@@ -56,7 +63,7 @@ def conversation_status(
         "breaker": thread.breaker.snapshot(),
         "last_error": thread.fatal or thread.breaker.last_error,
         "error": thread.fatal,
-        "queue": queue_status(queue, replayer, storage),
+        "queue": queue_status(queue, replayer, storage, checkpointer),
         "infer_default": llm_configured,
         "registry_error": registry.error,
         "tailscale": replayer.tailscale.view,

@@ -400,8 +400,9 @@ def backup_cmd(ctx, keep: int, as_json: bool) -> None:
 def restore_cmd(ctx, path: Path, as_json: bool) -> None:
     """Put the conversation store back as it was in backup PATH.
 
-    The embedded store's current files are kept beside it (qdrant.before-restore-…).
-    Memories written since the backup are gone afterwards: take a backup first.
+    The embedded store's current files are kept beside it (edge.before-restore-…); the two
+    newest such copies stay, older ones are deleted. Memories written since the backup are
+    gone afterwards: take a backup first.
     """
     from daemon.ops.maintenance import restore
 
@@ -419,3 +420,5 @@ def restore_cmd(ctx, path: Path, as_json: bool) -> None:
     click.echo(f"restored {result['restored']}")
     if result.get("previous_store_kept_at"):
         click.echo(f"previous store kept at {result['previous_store_kept_at']}")
+    for path in result.get("removed_previous_stores") or ():
+        click.echo(f"removed  {path} (an older restore's previous store)")

@@ -221,6 +221,13 @@ def _conversation_lines(c: ConversationStatus) -> tuple[list[str], list[str]]:
             f"conversation (L4): set aside: {q['set_aside']} queued write(s) the store refuses (kept in the queue "
             f"file); latest {latest.get('write_id')} of {latest.get('agent_id')}: {latest.get('reason')}"
         )
+    if q.get("unflushed"):
+        lines.append(f"  awaiting the store's flush: {q['unflushed']} write(s), kept in the write-ahead log until then")
+    if q.get("checkpoint_error"):
+        problems.append(
+            f"conversation (L4): the store's flush is failing (answered adds stay in the write-ahead log; an "
+            f"update or delete is made but answered with an error until a flush works): {q['checkpoint_error']}"
+        )
     if q.get("replayed") or q.get("skipped_already_written"):
         lines.append(f"  replayed: {q.get('replayed', 0)} written, {q.get('skipped_already_written', 0)} already there")
     use: Mapping[str, Any] = c.get("use") or {}

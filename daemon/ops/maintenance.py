@@ -19,6 +19,8 @@ from layers.conversation import backup as backups
 from layers.conversation.cleanup import CleanupStore, Rules, Selection, run_cleanup
 from layers.conversation.store import ConversationStore
 
+KEEP_REPLACED = 2  # stores a restore replaced, kept beside the store for an undo by hand (newest first)
+
 
 @dataclass(frozen=True)
 class CleanupOptions:
@@ -110,6 +112,11 @@ def restore(store: ConversationStore, archive: Path) -> dict:
     if s.backend == "embedded":
         store.close()
         kept = backups.restore_embedded(archive, s.data_dir)
-        return {"restored": str(archive), "previous_store_kept_at": str(kept)}
+        removed = backups.prune_replaced(s.data_dir, KEEP_REPLACED)
+        return {
+            "restored": str(archive),
+            "previous_store_kept_at": str(kept),
+            "removed_previous_stores": [str(p) for p in removed],
+        }
     backups.restore_remote(archive, s.collection, s.url or "", s.api_key, s.timeout_s)
     return {"restored": str(archive), "collection": s.collection}

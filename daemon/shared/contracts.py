@@ -216,6 +216,11 @@ class QueueStatus(TypedDict):
     eta_s: float | None
     set_aside: int | None
     set_aside_recent: list[dict[str, Any]] | None  # write ids, agents and reasons, never the text
+    # the write-ahead log (issue 45): writes in the store and answered, whose rows stay until the store's
+    # next flush; the flush's last failure ("" when it worked): the rows stay in the log meanwhile
+    unflushed: int | None
+    checkpoints: int
+    checkpoint_error: str
 
 
 class TailscaleView(TypedDict, total=False):

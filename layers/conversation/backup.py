@@ -25,6 +25,7 @@ from pathlib import Path
 from layers.fsutil import fsync_dir, fsync_file, sync_tree
 
 PREFIX = "conversation-"
+REPLACED = "before-restore-"  # a store a restore replaced: ``edge.before-restore-<stamp>``
 
 
 class NotABackupError(ValueError):
@@ -94,8 +95,9 @@ def snapshot_embedded(data_dir: Path, dest_dir: Path, collection: str, engine: s
 def restore_embedded(archive: Path, data_dir: Path) -> Path:
     """Replace the embedded store with ``archive``; the store must be closed.
 
-    The current files are kept beside it (``qdrant.before-restore-…``), so a
-    restore can itself be undone by hand.
+    The current files are kept beside it (``edge.before-restore-…``), so a
+    restore can itself be undone by hand (:func:`prune_replaced` keeps the newest few).  When a
+    rename fails the current files are put back: a failed restore changes nothing.
 
     Durable when it returns (issue 45): the extracted tree (the shards' files, mem0's history) is
     synced, files and directories, before it is renamed into place, and ``data_dir`` after the
@@ -117,16 +119,38 @@ def restore_embedded(archive: Path, data_dir: Path) -> Path:
         ):
             raise NotABackupError(f"{archive} is not a memstrata backup of an embedded store")
         sync_tree(staged)
-        kept = data_dir / f"{layout}.before-restore-{_stamp()}"
+        kept = data_dir / f"{layout}.{REPLACED}{_stamp()}"
         if (data_dir / layout).exists():
             (data_dir / layout).replace(kept)
-        (staged / layout).replace(data_dir / layout)
+        try:
+            (staged / layout).replace(data_dir / layout)
+        except OSError:
+            if kept.exists():
+                kept.replace(data_dir / layout)  # the store as it was: a failed restore changes nothing
+            raise
         if (staged / "history.db").exists():
             for stale in ("history.db-wal", "history.db-shm"):  # the replaced database's, not this one's
                 (data_dir / stale).unlink(missing_ok=True)
             (staged / "history.db").replace(data_dir / "history.db")
         fsync_dir(data_dir)  # the renames (and the side files' removal) on disk before the answer
     return kept
+
+
+def prune_replaced(data_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` stores that restores replaced; returns what was deleted.
+
+    Each restore keeps the store it replaced (an undo by hand); kept for ever they fill the disk
+    (one bench run's restores filled 1 GB), so only the newest few stay.
+    """
+    replaced = sorted(
+        (p for p in data_dir.glob(f"*.{REPLACED}*") if p.is_dir()), key=lambda p: p.name.rsplit("-", 1)[-1]
+    )
+    doomed = replaced[: max(len(replaced) - keep, 0)]
+    for path in doomed:
+        shutil.rmtree(path)
+    if doomed:
+        fsync_dir(data_dir)
+    return doomed
 
 
 def snapshot_remote(client, collection: str, dest_dir: Path, url: str, api_key: str | None, timeout_s: float) -> Path:

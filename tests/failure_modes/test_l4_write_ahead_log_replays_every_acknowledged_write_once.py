@@ -106,6 +106,9 @@ def test_rows_a_crash_left_in_the_log_are_applied_once_whatever_the_store_kept(t
     with DaemonClient(daemon.socket, timeout=30, token=token_of(tmp_path, "a")) as a:
         kept = a.add("a", "applied and answered before the crash", type="knowledge", write_id="kept-1")
     assert kept["queued"] is False
+    wait_for(lambda: daemon.status()["conversation"]["queue"]["checkpoints"] > 0, timeout=30, what="a checkpoint")
+    queue_now = daemon.status()["conversation"]["queue"]
+    assert queue_now["unflushed"] == 0 and queue_now["checkpoint_error"] == "", queue_now
     assert daemon.stop() == 0
     assert log_rows(tmp_path) == 0, "a clean stop checkpoints: the log is empty"
 

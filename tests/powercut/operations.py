@@ -13,7 +13,9 @@ from pathlib import Path
 
 import yaml
 
+from daemon.front.client import DaemonRequestError
 from layers import daily
+from layers.conversation.write_ids import point_id_of
 from layers.fsutil import atomic_write
 from tests.helpers import wait_for
 from tests.powercut.harness import PowerCutRoot, all_memories
@@ -46,23 +48,30 @@ def _commit_of(rig: PowerCutRoot, agent: str, rel: str, line: str) -> str:
 
 
 def add(rig: PowerCutRoot, agent: str, text: str, **options) -> dict:
+    """The daemon's answer, with the write id it was sent under (``sent_write_id``)."""
     assert rig.daemon is not None
+    write_id = f"w-{uuid.uuid4().hex[:12]}"
     with rig.daemon.client(rig.token(agent)) as client:
-        return client.add(agent, text, write_id=f"w-{uuid.uuid4().hex[:12]}", **options)
+        return {**client.add(agent, text, write_id=write_id, **options), "sent_write_id": write_id}
 
 
 def added_id(answer: dict, rig: PowerCutRoot | None = None, agent: str = "a", text: str = "") -> str:
     """The acknowledged write's memory id; a write answered ``queued`` (durable, behind earlier ones) is
-    looked up once applied."""
+    read back at its deterministic id (``point_id_of(owner, write_id)``) once applied: a listing's first
+    page would miss it once a matrix's runs have stored more than a page."""
     if "results" in answer:
         return answer["results"][0]["id"]
     assert answer.get("queued") and rig is not None and rig.daemon is not None, json.dumps(answer)
     daemon = rig.daemon
+    memory_id = point_id_of(agent, answer["sent_write_id"])
 
     def applied() -> str | None:
         with daemon.client(rig.token(agent)) as client:
-            found = [m["id"] for m in client.get_all(agent, limit=100)["results"] if m["memory"] == text]
-        return found[0] if found else None
+            try:
+                found = client.get(agent, memory_id)
+            except DaemonRequestError:
+                return None
+        return memory_id if found.get("memory") == text else None
 
     return wait_for(applied, timeout=60, what=f"queued write {text!r} applied: {daemon.status()['conversation']}")
 
@@ -135,22 +144,19 @@ def queued_then_replayed(rig: PowerCutRoot) -> None:
     _set_store(rig, {"backend": "remote", "qdrant": {"url": f"http://127.0.0.1:{closed_port()}", "timeout_s": 1}})
     wait_for(lambda: not rig.daemon.status()["conversation"]["reachable"], timeout=30, what="store away")
     texts = [f"queued add {i} before cut {rig.disk.cuts}" for i in range(4)]
-    write_ids = []
+    answers = []
     for text in texts:
         answer = add(rig, "a", text)
         assert answer.get("queued"), answer
-        write_ids.append(answer)
+        answers.append(answer)
     _set_store(rig, {k: v for k, v in embedded.items() if v is not None} | {"backend": "embedded"})
     wait_for(
         lambda: rig.daemon.status()["conversation"]["queue"]["depth"] == 0,
         timeout=60,
         what=f"replayed: {rig.daemon.status()['conversation']}",
     )
-    with rig.daemon.client(rig.token("a")) as client:
-        listed = client.get_all("a", limit=100)["results"]
-    for text in texts:
-        (memory,) = [m for m in listed if m["memory"] == text]
-        rig.ledger.memories[memory["id"]] = ("a", text, "valid")
+    for answer, text in zip(answers, texts, strict=True):
+        rig.ledger.memories[added_id(answer, rig, "a", text)] = ("a", text, "valid")
 
 
 # -- maintenance: consolidation, cleanup, a backup put back

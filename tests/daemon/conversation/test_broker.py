@@ -125,7 +125,7 @@ def test_the_conversation_status_keeps_its_keys(down):
     assert {"import", "index", "queue", "tailscale"} <= set(status)
     assert set(status["queue"]) == {
         "depth", "oldest_age_s", "writable", "replayed", "skipped_already_written", "replay_rate_per_s",
-        "eta_s", "set_aside", "set_aside_recent",
+        "eta_s", "set_aside", "set_aside_recent", "unflushed", "checkpoints", "checkpoint_error",
     }  # fmt: skip
 
 

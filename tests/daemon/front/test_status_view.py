@@ -143,3 +143,23 @@ def test_every_status_line_fits_in_100_columns(ids, name, files):
     assert _entries(text) == ids
     if len(ids) >= 4 and not any(c.isspace() for c in escaped(name)):  # agent 4 holds it back: said whole
         assert escaped(name) in text.split(), text
+
+
+def test_status_says_what_awaits_the_stores_flush_and_a_failing_flush():
+    """Issue 45: answered adds the write-ahead log holds until the store's flush are counted, and a flush
+    that fails is a problem (the writes are safe in the log, updates and deletes answer an error)."""
+    conversation = {"enabled": True, "backend": "embedded", "collection": "memstrata", "reachable": True}
+    waiting = _document([_agent("main", 1)]) | {
+        "conversation": conversation | {"queue": {"unflushed": 7, "checkpoints": 3, "checkpoint_error": ""}}
+    }
+    text = render(waiting)  # type: ignore[arg-type]
+    assert "awaiting the store's flush: 7 write(s), kept in the write-ahead log" in text
+    assert "problems:" not in text
+    failing = _document([_agent("main", 1)]) | {
+        "conversation": conversation
+        | {"queue": {"unflushed": 7, "checkpoints": 3, "checkpoint_error": "OSError: [Errno 28] No space left"}}
+    }
+    lines = render(failing).splitlines()  # type: ignore[arg-type]
+    problems = lines[lines.index("problems:") + 1 :]
+    assert any("the store's flush is failing" in line for line in problems), lines
+    assert any("No space left" in line for line in lines), lines

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +136,24 @@ def test_backup_then_restore_brings_back_deleted_memories(running, tmp_path):
     bad.write_bytes(uuid.uuid4().bytes)
     proc = run_cli("restore-backup", str(bad), config=config, check=False)
     assert proc.returncode == 1 and "not a readable backup" in proc.stderr
+    # a restore that failed put nothing back: the store it closed serves again, and status says so
+    status = json.loads(run_cli("status", "--json", config=config).stdout)["conversation"]
+    assert status["reachable"] is True and not status["error"], status
+    with DaemonClient(running.socket, timeout=60, token=token_of(tmp_path, "a")) as a:
+        assert a.add("a", "失败的恢复之后还能写")["queued"] is False
+        assert len(a.get_all("a")["results"]) == len(kept) + 2
+
+
+def test_restores_keep_the_two_newest_replaced_stores(running, tmp_path):
+    config = running.config
+    running_add(running, "备份前的记忆", "knowledge")
+    archive = json.loads(run_cli("backup", "--json", config=config).stdout)["backup"]
+    answers = [json.loads(run_cli("restore-backup", archive, "--json", config=config).stdout) for _ in range(4)]
+    data_dir = Path(answers[0]["previous_store_kept_at"]).parent
+    left = sorted(p.name for p in data_dir.glob("edge.before-restore-*"))
+    assert left == sorted(Path(a["previous_store_kept_at"]).name for a in answers[-2:])
+    assert [Path(p).name for a in answers for p in a["removed_previous_stores"]] == [
+        Path(a["previous_store_kept_at"]).name for a in answers[:2]
+    ]
+    text = run_cli("restore-backup", archive, config=config).stdout
+    assert "removed  " in text and "an older restore's previous store" in text

@@ -126,7 +126,11 @@ def _status(name: str, text: str) -> dict:
             "collection": text,
             "reachable": False,
             "breaker": {"last_error": text},
-            "queue": {"set_aside": 1, "set_aside_recent": [{"write_id": "w", "agent_id": "main", "reason": text}]},
+            "queue": {
+                "set_aside": 1,
+                "set_aside_recent": [{"write_id": "w", "agent_id": "main", "reason": text}],
+                "checkpoint_error": text,
+            },
         },
         "storage": {"ok": False, "problems": [{"place": "git", "agent": "main", "path": name, "error": text}]},
         "agents": [agent],
