@@ -127,7 +127,14 @@ def _load(daemon: _Daemon, root: Path, per_writer: int) -> tuple[float, list[flo
     return len(latencies) / elapsed, latencies
 
 
-def _round(code: Path, label: str, per_writer: int, embedder: StandInEmbedder) -> tuple[float, list[float]]:
+def _checkpoints(daemon: _Daemon, root: Path) -> int | None:
+    """The store flushes the daemon has made (None for code before the write-ahead log)."""
+    with DaemonClient(daemon.socket, timeout=10, token=token_of(root, AGENTS[0])) as client:
+        return client.status()["conversation"]["queue"].get("checkpoints")
+
+
+def _round(code: Path, label: str, per_writer: int, embedder: StandInEmbedder) -> tuple[float, list[float], int]:
+    """Adds per second, each add's latency, and the checkpoints made during the load."""
     with tempfile.TemporaryDirectory(prefix=f"bench-l4-{label}-") as tmp:
         root = Path(tmp)
         config, env = _root(root, embedder)
@@ -135,7 +142,10 @@ def _round(code: Path, label: str, per_writer: int, embedder: StandInEmbedder) -
         try:
             daemon.wait_store(token_of(root, AGENTS[0]))
             _load(daemon, root, 3)  # warm: mem0 built, first segment made
-            return _load(daemon, root, per_writer)
+            before = _checkpoints(daemon, root)
+            rate, latencies = _load(daemon, root, per_writer)
+            after = _checkpoints(daemon, root)
+            return rate, latencies, (after - before) if after is not None and before is not None else 0
         finally:
             daemon.stop()
 
@@ -147,7 +157,9 @@ def _baseline_checkout(into: Path) -> Path:
 
 
 def main(quick: bool = False) -> None:
-    per_writer = 15 if quick else 60
+    # long enough (~10 s of load) that the durable code's checkpoints under load (every BUSY_S = 5 s:
+    # daemon/conversation/checkpoint.py) fall inside it, not only the idle one after it
+    per_writer = 15 if quick else 250
     rounds = 1 if quick else 3
     embedder = StandInEmbedder()
     scratch = Path(tempfile.mkdtemp(prefix="bench-l4-baseline-"))
@@ -155,11 +167,13 @@ def main(quick: bool = False) -> None:
     try:
         _baseline_checkout(baseline)
         figures: dict[str, tuple[list[float], list[float]]] = {"baseline": ([], []), "durable": ([], [])}
+        checkpoints = 0
         for _ in range(rounds):
             for label, code in (("baseline", baseline), ("durable", REPO_ROOT)):
-                rate, latencies = _round(code, label, per_writer, embedder)
+                rate, latencies, flushes = _round(code, label, per_writer, embedder)
                 figures[label][0].append(rate)
                 figures[label][1].extend(latencies)
+                checkpoints += flushes if label == "durable" else 0
         print(
             f"L4 add, {WRITERS} concurrent writers x {per_writer} adds, {rounds} round(s) each, "
             f"baseline = {os.environ.get('MEMSTRATA_BENCH_BASELINE', BEFORE_WAL)[:12]} (stand-in embedder)"
@@ -174,6 +188,7 @@ def main(quick: bool = False) -> None:
                 f"p50 {p50:6.1f} ms  p95 {p95:6.1f} ms"
             )
         (old_rate, old_p95), (new_rate, new_p95) = summary["baseline"], summary["durable"]
+        print(f"  durable: {checkpoints} checkpoint(s) (store flush + log trim) during its {rounds} load(s)")
         print(
             f"  durable / baseline: throughput {new_rate / old_rate:.2f}x (target >= 0.5x), "
             f"p95 {new_p95 / old_p95:.2f}x (target <= 2x)"

@@ -90,6 +90,12 @@ def main(quick: bool = False, runs: int | None = None, delays: tuple[float, ...]
                             seen.add(problem)
                             cell[classify(problem)] += 1
                             print(f"  {name}, cut at {delay:g} s, run {run + 1}: {problem[:300]}", flush=True)
+                    done = sum(c["cuts"] for c in counts.values())
+                    print(  # progress: the full matrix runs for over an hour
+                        f"  cut at {delay:g} s, run {run + 1}/{runs}: {done} cuts, {len(seen)} problem(s), "
+                        f"{time.monotonic() - started:.0f} s",
+                        flush=True,
+                    )
         finally:
             rig.close()
             embedder.close()

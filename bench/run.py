@@ -27,6 +27,7 @@ from bench import (
     bench_l4_durability,
     bench_many_files,
     bench_many_messages,
+    bench_optimize_sync,
     bench_power_cut,
     bench_scale,
     bench_stop,
@@ -43,6 +44,7 @@ BENCHMARKS = {
     "l4-durability": bench_l4_durability.main,
     "consolidate": bench_consolidate.main,
     "edge": lambda quick: bench_edge.main([1000] if quick else [1000, 10_000, 50_000]),
+    "optimize-sync": bench_optimize_sync.main,  # issue 45's syncs in the Edge optimize, at 50k points
     "stop": bench_stop.main,
     "hostile-files": bench_hostile_files.main,
     "many-files": bench_many_files.main,
