@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+from protocol.vocabulary import AGENT_ID_PATTERN
+
 _ID_RE = re.compile(AGENT_ID_PATTERN)
 
 MAIN_AGENT = "main"

@@ -35,10 +35,20 @@ from daemon.shared.errors import InvalidRequestError
 from daemon.shared.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, Results, TooManyItemsError
 from layers.conversation.filters import FilterError, FilterTooLargeError
 from layers.conversation.filters import check as check_filter
-from layers.conversation.metadata import ENTITY_RE
-from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
-from layers.ids import AGENT_ID_PATTERN
-from layers.local.search import MODES as SEARCH_MODES
+from protocol.vocabulary import (
+    AGENT_ID_PATTERN,
+    DAY_PATTERN,
+    ENTITY_ID_PATTERN,
+    MEMORY_ID_PATTERN,
+    MEMORY_TYPES,
+    ROLES,
+    RUN_ID_PATTERN,
+    SEARCH_MODES,
+    SOURCES,
+    TRUST_LEVELS,
+    VISIBILITIES,
+    WRITE_ID_PATTERN,
+)
 
 CHOICES_OF = {
     "type": "memory type",
@@ -95,12 +105,10 @@ def _clamped(results: Results) -> AfterValidator:
 Text = Annotated[str, AfterValidator(_unicode)]
 Short = Annotated[str, StringConstraints(max_length=1024), AfterValidator(_unicode), AfterValidator(_no_control)]
 Id = Annotated[str, StringConstraints(max_length=64, pattern=AGENT_ID_PATTERN)]
-Day = Annotated[str, StringConstraints(max_length=10, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
-WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
-# A memory's id as the store makes them (a UUID); anything else names no memory.
-MEMORY_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+Day = Annotated[str, StringConstraints(max_length=10, pattern=DAY_PATTERN)]
+WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=WRITE_ID_PATTERN)]
 MemoryId = Annotated[str, StringConstraints(max_length=64, pattern=MEMORY_ID_PATTERN)]
-EntityId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=128, pattern=ENTITY_RE.pattern)]
+EntityId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=128, pattern=ENTITY_ID_PATTERN)]
 JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_text)]  # checked further by its reader
 
 
@@ -117,7 +125,7 @@ def _mem0_filter(value: dict[str, Any]) -> dict[str, Any]:
 MemFilter = Annotated[dict[str, Any], BeforeValidator(_json_text), AfterValidator(_mem0_filter)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Share = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]  # of an agent's memories
-RunId = Annotated[str, StringConstraints(max_length=32, pattern=r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")]
+RunId = Annotated[str, StringConstraints(max_length=32, pattern=RUN_ID_PATTERN)]
 Days = Annotated[int, Field(ge=0, le=36_500)]  # a century: past that a date overflows (a 500 before)
 Count = Annotated[int, Field(ge=1)]
 Unset = BeforeValidator(_absent_when_empty)
@@ -132,6 +140,7 @@ Trust = Literal[TRUST_LEVELS]  # type: ignore[valid-type]
 Source = Literal[SOURCES]  # type: ignore[valid-type]
 Visibility = Literal[VISIBILITIES]  # type: ignore[valid-type]
 SearchMode = Literal[SEARCH_MODES]  # type: ignore[valid-type]
+Role = Literal[ROLES]  # type: ignore[valid-type]
 
 
 class Request(BaseModel):
@@ -185,7 +194,7 @@ class AddRequest(Request):
     expires: Annotated[Day | None, Unset] = None
     infer: Annotated[bool | None, Unset] = None
     write_id: Annotated[WriteId | None, Unset] = None
-    role: Annotated[Literal["user", "assistant"] | None, Unset] = None
+    role: Annotated[Role | None, Unset] = None
     # mem0's ids as data: whom or which run the memory is about, who spoke (never who writes: the token)
     user_id: Annotated[EntityId | None, Unset] = None
     run_id: Annotated[EntityId | None, Unset] = None
@@ -326,7 +335,7 @@ def _problem(error: Mapping[str, Any], fields: Mapping[str, object], model: type
             return f"{field} must be a memory id (a UUID, as add answered it)"
         if "{4}-" in str(ctx.get("pattern")):
             return f"{field} must be a date like 2026-12-31"
-        if ctx.get("pattern") == ENTITY_RE.pattern:
+        if ctx.get("pattern") == ENTITY_ID_PATTERN:
             return f"{field} must be 1-128 characters with no whitespace or control characters"
         return f"{field} must hold only the characters A-Z, a-z, 0-9, '.', '_', ':' and '-'"
     if kind == "string_too_long":

@@ -7,6 +7,11 @@ copy gets a launcher file next to it (:data:`LAUNCHER`: the virtualenv's python,
 the checkout, the configuration and the workspace's agent), which
 ``_memstrata_env.py`` and ``mem0_client.py`` read.
 
+The skill's client imports memstrata's protocol package (standard library only), so
+every copy also gets the package's ``.py`` files in ``protocol/`` beside the scripts
+(:data:`PROTOCOL_DIR`); tests/daemon/shared/test_skill_protocol.py checks each
+installed copy equals the source, byte for byte.
+
 The workspace is the agent's: every write goes through :mod:`layers.safefs`
 (no symlink followed, created files handed to the workspace's owner, a refused
 chown not fatal).  A code file the agent edited is backed up before it is
@@ -36,6 +41,7 @@ REGISTRY_EXAMPLE = "project_registry.yaml"  # at the top of the checkout: the co
 # Files of the skill that are never copied (the registry is the operator's; caches are Python's).
 _NOT_CODE = {REGISTRY_NAME, LAUNCHER}
 _EXECUTABLE = {"local_search.py", "memory_cleanup.py", "mem0_client.py"}
+PROTOCOL_DIR = "protocol"  # the protocol package's copy, inside the skill's folder
 
 
 @dataclass(frozen=True)
@@ -60,11 +66,15 @@ def source_dir(checkout: Path = CHECKOUT) -> Path:
 
 
 def code_files(checkout: Path = CHECKOUT) -> dict[str, bytes]:
-    """The skill's files as shipped (regular files of the skill folder, no caches, no registry)."""
+    """The skill's files as shipped (regular files of the skill folder, no caches, no registry), and the
+    protocol package's ``.py`` files as ``protocol/NAME.py``."""
     files = {}
     for path in sorted(source_dir(checkout).iterdir()):
         if path.is_file() and not path.is_symlink() and path.name not in _NOT_CODE and not path.name.endswith(".pyc"):
             files[path.name] = path.read_bytes()
+    for path in sorted((checkout / PROTOCOL_DIR).glob("*.py")):
+        if path.is_file() and not path.is_symlink():
+            files[f"{PROTOCOL_DIR}/{path.name}"] = path.read_bytes()
     return files
 
 
@@ -118,6 +128,8 @@ def sync_skill(workspace: Path, launcher: Launcher, *, dry_run: bool = False, ch
     stamp = time.strftime("%Y%m%d%H%M%S")
     if not dry_run:
         os.close(safefs.open_dir(workspace, SKILL_REL, create=True, owner=owner))
+        if any(name.startswith(f"{PROTOCOL_DIR}/") for name in files):
+            os.close(safefs.open_dir(workspace, f"{SKILL_REL}/{PROTOCOL_DIR}", create=True, owner=owner))
     for name, content in files.items():
         rel = f"{SKILL_REL}/{name}"
         current = _read(workspace, rel)
@@ -188,18 +200,36 @@ def remove_skill(workspace: Path, *, dry_run: bool = False) -> list[str]:
                 continue
             changes.append(f"{SKILL_REL}/{name}")
             if not dry_run:
-                os.unlink(name, dir_fd=fd)
+                _unlink(workspace, f"{SKILL_REL}/{name}")
         changes.append(f"{SKILL_REL}/{LAUNCHER}")
         if not dry_run:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(LAUNCHER, dir_fd=fd)
             _remove_caches(fd, installed)
+            with contextlib.suppress(OSError):
+                sub = safefs.open_dir(workspace, f"{SKILL_REL}/{PROTOCOL_DIR}")
+                try:
+                    _remove_caches(sub, {n.split("/", 1)[1]: d for n, d in installed.items() if "/" in n})
+                finally:
+                    os.close(sub)
     finally:
         os.close(fd)
     if not dry_run:
+        _rmdir_if_empty(workspace, f"{SKILL_REL}/{PROTOCOL_DIR}")
         _rmdir_if_empty(workspace, SKILL_REL)
         _rmdir_if_empty(workspace, "skills")
     return changes
+
+
+def _unlink(workspace: Path, rel: str) -> None:
+    """Remove the file ``workspace/rel``, its directories opened without following a symlink."""
+    parent, _, name = rel.rpartition("/")
+    fd = safefs.open_dir(workspace, parent)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _remove_caches(fd: int, installed: dict[str, str]) -> None:

@@ -28,6 +28,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from protocol.vocabulary import ENTITY_ID_PATTERN
+
 ENTITY_IDS = ("user_id", "run_id", "actor_id")
 # Payload fields of a stored memory: mem0's (data, hash, dates, ids, role, lemmatized text) and memstrata's.
 RESERVED = frozenset(
@@ -73,7 +75,7 @@ MAX_EXACT_INTEGER = 2**53 - 1  # the largest whole number every JSON reader and 
 MAX_METADATA_KEYS = 32
 MAX_DEPTH = 4
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
-ENTITY_RE = re.compile(r"^[^\s\x00-\x1f\x7f]{1,128}$")
+ENTITY_RE = re.compile(ENTITY_ID_PATTERN)  # mem0's ids as data (protocol/vocabulary.py)
 
 
 class MetadataError(ValueError):

@@ -13,36 +13,23 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from typing import TYPE_CHECKING
 
+# The words themselves are the protocol's (protocol/vocabulary.py): the API, the CLI and the skill take them too.
+from protocol.vocabulary import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
+
 if TYPE_CHECKING:  # the registry (pydantic, yaml) is the caller's to load; the policy only reads it
     from layers.conversation.registry import Registry
 
-VISIBILITIES = ("public", "project", "private")
-
-# The seed's four types plus the ones agents asked for; None = never expires.
-MEMORY_TYPES = (
-    "session",
-    "chat_summary",
-    "preference",
-    "knowledge",
-    "fact",
-    "lesson",
-    "decision",
-    "procedure",
-    "task_log",
-)
+# Lifetimes of the memory types; None = never expires.
 DEFAULT_TYPE = "knowledge"
 DEFAULT_RETENTION_DAYS: dict[str, int | None] = {"session": 7, "chat_summary": 30, "procedure": None, "task_log": 30}
 FIXED_PERMANENT = ("preference", "knowledge", "fact", "lesson", "decision")  # never expire, not configurable
 
 
-# How far a memory's writer is trusted (the seed's three levels), and where its text came from.
-TRUST_LEVELS = ("low", "medium", "high")
+# How far a memory's writer is trusted (TRUST_LEVELS, lowest first), and where its text came from (SOURCES).
 TRUST_RANK = {level: rank for rank, level in enumerate(TRUST_LEVELS)}
 DEFAULT_TRUST = "medium"  # an agent's own write; also what a memory written before trust existed counts as
 OPERATOR_TRUST = "high"  # the operator's (the administrator's token)
 AGENT_TRUST_MAX = "medium"  # an agent may lower its own trust, never raise it
-# The seed's four sources (an agent picks among them), and the operator's.
-SOURCES = ("user_direct", "agent_output", "tool_result", "inferred", "operator")
 AGENT_SOURCE, INFERRED_SOURCE, OPERATOR_SOURCE = "agent_output", "inferred", "operator"
 
 

@@ -40,6 +40,7 @@ from layers.local.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.tokenizer import terms, token_spans, token_string
 from layers.local.units import has_companion
 from layers.local.vectors import VectorsUnavailableError, clamped
+from protocol.vocabulary import SEARCH_MODES
 
 # A list's first ranks weigh more than the literature's default of 60 lets them: with up to eight lists, a chunk
 # that several lists rank twentieth outscored one that two lists rank first. Measured on the sets tuned on
@@ -71,7 +72,7 @@ _PRESENT = re.compile(
     r"|现在|目前|当前|最新|最近|如今|眼下|此刻",
     re.IGNORECASE,
 )
-MODES = ("auto", "fts", "vector", "hybrid")
+MODES = SEARCH_MODES  # protocol/vocabulary.py
 _NEWLINE = re.compile("\n")
 
 #: Embeds a query, or raises :class:`VectorsUnavailableError`.

@@ -12,6 +12,9 @@ the daemon over its Unix socket with the agent's own workspace token.
 It uses the standard library only (http.client over AF_UNIX, json, argparse),
 unlike local_search.py, because it must run under whatever python3 an agent
 happens to have: it never needs memstrata's virtualenv, only a running daemon.
+The requests, the transport and the vocabulary are memstrata's protocol package
+(``protocol/``, standard library only): a copy installed beside this file in a
+workspace, else the checkout's own when this file runs from the checkout.
 
 How it finds what it needs, so that it works from inside a workspace unconfigured:
 
@@ -28,18 +31,33 @@ How it finds what it needs, so that it works from inside a workspace unconfigure
 from __future__ import annotations
 
 import argparse
-import contextlib
-import http.client
 import json
 import os
-import random
 import re
-import socket
 import stat
 import sys
-import time
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from typing import Any
+
+
+def _find_protocol() -> None:
+    """Put the protocol package on the path: the copy beside this file (an installed skill), else the checkout's."""
+    here = Path(__file__).resolve().parent
+    for home in (here, here.parent.parent):
+        if (home / "protocol" / "__init__.py").is_file():
+            if str(home) not in sys.path:
+                sys.path.insert(0, str(home))
+            return
+
+
+_find_protocol()
+
+# ruff: noqa: E402  (the imports below need the path set above)
+from protocol.client import Client
+from protocol.errors import DaemonRequestError, DaemonUnavailableError, MemstrataError, SetupError, UsageError  # noqa: F401
+from protocol.limits import L4_PAGE, MAX_QUERY_CHARS, check_query  # noqa: F401  (importers read the limit here)
+from protocol.operations import Add, Delete, DeleteAll, Get, History, List, MemorySearch, Operation, Status, Update
+from protocol.vocabulary import AGENT_ID_PATTERN, MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
 
 TOKEN_ENV = "MEMSTRATA_TOKEN"
 AGENT_ENV = "MEMSTRATA_AGENT"
@@ -52,54 +70,18 @@ WORKSPACE_TOKEN = Path(".memstrata") / "token"
 LAUNCHER_FILE = "memstrata-install.json"  # written next to a workspace's copy of the skill (daemon/shared/skill.py)
 WORKSPACE_SUFFIX = "-workspace"
 MAIN_AGENT = "main"
-AGENT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # layers/ids.py AGENT_ID_PATTERN
-MEMORY_TYPES = (
-    "session",
-    "chat_summary",
-    "preference",
-    "knowledge",
-    "fact",
-    "lesson",
-    "decision",
-    "procedure",
-    "task_log",
-)
-VISIBILITIES = ("public", "project", "private")
-TRUST_LEVELS = ("low", "medium", "high")  # layers/conversation/policy.py
-SOURCES = ("user_direct", "agent_output", "tool_result", "inferred", "operator")
-PAGE_MAX = 1000  # the largest page GET /v1/memories serves
-MAX_QUERY_CHARS = 4096  # daemon/shared/limits.py: a longer search query is refused (HTTP 413)
+AGENT_ID_RE = re.compile(AGENT_ID_PATTERN)
+PAGE_MAX = L4_PAGE.high  # the largest page GET /v1/memories serves
 CONFIG_MAX_BYTES = 256 * 1024  # layers/yamlfile.py MAX_BYTES
 DEFAULT_TIMEOUT_S = 60.0  # the first write may wait for the daemon to load its embedding model
-# daemon/shared/limits.py CLIENT_RETRIES, CLIENT_RETRY_CAP_S: told 429 (this agent's earlier requests fill its
-# share of the daemon), wait Retry-After and try again, this many times at most
-BUSY_RETRIES = 4
-BUSY_RETRY_CAP_S = 10.0
+# The errors are the protocol's (MemstrataError, SetupError, UsageError, DaemonUnavailableError), imported above.
 
 
-class MemstrataError(Exception):
-    """Anything a caller should see as one clear line (the CLI prints it and exits 1)."""
-
-
-class SetupError(MemstrataError):
-    """No token, or no way to tell which agent is asking: nothing was sent."""
-
-
-class DaemonUnavailableError(MemstrataError):
-    """Nothing answers on the socket: the daemon is not running, or this user may not connect."""
-
-
-class UsageError(MemstrataError):
-    """The request cannot be valid as given (a query over the limit): nothing was sent; exit 2."""
-
-
-class RequestError(MemstrataError):
+class RequestError(DaemonRequestError):
     """The daemon answered with an error; ``status`` is the HTTP status (401 token, 403 not yours…)."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{message} (HTTP {status})")
-        self.status = status
-        self.message = message
+    def __str__(self) -> str:
+        return f"{self.message} (HTTP {self.status})"
 
 
 # ------------------------------------------------------------------ discovery
@@ -289,74 +271,12 @@ def find_identity(
 # ------------------------------------------------------------------ transport
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """HTTP/1.1 over a Unix socket: what http.client lacks and httpx would have to be installed for."""
+class Transport(Client):
+    """The protocol's client as the skill uses it: its errors and advice name the skill's ways out."""
 
-    def __init__(self, path: Path, timeout: float) -> None:
-        super().__init__("memstrata", timeout=timeout)
-        self.socket_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(str(self.socket_path))
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
-
-    def send(self, data) -> None:
-        """Send, or stop sending if the daemon has already answered and closed (a refusal before the
-        body is read, like a 401): getresponse() then reads that answer, or fails if there is none."""
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            super().send(data)
-
-
-def _unavailable(path: Path, exc: OSError) -> DaemonUnavailableError:
-    """Why the socket refused us, with what to do about it."""
-    offline = " Meanwhile local_search.py (next to this file) searches your local index."
-    if isinstance(exc, FileNotFoundError):
-        why = (
-            f"no daemon socket at {path}: is the daemon running (`memstrata run`, `systemctl status memstrata`)? "
-            f"If it listens elsewhere, pass --socket PATH or set ${SOCKET_ENV}."
-        )
-    elif isinstance(exc, PermissionError):
-        why = f"permission denied on {path}: this user must be in the socket's group."
-    elif isinstance(exc, ConnectionRefusedError):
-        why = f"nothing listens on {path}: the daemon is not running."
-    else:
-        why = f"daemon not reachable at {path}: {exc}."
-    return DaemonUnavailableError(why + offline)
-
-
-def _decode(status: int, body: bytes) -> dict:
-    """The JSON answer, or a RequestError carrying the daemon's ``{"error": …}`` message."""
-    text = body.decode("utf-8", errors="replace")
-    try:
-        data = json.loads(text) if text else {}
-    except ValueError:
-        data = None
-    if status >= 400:
-        message = data.get("error") if isinstance(data, dict) else None
-        raise RequestError(status, str(message or text.strip() or http.client.responses.get(status, "error")))
-    if not isinstance(data, dict):
-        raise MemstrataError(f"the daemon's answer is not a JSON object: {text[:200]!r}")
-    return data
-
-
-def _busy_delay(retry_after: str | None) -> float:
-    """The wait after a 429: the daemon's Retry-After, capped, spread a little between callers."""
-    try:
-        seconds = float(retry_after) if retry_after else 1.0
-    except ValueError:
-        seconds = 1.0
-    return min(BUSY_RETRY_CAP_S, max(0.1, seconds)) * random.uniform(1.0, 1.25)
-
-
-def _query(params: dict[str, object]) -> str:
-    clean = {k: v for k, v in params.items() if v is not None}
-    return "?" + urlencode(clean) if clean else ""
+    TOKEN_SOURCE = f"${TOKEN_ENV} or {WORKSPACE_TOKEN}"
+    OFFLINE_ADVICE = " Meanwhile local_search.py (next to this file) searches your local index."
+    REQUEST_ERROR = RequestError
 
 
 # ------------------------------------------------------------------ client
@@ -406,142 +326,45 @@ class Mem0Client:
 
     def request(self, method: str, path: str, params: dict | None = None, body: dict | None = None) -> dict:
         """One HTTP exchange with the daemon; errors become :class:`MemstrataError` subclasses."""
-        headers = {"Accept": "application/json"}
-        if self.token:
-            if not (self.token.isascii() and self.token.isprintable()):
-                raise SetupError(  # never quoted: a secret (http.client's refusal would show it whole)
-                    f"the token given (${TOKEN_ENV} or {WORKSPACE_TOKEN}) holds characters no memstrata token "
-                    f"has ({len(self.token)} characters; not shown): memstrata tokens are printable ASCII"
-                )
-            headers["Authorization"] = f"Bearer {self.token}"
-        payload = None
-        if body is not None:
-            payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
-            headers["Content-Type"] = "application/json"
-        target = path + _query(params or {})
-        status, raw, retry_after = self._exchange(method, target, payload, headers)
-        for _ in range(BUSY_RETRIES):  # 429: this agent's earlier requests fill its share of the daemon
-            if status != 429:
-                break
-            time.sleep(_busy_delay(retry_after))
-            status, raw, retry_after = self._exchange(method, target, payload, headers)
-        return _decode(status, raw)
+        return Transport(self.socket_path, self.timeout, self.token).request(method, path, params, body)
 
-    def _exchange(self, method: str, path: str, payload: bytes | None, headers: dict) -> tuple[int, bytes, str | None]:
-        connection = UnixHTTPConnection(self.socket_path, self.timeout)
-        try:
-            connection.request(method, path, body=payload, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read(), response.getheader("Retry-After")
-        except TimeoutError:
-            raise MemstrataError(f"no answer from the daemon within {self.timeout:g} s ({method} {path})") from None
-        except (http.client.HTTPException, ConnectionResetError, BrokenPipeError) as exc:
-            raise DaemonUnavailableError(f"the daemon closed the connection ({exc!r})") from None
-        except OSError as exc:
-            raise _unavailable(self.socket_path, exc) from None
-        finally:
-            connection.close()
+    def call(self, operation: Operation) -> dict:
+        """Send one of the protocol's operations (protocol/operations.py)."""
+        return Transport(self.socket_path, self.timeout, self.token).call(operation)
 
     # ------------------------------------------------------------ the API
 
     def status(self) -> dict:
         """The daemon's status: is the shared store reachable, how deep is the queue (no token
         needed), and, with this agent's token, its own workspace (never another agent's)."""
-        return self.request("GET", "/v1/status")
+        return self.call(Status())
 
-    def search(
-        self,
-        query: str,
-        limit: int = 10,
-        fallback: bool = True,
-        filters: dict | None = None,
-        threshold: float | None = None,
-        explain: bool = False,
-        show_expired: bool = False,
-        show_superseded: bool = False,
-        trust_min: str | None = None,
-        max_tokens: int | None = None,
-    ) -> dict:
+    def search(self, query: str, **options: Any) -> dict:
         """Shared memories this agent may read; ``degraded: true`` means the local index answered.
 
-        ``filters`` (mem0's language) narrow what this agent may read; they never widen it.  ``threshold``
-        (0-1, on the daemon's relevance scale) leaves out weaker results; ``explain`` adds ``score_details``;
-        ``max_tokens`` keeps the best results that fit in about that many tokens (the answer's ``budget``).
+        ``options`` are those of :class:`protocol.operations.MemorySearch`: ``filters`` (mem0's language)
+        narrow what this agent may read, never widen it; ``threshold`` (0-1, on the daemon's relevance
+        scale) leaves out weaker results; ``explain`` adds ``score_details``; ``max_tokens`` keeps the best
+        results that fit in about that many tokens (the answer's ``budget``).  In the body: a URL has no room.
         """
-        if len(query) > MAX_QUERY_CHARS:
-            raise UsageError(
-                f"the query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,} "
-                "(search for the few words that matter)"
-            )
-        agent = self._identity()
-        body = {"agent": agent, "q": query, "limit": limit, "fallback": fallback}
-        if filters:
-            body["filters"] = filters
-        if threshold is not None:
-            body["threshold"] = threshold
-        if explain:
-            body["explain"] = True
-        if show_expired:
-            body["show_expired"] = True
-        if show_superseded:
-            body["show_superseded"] = True
-        if trust_min:
-            body["trust_min"] = trust_min
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        return self.request("POST", "/v1/memories/search", body=body)  # in the body: a URL has no room
+        check_query(query)  # before anything else: too long is a usage error (exit 2), whoever asks
+        return self.call(MemorySearch(self._identity(), query, **options))
 
-    def add(
-        self,
-        text: str,
-        *,
-        memory_type: str | None = None,
-        visibility: str | None = None,
-        project: str | None = None,
-        expires: str | None = None,
-        infer: bool | None = None,
-        write_id: str | None = None,
-        user_id: str | None = None,
-        run_id: str | None = None,
-        actor_id: str | None = None,
-        metadata: dict | None = None,
-        supersedes: str | None = None,
-        trust: str | None = None,
-        source: str | None = None,
-    ) -> dict:
+    def add(self, text: str, **options: Any) -> dict:
         """Remember ``text``; ``queued: true`` means the store is down and the write will be replayed once.
 
+        ``options`` are those of :class:`protocol.operations.Add` (``memory_type``, ``visibility``…):
         ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
         ``supersedes`` names one of this agent's memories the new one replaces (kept, out of searches);
         ``trust`` (medium by default, low to say it is unverified) and ``source`` say how far to rely on it.
         """
-        fields = {
-            "user_id": user_id,
-            "run_id": run_id,
-            "actor_id": actor_id,
-            "metadata": metadata,
-            "type": memory_type,
-            "visibility": visibility,
-            "project": project,
-            "expires": expires,
-            "infer": infer,
-            "write_id": write_id,
-            "supersedes": supersedes,
-            "trust": trust,
-            "source": source,
-        }
-        body = {"agent": self._identity(), "text": text, **{k: v for k, v in fields.items() if v is not None}}
-        return self.request("POST", "/v1/memories", body=body)
+        return self.call(Add(self._identity(), text, **options))
 
     def get_page(self, limit: int = 100, cursor: str | None = None, filters: dict | None = None, **shown: bool) -> dict:
         """One page of GET /v1/memories, as the daemon serves it (``filters`` as JSON in the query).
 
         ``shown``: ``show_superseded`` / ``show_expired`` true lists those memories too."""
-        params: dict = {"agent": self._identity(), "limit": limit, "cursor": cursor}
-        if filters:
-            params["filters"] = json.dumps(filters, ensure_ascii=False)
-        params.update({k: "true" for k, v in shown.items() if v})
-        return self.request("GET", "/v1/memories", params)
+        return self.call(List(self._identity(), limit=limit, cursor=cursor, filters=filters or None, **shown))
 
     def get_all(
         self,
@@ -571,13 +394,11 @@ class Mem0Client:
         return {"results": results[:limit], "next_cursor": cursor, "truncated": cursor is not None, "pages": pages}
 
     def get(self, memory_id: str) -> dict:
-        agent = self._identity()
-        return self.request("GET", f"/v1/memories/{quote(memory_id, safe='')}", {"agent": agent})
+        return self.call(Get(self._identity(), memory_id))
 
     def delete(self, memory_id: str) -> dict:
         """Delete one of this agent's own memories (others' are refused)."""
-        agent = self._identity()
-        return self.request("DELETE", f"/v1/memories/{quote(memory_id, safe='')}", {"agent": agent})
+        return self.call(Delete(self._identity(), memory_id))
 
 
 # ------------------------------------------------------------------ mem0's Memory API
@@ -792,24 +613,10 @@ class Memory:
         return self._added(answers)
 
     def _add_one(self, message: dict, infer: bool | None, fields: dict) -> dict:
-        body = {
-            "agent": self.agent,
-            "text": message["content"],
-            "role": None if message["role"] == "user" else message["role"],
-            "infer": infer,
-            "type": fields["memory_type"],
-            "visibility": fields["visibility"],
-            "project": fields["project"],
-            "expires": fields["expires"],
-            "user_id": fields["user_id"],
-            "run_id": fields["run_id"],
-            "actor_id": message.get("name"),  # mem0 keeps a message's name as its actor_id
-            "metadata": fields["metadata"],
-            "supersedes": fields["supersedes"],
-            "trust": fields["trust"],
-            "source": fields["source"],
-        }
-        answer = self.client.request("POST", "/v1/memories", body={k: v for k, v in body.items() if v is not None})
+        role = None if message["role"] == "user" else message["role"]
+        actor = message.get("name")  # mem0 keeps a message's name as its actor_id
+        add = Add(self.agent, message["content"], role=role, infer=infer, actor_id=actor, **fields)
+        answer = self.client.call(add)
         answer["role"] = message["role"]
         return answer
 
@@ -849,20 +656,19 @@ class Memory:
             if expires is None:
                 raise Mem0CompatError("At least one of text, metadata, or expiration_date must be provided.")
             text = current["memory"]
-        body = {"agent": self.agent, "text": text, **({"expires": expires} if expires else {})}
-        answer = self._request("PUT", f"/v1/memories/{quote(str(memory_id), safe='')}", body=body)
+        answer = self._request(Update(self.agent, str(memory_id), text, expires=expires or None))
         return {"message": "Memory updated successfully!", "id": answer.get("id"), "result": mem0_result(answer)}
 
     def delete(self, memory_id: str) -> dict:
-        self._request("DELETE", f"/v1/memories/{quote(str(memory_id), safe='')}", {"agent": self.agent})
+        self._request(Delete(self.agent, str(memory_id)))
         return {"message": "Memory deleted successfully!"}
 
     def delete_all(self, user_id=None, agent_id=None, run_id=None, *, filters: dict | None = None) -> dict:
         """Delete this agent's own memories (narrowed by user_id, run_id, actor_id, memory_type, visibility,
         project_id: one value each)."""
         wanted = self._filters(filters, user_id=user_id, agent_id=agent_id, run_id=run_id) or {}
-        params: dict = {"agent": self.agent}
-        names = {"memory_type": "type", "visibility": "visibility", "project_id": "project"}
+        params: dict = {}
+        names = {"memory_type": "memory_type", "visibility": "visibility", "project_id": "project"}
         names.update({k: k for k in ("user_id", "run_id", "actor_id")})
         for key in list(wanted):
             value = wanted.pop(key)
@@ -873,7 +679,7 @@ class Memory:
             if not isinstance(value, (str, int)) or isinstance(value, bool):
                 raise Mem0CompatError(f"delete_all filters.{key}: one value only")
             params[names[key]] = value
-        answer = self.client.request("DELETE", "/v1/memories", params)
+        answer = self.client.call(DeleteAll(self.agent, **params))
         return {"message": "Memories deleted successfully!", "deleted": answer.get("deleted"), "ids": answer.get("ids")}
 
     def reset(self) -> None:
@@ -961,7 +767,7 @@ class Memory:
     def get(self, memory_id: str) -> dict | None:
         """One memory by id, or None (as mem0) when there is none this agent may read."""
         try:
-            view = self.client.request("GET", f"/v1/memories/{quote(str(memory_id), safe='')}", {"agent": self.agent})
+            view = self.client.call(Get(self.agent, str(memory_id)))
         except RequestError as exc:
             if exc.status == 404:
                 return None
@@ -970,13 +776,12 @@ class Memory:
 
     def history(self, memory_id: str) -> list[dict]:
         """mem0's history of one memory: ADD/UPDATE/DELETE events, oldest first."""
-        path = f"/v1/memories/{quote(str(memory_id), safe='')}/history"
-        return self._request("GET", path, {"agent": self.agent})["results"]
+        return self._request(History(self.agent, str(memory_id)))["results"]
 
-    def _request(self, method: str, path: str, params: dict | None = None, body: dict | None = None) -> dict:
+    def _request(self, operation: Operation) -> dict:
         """As the client's, with "no such memory" a ValueError as in mem0."""
         try:
-            return self.client.request(method, path, params, body)
+            return self.client.call(operation)
         except RequestError as exc:
             if exc.status == 404:
                 raise Mem0CompatError(f"Memory not found: {exc.message}") from None

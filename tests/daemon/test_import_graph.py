@@ -210,3 +210,28 @@ def test_layers_never_import_the_daemon():
             )
             offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n == "daemon" or n.startswith("daemon.")]
     assert offenders == []
+
+
+def test_the_protocol_imports_only_the_standard_library_and_itself():
+    """protocol/ is a leaf every edge builds on, and the skill runs a copy of it under any python3."""
+    import sys
+
+    offenders = []
+    for path in sorted((REPO / "protocol").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                assert not node.level, f"{path.relative_to(REPO)}: no relative imports (import protocol.…)"
+                names = [node.module or ""]
+            else:
+                continue
+            top = {n.split(".")[0] for n in names}
+            offenders += [
+                f"{path.relative_to(REPO)}: {t}"
+                for t in sorted(top)
+                if t != "protocol" and t not in sys.stdlib_module_names
+            ]
+    assert offenders == []
+    graph = {m: set(edges) for m, edges in _graph("protocol").items()}
+    assert _cycles(graph) == []

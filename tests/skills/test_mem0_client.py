@@ -25,6 +25,7 @@ import pytest
 from daemon.api.requests import AddRequest, MemorySearchRequest, UpdateRequest
 from daemon.front.client import DaemonClient, DaemonRequestError
 from daemon.shared.config import demo_config_text, parse_config
+from protocol.operations import Add, MemorySearch
 from tests.helpers import FAKE_API_KEY, FAST, DaemonProcess, init_root, run_cli, wait_for
 from tests.request_fields import (
     SAMPLES,
@@ -121,7 +122,8 @@ def cluster(tmp_path_factory):
 
 
 def test_client_imports_only_the_standard_library():
-    """Any python3 must run it: every import is stdlib, except PyYAML tried under ImportError."""
+    """Any python3 must run it: every import is stdlib or the protocol package (stdlib only itself, installed
+    beside it: tests/daemon/shared/test_skill_protocol.py), except PyYAML tried under ImportError."""
     tree = ast.parse(CLIENT.read_text(encoding="utf-8"))
     guarded = set()
     for node in ast.walk(tree):
@@ -140,29 +142,24 @@ def test_client_imports_only_the_standard_library():
             continue
         for name in names:
             top = name.split(".")[0]
-            if top not in sys.stdlib_module_names and id(node) not in guarded:
+            if top not in sys.stdlib_module_names and top != "protocol" and id(node) not in guarded:
                 outside.append(name)
     assert outside == []
 
 
 def test_copied_constants_agree_with_the_daemon():
-    """The client cannot import the daemon's modules (stdlib only), so its copies are checked here."""
-    from daemon.shared.limits import L4_PAGE, MAX_QUERY_CHARS
+    """What the client still copies (the workspace layout and the configuration reader's limit: the daemon's,
+    not the protocol's) is checked here; the vocabulary and the limits come from the protocol package."""
     from daemon.shared.tokens import WORKSPACE_TOKEN
     from daemon.shared.workspaces import WORKSPACE_SUFFIX
-    from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
-    from layers.ids import AGENT_ID_PATTERN, MAIN_AGENT
+    from layers.ids import MAIN_AGENT
     from layers.yamlfile import MAX_BYTES
 
     spec = importlib.util.spec_from_file_location("mem0_client_constants", CLIENT)
     client = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(client)
-    assert client.MEMORY_TYPES == MEMORY_TYPES and client.VISIBILITIES == VISIBILITIES
-    assert client.TRUST_LEVELS == TRUST_LEVELS and client.SOURCES == SOURCES
     assert client.WORKSPACE_TOKEN == WORKSPACE_TOKEN and client.WORKSPACE_SUFFIX == WORKSPACE_SUFFIX
-    assert client.AGENT_ID_RE.pattern == AGENT_ID_PATTERN and client.MAIN_AGENT == MAIN_AGENT
-    assert client.MAX_QUERY_CHARS == MAX_QUERY_CHARS and client.CONFIG_MAX_BYTES == MAX_BYTES
-    assert L4_PAGE.high == client.PAGE_MAX
+    assert client.MAIN_AGENT == MAIN_AGENT and client.CONFIG_MAX_BYTES == MAX_BYTES
 
 
 # ---------------------------------------------------------------- its copy of the request fields (stdlib only)
@@ -194,13 +191,11 @@ def _command(name: str) -> argparse.ArgumentParser:
     return commands.choices[name]
 
 
-def test_its_copy_of_the_request_fields_agrees_with_the_schemas():
-    """Its methods and its commands take the fields of daemon/api/requests.py, as the schemas define them."""
-    client = mem0_client.Mem0Client
+def test_its_commands_take_the_schemas_fields():
+    """Its commands take the fields of daemon/api/requests.py, as the schemas define them (its methods build
+    the protocol's operations: tests/daemon/front/test_request_fields.py compares those with the schemas)."""
     add = {"renamed": AS_NAMED, "left_out": {**ITSELF, **ROLE}}
     search = {"renamed": AS_NAMED, "left_out": ITSELF}
-    assert differences(signature_fields(client.add), ADD, says_choices=False, **add) == []
-    assert differences(signature_fields(client.search), L4_SEARCH, says_choices=False, **search) == []
     assert differences(argparse_fields(_command("add")), ADD, own=SETUP, **add) == []
     assert differences(argparse_fields(_command("search")), L4_SEARCH, own=SETUP, **search) == []
     assert set(mem0_client.ADD_METADATA) == set(METADATA_AS) and set(METADATA_AS.values()) <= set(ADD)
@@ -211,8 +206,11 @@ def test_what_it_sends_is_the_schemas_fields(tmp_path_factory, monkeypatch):
     sock = tmp_path_factory.mktemp("recorder") / "daemon.sock"
     with Recorder(sock).serving() as recorder:
         client = mem0_client.Mem0Client("main", "a token", sock)
-        for method, model in ((client.add, AddRequest), (client.search, MemorySearchRequest)):
-            given = {name: SAMPLES[AS_NAMED.get(name, name)] for name in signature_fields(method)}
+        for method, operation, model in (
+            (client.add, Add, AddRequest),
+            (client.search, MemorySearch, MemorySearchRequest),
+        ):
+            given = {name: SAMPLES[AS_NAMED.get(name, name)] for name in signature_fields(operation) if name != "agent"}
             sent = recorder.one(lambda method=method, given=given: method(**given))
             expected = {AS_NAMED.get(name, name): value for name, value in given.items()}
             assert parsed(model, sent) == {**expected, "agent": "main"}, method

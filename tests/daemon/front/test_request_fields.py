@@ -26,6 +26,8 @@ from daemon.front.client import DaemonClient
 from daemon.front.mcp_server import build_server
 from daemon.shared.config import Config, load_config
 from daemon.shared.tokens import TOKEN_ENV
+from protocol import operations as op
+from protocol.fields import describe
 from tests.request_fields import (
     SAMPLES,
     Field,
@@ -108,12 +110,19 @@ def test_the_cli_commands_take_the_schemas_fields():
     assert shared == ["limit: high 200, the schema's is 100"], "one --limit for every layer: L4 answers its first 100"
 
 
-def test_the_client_takes_the_schemas_fields():
-    """Explicit keyword arguments (a misspelled field fails in the caller, the daemon would ignore it)."""
-    assert differences(signature_fields(DaemonClient.add), ADD, says_choices=False) == []
-    assert differences(signature_fields(DaemonClient.update), UPDATE, own=IN_THE_PATH, says_choices=False) == []
-    for method, schema in ((DaemonClient.search, L3_SEARCH), (DaemonClient.memory_search, L4_SEARCH)):
-        assert differences(signature_fields(method), schema, renamed=QUERY, says_choices=False) == [], method
+OPERATION_NAMES = {"query": "q", "memory_type": "type"}  # the operations' names of the API's fields
+
+
+def test_the_operations_take_the_schemas_fields():
+    """The clients build the protocol's operations (a misspelled field fails in the caller, the daemon would
+    ignore it): their fields, defaults and choices are the schemas' until the schemas are derived from them."""
+    pairs = ((op.Add, ADD, {}), (op.Update, UPDATE, IN_THE_PATH), (op.Search, L3_SEARCH, {}))
+    for operation, schema, own in (*pairs, (op.MemorySearch, L4_SEARCH, {})):
+        fields = signature_fields(operation)
+        assert differences(fields, schema, renamed=OPERATION_NAMES, own=own, says_choices=False) == [], operation
+        for item in describe(operation):
+            if item.wire in schema:
+                assert item.choices == schema[item.wire].choices, (operation, item.name)
 
 
 def test_the_broker_takes_the_schemas_fields():
@@ -234,15 +243,18 @@ def _keywords(method, renamed: dict[str, str] | None = None) -> dict[str, object
 def test_what_the_client_sends_is_the_schemas_fields(root):
     config, recorder = root
     client = DaemonClient(config.paths.socket)
-    for method, schema, model, route in (
-        (DaemonClient.add, ADD, AddRequest, "/v1/memories"),
-        (DaemonClient.search, L3_SEARCH, SearchRequest, "/v1/search"),
-        (DaemonClient.memory_search, L4_SEARCH, MemorySearchRequest, "/v1/memories/search"),
+    for name, operation, schema, model, route in (
+        ("add", op.Add, ADD, AddRequest, "/v1/memories"),
+        ("search", op.Search, L3_SEARCH, SearchRequest, "/v1/search"),
+        ("memory_search", op.MemorySearch, L4_SEARCH, MemorySearchRequest, "/v1/memories/search"),
     ):
-        sent = recorder.one(lambda method=method: getattr(client, method.__name__)(**_keywords(method, QUERY)))
+        keywords = _keywords(operation, OPERATION_NAMES)
+        sent = recorder.one(lambda name=name, keywords=keywords: getattr(client, name)(**keywords))
         assert sent.path == route
-        assert parsed(model, sent) == {k: SAMPLES[k] for k in schema}, method
-    sent = recorder.one(lambda: client.update(**_keywords(DaemonClient.update)))
+        assert parsed(model, sent) == {k: SAMPLES[k] for k in schema}, name
+    sent = recorder.one(lambda: client.add("main", SAMPLES["text"], type="fact"))  # the API's name, as before
+    assert parsed(AddRequest, sent) == {"agent": "main", "text": SAMPLES["text"], "type": "fact"}
+    sent = recorder.one(lambda: client.update(**_keywords(op.Update)))
     assert parsed(UpdateRequest, sent) == {k: SAMPLES[k] for k in UPDATE}
 
 

@@ -141,10 +141,12 @@ def test_install_writes_config_directories_units_and_skill(tree):
     # the skill, with its launcher, and the example registry at the seed's path
     skill = workspace / SKILL
     assert sorted(p.name for p in skill.iterdir()) == sorted(
-        [*SKILL_FILES, "memstrata-install.json", "project_registry.yaml"]
+        [*SKILL_FILES, "memstrata-install.json", "project_registry.yaml", "protocol"]
     )
     for name in SKILL_FILES:
         assert (skill / name).read_bytes() == (REPO_ROOT / SKILL / name).read_bytes()
+    for source in (REPO_ROOT / "protocol").glob("*.py"):  # the package the skill's client imports, beside it
+        assert (skill / "protocol" / source.name).read_bytes() == source.read_bytes()
     launcher = json.loads((skill / "memstrata-install.json").read_text())
     assert launcher["config"] == str(tree.config) and launcher["agent"] == "main"
     assert launcher["python"] == f"{sys.prefix}/bin/python" and launcher["checkout"] == str(REPO_ROOT)
