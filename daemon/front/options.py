@@ -89,14 +89,15 @@ def paths_config(config_path: Path | None) -> tuple[Config | FrontConfig, str | 
     else that error is raised, as :func:`config_of` raises it.
     """
     from daemon.shared import config_cache
-    from daemon.shared.config import load_config, parse_config
 
     raw = config_cache.read_config_bytes(config_path)
+    cached = config_cache.load(raw) if raw is not None else None
+    if cached is not None:
+        return cached, None  # the usual case: no pydantic, no YAML (a front call's CPU is mostly imports)
+    from daemon.shared.config import load_config, parse_config
+
     if raw is None:
         return load_config(config_path), None
-    cached = config_cache.load(raw)
-    if cached is not None:
-        return cached, None
     try:
         config = parse_config(raw.raw.decode("utf-8"), raw.path)  # the very bytes the key hashes
     except (UnicodeDecodeError, ValueError) as exc:
