@@ -30,6 +30,7 @@ from bench import (
     bench_optimize_sync,
     bench_power_cut,
     bench_scale,
+    bench_sigkill,
     bench_stop,
     bench_vector_engines,
     recall,
@@ -55,6 +56,7 @@ BENCHMARKS = {
     "engines": bench_vector_engines.main,
     "recall": recall.main,
     "calibration": bench_calibration.main,
+    "sigkill": bench_sigkill.main,  # root only (loop devices); SIGKILLs at random moments under load
     "power-cut": bench_power_cut.main,  # root only (loop devices); --runs N per cell
 }
 

@@ -352,7 +352,8 @@ class Writes:
         The old memory must be the writer's own (the administrator's too: it acts as ``agent``): another
         agent's, readable or not, gets exactly the answer of an unknown id, so a supersede tells nothing
         about other agents' memories.  A retry with the same write_id finds the write already made and
-        marks the old memory again: the pair completes.  A chain always ends in a valid memory: the old
+        marks the old memory again: the pair completes; when the pair is complete already (the answer
+        was lost to a crash or a timeout) the retry is answered as the write was (EXISTS).  A chain always ends in a valid memory: the old
         memory must still be valid, and the one replacing it must be valid and another memory, checked
         again on the store thread (the store's one writer) right before the marking, so no two writes
         can cross (A superseded by B, B by A).
@@ -363,15 +364,22 @@ class Writes:
                 "while with infer the LLM decides what changes"
             )
         old = self._owned(agent, old_id, "supersede", readable_is_forbidden=False)
-        _still_valid(old, old_id)
+        if not (retry and old.get("superseded_by")):  # superseded by this very write: checked on the store thread
+            _still_valid(old, old_id)
+        done_before = False
 
         def write_and_supersede() -> list[dict]:
+            nonlocal done_before
             store = self.thread.store  # read when it runs: a reload may have replaced the store meanwhile
             current = store.get(old_id)  # again, where nothing can change it before the marking
             if current is None or current.get("agent_id") != agent:
                 raise NoSuchMemoryError(f"no memory {old_id}")  # deleted meanwhile: as missing as ever
-            _still_valid(current, old_id)
             earlier = store.find_write(record.agent_id, record.write_id) if retry else []
+            if earlier and current.get("superseded_by") in earlier:
+                # the pair was made by this write_id, its answer lost (a crash, a timeout): the same answer again
+                done_before = True
+                return [{"id": i, "event": "EXISTS"} for i in earlier]
+            _still_valid(current, old_id)
             if earlier:
                 _may_replace(record.write_id, earlier, old_id, store.states(earlier))
                 results = [{"id": i, "event": "EXISTS"} for i in earlier]
@@ -393,7 +401,7 @@ class Writes:
         self.storage.succeeded("store")
         self.checkpointer.durable("supersede")  # the pair is not in the log: answered once the store flushed it
         by = next((r["id"] for r in results if r.get("id") and r["id"] != old_id), None)
-        if by is not None:
+        if by is not None and not done_before:
             self.audit.record(
                 "memory_superseded", agent=agent, memory_id=old_id, owner=old.get("agent_id"), superseded_by=by
             )

@@ -312,6 +312,15 @@ class PowerCutRoot:
             self.socket.unlink()
         return self.start()
 
+    def crash(self) -> CutDaemon:
+        """SIGKILL of the daemon and all it started, then a new daemon on the same disk: no cut (what
+        the page cache holds survives), the crash a power cut is the harder case of."""
+        assert self.daemon is not None
+        self.daemon.kill(self.disk.mount)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket.unlink()
+        return self.start()
+
     def close(self) -> None:
         if self.daemon is not None:
             with contextlib.suppress(Exception):
