@@ -17,6 +17,7 @@ Printed: kills, acknowledged writes, lost / duplicated / corrupt; nothing is ass
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import tempfile
@@ -149,6 +150,11 @@ def main(quick: bool = False, kills: int | None = None) -> None:
             for agent, text in writers.queued:
                 if stored[agent][text] != 1:
                     problems.append(f"queued write {text!r} of {agent} is stored {stored[agent][text]} times")
+        except BaseException:
+            if rig.daemon is not None:  # the daemon's own account, before the directory goes
+                print(f"the last daemon's log (its tail):\n{rig.daemon.log()[-3000:]}", flush=True)
+            print(f"mounted: {os.path.ismount(rig.disk.mount)}", flush=True)
+            raise
         finally:
             rig.close()
             embedder.close()
