@@ -236,9 +236,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
 
     def memory_add(request: Request, caller: Caller, args: Args) -> dict:
         admin = authorize(daemon, caller, args.get("agent"), request.url.path)
-        o = args.to(op.Add)
-        options = {k: v for k, v in vars(o).items() if k not in ("agent", "text")}
-        return _conversation(daemon).add(o.agent, o.text, admin=admin, **options)
+        return _conversation(daemon).add(args.to(op.Add), admin=admin)
 
     def admin_cleanup(request: Request, caller: Caller, args: Args) -> dict:
         return _conversation(daemon).cleanup(CleanupOptions.from_dict(args.model_dump(by_alias=True)))

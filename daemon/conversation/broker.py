@@ -46,6 +46,7 @@ from layers.conversation.queue import WriteQueue
 from layers.conversation.registry import RegistryCache
 from layers.conversation.store import ConversationStore
 from layers.conversation.tombstones import Tombstones
+from protocol.operations import Add
 
 __all__ = ["Broker", "StoreWorker", "tailscale_view"]
 
@@ -207,8 +208,9 @@ class Broker:
 
     # ------------------------------------------------------------ requests (daemon/conversation/writes.py, l4_reads.py)
 
-    def add(self, agent: str, text: str, **options: Any) -> dict[str, Any]:
-        return self.writes.add(agent, text, **options)
+    def add(self, o: Add, *, admin: bool = False) -> dict[str, Any]:
+        """An L4 write (``admin``: the administrator's, acting as ``o.agent``)."""
+        return self.writes.add(o, admin=admin)
 
     # Changes and reads by id act as ``agent``, with ``agent``'s visibility and ownership, whoever's token
     # asked (the administrator's too: ``--agent X`` means "as X"; the audit log names the real actor).
