@@ -33,6 +33,8 @@ class Spec:
     pattern: str | None = None
     max_length: int | None = None
     where: str | None = None
+    min_length: int | None = None
+    low_exclusive: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class Field:
     ``name`` is the Python name, ``wire`` the API's (``memory_type`` travels as ``type``); ``where`` says
     whether it goes in the JSON body, the query string or the path; ``kind`` is the value's type (str, int,
     float, bool, dict); ``default`` is :data:`REQUIRED` for a field without one, else what is sent when the
-    caller says nothing (None: left to the daemon, and not sent).
+    caller says nothing (None: left to the daemon, and not sent).  ``low``..``high`` bound a number (``low``
+    itself excluded when ``low_exclusive``); ``min_length``..``max_length`` a text's length.
     """
 
     name: str
@@ -58,6 +61,8 @@ class Field:
     results: Results | None = None
     pattern: str | None = None
     max_length: int | None = None
+    min_length: int | None = None
+    low_exclusive: bool = False
 
 
 REQUIRED: Any = dataclasses.MISSING
@@ -75,15 +80,18 @@ def field(
     pattern: str | None = None,
     max_length: int | None = None,
     where: str | None = None,
+    min_length: int | None = None,
+    low_exclusive: bool = False,
 ) -> Any:
     """A dataclass field carrying its description (``help``: one sentence, as the CLI and MCP show it).
 
     ``results`` gives a count's default and bounds at once (protocol/limits.py); ``where`` defaults to the
-    operation's (body for POST and PUT, query for GET and DELETE).
+    operation's (body for POST and PUT, query for GET and DELETE); ``low_exclusive``: ``low`` itself is
+    refused (a share of (0, 1]).
     """
     if where is not None and where not in WHERE:
         raise ValueError(f"where must be one of {', '.join(WHERE)}, not {where!r}")
-    spec = Spec(help, wire, choices, low, high, results, pattern, max_length, where)
+    spec = Spec(help, wire, choices, low, high, results, pattern, max_length, where, min_length, low_exclusive)
     if results is not None:
         spec = dataclasses.replace(spec, low=results.low, high=results.high)
     return dataclasses.field(default=default, metadata={METADATA_KEY: spec})
@@ -125,6 +133,8 @@ def describe(operation: type) -> list[Field]:
                 results=spec.results,
                 pattern=spec.pattern,
                 max_length=spec.max_length,
+                min_length=spec.min_length,
+                low_exclusive=spec.low_exclusive,
             )
         )
     return out

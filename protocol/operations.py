@@ -1,12 +1,12 @@
 """Every operation of the daemon's API, once: its fields (with help, bounds, choices) and its route.
 
-One frozen dataclass per operation.  Its field names, defaults, bounds and choices are those of the
-API's request schemas (daemon/api/requests.py); a default of None means "left to the daemon" (not sent),
-as the clients have always done.  :meth:`Operation.request` turns an operation into what travels:
-``(method, path, query parameters or None, JSON body or None)``, leaving out what is unset (None, and a
-flag left off), ``filters`` as JSON text in a query string, booleans lower-case there, and the memory id
-quoted into the path.  Values the daemon checks anyway are not checked again here, except the query's
-length, which every client has checked before sending.
+One frozen dataclass per operation. Its field names, defaults, bounds and choices are the API's: the
+daemon's request schemas (daemon/api/requests.py) are derived from them; a default of None means "left
+to the daemon" (not sent), as the clients have always done. :meth:`Operation.request` turns an operation
+into what travels: ``(method, path, query parameters or None, JSON body or None)``, leaving out what is
+unset (None, and a flag left off), ``filters`` as JSON text in a query string, booleans lower-case
+there, and the memory id quoted into the path. Values the daemon checks anyway are not checked again
+here, except the query's length, which every client has checked before sending.
 """
 
 from __future__ import annotations
@@ -51,6 +51,21 @@ def _memory_id() -> Any:
 
 def _query_text() -> Any:
     return field("What to search for (a few words).", wire="q")
+
+
+def _id(help: str) -> Any:
+    """An optional agent or project id (the API's ids: at most 64 characters)."""
+    return field(help, default=None, pattern=AGENT_ID_PATTERN, max_length=64)
+
+
+def _entity(help: str) -> Any:
+    """mem0's user_id, run_id or actor_id: data about whom a memory is (at most 128 characters)."""
+    return field(help, default=None, pattern=ENTITY_ID_PATTERN, max_length=128)
+
+
+def _day(help: str) -> Any:
+    """A calendar day, YYYY-MM-DD."""
+    return field(help, default=None, pattern=DAY_PATTERN, max_length=10)
 
 
 @dataclass(frozen=True)
@@ -101,8 +116,8 @@ class Search(Operation):
     path: str | None = field("Only files matching this glob (memory/2026-*).", default=None, max_length=1024)
     since: str | None = field("Only daily notes from this day on (YYYY-MM-DD).", default=None, max_length=1024)
     until: str | None = field("Only daily notes up to this day (YYYY-MM-DD).", default=None, max_length=1024)
-    mode: str | None = field("How to rank: auto, fts, vector or hybrid.", default=None, choices=SEARCH_MODES)
-    limit: int | None = field("Most results returned.", default=None, results=L3_RESULTS)
+    mode: str = field("How to rank: auto, fts, vector or hybrid.", default="auto", choices=SEARCH_MODES)
+    limit: int = field("Most results returned.", default=L3_RESULTS.default, results=L3_RESULTS)
     explain: bool = field("Say why each result was returned (its scores).", default=False)
     threshold: float | None = field("Leave out results under this relevance (0-1).", default=None, low=0, high=1)
     min_score: float | None = field(
@@ -172,35 +187,26 @@ class Add(Operation):
         default=None,
         choices=VISIBILITIES,
     )
-    project: str | None = field(
-        "Project of a project memory (implies visibility project).", default=None, pattern=AGENT_ID_PATTERN
-    )
-    expires: str | None = field(
-        "Last day the memory is shown, YYYY-MM-DD (default: by type).", default=None, pattern=DAY_PATTERN
-    )
+    project: str | None = _id("Project of a project memory (implies visibility project).")
+    expires: str | None = _day("Last day the memory is shown, YYYY-MM-DD (default: by type).")
     infer: bool | None = field("Let the LLM extract and merge (needs conversation.llm).", default=None)
     write_id: str | None = field(
         "Idempotency key: a retry with the same id is written once.",
         default=None,
         pattern=WRITE_ID_PATTERN,
+        min_length=1,
         max_length=128,
     )
     role: str | None = field("The speaker of a conversation turn (mem0's role).", default=None, choices=ROLES)
-    user_id: str | None = field(
-        "The end user the memory is about (mem0's user_id: data, not identity).",
-        default=None,
-        pattern=ENTITY_ID_PATTERN,
-        max_length=128,
-    )
-    run_id: str | None = field(
-        "The run or conversation it belongs to (mem0's run_id).", default=None, pattern=ENTITY_ID_PATTERN
-    )
-    actor_id: str | None = field("Who said it (mem0's actor_id).", default=None, pattern=ENTITY_ID_PATTERN)
+    user_id: str | None = _entity("The end user the memory is about (mem0's user_id: data, not identity).")
+    run_id: str | None = _entity("The run or conversation it belongs to (mem0's run_id).")
+    actor_id: str | None = _entity("Who said it (mem0's actor_id).")
     metadata: dict[str, Any] | None = field('Custom metadata as a JSON object: {"category": "movies"}.', default=None)
     supersedes: str | None = field(
         "A memory this one replaces: it is kept, marked superseded, and leaves searches.",
         default=None,
         pattern=MEMORY_ID_PATTERN,
+        max_length=64,
     )
     trust: str | None = field(
         "How far it is trusted (default: medium for an agent, high for the operator; low: unverified).",
@@ -224,9 +230,7 @@ class Update(Operation):
     agent: str = _agent()
     memory_id: str = _memory_id()
     text: str = field("The memory's new text.")
-    expires: str | None = field(
-        "A new last day it is shown, YYYY-MM-DD (today or later).", default=None, pattern=DAY_PATTERN
-    )
+    expires: str | None = _day("A new last day it is shown, YYYY-MM-DD (today or later).")
 
 
 @dataclass(frozen=True)
@@ -261,11 +265,11 @@ class DeleteAll(Operation):
     agent: str = _agent()
     memory_type: str | None = field("Only memories of this type.", default=None, wire="type", choices=MEMORY_TYPES)
     visibility: str | None = field("Only memories of this visibility.", default=None, choices=VISIBILITIES)
-    project: str | None = field("Only memories of this project.", default=None, pattern=AGENT_ID_PATTERN)
+    project: str | None = _id("Only memories of this project.")
     dry_run: bool | None = field("Say which would be deleted, delete nothing.", default=None)
-    user_id: str | None = field("Only memories about this end user.", default=None, pattern=ENTITY_ID_PATTERN)
-    run_id: str | None = field("Only memories of this run.", default=None, pattern=ENTITY_ID_PATTERN)
-    actor_id: str | None = field("Only memories said by this actor.", default=None, pattern=ENTITY_ID_PATTERN)
+    user_id: str | None = _entity("Only memories about this end user.")
+    run_id: str | None = _entity("Only memories of this run.")
+    actor_id: str | None = _entity("Only memories said by this actor.")
 
 
 # ---------------------------------------------------------------- reading memories
@@ -327,7 +331,7 @@ class Reindex(Operation):
     METHOD: ClassVar[str] = "POST"
     PATH: ClassVar[str] = "/v1/reindex"
 
-    agent: str | None = field("Only this agent (default: every agent).", default=None, pattern=AGENT_ID_PATTERN)
+    agent: str | None = _id("Only this agent (default: every agent).")
     rebuild: bool = field("Rebuild the index from the files instead of updating it.", default=False)
 
 
@@ -344,9 +348,9 @@ class Cleanup(Operation):
     execute: bool = field("Delete; without it, only list what would be deleted.")
     max_age_days: int | None = field("Also memories older than this many days.", default=None, low=0, high=36_500)
     include_permanent: bool | None = field("With max_age_days: permanent types too.", default=None)
-    agent: str | None = field("Only this agent's memories.", default=None, pattern=AGENT_ID_PATTERN)
+    agent: str | None = _id("Only this agent's memories.")
     visibility: str | None = field("Only memories of this visibility.", default=None, choices=VISIBILITIES)
-    project: str | None = field("Only memories of this project.", default=None, pattern=AGENT_ID_PATTERN)
+    project: str | None = _id("Only memories of this project.")
     memory_type: str | None = field("Only memories of this type.", default=None, wire="type", choices=MEMORY_TYPES)
 
 
@@ -358,9 +362,13 @@ class Consolidate(Operation):
     PATH: ClassVar[str] = "/v1/admin/consolidate"
 
     execute: bool | None = field("Apply the plan; without it, only show it.", default=None)
-    agent: str | None = field("Only this agent's memories.", default=None, pattern=AGENT_ID_PATTERN)
+    agent: str | None = _id("Only this agent's memories.")
     max_share: float | None = field(
-        "Refuse a plan touching more than this share of an agent's memories (0-1].", default=None, low=0, high=1
+        "Refuse a plan touching more than this share of an agent's memories (0-1].",
+        default=None,
+        low=0,
+        high=1,
+        low_exclusive=True,
     )
     undo: str | None = field("Revert this run (its id).", default=None, pattern=RUN_ID_PATTERN, max_length=32)
     force: bool | None = field("Apply even past max_share.", default=None)
@@ -383,7 +391,7 @@ class Restore(Operation):
     METHOD: ClassVar[str] = "POST"
     PATH: ClassVar[str] = "/v1/admin/restore"
 
-    path: str = field("The backup file to restore.", max_length=4096)
+    path: str = field("The backup file to restore.", min_length=1, max_length=4096)
 
 
 OPERATIONS: tuple[type[Operation], ...] = (

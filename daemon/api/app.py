@@ -35,20 +35,8 @@ from daemon.api.hosts import HostCheck
 from daemon.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from daemon.api.metrics import Metrics, readiness
 from daemon.api.protocol import DeadlineH11Protocol
-from daemon.api.requests import (
-    AddRequest,
-    AgentParams,
-    BackupRequest,
-    CleanupRequest,
-    ConsolidateRequest,
-    DeleteAllParams,
-    ListParams,
-    MemorySearchRequest,
-    ReindexRequest,
-    RestoreRequest,
-    SearchRequest,
-    UpdateRequest,
-)
+from daemon.api.requests import SCHEMAS
+from daemon.api.requests import Request as Args
 from daemon.conversation.broker import Broker
 from daemon.ops.consolidation import ConsolidateOptions
 from daemon.ops.maintenance import DEFAULT_KEEP, CleanupOptions
@@ -61,10 +49,10 @@ from daemon.shared.limits import (
     MAX_MEMORY_BODY_BYTES,
     MAX_SEARCH_BODY_BYTES,
     MAX_SMALL_BODY_BYTES,
-    check_query,
 )
 from daemon.shared.tokens import ADMIN
 from layers.local.index import Filters
+from protocol import operations as op
 
 SOCKET_MODE = 0o660
 T = TypeVar("T")
@@ -227,121 +215,136 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
 
     # Searches: POST with a JSON body (what every client sends: a query has no room in a URL),
     # GET with query parameters for older clients. Both take the same fields.
-    def search(request: Request, caller: Caller, args: SearchRequest) -> SearchAnswer:
-        authorize(daemon, caller, args.agent, request.url.path)
-        check_query(args.q)
-        filters = Filters(layer=args.layer, path_glob=args.path, since=args.since, until=args.until)
-        options = {"mode": args.mode, "limit": args.limit, "explain": args.explain, "threshold": args.threshold}
-        options.update(max_tokens=args.max_tokens, min_score=args.min_score)
-        return daemon.search(args.agent, args.q, filters=filters, **options)
+    def search(request: Request, caller: Caller, args: Args) -> SearchAnswer:
+        authorize(daemon, caller, args.get("agent"), request.url.path)
+        o = args.to(op.Search)  # the query's length checked (413)
+        filters = Filters(layer=o.layer, path_glob=o.path, since=o.since, until=o.until)
+        options = {"mode": o.mode, "limit": o.limit, "explain": o.explain, "threshold": o.threshold}
+        options.update(max_tokens=o.max_tokens, min_score=o.min_score)
+        return daemon.search(o.agent, o.query, filters=filters, **options)
 
-    def memory_search(request: Request, caller: Caller, args: MemorySearchRequest) -> dict:
-        authorize(daemon, caller, args.agent, request.url.path)
-        check_query(args.q)
-        if not args.q.strip():
+    def memory_search(request: Request, caller: Caller, args: Args) -> dict:
+        authorize(daemon, caller, args.get("agent"), request.url.path)
+        o = args.to(op.MemorySearch)  # the query's length checked (413)
+        if not o.query.strip():
             raise ApiError(400, "q is required")
         broker = _conversation(daemon)
-        options: dict[str, Any] = {"filters": args.filters, "threshold": args.threshold, "explain": args.explain}
-        options.update(show_expired=args.show_expired, show_superseded=args.show_superseded, trust_min=args.trust_min)
-        options["max_tokens"] = args.max_tokens
-        return broker.search(args.agent, args.q, limit=args.limit, fallback=args.fallback, **options)
+        options: dict[str, Any] = {"filters": o.filters, "threshold": o.threshold, "explain": o.explain}
+        options.update(show_expired=o.show_expired, show_superseded=o.show_superseded, trust_min=o.trust_min)
+        options["max_tokens"] = o.max_tokens
+        return broker.search(o.agent, o.query, limit=o.limit, fallback=o.fallback, **options)
 
-    def memory_add(request: Request, caller: Caller, args: AddRequest) -> dict:
-        admin = authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).add(args.agent, args.text, admin=admin, **args.options())
+    def memory_add(request: Request, caller: Caller, args: Args) -> dict:
+        admin = authorize(daemon, caller, args.get("agent"), request.url.path)
+        return _conversation(daemon).add(args.to(op.Add), admin=admin)
 
-    def admin_cleanup(request: Request, caller: Caller, args: CleanupRequest) -> dict:
+    def admin_cleanup(request: Request, caller: Caller, args: Args) -> dict:
         return _conversation(daemon).cleanup(CleanupOptions.from_dict(args.model_dump(by_alias=True)))
 
-    def admin_consolidate(request: Request, caller: Caller, args: ConsolidateRequest) -> dict:
+    def admin_consolidate(request: Request, caller: Caller, args: Args) -> dict:
         return _conversation(daemon).consolidate(ConsolidateOptions.from_dict(args.model_dump()))
 
-    def admin_backup(request: Request, caller: Caller, args: BackupRequest) -> dict:
-        return _conversation(daemon).backup(DEFAULT_KEEP if args.keep is None else args.keep)
+    def admin_backup(request: Request, caller: Caller, args: Args) -> dict:
+        keep = args.to(op.Backup).keep
+        return _conversation(daemon).backup(DEFAULT_KEEP if keep is None else keep)
 
-    def admin_restore(request: Request, caller: Caller, args: RestoreRequest) -> dict:
-        return _conversation(daemon).restore(Path(args.path))
+    def admin_restore(request: Request, caller: Caller, args: Args) -> dict:
+        return _conversation(daemon).restore(Path(args.to(op.Restore).path))
 
-    def memory_list(request: Request, caller: Caller, args: ListParams) -> dict:
-        authorize(daemon, caller, args.agent, request.url.path)
-        options: dict[str, Any] = {"filters": args.filters, "show_superseded": args.show_superseded}
-        options.update(show_expired=args.show_expired, show_archived=args.show_archived)
-        return _conversation(daemon).get_all(args.agent, limit=args.limit, cursor=args.cursor, **options)
+    def memory_list(request: Request, caller: Caller, args: Args) -> dict:
+        o = args.to(op.List)
+        authorize(daemon, caller, o.agent, request.url.path)
+        options: dict[str, Any] = {"filters": o.filters, "show_superseded": o.show_superseded}
+        options.update(show_expired=o.show_expired, show_archived=o.show_archived)
+        return _conversation(daemon).get_all(o.agent, limit=o.limit, cursor=o.cursor, **options)
 
-    def memory_get(request: Request, caller: Caller, args: AgentParams) -> dict:
-        admin = authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).get(args.agent, request.path_params["memory_id"], admin=admin)
+    def memory_get(request: Request, caller: Caller, args: Args) -> dict:
+        o = args.to(op.Get, memory_id=request.path_params["memory_id"])
+        admin = authorize(daemon, caller, o.agent, request.url.path)
+        return _conversation(daemon).get(o.agent, o.memory_id, admin=admin)
 
-    def memory_delete(request: Request, caller: Caller, args: AgentParams) -> dict:
-        authorize(daemon, caller, args.agent, request.url.path)  # as args.agent: its own memories only
-        return _conversation(daemon).delete(args.agent, request.path_params["memory_id"])
+    def memory_delete(request: Request, caller: Caller, args: Args) -> dict:
+        o = args.to(op.Delete, memory_id=request.path_params["memory_id"])
+        authorize(daemon, caller, o.agent, request.url.path)  # as o.agent: its own memories only
+        return _conversation(daemon).delete(o.agent, o.memory_id)
 
-    def memory_update(request: Request, caller: Caller, args: UpdateRequest) -> dict:
-        authorize(daemon, caller, args.agent, request.url.path)
-        memory_id = request.path_params["memory_id"]
-        return _conversation(daemon).update(args.agent, memory_id, args.text, expires=args.expires)
+    def memory_update(request: Request, caller: Caller, args: Args) -> dict:
+        o = args.to(op.Update, memory_id=request.path_params["memory_id"])
+        authorize(daemon, caller, o.agent, request.url.path)
+        return _conversation(daemon).update(o.agent, o.memory_id, o.text, expires=o.expires)
 
-    def memory_restore(request: Request, caller: Caller, args: AgentParams) -> dict:
-        authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).restore_memory(args.agent, request.path_params["memory_id"])
+    def memory_restore(request: Request, caller: Caller, args: Args) -> dict:
+        o = args.to(op.RestoreMemory, memory_id=request.path_params["memory_id"])
+        authorize(daemon, caller, o.agent, request.url.path)
+        return _conversation(daemon).restore_memory(o.agent, o.memory_id)
 
-    def memory_history(request: Request, caller: Caller, args: AgentParams) -> dict:
-        authorize(daemon, caller, args.agent, request.url.path)
-        return _conversation(daemon).history(args.agent, request.path_params["memory_id"])
+    def memory_history(request: Request, caller: Caller, args: Args) -> dict:
+        o = args.to(op.History, memory_id=request.path_params["memory_id"])
+        authorize(daemon, caller, o.agent, request.url.path)
+        return _conversation(daemon).history(o.agent, o.memory_id)
 
-    def memory_delete_all(request: Request, caller: Caller, args: DeleteAllParams) -> dict:
-        authorize(daemon, caller, args.agent, request.url.path)  # the administrator too deletes only the named agent's
+    def memory_delete_all(request: Request, caller: Caller, args: Args) -> dict:
+        o = args.to(op.DeleteAll)
+        authorize(daemon, caller, o.agent, request.url.path)  # the administrator too deletes only the named agent's
+        ids = {k: getattr(o, k) for k in ("user_id", "run_id", "actor_id") if getattr(o, k)}
         return _conversation(daemon).delete_all(
-            args.agent,
-            memory_type=args.memory_type,
-            visibility=args.visibility,
-            project=args.project,
-            dry_run=bool(args.dry_run),
-            filters=args.filters(),
+            o.agent,
+            memory_type=o.memory_type,
+            visibility=o.visibility,
+            project=o.project,
+            dry_run=bool(o.dry_run),
+            filters=ids or None,
         )
 
-    def reindex(request: Request, caller: Caller, args: ReindexRequest) -> dict:
-        if args.agent is None and not caller.admin:
+    def reindex(request: Request, caller: Caller, args: Args) -> dict:
+        o = args.to(op.Reindex)
+        if o.agent is None and not caller.admin:
             raise ApiError(403, "reindexing every agent needs the administrator's token")
-        if args.agent is not None:
-            authorize(daemon, caller, args.agent, request.url.path)
-        return daemon.call_in_loop(lambda: daemon.reindex(args.agent, rebuild=bool(args.rebuild)))
+        if o.agent is not None:
+            authorize(daemon, caller, o.agent, request.url.path)
+        return daemon.call_in_loop(lambda: daemon.reindex(o.agent, rebuild=bool(o.rebuild)))
 
     search, memory_search = metrics.timed("search", search), metrics.timed("memory_search", memory_search)
     memory_add = metrics.timed("memory_add", memory_add)
-    search_body: dict[str, Any] = {"schema": SearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
-    memory_search_body: dict[str, Any] = {"schema": MemorySearchRequest, "body_limit": MAX_SEARCH_BODY_BYTES}
+    work = {
+        ("POST", "/v1/search"): search,
+        ("GET", "/v1/search"): search,
+        ("POST", "/v1/memories/search"): memory_search,
+        ("GET", "/v1/memories/search"): memory_search,
+        ("POST", "/v1/memories"): memory_add,
+        ("GET", "/v1/memories"): memory_list,
+        ("DELETE", "/v1/memories"): memory_delete_all,
+        ("GET", "/v1/memories/{memory_id}"): memory_get,
+        ("DELETE", "/v1/memories/{memory_id}"): memory_delete,
+        ("PUT", "/v1/memories/{memory_id}"): memory_update,
+        ("GET", "/v1/memories/{memory_id}/history"): memory_history,
+        ("POST", "/v1/memories/{memory_id}/restore"): memory_restore,
+        ("POST", "/v1/reindex"): reindex,
+        ("POST", "/v1/admin/cleanup"): admin_cleanup,
+        ("POST", "/v1/admin/consolidate"): admin_consolidate,
+        ("POST", "/v1/admin/backup"): admin_backup,
+        ("POST", "/v1/admin/restore"): admin_restore,
+    }
     admin: dict[str, Any] = {"who": "admin", "lane": "maintenance", "body_limit": MAX_SMALL_BODY_BYTES}
+    how: dict[
+        tuple[str, str], dict[str, Any]
+    ] = {  # who may call, the body limit, the lane (default: agent, none, work)
+        ("POST", "/v1/search"): {"body_limit": MAX_SEARCH_BODY_BYTES},
+        ("POST", "/v1/memories/search"): {"body_limit": MAX_SEARCH_BODY_BYTES},
+        ("POST", "/v1/memories"): {"body_limit": MAX_MEMORY_BODY_BYTES},
+        ("PUT", "/v1/memories/{memory_id}"): {"body_limit": MAX_MEMORY_BODY_BYTES},
+        ("POST", "/v1/memories/{memory_id}/restore"): {"body_limit": MAX_SMALL_BODY_BYTES},
+        ("POST", "/v1/reindex"): {"body_limit": MAX_SMALL_BODY_BYTES, "lane": "maintenance"},
+        ("POST", "/v1/admin/cleanup"): admin,
+        ("POST", "/v1/admin/consolidate"): admin,
+        ("POST", "/v1/admin/backup"): admin,
+        ("POST", "/v1/admin/restore"): admin,
+    }
     routes = [
         ("/v1/status", "GET", gate.route(status, who="anyone", lane="status")),
-        ("/v1/search", "POST", gate.route(search, **search_body)),
-        ("/v1/search", "GET", gate.route(search, schema=SearchRequest)),
-        (
-            "/v1/reindex",
-            "POST",
-            gate.route(reindex, schema=ReindexRequest, body_limit=MAX_SMALL_BODY_BYTES, lane="maintenance"),
-        ),
-        ("/v1/admin/cleanup", "POST", gate.route(admin_cleanup, schema=CleanupRequest, **admin)),
-        ("/v1/admin/consolidate", "POST", gate.route(admin_consolidate, schema=ConsolidateRequest, **admin)),
-        ("/v1/admin/backup", "POST", gate.route(admin_backup, schema=BackupRequest, **admin)),
-        ("/v1/admin/restore", "POST", gate.route(admin_restore, schema=RestoreRequest, **admin)),
-        ("/v1/memories", "POST", gate.route(memory_add, schema=AddRequest, body_limit=MAX_MEMORY_BODY_BYTES)),
-        ("/v1/memories", "GET", gate.route(memory_list, schema=ListParams)),
-        ("/v1/memories", "DELETE", gate.route(memory_delete_all, schema=DeleteAllParams)),
-        ("/v1/memories/search", "POST", gate.route(memory_search, **memory_search_body)),
-        ("/v1/memories/search", "GET", gate.route(memory_search, schema=MemorySearchRequest)),
-        ("/v1/memories/{memory_id}", "GET", gate.route(memory_get, schema=AgentParams)),
-        ("/v1/memories/{memory_id}", "DELETE", gate.route(memory_delete, schema=AgentParams)),
-        (
-            "/v1/memories/{memory_id}",
-            "PUT",
-            gate.route(memory_update, schema=UpdateRequest, body_limit=MAX_MEMORY_BODY_BYTES),
-        ),
-        ("/v1/memories/{memory_id}/history", "GET", gate.route(memory_history, schema=AgentParams)),
-        (
-            "/v1/memories/{memory_id}/restore",
-            "POST",
-            gate.route(memory_restore, schema=AgentParams, body_limit=MAX_SMALL_BODY_BYTES),
+        *(
+            (path, method, gate.route(fn, schema=SCHEMAS[method, path], **how.get((method, path), {})))
+            for (method, path), fn in work.items()
         ),
         *health_routes(daemon, gate, metrics, lambda caller: caller.id),
     ]

@@ -43,6 +43,7 @@ from daemon.shared.limits import (
     MAX_SEARCH_BODY_BYTES,
     check_count,
 )
+from protocol.operations import Add
 
 DEFAULT_THRESHOLD = 0.1  # mem0's
 # metadata keys that are the memory's own fields, not the caller's: placement, validity, trust
@@ -231,13 +232,13 @@ def build_mem0_app(daemon: Any) -> Starlette:
         answers: list[tuple[dict | None, dict]] = []
         if infer:
             text = "\n".join(f"{m['role']}: {m['content']}" for m in turns)
-            answers = [(None, l4.add(agent, text, infer=True, **data))]
+            answers = [(None, l4.add(Add(agent, text, infer=True, **data)))]
         else:
             for i, m in enumerate(turns):
                 if i:  # each message is a write of its own: charged to this caller like further requests
                     daemon.courtesy.next_part()
                 answers.append(
-                    (m, l4.add(agent, m["content"], infer=False, role=m["role"], actor_id=m.get("name"), **data))
+                    (m, l4.add(Add(agent, m["content"], infer=False, role=m["role"], actor_id=m.get("name"), **data)))
                 )
         results = []
         for message, answer in answers:

@@ -1,4 +1,4 @@
-"""What each API request may hold: one schema per route, checked before anything else runs.
+"""What each API request may hold: one schema per route, derived from its operation, checked before anything else runs.
 
 Every value a caller sends meets its field's type and bounds here, and a value
 that does not is a 400 naming the field: before these schemas, ``expires:
@@ -8,47 +8,54 @@ travelled into the error message and the audit log.  A value is never echoed
 from here: a message says what the field must be, and at most the kind or the
 length of what came.
 
-The body itself (size, JSON, nesting) is read by :func:`json_body`; query
-parameters of the GET and DELETE routes go through the same schemas, which is
-why numbers and flags also take their text forms (``limit=10``, ``dry_run=true``).
-tests/failure_modes/test_no_request_value_gives_a_500.py drives every route
-with values generated from these schemas.
+The fields themselves (names, wire names, defaults, choices, bounds, patterns) are
+the protocol's: each route's schema is built by :func:`derived` from
+``protocol.fields.describe(operation)`` (protocol/operations.py), so an
+operation's field is written once.  What stays here is the HTTP side:
 
-These schemas are the one definition of the fields of an L4 add, update and
-search and of an L3 search, their defaults and bounds included.  The places
-that spell them out again for their own callers (the CLI's options, the
-client's and the broker's signatures, the MCP tools' parameters, the skill's
-stdlib copy) are each compared with them, field by field, in
-tests/daemon/front/test_request_fields.py and tests/skills/test_mem0_client.py.
+- the body itself (size, JSON, nesting) is read by :func:`json_body`; free text
+  must be valid Unicode (no lone surrogates), and an optional free-text field (a
+  filter, a cursor) one line (no control characters); a number is finite;
+- "empty means unset": a query string sends ``layer=`` for an unset filter, and
+  older clients send ``"limit": null`` for the default; query parameters of the
+  GET and DELETE routes go through the same schemas, which is why numbers and
+  flags also take their text forms (``limit=10``, ``dry_run=true``), and an
+  object its JSON text (``filters={"user_id": "alice"}``);
+- a count out of range is taken as the nearest bound (``results``), mem0's ids
+  are read stripped, and mem0's filters are checked with the L4 layer's reader;
+- which routes refuse unknown fields, and the wording of every refusal (:func:`_problem`).
+
+tests/failure_modes/test_no_request_value_gives_a_500.py drives every route
+with values generated from these schemas; tests/daemon/api/test_request_schemas.py
+checks each schema against its operation.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, Optional, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    create_model,
+)
 
 from daemon.shared.echo import cut
 from daemon.shared.errors import InvalidRequestError
-from daemon.shared.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, Results, TooManyItemsError
+from daemon.shared.limits import Results, TooManyItemsError
 from layers.conversation.filters import FilterError, FilterTooLargeError
 from layers.conversation.filters import check as check_filter
-from protocol.vocabulary import (
-    AGENT_ID_PATTERN,
-    DAY_PATTERN,
-    ENTITY_ID_PATTERN,
-    MEMORY_ID_PATTERN,
-    MEMORY_TYPES,
-    ROLES,
-    RUN_ID_PATTERN,
-    SEARCH_MODES,
-    SOURCES,
-    TRUST_LEVELS,
-    VISIBILITIES,
-    WRITE_ID_PATTERN,
-)
+from protocol import operations as op
+from protocol.fields import Field as OperationField
+from protocol.fields import describe
+from protocol.vocabulary import AGENT_ID_PATTERN, ENTITY_ID_PATTERN, MEMORY_ID_PATTERN, TRUST_LEVELS
 
 CHOICES_OF = {
     "type": "memory type",
@@ -102,16 +109,6 @@ def _clamped(results: Results) -> AfterValidator:
     return AfterValidator(lambda value: max(results.low, min(value, results.high)))
 
 
-Text = Annotated[str, AfterValidator(_unicode)]
-Short = Annotated[str, StringConstraints(max_length=1024), AfterValidator(_unicode), AfterValidator(_no_control)]
-Id = Annotated[str, StringConstraints(max_length=64, pattern=AGENT_ID_PATTERN)]
-Day = Annotated[str, StringConstraints(max_length=10, pattern=DAY_PATTERN)]
-WriteId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=WRITE_ID_PATTERN)]
-MemoryId = Annotated[str, StringConstraints(max_length=64, pattern=MEMORY_ID_PATTERN)]
-EntityId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=128, pattern=ENTITY_ID_PATTERN)]
-JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_text)]  # checked further by its reader
-
-
 def _mem0_filter(value: dict[str, Any]) -> dict[str, Any]:
     """A filter checked here, before the request waits for its turn: a bad one is a 400 naming its part,
     one with more conditions, clauses or values than the language takes a 413 (the broker checks again)."""
@@ -122,163 +119,136 @@ def _mem0_filter(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+Unset = BeforeValidator(_absent_when_empty)
+JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_text)]  # checked further by its reader
 MemFilter = Annotated[dict[str, Any], BeforeValidator(_json_text), AfterValidator(_mem0_filter)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-Share = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]  # of an agent's memories
-RunId = Annotated[str, StringConstraints(max_length=32, pattern=RUN_ID_PATTERN)]
-Days = Annotated[int, Field(ge=0, le=36_500)]  # a century: past that a date overflows (a 500 before)
-Count = Annotated[int, Field(ge=1)]
-Unset = BeforeValidator(_absent_when_empty)
-# A number of results: the default when not given, the nearest bound when out of range (daemon/shared/limits.py).
-TokenBudget = Annotated[int, _clamped(ANSWER_TOKENS)]  # estimated tokens of an answer (layers/textcost.py)
-L3Count = Annotated[int, _or(L3_RESULTS.default), _clamped(L3_RESULTS)]
-L4Count = Annotated[int, _or(L4_RESULTS.default), _clamped(L4_RESULTS)]
-PageCount = Annotated[int, _or(L4_PAGE.default), _clamped(L4_PAGE)]
-
-MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
 Trust = Literal[TRUST_LEVELS]  # type: ignore[valid-type]
-Source = Literal[SOURCES]  # type: ignore[valid-type]
-Visibility = Literal[VISIBILITIES]  # type: ignore[valid-type]
-SearchMode = Literal[SEARCH_MODES]  # type: ignore[valid-type]
-Role = Literal[ROLES]  # type: ignore[valid-type]
+
+
+# ---------------------------------------------------------------- a field of an operation as pydantic takes it
+
+
+def _text(item: OperationField) -> Any:
+    """A text field: one of its choices, or its length and pattern; free text (no pattern) valid Unicode,
+    and an optional one (a filter, a glob, a cursor: never prose) one line."""
+    if item.choices is not None:
+        return Literal[item.choices]
+    parts: list[object] = []
+    if item.min_length is not None or item.max_length is not None or item.pattern is not None:
+        stripped = item.pattern == ENTITY_ID_PATTERN or None  # mem0's ids: " alice " is alice
+        parts.append(
+            StringConstraints(
+                strip_whitespace=stripped,
+                min_length=item.min_length,
+                max_length=item.max_length,
+                pattern=item.pattern,
+            )
+        )
+    if item.pattern is None:
+        parts.append(AfterValidator(_unicode))
+        if not item.required:
+            parts.append(AfterValidator(_no_control))
+    annotated: Any = Annotated
+    key = (str, *parts)
+    return annotated[key] if parts else str
+
+
+def _number(item: OperationField) -> Any:
+    """A number within its bounds (finite: JSON text may say NaN); a count of results clamped to them."""
+    if item.results is not None:
+        return Annotated[int, _clamped(item.results)]
+    bounds: dict[str, Any] = {}
+    if item.low is not None:
+        bounds["gt" if item.low_exclusive else "ge"] = item.low
+    if item.high is not None:
+        bounds["le"] = item.high
+    if item.kind is float:
+        bounds["allow_inf_nan"] = False
+    return Annotated[item.kind, Field(**bounds)] if bounds else item.kind
+
+
+def _object(item: OperationField) -> Any:
+    """A JSON object (or its text in a query string); mem0's filters checked by the L4 layer's reader."""
+    return MemFilter if item.name == "filters" else JsonObject
+
+
+_KINDS = {str: _text, int: _number, float: _number, bool: lambda item: bool, dict: _object}
+
+
+def pydantic_field(item: OperationField) -> tuple[Any, Any]:
+    """``(annotation, FieldInfo)`` of one operation field: a required one as it comes, an optional one
+    unset when empty or null, one with a default that default when empty or null."""
+    kind = _KINDS[item.kind](item)
+    alias = item.wire if item.wire != item.name else None
+    if item.required:
+        return kind, Field(..., alias=alias)
+    if item.default is None:
+        return Annotated[Optional[kind], Unset], Field(None, alias=alias)  # noqa: UP045 - a value, not a hint
+    return Annotated[kind, _or(item.default)], Field(item.default, alias=alias)
+
+
+# ---------------------------------------------------------------- the schemas
+
+Op = TypeVar("Op", bound=op.Operation)
 
 
 class Request(BaseModel):
     """Unknown fields are ignored (older and newer clients send a few more); a route that refuses them says so."""
 
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+    OPERATION: ClassVar[type[op.Operation]]  # what the schema is derived from
+
+    def get(self, name: str) -> Any:
+        """One field by its Python name, before the operation is built (a route checks who asks first)."""
+        return self.__dict__[name]
+
+    def to(self, operation: type[Op], **path: str) -> Op:
+        """The operation these fields make; ``path``: the fields the route's path holds (a memory id)."""
+        if operation is not self.OPERATION:
+            raise TypeError(f"{type(self).__name__} holds an {self.OPERATION.__name__}, not an {operation.__name__}")
+        return operation(**self.model_dump(), **path)
 
 
-class SearchRequest(Request):
-    """An L3 search of the agent's own index; the query's length is checked by the route (413)."""
+def derived(operation: type[op.Operation], name: str, *, forbid: bool = False, by_name: bool = True) -> type[Request]:
+    """The schema of ``operation``'s body or query: its fields (not the path's), by their wire names.
 
-    agent: Id
-    q: Text
-    layer: Annotated[Short | None, Unset] = None
-    path: Annotated[Short | None, Unset] = None
-    since: Annotated[Short | None, Unset] = None
-    until: Annotated[Short | None, Unset] = None
-    mode: Annotated[SearchMode, _or("auto")] = "auto"
-    limit: L3Count = L3_RESULTS.default
-    explain: Annotated[bool, _or(False)] = False
-    threshold: Annotated[Fraction | None, Unset] = None  # the relevance scale L4's threshold uses
-    min_score: Annotated[Fraction | None, Unset] = None  # least confidence (layers/local/calibration.py)
-    max_tokens: Annotated[TokenBudget | None, Unset] = None  # passages first, whole sections where they fit
+    ``forbid``: an unknown field is refused (400 naming the fields taken) rather than ignored.
+    ``by_name``: a field whose wire name differs (``type``) is also taken by its Python name (``memory_type``).
+    """
 
+    config = ConfigDict(extra="forbid" if forbid else "ignore", frozen=True, populate_by_name=True)
+    if not by_name:
+        config = ConfigDict(extra="forbid" if forbid else "ignore", frozen=True, populate_by_name=False)
 
-class MemorySearchRequest(Request):
-    """An L4 search; ``fallback``: while the store is down, answer from the agent's L3 index (degraded)."""
+    class Base(Request):
+        model_config = config
+        OPERATION = operation
 
-    agent: Id
-    q: Text
-    limit: L4Count = L4_RESULTS.default
-    fallback: Annotated[bool, _or(True)] = True
-    filters: Annotated[MemFilter | None, Unset] = None  # mem0's language (layers/conversation/filters.py)
-    # on the embedder's relevance scale (layers/local/vectors.py); not given: none (mem0's clients send 0.1)
-    threshold: Annotated[Fraction | None, Unset] = None
-    explain: Annotated[bool, _or(False)] = False
-    show_expired: Annotated[bool, _or(False)] = False  # memories past their expiration_date, not yet cleaned up
-    show_superseded: Annotated[bool, _or(False)] = False  # memories another one replaced (still kept)
-    trust_min: Annotated[Trust | None, Unset] = None  # only memories trusted this much or more
-    max_tokens: Annotated[TokenBudget | None, Unset] = None  # the best results that fit
+    fields = {item.name: pydantic_field(item) for item in describe(operation) if item.where != "path"}
+    build: Any = create_model  # its overloads do not take fields built at run time
+    model: type[Request] = build(name, __base__=Base, __module__=__name__, __doc__=operation.__doc__, **fields)
+    return model
 
 
-class AddRequest(Request):
-    """An L4 write; what is left out (None) the broker decides: type, placement, lifetime, infer."""
+SearchRequest = derived(op.Search, "SearchRequest", by_name=False)  # ``q`` only, never ``query``
+MemorySearchRequest = derived(op.MemorySearch, "MemorySearchRequest", by_name=False)
+AddRequest = derived(op.Add, "AddRequest")
+UpdateRequest = derived(op.Update, "UpdateRequest", forbid=True)
+ReindexRequest = derived(op.Reindex, "ReindexRequest")
+CleanupRequest = derived(op.Cleanup, "CleanupRequest")
+ConsolidateRequest = derived(op.Consolidate, "ConsolidateRequest")
+BackupRequest = derived(op.Backup, "BackupRequest")
+RestoreRequest = derived(op.Restore, "RestoreRequest")
+ListParams = derived(op.List, "ListParams")
+DeleteAllParams = derived(op.DeleteAll, "DeleteAllParams", forbid=True)
+# ``?agent=`` of the routes that name one memory (its id is in the path)
+GetParams = derived(op.Get, "GetParams")
+DeleteParams = derived(op.Delete, "DeleteParams")
+HistoryParams = derived(op.History, "HistoryParams")
+RestoreMemoryParams = derived(op.RestoreMemory, "RestoreMemoryParams")
 
-    agent: Id
-    text: Text
-    memory_type: Annotated[MemoryType | None, Unset] = Field(None, alias="type")
-    visibility: Annotated[Visibility | None, Unset] = None
-    project: Annotated[Id | None, Unset] = None
-    expires: Annotated[Day | None, Unset] = None
-    infer: Annotated[bool | None, Unset] = None
-    write_id: Annotated[WriteId | None, Unset] = None
-    role: Annotated[Role | None, Unset] = None
-    # mem0's ids as data: whom or which run the memory is about, who spoke (never who writes: the token)
-    user_id: Annotated[EntityId | None, Unset] = None
-    run_id: Annotated[EntityId | None, Unset] = None
-    actor_id: Annotated[EntityId | None, Unset] = None
-    metadata: Annotated[JsonObject | None, Unset] = None  # free keys, checked by layers/conversation/metadata.py
-    supersedes: Annotated[MemoryId | None, Unset] = None  # a memory the new one replaces (kept, marked superseded)
-    trust: Annotated[Trust | None, Unset] = None  # default by who writes: an agent medium, the operator high
-    source: Annotated[Source | None, Unset] = None  # where the text came from (stored as the memory's provenance)
-
-    def options(self) -> dict[str, object]:
-        """The write's options by field name, as the broker takes them (``Writes.add``)."""
-        return self.model_dump(exclude={"agent", "text"})
-
-
-class UpdateRequest(Request):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    agent: Id
-    text: Text
-    expires: Annotated[Day | None, Unset] = None
-
-
-class ReindexRequest(Request):
-    agent: Annotated[Id | None, Unset] = None
-    rebuild: Annotated[bool | None, Unset] = None
-
-
-class CleanupRequest(Request):
-    execute: bool
-    max_age_days: Annotated[Days | None, Unset] = None
-    include_permanent: Annotated[bool | None, Unset] = None
-    agent: Annotated[Id | None, Unset] = None
-    visibility: Annotated[Visibility | None, Unset] = None
-    project: Annotated[Id | None, Unset] = None
-    memory_type: Annotated[MemoryType | None, Unset] = Field(None, alias="type")
-
-
-class ConsolidateRequest(Request):
-    execute: Annotated[bool | None, Unset] = None
-    agent: Annotated[Id | None, Unset] = None
-    max_share: Annotated[Share | None, Unset] = None
-    undo: Annotated[RunId | None, Unset] = None
-    force: Annotated[bool | None, Unset] = None
-
-
-class BackupRequest(Request):
-    keep: Annotated[Count | None, Unset] = None
-
-
-class RestoreRequest(Request):
-    path: Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(_unicode)]
-
-
-class AgentParams(Request):
-    """``?agent=`` of the routes that name one memory (get, delete, history)."""
-
-    agent: Id
-
-
-class ListParams(Request):
-    agent: Id
-    limit: PageCount = L4_PAGE.default
-    cursor: Annotated[Short | None, Unset] = None
-    filters: Annotated[MemFilter | None, Unset] = None  # JSON text in a query string
-    show_superseded: Annotated[bool, _or(False)] = False
-    show_expired: Annotated[bool, _or(False)] = False
-    show_archived: Annotated[bool, _or(False)] = False  # faded by disuse (decay): hidden, kept, restorable
-
-
-class DeleteAllParams(Request):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-    agent: Id
-    memory_type: Annotated[MemoryType | None, Unset] = Field(None, alias="type")
-    visibility: Annotated[Visibility | None, Unset] = None
-    project: Annotated[Id | None, Unset] = None
-    dry_run: Annotated[bool | None, Unset] = None
-    user_id: Annotated[EntityId | None, Unset] = None
-    run_id: Annotated[EntityId | None, Unset] = None
-    actor_id: Annotated[EntityId | None, Unset] = None
-
-    def filters(self) -> dict[str, str] | None:
-        """The mem0 ids given, as the filter that narrows the agent's own memories."""
-        ids = {k: getattr(self, k) for k in ("user_id", "run_id", "actor_id") if getattr(self, k)}
-        return ids or None
-
+WriteId = _text(next(f for f in describe(op.Add) if f.name == "write_id"))  # a write's idempotency key
 
 # The schema of each route's body (POST, PUT) or query (GET, DELETE): what the hypothesis test drives.
 SCHEMAS: dict[tuple[str, str], type[Request]] = {
@@ -289,11 +259,11 @@ SCHEMAS: dict[tuple[str, str], type[Request]] = {
     ("POST", "/v1/memories"): AddRequest,
     ("GET", "/v1/memories"): ListParams,
     ("DELETE", "/v1/memories"): DeleteAllParams,
-    ("GET", "/v1/memories/{memory_id}"): AgentParams,
-    ("DELETE", "/v1/memories/{memory_id}"): AgentParams,
+    ("GET", "/v1/memories/{memory_id}"): GetParams,
+    ("DELETE", "/v1/memories/{memory_id}"): DeleteParams,
     ("PUT", "/v1/memories/{memory_id}"): UpdateRequest,
-    ("GET", "/v1/memories/{memory_id}/history"): AgentParams,
-    ("POST", "/v1/memories/{memory_id}/restore"): AgentParams,
+    ("GET", "/v1/memories/{memory_id}/history"): HistoryParams,
+    ("POST", "/v1/memories/{memory_id}/restore"): RestoreMemoryParams,
     ("POST", "/v1/reindex"): ReindexRequest,
     ("POST", "/v1/admin/cleanup"): CleanupRequest,
     ("POST", "/v1/admin/consolidate"): ConsolidateRequest,

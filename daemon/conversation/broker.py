@@ -34,7 +34,7 @@ from daemon.conversation.tailscale import tailscale_view
 from daemon.conversation.writes import Writes
 from daemon.ops import maintenance
 from daemon.ops.consolidation import ConsolidateOptions
-from daemon.shared.audit import audit_log
+from daemon.shared.audit import AuditLog
 from daemon.shared.config import Config
 from daemon.shared.contracts import ConversationStatus, SearchAnswer
 from daemon.shared.guard import SecretGuard
@@ -46,6 +46,7 @@ from layers.conversation.queue import WriteQueue
 from layers.conversation.registry import RegistryCache
 from layers.conversation.store import ConversationStore
 from layers.conversation.tombstones import Tombstones
+from protocol.operations import Add
 
 __all__ = ["Broker", "StoreWorker", "tailscale_view"]
 
@@ -56,8 +57,17 @@ log = logging.getLogger(__name__)
 STOP_WAIT_S = 3.0  # stop()'s default wait; the daemon passes its own share of STOP_BUDGET_S
 
 
+def queue_path(config: Config) -> Path:
+    """Where the durable write queue (the write-ahead log of L4 adds) lives."""
+    return config.paths.state_dir / "conversation" / "queue.sqlite"
+
+
 class Broker:
-    """The L4 parts composed; the methods the API server and the daemon call."""
+    """The L4 parts composed; the methods the API server and the daemon call.
+
+    The daemon's composition root (daemon/service/memory_daemon.py) builds what others share and hands it
+    in: the write queue, the project registry's cache and the daemon's one audit log.
+    """
 
     def __init__(
         self,
@@ -65,6 +75,10 @@ class Broker:
         store: ConversationStore,
         local_search: Callable[[str, str, int, float | None], SearchAnswer],
         guard: Callable[[], SecretGuard],
+        *,
+        queue: WriteQueue,
+        registry: RegistryCache,
+        audit: AuditLog,
         embedder_ready: Callable[[], str] = lambda: "",
         on_change: Callable[[], None] = lambda: None,
         storage: StorageHealth | None = None,
@@ -74,9 +88,9 @@ class Broker:
         c = config.conversation
         self.storage = storage or StorageHealth()  # the queue's and the store's full disks
         self.config = config
-        self.registry = RegistryCache(config.paths.registry)
-        self.audit = audit_log(config, guard=guard)
-        self.queue = WriteQueue(config.paths.state_dir / "conversation" / "queue.sqlite")
+        self.registry = registry
+        self.audit = audit
+        self.queue = queue
         self.tombstones = Tombstones(config.paths.state_dir / "conversation" / "deleted.sqlite")
         self.queue_access = QueueAccess(self.queue, self.storage)
         self.queue_access.open()  # a full disk leaves it closed: writes then go to the store or get 507
@@ -194,8 +208,9 @@ class Broker:
 
     # ------------------------------------------------------------ requests (daemon/conversation/writes.py, l4_reads.py)
 
-    def add(self, agent: str, text: str, **options: Any) -> dict[str, Any]:
-        return self.writes.add(agent, text, **options)
+    def add(self, o: Add, *, admin: bool = False) -> dict[str, Any]:
+        """An L4 write (``admin``: the administrator's, acting as ``o.agent``)."""
+        return self.writes.add(o, admin=admin)
 
     # Changes and reads by id act as ``agent``, with ``agent``'s visibility and ownership, whoever's token
     # asked (the administrator's too: ``--agent X`` means "as X"; the audit log names the real actor).

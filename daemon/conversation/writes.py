@@ -65,6 +65,7 @@ from layers.conversation.policy import (
 from layers.conversation.registry import RegistryCache
 from layers.conversation.store import NewMemory
 from layers.conversation.tombstones import Tombstones
+from protocol.operations import Add
 
 MAX_TEXT_CHARS = MAX_MEMORY_TEXT_CHARS
 
@@ -176,28 +177,10 @@ class Writes:
 
     # ------------------------------------------------------------ add
 
-    def add(
-        self,
-        agent: str,
-        text: str,
-        *,
-        memory_type: str | None = None,
-        visibility: str | None = None,
-        project: str | None = None,
-        expires: str | None = None,
-        infer: bool | None = None,
-        write_id: str | None = None,
-        role: str | None = None,
-        user_id: str | None = None,
-        run_id: str | None = None,
-        actor_id: str | None = None,
-        metadata: dict | None = None,
-        supersedes: str | None = None,
-        trust: str | None = None,
-        source: str | None = None,
-        admin: bool = False,
-    ) -> dict:
-        """``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
+    def add(self, o: Add, *, admin: bool = False) -> dict:
+        """The write ``o`` (protocol/operations.py) as ``o.agent``; ``admin``: the administrator's call.
+
+        ``user_id``/``run_id``/``actor_id`` and ``metadata`` are data kept with the memory (mem0's meaning);
         they never change who writes it (``agent``, from the token) or where it goes (placement).
 
         ``supersedes``: the id of a memory the new one replaces (``agent``'s own, also with ``admin``): it stays,
@@ -207,33 +190,33 @@ class Writes:
         ``trust`` and ``source`` (its provenance): by default medium and agent_output for an agent's write
         (inferred with an LLM), high and operator for the administrator's; an agent may lower its trust,
         never raise it (layers/conversation/policy.py ``provenance``)."""
-
-        text = self.checked_text(agent, text)
-        if role not in (None, "user", "assistant"):
-            raise PolicyError(f"role must be user or assistant, not {role!r}")
+        agent, write_id, infer = o.agent, o.write_id, o.infer
+        text = self.checked_text(agent, o.text)
+        if o.role not in (None, "user", "assistant"):
+            raise PolicyError(f"role must be user or assistant, not {o.role!r}")
         try:
-            ids = {name: check_entity_id(value, name) for name, value in (("user_id", user_id), ("run_id", run_id))}
-            ids["actor_id"] = check_entity_id(actor_id, "actor_id")
-            extra = check_metadata(metadata)
+            ids = {name: check_entity_id(value, name) for name, value in (("user_id", o.user_id), ("run_id", o.run_id))}
+            ids["actor_id"] = check_entity_id(o.actor_id, "actor_id")
+            extra = check_metadata(o.metadata)
         except MetadataError as exc:
             raise PolicyError(str(exc)) from None
         self.check_secrets(agent, [v for v in ids.values() if v] + list(strings(extra)), "metadata")
         try:
-            placement = place(self.registry.current(), agent, text, visibility, project)
+            placement = place(self.registry.current(), agent, text, o.visibility, o.project)
         except ForbiddenError as exc:
-            self.audit.record("write_denied", agent=agent, visibility=visibility, project=project, reason=str(exc))
+            self.audit.record("write_denied", agent=agent, visibility=o.visibility, project=o.project, reason=str(exc))
             raise
-        memory_type = memory_type or DEFAULT_TYPE
+        memory_type = o.memory_type or DEFAULT_TYPE
         created = datetime.now(timezone.utc)
-        life = lifetime(memory_type, self.retention, created, expires)
+        life = lifetime(memory_type, self.retention, created, o.expires)
         if infer is None:
             infer = self.llm_configured
         elif infer and not self.llm_configured:
             raise PolicyError("infer needs an LLM: configure conversation.llm")
         try:
-            trust, source = provenance(admin, trust, source, infer)
+            trust, source = provenance(admin, o.trust, o.source, infer)
         except ForbiddenError as exc:
-            self.audit.record("write_denied", agent=agent, trust=trust, source=source, reason=str(exc))
+            self.audit.record("write_denied", agent=agent, trust=o.trust, source=o.source, reason=str(exc))
             raise
         retry = write_id is not None
         record = NewMemory(
@@ -247,7 +230,7 @@ class Writes:
             expiration_date=life.expiration_date,
             expires_at=life.expires_at,
             infer=infer,
-            role=role or "user",
+            role=o.role or "user",
             **ids,
             extra=extra,
             trust=trust,
@@ -266,8 +249,8 @@ class Writes:
             **{k: v for k, v in ids.items() if v},
             **({"metadata": extra} if extra else {}),
         }
-        if supersedes is not None:
-            return {**answer, **self._superseding(agent, record, supersedes, retry)}
+        if o.supersedes is not None:
+            return {**answer, **self._superseding(agent, record, o.supersedes, retry)}
         if retry and self.queue.contains(record.write_id, agent):
             return {**answer, **self._queued(record, "this write_id is already queued")}
         seq, ahead, logged = self._log(record)

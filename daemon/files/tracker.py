@@ -23,6 +23,7 @@ import git
 
 from daemon.files.commits import CommitJob, CommitOutcome
 from daemon.files.filestate import FileState
+from daemon.shared.backoff import backoff
 from daemon.shared.fileread import Identity, Inspection, peek, read_version
 from daemon.shared.guard import Finding, SecretGuard
 from daemon.shared.settings import max_file_bytes
@@ -659,7 +660,7 @@ class AgentTracker:
         self.commit_failures_total += 1
         if self.failing_since is None:
             self.failing_since = time.time()
-        delay = min(60.0, max(1.0, self.settings.quiet_period_s) * 2 ** (self.failures - 1))
+        delay = backoff(self.failures, max(1.0, self.settings.quiet_period_s), 60.0)
         self.retry_at = now + delay
         if error != self.last_error:
             log.error(

@@ -25,6 +25,7 @@ from pathlib import Path
 import apsw
 
 from daemon.local.index_files import IndexClaims
+from daemon.shared.backoff import backoff
 from daemon.shared.contracts import IndexProgress, IndexReport, LastRebuild
 from daemon.shared.fileread import Inspection, read_version
 from daemon.shared.guard import SecretGuard
@@ -388,7 +389,7 @@ class Indexer:
 
     def _failed(self, entry: AgentIndex, error: str) -> None:
         entry.failures += 1
-        delay = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (entry.failures - 1))
+        delay = backoff(entry.failures, RETRY_FIRST_S, RETRY_MAX_S)
         entry.retry_at = time.monotonic() + delay  # after the busy wait, not from the turn's start
         if error != entry.error:
             log.warning(

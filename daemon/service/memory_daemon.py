@@ -30,7 +30,7 @@ from typing import IO, Any, TypeVar
 
 from daemon.api.app import ApiServer
 from daemon.api.fairness import Courtesy
-from daemon.conversation.broker import Broker
+from daemon.conversation.broker import Broker, queue_path
 from daemon.files import recovery
 from daemon.files.agents import Agents
 from daemon.files.committer import Committer
@@ -69,6 +69,8 @@ from daemon.shared.settings import (
 from daemon.shared.storage import StorageHealth
 from daemon.shared.tokens import TokenStore
 from daemon.shared.workspaces import HISTORY_DIR
+from layers.conversation.queue import WriteQueue
+from layers.conversation.registry import RegistryCache
 from layers.conversation.store import ConversationStore
 from layers.ids import MAIN_AGENT
 from layers.local.index import ForeignFile, Identity
@@ -327,6 +329,9 @@ class MemoryDaemon:
             return Broker(
                 self.config,
                 store,
+                queue=WriteQueue(queue_path(self.config)),
+                registry=RegistryCache(self.config.paths.registry),
+                audit=self.audit,  # the daemon's one audit log (one file, one lock)
                 local_search=lambda agent, query, limit, threshold: self.search(
                     agent, query, limit=limit, threshold=threshold
                 ),

@@ -111,9 +111,7 @@ class Shutdown:
             self.started.mem0_api.stop(min(1.0, budget.left("indexes and API")))
         if self.started.api:
             self.started.api.stop(budget.left("indexes and API"))
-        for audit in (self.audit, self.started.broker.audit if self.started.broker is not None else None):
-            if audit is not None:
-                audit.flush()  # the counts of refusals folded since their last line (no request comes now)
+        self.audit.flush()  # the counts of refusals folded since their last line (no request comes now)
         self.board.publish(running=False)
         snapshot = self.board.read()
         snapshot["daemon"]["stopped"] = iso(time.time())

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import apsw
 
+from daemon.shared.backoff import backoff
+
 if TYPE_CHECKING:
     from daemon.shared.contracts import StorageProblem, StorageReport
 
@@ -144,7 +146,7 @@ class StorageHealth:
                 problem.failures += 1
                 problem.error = error
                 new = False
-            delay = min(MAX_RETRY_S, FIRST_RETRY_S * 2 ** (problem.failures - 1))
+            delay = backoff(problem.failures, FIRST_RETRY_S, MAX_RETRY_S)
             problem.retry_at = now + delay
         if new:
             if not quiet:
@@ -179,7 +181,7 @@ class StorageHealth:
         with self._lock:
             problem = self._problems.get((place, subject))
             if problem is not None and problem.retry_at <= now:
-                problem.retry_at = now + min(MAX_RETRY_S, FIRST_RETRY_S * 2 ** (problem.failures - 1))
+                problem.retry_at = now + backoff(problem.failures, FIRST_RETRY_S, MAX_RETRY_S)
 
     def waiting(self, place: str, subject: str = "") -> bool:
         """True while ``place`` fails and its back-off has not passed yet."""

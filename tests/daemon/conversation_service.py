@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.conversation.broker import Broker, store_settings
+from daemon.conversation.broker import Broker, queue_path, store_settings
+from layers.conversation.queue import WriteQueue
+from layers.conversation.registry import RegistryCache
 from layers.conversation.store import ConversationStore
 from tests.daemon.conftest import Service
 from tests.helpers import wait_for
@@ -47,7 +49,7 @@ def enable(config_path: Path, embedder: StandInEmbedder, **conversation: object)
 
 
 def make_broker(service: Service) -> Broker:
-    """The broker of ``service``'s daemon, composed as the daemon composes it at start."""
+    """The broker of ``service``'s daemon, composed as the daemon composes it at start (its audit log the daemon's)."""
     d = service.daemon
     embedder = d.embedder  # the stand-in's (vectors.backend: openai), shared by L3 and L4
     assert embedder is not None
@@ -55,6 +57,9 @@ def make_broker(service: Service) -> Broker:
     return Broker(
         d.config,
         store,
+        queue=WriteQueue(queue_path(d.config)),
+        registry=RegistryCache(d.config.paths.registry),
+        audit=d.audit,
         local_search=lambda agent, query, limit, threshold: d.search(agent, query, limit=limit, threshold=threshold),
         guard=lambda: d.guard,
         embedder_ready=embedder.not_ready,

@@ -45,7 +45,7 @@ def test_wire_names_and_bounds():
     ("operation", "expected"),
     [
         (op.Status(), ("GET", "/v1/status", None, None)),
-        (op.Search("a", "q"), ("POST", "/v1/search", None, {"agent": "a", "q": "q"})),
+        (op.Search("a", "q"), ("POST", "/v1/search", None, {"agent": "a", "q": "q", "mode": "auto", "limit": 10})),
         (
             op.Search("a", "q", mode="fts", limit=3, explain=True, min_score=0.5),
             (

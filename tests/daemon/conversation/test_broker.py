@@ -18,6 +18,7 @@ import yaml
 from daemon.shared.contracts import ConversationStatus
 from daemon.shared.errors import ConversationUnavailableError, SecretRefusedError
 from layers.conversation.policy import PolicyError
+from protocol.operations import Add
 from tests.daemon.conftest import Service
 from tests.helpers import FAKE_API_KEY, registry_of
 from tests.stand_in_embedder import StandInEmbedder
@@ -52,11 +53,11 @@ def down(service_root, monkeypatch):
 
 def test_a_write_while_the_store_is_down_is_queued_durably(down):
     broker = down.daemon.broker
-    answer = broker.add("main", "the deploy window is Tuesday", memory_type="decision")
+    answer = broker.add(Add("main", "the deploy window is Tuesday", memory_type="decision"))
     assert answer["queued"] is True and answer["ahead"] == 0
     assert answer["visibility"] == "private" and answer["memory_type"] == "decision"
     assert broker.queue.depth() == 1 and broker.queue.contains(answer["write_id"], "main")
-    again = broker.add("main", "the deploy window is Tuesday", write_id=answer["write_id"])
+    again = broker.add(Add("main", "the deploy window is Tuesday", write_id=answer["write_id"]))
     assert again["queued"] is True and "already queued" in again["reason"]
     assert broker.queue.depth() == 1, "a retried write_id is queued once"
     assert broker.status()["queue"]["depth"] == 1
@@ -64,15 +65,15 @@ def test_a_write_while_the_store_is_down_is_queued_durably(down):
 
 def test_a_write_behind_queued_ones_waits_its_turn(down):
     broker = down.daemon.broker
-    broker.add("main", "first")
-    second = broker.add("main", "second")
+    broker.add(Add("main", "first"))
+    second = broker.add(Add("main", "second"))
     assert second["ahead"] == 1 and "earlier writes are still queued" in second["reason"]
 
 
 def test_a_secret_is_refused_before_anything_is_kept_and_audited(down):
     broker = down.daemon.broker
     with pytest.raises(SecretRefusedError) as refused:
-        broker.add("main", f"the key is {FAKE_API_KEY}")
+        broker.add(Add("main", f"the key is {FAKE_API_KEY}"))
     assert FAKE_API_KEY not in str(refused.value)
     assert broker.queue.depth() == 0
     lines = [json.loads(line) for p in broker.audit.directory.glob("*") for line in p.read_text().splitlines()]
@@ -82,11 +83,11 @@ def test_a_secret_is_refused_before_anything_is_kept_and_audited(down):
 def test_bad_requests_are_policy_errors(down):
     broker = down.daemon.broker
     with pytest.raises(PolicyError, match="empty"):
-        broker.add("main", "   ")
+        broker.add(Add("main", "   "))
     with pytest.raises(PolicyError, match="role"):
-        broker.add("main", "text", role="system")
+        broker.add(Add("main", "text", role="system"))
     with pytest.raises(PolicyError, match="infer needs an LLM"):
-        broker.add("main", "text", infer=True)
+        broker.add(Add("main", "text", infer=True))
 
 
 def test_a_search_while_the_store_is_down_is_answered_from_the_callers_l3_index(down):
@@ -134,5 +135,5 @@ def test_a_project_memory_is_placed_by_the_registry(down):
     data = yaml.safe_load(registry.read_text())
     data.setdefault("projects", {})["infra"] = {"members": ["main"], "keywords": ["qdrant"]}
     registry.write_text(yaml.safe_dump(data, sort_keys=False))
-    answer = down.daemon.broker.add("main", "qdrant listens on 6333", memory_type="knowledge")
+    answer = down.daemon.broker.add(Add("main", "qdrant listens on 6333", memory_type="knowledge"))
     assert (answer["visibility"], answer["project_id"]) == ("project", "infra") and answer["visibility_inferred"]

@@ -13,6 +13,7 @@ import pytest
 from daemon.shared.errors import ConversationUnavailableError, SecretRefusedError
 from layers.conversation.metadata import MAX_METADATA_BYTES
 from layers.conversation.policy import PolicyError
+from protocol.operations import Add
 from tests.daemon.conversation_service import enable, l4_service, unreachable
 from tests.helpers import wait_for
 from tests.stand_in_embedder import StandInEmbedder
@@ -29,7 +30,9 @@ def test_ids_and_metadata_are_checked_and_never_hold_a_secret(service_root, embe
     enable(service_root, embedder)
     with l4_service(service_root) as up:
         broker = up.daemon.broker
-        added = broker.add("main", "Alice likes tea", user_id="alice", metadata={"category": "drinks", "n": [1, 2]})
+        added = broker.add(
+            Add("main", "Alice likes tea", user_id="alice", metadata={"category": "drinks", "n": [1, 2]})
+        )
         assert (added["user_id"], added["metadata"]) == ("alice", {"category": "drinks", "n": [1, 2]})
         (stored,) = broker.get_all("main", filters={"user_id": "alice"})["results"]
         assert stored["metadata"] == {"category": "drinks", "n": [1, 2]} and stored["user_id"] == "alice"
@@ -42,11 +45,11 @@ def test_ids_and_metadata_are_checked_and_never_hold_a_secret(service_root, embe
             ({"run_id": ""}, "1-128 characters"),
         ):
             with pytest.raises(PolicyError, match=message):
-                broker.add("main", "refused", **bad)
+                broker.add(Add("main", "refused", **bad))
         secret = "AKIA" + "IOSFODNN7EXAMPLE"  # an AWS access key id (never_store)
         for bad in ({"metadata": {"note": secret}}, {"metadata": {"deep": {"list": [secret]}}}, {"user_id": secret}):
             with pytest.raises(SecretRefusedError, match="metadata matches never_store"):
-                broker.add("main", "harmless text", **bad)
+                broker.add(Add("main", "harmless text", **bad))
         assert [m["memory"] for m in broker.get_all("main")["results"]] == ["Alice likes tea"], "nothing else kept"
         with pytest.raises(PolicyError, match="unknown operator"):
             broker.search("main", "tea", filters={"user_id": {"like": "a%"}})
@@ -55,10 +58,10 @@ def test_ids_and_metadata_are_checked_and_never_hold_a_secret(service_root, embe
 def test_a_queued_write_keeps_its_ids_and_metadata_when_replayed(service_root, embedder):
     enable(service_root, embedder, **unreachable())
     with l4_service(service_root, start=False) as down:
-        answer = down.daemon.broker.add(
+        answer = down.daemon.broker.add(Add(
             "main", "Alice's flight is on Friday", user_id="alice", run_id="trip-7", actor_id="Alice",
             metadata={"category": "travel"}, write_id="w-flight",
-        )  # fmt: skip
+        ))  # fmt: skip
         assert answer["queued"] is True
         with pytest.raises(ConversationUnavailableError, match="not answered from the local index"):
             down.daemon.broker.search("main", "flight", filters={"user_id": "alice"})

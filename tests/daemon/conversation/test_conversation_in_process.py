@@ -23,6 +23,7 @@ from daemon.shared.errors import ConversationUnavailableError
 from daemon.shared.storage import StorageHealth
 from layers.conversation.breaker import Breaker
 from layers.conversation.store import ConversationStore, StoreSettings, StoreUnavailableError
+from protocol.operations import Add
 from tests.daemon.conversation_service import closed_port, enable, l4_service, unreachable
 from tests.helpers import wait_for
 from tests.stand_in_embedder import StandInEmbedder
@@ -45,7 +46,7 @@ def _mine(broker, agent: str) -> list[dict]:
 def test_a_write_the_store_could_not_take_survives_a_reopen_and_is_replayed_once(service_root, embedder):
     enable(service_root, embedder, **unreachable())
     with l4_service(service_root, start=False) as down:
-        answer = down.daemon.broker.add("main", "the generator is serviced in March", write_id="w-generator")
+        answer = down.daemon.broker.add(Add("main", "the generator is serviced in March", write_id="w-generator"))
         assert answer["queued"] is True and answer["write_id"] == "w-generator"
         stopped = down.daemon.broker
     assert stopped.status()["queue"]["depth"] == 1, "once stopped, its last status is still read"
@@ -53,7 +54,7 @@ def test_a_write_the_store_could_not_take_survives_a_reopen_and_is_replayed_once
     with l4_service(service_root, start=False) as reopened:  # another process, the same state directory
         broker = reopened.daemon.broker
         assert broker.queue.depth() == 1 and broker.queue.contains("w-generator", "main")
-        again = broker.add("main", "the generator is serviced in March", write_id="w-generator")
+        again = broker.add(Add("main", "the generator is serviced in March", write_id="w-generator"))
         assert again["queued"] is True and "already queued" in again["reason"]
         assert broker.queue.depth() == 1, "a retried write_id is kept once"
 
@@ -65,7 +66,7 @@ def test_a_write_the_store_could_not_take_survives_a_reopen_and_is_replayed_once
         (memory,) = [m for m in _mine(broker, "main") if m["write_id"] == "w-generator"]
         assert memory["memory"] == "the generator is serviced in March" and memory["memory_type"] == "knowledge"
         assert broker.status()["queue"]["replayed"] == 1
-        retried = broker.add("main", "the generator is serviced in March", write_id="w-generator")
+        retried = broker.add(Add("main", "the generator is serviced in March", write_id="w-generator"))
         assert retried["queued"] is False and retried["results"] == [{"id": memory["id"], "event": "EXISTS"}]
         assert len([m for m in _mine(broker, "main") if m["write_id"] == "w-generator"]) == 1, "exactly once"
 
@@ -87,7 +88,7 @@ def test_while_the_store_is_down_the_breaker_refuses_at_once_and_the_probe_keeps
         status = broker.status()
         assert status["reachable"] is False and status["breaker"]["state"] == "open"
         assert status["breaker"]["last_error"].startswith("probe:")
-        queued = broker.add("main", "written while the probe looks")
+        queued = broker.add(Add("main", "written while the probe looks"))
         assert queued["queued"] is True and "probe:" in queued["reason"], "the write says why it waits"
 
 
@@ -100,7 +101,7 @@ def test_a_failure_opens_the_breaker_and_the_probe_closes_it_again(service_root,
         wait_for(lambda: broker.status()["reachable"], timeout=60, what="the probe closes the breaker")
         breaker = broker.status()["breaker"]
         assert breaker["failures"] == 1 and breaker["last_error"] == "the link was cut by the test"
-        assert broker.add("main", "written after the store came back")["queued"] is False
+        assert broker.add(Add("main", "written after the store came back"))["queued"] is False
 
 
 def test_the_store_thread_runs_nothing_while_the_breaker_is_open_and_opens_it_on_a_failure(tmp_path):
@@ -139,10 +140,10 @@ def test_a_reload_applies_retention_at_once_and_reconnects_to_another_collection
     enable(service_root, embedder)
     with l4_service(service_root) as up:
         broker = up.daemon.broker
-        first = broker.add("main", "kept in the first collection")["results"][0]["id"]
+        first = broker.add(Add("main", "kept in the first collection"))["results"][0]["id"]
         enable(service_root, embedder, retention_days={"session": 3})
         assert broker.reconfigure(load_config(service_root)) == ["conversation.retention_days"]
-        session = broker.add("main", "a short-lived note", memory_type="session")
+        session = broker.add(Add("main", "a short-lived note", memory_type="session"))
         in_three_days = (datetime.now(timezone.utc) + timedelta(days=3)).date().isoformat()
         assert session["expiration_date"] == in_three_days, "the new retention, at once"
 
@@ -163,7 +164,7 @@ def test_a_job_holding_the_store_a_reload_replaced_never_locks_out_the_new_one(s
     enable(service_root, embedder)
     with l4_service(service_root) as up:
         broker = up.daemon.broker
-        first = broker.add("main", "written before the reload")["results"][0]["id"]
+        first = broker.add(Add("main", "written before the reload"))["results"][0]["id"]
         old = broker.thread.store
         enable(service_root, embedder, qdrant={"timeout_s": 7})  # same shard, other settings: a reconnect
         assert broker.reconfigure(load_config(service_root)) == ["conversation store (reconnected)"]
@@ -173,4 +174,4 @@ def test_a_job_holding_the_store_a_reload_replaced_never_locks_out_the_new_one(s
         wait_for(lambda: broker.status()["reachable"], timeout=60, what=f"the new store opens: {broker.status()}")
         assert not broker.status()["error"]
         assert broker.get("main", first)["memory"] == "written before the reload"
-        assert broker.add("main", "written after the reload")["queued"] is False
+        assert broker.add(Add("main", "written after the reload"))["queued"] is False

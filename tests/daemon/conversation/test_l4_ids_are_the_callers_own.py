@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.api.requests import WriteId
+from protocol.operations import Add
 from tests.daemon.conversation.l4_api import MEMORIES, Api, l4_api
 from tests.daemon.conversation_service import enable, l4_service, unreachable
 from tests.helpers import wait_for
@@ -224,12 +225,12 @@ def test_two_agents_queue_the_same_write_id_and_each_is_replayed_as_its_own(serv
         enable(service_root, embedder, **unreachable())
         with l4_service(service_root, start=False) as down:
             broker = down.daemon.broker
-            theirs = broker.add("beta", "beta's queued note", write_id="conv-1:msg-1")
-            mine = broker.add("main", "main's queued note", write_id="conv-1:msg-1")
+            theirs = broker.add(Add("beta", "beta's queued note", write_id="conv-1:msg-1"))
+            mine = broker.add(Add("main", "main's queued note", write_id="conv-1:msg-1"))
             assert theirs["queued"] is True and mine["queued"] is True
             assert "already queued" not in mine["reason"] and mine["ahead"] == 1, "no oracle, nothing dropped"
             assert broker.queue.depth() == 2
-            retried = broker.add("main", "main's queued note", write_id="conv-1:msg-1")
+            retried = broker.add(Add("main", "main's queued note", write_id="conv-1:msg-1"))
             assert "already queued" in retried["reason"] and broker.queue.depth() == 2
 
         enable(service_root, embedder, probe_interval_s=0.2)
@@ -278,7 +279,7 @@ def test_generated_writes_and_supersedes_never_leave_a_chain_without_a_valid_mem
                 continue
             if op == "supersede" and made:
                 fields["supersedes"] = made[target % len(made)]
-            answer = broker.add("main", f"chain {run}: fact number {text}", **fields)
+            answer = broker.add(Add("main", f"chain {run}: fact number {text}", **fields))
         except (ConflictError, PolicyError, NoSuchMemoryError):
             continue  # refused: nothing changed
         made += [r["id"] for r in answer["results"] if r["id"] not in made]

@@ -18,6 +18,7 @@ import yaml
 
 from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError
 from layers.conversation.policy import ForbiddenError, PolicyError
+from protocol.operations import Add
 from tests.daemon.conversation_service import enable, l4_service, unreachable
 from tests.helpers import registry_of
 from tests.stand_in_embedder import StandInEmbedder
@@ -57,8 +58,8 @@ def _audit(broker) -> list[dict]:
 
 
 def test_a_superseded_memory_leaves_search_and_keeps_its_chain(broker):
-    old = _id(broker.add("main", "the staging database listens on 5432", visibility="public"))
-    answer = broker.add("main", "the staging database moved to 6543", visibility="public", supersedes=old)
+    old = _id(broker.add(Add("main", "the staging database listens on 5432", visibility="public")))
+    answer = broker.add(Add("main", "the staging database moved to 6543", visibility="public", supersedes=old))
     new = _id(answer)
     assert answer["supersedes"] == old and answer["superseded"] is True
     found = broker.search("beta", "staging database port")["results"]
@@ -77,11 +78,11 @@ def test_a_superseded_memory_leaves_search_and_keeps_its_chain(broker):
 
 
 def test_another_agents_private_memory_is_answered_as_an_unknown_id_and_left_untouched(broker):
-    private = _id(broker.add("beta", "beta's private note about the rollout"))
+    private = _id(broker.add(Add("beta", "beta's private note about the rollout")))
     with pytest.raises(NoSuchMemoryError) as theirs:
-        broker.add("main", "my own take on the rollout", supersedes=private)
+        broker.add(Add("main", "my own take on the rollout", supersedes=private))
     with pytest.raises(NoSuchMemoryError) as unknown:
-        broker.add("main", "my own take on the rollout", supersedes=UNKNOWN)
+        broker.add(Add("main", "my own take on the rollout", supersedes=UNKNOWN))
     assert str(theirs.value).replace(private, "ID") == str(unknown.value).replace(UNKNOWN, "ID")
     assert broker.get("beta", private)["state"] == "valid"
     assert [r["memory"] for r in broker.get_all("main")["results"]] == [], "nothing was written either"
@@ -90,27 +91,29 @@ def test_another_agents_private_memory_is_answered_as_an_unknown_id_and_left_unt
 
 def test_a_readable_memory_of_another_agent_is_refused_as_an_unknown_id_also_to_the_administrator_as_that_agent(broker):
     """The administrator's token acting as main is main (issue 44): to replace beta's memory, it acts as beta."""
-    public = _id(broker.add("beta", "the release train leaves on Thursdays", visibility="public"))
+    public = _id(broker.add(Add("beta", "the release train leaves on Thursdays", visibility="public")))
     with pytest.raises(NoSuchMemoryError) as theirs:
-        broker.add("main", "the release train leaves on Fridays", visibility="public", supersedes=public)
+        broker.add(Add("main", "the release train leaves on Fridays", visibility="public", supersedes=public))
     with pytest.raises(NoSuchMemoryError) as unknown:
-        broker.add("main", "the release train leaves on Fridays", visibility="public", supersedes=UNKNOWN)
+        broker.add(Add("main", "the release train leaves on Fridays", visibility="public", supersedes=UNKNOWN))
     assert str(theirs.value).replace(public, "ID") == str(unknown.value).replace(UNKNOWN, "ID")
     with pytest.raises(NoSuchMemoryError):
-        broker.add("main", "the release train leaves on Fridays", visibility="public", supersedes=public, admin=True)
+        broker.add(
+            Add("main", "the release train leaves on Fridays", visibility="public", supersedes=public), admin=True
+        )
     assert broker.get("main", public)["state"] == "valid"
     by_admin = broker.add(
-        "beta", "the release train leaves on Fridays", visibility="public", supersedes=public, admin=True
+        Add("beta", "the release train leaves on Fridays", visibility="public", supersedes=public), admin=True
     )
     assert broker.get("main", public)["superseded_by"] == _id(by_admin)
     assert by_admin["provenance"] == "operator", "written by the operator, as beta"
 
 
 def test_a_memory_is_superseded_once(broker):
-    first = _id(broker.add("main", "the on-call phone is with Ana"))
-    second = _id(broker.add("main", "the on-call phone is with Bo", supersedes=first))
+    first = _id(broker.add(Add("main", "the on-call phone is with Ana")))
+    second = _id(broker.add(Add("main", "the on-call phone is with Bo", supersedes=first)))
     with pytest.raises(PolicyError, match=f"already superseded .* by {second}"):
-        broker.add("main", "the on-call phone is with Cy", supersedes=first)
+        broker.add(Add("main", "the on-call phone is with Cy", supersedes=first))
 
 
 def test_a_supersede_retried_after_its_answer_was_lost_is_answered_as_made(broker):
@@ -128,8 +131,8 @@ def test_a_supersede_retried_after_its_answer_was_lost_is_answered_as_made(broke
 
 def test_a_link_to_a_memory_the_reader_may_not_see_is_not_shown(broker):
     """main replaces its public memory with a private one: beta sees the old one superseded, never by what."""
-    public = _id(broker.add("main", "the office wifi password is on the fridge", visibility="public"))
-    private = _id(broker.add("main", "the office wifi password moved to the vault", supersedes=public))
+    public = _id(broker.add(Add("main", "the office wifi password is on the fridge", visibility="public")))
+    private = _id(broker.add(Add("main", "the office wifi password moved to the vault", supersedes=public)))
     assert broker.get("main", public)["superseded_by"] == private
     seen = broker.get("beta", public)
     assert seen["state"] == "superseded" and seen["superseded_by"] is None
@@ -143,7 +146,7 @@ def test_a_superseding_write_is_never_queued(service_root, embedder):
     with l4_service(service_root, start=False) as down:
         broker = down.daemon.broker
         with pytest.raises(ConversationUnavailableError, match="nothing was queued"):
-            broker.add("main", "the new fact", supersedes=UNKNOWN)
+            broker.add(Add("main", "the new fact", supersedes=UNKNOWN))
         assert broker.queue.depth() == 0
 
 
@@ -156,7 +159,7 @@ def _stored(broker, memory_id: str) -> dict:
 
 
 def test_returned_memories_are_counted_in_memory_and_written_in_batches(broker):
-    memory_id = _id(broker.add("main", "the backup job runs at four"))
+    memory_id = _id(broker.add(Add("main", "the backup job runs at four")))
     for _ in range(3):
         assert [r["id"] for r in broker.search("main", "backup job")["results"]] == [memory_id]
     broker.get("main", memory_id)
@@ -175,7 +178,7 @@ def test_hits_not_yet_written_are_written_at_a_clean_stop(service_root, embedder
     enable(service_root, embedder)
     with l4_service(service_root) as up:
         broker = up.daemon.broker
-        memory_id = _id(broker.add("main", "the wiki moved to wiki.internal"))
+        memory_id = _id(broker.add(Add("main", "the wiki moved to wiki.internal")))
         broker.search("main", "wiki")
         broker.search("main", "wiki")
         assert _stored(broker, memory_id)["access_count"] == 0
@@ -184,8 +187,8 @@ def test_hits_not_yet_written_are_written_at_a_clean_stop(service_root, embedder
 
 
 def test_an_archived_memory_is_restored_by_its_owner_only(broker):
-    faded = _id(broker.add("main", "last year's on-call rota", memory_type="task_log"))
-    theirs = _id(broker.add("beta", "beta's private rota", memory_type="task_log"))
+    faded = _id(broker.add(Add("main", "last year's on-call rota", memory_type="task_log")))
+    theirs = _id(broker.add(Add("beta", "beta's private rota", memory_type="task_log")))
     broker.thread.call("archive", lambda: broker.store.archive([faded, theirs], "2026-11-30T03:00:00+00:00"))
     assert broker.search("main", "on-call rota")["results"] == []
     assert [r["id"] for r in broker.get_all("main", show_archived=True)["results"]] == [faded]
@@ -206,8 +209,8 @@ def test_an_archived_memory_is_restored_by_its_owner_only(broker):
 
 
 def test_an_owner_may_undo_a_supersede(broker):
-    old = _id(broker.add("main", "lunch is at noon"))
-    new = _id(broker.add("main", "lunch moved to one", supersedes=old))
+    old = _id(broker.add(Add("main", "lunch is at noon")))
+    new = _id(broker.add(Add("main", "lunch moved to one", supersedes=old)))
     assert broker.restore_memory("main", old)["previous_state"] == "superseded"
     both = {r["id"] for r in broker.search("main", "lunch")["results"]}
     assert both == {old, new}
@@ -218,16 +221,16 @@ def test_an_owner_may_undo_a_supersede(broker):
 
 
 def test_trust_and_source_follow_who_writes(broker):
-    by_agent = broker.add("main", "the printer on floor 2 is broken")
+    by_agent = broker.add(Add("main", "the printer on floor 2 is broken"))
     assert (by_agent["trust"], by_agent["provenance"]) == ("medium", "agent_output")
-    by_operator = broker.add("main", "the printer on floor 2 was replaced", admin=True)
+    by_operator = broker.add(Add("main", "the printer on floor 2 was replaced"), admin=True)
     assert (by_operator["trust"], by_operator["provenance"]) == ("high", "operator")
-    hedged = broker.add("main", "the printer on floor 3 may be broken too", trust="low", source="user_direct")
+    hedged = broker.add(Add("main", "the printer on floor 3 may be broken too", trust="low", source="user_direct"))
     assert (hedged["trust"], hedged["provenance"]) == ("low", "user_direct")
     stored = broker.get("main", _id(by_operator))
     assert (stored["trust"], stored["provenance"]) == ("high", "operator")
     with pytest.raises(ForbiddenError, match="at most medium"):
-        broker.add("main", "trust me, the printer works", trust="high")
+        broker.add(Add("main", "trust me, the printer works", trust="high"))
     assert {"event": "write_denied", "agent": "main", "trust": "high"}.items() <= _audit(broker)[-1].items()
     found = broker.search("main", "printer", trust_min="high")["results"]
     assert [r["id"] for r in found] == [_id(by_operator)]

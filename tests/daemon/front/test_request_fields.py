@@ -126,12 +126,7 @@ def test_the_operations_take_the_schemas_fields():
 
 
 def test_the_broker_takes_the_schemas_fields():
-    """Where an add's options land (``AddRequest.options()`` by field name: memory_type), an update, an L4 search."""
-    as_named = {"memory_type": "type"}
-    by_token = {"admin": "the administrator's call (the API decides it from the token)"}
-    assert differences(signature_fields(Writes.add), ADD, renamed=as_named, own=by_token, says_choices=False) == []
-    taken = set(signature_fields(Writes.add)) - {"agent", "text", "admin"}
-    assert set(AddRequest(agent="a", text="t").options()) == taken
+    """An update and an L4 search as the broker takes them (an add is the operation itself: ``Writes.add(Add)``)."""
     for update in (Writes.update, Broker.update):  # as the agent, whoever's token: no administrator's flag
         assert differences(signature_fields(update), UPDATE, own=IN_THE_PATH, says_choices=False) == []
     for search in (Broker.search, Reads.search):
