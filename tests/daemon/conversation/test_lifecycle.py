@@ -119,14 +119,14 @@ def test_a_memory_is_superseded_once(broker):
 def test_a_supersede_retried_after_its_answer_was_lost_is_answered_as_made(broker):
     """Found by bench/bench_sigkill.py: the daemon made the pair, was killed before answering, and the
     client's retry with the same write_id was refused as "already superseded" (by this very write)."""
-    first = _id(broker.add("main", "the build server is ci-1"))
-    made = broker.add("main", "the build server is ci-2", supersedes=first, write_id="move-ci")
-    again = broker.add("main", "the build server is ci-2", supersedes=first, write_id="move-ci")
+    first = _id(broker.add(Add("main", "the build server is ci-1")))
+    made = broker.add(Add("main", "the build server is ci-2", supersedes=first, write_id="move-ci"))
+    again = broker.add(Add("main", "the build server is ci-2", supersedes=first, write_id="move-ci"))
     assert [r["id"] for r in again["results"]] == [_id(made)] and again["results"][0]["event"] == "EXISTS"
     assert again["superseded"] is True and broker.get("main", first)["superseded_by"] == _id(made)
     assert [e["event"] for e in _audit(broker)].count("memory_superseded") == 1, "the pair was made once"
     with pytest.raises(PolicyError, match=f"already superseded .* by {_id(made)}"):
-        broker.add("main", "the build server is ci-3", supersedes=first, write_id="another")
+        broker.add(Add("main", "the build server is ci-3", supersedes=first, write_id="another"))
 
 
 def test_a_link_to_a_memory_the_reader_may_not_see_is_not_shown(broker):
