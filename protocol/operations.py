@@ -38,7 +38,11 @@ Request = tuple[str, str, "dict[str, Any] | None", "dict[str, Any] | None"]
 
 AGENT_HELP = "The agent asking (its token must be this agent's)."
 MEMORY_ID_HELP = "The memory's id (as add answered it)."
-FILTERS_HELP = 'mem0\'s filters as a JSON object, e.g. {"user_id": "alice"}: they narrow what you may read.'
+FILTERS_HELP = (
+    'mem0\'s filters as a JSON object, e.g. {"user_id": "alice", "rating": {"gte": 4}} (AND/OR/NOT, eq ne in nin '
+    "gt gte lt lte contains icontains, *): they narrow what the agent may read, never widen it."
+)
+THRESHOLD_HELP = "Leave out results whose relevance (0-1, the same scale on L3 and L4) is below this"
 
 
 def _agent(help: str = AGENT_HELP) -> Any:
@@ -98,21 +102,29 @@ class Search(Operation):
     agent: str = _agent()
     query: str = _query_text()
     layer: str | None = field("Only this layer: core, daily or longterm.", default=None, max_length=1024)
-    path: str | None = field("Only files matching this glob (memory/2026-*).", default=None, max_length=1024)
+    path: str | None = field("Only files matching this glob (e.g. 'memory/2026-11-*').", default=None, max_length=1024)
     since: str | None = field("Only daily notes from this day on (YYYY-MM-DD).", default=None, max_length=1024)
     until: str | None = field("Only daily notes up to this day (YYYY-MM-DD).", default=None, max_length=1024)
-    mode: str | None = field("How to rank: auto, fts, vector or hybrid.", default=None, choices=SEARCH_MODES)
+    mode: str | None = field(
+        "How to rank: auto (hybrid when vectors exist, else full-text), fts, vector or hybrid.",
+        default=None,
+        choices=SEARCH_MODES,
+    )
     limit: int | None = field("Most results returned.", default=None, results=L3_RESULTS)
-    explain: bool = field("Say why each result was returned (its scores).", default=False)
-    threshold: float | None = field("Leave out results under this relevance (0-1).", default=None, low=0, high=1)
+    explain: bool = field("Say why each result was returned (the ranked lists it came from).", default=False)
+    threshold: float | None = field(
+        f"{THRESHOLD_HELP}; on L3 without vectors only full matches stay.", default=None, low=0, high=1
+    )
     min_score: float | None = field(
-        "Leave out results under this confidence (0-1: the chance it is the passage that answers).",
+        "Leave out results whose confidence is below this (0-1: the measured chance that a result is the passage "
+        "that answers; of what 0.5 kept on the two recall sets, 75-76 in 100 were).",
         default=None,
         low=0,
         high=1,
     )
     max_tokens: int | None = field(
-        "Cut the answer to about this many tokens (passages first, whole sections where they fit).",
+        "Cut the answer to about this many tokens: the passage that matched in each result first (best first, "
+        "with its heading and file), whole sections where room is left.",
         default=None,
         results=ANSWER_TOKENS,
     )
@@ -135,11 +147,13 @@ class MemorySearch(Operation):
         "While the shared store is down, answer from the local index (marked degraded).", default=True
     )
     filters: dict[str, Any] | None = field(FILTERS_HELP, default=None)
-    threshold: float | None = field("Leave out results under this relevance (0-1).", default=None, low=0, high=1)
+    threshold: float | None = field(f"{THRESHOLD_HELP}.", default=None, low=0, high=1)
     explain: bool = field("Say why each result was returned (its scores).", default=False)
     show_expired: bool = field("Also memories past their expiration date (until the cleanup).", default=False)
-    show_superseded: bool = field("Also memories another one has replaced (still kept).", default=False)
-    trust_min: str | None = field("Only memories trusted this much or more.", default=None, choices=TRUST_LEVELS)
+    show_superseded: bool = field("Also memories another one has replaced (marked superseded).", default=False)
+    trust_min: str | None = field(
+        "Only memories trusted this much or more (high: the operator's).", default=None, choices=TRUST_LEVELS
+    )
     max_tokens: int | None = field(
         "The best results that fit in about this many tokens.", default=None, results=ANSWER_TOKENS
     )
@@ -165,10 +179,14 @@ class Add(Operation):
     agent: str = _agent()
     text: str = field("What to remember.")
     memory_type: str | None = field(
-        "Memory type (default: knowledge); it sets the lifetime.", default=None, wire="type", choices=MEMORY_TYPES
+        "Memory type; it sets how long the memory lives (default: knowledge).",
+        default=None,
+        wire="type",
+        choices=MEMORY_TYPES,
     )
     visibility: str | None = field(
-        "Who may read it (default: a project whose keyword appears in the text, if a member, else private).",
+        "Who may read it (default: a project whose keyword appears in the text, if the agent is a member, "
+        "else private).",
         default=None,
         choices=VISIBILITIES,
     )
@@ -196,19 +214,22 @@ class Add(Operation):
         "The run or conversation it belongs to (mem0's run_id).", default=None, pattern=ENTITY_ID_PATTERN
     )
     actor_id: str | None = field("Who said it (mem0's actor_id).", default=None, pattern=ENTITY_ID_PATTERN)
-    metadata: dict[str, Any] | None = field('Custom metadata as a JSON object: {"category": "movies"}.', default=None)
+    metadata: dict[str, Any] | None = field(
+        'Custom metadata as a JSON object, e.g. {"category": "movies"}.', default=None
+    )
     supersedes: str | None = field(
-        "A memory this one replaces: it is kept, marked superseded, and leaves searches.",
+        "One of the agent's own memories this one replaces: it is kept, marked superseded, and leaves searches.",
         default=None,
         pattern=MEMORY_ID_PATTERN,
     )
     trust: str | None = field(
-        "How far it is trusted (default: medium for an agent, high for the operator; low: unverified).",
+        "How far it is trusted (default: high with the administrator's token, e.g. as root; medium with the "
+        "agent's, which may lower it, never raise it; low: unverified).",
         default=None,
         choices=TRUST_LEVELS,
     )
     source: str | None = field(
-        "Where the text came from (default: agent_output, operator for the administrator).",
+        "Where the text came from (default: operator with the administrator's token, else agent_output).",
         default=None,
         choices=SOURCES,
     )
