@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from protocol.fields import describe, field
-from protocol.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, check_query
+from protocol.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, check_query
 from protocol.vocabulary import (
     AGENT_ID_PATTERN,
     DAY_PATTERN,
@@ -37,7 +37,7 @@ from protocol.vocabulary import (
 Request = tuple[str, str, "dict[str, Any] | None", "dict[str, Any] | None"]
 
 AGENT_HELP = "The agent asking (its token must be this agent's)."
-MEMORY_ID_HELP = "The memory's id (as add answered it)."
+MEMORY_ID_HELP = "The memory's id (as an add or a search answered it)."
 FILTERS_HELP = (
     'mem0\'s filters as a JSON object, e.g. {"user_id": "alice", "rating": {"gte": 4}} (AND/OR/NOT, eq ne in nin '
     "gt gte lt lte contains icontains, *): they narrow what the agent may read, never widen it."
@@ -54,7 +54,7 @@ def _memory_id() -> Any:
 
 
 def _query_text() -> Any:
-    return field("What to search for (a few words).", wire="q")
+    return field(f"What to look for, in natural language (at most {MAX_QUERY_CHARS} characters).", wire="q")
 
 
 @dataclass(frozen=True)
@@ -144,18 +144,27 @@ class MemorySearch(Operation):
     query: str = _query_text()
     limit: int = field("Most results returned.", default=L4_RESULTS.default, results=L4_RESULTS)
     fallback: bool = field(
-        "While the shared store is down, answer from the local index (marked degraded).", default=True
+        "While the shared store is down, answer from the local index (marked degraded; not with filters).",
+        default=True,
     )
     filters: dict[str, Any] | None = field(FILTERS_HELP, default=None)
-    threshold: float | None = field(f"{THRESHOLD_HELP}.", default=None, low=0, high=1)
-    explain: bool = field("Say why each result was returned (its scores).", default=False)
+    threshold: float | None = field(f"{THRESHOLD_HELP}; 0.1 drops most unrelated ones.", default=None, low=0, high=1)
+    explain: bool = field("Say why each result was returned (phase, visibility, scores).", default=False)
     show_expired: bool = field("Also memories past their expiration date (until the cleanup).", default=False)
-    show_superseded: bool = field("Also memories another one has replaced (marked superseded).", default=False)
+    show_superseded: bool = field(
+        "Also memories another one has replaced (state superseded, with invalid_at and superseded_by).",
+        default=False,
+    )
     trust_min: str | None = field(
-        "Only memories trusted this much or more (high: the operator's).", default=None, choices=TRUST_LEVELS
+        "Only memories trusted this much or more: high (the operator's), medium (agents' by default), low. "
+        "Equal scores rank by trust anyway.",
+        default=None,
+        choices=TRUST_LEVELS,
     )
     max_tokens: int | None = field(
-        "The best results that fit in about this many tokens.", default=None, results=ANSWER_TOKENS
+        "Cut the answer to about this many tokens, best results first (what was left out is counted).",
+        default=None,
+        results=ANSWER_TOKENS,
     )
 
     def __post_init__(self) -> None:
@@ -177,7 +186,7 @@ class Add(Operation):
     PATH: ClassVar[str] = "/v1/memories"
 
     agent: str = _agent()
-    text: str = field("What to remember.")
+    text: str = field("What to remember: one self-contained fact, decision or preference.")
     memory_type: str | None = field(
         "Memory type; it sets how long the memory lives (default: knowledge).",
         default=None,
@@ -194,7 +203,9 @@ class Add(Operation):
         "Project of a project memory (implies visibility project).", default=None, pattern=AGENT_ID_PATTERN
     )
     expires: str | None = field(
-        "Last day the memory is shown, YYYY-MM-DD (default: by type).", default=None, pattern=DAY_PATTERN
+        "Last day the memory is shown, YYYY-MM-DD, today or later (default: by type).",
+        default=None,
+        pattern=DAY_PATTERN,
     )
     infer: bool | None = field("Let the LLM extract and merge (needs conversation.llm).", default=None)
     write_id: str | None = field(
@@ -215,7 +226,7 @@ class Add(Operation):
     )
     actor_id: str | None = field("Who said it (mem0's actor_id).", default=None, pattern=ENTITY_ID_PATTERN)
     metadata: dict[str, Any] | None = field(
-        'Custom metadata as a JSON object, e.g. {"category": "movies"}.', default=None
+        'Custom metadata as a JSON object, e.g. {"category": "movies"} (filterable).', default=None
     )
     supersedes: str | None = field(
         "One of the agent's own memories this one replaces: it is kept, marked superseded, and leaves searches.",
@@ -244,9 +255,9 @@ class Update(Operation):
 
     agent: str = _agent()
     memory_id: str = _memory_id()
-    text: str = field("The memory's new text.")
+    text: str = field("The memory's corrected text, replacing the old one.")
     expires: str | None = field(
-        "A new last day it is shown, YYYY-MM-DD (today or later).", default=None, pattern=DAY_PATTERN
+        "A new last day it is shown, YYYY-MM-DD, today or later.", default=None, pattern=DAY_PATTERN
     )
 
 
