@@ -18,6 +18,7 @@ import click
 
 from daemon.front.failures import EXIT_USAGE
 from daemon.front.options import (
+    FieldsCommand,
     agent_option,
     config_of,
     conversation_failed,
@@ -31,21 +32,22 @@ from daemon.front.options import (
 from daemon.shared.errors import UnknownAgentError
 from daemon.shared.terminal import escaped, for_terminal
 from daemon.shared.workspaces import get_agent
-from protocol import operations as op
 
 if TYPE_CHECKING:
     from daemon.front.client import DaemonClient
+
+# protocol.operations is imported by each command that sends one (with the client), not by `memstrata --help`.
 
 # The options of the commands are the operations' fields (protocol/operations.py: help, choices, bounds);
 # only the CLI's flag names (--type for memory_type) and metavars are said here.
 _ids: dict[str, Any] = {"user_id": {"metavar": "U"}, "run_id": {"metavar": "R"}, "actor_id": {"metavar": "A"}}
 
 
-@click.command("add")
+@click.command("add", cls=FieldsCommand)
 @click.argument("text")
 @agent_option
 @field_options(
-    op.Add,
+    "Add",
     *("memory_type", "visibility", "project", "expires", "infer", "write_id", "user_id", "run_id", "actor_id"),
     *("metadata", "supersedes", "trust", "source"),
     memory_type={"flag": "--type"},
@@ -65,6 +67,7 @@ def add_cmd(ctx: click.Context, text: str, agent_id: str, as_json: bool, **field
     """
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
     from daemon.shared.settings import client_timeout
+    from protocol import operations as op
 
     config = config_of(ctx)
     get_agent(config, agent_id)
@@ -169,7 +172,7 @@ def _print_memory(i: int, raw: dict) -> None:
 # --type, --visibility and --project narrow a listing and a delete --all (DeleteAll's fields; a listing
 # sends them as mem0 filters)
 filter_options = field_options(
-    op.DeleteAll, "memory_type", "visibility", "project", memory_type={"flag": "--type"}, project={"metavar": "P"}
+    "DeleteAll", "memory_type", "visibility", "project", memory_type={"flag": "--type"}, project={"metavar": "P"}
 )
 
 
@@ -183,15 +186,17 @@ def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
 
     Also as root: --agent ID means "as ID", never "as administrator"; another agent's private
     memory is "no memory", as an unknown id is."""
+    from protocol import operations as op
+
     answer = _ask(ctx, agent_id, lambda c: c.call(op.Get(agent_id, memory_id)))
     echo_json(answer) if as_json else _print_memory(1, answer)
 
 
-@click.command("list")
+@click.command("list", cls=FieldsCommand)
 @agent_option
-@field_options(op.List, "limit", "cursor", cursor={"metavar": "C"})
+@field_options("List", "limit", "cursor", cursor={"metavar": "C"})
 @filter_options
-@field_options(op.List, "filters", "show_superseded", "show_expired", "show_archived")
+@field_options("List", "filters", "show_superseded", "show_expired", "show_archived")
 @json_option
 @click.pass_context
 def list_cmd(
@@ -209,6 +214,8 @@ def list_cmd(
     combined: dict[str, Any] = {k: v for k, v in wanted.items() if v is not None}
     if filters:
         combined["AND"] = [filters]
+    from protocol import operations as op
+
     answer = _ask(ctx, agent_id, lambda c: c.call(op.List(agent_id, filters=combined or None, **fields)))
     if as_json:
         echo_json(answer)
@@ -221,11 +228,11 @@ def list_cmd(
         click.echo(escaped(f"(more: --cursor {answer['next_cursor']})"))
 
 
-@click.command("update")
+@click.command("update", cls=FieldsCommand)
 @click.argument("memory_id")
 @click.argument("text")
 @agent_option
-@field_options(op.Update, "expires")
+@field_options("Update", "expires")
 @json_option
 @click.pass_context
 def update_cmd(ctx, memory_id, text, agent_id, expires, as_json) -> None:
@@ -234,16 +241,18 @@ def update_cmd(ctx, memory_id, text, agent_id, expires, as_json) -> None:
     While the store is down the update is refused (exit 1) and nothing changes: it is never queued.
     """
     # an empty --expires was never sent
+    from protocol import operations as op
+
     answer = _ask(ctx, agent_id, lambda c: c.call(op.Update(agent_id, memory_id, text, expires=expires or None)))
     echo_json(answer) if as_json else click.echo(escaped(f"updated {answer['id']}: {answer['memory']}"))
 
 
-@click.command("delete")
+@click.command("delete", cls=FieldsCommand)
 @click.argument("memory_id", required=False)
 @agent_option
 @click.option("--all", "delete_all", is_flag=True, help="Every one of agent ID's own memories matching the filters.")
 @filter_options
-@field_options(op.DeleteAll, "dry_run", "user_id", "run_id", when="With --all", dry_run={"flag": "--dry-run"}, **_ids)
+@field_options("DeleteAll", "dry_run", "user_id", "run_id", when="With --all", dry_run={"flag": "--dry-run"}, **_ids)
 @json_option
 @click.pass_context
 def delete_cmd(
@@ -255,6 +264,8 @@ def delete_cmd(
     means "as ID"; the audit log records the operator as "admin as ID"). While the store is down
     the delete is refused (exit 1) and nothing changes.
     """
+    from protocol import operations as op
+
     if bool(memory_id) == bool(delete_all):
         raise click.UsageError("give a MEMORY_ID or --all (with --type/--visibility/--project to narrow it)")
     if memory_id and (memory_type or visibility or project or dry_run or user_id or run_id):
@@ -289,6 +300,8 @@ def restore_memory_cmd(ctx, memory_id, agent_id, as_json) -> None:
     A superseded memory restored is valid again beside the one that replaced it.
     While the store is down the restore is refused (exit 1) and nothing changes.
     """
+    from protocol import operations as op
+
     answer = _ask(ctx, agent_id, lambda c: c.call(op.RestoreMemory(agent_id, memory_id)))
     if as_json:
         echo_json(answer)
@@ -300,6 +313,8 @@ def restore_memory_cmd(ctx, memory_id, agent_id, as_json) -> None:
 
 def print_memory_history(ctx: click.Context, agent_id: str, memory_id: str, as_json: bool) -> None:
     """``history --memory ID``: the ADD/UPDATE/DELETE events of one L4 memory agent ID may read (also once deleted)."""
+    from protocol import operations as op
+
     answer = _ask(ctx, agent_id, lambda c: c.call(op.History(agent_id, memory_id)))
     if as_json:
         echo_json(answer)

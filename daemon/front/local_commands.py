@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 from daemon.front.options import (
+    FieldsCommand,
     QueryRefusedError,
     agent_option,
     config_of,
@@ -33,7 +34,6 @@ from daemon.shared.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, S
 from daemon.shared.terminal import escaped, for_terminal
 from daemon.shared.workspaces import get_agent
 from protocol.limits import L3_RESULTS
-from protocol.operations import MemorySearch, Search
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
@@ -198,6 +198,7 @@ def search_conversation(
     """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3 (not with filters)."""
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
     from daemon.shared.settings import client_timeout
+    from protocol.operations import MemorySearch
 
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
@@ -257,10 +258,10 @@ def print_conversation(answer: MemoryAnswer) -> None:
 
 
 # The options are the L3 search's fields and, for --layer conversation/all, the L4 search's (protocol/operations.py).
-@click.command("search")
+@click.command("search", cls=FieldsCommand)
 @click.argument("query")
 @agent_option
-@field_options(Search, "mode", "limit", mode={"default": "auto"}, limit={"default": L3_RESULTS.default})
+@field_options("Search", "mode", "limit", mode={"default": "auto"}, limit={"default": L3_RESULTS.default})
 @click.option(
     "--layer",
     type=click.Choice(["local", "conversation", "all", "core", "daily"]),
@@ -270,17 +271,17 @@ def print_conversation(answer: MemoryAnswer) -> None:
     "memory; all: L4, answered from L3 (marked degraded) when L4 is unreachable.",
 )
 @field_options(
-    Search,
+    "Search",
     *("path", "since", "until", "explain"),
     path={"dest": "path_glob", "metavar": "GLOB"},
     since={"metavar": "YYYY-MM-DD"},
     until={"metavar": "YYYY-MM-DD"},
 )
-@field_options(MemorySearch, "filters", when="With --layer conversation/all")
-@field_options(Search, "threshold")
-@field_options(Search, "min_score", when="L3", min_score={"metavar": "S"})
+@field_options("MemorySearch", "filters", when="With --layer conversation/all")
+@field_options("Search", "threshold")
+@field_options("Search", "min_score", when="L3", min_score={"metavar": "S"})
 @field_options(
-    Search,
+    "Search",
     "max_tokens",
     # one option for both layers: L4's reading of it said too, and no upper bound of the CLI's own
     max_tokens={
@@ -290,7 +291,7 @@ def print_conversation(answer: MemoryAnswer) -> None:
         "first, with its heading and file), whole sections where room is left; L4: the best memories that fit.",
     },
 )
-@field_options(MemorySearch, "show_superseded", "trust_min", when="With --layer conversation/all")
+@field_options("MemorySearch", "show_superseded", "trust_min", when="With --layer conversation/all")
 @json_option
 @click.pass_context
 def search_cmd(
@@ -306,6 +307,7 @@ def search_cmd(
     Works without the daemon too (read-only, full-text).
     """
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
+    from protocol.operations import Search
 
     refuse_long_query(query)
     if min_score is not None and layer in ("conversation", "all"):

@@ -15,12 +15,12 @@ import click
 
 from daemon.front.failures import Failure, UnreachableFailure, UsageFailure
 from daemon.shared.terminal import escaped, json_text
-from protocol.fields import Field, describe
 from protocol.vocabulary import DAY_PATTERN
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
     from daemon.shared.config_cache import FrontConfig
+    from protocol.fields import Field
 
 
 class JsonObject(click.ParamType):
@@ -45,14 +45,14 @@ JSON_OBJECT = JsonObject()
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def field_option(
+def option_of(
     field: Field,
     *,
     flag: str | None = None,
     dest: str | None = None,
     when: str | None = None,
     **click_kwargs: Any,
-) -> Callable[[F], F]:
+) -> click.Option:
     """A click option for an operation's field (protocol/operations.py): the type from its kind, choices
     and bounds, the help from its help, the default from its default (None: left to the daemon).
 
@@ -83,25 +83,57 @@ def field_option(
         if default is not None:
             kwargs["default"], kwargs["show_default"] = default, True
     kwargs.update(click_kwargs)
-    return click.option(flag, dest or field.name, **kwargs)
+    return click.Option([flag, dest or field.name], **kwargs)
 
 
 def _bound(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def field_options(operation: type, *names: str, when: str | None = None, **spelled: dict[str, Any]) -> Callable[[F], F]:
-    """Click options for the named fields of ``operation``, in that order; ``spelled``: a field's
-    :func:`field_option` keywords (its flag, dest, metavar…), by the field's name."""
-    fields = {f.name: f for f in describe(operation)}
-    unknown = (set(names) | set(spelled)) - set(fields)
-    if unknown:
-        raise TypeError(f"{operation.__name__} has no field {', '.join(sorted(unknown))}")
-    decorators = [field_option(fields[n], when=when, **spelled.get(n, {})) for n in names]
+class _Deferred:
+    """Options a :class:`FieldsCommand` makes the first time its parameters are read (parsed, shown)."""
+
+    def __init__(self, make: Callable[[], list[click.Option]]) -> None:
+        self.make = make
+
+
+class FieldsCommand(click.Command):
+    """A command whose field options (:func:`field_options`) are made when it is first parsed or shown,
+    not when the CLI is imported: ``memstrata --help`` and every other command do not pay for them."""
+
+    @property  # type: ignore[override]
+    def params(self) -> list[click.Parameter]:
+        given: list[Any] = self.__dict__["_params"]
+        if any(isinstance(p, _Deferred) for p in given):
+            given = [q for p in given for q in (p.make() if isinstance(p, _Deferred) else [p])]
+            self.__dict__["_params"] = given
+        return given
+
+    @params.setter
+    def params(self, value: list[click.Parameter]) -> None:
+        self.__dict__["_params"] = value
+
+
+def field_options(operation: str, *names: str, when: str | None = None, **spelled: dict[str, Any]) -> Callable[[F], F]:
+    """Click options for the named fields of the operation class ``operation`` of protocol/operations.py, in that
+    order; ``spelled``: a field's :func:`option_of` keywords (its flag, dest, metavar…), by the field's name.
+    Made when the command (a :class:`FieldsCommand`) is first parsed or shown: importing the operations and
+    reading their fields is left to the commands that use them."""
+
+    def make() -> list[click.Option]:
+        from protocol import operations
+        from protocol.fields import describe
+
+        fields = {f.name: f for f in describe(getattr(operations, operation))}
+        unknown = (set(names) | set(spelled)) - set(fields)
+        if unknown:
+            raise TypeError(f"{operation} has no field {', '.join(sorted(unknown))}")
+        return [option_of(fields[n], when=when, **spelled.get(n, {})) for n in names]
 
     def apply(fn: F) -> F:
-        for decorator in reversed(decorators):
-            fn = decorator(fn)
+        if not hasattr(fn, "__click_params__"):
+            fn.__click_params__ = []  # type: ignore[attr-defined]
+        fn.__click_params__.append(_Deferred(make))  # type: ignore[attr-defined]
         return fn
 
     return apply
