@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from protocol.fields import describe, field
-from protocol.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, check_query
+from protocol.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, check_query
 from protocol.vocabulary import (
     AGENT_ID_PATTERN,
     DAY_PATTERN,
@@ -37,8 +37,12 @@ from protocol.vocabulary import (
 Request = tuple[str, str, "dict[str, Any] | None", "dict[str, Any] | None"]
 
 AGENT_HELP = "The agent asking (its token must be this agent's)."
-MEMORY_ID_HELP = "The memory's id (as add answered it)."
-FILTERS_HELP = 'mem0\'s filters as a JSON object, e.g. {"user_id": "alice"}: they narrow what you may read.'
+MEMORY_ID_HELP = "The memory's id (as an add or a search answered it)."
+FILTERS_HELP = (
+    'mem0\'s filters as a JSON object, e.g. {"user_id": "alice", "rating": {"gte": 4}} (AND/OR/NOT, eq ne in nin '
+    "gt gte lt lte contains icontains, *): they narrow what the agent may read, never widen it."
+)
+THRESHOLD_HELP = "Leave out results whose relevance (0-1, the same scale on L3 and L4) is below this"
 
 
 def _agent(help: str = AGENT_HELP) -> Any:
@@ -50,7 +54,7 @@ def _memory_id() -> Any:
 
 
 def _query_text() -> Any:
-    return field("What to search for (a few words).", wire="q")
+    return field(f"What to look for, in natural language (at most {MAX_QUERY_CHARS} characters).", wire="q")
 
 
 def _id(help: str) -> Any:
@@ -113,21 +117,29 @@ class Search(Operation):
     agent: str = _agent()
     query: str = _query_text()
     layer: str | None = field("Only this layer: core, daily or longterm.", default=None, max_length=1024)
-    path: str | None = field("Only files matching this glob (memory/2026-*).", default=None, max_length=1024)
+    path: str | None = field("Only files matching this glob (e.g. 'memory/2026-11-*').", default=None, max_length=1024)
     since: str | None = field("Only daily notes from this day on (YYYY-MM-DD).", default=None, max_length=1024)
     until: str | None = field("Only daily notes up to this day (YYYY-MM-DD).", default=None, max_length=1024)
-    mode: str = field("How to rank: auto, fts, vector or hybrid.", default="auto", choices=SEARCH_MODES)
+    mode: str = field(
+        "How to rank: auto (hybrid when vectors exist, else full-text), fts, vector or hybrid.",
+        default="auto",
+        choices=SEARCH_MODES,
+    )
     limit: int = field("Most results returned.", default=L3_RESULTS.default, results=L3_RESULTS)
-    explain: bool = field("Say why each result was returned (its scores).", default=False)
-    threshold: float | None = field("Leave out results under this relevance (0-1).", default=None, low=0, high=1)
+    explain: bool = field("Say why each result was returned (the ranked lists it came from).", default=False)
+    threshold: float | None = field(
+        f"{THRESHOLD_HELP}; on L3 without vectors only full matches stay.", default=None, low=0, high=1
+    )
     min_score: float | None = field(
-        "Leave out results under this confidence (0-1: the chance it is the passage that answers).",
+        "Leave out results whose confidence is below this (0-1: the measured chance that a result is the passage "
+        "that answers; of what 0.5 kept on the two recall sets, 75-76 in 100 were).",
         default=None,
         low=0,
         high=1,
     )
     max_tokens: int | None = field(
-        "Cut the answer to about this many tokens (passages first, whole sections where they fit).",
+        "Cut the answer to about this many tokens: the passage that matched in each result first (best first, "
+        "with its heading and file), whole sections where room is left.",
         default=None,
         results=ANSWER_TOKENS,
     )
@@ -147,16 +159,27 @@ class MemorySearch(Operation):
     query: str = _query_text()
     limit: int = field("Most results returned.", default=L4_RESULTS.default, results=L4_RESULTS)
     fallback: bool = field(
-        "While the shared store is down, answer from the local index (marked degraded).", default=True
+        "While the shared store is down, answer from the local index (marked degraded; not with filters).",
+        default=True,
     )
     filters: dict[str, Any] | None = field(FILTERS_HELP, default=None)
-    threshold: float | None = field("Leave out results under this relevance (0-1).", default=None, low=0, high=1)
-    explain: bool = field("Say why each result was returned (its scores).", default=False)
+    threshold: float | None = field(f"{THRESHOLD_HELP}; 0.1 drops most unrelated ones.", default=None, low=0, high=1)
+    explain: bool = field("Say why each result was returned (phase, visibility, scores).", default=False)
     show_expired: bool = field("Also memories past their expiration date (until the cleanup).", default=False)
-    show_superseded: bool = field("Also memories another one has replaced (still kept).", default=False)
-    trust_min: str | None = field("Only memories trusted this much or more.", default=None, choices=TRUST_LEVELS)
+    show_superseded: bool = field(
+        "Also memories another one has replaced (state superseded, with invalid_at and superseded_by).",
+        default=False,
+    )
+    trust_min: str | None = field(
+        "Only memories trusted this much or more: high (the operator's), medium (agents' by default), low. "
+        "Equal scores rank by trust anyway.",
+        default=None,
+        choices=TRUST_LEVELS,
+    )
     max_tokens: int | None = field(
-        "The best results that fit in about this many tokens.", default=None, results=ANSWER_TOKENS
+        "Cut the answer to about this many tokens, best results first (what was left out is counted).",
+        default=None,
+        results=ANSWER_TOKENS,
     )
 
     def __post_init__(self) -> None:
@@ -178,17 +201,21 @@ class Add(Operation):
     PATH: ClassVar[str] = "/v1/memories"
 
     agent: str = _agent()
-    text: str = field("What to remember.")
+    text: str = field("What to remember: one self-contained fact, decision or preference.")
     memory_type: str | None = field(
-        "Memory type (default: knowledge); it sets the lifetime.", default=None, wire="type", choices=MEMORY_TYPES
+        "Memory type; it sets how long the memory lives (default: knowledge).",
+        default=None,
+        wire="type",
+        choices=MEMORY_TYPES,
     )
     visibility: str | None = field(
-        "Who may read it (default: a project whose keyword appears in the text, if a member, else private).",
+        "Who may read it (default: a project whose keyword appears in the text, if the agent is a member, "
+        "else private).",
         default=None,
         choices=VISIBILITIES,
     )
     project: str | None = _id("Project of a project memory (implies visibility project).")
-    expires: str | None = _day("Last day the memory is shown, YYYY-MM-DD (default: by type).")
+    expires: str | None = _day("Last day the memory is shown, YYYY-MM-DD, today or later (default: by type).")
     infer: bool | None = field("Let the LLM extract and merge (needs conversation.llm).", default=None)
     write_id: str | None = field(
         "Idempotency key: a retry with the same id is written once.",
@@ -201,20 +228,23 @@ class Add(Operation):
     user_id: str | None = _entity("The end user the memory is about (mem0's user_id: data, not identity).")
     run_id: str | None = _entity("The run or conversation it belongs to (mem0's run_id).")
     actor_id: str | None = _entity("Who said it (mem0's actor_id).")
-    metadata: dict[str, Any] | None = field('Custom metadata as a JSON object: {"category": "movies"}.', default=None)
+    metadata: dict[str, Any] | None = field(
+        'Custom metadata as a JSON object, e.g. {"category": "movies"} (filterable).', default=None
+    )
     supersedes: str | None = field(
-        "A memory this one replaces: it is kept, marked superseded, and leaves searches.",
+        "One of the agent's own memories this one replaces: it is kept, marked superseded, and leaves searches.",
         default=None,
         pattern=MEMORY_ID_PATTERN,
         max_length=64,
     )
     trust: str | None = field(
-        "How far it is trusted (default: medium for an agent, high for the operator; low: unverified).",
+        "How far it is trusted (default: high with the administrator's token, e.g. as root; medium with the "
+        "agent's, which may lower it, never raise it; low: unverified).",
         default=None,
         choices=TRUST_LEVELS,
     )
     source: str | None = field(
-        "Where the text came from (default: agent_output, operator for the administrator).",
+        "Where the text came from (default: operator with the administrator's token, else agent_output).",
         default=None,
         choices=SOURCES,
     )
@@ -229,8 +259,8 @@ class Update(Operation):
 
     agent: str = _agent()
     memory_id: str = _memory_id()
-    text: str = field("The memory's new text.")
-    expires: str | None = _day("A new last day it is shown, YYYY-MM-DD (today or later).")
+    text: str = field("The memory's corrected text, replacing the old one.")
+    expires: str | None = _day("A new last day it is shown, YYYY-MM-DD, today or later.")
 
 
 @dataclass(frozen=True)

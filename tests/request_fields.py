@@ -1,9 +1,9 @@
 """Request fields as daemon/api/requests.py defines them, and as each place that spells them out takes them.
 
 The request schemas are the one definition of the fields of an L4 add, update and
-search and of an L3 search.  The CLI's options, the client's and the broker's
-signatures, the MCP tools' parameters and the skill's stdlib copy each spell them
-out again for their own callers; the tests compare each of them with the schema,
+search and of an L3 search.  The operations and the broker's signatures spell them
+out again (the CLI's options, the MCP tools' parameters and the skill's options are
+generated from the operations); the tests compare each of them with the schema,
 field by field, by what a caller sees of a field: its kind (text, a whole number,
 a flag), whether it is required, its default, its choices and its bounds.
 
@@ -21,7 +21,6 @@ sent under another name would otherwise be lost without a word).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import http.server
 import inspect
@@ -32,10 +31,7 @@ import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qsl, urlsplit
-
-import click
 
 UNSET = "(left to the daemon)"
 
@@ -127,41 +123,6 @@ def _clamped(model: type, name: str) -> tuple[int | None, int | None]:
 # ---------------------------------------------------------------- the places
 
 
-def click_fields(command: click.Command) -> dict[str, Field]:
-    """A command's arguments and options, an option by its long flag (``--write-id``: write_id)."""
-    out = {}
-    context = click.Context(command)
-    for param in command.params:
-        if isinstance(param, click.Argument):
-            name = param.name
-        else:
-            name = max(param.opts, key=len).lstrip("-").replace("-", "_")
-        kind, choices, low, high = "text", None, None, None
-        if isinstance(param, click.Option) and param.is_flag:
-            kind = "flag"
-        elif isinstance(param.type, click.Choice):
-            choices = tuple(param.type.choices)
-        elif isinstance(param.type, click.IntRange):
-            kind, low, high = "number", param.type.min, param.type.max
-        elif param.type is click.INT:
-            kind = "number"
-        elif param.type.name == "json":
-            kind = "object"
-        elif isinstance(param.type, click.FloatRange):
-            kind = "fraction"
-        # --agent may be left out, but never goes unset: its default is the current workspace's agent
-        required = bool(param.required) or bool(getattr(param, "always_resolved", False))
-        out[name] = Field(kind, required, _or_unset(param.get_default(context)), choices, low, high)
-    return out
-
-
-_CLICK_UNSET = getattr(click.core, "UNSET", None)  # click 8.3+: the default of an option without one
-
-
-def _or_unset(default: object) -> object:
-    return UNSET if default is None or default is _CLICK_UNSET else default
-
-
 _KINDS = {str: "text", int: "number", bool: "flag", dict: "object", float: "fraction"}
 
 
@@ -180,50 +141,6 @@ def signature_fields(fn: Callable) -> dict[str, Field]:
         required = param.default is param.empty
         default = UNSET if required or param.default is None else param.default
         out[name] = Field(_KINDS[kinds[0]], required, default)
-    return out
-
-
-def mcp_fields(tool: Any) -> dict[str, Field]:
-    """An MCP tool's parameters (daemon/front/mcp_protocol.py ``Param``)."""
-    from daemon.front.mcp_protocol import REQUIRED
-
-    return {
-        p.name: Field(
-            _KINDS[p.type],
-            p.default is REQUIRED,
-            UNSET if p.default is REQUIRED or p.default is None else p.default,
-            tuple(p.enum) if p.enum is not None else None,
-            p.minimum,
-            p.maximum,
-        )
-        for p in tool.params
-    }
-
-
-def argparse_fields(parser: argparse.ArgumentParser) -> dict[str, Field]:
-    """A (sub)command's arguments by ``dest``; ``--infer``/``--no-infer`` (one dest) is one flag."""
-    out: dict[str, Field] = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
-            continue
-        default = UNSET if action.default in (None, argparse.SUPPRESS) else action.default
-        if isinstance(action, (argparse._StoreConstAction, argparse._StoreTrueAction, argparse._StoreFalseAction)):
-            out[action.dest] = Field("flag", False, default)
-            continue
-        kind, low = "text", None
-        if getattr(action.type, "__name__", "") == "json_object":
-            kind = "object"
-        elif getattr(action.type, "__name__", "") == "fraction":
-            kind = "fraction"
-        elif action.type is not None and isinstance(action.type("1"), int):
-            kind = "number"
-            try:
-                action.type("0")
-            except (argparse.ArgumentTypeError, ValueError):
-                low = 1
-        required = bool(action.required) or not action.option_strings
-        choices = tuple(action.choices) if action.choices is not None else None
-        out[action.dest] = Field(kind, required, default, choices, low)
     return out
 
 

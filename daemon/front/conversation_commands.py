@@ -11,71 +11,54 @@ audit log says ``admin as X``; otherwise it uses the agent's token.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from daemon.front.failures import EXIT_USAGE
 from daemon.front.options import (
-    JSON_OBJECT,
+    FieldsCommand,
     agent_option,
     config_of,
     conversation_failed,
     echo_json,
+    field_options,
     json_option,
     lifecycle_note,
     placement,
     use_note,
 )
 from daemon.shared.errors import UnknownAgentError
-from daemon.shared.limits import L4_PAGE
 from daemon.shared.terminal import escaped, for_terminal
 from daemon.shared.workspaces import get_agent
-from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
 
 if TYPE_CHECKING:
-    pass
+    from daemon.front.client import DaemonClient
+
+# protocol.operations is imported by each command that sends one (with the client), not by `memstrata --help`.
+
+# The options of the commands are the operations' fields (protocol/operations.py: help, choices, bounds);
+# only the CLI's flag names (--type for memory_type) and metavars are said here.
+_ids: dict[str, Any] = {"user_id": {"metavar": "U"}, "run_id": {"metavar": "R"}, "actor_id": {"metavar": "A"}}
 
 
-@click.command("add")
+@click.command("add", cls=FieldsCommand)
 @click.argument("text")
 @agent_option
-@click.option("--type", "memory_type", type=click.Choice(MEMORY_TYPES), help="Memory type (default: knowledge).")
-@click.option(
-    "--visibility",
-    type=click.Choice(VISIBILITIES),
-    help="Default: a project whose keyword appears in TEXT (if the agent is a member), else private.",
-)
-@click.option("--project", metavar="P", help="Project of a project memory (implies --visibility project).")
-@click.option("--expires", metavar="YYYY-MM-DD", help="Last day the memory is shown (default: by type).")
-@click.option("--infer/--no-infer", default=None, help="Let the LLM extract and merge (needs conversation.llm).")
-@click.option("--write-id", metavar="ID", help="Idempotency key: a retry with the same id is written once.")
-@click.option("--user-id", metavar="U", help="The end user the memory is about (mem0's user_id: data, not identity).")
-@click.option("--run-id", metavar="R", help="The run or conversation it belongs to (mem0's run_id).")
-@click.option("--actor-id", metavar="A", help="Who said it (mem0's actor_id).")
-@click.option("--metadata", type=JSON_OBJECT, metavar="JSON", help='Custom metadata: \'{"category": "movies"}\'.')
-@click.option(
-    "--supersedes",
-    metavar="MEMORY_ID",
-    help="The memory TEXT replaces (one agent ID may change): it is kept, marked superseded, and leaves searches.",
-)
-@click.option(
-    "--trust",
-    type=click.Choice(TRUST_LEVELS),
-    help="How far it is trusted (default: high with the administrator's token, e.g. as root; medium with the "
-    "agent's, which may lower it, never raise it).",
-)
-@click.option(
-    "--source",
-    type=click.Choice(SOURCES),
-    help="Where TEXT came from (default: operator with the administrator's token, else agent_output).",
+@field_options(
+    "Add",
+    *("memory_type", "visibility", "project", "expires", "infer", "write_id", "user_id", "run_id", "actor_id"),
+    *("metadata", "supersedes", "trust", "source"),
+    memory_type={"flag": "--type"},
+    project={"metavar": "P"},
+    write_id={"metavar": "ID"},
+    supersedes={"metavar": "MEMORY_ID"},
+    **_ids,
 )
 @json_option
 @click.pass_context
-def add_cmd(
-    ctx, text, agent_id, memory_type, visibility, project, expires, infer, write_id, user_id, run_id, actor_id,
-    metadata, supersedes, trust, source, as_json,
-) -> None:  # fmt: skip
+def add_cmd(ctx: click.Context, text: str, agent_id: str, as_json: bool, **fields: Any) -> None:
     """Remember TEXT in the shared conversation memory (L4) as agent ID.
 
     When the store is unreachable the write is queued durably and replayed,
@@ -84,28 +67,13 @@ def add_cmd(
     """
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
     from daemon.shared.settings import client_timeout
+    from protocol import operations as op
 
     config = config_of(ctx)
     get_agent(config, agent_id)
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
-            answer = client.add(
-                agent_id,
-                text,
-                type=memory_type,
-                visibility=visibility,
-                project=project,
-                expires=expires,
-                infer=infer,
-                write_id=write_id,
-                user_id=user_id,
-                run_id=run_id,
-                actor_id=actor_id,
-                metadata=metadata,
-                supersedes=supersedes,
-                trust=trust,
-                source=source,
-            )
+            answer = client.call(op.Add(agent_id, text, **fields))
     except (DaemonRequestError, DaemonUnavailableError) as exc:
         raise conversation_failed(exc) from None
     if as_json:
@@ -166,7 +134,7 @@ def mcp_cmd(ctx: click.Context, agent_id: str) -> None:
 # ------------------------------------------------------------ get, list, update, delete, history (L4)
 
 
-def _ask(ctx: click.Context, agent_id: str, request):
+def _ask(ctx: click.Context, agent_id: str, request: Callable[[DaemonClient], Any]) -> Any:
     """One request to the daemon as ``agent_id``; its refusals become one clear line and exit 1."""
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
     from daemon.shared.settings import client_timeout
@@ -201,21 +169,11 @@ def _print_memory(i: int, raw: dict) -> None:
     print_memory_text(raw.get("memory") or "")
 
 
-FILTERS_HELP = (
-    'mem0\'s filters, e.g. \'{"user_id": "alice", "rating": {"gte": 4}}\' (AND/OR/NOT, eq ne in nin gt gte lt lte '
-    "contains icontains, *): they narrow what the agent may read, never widen it."
+# --type, --visibility and --project narrow a listing and a delete --all (DeleteAll's fields; a listing
+# sends them as mem0 filters)
+filter_options = field_options(
+    "DeleteAll", "memory_type", "visibility", "project", memory_type={"flag": "--type"}, project={"metavar": "P"}
 )
-_filter_options = (
-    click.option("--type", "memory_type", type=click.Choice(MEMORY_TYPES), help="Only memories of this type."),
-    click.option("--visibility", type=click.Choice(VISIBILITIES), help="Only memories of this visibility."),
-    click.option("--project", metavar="P", help="Only memories of project P."),
-)
-
-
-def filter_options(fn):
-    for option in reversed(_filter_options):
-        fn = option(fn)
-    return fn
 
 
 @click.command("get")
@@ -228,40 +186,37 @@ def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
 
     Also as root: --agent ID means "as ID", never "as administrator"; another agent's private
     memory is "no memory", as an unknown id is."""
-    answer = _ask(ctx, agent_id, lambda c: c.get(agent_id, memory_id))
+    from protocol import operations as op
+
+    answer = _ask(ctx, agent_id, lambda c: c.call(op.Get(agent_id, memory_id)))
     echo_json(answer) if as_json else _print_memory(1, answer)
 
 
-@click.command("list")
+@click.command("list", cls=FieldsCommand)
 @agent_option
-@click.option(
-    "--limit",
-    type=click.IntRange(L4_PAGE.low, L4_PAGE.high),
-    default=L4_PAGE.default,
-    show_default=True,
-    help="Most memories shown.",
-)
-@click.option("--cursor", metavar="C", help="Resume where a listing ended (its next_cursor).")
+@field_options("List", "limit", "cursor", cursor={"metavar": "C"})
 @filter_options
-@click.option("--filters", type=JSON_OBJECT, metavar="JSON", help=FILTERS_HELP)
-@click.option("--show-superseded", is_flag=True, help="Also memories another one has replaced (marked superseded).")
-@click.option("--show-expired", is_flag=True, help="Also memories past their expiration date (until the cleanup).")
-@click.option("--show-archived", is_flag=True, help="Also memories the cleanup archived as faded (restore-memory).")
+@field_options("List", "filters", "show_superseded", "show_expired", "show_archived")
 @json_option
 @click.pass_context
 def list_cmd(
-    ctx, agent_id, limit, cursor, memory_type, visibility, project, filters, show_superseded, show_expired,
-    show_archived, as_json,
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    agent_id: str,
+    memory_type: str | None,
+    visibility: str | None,
+    project: str | None,
+    filters: dict[str, Any] | None,
+    as_json: bool,
+    **fields: Any,
+) -> None:
     """List the L4 memories agent ID may read, a page at a time (the API's GET /v1/memories)."""
     wanted = {"memory_type": memory_type, "visibility": visibility, "project_id": project}
-    combined = {k: v for k, v in wanted.items() if v is not None}
+    combined: dict[str, Any] = {k: v for k, v in wanted.items() if v is not None}
     if filters:
         combined["AND"] = [filters]
-    shown = {"show_superseded": show_superseded, "show_expired": show_expired, "show_archived": show_archived}
-    answer = _ask(
-        ctx, agent_id, lambda c: c.get_all(agent_id, limit=limit, cursor=cursor, filters=combined or None, **shown)
-    )
+    from protocol import operations as op
+
+    answer = _ask(ctx, agent_id, lambda c: c.call(op.List(agent_id, filters=combined or None, **fields)))
     if as_json:
         echo_json(answer)
         return
@@ -273,11 +228,11 @@ def list_cmd(
         click.echo(escaped(f"(more: --cursor {answer['next_cursor']})"))
 
 
-@click.command("update")
+@click.command("update", cls=FieldsCommand)
 @click.argument("memory_id")
 @click.argument("text")
 @agent_option
-@click.option("--expires", metavar="YYYY-MM-DD", help="A new last day it is shown (today or later).")
+@field_options("Update", "expires")
 @json_option
 @click.pass_context
 def update_cmd(ctx, memory_id, text, agent_id, expires, as_json) -> None:
@@ -285,18 +240,19 @@ def update_cmd(ctx, memory_id, text, agent_id, expires, as_json) -> None:
 
     While the store is down the update is refused (exit 1) and nothing changes: it is never queued.
     """
-    answer = _ask(ctx, agent_id, lambda c: c.update(agent_id, memory_id, text, expires=expires))
+    # an empty --expires was never sent
+    from protocol import operations as op
+
+    answer = _ask(ctx, agent_id, lambda c: c.call(op.Update(agent_id, memory_id, text, expires=expires or None)))
     echo_json(answer) if as_json else click.echo(escaped(f"updated {answer['id']}: {answer['memory']}"))
 
 
-@click.command("delete")
+@click.command("delete", cls=FieldsCommand)
 @click.argument("memory_id", required=False)
 @agent_option
 @click.option("--all", "delete_all", is_flag=True, help="Every one of agent ID's own memories matching the filters.")
 @filter_options
-@click.option("--dry-run", is_flag=True, help="With --all: say which would be deleted, delete nothing.")
-@click.option("--user-id", metavar="U", help="With --all: only memories about end user U.")
-@click.option("--run-id", metavar="R", help="With --all: only memories of run R.")
+@field_options("DeleteAll", "dry_run", "user_id", "run_id", when="With --all", dry_run={"flag": "--dry-run"}, **_ids)
 @json_option
 @click.pass_context
 def delete_cmd(
@@ -308,17 +264,20 @@ def delete_cmd(
     means "as ID"; the audit log records the operator as "admin as ID"). While the store is down
     the delete is refused (exit 1) and nothing changes.
     """
+    from protocol import operations as op
+
     if bool(memory_id) == bool(delete_all):
         raise click.UsageError("give a MEMORY_ID or --all (with --type/--visibility/--project to narrow it)")
     if memory_id and (memory_type or visibility or project or dry_run or user_id or run_id):
         raise click.UsageError("--type, --visibility, --project, --user-id, --run-id and --dry-run go with --all")
     if memory_id:
-        answer = _ask(ctx, agent_id, lambda c: c.delete(agent_id, memory_id))
+        answer = _ask(ctx, agent_id, lambda c: c.call(op.Delete(agent_id, memory_id)))
         echo_json(answer) if as_json else click.echo(escaped(f"deleted {answer['deleted']}"))
         return
-    filters = {"type": memory_type, "visibility": visibility, "project": project, "dry_run": dry_run}
-    filters.update(user_id=user_id, run_id=run_id)
-    answer = _ask(ctx, agent_id, lambda c: c.delete_all(agent_id, **filters))
+    given = {"memory_type": memory_type, "visibility": visibility, "project": project, "dry_run": dry_run}
+    given.update(user_id=user_id, run_id=run_id)
+    narrowed = {k: v for k, v in given.items() if v not in (None, False)}  # unset ones are not sent
+    answer = _ask(ctx, agent_id, lambda c: c.call(op.DeleteAll(agent_id, **narrowed)))
     if as_json:
         echo_json(answer)
         return
@@ -341,7 +300,9 @@ def restore_memory_cmd(ctx, memory_id, agent_id, as_json) -> None:
     A superseded memory restored is valid again beside the one that replaced it.
     While the store is down the restore is refused (exit 1) and nothing changes.
     """
-    answer = _ask(ctx, agent_id, lambda c: c.restore_memory(agent_id, memory_id))
+    from protocol import operations as op
+
+    answer = _ask(ctx, agent_id, lambda c: c.call(op.RestoreMemory(agent_id, memory_id)))
     if as_json:
         echo_json(answer)
     elif answer.get("restored"):
@@ -352,7 +313,9 @@ def restore_memory_cmd(ctx, memory_id, agent_id, as_json) -> None:
 
 def print_memory_history(ctx: click.Context, agent_id: str, memory_id: str, as_json: bool) -> None:
     """``history --memory ID``: the ADD/UPDATE/DELETE events of one L4 memory agent ID may read (also once deleted)."""
-    answer = _ask(ctx, agent_id, lambda c: c.history(agent_id, memory_id))
+    from protocol import operations as op
+
+    answer = _ask(ctx, agent_id, lambda c: c.call(op.History(agent_id, memory_id)))
     if as_json:
         echo_json(answer)
         return

@@ -11,17 +11,18 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from daemon.front.options import (
-    JSON_OBJECT,
+    FieldsCommand,
     QueryRefusedError,
     agent_option,
     config_of,
     conversation_failed,
     echo_json,
+    field_options,
     front_config,
     json_option,
     lifecycle_note,
@@ -30,10 +31,9 @@ from daemon.front.options import (
     use_note,
 )
 from daemon.shared.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, SearchAnswer, StatusDocument
-from daemon.shared.limits import L3_RESULTS
 from daemon.shared.terminal import escaped, for_terminal
 from daemon.shared.workspaces import get_agent
-from layers.conversation.policy import TRUST_LEVELS
+from protocol.limits import L3_RESULTS
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
@@ -181,15 +181,6 @@ def local_search(
     return answer.to_dict()
 
 
-search_mode = click.option(
-    "--mode",
-    type=click.Choice(["auto", "fts", "vector", "hybrid"]),
-    default="auto",
-    show_default=True,
-    help="auto = hybrid when vectors exist, else full-text.",
-)
-
-
 def search_conversation(
     config: Config,
     agent_id: str,
@@ -207,12 +198,14 @@ def search_conversation(
     """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3 (not with filters)."""
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
     from daemon.shared.settings import client_timeout
+    from protocol.operations import MemorySearch
 
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
             options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
             options.update(show_superseded=show_superseded, trust_min=trust_min, max_tokens=max_tokens)
-            answer = client.memory_search(agent_id, query, limit=limit, fallback=fallback, **options)
+            sent = client.call(MemorySearch(agent_id, query, limit=limit, fallback=fallback, **options))
+            answer = cast(MemoryAnswer, sent)
     except DaemonRequestError as exc:
         raise conversation_failed(exc) from None
     except DaemonUnavailableError as exc:
@@ -264,13 +257,11 @@ def print_conversation(answer: MemoryAnswer) -> None:
         print_memory_text(raw["memory"])
 
 
-@click.command("search")
+# The options are the L3 search's fields and, for --layer conversation/all, the L4 search's (protocol/operations.py).
+@click.command("search", cls=FieldsCommand)
 @click.argument("query")
 @agent_option
-@search_mode
-@click.option(
-    "--limit", default=L3_RESULTS.default, show_default=True, type=click.IntRange(L3_RESULTS.low, L3_RESULTS.high)
-)
+@field_options("Search", "mode", "limit", mode={"default": "auto"}, limit={"default": L3_RESULTS.default})
 @click.option(
     "--layer",
     type=click.Choice(["local", "conversation", "all", "core", "daily"]),
@@ -279,46 +270,28 @@ def print_conversation(answer: MemoryAnswer) -> None:
     help="local: this agent's L3 index (core / daily: only L1 / only L2 files); conversation: the shared L4 "
     "memory; all: L4, answered from L3 (marked degraded) when L4 is unreachable.",
 )
-@click.option("--path", "path_glob", metavar="GLOB", help="Only files matching GLOB (e.g. 'memory/2026-11-*').")
-@click.option("--since", metavar="YYYY-MM-DD", help="Daily files from this date.")
-@click.option("--until", metavar="YYYY-MM-DD", help="Daily files up to this date.")
-@click.option("--explain", is_flag=True, help="Show which ranked lists each result came from.")
-@click.option(
-    "--filters",
-    type=JSON_OBJECT,
-    metavar="JSON",
-    help='With --layer conversation/all: mem0\'s filters, e.g. \'{"user_id": "alice"}\' (narrow, never widen).',
+@field_options(
+    "Search",
+    *("path", "since", "until", "explain"),
+    path={"dest": "path_glob", "metavar": "GLOB"},
+    since={"metavar": "YYYY-MM-DD"},
+    until={"metavar": "YYYY-MM-DD"},
 )
-@click.option(
-    "--threshold",
-    type=click.FloatRange(0, 1),
-    help="Leave out results whose relevance (0-1, the same scale on L3 and L4) is below this; on L3 "
-    "without vectors only full matches stay.",
+@field_options("MemorySearch", "filters", when="With --layer conversation/all")
+@field_options("Search", "threshold")
+@field_options("Search", "min_score", when="L3", min_score={"metavar": "S"})
+@field_options(
+    "Search",
+    "max_tokens",
+    # one option for both layers: L4's reading of it said too, and no upper bound of the CLI's own
+    max_tokens={
+        "type": click.IntRange(min=1),
+        "metavar": "N",
+        "help": "Cut the answer to about N tokens. L3: the passage that matched in each result first (best "
+        "first, with its heading and file), whole sections where room is left; L4: the best memories that fit.",
+    },
 )
-@click.option(
-    "--min-score",
-    type=click.FloatRange(0, 1),
-    metavar="S",
-    help="L3: leave out results whose confidence is below S (0-1: the measured chance that a result is the "
-    "passage that answers; of what 0.5 kept on the two recall sets, 75-76 in 100 were).",
-)
-@click.option(
-    "--max-tokens",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="Cut the answer to about N tokens. L3: the passage that matched in each result first (best "
-    "first, with its heading and file), whole sections where room is left; L4: the best memories that fit.",
-)
-@click.option(
-    "--show-superseded",
-    is_flag=True,
-    help="With --layer conversation/all: also memories another one has replaced (marked superseded).",
-)
-@click.option(
-    "--trust-min",
-    type=click.Choice(TRUST_LEVELS),
-    help="With --layer conversation/all: only memories trusted this much or more (high: the operator's).",
-)
+@field_options("MemorySearch", "show_superseded", "trust_min", when="With --layer conversation/all")
 @json_option
 @click.pass_context
 def search_cmd(
@@ -334,6 +307,7 @@ def search_cmd(
     Works without the daemon too (read-only, full-text).
     """
     from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
+    from protocol.operations import Search
 
     refuse_long_query(query)
     if min_score is not None and layer in ("conversation", "all"):
@@ -354,20 +328,23 @@ def search_cmd(
     layer = None if layer == "local" else layer
     try:
         with connect(paths_only, agent_id, timeout=120) as client:
-            answer = client.search(
-                agent_id,
-                query,
-                mode=mode,
-                limit=limit,
-                layer=layer,
-                path=path_glob,
-                since=since,
-                until=until,
-                explain=explain,
-                threshold=threshold,
-                max_tokens=max_tokens,
-                min_score=min_score,
+            sent = client.call(
+                Search(
+                    agent_id,
+                    query,
+                    layer=layer,
+                    path=path_glob,
+                    since=since,
+                    until=until,
+                    mode=mode,
+                    limit=limit,
+                    explain=explain,
+                    threshold=threshold,
+                    min_score=min_score,
+                    max_tokens=max_tokens,
+                )
             )
+            answer = cast(SearchAnswer, sent)
     except DaemonRequestError as exc:
         raise request_failed(exc) from None
     except DaemonUnavailableError:

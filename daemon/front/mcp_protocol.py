@@ -23,6 +23,7 @@ carries only the protocol; anything else written there goes to stderr.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import traceback
@@ -32,6 +33,7 @@ from typing import Any
 
 from daemon.shared.echo import cut
 from daemon.shared.limits import MAX_ECHO_CHARS
+from protocol.fields import Field
 
 log = logging.getLogger("memstrata.mcp")
 
@@ -152,6 +154,24 @@ class Param:
         if isinstance(value, int) and self.maximum is not None and value > self.maximum:
             return f"{self.name}: must be ≤ {self.maximum}, got {value}"
         return None
+
+
+def param_of(item: Field, name: str | None = None, description: str | None = None, **changes: Any) -> Param:
+    """A tool argument for an operation's field (protocol/fields.py): its kind, default, choices and
+    whole-number bounds; ``name`` when the tool calls it otherwise (``type`` for ``memory_type``),
+    ``description`` when the tool words it for a model, ``changes`` any other of :class:`Param`'s."""
+    whole = item.kind is int
+    param = Param(
+        name or item.name,
+        item.kind,
+        description or item.help,
+        default=REQUIRED if item.required else item.default,
+        nullable=not item.required and item.default is None,
+        enum=item.choices,
+        minimum=int(item.low) if whole and item.low is not None else None,
+        maximum=int(item.high) if whole and item.high is not None else None,
+    )
+    return dataclasses.replace(param, **changes) if changes else param
 
 
 @dataclass

@@ -23,14 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
 from daemon.front.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
-from daemon.front.mcp_protocol import Param, Tool, ToolError, names_shown
+from daemon.front.mcp_protocol import Param, Tool, ToolError, names_shown, param_of
 from daemon.front.mcp_stdio import StdioServer
 from daemon.shared.contracts import StatusDocument, fit_memories, local_answer
-from daemon.shared.limits import L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, QueryTooLongError
+from daemon.shared.limits import QueryTooLongError
 from daemon.shared.settings import client_timeout
 from daemon.shared.tokens import own_token
 from daemon.shared.workspaces import Agent, core_of, get_agent
-from layers.conversation.policy import MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES, retention_for
+from layers.conversation.policy import MEMORY_TYPES, retention_for
+from protocol import operations as op
+from protocol.fields import describe
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
@@ -191,6 +193,7 @@ def _hints(read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bo
     }
 
 
+YOUR_MEMORY = "The id of one of your own memories."
 READ_ONLY = _hints(read_only=True, destructive=False, idempotent=True)
 WRITES = _hints(read_only=False, destructive=False, idempotent=False)
 CHANGES = _hints(read_only=False, destructive=True, idempotent=True)
@@ -216,19 +219,33 @@ def build_refusing_server(reason: str) -> StdioServer:
     return StdioServer(name="memstrata", version=__version__, instructions=message, tools=[status])
 
 
-def _filters_param() -> Param:
-    return Param(
-        "filters",
-        dict,
-        'mem0\'s filters, e.g. {"user_id": "alice", "rating": {"gte": 4}}: AND/OR/NOT lists, eq ne in nin gt gte '
-        'lt lte contains icontains, "*" for any value. They narrow what you may read, never widen it.',
-        default=None,
-        nullable=True,
-    )
+# A tool argument's name where it is not the operation's field's (the API's own name of it).
+TOOL_NAMES = {"memory_type": "type"}
+FIELD_NAMES = {tool: field for field, tool in TOOL_NAMES.items()}
+
+FILTERS_DESCRIPTION = (
+    'mem0\'s filters, e.g. {"user_id": "alice", "rating": {"gte": 4}}: AND/OR/NOT lists, eq ne in nin gt gte '
+    'lt lte contains icontains, "*" for any value. They narrow what you may read, never widen it.'
+)
 
 
-def _memory_id(description: str) -> Param:
-    return Param("memory_id", str, description)
+def operation_params(operation: type[op.Operation], *names: str, **described: str) -> tuple[Param, ...]:
+    """The tool arguments of ``operation``'s fields ``names``, in that order (never its agent: fixed when
+    the server starts); ``described``: a field's description where a model is told it otherwise."""
+    fields = {f.name: f for f in describe(operation)}
+    params = []
+    for name in names:
+        param = param_of(fields[name], TOOL_NAMES.get(name), described.get(name))
+        if name == "max_tokens":
+            # the daemon takes any budget past its cap as the cap: no upper bound told (nor refused) here
+            param = param_of(fields[name], description=described.get(name), maximum=None)
+        params.append(param)
+    return tuple(params)
+
+
+def as_fields(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's arguments by their operation's field names."""
+    return {FIELD_NAMES.get(name, name): value for name, value in arguments.items()}
 
 
 def build_server(config: Config, agent_id: str) -> StdioServer:
@@ -238,74 +255,40 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
     def ask(request: Callable[[DaemonClient], Any]) -> Any:
         return _ask(config, agent, request)
 
-    def memory_search(
-        query: str,
-        limit: int,
-        fallback: bool,
-        filters: dict | None,
-        threshold: float | None,
-        explain: bool,
-        show_superseded: bool,
-        trust_min: str | None,
-        max_tokens: int | None,
-    ) -> dict[str, Any]:
-        options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
-        options.update(show_superseded=show_superseded, trust_min=trust_min, max_tokens=max_tokens)
+    def send(operation: type[op.Operation], arguments: dict[str, Any]) -> dict[str, Any]:
+        """The tool's operation as this agent, built from its arguments (inside the request: a query
+        too long is refused there, as a tool error)."""
+        return ask(lambda c: c.call(operation(agent.id, **as_fields(arguments))))  # type: ignore[call-arg]
+
+    def memory_search(**arguments: Any) -> dict[str, Any]:
         try:
-            return ask(lambda c: c.memory_search(agent.id, query, limit=limit, fallback=fallback, **options))
+            return send(op.MemorySearch, arguments)
         except DaemonDown as down:
-            if not fallback:
+            if not arguments["fallback"]:
                 raise _daemon_error(down.cause) from None
             reason = f"the memstrata daemon is not running ({down.cause}; `memstrata run` starts it)"
+            query, limit, threshold = arguments["query"], arguments["limit"], arguments["threshold"]
             answer = _local_fallback(agent, query, limit, reason, threshold)
+        max_tokens = arguments["max_tokens"]
         return answer if max_tokens is None else fit_memories(answer, max_tokens)
 
-    def memory_add(
-        text: str,
-        type: str | None,
-        visibility: str | None,
-        project: str | None,
-        expires: str | None,
-        user_id: str | None,
-        run_id: str | None,
-        actor_id: str | None,
-        metadata: dict | None,
-        supersedes: str | None,
-        trust: str | None,
-        source: str | None,
-    ) -> dict[str, Any]:
-        return ask(
-            lambda c: c.add(
-                agent.id,
-                text,
-                type=type,
-                visibility=visibility,
-                project=project,
-                expires=expires,
-                user_id=user_id,
-                run_id=run_id,
-                actor_id=actor_id,
-                metadata=metadata,
-                supersedes=supersedes,
-                trust=trust,
-                source=source,
-            )
-        )
+    def memory_add(**arguments: Any) -> dict[str, Any]:
+        return send(op.Add, arguments)
 
-    def memory_get_all(limit: int, cursor: str | None, filters: dict | None) -> dict[str, Any]:
-        return ask(lambda c: c.get_all(agent.id, limit=limit, cursor=cursor, filters=filters))
+    def memory_get_all(**arguments: Any) -> dict[str, Any]:
+        return send(op.List, arguments)
 
-    def memory_get(memory_id: str) -> dict[str, Any]:
-        return ask(lambda c: c.get(agent.id, memory_id))
+    def memory_get(**arguments: Any) -> dict[str, Any]:
+        return send(op.Get, arguments)
 
-    def memory_update(memory_id: str, text: str, expires: str | None) -> dict[str, Any]:
-        return ask(lambda c: c.update(agent.id, memory_id, text, expires=expires))
+    def memory_update(**arguments: Any) -> dict[str, Any]:
+        return send(op.Update, arguments)
 
-    def memory_delete(memory_id: str) -> dict[str, Any]:
-        return ask(lambda c: c.delete(agent.id, memory_id))
+    def memory_delete(**arguments: Any) -> dict[str, Any]:
+        return send(op.Delete, arguments)
 
-    def memory_history(memory_id: str) -> dict[str, Any]:
-        return ask(lambda c: c.history(agent.id, memory_id))
+    def memory_history(**arguments: Any) -> dict[str, Any]:
+        return send(op.History, arguments)
 
     def memory_status() -> dict[str, Any]:
         problem = _token_problem(config, agent)
@@ -328,54 +311,11 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             decisions, preferences or the state of work. `degraded: true` means the shared store was down
             and the results come from your own local files instead.""",
             memory_search,
-            (
-                Param("query", str, f"What to look for, in natural language (at most {MAX_QUERY_CHARS} characters)."),
-                Param(
-                    "limit",
-                    int,
-                    "Most results to return.",
-                    default=L4_RESULTS.default,
-                    minimum=L4_RESULTS.low,
-                    maximum=L4_RESULTS.high,
-                ),
-                Param(
-                    "fallback",
-                    bool,
-                    "While the shared store is down, answer from your local index (degraded; not with filters).",
-                    default=True,
-                ),
-                _filters_param(),
-                Param(
-                    "threshold",
-                    float,
-                    "Leave out results whose relevance (0-1) is below this; 0.1 drops most unrelated ones.",
-                    default=None,
-                    nullable=True,
-                ),
-                Param("explain", bool, "Say why each result was returned (phase, visibility, scores).", default=False),
-                Param(
-                    "show_superseded",
-                    bool,
-                    "Also memories a newer one replaced (state superseded, with invalid_at and superseded_by).",
-                    default=False,
-                ),
-                Param(
-                    "trust_min",
-                    str,
-                    "Only memories trusted this much or more: high (the operator's), medium (agents' by default), "
-                    "low. Equal scores rank by trust anyway.",
-                    default=None,
-                    nullable=True,
-                    enum=TRUST_LEVELS,
-                ),
-                Param(
-                    "max_tokens",
-                    int,
-                    "Cut the answer to about this many tokens, best results first (what was left out is counted).",
-                    default=None,
-                    nullable=True,
-                    minimum=1,
-                ),
+            operation_params(
+                op.MemorySearch,
+                *("query", "limit", "fallback", "filters", "threshold", "explain", "show_superseded", "trust_min"),
+                "max_tokens",
+                filters=FILTERS_DESCRIPTION,
             ),
             READ_ONLY,
         ),
@@ -388,70 +328,20 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             and the write will be applied once it is back."""
             f" How long each type lives: {_lifetimes(config)}.",
             memory_add,
-            (
-                Param("text", str, "One self-contained fact, decision or preference."),
-                Param(
-                    "type",
-                    str,
-                    "Kind of memory; it sets how long it lives (default: knowledge; see above).",
-                    default=None,
-                    nullable=True,
-                    enum=MEMORY_TYPES,
-                ),
-                Param(
-                    "visibility",
-                    str,
-                    "Who may read it: public (every agent), project (the agents of `project`) or "
-                    "private (only you). Default: a project named in the text, else private.",
-                    default=None,
-                    nullable=True,
-                    enum=VISIBILITIES,
-                ),
-                Param("project", str, "Project of a project memory.", default=None, nullable=True),
-                Param(
-                    "expires",
-                    str,
-                    "Last day it is shown, YYYY-MM-DD, today or later (default: by type).",
-                    default=None,
-                    nullable=True,
-                ),
-                Param("user_id", str, "The end user it is about (mem0's user_id).", default=None, nullable=True),
-                Param("run_id", str, "The run or conversation it belongs to.", default=None, nullable=True),
-                Param("actor_id", str, "Who said it.", default=None, nullable=True),
-                Param(
-                    "metadata",
-                    dict,
-                    'Your own fields, e.g. {"category": "movies"} (JSON values; filterable).',
-                    default=None,
-                    nullable=True,
-                ),
-                Param(
-                    "supersedes",
-                    str,
-                    "The id of one of your memories that this one replaces (a fact that changed): the old one is "
-                    "kept, marked superseded, and no longer found by memory_search. Not queued while the store "
-                    "is down.",
-                    default=None,
-                    nullable=True,
-                ),
-                Param(
-                    "trust",
-                    str,
-                    "How far it can be trusted: medium (the default for you) or low (unverified, a guess). "
-                    "high is the operator's.",
-                    default=None,
-                    nullable=True,
-                    enum=TRUST_LEVELS,
-                ),
-                Param(
-                    "source",
-                    str,
-                    "Where it came from: user_direct (the user said it), agent_output (your own conclusion, the "
-                    "default), tool_result, inferred.",
-                    default=None,
-                    nullable=True,
-                    enum=SOURCES,
-                ),
+            operation_params(
+                op.Add,
+                *("text", "memory_type", "visibility", "project", "expires", "user_id", "run_id", "actor_id"),
+                *("metadata", "supersedes", "trust", "source"),
+                memory_type="Kind of memory; it sets how long it lives (default: knowledge; see above).",
+                visibility="Who may read it: public (every agent), project (the agents of `project`) or "
+                "private (only you). Default: a project named in the text, else private.",
+                supersedes="The id of one of your memories that this one replaces (a fact that changed): the old one "
+                "is kept, marked superseded, and no longer found by memory_search. Not queued while the store "
+                "is down.",
+                trust="How far it can be trusted: medium (the default for you) or low (unverified, a guess). "
+                "high is the operator's.",
+                source="Where it came from: user_direct (the user said it), agent_output (your own conclusion, the "
+                "default), tool_result, inferred.",
             ),
             WRITES,
         ),
@@ -460,18 +350,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             """List every conversation memory (L4) you may read, page by page (follow `next_cursor`). Use it
             to review or audit what is remembered; to answer a question, memory_search is better.""",
             memory_get_all,
-            (
-                Param(
-                    "limit",
-                    int,
-                    "Most memories to return.",
-                    default=L4_PAGE.default,
-                    minimum=L4_PAGE.low,
-                    maximum=L4_PAGE.high,
-                ),
-                Param("cursor", str, "`next_cursor` of the previous page.", default=None, nullable=True),
-                _filters_param(),
-            ),
+            operation_params(op.List, "limit", "cursor", "filters", filters=FILTERS_DESCRIPTION),
             READ_ONLY,
         ),
         Tool(
@@ -479,7 +358,9 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             """One conversation memory (L4) by id: its text, owner, visibility, type, created_at, updated_at and
             expiry. A memory you may not read is answered as not found.""",
             memory_get,
-            (_memory_id("The memory's id, as memory_search or memory_add answered."),),
+            operation_params(
+                op.Get, "memory_id", memory_id="The memory's id, as memory_search or memory_add answered."
+            ),
             READ_ONLY,
         ),
         Tool(
@@ -489,17 +370,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             Only the memory's owner may update it; while the shared store is down the update is refused and
             nothing changes (try again later).""",
             memory_update,
-            (
-                _memory_id("The id of one of your own memories."),
-                Param("text", str, "Its corrected text, replacing the old one."),
-                Param(
-                    "expires",
-                    str,
-                    "A new last day it is shown, YYYY-MM-DD, today or later.",
-                    default=None,
-                    nullable=True,
-                ),
-            ),
+            operation_params(op.Update, "memory_id", "text", "expires", memory_id=YOUR_MEMORY),
             CHANGES,
         ),
         Tool(
@@ -508,7 +379,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             (memory_history) keeps what it said. Only the owner may delete it; while the shared store is down
             the delete is refused and nothing changes.""",
             memory_delete,
-            (_memory_id("The id of one of your own memories."),),
+            operation_params(op.Delete, "memory_id", memory_id=YOUR_MEMORY),
             CHANGES,
         ),
         Tool(
@@ -517,7 +388,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             old and new text) and DELETE events, also after it was deleted; and `chain`: the memories it
             replaced and the one that replaced it (valid_from, invalid_at), as far as you may read them.""",
             memory_history,
-            (_memory_id("The memory's id."),),
+            operation_params(op.History, "memory_id"),
             READ_ONLY,
         ),
         Tool(

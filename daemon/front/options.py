@@ -7,18 +7,20 @@ modules import this and cli.py imports them: no import circle.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from daemon.front.failures import Failure, UnreachableFailure, UsageFailure
 from daemon.shared.terminal import escaped, json_text
+from protocol.vocabulary import DAY_PATTERN
 
 if TYPE_CHECKING:
     from daemon.shared.config import Config
     from daemon.shared.config_cache import FrontConfig
+    from protocol.fields import Field
 
 
 class JsonObject(click.ParamType):
@@ -39,6 +41,102 @@ class JsonObject(click.ParamType):
 
 
 JSON_OBJECT = JsonObject()
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def option_of(
+    field: Field,
+    *,
+    flag: str | None = None,
+    dest: str | None = None,
+    when: str | None = None,
+    **click_kwargs: Any,
+) -> click.Option:
+    """A click option for an operation's field (protocol/operations.py): the type from its kind, choices
+    and bounds, the help from its help, the default from its default (None: left to the daemon).
+
+    ``flag`` is the CLI's name when it is not the field's (``--type`` for ``memory_type``; a bool left
+    to the daemon is ``--x/--no-x`` unless ``flag`` names one switch); ``dest`` the command's parameter
+    (default: the field's name); ``when`` the condition the help starts with ("With --all"); anything else
+    is click's own keyword, and wins (the few places the CLI says more than the field, or less).
+    """
+    name = field.name.replace("_", "-")
+    flag = flag or (f"--{name}/--no-{name}" if field.kind is bool and field.default is None else f"--{name}")
+    help_text = field.help if when is None else f"{when}: {field.help[:1].lower()}{field.help[1:]}"
+    kwargs: dict[str, Any] = {"help": help_text}
+    default = click_kwargs.pop("default", None if field.required else field.default)
+    if field.kind is bool:
+        kwargs["is_flag"] = True
+        kwargs["default"] = default if "/" in flag else bool(default)
+    else:
+        if field.choices is not None:
+            kwargs["type"] = click.Choice(field.choices)
+        elif field.kind is int:
+            kwargs["type"] = click.IntRange(_bound(field.low), _bound(field.high))
+        elif field.kind is float:
+            kwargs["type"] = click.FloatRange(field.low, field.high)
+        elif field.kind is dict:
+            kwargs["type"], kwargs["metavar"] = JSON_OBJECT, "JSON"
+        elif field.pattern == DAY_PATTERN:
+            kwargs["metavar"] = "YYYY-MM-DD"
+        if default is not None:
+            kwargs["default"], kwargs["show_default"] = default, True
+    kwargs.update(click_kwargs)
+    return click.Option([flag, dest or field.name], **kwargs)
+
+
+def _bound(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+class _Deferred:
+    """Options a :class:`FieldsCommand` makes the first time its parameters are read (parsed, shown)."""
+
+    def __init__(self, make: Callable[[], list[click.Option]]) -> None:
+        self.make = make
+
+
+class FieldsCommand(click.Command):
+    """A command whose field options (:func:`field_options`) are made when it is first parsed or shown,
+    not when the CLI is imported: ``memstrata --help`` and every other command do not pay for them."""
+
+    @property  # type: ignore[override]
+    def params(self) -> list[click.Parameter]:
+        given: list[Any] = self.__dict__["_params"]
+        if any(isinstance(p, _Deferred) for p in given):
+            given = [q for p in given for q in (p.make() if isinstance(p, _Deferred) else [p])]
+            self.__dict__["_params"] = given
+        return given
+
+    @params.setter
+    def params(self, value: list[click.Parameter]) -> None:
+        self.__dict__["_params"] = value
+
+
+def field_options(operation: str, *names: str, when: str | None = None, **spelled: dict[str, Any]) -> Callable[[F], F]:
+    """Click options for the named fields of the operation class ``operation`` of protocol/operations.py, in that
+    order; ``spelled``: a field's :func:`option_of` keywords (its flag, dest, metavar…), by the field's name.
+    Made when the command (a :class:`FieldsCommand`) is first parsed or shown: importing the operations and
+    reading their fields is left to the commands that use them."""
+
+    def make() -> list[click.Option]:
+        from protocol import operations
+        from protocol.fields import describe
+
+        fields = {f.name: f for f in describe(getattr(operations, operation))}
+        unknown = (set(names) | set(spelled)) - set(fields)
+        if unknown:
+            raise TypeError(f"{operation} has no field {', '.join(sorted(unknown))}")
+        return [option_of(fields[n], when=when, **spelled.get(n, {})) for n in names]
+
+    def apply(fn: F) -> F:
+        if not hasattr(fn, "__click_params__"):
+            fn.__click_params__ = []  # type: ignore[attr-defined]
+        fn.__click_params__.append(_Deferred(make))  # type: ignore[attr-defined]
+        return fn
+
+    return apply
 
 
 def config_of(ctx: click.Context) -> Config:

@@ -55,9 +55,10 @@ _find_protocol()
 # ruff: noqa: E402  (the imports below need the path set above)
 from protocol.client import Client
 from protocol.errors import DaemonRequestError, DaemonUnavailableError, MemstrataError, SetupError, UsageError  # noqa: F401
+from protocol.fields import describe
 from protocol.limits import L4_PAGE, MAX_QUERY_CHARS, check_query  # noqa: F401  (importers read the limit here)
 from protocol.operations import Add, Delete, DeleteAll, Get, History, List, MemorySearch, Operation, Status, Update
-from protocol.vocabulary import AGENT_ID_PATTERN, MEMORY_TYPES, SOURCES, TRUST_LEVELS, VISIBILITIES
+from protocol.vocabulary import AGENT_ID_PATTERN, DAY_PATTERN
 
 TOKEN_ENV = "MEMSTRATA_TOKEN"
 AGENT_ENV = "MEMSTRATA_AGENT"
@@ -1004,7 +1005,45 @@ def fraction(value: str) -> float:
     return number
 
 
-FILTERS_HELP = 'mem0\'s filters as JSON, e.g. \'{"user_id": "alice"}\' (they narrow what you may read)'
+def _help(text: str) -> str:
+    """A field's help as argparse shows it: lower-case start, no closing full stop."""
+    return (text[:1].lower() + text[1:]).rstrip(".")
+
+
+def field_arguments(parser: argparse.ArgumentParser, operation: type, *names: str, **spelled: dict) -> None:
+    """The options of ``operation``'s fields ``names`` (protocol/operations.py: help, choices, bounds, default);
+    ``spelled``: by field, the flag when it is not ``--field-name`` and any argparse keyword that differs."""
+    fields = {f.name: f for f in describe(operation)}
+    for name in names:
+        item, spec = fields[name], dict(spelled.get(name, {}))
+        flag = spec.pop("flag", "--" + name.replace("_", "-"))
+        kwargs: dict[str, Any] = {"dest": name, "help": _help(item.help)}
+        if item.kind is bool and item.default is None:  # left to the daemon: --x, --no-x or neither
+            kwargs.update(action="store_const", const=True, **spec)
+            parser.add_argument(flag, **kwargs)
+            parser.add_argument("--no-" + flag[2:], dest=name, action="store_const", const=False)
+            continue
+        if item.kind is bool:
+            kwargs["action"] = "store_false" if item.default else "store_true"
+        elif item.choices is not None:
+            kwargs["choices"] = item.choices
+        elif item.kind is int:
+            kwargs["type"] = _positive if item.low == 1 else int
+        elif item.kind is float:
+            kwargs["type"] = fraction if (item.low, item.high) == (0, 1) else float
+        elif item.kind is dict:
+            kwargs.update(type=json_object, metavar="JSON")
+        elif item.pattern == DAY_PATTERN:
+            kwargs["metavar"] = "YYYY-MM-DD"
+        if item.kind is not bool and item.default is not None:
+            kwargs["default"] = item.default
+        kwargs.update(spec)
+        parser.add_argument(flag, **kwargs)
+
+
+def fields_of(args: argparse.Namespace, operation: type) -> dict[str, Any]:
+    """The parsed options that are ``operation``'s optional fields (those a command took), by field name."""
+    return {f.name: getattr(args, f.name) for f in describe(operation) if not f.required and hasattr(args, f.name)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1012,45 +1051,41 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mem0_client.py", description=__doc__.split("\n\n")[0], parents=[common])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    # The search's and the add's options are their operations' fields; the flags are the skill's own.
     search = commands.add_parser("search", parents=[common], help="recall: shared memories you may read")
     search.add_argument("query")
-    search.add_argument("--limit", type=_positive, default=10)
-    search.add_argument(
-        "--no-fallback", dest="fallback", action="store_false", help="fail instead of answering from the local index"
-    )
-    search.add_argument("--filters", type=json_object, metavar="JSON", help=FILTERS_HELP)
-    search.add_argument("--threshold", type=fraction, metavar="T", help="leave out results with relevance below T")
-    search.add_argument("--explain", action="store_true", help="say why each result was returned")
-    search.add_argument("--show-expired", action="store_true", help="also memories past their expiration date")
-    search.add_argument("--show-superseded", action="store_true", help="also memories a newer one replaced")
-    search.add_argument("--trust-min", choices=TRUST_LEVELS, help="only memories trusted this much or more")
-    search.add_argument(
-        "--max-tokens", type=int, metavar="N", help="the best results that fit in about N tokens (counted in budget)"
+    field_arguments(
+        search,
+        MemorySearch,
+        *("limit", "fallback", "filters", "threshold", "explain", "show_expired", "show_superseded", "trust_min"),
+        "max_tokens",
+        fallback={"flag": "--no-fallback", "help": "fail instead of answering from the local index"},
+        threshold={"metavar": "T"},
+        max_tokens={"type": int, "metavar": "N"},
     )
 
     add = commands.add_parser("add", parents=[common], help="remember TEXT in the shared memory")
     add.add_argument("text")
-    add.add_argument("--type", dest="memory_type", choices=MEMORY_TYPES, help="default: knowledge")
-    add.add_argument("--visibility", choices=VISIBILITIES, help="default: a matching project of yours, else private")
-    add.add_argument("--project", metavar="P", help="project of a project memory (implies --visibility project)")
-    add.add_argument("--expires", metavar="YYYY-MM-DD", help="last day the memory is shown (default: by type)")
-    add.add_argument("--infer", dest="infer", action="store_const", const=True, help="let the LLM extract and merge")
-    add.add_argument("--no-infer", dest="infer", action="store_const", const=False)
-    add.add_argument("--write-id", metavar="ID", help="idempotency key: a retry with the same id is written once")
-    add.add_argument("--user-id", metavar="U", help="the end user it is about (mem0's user_id: data, not identity)")
-    add.add_argument("--run-id", metavar="R", help="the run or conversation it belongs to")
-    add.add_argument("--actor-id", metavar="A", help="who said it")
-    add.add_argument("--metadata", type=json_object, metavar="JSON", help='your own fields: \'{"category": "x"}\'')
-    add.add_argument("--supersedes", metavar="MEMORY_ID", help="one of your memories this one replaces (kept)")
-    add.add_argument("--trust", choices=TRUST_LEVELS, help="medium by default; low: unverified (high: the operator's)")
-    add.add_argument("--source", choices=SOURCES, help="where it came from (default agent_output)")
+    field_arguments(
+        add,
+        Add,
+        *("memory_type", "visibility", "project", "expires", "infer", "write_id", "user_id", "run_id", "actor_id"),
+        *("metadata", "supersedes", "trust", "source"),
+        memory_type={"flag": "--type"},
+        project={"metavar": "P"},
+        write_id={"metavar": "ID"},
+        user_id={"metavar": "U"},
+        run_id={"metavar": "R"},
+        actor_id={"metavar": "A"},
+        supersedes={"metavar": "MEMORY_ID"},
+    )
 
     get_all = commands.add_parser(
         "get_all", aliases=["get-all"], parents=[common], help="list every memory you may read"
     )
     get_all.add_argument("--limit", type=_positive, default=100, help="at most this many in total (default 100)")
     get_all.add_argument("--page-size", type=_positive, default=PAGE_MAX, help=argparse.SUPPRESS)
-    get_all.add_argument("--filters", type=json_object, metavar="JSON", help=FILTERS_HELP)
+    field_arguments(get_all, List, "filters")
 
     for name, text in (("get", "one memory by id"), ("delete", "delete one of your own memories by id")):
         one = commands.add_parser(name, parents=[common], help=text)
@@ -1070,36 +1105,10 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
         timeout=getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S,
     )
     if args.command == "search":
-        answer = client.search(
-            args.query,
-            limit=args.limit,
-            fallback=args.fallback,
-            filters=args.filters,
-            threshold=args.threshold,
-            explain=args.explain,
-            show_expired=args.show_expired,
-            show_superseded=args.show_superseded,
-            trust_min=args.trust_min,
-            max_tokens=args.max_tokens,
-        )
+        answer = client.search(args.query, **fields_of(args, MemorySearch))
         return answer, format_search(answer)
     if args.command == "add":
-        answer = client.add(
-            args.text,
-            memory_type=args.memory_type,
-            visibility=args.visibility,
-            project=args.project,
-            expires=args.expires,
-            infer=args.infer,
-            write_id=args.write_id,
-            user_id=args.user_id,
-            run_id=args.run_id,
-            actor_id=args.actor_id,
-            metadata=args.metadata,
-            supersedes=args.supersedes,
-            trust=args.trust,
-            source=args.source,
-        )
+        answer = client.add(args.text, **fields_of(args, Add))
         return answer, format_add(answer)
     if args.command in ("get_all", "get-all"):
         answer = client.get_all(limit=args.limit, page_size=args.page_size, filters=args.filters)

@@ -8,7 +8,6 @@ must find the workspace token, the agent id and the socket on its own.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import importlib.util
 import json
@@ -22,19 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from daemon.api.requests import AddRequest, MemorySearchRequest, UpdateRequest
+from daemon.api.requests import AddRequest, UpdateRequest
 from daemon.front.client import DaemonClient, DaemonRequestError
 from daemon.shared.config import demo_config_text, parse_config
-from protocol.operations import Add, MemorySearch
 from tests.helpers import FAKE_API_KEY, FAST, DaemonProcess, init_root, run_cli, wait_for
 from tests.request_fields import (
     SAMPLES,
     Recorder,
-    argparse_fields,
-    differences,
     parsed,
     schema_fields,
-    signature_fields,
 )
 
 CLIENT = Path(__file__).resolve().parents[2] / "skills" / "mem0-integration" / "mem0_client.py"
@@ -162,17 +157,9 @@ def test_copied_constants_agree_with_the_daemon():
     assert client.MAIN_AGENT == MAIN_AGENT and client.CONFIG_MAX_BYTES == MAX_BYTES
 
 
-# ---------------------------------------------------------------- its copy of the request fields (stdlib only)
+# ---------------------------------------------------------------- mem0's Memory API over the protocol
 
 ADD = schema_fields(AddRequest)
-L4_SEARCH = schema_fields(MemorySearchRequest)
-AS_NAMED = {"memory_type": "type", "query": "q"}  # its names of the API's fields
-ITSELF = {"agent": "the client's own agent, found from the workspace (--agent, $MEMSTRATA_AGENT or its name)"}
-ROLE = {"role": "sent by Memory.add: the speaker of a turn of a mem0 conversation"}
-SETUP = {
-    name: "where the daemon and the token are, and how the answer is shown"
-    for name in ("agent", "workspace", "socket", "config", "timeout", "json")
-}
 # mem0's metadata keys on Memory.add, as the API's fields
 METADATA_AS = {
     "visibility": "visibility",
@@ -185,37 +172,14 @@ METADATA_AS = {
 }
 
 
-def _command(name: str) -> argparse.ArgumentParser:
-    parser = mem0_client.build_parser()
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return commands.choices[name]
-
-
-def test_its_commands_take_the_schemas_fields():
-    """Its commands take the fields of daemon/api/requests.py, as the schemas define them (its methods build
-    the protocol's operations: tests/daemon/front/test_request_fields.py compares those with the schemas)."""
-    add = {"renamed": AS_NAMED, "left_out": {**ITSELF, **ROLE}}
-    search = {"renamed": AS_NAMED, "left_out": ITSELF}
-    assert differences(argparse_fields(_command("add")), ADD, own=SETUP, **add) == []
-    assert differences(argparse_fields(_command("search")), L4_SEARCH, own=SETUP, **search) == []
+def test_memory_add_and_update_send_mem0s_fields_as_the_apis(tmp_path_factory):
+    """mem0's Memory.add (its metadata keys, a turn's role and name) and update reach the daemon under the API's
+    names (the skill's command line, like the CLI's and the MCP tools', is driven once per operation in
+    tests/daemon/front/test_edges_round_trip.py)."""
     assert set(mem0_client.ADD_METADATA) == set(METADATA_AS) and set(METADATA_AS.values()) <= set(ADD)
-
-
-def test_what_it_sends_is_the_schemas_fields(tmp_path_factory, monkeypatch):
-    """Every value reaches the daemon under the field's name (the daemon ignores the names it does not know)."""
     sock = tmp_path_factory.mktemp("recorder") / "daemon.sock"
     with Recorder(sock).serving() as recorder:
-        client = mem0_client.Mem0Client("main", "a token", sock)
-        for method, operation, model in (
-            (client.add, Add, AddRequest),
-            (client.search, MemorySearch, MemorySearchRequest),
-        ):
-            given = {name: SAMPLES[AS_NAMED.get(name, name)] for name in signature_fields(operation) if name != "agent"}
-            sent = recorder.one(lambda method=method, given=given: method(**given))
-            expected = {AS_NAMED.get(name, name): value for name, value in given.items()}
-            assert parsed(model, sent) == {**expected, "agent": "main"}, method
-
-        memory = mem0_client.Memory(client=client)
+        memory = mem0_client.Memory(client=mem0_client.Mem0Client("main", "a token", sock))
         metadata = {key: SAMPLES[field] for key, field in METADATA_AS.items()} | SAMPLES["metadata"]
         turn = {"role": SAMPLES["role"], "content": SAMPLES["text"], "name": SAMPLES["actor_id"]}
         ids = {"user_id": SAMPLES["user_id"], "run_id": SAMPLES["run_id"]}
@@ -227,23 +191,6 @@ def test_what_it_sends_is_the_schemas_fields(tmp_path_factory, monkeypatch):
         )
         assert parsed(UpdateRequest, sent) == {"agent": "main", "text": SAMPLES["text"], "expires": SAMPLES["expires"]}
         assert sent.path == f"/v1/memories/{SAMPLES['memory_id']}"
-
-        monkeypatch.setenv(mem0_client.TOKEN_ENV, "a token")
-        filters_json = json.dumps(SAMPLES["filters"])
-        flags = {"type": "--type", "visibility": "--visibility", "project": "--project", "expires": "--expires"}
-        argv = [a for name, flag in flags.items() for a in (flag, str(SAMPLES[name]))]
-        argv += ["--no-infer" if SAMPLES["infer"] is False else "--infer", "--write-id", str(SAMPLES["write_id"])]
-        argv += ["--user-id", SAMPLES["user_id"], "--run-id", SAMPLES["run_id"], "--actor-id", SAMPLES["actor_id"]]
-        argv += ["--metadata", json.dumps(SAMPLES["metadata"]), "--supersedes", SAMPLES["supersedes"]]
-        argv += ["--trust", SAMPLES["trust"], "--source", SAMPLES["source"]]
-        common = ["--socket", str(sock), "--agent", "main"]
-        sent = recorder.one(lambda: mem0_client.main([*common, "add", SAMPLES["text"], *argv]))
-        assert parsed(AddRequest, sent) == {k: SAMPLES[k] for k in ADD if k != "role"}
-        search = ["search", SAMPLES["q"], "--limit", "7", "--no-fallback", "--filters", filters_json]
-        search += ["--threshold", "0.3", "--explain", "--show-expired", "--show-superseded", "--trust-min", "medium"]
-        search += ["--max-tokens", str(SAMPLES["max_tokens"])]
-        sent = recorder.one(lambda: mem0_client.main([*common, *search]))
-        assert parsed(MemorySearchRequest, sent) == {k: SAMPLES[k] for k in L4_SEARCH}
 
 
 @pytest.mark.parametrize(

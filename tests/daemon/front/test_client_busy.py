@@ -106,15 +106,15 @@ def test_the_daemon_client_gives_up_with_a_clear_error(busy):
 
 
 def test_the_skill_client_retries_then_reports_the_429(busy):
+    """The skill sends through the protocol's client: the same retries, the same message, its own error type."""
     skill = _skill()
-    assert skill.BUSY_RETRIES == CLIENT_RETRIES  # the stdlib copy of the daemon's figure
-    server = busy(skill.BUSY_RETRIES)
+    server = busy(CLIENT_RETRIES)
     client = skill.Mem0Client("alpha", "t", Path(server.server_address))
-    assert client.status()["ok"] is True and server.requests_seen == skill.BUSY_RETRIES + 1
+    assert client.status()["ok"] is True and server.requests_seen == CLIENT_RETRIES + 1
 
     server = busy(100)
     client = skill.Mem0Client("alpha", "t", Path(server.server_address))
     with pytest.raises(skill.RequestError) as refused:
         client.status()
-    assert refused.value.status == 429 and server.requests_seen == skill.BUSY_RETRIES + 1
-    assert "too many requests" in str(refused.value)
+    assert refused.value.status == 429 and server.requests_seen == CLIENT_RETRIES + 1
+    assert "busy with this caller's earlier requests" in str(refused.value)

@@ -1,17 +1,15 @@
 """The L4 add, update and search and the L3 search fields: one definition, each other spelling checked against it.
 
-The schemas of daemon/api/requests.py define the fields; the CLI's commands, the
-client, the broker and the MCP tools take them again for their callers.  Each is
-compared with the schema (names, kinds, required-ness, defaults, choices, bounds:
-tests/request_fields.py), with every difference named and explained here; then
-what each one sends is recorded on the daemon's socket and parsed with the
-route's schema: every value arrives, under the name the daemon reads.
-The skill's stdlib copy is checked the same way in tests/skills/test_mem0_client.py.
+The schemas of daemon/api/requests.py define the fields; the operations (protocol/operations.py), the
+client and the broker take them again.  Each is compared with the schema (names, kinds, required-ness,
+defaults, choices, bounds: tests/request_fields.py), with every difference named and explained here; then
+what the client sends is recorded on the daemon's socket and parsed with the route's schema.  The CLI's
+options, the MCP tools' parameters and the skill's options are generated from the operations' fields:
+tests/daemon/front/test_edges_round_trip.py drives each of them once per operation instead.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -23,18 +21,14 @@ from daemon.conversation.reads import Reads
 from daemon.conversation.writes import Writes
 from daemon.front.cli import main
 from daemon.front.client import DaemonClient
-from daemon.front.mcp_server import build_server
 from daemon.shared.config import Config, load_config
-from daemon.shared.tokens import TOKEN_ENV
 from protocol import operations as op
 from protocol.fields import describe
 from tests.request_fields import (
     SAMPLES,
     Field,
     Recorder,
-    click_fields,
     differences,
-    mcp_fields,
     parsed,
     schema_fields,
     signature_fields,
@@ -46,15 +40,7 @@ L4_SEARCH = schema_fields(MemorySearchRequest)
 L3_SEARCH = schema_fields(SearchRequest)
 
 QUERY = {"query": "q"}  # a caller's "query" is the API's q
-AS_JSON = {"json": "how the answer is shown"}
 IN_THE_PATH = {"memory_id": "names the memory in the route's path (PUT /v1/memories/{memory_id})"}
-ROLE = {"role": "the speaker of a mem0 conversation's turn: only the skill's mem0 Memory.add sends it"}
-SHOW_EXPIRED = {"show_expired": "mem0 2.2's search option, sent by the skill's Memory.search (cleanup deletes them)"}
-FIXED_AGENT = {"agent": "fixed when the MCP server starts: no tool takes an agent id"}
-L3_ONLY = {
-    name: "an L3 filter or option of the same command"
-    for name in ("mode", "layer", "path", "since", "until", "explain", "json", "min_score")
-}
 
 
 @pytest.fixture(scope="module")
@@ -81,35 +67,6 @@ def test_the_schemas_are_what_the_api_documents():
     assert ADD["infer"] == Field("flag"), "left to the daemon: on when it has an LLM"
 
 
-def test_the_cli_commands_take_the_schemas_fields():
-    commands = main.commands
-    assert differences(click_fields(commands["add"]), ADD, left_out=ROLE, own=AS_JSON) == []
-    assert differences(click_fields(commands["update"]), UPDATE, own={**IN_THE_PATH, **AS_JSON}) == []
-    local = differences(
-        click_fields(commands["search"]),
-        L3_SEARCH,
-        renamed=QUERY,
-        left_out={"layer": "--layer (below)"},
-        own={
-            "layer": "local (no filter), core or daily, or conversation and all: the L4 search",
-            "filters": "the L4 search's mem0 filters (--layer conversation/all)",
-            "show_superseded": "the L4 search's option (--layer conversation/all)",
-            "trust_min": "the L4 search's option (--layer conversation/all)",
-            **AS_JSON,
-        },
-    )
-    assert local == []
-    assert click_fields(commands["search"])["layer"].choices == ("local", "conversation", "all", "core", "daily")
-    shared = differences(
-        click_fields(commands["search"]),
-        L4_SEARCH,
-        renamed=QUERY,
-        left_out={"fallback": "--layer all falls back to L3, --layer conversation does not", **SHOW_EXPIRED},
-        own={k: why for k, why in L3_ONLY.items() if k != "explain"},  # --explain serves both layers
-    )
-    assert shared == ["limit: high 200, the schema's is 100"], "one --limit for every layer: L4 answers its first 100"
-
-
 OPERATION_NAMES = {"query": "q", "memory_type": "type"}  # the operations' names of the API's fields
 
 
@@ -131,21 +88,6 @@ def test_the_broker_takes_the_schemas_fields():
         assert differences(signature_fields(update), UPDATE, own=IN_THE_PATH, says_choices=False) == []
     for search in (Broker.search, Reads.search):
         assert differences(signature_fields(search), L4_SEARCH, renamed=QUERY, says_choices=False) == [], search
-
-
-def test_the_mcp_tools_take_the_schemas_fields(root):
-    config, _ = root
-    tools = build_server(config, "main").tools
-    not_offered = {
-        **FIXED_AGENT,
-        **ROLE,
-        "infer": "left to the daemon (on when it has an LLM)",
-        "write_id": "a retrying client's idempotency key: the server sends each tool call once",
-    }
-    assert differences(mcp_fields(tools["memory_add"]), ADD, left_out=not_offered) == []
-    assert differences(mcp_fields(tools["memory_update"]), UPDATE, left_out=FIXED_AGENT, own=IN_THE_PATH) == []
-    left_out = {**FIXED_AGENT, **SHOW_EXPIRED}
-    assert differences(mcp_fields(tools["memory_search"]), L4_SEARCH, renamed=QUERY, left_out=left_out) == []
 
 
 def test_a_difference_is_found():
@@ -179,56 +121,6 @@ def test_a_difference_is_found():
 # ---------------------------------------------------------------- what each place sends
 
 
-def _cli(config: Config, command: str, *args: str) -> None:
-    result = CliRunner().invoke(main, ["--config", str(config.source), command, *args])
-    assert result.exit_code == 0, result.output
-
-
-def _argv(command: str, renamed: dict[str, str], skip: set[str]) -> tuple[list[str], dict[str, object]]:
-    """The command's every argument and option with a sample value, and the fields they should send."""
-    arguments, options, fields = [], [], {}
-    for param in main.commands[command].params:
-        name = param.name if param.param_type_name == "argument" else max(param.opts, key=len)[2:].replace("-", "_")
-        if name in skip:
-            continue
-        wire = renamed.get(name, name)
-        value = fields[wire] = SAMPLES[wire]
-        if param.param_type_name == "argument":
-            arguments.append(str(value))
-        elif param.is_flag and param.secondary_opts:
-            options.append(param.opts[0] if value else param.secondary_opts[0])
-        elif param.is_flag:
-            options += [param.opts[0]] if value else []
-        else:
-            options += [max(param.opts, key=len), json.dumps(value) if isinstance(value, dict) else str(value)]
-    return [*arguments, *options], fields
-
-
-def test_what_the_cli_sends_is_the_schemas_fields(root):
-    config, recorder = root
-    argv, fields = _argv("add", {}, {"json"})
-    sent = recorder.one(lambda: _cli(config, "add", *argv, "--json"))
-    assert (sent.method, sent.path) == ("POST", "/v1/memories")
-    assert parsed(AddRequest, sent) == fields and set(fields) == set(ADD) - set(ROLE)
-    argv, fields = _argv("update", {}, {"json", "memory_id"})
-    sent = recorder.one(lambda: _cli(config, "update", SAMPLES["memory_id"], *argv, "--json"))
-    assert (sent.method, sent.path) == ("PUT", f"/v1/memories/{SAMPLES['memory_id']}")
-    assert parsed(UpdateRequest, sent) == fields == {k: SAMPLES[k] for k in UPDATE}
-    argv, fields = _argv("search", QUERY, {"json", "filters", "show_superseded", "trust_min"})
-    sent = recorder.one(lambda: _cli(config, "search", *argv, "--json"))
-    assert (sent.method, sent.path) == ("POST", "/v1/search")
-    assert parsed(SearchRequest, sent) == fields and set(fields) == set(L3_SEARCH)
-    query = SAMPLES["q"]
-    for layer, fallback in (("conversation", False), ("all", True)):
-        argv = [query, "--agent", "main", "--layer", layer, "--limit", "7"]
-        sent = recorder.one(lambda argv=argv: _cli(config, "search", *argv))
-        assert (sent.method, sent.path) == ("POST", "/v1/memories/search")
-        assert parsed(MemorySearchRequest, sent) == {"agent": "main", "q": query, "limit": 7, "fallback": fallback}
-    argv = [query, "--agent", "main", "--layer", "conversation", "--filters", json.dumps(SAMPLES["filters"])]
-    sent = recorder.one(lambda: _cli(config, "search", *argv))
-    assert parsed(MemorySearchRequest, sent)["filters"] == SAMPLES["filters"]
-
-
 def _keywords(method, renamed: dict[str, str] | None = None) -> dict[str, object]:
     """Every parameter of ``method`` with a sample value (the API's name looked up through ``renamed``)."""
     renamed = renamed or {}
@@ -251,19 +143,3 @@ def test_what_the_client_sends_is_the_schemas_fields(root):
     assert parsed(AddRequest, sent) == {"agent": "main", "text": SAMPLES["text"], "type": "fact"}
     sent = recorder.one(lambda: client.update(**_keywords(op.Update)))
     assert parsed(UpdateRequest, sent) == {k: SAMPLES[k] for k in UPDATE}
-
-
-def test_what_the_mcp_tools_send_is_the_schemas_fields(root, monkeypatch):
-    config, recorder = root
-    monkeypatch.setenv(TOKEN_ENV, "the agent's own token")  # what the server sends with; the recorder takes any
-    tools = build_server(config, "main").tools
-    for tool, model in (
-        ("memory_add", AddRequest),
-        ("memory_update", UpdateRequest),
-        ("memory_search", MemorySearchRequest),
-    ):
-        params = mcp_fields(tools[tool])
-        arguments = {name: SAMPLES[QUERY.get(name, name)] for name in params}
-        sent = recorder.one(lambda tool=tool, arguments=arguments: tools[tool].fn(**tools[tool].arguments(arguments)))
-        expected = {QUERY.get(name, name): value for name, value in arguments.items() if name != "memory_id"}
-        assert parsed(model, sent) == {**expected, "agent": "main"}, tool
