@@ -61,10 +61,10 @@ SCHEMAS: dict[type[op.Operation], type] = {
     op.Search: api.SearchRequest,
     op.MemorySearch: api.MemorySearchRequest,
     op.List: api.ListParams,
-    op.Get: api.AgentParams,
-    op.Delete: api.AgentParams,
-    op.History: api.AgentParams,
-    op.RestoreMemory: api.AgentParams,
+    op.Get: api.GetParams,
+    op.Delete: api.DeleteParams,
+    op.History: api.HistoryParams,
+    op.RestoreMemory: api.RestoreMemoryParams,
     op.DeleteAll: api.DeleteAllParams,
 }
 
