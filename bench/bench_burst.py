@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench.bench_index import _pct, single_edit_latencies
-from layers.local.index import Filters, LocalIndex, open_for_reading
+from layers.local.storage.index import Filters, LocalIndex, open_for_reading
 from tests.corpus import Corpus
 from tests.helpers import DaemonProcess, init_root, run_cli, wait_for
 

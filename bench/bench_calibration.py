@@ -1,4 +1,4 @@
-"""The confidence of L3 results (layers/local/calibration.py): fitted on the tuned set, checked on the blind one.
+"""The confidence of L3 results (layers/local/ranking/calibration.py): fitted on the tuned set, checked on the blind one.
 
 Each recall set's memory is served by the real daemon with every chunk embedded
 (bench/recall.py's RecallDaemon), and questions are asked in fts and hybrid mode
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.recall import SETS, RecallDaemon, first_hit, load_questions
-from layers.local import calibration
+from layers.local.ranking import calibration
 
 BANDS = (0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.01)
 CUTS = (0.3, 0.5)

@@ -43,11 +43,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from daemon.shared.config import DEFAULT_MODEL_PATH  # noqa: E402
-from layers.conversation.consolidation import consolidate, undo  # noqa: E402
-from layers.conversation.consolidation_store import StoreFace  # noqa: E402
-from layers.conversation.store import ConversationStore, NewMemory, StoreSettings  # noqa: E402
-from layers.local.vectors import LocalEmbedder  # noqa: E402
+from daemon.common.config import DEFAULT_MODEL_PATH  # noqa: E402
+from layers.conversation.adapters.store import ConversationStore, NewMemory, StoreSettings  # noqa: E402
+from layers.conversation.consolidation.nightly import consolidate, undo  # noqa: E402
+from layers.conversation.consolidation.store_view import StoreFace  # noqa: E402
+from layers.local.models.vectors import LocalEmbedder  # noqa: E402
 
 CACHE = REPO / ".cache" / "bench"
 AGENTS = ("main", "a", "b", "c", "d")

@@ -38,12 +38,12 @@ import numpy as np
 import yaml
 
 from bench.bench_index import _pct
-from daemon.front.client import DaemonClient
-from daemon.shared.config import DEFAULT_MODEL_PATH
-from layers.conversation.policy import Phase
-from layers.conversation.queue import WriteQueue
-from layers.conversation.store import ConversationStore, NewMemory, StoreSettings
-from layers.local.vectors import LocalEmbedder
+from daemon.common.config import DEFAULT_MODEL_PATH
+from daemon.front.daemon_client import DaemonClient
+from layers.conversation.adapters.store import ConversationStore, NewMemory, StoreSettings
+from layers.conversation.lifecycle.durable_queue import WriteQueue
+from layers.conversation.policy.rules import Phase
+from layers.local.models.vectors import LocalEmbedder
 from tests.corpus import Corpus
 from tests.helpers import DaemonProcess, init_root, run_cli, wait_for
 from tests.stand_in_embedder import StandInEmbedder
@@ -173,8 +173,8 @@ def bench_store(quick: bool) -> None:
 
 
 def bench_cleanup(quick: bool) -> None:
-    from layers.conversation.cleanup import Rules, Selection, run_cleanup
-    from layers.conversation.policy import DEFAULT_RETENTION_DAYS
+    from layers.conversation.lifecycle.cleanup import Rules, Selection, run_cleanup
+    from layers.conversation.policy.rules import DEFAULT_RETENTION_DAYS
 
     total = 2000 if quick else 10_000
     embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)

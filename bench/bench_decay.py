@@ -36,11 +36,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.recall import SETS, load_questions
-from daemon.shared.config import DEFAULT_MODEL_PATH
-from layers.conversation.decay import DecayRules
-from layers.conversation.policy import Phase
-from layers.conversation.store import ConversationStore, NewMemory, StoreSettings
-from layers.local.vectors import LocalEmbedder
+from daemon.common.config import DEFAULT_MODEL_PATH
+from layers.conversation.adapters.store import ConversationStore, NewMemory, StoreSettings
+from layers.conversation.policy.decay import DecayRules
+from layers.conversation.policy.rules import Phase
+from layers.local.models.vectors import LocalEmbedder
 
 AGENT = "ops"
 PHASES = [Phase("private", "private", owner=AGENT)]

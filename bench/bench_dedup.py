@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 
-from daemon.shared.config import DEFAULT_MODEL_PATH
-from layers.local.vectors import LocalEmbedder
+from daemon.common.config import DEFAULT_MODEL_PATH
+from layers.local.models.vectors import LocalEmbedder
 
 DUPLICATES = [
     ("部署了 Qdrant，端口 6333", "部署了 Qdrant，端口 6333"),

@@ -33,10 +33,10 @@ import numpy as np
 
 from bench.bench_conversation import QUERIES, _fill, _memory
 from bench.bench_index import _pct
-from daemon.shared.config import DEFAULT_MODEL_PATH
-from layers.conversation.policy import DEFAULT_RETENTION_DAYS, Phase
-from layers.conversation.store import EDGE, QDRANT_LOCAL, ConversationStore, StoreSettings
-from layers.local.vectors import LocalEmbedder
+from daemon.common.config import DEFAULT_MODEL_PATH
+from layers.conversation.adapters.store import EDGE, QDRANT_LOCAL, ConversationStore, StoreSettings
+from layers.conversation.policy.rules import DEFAULT_RETENTION_DAYS, Phase
+from layers.local.models.vectors import LocalEmbedder
 
 PHASES = [
     Phase("public", "public"),
@@ -304,7 +304,7 @@ def run(size: int, engine: str, embedder: LocalEmbedder, queries: list[str]) -> 
         store.count()
         out["open_s"] = time.perf_counter() - t
         out["anon_after_reopen_mb"] = rss_anon_mb() - before
-        from layers.conversation.cleanup import Rules, run_cleanup
+        from layers.conversation.lifecycle.cleanup import Rules, run_cleanup
 
         t = time.perf_counter()
         report = run_cleanup(store, Rules(DEFAULT_RETENTION_DAYS), execute=True)
@@ -400,7 +400,7 @@ def print_idle(idle: dict) -> None:
 
 
 def main(sizes: list[int], memory_only: bool = False, idle_daemon: bool = True) -> None:
-    from layers import malloc
+    from layers.common import malloc
 
     malloc.tune()  # the daemon's allocator settings (memstrata run), so the anonymous figures are its own
     if idle_daemon:

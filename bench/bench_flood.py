@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from daemon.front.client import DaemonClient, DaemonRequestError
+from daemon.front.daemon_client import DaemonClient, DaemonRequestError
 from tests.corpus import Corpus
 from tests.helpers import DaemonProcess, init_root, run_cli, token_of, wait_for, wait_reachable
 

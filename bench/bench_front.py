@@ -92,7 +92,7 @@ def main(quick: bool = False) -> None:
     env["PYTHONPYCACHEPREFIX"] = str(REPO_ROOT / ".cache" / "pycache-bench")
     with tempfile.TemporaryDirectory(prefix="memstrata-bench-front-") as tmp:
         root = Path(tmp) / "root"
-        # The front's validated-configuration cache (daemon/shared/config_cache.py), filled by the warm-up
+        # The front's validated-configuration cache (daemon/common/config_cache.py), filled by the warm-up
         # run as by an agent's first call: kept with the temporary root, not left in ~/.cache.
         env["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")
         config = init_root(root, vectors={"backend": "off"}, conversation={"enabled": False})

@@ -34,8 +34,8 @@ ROUNDS = 3
 _CHILD = r"""
 import hashlib, inspect, json, random, sys, time
 from pathlib import Path
-from layers.local.index import Document, Identity, LocalIndex, rebuild
-from layers.local import search as S
+from layers.local.storage.index import Document, Identity, LocalIndex, rebuild
+from layers.local.ranking import hybrid_search as S
 ws, index_path, state, words = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4].split(",")
 if not index_path.exists():
     docs = []

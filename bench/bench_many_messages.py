@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from daemon.shared.limits import MAX_MESSAGES_PER_ADD
+from daemon.common.daemon_limits import MAX_MESSAGES_PER_ADD
 from tests.failure_modes.test_one_mem0_add_of_many_messages_never_stalls_another_agent import (
     MaxSizeAdds,
     beta_pair,

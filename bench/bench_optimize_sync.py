@@ -1,6 +1,6 @@
 """What issue 45's syncs add to the embedded store's optimize, at 50k points.
 
-The optimize (layers/conversation/edge.py) copies the shard, optimizes the copy in a child process
+The optimize (layers/conversation/adapters/edge.py) copies the shard, optimizes the copy in a child process
 and swaps it in.  Since issue 45 the child syncs the tree it rewrote before it exits, and the swap,
 which holds the store thread, syncs the new generation (mostly clean pages by then) and the
 directories of the new name and the link: a power cut must never find a link naming files the disk
@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from layers.conversation import edge
+from layers.conversation.adapters import edge
 
 DIM = 384
 BATCH = 1000

@@ -4,7 +4,7 @@ mem0's ``threshold`` (default 0.1; its users pick 0.3-0.7) assumes a score near 
 memory.  e5's cosines are compressed into a narrow high band (an unrelated query scores ~0.75), so a
 raw cosine passes every threshold a mem0 user would pick.  This measures the band per language
 (English, Chinese, mixed) for pairs that answer each other and pairs that do not; the figures set
-``RELEVANCE_FLOOR``/``RELEVANCE_CEILING`` in layers/local/vectors.py (docs/facts.md, "Relevance").
+``RELEVANCE_FLOOR``/``RELEVANCE_CEILING`` in layers/local/models/vectors.py (docs/facts.md, "Relevance").
 
 Run: ``.venv/bin/python -m bench.bench_relevance`` (needs the model `make setup` builds).
 """
@@ -15,8 +15,8 @@ import sys
 
 import numpy as np
 
-from daemon.shared.config import DEFAULT_MODEL_PATH
-from layers.local.vectors import LocalEmbedder, relevance
+from daemon.common.config import DEFAULT_MODEL_PATH
+from layers.local.models.vectors import LocalEmbedder, relevance
 
 # (topic, query, a memory that answers it), per language.  A memory is related to a query when it is about
 # the query's topic (the same fact told in another language counts), unrelated otherwise.

@@ -4,7 +4,7 @@ mem0 with ``infer=False`` stores every non-system message with its role.  An ass
 "Got it! I'll remember that you're vegetarian." talks *about* the user and can outrank the user's own
 statement for "what do you know about me?".  This measures, with the local e5 model, where the user's
 own statements rank among a conversation's turns for questions about the user, with the assistant's
-relevance as it is and weighted by ``ASSISTANT_WEIGHT`` (layers/conversation/store.py).
+relevance as it is and weighted by ``ASSISTANT_WEIGHT`` (layers/conversation/adapters/store.py).
 
 Run: ``.venv/bin/python -m bench.bench_roles``.
 """
@@ -15,8 +15,8 @@ import sys
 
 import numpy as np
 
-from daemon.shared.config import DEFAULT_MODEL_PATH
-from layers.local.vectors import LocalEmbedder
+from daemon.common.config import DEFAULT_MODEL_PATH
+from layers.local.models.vectors import LocalEmbedder
 
 CONVERSATIONS = [
     [

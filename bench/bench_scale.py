@@ -45,14 +45,14 @@ import apsw
 import numpy as np
 import psutil
 
-from daemon.front.client import DaemonClient
+from daemon.common.config import load_config
+from daemon.front.daemon_client import DaemonClient
 from daemon.local.embedding import STOP_SLICE, make_embedder
 from daemon.local.indexer import is_indexable, layer_of
-from daemon.shared.config import load_config
-from layers.local import companion
-from layers.local.chunker import chunk_markdown
-from layers.local.index import Document, Filters, Identity, LocalIndex, rebuild
-from layers.local.units import ITEMS_UP_TO_CHUNKS, has_companion, index_model_id, passages
+from layers.local.models import companion
+from layers.local.storage.index import Document, Filters, Identity, LocalIndex, rebuild
+from layers.local.text.chunker import chunk_markdown
+from layers.local.text.units import ITEMS_UP_TO_CHUNKS, has_companion, index_model_id, passages
 from tests.corpus import Corpus
 from tests.helpers import DaemonProcess, init_root, wait_for
 from tests.stand_in_embedder import StandInEmbedder

@@ -30,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_power_cut import _root, classify
-from daemon.front.client import DaemonRequestError, DaemonUnavailableError
-from layers import daily
+from daemon.front.daemon_client import DaemonRequestError, DaemonUnavailableError
+from layers.daily import workspace_repo as daily
 from tests.helpers import wait_for
 from tests.powercut.harness import PowerCutRoot, all_memories, loop_devices_usable
 from tests.stand_in_embedder import StandInEmbedder

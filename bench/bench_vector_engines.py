@@ -2,9 +2,9 @@
 Qdrant Edge, sqlite-vec and usearch, against exact scoring.
 
 The issue asked for this before choosing: does an embedded vector database do L3's
-job better than the codes (layers/local/vector_codes.py)?  L3's job: the 10 chunks
+job better than the codes (layers/local/storage/vector_codes.py)?  L3's job: the 10 chunks
 nearest a query vector, a chunk scoring as its best passage (the whole chunk and
-its items, layers/local/units.py), under the hybrid search's filters (a day range,
+its items, layers/local/text/units.py), under the hybrid search's filters (a day range,
 a path glob) inside the search, not after it.
 
 For 20,000 chunks (every passage: ~6.5 per chunk) and 100,000 chunks (one passage
@@ -31,7 +31,7 @@ Engines (each row of the table):
 - ``codes``: ``LocalIndex.search_vectors``, the shipped engine (its load: the first search), as the
   daemon runs it (one BLAS thread for the scoring pass, ``malloc.trim()`` after the cache's load);
 - ``qdrant-edge``: a Qdrant Edge shard, one point per passage, payload chunk/layer/day (integer)/path,
-  payload indexes on day and path, HNSW with L4's settings (layers/conversation/edge.py), int8 scalar
+  payload indexes on day and path, HNSW with L4's settings (layers/conversation/adapters/edge.py), int8 scalar
   quantization configured; queried on the float vectors (quantization ignored), filters in the query
   (the glob is resolved to its paths in the index's own SQLite file, then ``MatchAny``);
   ``qdrant-edge-ef1024``: the same with a search ef of 1024 (L4's is 256);
@@ -75,23 +75,26 @@ import psutil
 
 from bench.bench_index import _pct
 from bench.bench_scale import CHUNKS_PER_FILE, stand_in_vectors, workspace_documents, write_workspace
-from layers import malloc
-from layers.conversation.edge import HNSW_EF, HNSW_FULL_SCAN_KB, SEARCH_THREADS
-from layers.local import companion
-from layers.local.index import Filters, Identity, LocalIndex, rebuild
-from layers.local.units import ITEMS_UP_TO_CHUNKS, has_companion, index_model_id
+from layers.common import malloc
+from layers.conversation.adapters.edge import HNSW_EF, HNSW_FULL_SCAN_KB, SEARCH_THREADS
+from layers.local.models import companion
+from layers.local.storage.index import Filters, Identity, LocalIndex, rebuild
+from layers.local.text.units import ITEMS_UP_TO_CHUNKS, has_companion, index_model_id
 
 REPO = Path(__file__).resolve().parent.parent
 QUERIES = 40  # per filter: half near a stored passage, half random
 TOP = 10  # chunks per answer
 NEAR_NOISE = 0.5  # norm of the noise added to a stored passage (cosine to it ~0.9)
 KEY_SHIFT = 5  # passage key = chunk id << 5 | passage number (a chunk has at most 17 passages)
-E5_DIM = 384  # multilingual-e5-small, the default local model (layers/local/embed_llama.py)
+E5_DIM = 384  # multilingual-e5-small, the default local model (layers/local/models/embed_llama.py)
 PARTS = {"e5": (0, E5_DIM), "use": (E5_DIM, companion.DIM)}  # model part → (first column, width)
-# passages per chunk as the daemon stores them: items only up to ITEMS_UP_TO_CHUNKS (layers/local/units.py)
+# passages per chunk as the daemon stores them: items only up to ITEMS_UP_TO_CHUNKS (layers/local/text/units.py)
 SIZES = (20_000, 100_000)
 QDRANT_OVERSAMPLING = 2.0
-USEARCH_CONNECTIVITY, USEARCH_EXPANSION_ADD = 16, 100  # Qdrant's m and ef_construct (layers/conversation/edge.py)
+USEARCH_CONNECTIVITY, USEARCH_EXPANSION_ADD = (
+    16,
+    100,
+)  # Qdrant's m and ef_construct (layers/conversation/adapters/edge.py)
 STAND_IN_MODEL = "gguf:stand-in"  # the identity's model name: a local model, so rows hold the companion too
 
 

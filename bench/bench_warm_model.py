@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.helpers import FAST, DaemonProcess, init_root, token_of, wait_for
 
 IDLE_S = 3.0

@@ -43,8 +43,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.front.client import DaemonClient
-from layers.local.tokenizer import tokens
+from daemon.front.daemon_client import DaemonClient
+from layers.local.text.tokenizer import tokens
 from tests.helpers import FAST, DaemonProcess, init_root, wait_for
 
 BENCH_DIR = Path(__file__).resolve().parent

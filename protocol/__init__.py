@@ -1,7 +1,7 @@
 """memstrata's protocol: each operation of the daemon's API defined once, for every edge to build on.
 
 Standard library only, importing nothing of ``daemon`` or ``layers``: the skill runs a copy of this
-package under whatever ``python3`` an agent has (daemon/shared/skill.py installs it beside the skill's
+package under whatever ``python3`` an agent has (daemon/common/skill.py installs it beside the skill's
 scripts), and the daemon's own front imports it as it is.  What each module holds:
 
 - :mod:`protocol.vocabulary` the words and id patterns the API takes (memory types, visibilities…);

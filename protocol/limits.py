@@ -4,7 +4,7 @@ A search query travels in a JSON body (``POST /v1/search``, ``POST /v1/memories/
 URL, whose length HTTP servers cap at a few KiB.  Queries are still bounded: nobody searches memory with
 a page of text, and scoring one costs time per term.  Every client checks the query here before sending
 (the daemon refuses a longer one with 413 anyway).  The daemon's own limits (body bytes, timeouts,
-fairness) stay in daemon/shared/limits.py, which imports these; README.md ("Limits") documents both.
+fairness) stay in daemon/common/daemon_limits.py, which imports these; README.md ("Limits") documents both.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Results(NamedTuple):
 L3_RESULTS = Results(10, 1, 200)  # an L3 search (POST /v1/search)
 L4_RESULTS = Results(10, 1, 100)  # an L4 search (POST /v1/memories/search)
 L4_PAGE = Results(100, 1, 1000)  # a page of the L4 listing (GET /v1/memories)
-# max_tokens of a search's answer (layers/local/budget.py); not given: no budget (the default is unused)
+# max_tokens of a search's answer (layers/local/ranking/budget.py); not given: no budget (the default is unused)
 ANSWER_TOKENS = Results(800, 1, 1_000_000)
 
 # One mem0 add (``POST /v3/memories/add/``) takes at most this many messages: without ``infer`` each is a

@@ -1,6 +1,6 @@
 """The words and identifier shapes of the API: what a request may say, defined once.
 
-The daemon's request validation, its policy (layers/conversation/policy.py), the CLI, the MCP tools
+The daemon's request validation, its policy (layers/conversation/policy/rules.py), the CLI, the MCP tools
 and the skill all take their choices from here, so a new memory type or trust level is added in one
 place.  Patterns are kept as text (``re`` patterns an edge compiles or hands to its validator).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 VISIBILITIES = ("public", "project", "private")
 
-# The seed's four types plus the ones agents asked for (their lifetimes: layers/conversation/policy.py).
+# The seed's four types plus the ones agents asked for (their lifetimes: layers/conversation/policy/rules.py).
 MEMORY_TYPES = (
     "session",
     "chat_summary",

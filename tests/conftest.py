@@ -18,7 +18,7 @@ for key, value in {
     "GIT_COMMITTER_EMAIL": "person@example.invalid",
 }.items():
     os.environ.setdefault(key, value)
-# The front's validated-configuration cache (daemon/shared/config_cache.py) of the CLI calls tests make:
+# The front's validated-configuration cache (daemon/common/config_cache.py) of the CLI calls tests make:
 # one directory per run, removed at exit, instead of entries for every temporary config in ~/.cache.
 _CONFIG_CACHE = tempfile.mkdtemp(prefix="memstrata-test-cache-")
 os.environ.setdefault("XDG_CACHE_HOME", _CONFIG_CACHE)

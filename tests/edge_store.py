@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from layers.conversation.edge import EdgeCollection, stored_dim
+from layers.conversation.adapters.edge import EdgeCollection, stored_dim
 
 COLLECTION = "mem0_v4_shared"
 

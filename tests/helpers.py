@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import yaml
 
-from daemon.front.client import DaemonClient, DaemonUnavailableError
+from daemon.front.daemon_client import DaemonClient, DaemonUnavailableError
 
 T = TypeVar("T")
 MEMSTRATA = [sys.executable, "-m", "daemon"]
@@ -87,7 +87,7 @@ def seed_dictionary(state_dir: Path) -> None:
     """Give a test root's state directory the translation dictionary the daemon would otherwise build
     at its first start (a few CPU-seconds each time, in every test that starts a daemon): built once
     into ``.cache`` from the installed package, copied from there."""
-    from layers.local.translate import DICTIONARY_FILE, Dictionary, DictionaryUnavailableError, build
+    from layers.local.text.translate import DICTIONARY_FILE, Dictionary, DictionaryUnavailableError, build
 
     target = state_dir / DICTIONARY_FILE
     if target.exists():
@@ -142,7 +142,7 @@ class DaemonProcess:
             return False
 
     def admin_token(self) -> str | None:
-        from daemon.shared.tokens import ADMIN_TOKEN_FILE, read_token
+        from daemon.common.tokens import ADMIN_TOKEN_FILE, read_token
 
         return read_token(self.state_dir / ADMIN_TOKEN_FILE)
 

@@ -1,7 +1,7 @@
 """TEST DOUBLE: an OpenAI-compatible ``POST /v1/chat/completions`` endpoint on 127.0.0.1.
 
 No LLM can run on these machines; this server speaks the protocol consolidation's judge uses
-(layers/conversation/judge.py) and answers its two questions by fixed rules, so a test can say
+(layers/conversation/consolidation/judge.py) and answers its two questions by fixed rules, so a test can say
 what a good answer is and check what is done with it:
 
 - "which statements are outdated": every statement but the newest is replaced by the newest when

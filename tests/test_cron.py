@@ -16,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from daemon.common.config import load_config
 from daemon.ops.install import render_cron
-from daemon.shared.config import load_config
 from tests.helpers import REPO_ROOT, init_root, run_cli, wait_for
 
 CRON_FILE = REPO_ROOT / "cron.d" / "mem0-cleanup"

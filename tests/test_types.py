@@ -3,7 +3,7 @@
 CI runs only ``make test``, so mypy runs here as well as in ``make lint``.  Its
 cache (.cache/mypy, see the configuration) makes a second run take seconds; a
 fresh clone builds it on the first.  The functions that build the documents of
-daemon/shared/contracts.py say so in their return types (mypy then checks every
+daemon/common/contracts.py say so in their return types (mypy then checks every
 key they write), and mypy is strict on their modules.
 """
 
@@ -24,12 +24,12 @@ BUILDERS = {
     ("daemon/front/status.py", "offline_status"): "StatusDocument",
     ("daemon/files/tracker.py", "AgentTracker.report"): "AgentReport",
     ("daemon/local/indexer.py", "Indexer.report"): "IndexReport",
-    ("daemon/conversation/status.py", "conversation_status"): "ConversationStatus",
-    ("daemon/conversation/status.py", "queue_status"): "QueueStatus",
+    ("daemon/conversation/status_section.py", "conversation_status"): "ConversationStatus",
+    ("daemon/conversation/status_section.py", "queue_status"): "QueueStatus",
     ("daemon/conversation/broker.py", "Broker.status"): "ConversationStatus",
     ("daemon/local/search.py", "LocalSearch.search"): "SearchAnswer",
-    ("layers/local/search.py", "Answer.to_dict"): "SearchAnswer",
-    ("layers/local/index.py", "LocalIndex.stats"): "IndexStats",
+    ("layers/local/ranking/hybrid_search.py", "Answer.to_dict"): "SearchAnswer",
+    ("layers/local/storage/index.py", "LocalIndex.stats"): "IndexStats",
 }
 
 
@@ -68,5 +68,5 @@ def test_mypy_is_strict_on_the_contracts_and_their_builders():
     assert len(strict) == 1, "one override spells out strict mode"
     modules = set(strict[0]["module"])
     builders = {path.removesuffix(".py").replace("/", ".") for path, _ in BUILDERS}
-    assert (builders - {"layers.local.index"}) | {"daemon.shared.*"} <= modules  # the index: default mode
+    assert (builders - {"layers.local.storage.index"}) | {"daemon.common.*"} <= modules  # the index: default mode
     assert not any(o.get("strict") for o in config["overrides"]), "strict = true in an override is global in mypy"

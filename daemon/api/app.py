@@ -7,9 +7,9 @@ one means another daemon owns it, and start-up stops with a clear message.
 
 Each route is its work alone: who may call it, its body limit, its schema and
 its lane are declared in :func:`build_app` and applied by daemon/api/gate.py;
-errors become statuses in daemon/api/answers.py.  uvicorn serves with the
-connection limits of daemon/shared/limits.py and the header and idle deadlines of
-daemon/api/protocol.py.
+errors become statuses in daemon/api/responses.py.  uvicorn serves with the
+connection limits of daemon/common/daemon_limits.py and the header and idle deadlines of
+daemon/api/http_deadlines.py.
 """
 
 from __future__ import annotations
@@ -28,21 +28,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from daemon.api.answers import INTERNAL_ERROR, ApiError, JSONResponse  # noqa: F401 - importable from here
 from daemon.api.fairness import Courtesy
 from daemon.api.gate import Caller, Gate
 from daemon.api.hosts import HostCheck
+from daemon.api.http_deadlines import DeadlineH11Protocol
 from daemon.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from daemon.api.metrics import Metrics, readiness
-from daemon.api.protocol import DeadlineH11Protocol
 from daemon.api.requests import SCHEMAS
 from daemon.api.requests import Request as Args
-from daemon.conversation.broker import Broker
-from daemon.ops.consolidation import ConsolidateOptions
-from daemon.ops.maintenance import DEFAULT_KEEP, CleanupOptions
-from daemon.shared.contracts import SearchAnswer, StatusCounts, StatusDocument
-from daemon.shared.guard import SecretGuard
-from daemon.shared.limits import (
+from daemon.api.responses import INTERNAL_ERROR, ApiError, JSONResponse  # noqa: F401 - importable from here
+from daemon.common.contracts import SearchAnswer, StatusCounts, StatusDocument
+from daemon.common.daemon_limits import (
     KEEP_ALIVE_S,
     MAX_CONNECTIONS,
     MAX_HEADER_BYTES,
@@ -50,8 +46,12 @@ from daemon.shared.limits import (
     MAX_SEARCH_BODY_BYTES,
     MAX_SMALL_BODY_BYTES,
 )
-from daemon.shared.tokens import ADMIN
-from layers.local.index import Filters
+from daemon.common.guard import SecretGuard
+from daemon.common.tokens import ADMIN
+from daemon.conversation.broker import Broker
+from daemon.ops.consolidation import ConsolidateOptions
+from daemon.ops.maintenance import DEFAULT_KEEP, CleanupOptions
+from layers.local.storage.index import Filters
 from protocol import operations as op
 
 SOCKET_MODE = 0o660

@@ -5,7 +5,7 @@
    request for an administrator's route without the administrator's token (403).
    Before this, ``POST /v1/memories`` read and parsed a 100 MB body first and
    four such requests without a token took the daemon from 446 to 1,032 MB.
-2. The route's body limit (daemon/shared/limits.py), from the declared
+2. The route's body limit (daemon/common/daemon_limits.py), from the declared
    ``Content-Length`` before reading (413), and counted while reading a body
    sent without one; a route that takes no body takes none.  A refusal before
    the body is read closes the connection, so the rest is never received.
@@ -28,14 +28,14 @@ from typing import Literal, TypeVar, cast
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from daemon.api.answers import ApiError, JSONResponse, as_response
 from daemon.api.fairness import Busy, Courtesy, FairScheduler
 from daemon.api.requests import Request as RequestSchema
 from daemon.api.requests import json_body, parse
-from daemon.shared.audit import acting_for
-from daemon.shared.echo import Redact
-from daemon.shared.limits import PER_CALLER_QUEUED, PER_CALLER_RUNNING, WORK_THREADS
-from daemon.shared.tokens import ADMIN
+from daemon.api.responses import ApiError, JSONResponse, as_response
+from daemon.common.audit import acting_for
+from daemon.common.daemon_limits import PER_CALLER_QUEUED, PER_CALLER_RUNNING, WORK_THREADS
+from daemon.common.echo import Redact
+from daemon.common.tokens import ADMIN
 
 Who = Literal["anyone", "agent", "admin"]
 Lane = Literal["work", "status", "maintenance"]
@@ -51,7 +51,7 @@ def _model(schema: type[Args]) -> type[RequestSchema]:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who sent a request: an agent id, :data:`~daemon.shared.tokens.ADMIN`, or None (no valid token)."""
+    """Who sent a request: an agent id, :data:`~daemon.common.tokens.ADMIN`, or None (no valid token)."""
 
     id: str | None
     token_given: bool
@@ -125,7 +125,7 @@ class Gate:
 
     def _answer(self, work, request: Request, caller: Caller, args) -> Response:
         """On the lane's thread: the work, and its answer rendered (JSON of a search is not free).
-        What the work writes to the audit log names its caller as the actor (daemon/shared/audit.py)."""
+        What the work writes to the audit log names its caller as the actor (daemon/common/audit.py)."""
         try:
             with acting_for(caller.id):
                 answer = work(request, caller, args)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from daemon.shared.echo import cut
+from daemon.common.echo import cut
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 MISDIRECTED = 421

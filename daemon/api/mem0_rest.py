@@ -31,11 +31,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from daemon.api.answers import ApiError, JSONResponse
 from daemon.api.gate import Caller, Gate
 from daemon.api.requests import Fraction, JsonObject, MemFilter, Trust, Unset, parse
 from daemon.api.requests import Request as Schema
-from daemon.shared.limits import (
+from daemon.api.responses import ApiError, JSONResponse
+from daemon.common.daemon_limits import (
     L4_PAGE,
     L4_RESULTS,
     MAX_MEMORY_BODY_BYTES,

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, ge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from daemon.shared.contracts import StatusDocument
+from daemon.common.contracts import StatusDocument
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: Seconds: a search answers in milliseconds, a cold model or a slow store takes seconds.

@@ -47,11 +47,11 @@ from pydantic import (
     create_model,
 )
 
-from daemon.shared.echo import cut
-from daemon.shared.errors import InvalidRequestError
-from daemon.shared.limits import Results, TooManyItemsError
-from layers.conversation.filters import FilterError, FilterTooLargeError
-from layers.conversation.filters import check as check_filter
+from daemon.common.daemon_limits import Results, TooManyItemsError
+from daemon.common.domain_errors import InvalidRequestError
+from daemon.common.echo import cut
+from layers.conversation.policy.filters import FilterError, FilterTooLargeError
+from layers.conversation.policy.filters import check as check_filter
 from protocol import operations as op
 from protocol.fields import Field as OperationField
 from protocol.fields import describe

@@ -1,9 +1,9 @@
 """Counting the memories returned to agents, written to the store in batches off the request path.
 
-Decay by use (layers/conversation/decay.py) needs each memory's ``access_count`` and
+Decay by use (layers/conversation/policy/decay.py) needs each memory's ``access_count`` and
 ``last_accessed``.  A search answers up to a hundred memories; writing each one's count on the
 request path would turn every read into writes on the store's one thread.  So reads only count in
-memory (:class:`layers.conversation.decay.AccessTally`), and this flusher writes the tally as jobs
+memory (:class:`layers.conversation.policy.decay.AccessTally`), and this flusher writes the tally as jobs
 of the store thread: every ``interval_s`` seconds, or as soon as ``batch_hits`` hits wait, in jobs
 of at most ``chunk`` memories so that agents' requests go on between them.  A batch the store
 cannot take (down, a full disk) is merged back and tried at the next flush.  ``stop`` writes what
@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from daemon.conversation.store_thread import StoreDown, StoreThread
-from layers.conversation.decay import AccessTally
+from layers.conversation.policy.decay import AccessTally
 
 log = logging.getLogger(__name__)
 

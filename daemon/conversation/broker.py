@@ -10,7 +10,7 @@ lifetime, and the outage rules.  This module composes the parts, one job each:
 - daemon/conversation/queue.py    the durable write queue on a disk that may be full
 - daemon/conversation/replay.py   the probe loop: reconnects, replays the queue exactly once
 - daemon/conversation/maintenance_jobs.py  cleanup, backup, restore, consolidation from the running daemon
-- daemon/conversation/status.py   the ``conversation`` section of status
+- daemon/conversation/status_section.py   the ``conversation`` section of status
 - daemon/conversation/tailscale.py   what tailscale says about a remote store's peer
 """
 
@@ -22,30 +22,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from daemon.common.audit import AuditLog
+from daemon.common.config import Config
+from daemon.common.contracts import ConversationStatus, SearchAnswer
+from daemon.common.guard import SecretGuard
+from daemon.common.jobs import StoreWorker
+from daemon.common.settings import decay_rules, store_deadline, store_settings
+from daemon.common.storage import StorageHealth
 from daemon.conversation.access import AccessRecorder
 from daemon.conversation.checkpoint import Checkpointer
 from daemon.conversation.maintenance_jobs import Maintenance
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import Reads
 from daemon.conversation.replay import DrainRate, Replayer
-from daemon.conversation.status import conversation_status
+from daemon.conversation.status_section import conversation_status
 from daemon.conversation.store_thread import StoreThread
 from daemon.conversation.tailscale import tailscale_view
 from daemon.conversation.writes import Writes
 from daemon.ops import maintenance
 from daemon.ops.consolidation import ConsolidateOptions
-from daemon.shared.audit import AuditLog
-from daemon.shared.config import Config
-from daemon.shared.contracts import ConversationStatus, SearchAnswer
-from daemon.shared.guard import SecretGuard
-from daemon.shared.jobs import StoreWorker
-from daemon.shared.settings import decay_rules, store_deadline, store_settings
-from daemon.shared.storage import StorageHealth
-from layers.conversation.breaker import Breaker
-from layers.conversation.queue import WriteQueue
-from layers.conversation.registry import RegistryCache
-from layers.conversation.store import ConversationStore
-from layers.conversation.tombstones import Tombstones
+from layers.conversation.adapters.breaker import Breaker
+from layers.conversation.adapters.store import ConversationStore
+from layers.conversation.lifecycle.durable_queue import WriteQueue
+from layers.conversation.lifecycle.tombstones import Tombstones
+from layers.conversation.policy.registry import RegistryCache
 from protocol.operations import Add
 
 __all__ = ["Broker", "StoreWorker", "tailscale_view"]
@@ -94,7 +94,7 @@ class Broker:
         self.tombstones = Tombstones(config.paths.state_dir / "conversation" / "deleted.sqlite")
         self.queue_access = QueueAccess(self.queue, self.storage)
         self.queue_access.open()  # a full disk leaves it closed: writes then go to the store or get 507
-        store.decay = decay_rules(config)  # how importance ranks searches (layers/conversation/decay.py)
+        store.decay = decay_rules(config)  # how importance ranks searches (layers/conversation/policy/decay.py)
         self.thread = StoreThread(
             store, Breaker(c.probe_interval_s), store_deadline(config), self.storage, on_change, pause
         )
@@ -295,7 +295,7 @@ class Broker:
     def restore(self, archive: Path) -> dict[str, Any]:
         return self.maintenance.restore(archive)
 
-    # ------------------------------------------------------------ status (daemon/conversation/status.py)
+    # ------------------------------------------------------------ status (daemon/conversation/status_section.py)
 
     def status(self) -> ConversationStatus:
         if self._final_status is not None:

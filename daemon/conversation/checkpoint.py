@@ -1,6 +1,6 @@
 """The L4 checkpoint: the store flushed, then the write-ahead log trimmed past what the flush covered.
 
-An ``add`` is durable once its row is in the write-ahead log (layers/conversation/queue.py,
+An ``add`` is durable once its row is in the write-ahead log (layers/conversation/lifecycle/durable_queue.py,
 synced, group-committed), so it is answered without waiting for the store's own flush: an Edge
 flush costs 9-40 ms holding the GIL (research for issue 45), far too much per request.  The log
 cannot grow for ever though, and a row may leave it only once the store holds its write on disk.
@@ -25,10 +25,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from daemon.common.domain_errors import ConversationUnavailableError
+from daemon.common.jobs import StoreWorker
 from daemon.conversation.queue import QueueAccess
-from daemon.shared.errors import ConversationUnavailableError
-from daemon.shared.jobs import StoreWorker
-from layers.conversation.store import ConversationStore, describe_error
+from layers.conversation.adapters.store import ConversationStore, describe_error
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from daemon.common.config import Config
+from daemon.common.domain_errors import ConflictError, ConversationUnavailableError
 from daemon.conversation.checkpoint import Checkpointer
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.ops import consolidation, maintenance
-from daemon.shared.config import Config
-from daemon.shared.errors import ConflictError, ConversationUnavailableError
-from layers.conversation.cleanup import Selection
-from layers.conversation.consolidation_plan import Stored
-from layers.conversation.consolidation_store import StoreFace
+from layers.conversation.consolidation.plan import Stored
+from layers.conversation.consolidation.store_view import StoreFace
+from layers.conversation.lifecycle.cleanup import Selection
 
 T = TypeVar("T")
 
@@ -74,7 +74,7 @@ class Maintenance:
         )
 
     def restore(self, archive: Path) -> dict:
-        """One job on the store thread: the backup's files put back synced (layers/conversation/backup.py),
+        """One job on the store thread: the backup's files put back synced (layers/conversation/lifecycle/backup.py),
         the write-ahead log's rows of the replaced store removed, the store reopened; answered after.
         A restore that fails (not a backup, a full disk) reopens the store it left in place."""
 

@@ -1,6 +1,6 @@
 """The durable L4 write queue on a disk that may be full or read-only.
 
-Writes the store cannot take go to the queue (layers/conversation/queue.py); a
+Writes the store cannot take go to the queue (layers/conversation/lifecycle/durable_queue.py); a
 full disk must cost neither the daemon nor an answer: the queue is opened when
 it can be, a read that fails says "unknown" (None), and the failure is noted in
 the storage report, retried with its back-off.
@@ -14,8 +14,8 @@ from typing import TypeVar
 
 import apsw
 
-from daemon.shared.storage import StorageHealth, is_storage_error
-from layers.conversation.queue import WriteQueue
+from daemon.common.storage import StorageHealth, is_storage_error
+from layers.conversation.lifecycle.durable_queue import WriteQueue
 
 T = TypeVar("T")
 
@@ -57,7 +57,7 @@ class QueueAccess:
         return True
 
     def contains(self, write_id: str, agent_id: str) -> bool:
-        """Whether ``agent_id``'s ``write_id`` is queued (its owner's: layers/conversation/write_ids.py)."""
+        """Whether ``agent_id``'s ``write_id`` is queued (its owner's: layers/conversation/lifecycle/write_ids.py)."""
         return self.read(lambda: self.queue.contains(write_id, agent_id), False)
 
     def note(self, write_id: str, agent_id: str, why: str) -> None:

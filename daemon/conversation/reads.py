@@ -1,7 +1,7 @@
 """Where an L4 read goes: search (with the L3 fallback), list, get, history, each checked against the registry.
 
 Private memories are only ever returned to their owner, project memories to the
-project's members (layers/conversation/policy.py); a denied read is audited and
+project's members (layers/conversation/policy/rules.py); a denied read is audited and
 answered as "not found".  While the store is down, a search is answered from the
 caller's own L3 index with ``degraded: true`` and the reason; the other reads
 are refused (503).
@@ -13,14 +13,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from daemon.common.audit import AuditLog
+from daemon.common.contracts import SearchAnswer, fit_memories, local_answer
+from daemon.common.domain_errors import ConversationUnavailableError, NoSuchMemoryError
 from daemon.conversation.store_thread import StoreDown, StoreThread
-from daemon.shared.audit import AuditLog
-from daemon.shared.contracts import SearchAnswer, fit_memories, local_answer
-from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError
-from layers.conversation.filters import FilterError, check
-from layers.conversation.policy import PolicyError, may_read, read_phases
-from layers.conversation.registry import RegistryCache
-from layers.conversation.tombstones import Tombstones
+from layers.conversation.lifecycle.tombstones import Tombstones
+from layers.conversation.policy.filters import FilterError, check
+from layers.conversation.policy.registry import RegistryCache
+from layers.conversation.policy.rules import PolicyError, may_read, read_phases
 
 CHAIN_MAX = 32  # steps a history's chain follows each way
 
@@ -28,7 +28,7 @@ CHAIN_MAX = 32  # steps a history's chain follows each way
 def checked_filters(filters: Any) -> dict | None:
     """A caller's mem0 filter, checked (400 naming the part that is wrong); None when it restricts nothing.
 
-    A whole number past ±(2^53 − 1) in it is refused too, naming where (layers/conversation/filters.py:
+    A whole number past ±(2^53 − 1) in it is refused too, naming where (layers/conversation/policy/filters.py:
     no memory holds one, and a range filter would compare it as a double, rounded).
     """
     try:
@@ -93,7 +93,7 @@ class Reads:
         ``max_tokens`` keeps the best results that fit in that many (estimated) tokens, and says so in ``budget``.
 
         Superseded memories are left out (inside the store's query) unless ``show_superseded``; with
-        ``trust_min`` only memories trusted that much or more (layers/conversation/policy.py).
+        ``trust_min`` only memories trusted that much or more (layers/conversation/policy/rules.py).
 
         With a filter the L3 fallback is not taken: the local index holds the agent's files, not user_id
         or metadata, and an unfiltered answer could put one end user's memories in another's prompt.

@@ -3,7 +3,7 @@
 One thread (``l4-probe``).  While the breaker is open it probes (a quick HTTP
 look at a remote server, then connect and ping on the store thread); once the
 store answers it replays the queue in order, exactly once by (owner, write_id).  The queue is
-also the write-ahead log (layers/conversation/queue.py): what a crash left in it (applied or not,
+also the write-ahead log (layers/conversation/lifecycle/durable_queue.py): what a crash left in it (applied or not,
 answered or not) is pending again at the start and replayed the same way, each write at its
 deterministic point id; a replayed row stays in the log, applied, until the checkpoint
 (daemon/conversation/checkpoint.py) has flushed the store past it.  Plain
@@ -23,13 +23,12 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from itertools import groupby
 
+from daemon.common.audit import AuditLog
+from daemon.common.storage import StorageHealth, has_room, is_storage_error
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from daemon.conversation.tailscale import TailscaleWatch
-from daemon.shared.audit import AuditLog
-from daemon.shared.storage import StorageHealth, has_room, is_storage_error
-from layers.conversation.queue import QueuedWrite
-from layers.conversation.store import (
+from layers.conversation.adapters.store import (
     BatchResult,
     NewMemory,
     StoreConfigError,
@@ -37,6 +36,7 @@ from layers.conversation.store import (
     StoreUnavailableError,
     describe_error,
 )
+from layers.conversation.lifecycle.durable_queue import QueuedWrite
 
 log = logging.getLogger(__name__)
 

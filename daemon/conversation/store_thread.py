@@ -1,6 +1,6 @@
 """The L4 store's own thread, and the breaker in front of it.
 
-The store is touched from one worker thread only (:class:`daemon.shared.jobs.StoreWorker`),
+The store is touched from one worker thread only (:class:`daemon.common.jobs.StoreWorker`),
 so a caller can give up on a hung link without leaving two requests inside the
 client.  Every call goes through :meth:`StoreThread.call`: it is refused at once
 while the breaker is open, waits at most its deadline, and opens the breaker
@@ -17,11 +17,11 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
-from daemon.shared.errors import ConversationUnavailableError
-from daemon.shared.jobs import StoreWorker
-from daemon.shared.storage import StorageHealth, is_storage_error
-from layers.conversation.breaker import Breaker
-from layers.conversation.store import ConversationStore, StoreSettings, StoreUnavailableError, describe_error
+from daemon.common.domain_errors import ConversationUnavailableError
+from daemon.common.jobs import StoreWorker
+from daemon.common.storage import StorageHealth, is_storage_error
+from layers.conversation.adapters.breaker import Breaker
+from layers.conversation.adapters.store import ConversationStore, StoreSettings, StoreUnavailableError, describe_error
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class StoreThread:
     ) -> T:
         """Run ``fn`` on the store's thread; raise StoreDown (and open the breaker) when it fails.
 
-        ``patient``: time queued behind other store jobs does not count (see :meth:`daemon.shared.jobs.Jobs.wait`).
+        ``patient``: time queued behind other store jobs does not count (see :meth:`daemon.common.jobs.Jobs.wait`).
         ``force``: run it with the breaker still open (the probe re-applying the write-ahead log before it
         lets requests in: daemon/conversation/replay.py).
         """

@@ -13,8 +13,8 @@ import subprocess
 import time
 from urllib.parse import urlparse
 
-from daemon.shared.contracts import TailscaleView
-from layers.conversation.store import describe_error
+from daemon.common.contracts import TailscaleView
+from layers.conversation.adapters.store import describe_error
 
 TAILSCALE_REFRESH_S = 60.0
 _TAILSCALE_NETS = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd7a:115c:a1e0::/48"))

@@ -6,7 +6,7 @@ the store (``infer=False``, or ``True`` with an LLM), with exact duplicates of a
 memory in the same scope answered NOOP.  When the store cannot take it (or earlier
 writes are still queued) the write goes to the durable queue, answered
 ``queued``, and is replayed later exactly once by write_id (daemon/conversation/replay.py).
-A write_id is its owner's (layers/conversation/write_ids.py): it is looked up, queued and replayed
+A write_id is its owner's (layers/conversation/lifecycle/write_ids.py): it is looked up, queued and replayed
 as ``(agent, write_id)``, so another agent's equal write_id is neither found nor revealed.
 Updates and deletes are never queued: whose a memory is, and what it says now,
 can only be read from the store, so while it is down they are refused (503).
@@ -33,26 +33,29 @@ from datetime import datetime, timezone
 
 import apsw
 
-from daemon.conversation.checkpoint import Checkpointer
-from daemon.conversation.queue import QueueAccess
-from daemon.conversation.reads import Reads, audit_denied, checked_filters
-from daemon.conversation.store_thread import StoreDown, StoreThread
-from daemon.shared.audit import AuditLog
-from daemon.shared.config import DedupConfig
-from daemon.shared.errors import (
+from daemon.common.audit import AuditLog
+from daemon.common.config import DedupConfig
+from daemon.common.daemon_limits import MAX_MEMORY_TEXT_CHARS
+from daemon.common.domain_errors import (
     ConflictError,
     ConversationUnavailableError,
     NoSuchMemoryError,
     NotStoredError,
     SecretRefusedError,
 )
-from daemon.shared.guard import SecretGuard
-from daemon.shared.limits import MAX_MEMORY_TEXT_CHARS
-from daemon.shared.storage import StorageHealth, is_storage_error
-from layers.conversation import validity
-from layers.conversation.cleanup import Selection
-from layers.conversation.metadata import MetadataError, check_entity_id, check_metadata, strings
-from layers.conversation.policy import (
+from daemon.common.guard import SecretGuard
+from daemon.common.storage import StorageHealth, is_storage_error
+from daemon.conversation.checkpoint import Checkpointer
+from daemon.conversation.queue import QueueAccess
+from daemon.conversation.reads import Reads, audit_denied, checked_filters
+from daemon.conversation.store_thread import StoreDown, StoreThread
+from layers.conversation.adapters.store import NewMemory
+from layers.conversation.lifecycle.cleanup import Selection
+from layers.conversation.lifecycle.tombstones import Tombstones
+from layers.conversation.policy import validity
+from layers.conversation.policy.metadata import MetadataError, check_entity_id, check_metadata, strings
+from layers.conversation.policy.registry import RegistryCache
+from layers.conversation.policy.rules import (
     DEFAULT_TRUST,
     DEFAULT_TYPE,
     ForbiddenError,
@@ -62,9 +65,6 @@ from layers.conversation.policy import (
     place,
     provenance,
 )
-from layers.conversation.registry import RegistryCache
-from layers.conversation.store import NewMemory
-from layers.conversation.tombstones import Tombstones
 from protocol.operations import Add
 
 MAX_TEXT_CHARS = MAX_MEMORY_TEXT_CHARS
@@ -184,12 +184,12 @@ class Writes:
         they never change who writes it (``agent``, from the token) or where it goes (placement).
 
         ``supersedes``: the id of a memory the new one replaces (``agent``'s own, also with ``admin``): it stays,
-        marked superseded (layers/conversation/validity.py), and leaves search.  Such a write needs the store
+        marked superseded (layers/conversation/policy/validity.py), and leaves search.  Such a write needs the store
         (whose the old memory is can only be read there): while it is down it is refused, never queued.
 
         ``trust`` and ``source`` (its provenance): by default medium and agent_output for an agent's write
         (inferred with an LLM), high and operator for the administrator's; an agent may lower its trust,
-        never raise it (layers/conversation/policy.py ``provenance``)."""
+        never raise it (layers/conversation/policy/rules.py ``provenance``)."""
         agent, write_id, infer = o.agent, o.write_id, o.infer
         text = self.checked_text(agent, o.text)
         if o.role not in (None, "user", "assistant"):
@@ -482,7 +482,7 @@ class Writes:
         may"; nothing the agent could not read is told).  A supersede target is never told apart from a
         missing one (False): another agent's memory is no memory the caller has.  The administrator's token
         acting as ``agent`` gets the same answer as ``agent``'s own: ``--agent X`` means "as X" (the audit
-        log names the real actor, ``admin as X``: daemon/shared/audit.py).
+        log names the real actor, ``admin as X``: daemon/common/audit.py).
         """
 
         try:
@@ -500,7 +500,7 @@ class Writes:
         return memory
 
     def _deleted(self, agent: str, memory: dict) -> None:
-        """After a delete: its owner kept for its history (see layers/conversation/tombstones.py), audited."""
+        """After a delete: its owner kept for its history (see layers/conversation/lifecycle/tombstones.py), audited."""
         self.tombstones.record(memory, datetime.now(timezone.utc).isoformat(timespec="seconds"))
         self.audit.record("memory_deleted", agent=agent, memory_id=memory.get("id"), owner=memory.get("agent_id"))
 

@@ -1,7 +1,7 @@
 """The agents the daemon watches: one tracker each, added when found, dropped when gone.
 
 Nothing is written into a workspace (git, token, skill) before it is judged on where it
-resolves, against the workspaces already watched (daemon/shared/workspace_guard.py): that is
+resolves, against the workspaces already watched (daemon/common/workspace_guard.py): that is
 checked again here, the one door every agent passes, whoever found it (a reconcile, an event in
 the agents directory). A refusal is logged once, audited once (``workspace_refused``) and listed
 in the status (``daemon.workspaces_refused``); a watched workspace whose path later resolves to
@@ -20,17 +20,17 @@ from pathlib import Path
 
 import git
 
+from daemon.common.contracts import WorkspaceRefusal
+from daemon.common.current import Current
+from daemon.common.storage import StorageHealth
+from daemon.common.workspace_guard import Resolved, WorkspaceRefusedError, resolve
+from daemon.common.workspaces import Agent, places_of, say_refused, survey
 from daemon.files.provision import Provisioner
 from daemon.files.tracker import AgentTracker, EditListener
 from daemon.local.index_files import move_legacy_index
 from daemon.local.indexer import SHARED_PREFIX, Indexer, desired_documents
-from daemon.shared.contracts import WorkspaceRefusal
-from daemon.shared.current import Current
-from daemon.shared.storage import StorageHealth
-from daemon.shared.workspace_guard import Resolved, WorkspaceRefusedError, resolve
-from daemon.shared.workspaces import Agent, places_of, say_refused, survey
-from layers import daily
-from layers.ids import MAIN_AGENT
+from layers.common.ids import MAIN_AGENT
+from layers.daily import workspace_repo as daily
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class Agents:
         return list(self.trackers.values())
 
     def discover(self) -> list[Agent]:
-        """Every agent whose workspace exists now and may be used (daemon/shared/workspaces.py ``survey``,
+        """Every agent whose workspace exists now and may be used (daemon/common/workspaces.py ``survey``,
         the workspaces watched already keeping theirs); a refusal is audited once and shown in status."""
         found = survey(self.current.config, watched=self.resolved)
         refused = {r.agent_id: r for r in found.refused}

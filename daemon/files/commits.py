@@ -9,11 +9,11 @@ change while it runs (the workspace, the guard, the repository) and returns a
 the only writer of the tracker's state.
 
 Bounded in every way a large change could make it unbounded: paths and messages
-go to git on stdin (:mod:`layers.gitcommit`), a message lists at most
-:data:`layers.daily.MESSAGE_LISTED` files, a batch holds at most
+go to git on stdin (:mod:`layers.daily.git.commit`), a message lists at most
+:data:`layers.daily.workspace_repo.MESSAGE_LISTED` files, a batch holds at most
 :data:`BATCH_FILES` files and :data:`BATCH_BYTES` of content, every git command
 has a deadline, and the daemon's stop kills the running git
-(:class:`layers.gitrun.Cancel`).
+(:class:`layers.daily.git.run.Cancel`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 
 import git
 
-from daemon.shared.contracts import CommitProgress
-from daemon.shared.guard import Finding, SecretGuard
-from layers import daily, gitrepair
-from layers.gitrun import Cancelled, GitFailed
+from daemon.common.contracts import CommitProgress
+from daemon.common.guard import Finding, SecretGuard
+from layers.daily import workspace_repo as daily
+from layers.daily.git import repair as gitrepair
+from layers.daily.git.run import Cancelled, GitFailed
 
 log = logging.getLogger(__name__)
 

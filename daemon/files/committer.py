@@ -20,7 +20,7 @@ from concurrent.futures import wait as wait_futures
 
 from daemon.files.commits import CommitJob, CommitOutcome
 from daemon.files.tracker import AgentTracker
-from layers.gitrun import Cancel
+from layers.daily.git.run import Cancel
 
 log = logging.getLogger(__name__)
 

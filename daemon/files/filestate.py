@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daemon.shared.storage import StorageHealth, is_storage_error
-from layers.fsutil import atomic_write, private_dirs
+from daemon.common.storage import StorageHealth, is_storage_error
+from layers.common.fsutil import atomic_write, private_dirs
 
 
 class FileState:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import logging
 
+from daemon.common import skill
+from daemon.common.audit import AuditLog
+from daemon.common.current import Current
+from daemon.common.storage import StorageHealth
+from daemon.common.tokens import TokenOfAnotherAgentError, TokenStore
+from daemon.common.workspaces import Agent
 from daemon.files.tracker import AgentTracker
-from daemon.shared import skill
-from daemon.shared.audit import AuditLog
-from daemon.shared.current import Current
-from daemon.shared.storage import StorageHealth
-from daemon.shared.tokens import TokenOfAnotherAgentError, TokenStore
-from daemon.shared.workspaces import Agent
-from layers import safefs
+from layers.common import safefs
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class Provisioner:
             self.storage.failed("tokens", exc, subject=agent.id, path=path, quiet=True)
 
     def ensure_skill(self, agent: Agent) -> None:
-        """The memory skill in the workspace, refreshed when this checkout's copy changed (daemon/shared/skill.py).
+        """The memory skill in the workspace, refreshed when this checkout's copy changed (daemon/common/skill.py).
 
         Never fatal: a symlinked ``skills/`` is refused, a full disk leaves it for the next start.
         """

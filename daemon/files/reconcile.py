@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+from daemon.common.contracts import ReconcileInfo
+from daemon.common.current import Current
+from daemon.common.storage import StorageHealth, is_storage_error
 from daemon.files.agents import Agents
 from daemon.files.starting import CHECKING, INDEXING, StartProgress
 from daemon.files.tracker import AgentTracker
 from daemon.local.indexer import Indexer
-from daemon.shared.contracts import ReconcileInfo
-from daemon.shared.current import Current
-from daemon.shared.storage import StorageHealth, is_storage_error
 
 log = logging.getLogger(__name__)
 

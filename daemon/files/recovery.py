@@ -5,9 +5,9 @@ stops cleanly; found at a start, the previous run ended without a stop.  Then, a
 (the checks cost a walk of each repository's loose objects and a ``git fsck --connectivity-only``):
 
 - each workspace repository is checked and, when a cut broke it, repaired from the daemon's
-  history copy (:mod:`layers.gitrepair`), said in the log, the audit log and ``memstrata status``;
+  history copy (:mod:`layers.daily.git.repair`), said in the log, the audit log and ``memstrata status``;
 - a memory file that is empty on disk while HEAD holds a version of it gets that version back
-  (:func:`layers.daily.refill_if_empty`): the agent's last write of it never reached the disk,
+  (:func:`layers.daily.workspace_repo.refill_if_empty`): the agent's last write of it never reached the disk,
   and committing the empty file would record the cut as the agent's edit;
 - lock files left in the history copies are removed (only the daemon writes there).
 
@@ -26,10 +26,10 @@ import os
 import time
 from pathlib import Path
 
-from layers import lockowner
-from layers.fsutil import atomic_write
-from layers.gitcommit import clear_recorded_lock
-from layers.gitrun import sync_dirs
+from layers.common import lockowner
+from layers.common.fsutil import atomic_write
+from layers.daily.git.commit import clear_recorded_lock
+from layers.daily.git.run import sync_dirs
 
 log = logging.getLogger(__name__)
 

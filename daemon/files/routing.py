@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from daemon.common.config import Config
+from daemon.common.current import Current
+from daemon.common.workspaces import is_memory_path, make_agent, spoke_id
 from daemon.files.agents import Agents
 from daemon.files.tracker import AgentTracker
-from daemon.shared.config import Config
-from daemon.shared.current import Current
-from daemon.shared.workspaces import is_memory_path, make_agent, spoke_id
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ FileKey = tuple[str, str]  # (agent id, path relative to its workspace)
 
 def watch_roots(config: Config, workspaces: Iterable[Path]) -> list[Path]:
     """The directories the watcher watches: the main workspace, agents_dir (unless inside it) and
-    each watched ``workspaces`` outside both (an OpenClaw-layout one: daemon/shared/openclaw.py),
+    each watched ``workspaces`` outside both (an OpenClaw-layout one: daemon/common/openclaw.py),
     so only what was judged and added is ever watched."""
     paths = config.paths
     roots = [paths.workspace]

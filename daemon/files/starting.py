@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from daemon.common.contracts import IndexProgress, StartingInfo
     from daemon.files.tracker import AgentTracker
-    from daemon.shared.contracts import IndexProgress, StartingInfo
 
 CHECKING = "checking files"
 INDEXING = "indexing"

@@ -21,15 +21,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import git
 
-from daemon.files.commits import CommitJob, CommitOutcome
-from daemon.files.filestate import FileState
-from daemon.shared.backoff import backoff
-from daemon.shared.fileread import Identity, Inspection, peek, read_version
-from daemon.shared.guard import Finding, SecretGuard
-from daemon.shared.settings import max_file_bytes
-from daemon.shared.skill import SKILL_REL
-from daemon.shared.tokens import WORKSPACE_TOKEN
-from daemon.shared.workspaces import (
+from daemon.common.backoff import backoff
+from daemon.common.fileread import Identity, Inspection, peek, read_version
+from daemon.common.guard import Finding, SecretGuard
+from daemon.common.settings import max_file_bytes
+from daemon.common.skill import SKILL_REL
+from daemon.common.tokens import WORKSPACE_TOKEN
+from daemon.common.workspaces import (
     MEMORY_DIRS,
     MEMORY_FILES,
     PATHSPECS,
@@ -38,14 +36,17 @@ from daemon.shared.workspaces import (
     is_memory_path,
     workspace_repo,
 )
-from layers import daily, safefs
-from layers.gitrun import GitFailed
-from layers.names import json_safe
+from daemon.files.commits import CommitJob, CommitOutcome
+from daemon.files.filestate import FileState
+from layers.common import safefs
+from layers.common.names import json_safe
+from layers.daily import workspace_repo as daily
+from layers.daily.git.run import GitFailed
 
 if TYPE_CHECKING:
-    from daemon.shared.config import Config
-    from daemon.shared.contracts import AgentReport, LostHistory
-    from daemon.shared.storage import StorageHealth
+    from daemon.common.config import Config
+    from daemon.common.contracts import AgentReport, LostHistory
+    from daemon.common.storage import StorageHealth
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class AgentTracker:
         """The file's current version and its never_store findings, reading it only if it is new.
 
         A version already read and scanned by the current guard is recognised from its
-        open fd (:func:`~daemon.shared.fileread.read_version`'s ``known``) and not read again.
+        open fd (:func:`~daemon.common.fileread.read_version`'s ``known``) and not read again.
         """
         cached = self._verdicts.get(rel)
         known = (cached[0], cached[1]) if cached is not None and cached[2] is self.guard else None

@@ -21,22 +21,22 @@ from typing import TYPE_CHECKING
 import click
 
 from daemon import __version__
+from daemon.common import skill
+from daemon.common.domain_errors import DaemonError
+from daemon.common.locations import ENV_VAR, SYSTEM_CONFIG
+from daemon.common.settings import guard_from
+from daemon.common.terminal import escaped, for_terminal, json_text
+from daemon.common.tokens import WORKSPACE_TOKEN, TokenStore
+from daemon.common.workspaces import core_of, create_workspace, discover, get_agent, make_agent, workspace_repo
 from daemon.front import conversation_commands, failures, install_commands, local_commands, maintenance_commands
 from daemon.front.options import Report, agent_option, config_of, echo_json, front_config, json_option
-from daemon.shared import skill
-from daemon.shared.errors import DaemonError
-from daemon.shared.locations import ENV_VAR, SYSTEM_CONFIG
-from daemon.shared.settings import guard_from
-from daemon.shared.terminal import escaped, for_terminal, json_text
-from daemon.shared.tokens import WORKSPACE_TOKEN, TokenStore
-from daemon.shared.workspaces import core_of, create_workspace, discover, get_agent, make_agent, workspace_repo
-from layers import daily
-from layers.fsutil import atomic_write, private_dirs
-from layers.ids import MAIN_AGENT, check_id
-from layers.safefs import UnsafePathError
+from layers.common.fsutil import atomic_write, private_dirs
+from layers.common.ids import MAIN_AGENT, check_id
+from layers.common.safefs import UnsafePathError
+from layers.daily import workspace_repo as daily
 
 if TYPE_CHECKING:
-    from daemon.shared.config import Config
+    from daemon.common.config import Config
 
 
 class MemstrataGroup(click.Group):
@@ -121,7 +121,7 @@ def init(ctx: click.Context, root: Path, as_json: bool) -> None:
     Every path of the written DIR/memstrata.yaml lies under DIR. Safe to run again:
     existing files are never overwritten.
     """
-    from daemon.shared.config import demo_config_text, load_config
+    from daemon.common.config import demo_config_text, load_config
 
     root = root.expanduser().absolute()
     root.mkdir(parents=True, exist_ok=True)
@@ -168,7 +168,7 @@ def _make_audit_dir(config: Config, report: Report) -> None:
 
 
 def _install_skill(config: Config, agent_id: str, workspace: Path, report: Report) -> None:
-    """The memory skill in ``{workspace}/skills/mem0-integration``, with its launcher (see daemon/shared/skill.py)."""
+    """The memory skill in ``{workspace}/skills/mem0-integration``, with its launcher (see daemon/common/skill.py)."""
     launcher = skill.Launcher.current(config.source, agent_id)
     try:
         changes = skill.sync_skill(workspace, launcher)
@@ -187,7 +187,7 @@ def _register(
     can_write_public: bool | None = None,
     keywords: tuple[str, ...] = (),
 ) -> None:
-    from layers.conversation import registry as project_registry
+    from layers.conversation.policy import registry as project_registry
 
     registry = project_registry.load_registry(config.paths.registry)
     known = agent_id in registry.data.agents
@@ -282,7 +282,7 @@ def agent_token(ctx: click.Context, agent_id: str, as_json: bool) -> None:
 @click.pass_context
 def agent_list(ctx: click.Context, as_json: bool) -> None:
     """List agents with their workspaces and projects."""
-    from layers.conversation.registry import load_registry
+    from layers.conversation.policy.registry import load_registry
 
     config = config_of(ctx)
     registry = load_registry(config.paths.registry)
@@ -312,14 +312,14 @@ def run(ctx: click.Context) -> None:
     configuration.
     """
     from daemon.service.loop import early_signals
-    from layers import malloc
+    from layers.common import malloc
 
     early_signals.install()  # a SIGHUP or SIGTERM while the daemon is built is applied, not fatal
-    malloc.tune()  # before any thread starts: at most two malloc arenas, a fixed mmap threshold (layers/malloc.py)
+    malloc.tune()  # before any thread starts: at most two malloc arenas, a fixed mmap threshold (layers/common/malloc.py)
 
     from daemon.api.app import SocketInUseError
+    from daemon.common.logs import setup_logging
     from daemon.service.memory_daemon import MemoryDaemon
-    from daemon.shared.logs import setup_logging
 
     config = config_of(ctx)
     setup_logging(config.log.level, guard_from(config), config.log.format)
@@ -382,7 +382,7 @@ def status(ctx: click.Context, agent_id: str | None, watch: bool, interval: floa
 
 def _status_document(ctx: click.Context, agent_id: str | None) -> dict:
     """The daemon's status document (or the offline survey); with ``agent_id``, that agent's part."""
-    from daemon.front.client import DaemonUnavailableError, connect
+    from daemon.front.daemon_client import DaemonUnavailableError, connect
     from daemon.front.status import offline_status
 
     try:

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from daemon.common.domain_errors import UnknownAgentError
+from daemon.common.terminal import escaped, for_terminal
+from daemon.common.workspaces import get_agent
 from daemon.front.failures import EXIT_USAGE
 from daemon.front.options import (
     FieldsCommand,
@@ -29,12 +32,9 @@ from daemon.front.options import (
     placement,
     use_note,
 )
-from daemon.shared.errors import UnknownAgentError
-from daemon.shared.terminal import escaped, for_terminal
-from daemon.shared.workspaces import get_agent
 
 if TYPE_CHECKING:
-    from daemon.front.client import DaemonClient
+    from daemon.front.daemon_client import DaemonClient
 
 # protocol.operations is imported by each command that sends one (with the client), not by `memstrata --help`.
 
@@ -65,8 +65,8 @@ def add_cmd(ctx: click.Context, text: str, agent_id: str, as_json: bool, **field
     exactly once, when it is back: the answer then says "queued". A write
     with --supersedes is never queued (the store must see what it replaces).
     """
-    from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
-    from daemon.shared.settings import client_timeout
+    from daemon.common.settings import client_timeout
+    from daemon.front.daemon_client import DaemonRequestError, DaemonUnavailableError, connect
     from protocol import operations as op
 
     config = config_of(ctx)
@@ -136,8 +136,8 @@ def mcp_cmd(ctx: click.Context, agent_id: str) -> None:
 
 def _ask(ctx: click.Context, agent_id: str, request: Callable[[DaemonClient], Any]) -> Any:
     """One request to the daemon as ``agent_id``; its refusals become one clear line and exit 1."""
-    from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
-    from daemon.shared.settings import client_timeout
+    from daemon.common.settings import client_timeout
+    from daemon.front.daemon_client import DaemonRequestError, DaemonUnavailableError, connect
 
     config = config_of(ctx)
     get_agent(config, agent_id)

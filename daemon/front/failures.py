@@ -56,13 +56,13 @@ def classify(exc: BaseException) -> Failure | None:
 
     Imports are local: the domain errors live in modules a light command may never load.
     """
-    from daemon.front.client import DaemonUnavailableError
-    from daemon.shared.errors import UnknownAgentError
-    from layers import daily
-    from layers.gitrun import GitFailed
-    from layers.ids import InvalidIdError
-    from layers.local.query import EmptyQueryError
-    from layers.safefs import UnsafePathError
+    from daemon.common.domain_errors import UnknownAgentError
+    from daemon.front.daemon_client import DaemonUnavailableError
+    from layers.common.ids import InvalidIdError
+    from layers.common.safefs import UnsafePathError
+    from layers.daily import workspace_repo as daily
+    from layers.daily.git.run import GitFailed
+    from layers.local.text.query import EmptyQueryError
 
     if isinstance(exc, Failure):
         return exc
@@ -86,7 +86,7 @@ def classify(exc: BaseException) -> Failure | None:
     if isinstance(exc, daily.RepoBusyError):
         return Failure(f"{exc}; try again in a moment", "busy")
     if isinstance(exc, (FileNotFoundError, ValueError, UnsafePathError, daily.RepoRefusedError, GitFailed)):
-        # a bad configuration or registry is a layers.yamlfile.YamlFileError, a ValueError (file, key, line)
+        # a bad configuration or registry is a layers.common.yamlfile.YamlFileError, a ValueError (file, key, line)
         return Failure(str(exc))
     return None
 
@@ -95,8 +95,8 @@ def show(failure: Failure, as_json: bool) -> None:
     """Say what failed: JSON on stdout (and the line on stderr) with ``--json``, else click's text.
 
     A message may quote what an agent wrote (a file name, a daemon's refusal naming a value): its
-    control characters are escaped on the terminal (daemon/shared/terminal.py), exact in the JSON."""
-    from daemon.shared.terminal import escaped, json_text
+    control characters are escaped on the terminal (daemon/common/terminal.py), exact in the JSON."""
+    from daemon.common.terminal import escaped, json_text
 
     message = failure.format_message()
     if as_json:

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
+from daemon.common.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, SearchAnswer, StatusDocument
+from daemon.common.terminal import escaped, for_terminal
+from daemon.common.workspaces import get_agent
 from daemon.front.options import (
     FieldsCommand,
     QueryRefusedError,
@@ -30,20 +33,17 @@ from daemon.front.options import (
     request_failed,
     use_note,
 )
-from daemon.shared.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, SearchAnswer, StatusDocument
-from daemon.shared.terminal import escaped, for_terminal
-from daemon.shared.workspaces import get_agent
 from protocol.limits import L3_RESULTS
 
 if TYPE_CHECKING:
-    from daemon.shared.config import Config
-    from daemon.shared.config_cache import FrontConfig
-    from layers.local.index import Filters
+    from daemon.common.config import Config
+    from daemon.common.config_cache import FrontConfig
+    from layers.local.storage.index import Filters
 
 
 def refuse_long_query(query: str) -> None:
     """Refuse before anything is sent or opened, so every path (daemon, offline) answers alike."""
-    from daemon.shared.limits import QueryTooLongError, check_query
+    from daemon.common.daemon_limits import QueryTooLongError, check_query
 
     try:
         check_query(query)
@@ -52,7 +52,7 @@ def refuse_long_query(query: str) -> None:
 
 
 def _filters(layer: str | None, path: str | None, since: str | None, until: str | None) -> Filters:
-    from layers.local.index import Filters
+    from layers.local.storage.index import Filters
 
     return Filters(layer=layer, path_glob=path, since=since, until=until)
 
@@ -61,7 +61,7 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
     """An answer whose results are L3 hits: a search's, its stand-in for L4 (``--layer all``), or L4's
     answer served from L3 by the daemon (its results made L3-shaped, :func:`_as_local`).
 
-    Paths, headings and notes are shown escaped (daemon/shared/terminal.py); a passage keeps its own line
+    Paths, headings and notes are shown escaped (daemon/common/terminal.py); a passage keeps its own line
     breaks, each line indented under its result, every other control character escaped."""
     raw_results = answer["results"]
     answer = for_terminal(answer)
@@ -143,9 +143,9 @@ def local_search(
     min_score: float | None = None,
 ) -> SearchAnswer:
     """Search the index file directly, read-only (no daemon, no model): the offline path."""
-    from layers.local.index import ForeignFile, IndexStale, open_for_reading
-    from layers.local.search import search as search_index
-    from layers.local.translate import DICTIONARY_FILE, open_dictionary
+    from layers.local.ranking.hybrid_search import search as search_index
+    from layers.local.storage.index import ForeignFile, IndexStale, open_for_reading
+    from layers.local.text.translate import DICTIONARY_FILE, open_dictionary
 
     agent_obj = get_agent(config, agent_id)
     if not agent_obj.index.exists():
@@ -196,8 +196,8 @@ def search_conversation(
     max_tokens: int | None = None,
 ) -> None:
     """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3 (not with filters)."""
-    from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
-    from daemon.shared.settings import client_timeout
+    from daemon.common.settings import client_timeout
+    from daemon.front.daemon_client import DaemonRequestError, DaemonUnavailableError, connect
     from protocol.operations import MemorySearch
 
     try:
@@ -306,7 +306,7 @@ def search_cmd(
     even when they have none of the other words.
     Works without the daemon too (read-only, full-text).
     """
-    from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
+    from daemon.front.daemon_client import DaemonRequestError, DaemonUnavailableError, connect
     from protocol.operations import Search
 
     refuse_long_query(query)
@@ -377,7 +377,7 @@ def search_cmd(
 @click.pass_context
 def reindex(ctx, agent_id: str | None, rebuild: bool, vectors: bool, as_json: bool) -> None:
     """Bring L3 indexes up to date with the markdown (through the daemon when it runs)."""
-    from daemon.front.client import DaemonUnavailableError, connect
+    from daemon.front.daemon_client import DaemonUnavailableError, connect
 
     config = config_of(ctx)
     if agent_id:
@@ -536,8 +536,8 @@ def model_build(ctx, output: Path | None, force: bool, as_json: bool) -> None:
     Beside it go the two parts of its split form, which the daemon runs
     (<name>.encoder.gguf and <name>.tokens.npy); a missing part is written again.
     """
-    from layers.local.model_build import build_e5_gguf
-    from layers.local.model_parts import split_paths
+    from layers.local.models.model_build import build_e5_gguf
+    from layers.local.models.model_parts import split_paths
 
     config = config_of(ctx)
     dest = output or config.model_path

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from daemon.common.settings import DEFAULT_KEEP
+from daemon.common.terminal import for_terminal
 from daemon.front.options import config_of, echo_json, json_option
-from daemon.shared.settings import DEFAULT_KEEP
-from daemon.shared.terminal import for_terminal
-from layers.conversation.policy import MEMORY_TYPES, VISIBILITIES
+from layers.conversation.policy.rules import MEMORY_TYPES, VISIBILITIES
 
 if TYPE_CHECKING:
-    from daemon.shared.config import Config
+    from daemon.common.config import Config
 
 # A backup or cleanup started with the daemon (a timer with Persistent=true at boot) finds it
 # starting: the state locked, its socket not there yet.  It waits this long for one of the two.
@@ -37,9 +37,9 @@ class _DaemonStarting(Exception):
 @contextlib.contextmanager
 def _direct_store(config: Config, command: str, embed: bool = False) -> Iterator:
     """The store opened by this process; an embedder only when ``embed`` (a consolidation that may write summaries)."""
-    from daemon.shared.errors import DaemonError
-    from daemon.shared.settings import acquire_state_lock, store_settings
-    from layers.conversation.store import ConversationStore
+    from daemon.common.domain_errors import DaemonError
+    from daemon.common.settings import acquire_state_lock, store_settings
+    from layers.conversation.adapters.store import ConversationStore
 
     lock = None
     if config.conversation.backend == "embedded":
@@ -83,9 +83,9 @@ def _run(config: Config, command: str, via_daemon: Callable, directly: Callable,
 
 
 def _run_once(config: Config, command: str, via_daemon: Callable, directly: Callable, embed: bool = False) -> dict:
-    from daemon.front.client import DaemonRequestError, DaemonUnavailableError, connect
-    from daemon.shared.errors import ConflictError, NotFoundError
-    from layers.conversation.store import StoreConfigError, StoreUnavailableError
+    from daemon.common.domain_errors import ConflictError, NotFoundError
+    from daemon.front.daemon_client import DaemonRequestError, DaemonUnavailableError, connect
+    from layers.conversation.adapters.store import StoreConfigError, StoreUnavailableError
 
     if config.conversation.backend == "embedded":
         try:
@@ -138,7 +138,7 @@ def cleanup_cmd(
     Exactly one of --dry-run and --execute is required.
     """
     from daemon.ops.maintenance import CleanupOptions, cleanup
-    from layers.conversation.cleanup import Selection
+    from layers.conversation.lifecycle.cleanup import Selection
 
     if dry_run == execute:
         raise click.UsageError("give exactly one of --dry-run (preview) and --execute (delete)")
@@ -258,7 +258,7 @@ def consolidate_cmd(ctx, dry_run, execute, undo_run, force, list_runs, agent_id,
 
 def _directly(config: Config, store, options, progress) -> dict:
     from daemon.ops.consolidation import consolidate
-    from layers.conversation.consolidation_store import StoreFace
+    from layers.conversation.consolidation.store_view import StoreFace
 
     return consolidate(config, StoreFace(store), options, store.settings.llm, progress.show)
 
@@ -267,7 +267,7 @@ def _via_daemon(client, config: Config, options, progress) -> dict:
     """The run as one admin request; its progress read from the daemon's status meanwhile."""
     import threading
 
-    from daemon.front.client import connect
+    from daemon.front.daemon_client import connect
 
     outcome: dict = {}
 

@@ -15,7 +15,7 @@ params (``arguments`` that is not an object included: it never runs a tool as ``
 -32602, a line that is not JSON -32700.  A tool's own failure (bad arguments included,
 so a model can correct itself) is a result with ``isError: true``.  Every value an
 error repeats is the caller's and may be hostile: it is cut to
-:data:`~daemon.shared.limits.MAX_ECHO_CHARS` characters saying how long it was, and a
+:data:`~daemon.common.daemon_limits.MAX_ECHO_CHARS` characters saying how long it was, and a
 whole error text to :data:`MAX_ERROR_CHARS`.  The session on stdio (calls beside the
 reader, cancellation, batches, one writer) is :mod:`daemon.front.mcp_stdio`; stdout
 carries only the protocol; anything else written there goes to stderr.
@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.shared.echo import cut
-from daemon.shared.limits import MAX_ECHO_CHARS
+from daemon.common.daemon_limits import MAX_ECHO_CHARS
+from daemon.common.echo import cut
 from protocol.fields import Field
 
 log = logging.getLogger("memstrata.mcp")

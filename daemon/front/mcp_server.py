@@ -6,7 +6,7 @@ this server adds none of its own and cannot weaken them.  The agent id is fixed
 when the server starts and no tool takes one: a model talking to the server
 cannot ask for another agent's memory, and the daemon checks the token against
 that id.  The token is the agent's own (``$MEMSTRATA_TOKEN``, else the
-workspace's ``.memstrata/token``, see :func:`daemon.shared.tokens.own_token`), never
+workspace's ``.memstrata/token``, see :func:`daemon.common.tokens.own_token`), never
 the administrator's, even when the server runs as root and could read it:
 without the agent's token the server still starts and says why in its
 instructions and in every answer.
@@ -22,20 +22,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
-from daemon.front.client import DaemonClient, DaemonRequestError, DaemonUnavailableError
+from daemon.common.contracts import StatusDocument, fit_memories, local_answer
+from daemon.common.daemon_limits import QueryTooLongError
+from daemon.common.settings import client_timeout
+from daemon.common.tokens import own_token
+from daemon.common.workspaces import Agent, core_of, get_agent
+from daemon.front.daemon_client import DaemonClient, DaemonRequestError, DaemonUnavailableError
 from daemon.front.mcp_protocol import Param, Tool, ToolError, names_shown, param_of
 from daemon.front.mcp_stdio import StdioServer
-from daemon.shared.contracts import StatusDocument, fit_memories, local_answer
-from daemon.shared.limits import QueryTooLongError
-from daemon.shared.settings import client_timeout
-from daemon.shared.tokens import own_token
-from daemon.shared.workspaces import Agent, core_of, get_agent
-from layers.conversation.policy import MEMORY_TYPES, retention_for
+from layers.conversation.policy.rules import MEMORY_TYPES, retention_for
 from protocol import operations as op
 from protocol.fields import describe
 
 if TYPE_CHECKING:
-    from daemon.shared.config import Config
+    from daemon.common.config import Config
 
 INSTRUCTIONS = """\
 memstrata is this agent's long-term memory, in layers:
@@ -102,8 +102,8 @@ def _local_fallback(
     """memory_search while the daemon is down: the agent's own L3 index, read-only, full-text
     (the model is the daemon's), in the daemon's own degraded shape (daemon/conversation/reads.py).
     The index holds this agent's files only: nothing of another agent is reachable this way."""
-    from layers.local.index import ForeignFile, IndexStale, open_for_reading  # apsw: only on this path
-    from layers.local.search import search as search_index
+    from layers.local.ranking.hybrid_search import search as search_index
+    from layers.local.storage.index import ForeignFile, IndexStale, open_for_reading  # apsw: only on this path
 
     if not agent.index.exists():
         raise ToolError(f"{reason}, and there is no local index for {agent.id} yet ({agent.index})")
@@ -133,7 +133,7 @@ def _health(config: Config) -> dict:
 
 def _permissions(config: Config, agent_id: str) -> dict:
     """The agent's projects and whether it may write public memories, from the project registry."""
-    from layers.conversation.registry import load_registry  # pydantic + yaml: only memory_status pays
+    from layers.conversation.policy.registry import load_registry  # pydantic + yaml: only memory_status pays
 
     try:
         registry = load_registry(config.paths.registry)

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from daemon.common.echo import cut
 from daemon.front.mcp_protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -53,7 +54,6 @@ from daemon.front.mcp_protocol import (
     success,
     tool_error,
 )
-from daemon.shared.echo import cut
 
 log = logging.getLogger("memstrata.mcp")
 

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from daemon.common.terminal import escaped, json_text
 from daemon.front.failures import Failure, UnreachableFailure, UsageFailure
-from daemon.shared.terminal import escaped, json_text
 from protocol.vocabulary import DAY_PATTERN
 
 if TYPE_CHECKING:
-    from daemon.shared.config import Config
-    from daemon.shared.config_cache import FrontConfig
+    from daemon.common.config import Config
+    from daemon.common.config_cache import FrontConfig
     from protocol.fields import Field
 
 
@@ -141,7 +141,7 @@ def field_options(operation: str, *names: str, when: str | None = None, **spelle
 
 def config_of(ctx: click.Context) -> Config:
     """The configuration of this call, loaded once (``--config``, else the defaults' search)."""
-    from daemon.shared.config import load_config  # pydantic: only for the commands that read the configuration
+    from daemon.common.config import load_config  # pydantic: only for the commands that read the configuration
 
     obj = ctx.ensure_object(dict)
     if "config" not in obj:
@@ -153,7 +153,7 @@ def front_config(ctx: click.Context) -> Config | FrontConfig:
     """The configuration's resolved paths, for a call that only talks to a running daemon or reads
     files at those paths (an agent's workspace, its index).
 
-    From the validated-configuration cache (daemon/shared/config_cache.py) when the file,
+    From the validated-configuration cache (daemon/common/config_cache.py) when the file,
     its path, the environment and the code are those of an earlier full validation;
     else validated in full here (same errors as :func:`config_of`) and recorded.
     A file that no longer validates (a typo the daemon refused on SIGHUP, running on) gives the
@@ -162,7 +162,7 @@ def front_config(ctx: click.Context) -> Config | FrontConfig:
     Only ``.paths`` and ``.source`` may be read from what this returns: anything
     else (a daemon that is down, another layer) goes through :func:`config_of`.
     """
-    from daemon.shared.config_cache import FrontConfig  # the standard library only
+    from daemon.common.config_cache import FrontConfig  # the standard library only
 
     obj = ctx.ensure_object(dict)
     if "config" in obj:
@@ -186,13 +186,13 @@ def paths_config(config_path: Path | None) -> tuple[Config | FrontConfig, str | 
     and code), the paths of that last good version with the full reader's error (file, key, line);
     else that error is raised, as :func:`config_of` raises it.
     """
-    from daemon.shared import config_cache
+    from daemon.common import config_cache
 
     raw = config_cache.read_config_bytes(config_path)
     cached = config_cache.load(raw) if raw is not None else None
     if cached is not None:
         return cached, None  # the usual case: no pydantic, no YAML (a front call's CPU is mostly imports)
-    from daemon.shared.config import load_config, parse_config
+    from daemon.common.config import load_config, parse_config
 
     if raw is None:
         return load_config(config_path), None
@@ -225,13 +225,13 @@ def say_config_broken(why: str) -> None:
 
 
 def echo_json(data: object) -> None:
-    """``data`` as indented JSON: exact values, every control character a ``\\u`` escape (daemon/shared/terminal.py)."""
+    """``data`` as indented JSON: exact values, every control character a ``\\u`` escape (daemon/common/terminal.py)."""
     click.echo(json_text(data, indent=2))
 
 
 def echo_text(line: str = "", *, err: bool = False, nl: bool = True) -> None:
     """One line of a command's text output with every control character of it escaped: what an agent
-    wrote (a name, a memory, metadata) never drives the operator's terminal (daemon/shared/terminal.py)."""
+    wrote (a name, a memory, metadata) never drives the operator's terminal (daemon/common/terminal.py)."""
     click.echo(escaped(line), err=err, nl=nl)
 
 
@@ -261,7 +261,7 @@ def _agent_here(ctx: click.Context, _param: click.Parameter, value: str | None) 
     spoke workspaces may lie inside the main one), else a usage error that says so."""
     if value is not None:
         return value
-    from daemon.shared.workspaces import discover
+    from daemon.common.workspaces import discover
 
     here = Path.cwd().resolve()
     agents = discover(front_config(ctx))
@@ -335,7 +335,7 @@ def use_note(memory: Mapping[str, Any]) -> str:
 
 
 def conversation_failed(exc: Exception) -> click.ClickException:
-    from daemon.front.client import DaemonUnavailableError
+    from daemon.front.daemon_client import DaemonUnavailableError
 
     if isinstance(exc, DaemonUnavailableError):
         return UnreachableFailure(f"{exc}: conversation memory is served by the daemon (`memstrata run`)")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
-from daemon.shared.contracts import (
+from daemon.common.contracts import (
     AgentReport,
     ConversationStatus,
     IndexReport,
@@ -19,12 +19,12 @@ from daemon.shared.contracts import (
     StatusDocument,
     StorageReport,
 )
-from daemon.shared.settings import SNAPSHOT_FILE, guard_from, limits_of
-from daemon.shared.terminal import for_terminal
-from daemon.shared.workspaces import discover
+from daemon.common.settings import SNAPSHOT_FILE, guard_from, limits_of
+from daemon.common.terminal import for_terminal
+from daemon.common.workspaces import discover
 
 if TYPE_CHECKING:
-    from daemon.shared.config import Config
+    from daemon.common.config import Config
 
 
 def offline_status(config: Config, reason: str) -> StatusDocument:
@@ -62,7 +62,7 @@ def offline_status(config: Config, reason: str) -> StatusDocument:
 
 
 def _index_report(path: Path) -> IndexReport:
-    from layers.local.index import ForeignFile, IndexStale, open_for_reading
+    from layers.local.storage.index import ForeignFile, IndexStale, open_for_reading
 
     if not path.exists():
         return {"path": str(path), "state": "missing (the daemon builds it)"}
@@ -486,7 +486,7 @@ def render(status: StatusDocument, agent: str | None = None) -> str:
     """The report a person reads: one summary line (healthy, or how many problems), the problems,
     the daemon's state, then one line per agent; ``agent``: that agent's detail instead of the list.
 
-    Every string of the document is escaped first (daemon/shared/terminal.py): a file name, a path, an
+    Every string of the document is escaped first (daemon/common/terminal.py): a file name, a path, an
     error or a commit subject an agent wrote reaches the terminal as text, never as a control sequence.
     The overview's lines fit in :data:`WIDTH` columns (a longer one goes on, indented, on the next; only a
     path longer than that is not cut); an agent's detail keeps its lines whole."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import apsw
 
-from layers.local.translate import DICTIONARY_FILE, Dictionary, build, open_dictionary
+from layers.local.text.translate import DICTIONARY_FILE, Dictionary, build, open_dictionary
 
 log = logging.getLogger(__name__)
 

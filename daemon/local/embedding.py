@@ -24,18 +24,18 @@ from pathlib import Path
 
 import numpy as np
 
-from daemon.shared.config import Config
-from daemon.shared.storage import StorageHealth, is_storage_error
-from layers.local import companion
-from layers.local.index import ForeignFile, Identity, IndexStale, LocalIndex
-from layers.local.units import ITEMS_UP_TO_CHUNKS, has_companion, passages
-from layers.local.vectors import (
+from daemon.common.config import Config
+from daemon.common.storage import StorageHealth, is_storage_error
+from layers.local.models import companion
+from layers.local.models.vectors import (
     Embedder,
     EmbeddingAborted,
     LocalEmbedder,
     OpenAIEmbedder,
     VectorsUnavailableError,
 )
+from layers.local.storage.index import ForeignFile, Identity, IndexStale, LocalIndex
+from layers.local.text.units import ITEMS_UP_TO_CHUNKS, has_companion, passages
 
 log = logging.getLogger(__name__)
 

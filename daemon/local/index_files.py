@@ -3,7 +3,7 @@
 On an OpenClaw host QMD keeps its own live ``index.sqlite`` (the old default
 ``paths.index`` pointed at it).  memstrata never opens for writing, replaces or
 deletes a file it did not create.  A healthy index says it is ours by its
-``meta`` table (:func:`layers.local.index.inspect_file`); a damaged one cannot,
+``meta`` table (:func:`layers.local.storage.index.inspect_file`); a damaged one cannot,
 so every index file the daemon creates or rebuilds is also recorded here by
 device and inode, and a damaged file is rebuilt only when the record names it.
 """
@@ -16,8 +16,8 @@ import logging
 import os
 from pathlib import Path
 
-from layers.fsutil import PRIVATE_FILE, atomic_write, private_dirs
-from layers.local.index import inspect_file
+from layers.common.fsutil import PRIVATE_FILE, atomic_write, private_dirs
+from layers.local.storage.index import inspect_file
 
 log = logging.getLogger(__name__)
 

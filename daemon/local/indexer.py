@@ -24,18 +24,27 @@ from pathlib import Path
 
 import apsw
 
+from daemon.common.backoff import backoff
+from daemon.common.contracts import IndexProgress, IndexReport, LastRebuild
+from daemon.common.fileread import Inspection, read_version
+from daemon.common.guard import SecretGuard
+from daemon.common.storage import StorageHealth, is_storage_error
+from daemon.common.workspaces import MEMORY_FILES, Agent
 from daemon.local.index_files import IndexClaims
-from daemon.shared.backoff import backoff
-from daemon.shared.contracts import IndexProgress, IndexReport, LastRebuild
-from daemon.shared.fileread import Inspection, read_version
-from daemon.shared.guard import SecretGuard
-from daemon.shared.storage import StorageHealth, is_storage_error
-from daemon.shared.workspaces import MEMORY_FILES, Agent
-from layers import core, daily
-from layers.ids import MAIN_AGENT
-from layers.local.answers import RebuildStats
-from layers.local.index import Document, ForeignFile, Identity, IndexStale, LocalIndex, check_replaceable, rebuild
-from layers.names import shown
+from layers.common.ids import MAIN_AGENT
+from layers.common.names import shown
+from layers.core import bundle as core
+from layers.daily import workspace_repo as daily
+from layers.local.shapes import RebuildStats
+from layers.local.storage.index import (
+    Document,
+    ForeignFile,
+    Identity,
+    IndexStale,
+    LocalIndex,
+    check_replaceable,
+    rebuild,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +73,7 @@ def layer_of(rel: str) -> tuple[str, str | None]:
 def document_of(rel: str, inspection: Inspection) -> Document | None:
     """The version's bytes as a Document; None when there are none to index (reported by the tracker).
 
-    The index names it :func:`~layers.names.shown` (SQLite text must be UTF-8): a
+    The index names it :func:`~layers.common.names.shown` (SQLite text must be UTF-8): a
     file called ``bad\\xffname.md`` is indexed and found under that spelling.
     """
     text = inspection.text()
@@ -195,7 +204,7 @@ class Indexer:
     def _read(self, agent: Agent, rel: str, sha256: str) -> Document | None:
         """The file as a Document, or None when unreadable or when its text holds a secret.
 
-        Read once through :func:`~daemon.shared.fileread.read_version` (never through a symlink,
+        Read once through :func:`~daemon.common.fileread.read_version` (never through a symlink,
         and a file of ``shared/`` from inside the main workspace's ``shared/``), like the edit
         flow: a rebuild or ``reindex`` cannot read what the edit flow would refuse.
         """

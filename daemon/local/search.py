@@ -13,16 +13,16 @@ from typing import Any
 
 import apsw
 
+from daemon.common.contracts import SearchAnswer
+from daemon.common.domain_errors import IndexUnavailableError, UnknownAgentError
+from daemon.common.jobs import Jobs
+from daemon.common.storage import is_storage_error
+from daemon.common.workspaces import Agent
 from daemon.local.dictionary import DictionaryFile
 from daemon.local.indexer import Indexer
-from daemon.shared.contracts import SearchAnswer
-from daemon.shared.errors import IndexUnavailableError, UnknownAgentError
-from daemon.shared.jobs import Jobs
-from daemon.shared.storage import is_storage_error
-from daemon.shared.workspaces import Agent
-from layers.local.index import Filters, ForeignFile, Identity, IndexStale, LocalIndex
-from layers.local.search import search as search_index
-from layers.local.vectors import Embedder, LocalEmbedder
+from layers.local.models.vectors import Embedder, LocalEmbedder
+from layers.local.ranking.hybrid_search import search as search_index
+from layers.local.storage.index import Filters, ForeignFile, Identity, IndexStale, LocalIndex
 
 #: Seconds a search waits for the query's vector (a model loading or busy with a batch); past
 #: that it answers lexically and says why, so no tool call hangs on a loaded host. 3 s leaves the

@@ -19,15 +19,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from daemon.shared.audit import audit_log
-from daemon.shared.config import Config
-from daemon.shared.errors import ConflictError, InvalidRequestError, NotFoundError
-from daemon.shared.settings import guard_from
-from layers.conversation import consolidation
-from layers.conversation.consolidation import ConsolidationStore, Progress
-from layers.conversation.consolidation_plan import Thresholds
-from layers.conversation.judge import LlmJudge
-from layers.fsutil import atomic_write
+from daemon.common.audit import audit_log
+from daemon.common.config import Config
+from daemon.common.domain_errors import ConflictError, InvalidRequestError, NotFoundError
+from daemon.common.settings import guard_from
+from layers.common.fsutil import atomic_write
+from layers.conversation.consolidation import nightly as consolidation
+from layers.conversation.consolidation.judge import LlmJudge
+from layers.conversation.consolidation.nightly import ConsolidationStore, Progress
+from layers.conversation.consolidation.plan import Thresholds
 
 RUN_ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
 DEFAULT_MAX_SHARE = Thresholds().max_share

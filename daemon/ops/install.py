@@ -32,14 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.shared import skill
-from daemon.shared.config import Config, demo_config_text, load_config, parse_config
-from daemon.shared.locations import OPENCLAW_ROOT, SYSTEM_CONFIG
-from daemon.shared.workspaces import create_workspace, discover
-from layers import safefs
-from layers.conversation.registry import load_registry
-from layers.fsutil import atomic_write, private_dirs
-from layers.ids import MAIN_AGENT
+from daemon.common import skill
+from daemon.common.config import Config, demo_config_text, load_config, parse_config
+from daemon.common.locations import OPENCLAW_ROOT, SYSTEM_CONFIG
+from daemon.common.workspaces import create_workspace, discover
+from layers.common import safefs
+from layers.common.fsutil import atomic_write, private_dirs
+from layers.common.ids import MAIN_AGENT
+from layers.conversation.policy.registry import load_registry
 
 CHECKOUT = skill.CHECKOUT
 DEFAULT_ROOT = OPENCLAW_ROOT

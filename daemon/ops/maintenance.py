@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.shared.audit import audit_log
-from daemon.shared.config import Config
-from daemon.shared.errors import InvalidRequestError
-from daemon.shared.settings import DEFAULT_KEEP, decay_rules
-from layers.conversation import backup as backups
-from layers.conversation.cleanup import CleanupStore, Rules, Selection, run_cleanup
-from layers.conversation.store import ConversationStore
+from daemon.common.audit import audit_log
+from daemon.common.config import Config
+from daemon.common.domain_errors import InvalidRequestError
+from daemon.common.settings import DEFAULT_KEEP, decay_rules
+from layers.conversation.adapters.store import ConversationStore
+from layers.conversation.lifecycle import backup as backups
+from layers.conversation.lifecycle.cleanup import CleanupStore, Rules, Selection, run_cleanup
 
 KEEP_REPLACED = 2  # stores a restore replaced, kept beside the store for an undo by hand (newest first)
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from daemon.shared.jobs import Jobs
+from daemon.common.jobs import Jobs
 
 if TYPE_CHECKING:
     from daemon.files.agents import Agents

@@ -6,7 +6,7 @@ daemon/files/agents.py the agents watched and daemon/files/provision.py what the
 workspaces get; daemon/files/reconcile.py the periodic repair; daemon/service/reload.py
 SIGHUP; daemon/service/stop.py SIGTERM within its budget; daemon/service/snapshot.py the status
 document; daemon/local/search.py L3 searches from API threads;
-daemon/service/storage_retry.py writes a full disk refused; daemon/shared/jobs.py work other
+daemon/service/storage_retry.py writes a full disk refused; daemon/common/jobs.py work other
 threads hand to the loop (and to the L4 store thread); daemon/conversation/broker.py L4.
 
 Other threads never write: the watcher puts changed paths into the router's
@@ -30,6 +30,17 @@ from typing import IO, Any, TypeVar
 
 from daemon.api.app import ApiServer
 from daemon.api.fairness import Courtesy
+from daemon.common.audit import audit_log
+from daemon.common.config import Config
+from daemon.common.contracts import SearchAnswer, StatusDocument
+from daemon.common.current import Current
+from daemon.common.domain_errors import DaemonError, UnknownAgentError
+from daemon.common.guard import SecretGuard
+from daemon.common.jobs import Jobs
+from daemon.common.settings import DAEMON_HOLDER, OFFLINE_LOCK_WAIT_S, acquire_state_lock, guard_from, store_settings
+from daemon.common.storage import StorageHealth
+from daemon.common.tokens import TokenStore
+from daemon.common.workspaces import HISTORY_DIR
 from daemon.conversation.broker import Broker, queue_path
 from daemon.files import recovery
 from daemon.files.agents import Agents
@@ -52,30 +63,13 @@ from daemon.service.snapshot import ReloadOutcome, StatusBoard
 from daemon.service.started import Started
 from daemon.service.stop import STOP_BUDGET_S, STOP_SHARES_S, Shutdown, StopBudget
 from daemon.service.storage_retry import StorageRetry
-from daemon.shared.audit import audit_log
-from daemon.shared.config import Config
-from daemon.shared.contracts import SearchAnswer, StatusDocument
-from daemon.shared.current import Current
-from daemon.shared.errors import DaemonError, UnknownAgentError
-from daemon.shared.guard import SecretGuard
-from daemon.shared.jobs import Jobs
-from daemon.shared.settings import (
-    DAEMON_HOLDER,
-    OFFLINE_LOCK_WAIT_S,
-    acquire_state_lock,
-    guard_from,
-    store_settings,
-)
-from daemon.shared.storage import StorageHealth
-from daemon.shared.tokens import TokenStore
-from daemon.shared.workspaces import HISTORY_DIR
-from layers.conversation.queue import WriteQueue
-from layers.conversation.registry import RegistryCache
-from layers.conversation.store import ConversationStore
-from layers.ids import MAIN_AGENT
-from layers.local.index import ForeignFile, Identity
-from layers.local.units import index_model_id
-from layers.yamlfile import YamlFileError
+from layers.common.ids import MAIN_AGENT
+from layers.common.yamlfile import YamlFileError
+from layers.conversation.adapters.store import ConversationStore
+from layers.conversation.lifecycle.durable_queue import WriteQueue
+from layers.conversation.policy.registry import RegistryCache
+from layers.local.storage.index import ForeignFile, Identity
+from layers.local.text.units import index_model_id
 
 __all__ = ["STOP_BUDGET_S", "STOP_SHARES_S", "DaemonError", "MemoryDaemon", "StopBudget"]
 

@@ -15,23 +15,23 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from daemon.common.config import Config, load_config
+from daemon.common.settings import guard_from
 from daemon.files.tracker import settings_from
 from daemon.local.embedding import make_embedder
-from daemon.shared.config import Config, load_config
-from daemon.shared.settings import guard_from
-from layers.local.units import index_model_id
-from layers.local.vectors import LocalEmbedder
-from layers.yamlfile import YamlFileError
+from layers.common.yamlfile import YamlFileError
+from layers.local.models.vectors import LocalEmbedder
+from layers.local.text.units import index_model_id
 
 if TYPE_CHECKING:
+    from daemon.common.current import Current
     from daemon.files.agents import Agents
     from daemon.files.reconcile import Reconciler
     from daemon.service.notify import Notifier
     from daemon.service.snapshot import ReloadOutcome, StatusBoard
     from daemon.service.started import Started
-    from daemon.shared.current import Current
-    from layers.local.index import Identity
-    from layers.local.vectors import Embedder
+    from layers.local.models.vectors import Embedder
+    from layers.local.storage.index import Identity
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from daemon import __version__
+from daemon.common.settings import limits_of
 from daemon.files.reconcile import iso
 from daemon.files.routing import watch_roots
-from daemon.shared.settings import limits_of
 
 #: How long ``GET /v1/status`` waits for the loop's fresh document before answering with the last one.
 FRESH_WAIT_S = 1.0
@@ -31,17 +31,17 @@ FRESH_WAIT_S = 1.0
 if TYPE_CHECKING:
     from typing import Any
 
+    from daemon.common.config import Config
+    from daemon.common.contracts import AgentReport, ConversationStatus, IndexProgress, StatusDocument
+    from daemon.common.current import Current
+    from daemon.common.storage import StorageHealth
     from daemon.files.agents import Agents
     from daemon.files.reconcile import Reconciler
     from daemon.files.starting import StartProgress
     from daemon.local.indexer import Indexer
     from daemon.service.notify import Notifier
     from daemon.service.started import Started
-    from daemon.shared.config import Config
-    from daemon.shared.contracts import AgentReport, ConversationStatus, IndexProgress, StatusDocument
-    from daemon.shared.current import Current
-    from daemon.shared.storage import StorageHealth
-    from layers.local.vectors import Embedder
+    from layers.local.models.vectors import Embedder
 
 
 @dataclass

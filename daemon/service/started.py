@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from daemon.conversation.broker import Broker
     from daemon.files.watcher import Watcher
     from daemon.local.embedding import EmbedWorker
-    from layers.local.vectors import Embedder
+    from layers.local.models.vectors import Embedder
 
 
 @dataclass

@@ -7,13 +7,15 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from daemon.common.settings import SNAPSHOT_FILE
 from daemon.files import recovery
 from daemon.files.reconcile import iso
-from daemon.shared.settings import SNAPSHOT_FILE
-from layers.fsutil import atomic_write
-from layers.local.vectors import LocalEmbedder
+from layers.common.fsutil import atomic_write
+from layers.local.models.vectors import LocalEmbedder
 
 if TYPE_CHECKING:
+    from daemon.common.audit import AuditLog
+    from daemon.common.current import Current
     from daemon.files.agents import Agents
     from daemon.files.committer import Committer
     from daemon.files.routing import Router
@@ -21,8 +23,6 @@ if TYPE_CHECKING:
     from daemon.service.notify import Notifier
     from daemon.service.snapshot import StatusBoard
     from daemon.service.started import Started
-    from daemon.shared.audit import AuditLog
-    from daemon.shared.current import Current
 
 log = logging.getLogger(__name__)
 

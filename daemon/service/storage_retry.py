@@ -6,12 +6,12 @@ these are the loop's own: processed-files records, tokens, indexes, git.
 
 from __future__ import annotations
 
+from daemon.common.storage import StorageHealth, is_storage_message
 from daemon.files.agents import Agents
 from daemon.files.provision import Provisioner
 from daemon.files.reconcile import Reconciler
 from daemon.files.tracker import AgentTracker
 from daemon.local.indexer import Indexer
-from daemon.shared.storage import StorageHealth, is_storage_message
 
 # Writes the loop retries itself (the broker retries the queue and the store, the embedding worker its vectors).
 LOOP_PLACES = ("records", "tokens", "index", "git")

@@ -29,20 +29,20 @@ from _memstrata_env import installed_agent, use_memstrata  # noqa: E402
 
 use_memstrata(__file__)
 
+from daemon.common.config import ENV_VAR  # noqa: E402
+from daemon.common.terminal import escaped  # noqa: E402
 from daemon.front.cli import echo_json  # noqa: E402
 from daemon.front.local_commands import local_search, print_search  # noqa: E402
 from daemon.front.options import paths_config, say_config_broken  # noqa: E402
-from daemon.shared.config import ENV_VAR  # noqa: E402
-from daemon.shared.terminal import escaped  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from daemon.shared.errors import UnknownAgentError
-    from daemon.shared.limits import QueryTooLongError, check_query
-    from layers.local.query import EmptyQueryError
-    from layers.yamlfile import YamlFileError
+    from daemon.common.daemon_limits import QueryTooLongError, check_query
+    from daemon.common.domain_errors import UnknownAgentError
+    from layers.common.yamlfile import YamlFileError
+    from layers.local.text.query import EmptyQueryError
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("query")

@@ -65,15 +65,15 @@ AGENT_ENV = "MEMSTRATA_AGENT"
 SOCKET_ENV = "MEMSTRATA_SOCKET"
 CONFIG_ENV = "MEMSTRATA_CONFIG"
 SYSTEM_CONFIG = Path("/etc/memstrata/memstrata.yaml")
-# The daemon's defaults (daemon/shared/config.py PathsConfig), repeated: this file cannot import it.
+# The daemon's defaults (daemon/common/config.py PathsConfig), repeated: this file cannot import it.
 DEFAULT_PATHS = {"root": "/root/.openclaw", "workspace": "{root}/workspace", "socket": "/run/memstrata/memstrata.sock"}
 WORKSPACE_TOKEN = Path(".memstrata") / "token"
-LAUNCHER_FILE = "memstrata-install.json"  # written next to a workspace's copy of the skill (daemon/shared/skill.py)
+LAUNCHER_FILE = "memstrata-install.json"  # written next to a workspace's copy of the skill (daemon/common/skill.py)
 WORKSPACE_SUFFIX = "-workspace"
 MAIN_AGENT = "main"
 AGENT_ID_RE = re.compile(AGENT_ID_PATTERN)
 PAGE_MAX = L4_PAGE.high  # the largest page GET /v1/memories serves
-CONFIG_MAX_BYTES = 256 * 1024  # layers/yamlfile.py MAX_BYTES
+CONFIG_MAX_BYTES = 256 * 1024  # layers/common/yamlfile.py MAX_BYTES
 DEFAULT_TIMEOUT_S = 60.0  # the first write may wait for the daemon to load its embedding model
 # The errors are the protocol's (MemstrataError, SetupError, UsageError, DaemonUnavailableError), imported above.
 
@@ -194,7 +194,7 @@ def parse_paths(text: str) -> dict[str, str]:
 
 
 def resolve_socket(paths: dict[str, str], base: Path) -> Path:
-    """``paths.socket`` resolved as daemon/shared/config.py ``_resolve_paths`` does it.
+    """``paths.socket`` resolved as daemon/common/config.py ``_resolve_paths`` does it.
 
     Templates ``{root}`` and ``{workspace}`` are filled in (root first, then
     workspace, each from what came before), ``~`` is expanded, and a relative
@@ -228,7 +228,7 @@ def socket_from_config(path: Path | None) -> Path:
 
 
 def read_config_text(path: Path, limit: int = CONFIG_MAX_BYTES) -> str:
-    """The configuration's text; never blocks on a FIFO or reads without bound (as daemon/shared/config.py)."""
+    """The configuration's text; never blocks on a FIFO or reads without bound (as daemon/common/config.py)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
@@ -842,7 +842,7 @@ class AsyncMemory:
 # ------------------------------------------------------------------ readable output
 
 
-# The keys of the daemon's answers this client reads (daemon/shared/contracts.py defines them; this file cannot
+# The keys of the daemon's answers this client reads (daemon/common/contracts.py defines them; this file cannot
 # import it, being stdlib only): tests/daemon/front/test_front.py checks that each exists there.
 READS = {
     "StatusDocument": ("daemon", "conversation"),

@@ -17,8 +17,8 @@ import json
 import pytest
 
 from bench.recall import SETS, load_questions, run
-from daemon.shared.config import DEFAULT_MODEL_PATH
-from layers.local import companion
+from daemon.common.config import DEFAULT_MODEL_PATH
+from layers.local.models import companion
 
 pytestmark = pytest.mark.slow
 

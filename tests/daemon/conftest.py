@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from daemon.shared.config import load_config
+from daemon.common.config import load_config
 from tests.helpers import LEAN, init_root
 
 if TYPE_CHECKING:

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from daemon.conversation.broker import Broker, queue_path, store_settings
-from layers.conversation.queue import WriteQueue
-from layers.conversation.registry import RegistryCache
-from layers.conversation.store import ConversationStore
+from layers.conversation.adapters.store import ConversationStore
+from layers.conversation.lifecycle.durable_queue import WriteQueue
+from layers.conversation.policy.registry import RegistryCache
 from tests.daemon.conftest import Service
 from tests.helpers import wait_for
 from tests.stand_in_embedder import KEY, KEY_ENV, StandInEmbedder

@@ -6,7 +6,7 @@ untangle).  The rules:
 
 - ``layers/`` never imports ``daemon``;
 - no circle among the daemon's modules, and none among its rooms;
-- ``daemon/shared/`` imports no other room (every room depends on it, never the reverse);
+- ``daemon/common/`` imports no other room (every room depends on it, never the reverse);
 - no part of the service imports the front (``daemon/front/``);
 - the front imports ``shared`` and the operator's tools (``ops``) only, except the named
   offline paths below, each inside the function that needs it (never at module level:

@@ -107,8 +107,8 @@ def mounts():
 
 def admin_status(daemon, state_dir: Path) -> dict:
     """``/v1/status`` as the administrator (when its token could be written), else without a token."""
-    from daemon.front.client import DaemonClient
-    from daemon.shared.tokens import read_token
+    from daemon.common.tokens import read_token
+    from daemon.front.daemon_client import DaemonClient
 
     with DaemonClient(daemon.socket, timeout=10, token=read_token(state_dir / "admin.token")) as client:
         return client.status()

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.front.client import DaemonClient, DaemonRequestError
+from daemon.front.daemon_client import DaemonClient, DaemonRequestError
 
 SKILL = Path(__file__).resolve().parents[2] / "skills" / "mem0-integration" / "mem0_client.py"
 

@@ -116,8 +116,8 @@ def test_note_restore_and_template_never_write_through_a_symlink(tmp_path):
 
 def test_audit_log_in_the_main_workspace_never_writes_through_a_symlink(tmp_path, caplog):
     """The default audit dir is ``{workspace}/logs/security``: the main agent controls ``logs``."""
-    from daemon.shared.audit import audit_log
-    from daemon.shared.config import load_config
+    from daemon.common.audit import audit_log
+    from daemon.common.config import load_config
 
     config = load_config(init_root(tmp_path, **LEAN))
     ws = config.paths.workspace

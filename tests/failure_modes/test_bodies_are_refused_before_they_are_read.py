@@ -19,7 +19,7 @@ import socket
 
 import pytest
 
-from daemon.shared.limits import MAX_MEMORY_BODY_BYTES, MAX_SEARCH_BODY_BYTES, MAX_SMALL_BODY_BYTES
+from daemon.common.daemon_limits import MAX_MEMORY_BODY_BYTES, MAX_SEARCH_BODY_BYTES, MAX_SMALL_BODY_BYTES
 from tests.helpers import LEAN, init_root, run_cli, token_of
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ Before: the daemon refused the file and kept its last good configuration (as doc
 ``memstrata status``, ``search``, ``note`` and the skill's ``local_search.py`` all failed on the
 broken file, so the README's "status shows why the reload failed" could not be seen.  Now the front
 falls back to the paths of the file's last good version, the running daemon's (the validated-
-configuration cache keeps them: daemon/shared/config_cache.py ``last_good``), answers, and says on
+configuration cache keeps them: daemon/common/config_cache.py ``last_good``), answers, and says on
 stderr that the file on disk is broken, naming file and line.  Without a last good version the
 error is what it was.
 """
@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.helpers import LEAN, REPO_ROOT, init_root, run_cli, wait_for
 
 pytestmark = pytest.mark.slow

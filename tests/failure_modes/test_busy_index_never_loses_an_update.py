@@ -20,7 +20,7 @@ from pathlib import Path
 
 import apsw
 
-from layers.local.index import Filters, open_for_reading
+from layers.local.storage.index import Filters, open_for_reading
 from tests.helpers import FAST, init_root, wait_for
 
 EDITS = 6

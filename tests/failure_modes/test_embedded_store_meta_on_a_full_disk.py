@@ -11,7 +11,7 @@ import json
 import pytest
 from qdrant_client import QdrantClient, models
 
-from layers.conversation.store import (
+from layers.conversation.adapters.store import (
     META_COPY,
     QDRANT_LOCAL,
     ConversationStore,

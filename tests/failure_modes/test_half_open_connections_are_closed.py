@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from daemon.shared.limits import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S
+from daemon.common.daemon_limits import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S
 from tests.helpers import LEAN, init_root, run_cli, token_of
 
 pytestmark = pytest.mark.slow

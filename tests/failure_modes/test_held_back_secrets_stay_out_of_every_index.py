@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.front.client import DaemonClient, DaemonRequestError
+from daemon.front.daemon_client import DaemonClient, DaemonRequestError
 from tests.helpers import FAST, git, init_root, run_cli, wait_for
 
 _RNG = random.Random(6)

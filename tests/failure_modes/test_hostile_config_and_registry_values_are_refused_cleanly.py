@@ -18,10 +18,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.shared.config import parse_config
-from layers.conversation.registry import load_registry
-from layers.ids import is_valid_id
-from layers.yamlfile import YamlFileError
+from daemon.common.config import parse_config
+from layers.common.ids import is_valid_id
+from layers.common.yamlfile import YamlFileError
+from layers.conversation.policy.registry import load_registry
 
 # Every section and key of memstrata.yaml that takes a value (README, "Configuration").
 CONFIG_KEYS = {

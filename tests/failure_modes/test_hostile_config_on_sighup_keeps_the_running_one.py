@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.failure_modes.hostile_yaml import HOSTILE, restore
 from tests.helpers import FAST, MEMSTRATA, committed, init_root, wait_for
 

@@ -15,7 +15,7 @@ import re
 import pytest
 import yaml
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.failure_modes.hostile_yaml import HOSTILE, restore
 from tests.helpers import FAST, init_root, registry_of, run_cli, token_of, wait_for
 

@@ -19,7 +19,7 @@ from datetime import date, timedelta
 
 import pytest
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.helpers import FAST, init_root, wait_for
 
 pytestmark = pytest.mark.slow

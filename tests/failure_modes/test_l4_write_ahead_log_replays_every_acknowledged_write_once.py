@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from daemon.front.client import DaemonClient
-from layers.conversation.policy import DEFAULT_RETENTION_DAYS, lifetime
-from layers.conversation.queue import APPLIED, CLAIMED, WriteQueue
-from layers.conversation.store import NewMemory
-from layers.conversation.write_ids import point_id_of
+from daemon.front.daemon_client import DaemonClient
+from layers.conversation.adapters.store import NewMemory
+from layers.conversation.lifecycle.durable_queue import APPLIED, CLAIMED, WriteQueue
+from layers.conversation.lifecycle.write_ids import point_id_of
+from layers.conversation.policy.rules import DEFAULT_RETENTION_DAYS, lifetime
 from tests.failure_modes.test_outage_backlog_replays_in_batches_exactly_once import prepare, queue_path, stored
 from tests.helpers import token_of, wait_for
 from tests.stand_in_embedder import StandInEmbedder

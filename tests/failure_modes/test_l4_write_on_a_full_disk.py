@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.front.client import DaemonClient, DaemonRequestError
+from daemon.front.daemon_client import DaemonClient, DaemonRequestError
 from tests.failure_modes import filesystems
 from tests.failure_modes.filesystems import storage_places
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable

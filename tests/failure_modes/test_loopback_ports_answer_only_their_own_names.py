@@ -16,7 +16,7 @@ import socket
 import pytest
 import yaml
 
-from daemon.front.client import _UnixConnection
+from daemon.front.daemon_client import _UnixConnection
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_reachable
 
 

@@ -21,7 +21,7 @@ import os
 import pytest
 from mcp import Client
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.helpers import run_cli
 from tests.mcp_session import Cluster, add_as, call, fail, make_cluster, memory_texts, remember, server, with_mcp
 

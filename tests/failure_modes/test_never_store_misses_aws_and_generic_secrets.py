@@ -18,8 +18,8 @@ import subprocess
 
 import pytest
 
-from daemon.shared.config import DEFAULT_NEVER_STORE
-from daemon.shared.guard import RedactingFilter, SecretGuard, shannon_entropy
+from daemon.common.config import DEFAULT_NEVER_STORE
+from daemon.common.guard import RedactingFilter, SecretGuard, shannon_entropy
 from tests.helpers import FAKE_API_KEY, FAKE_AWS_KEY, REPO_ROOT
 
 GUARD = SecretGuard(DEFAULT_NEVER_STORE)

@@ -63,7 +63,7 @@ EXAMPLES = {"/v1/admin/backup": 8, "/v1/admin/restore": 20, "/v1/reindex": 15}  
 # mem0's REST routes: every one of their optional fields must be valid (and the caller alpha) for a 200
 MEM0_EXAMPLES = {"/v3/memories/add/": 120}
 
-# mem0's filter language (layers/conversation/filters.py) with hostile operands: huge and non-ASCII numbers,
+# mem0's filter language (layers/conversation/policy/filters.py) with hostile operands: huge and non-ASCII numbers,
 # NaN and Infinity, dates the engines refuse, more parts than the caps take.
 NUMBERS = st.one_of(
     st.integers(),

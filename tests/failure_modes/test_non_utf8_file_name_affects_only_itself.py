@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.helpers import FAST, init_root, run_cli, wait_for
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.shared.limits import PER_CALLER_QUEUED
+from daemon.common.daemon_limits import PER_CALLER_QUEUED
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from daemon.api.fairness import MAX_PAUSE_S
-from daemon.shared.limits import MAX_MESSAGES_PER_ADD
+from daemon.common.daemon_limits import MAX_MESSAGES_PER_ADD
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
 
 pytestmark = pytest.mark.slow

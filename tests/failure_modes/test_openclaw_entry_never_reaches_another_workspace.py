@@ -11,7 +11,7 @@ of the ``*.md`` found, served to the newcomer's token; beta's history then showe
 ``?? memory/``. Two spellings of one directory made two agents of it.
 
 Now every workspace path is resolved once and judged on where it resolves
-(daemon/shared/workspace_guard.py): each such entry is refused with one log line, audited
+(daemon/common/workspace_guard.py): each such entry is refused with one log line, audited
 (``workspace_refused``), shown in ``memstrata status``, and nothing is written there.
 """
 
@@ -22,7 +22,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.failure_modes.unix_users import chown_tree, second_user
 from tests.helpers import LEAN, commits, git, init_root, run_cli, wait_for
 

@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.front.client import DaemonClient
-from layers.conversation.policy import DEFAULT_RETENTION_DAYS, lifetime
-from layers.conversation.queue import WriteQueue
-from layers.conversation.store import NewMemory
+from daemon.front.daemon_client import DaemonClient
+from layers.conversation.adapters.store import NewMemory
+from layers.conversation.lifecycle.durable_queue import WriteQueue
+from layers.conversation.policy.rules import DEFAULT_RETENTION_DAYS, lifetime
 from tests.daemon.conversation.test_conversation_infer import EXTRACTED, extracting_llm
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for
 from tests.stand_in_embedder import StandInEmbedder

@@ -23,8 +23,8 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
-from daemon.front.client import DaemonClient
-from daemon.shared.limits import MAX_QUERY_CHARS, QueryTooLongError
+from daemon.common.daemon_limits import MAX_QUERY_CHARS, QueryTooLongError
+from daemon.front.daemon_client import DaemonClient
 from tests.helpers import FAST, REPO_ROOT, init_root, run_cli, wait_for
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from layers import daily
+from layers.daily import workspace_repo as daily
 from tests.helpers import LEAN, git, init_root, wait_for
 
 pytestmark = pytest.mark.slow
@@ -121,7 +121,7 @@ def hold_lock_and_die(workspace: Path, record: Path) -> None:
     """A process takes the index lock as the daemon's commit does (written down in ``record``) and is
     SIGKILLed while it holds it: what a daemon killed mid-commit leaves."""
     code = (
-        "import sys; from pathlib import Path; from layers.gitcommit import index_lock\n"
+        "import sys; from pathlib import Path; from layers.daily.git.commit import index_lock\n"
         "with index_lock(Path(sys.argv[1]), Path(sys.argv[2])):\n"
         "    print('held', flush=True); sys.stdin.read()\n"
     )
@@ -164,7 +164,7 @@ def test_the_daemons_own_stale_index_lock_is_cleared_at_start(root, daemons):
 
 def test_a_live_holders_lock_is_left_alone(tmp_path):
     from daemon.files.recovery import clear_stale_git_locks
-    from layers.gitcommit import index_lock
+    from layers.daily.git.commit import index_lock
 
     repo = daily.WorkspaceRepo(tmp_path / "ws")
     repo.ensure()

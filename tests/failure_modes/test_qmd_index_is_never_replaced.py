@@ -21,7 +21,7 @@ from pathlib import Path
 import apsw
 import yaml
 
-from layers.local.index import Identity, LocalIndex
+from layers.local.storage.index import Identity, LocalIndex
 from tests.helpers import FAST, init_root, run_cli, wait_for
 
 TABLES = "tables: content, documents, documents_fts"

@@ -18,7 +18,7 @@ import json
 import httpx
 import pytest
 
-from daemon.shared.limits import MAX_ECHO_CHARS
+from daemon.common.daemon_limits import MAX_ECHO_CHARS
 from tests.helpers import FAKE_API_KEY, init_root, run_cli, token_of, wait_reachable
 
 pytestmark = pytest.mark.slow

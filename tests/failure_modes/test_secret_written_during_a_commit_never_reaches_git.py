@@ -5,7 +5,7 @@ and ``git commit -- PATHS``, which takes the files from the work tree once more:
 a key written after the check (here, while the commit reads a 32 MB file that
 sorts after it) went into history, and status listed nothing held back.  Now
 the commit is built from what git staged: every staged blob is read back from
-git's object store and scanned (layers/gitcommit.py, daemon/files/commits.py), and a
+git's object store and scanned (layers/daily/git/commit.py, daemon/files/commits.py), and a
 blob with a key is held back, whatever the file held when it was checked.
 
 Deterministic without hooks (the daemon never runs an agent's hooks): the test

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for
 
 

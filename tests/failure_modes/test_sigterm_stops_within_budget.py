@@ -21,8 +21,8 @@ import sys
 import time
 from collections.abc import Iterator
 
-from daemon.front.client import DaemonClient
-from layers.conversation.queue import WriteQueue
+from daemon.front.daemon_client import DaemonClient
+from layers.conversation.lifecycle.durable_queue import WriteQueue
 from tests.daemon.conversation.test_conversation_outage import free_port, set_backend
 from tests.helpers import FAST, committed, file_at_head, init_root, run_cli, token_of, wait_for
 

@@ -14,7 +14,7 @@ import signal
 
 import pytest
 
-from daemon.front.client import DaemonClient, DaemonRequestError
+from daemon.front.daemon_client import DaemonClient, DaemonRequestError
 from tests.failure_modes import filesystems
 from tests.failure_modes.filesystems import admin_status, storage_places
 from tests.helpers import FAST, committed, init_root, run_cli, wait_for

@@ -4,7 +4,7 @@ Before: a held-back file ``memory/evil\\x1b]0;PWNED\\x07….md`` was printed raw
 (the terminal's title changed; an OSC 52 would have written the clipboard), and the daemon's text
 log kept every ESC.  The JSON log escaped it.  Now every text the front prints and the text log
 escape control characters (``\\x1b]0;PWNED\\x07``), and the JSON outputs stay exact JSON.  The
-renderers and formatters are driven with generated names in tests/daemon/shared/test_terminal.py;
+renderers and formatters are driven with generated names in tests/daemon/common/test_terminal.py;
 this test is the reported case end to end: a real daemon, real files, the real CLI.
 """
 

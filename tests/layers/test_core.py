@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from layers.core import load_core
-from layers.textcost import estimate_tokens
+from layers.common.textcost import estimate_tokens
+from layers.core.bundle import load_core
 
 
 def _workspace(tmp_path):

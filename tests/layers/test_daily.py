@@ -9,7 +9,7 @@ from datetime import date, datetime
 
 import pytest
 
-from layers import daily
+from layers.daily import workspace_repo as daily
 
 
 def _git(ws, *args):

@@ -1,4 +1,4 @@
-"""layers/gitcommit.py through WorkspaceRepo: what is committed is what was staged and checked (real git).
+"""layers/daily/git/commit.py through WorkspaceRepo: what is committed is what was staged and checked (real git).
 
 The ``check`` callback runs at the moment between staging and the commit, so a
 test that writes to the file from inside it reproduces, deterministically, an
@@ -13,7 +13,8 @@ import zlib
 
 import pytest
 
-from layers import daily, gitrun
+from layers.daily import workspace_repo as daily
+from layers.daily.git import run as gitrun
 from tests.helpers import FAKE_API_KEY
 
 

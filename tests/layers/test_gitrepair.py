@@ -1,4 +1,4 @@
-"""layers/gitrepair.py: a workspace repository a power cut broke is found and repaired from the history copy.
+"""layers/daily/git/repair.py: a workspace repository a power cut broke is found and repaired from the history copy.
 
 Each case breaks a real repository the way a cut of unsynced git writes leaves it (research for
 issue 45: HEAD's commit object an empty file, a branch file emptied, the index missing or cut
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from layers import daily, gitrepair
-from layers.history_copy import HistoryCopy
+from layers.daily import workspace_repo as daily
+from layers.daily.git import repair as gitrepair
+from layers.daily.git.history_copy import HistoryCopy
 
 
 def _git(ws: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -94,7 +95,7 @@ def test_a_sound_repository_is_left_alone(repo):
 
 
 def test_git_errors_of_a_broken_repository_are_told_from_others():
-    from layers.gitrun import GitFailed
+    from layers.daily.git.run import GitFailed
 
     assert gitrepair.looks_corrupt(GitFailed("commit-tree", 128, "error: object file .git/objects/ab/cd is empty"))
     assert gitrepair.looks_corrupt(GitFailed("status", 128, "fatal: index file smaller than expected"))

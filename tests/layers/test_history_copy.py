@@ -1,4 +1,4 @@
-"""layers/history_copy.py: every commit copied out of the workspace; a lost history found, kept and restorable."""
+"""layers/daily/git/history_copy.py: every commit copied out of the workspace; a lost history found, kept and restorable."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from layers import daily
-from layers.history_copy import HistoryCopy
+from layers.daily import workspace_repo as daily
+from layers.daily.git.history_copy import HistoryCopy
 
 
 def _git(ws, *args):

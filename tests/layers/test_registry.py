@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from layers.conversation.registry import add_agent, load_registry
-from layers.yamlfile import YamlFileError
+from layers.common.yamlfile import YamlFileError
+from layers.conversation.policy.registry import add_agent, load_registry
 
 
 def test_membership_is_the_union_of_both_sides(tmp_path):

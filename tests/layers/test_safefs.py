@@ -1,4 +1,4 @@
-"""layers.safefs: writes inside a directory someone else controls, with real symlinks and hard links."""
+"""layers.common.safefs: writes inside a directory someone else controls, with real symlinks and hard links."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from layers import safefs
+from layers.common import safefs
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from layers.conversation.edge import EdgeCollection
+from layers.conversation.adapters.edge import EdgeCollection
 
 DIM = 8
 BEFORE = 300

@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.front.client import DaemonClient, DaemonUnavailableError
+from daemon.front.daemon_client import DaemonClient, DaemonUnavailableError
 from tests.helpers import seed_dictionary, wait_for
 
 IMAGE_SIZE = "1G"  # a backup put back keeps the replaced store beside the restored one (unsparse WAL)

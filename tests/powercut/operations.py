@@ -13,10 +13,10 @@ from pathlib import Path
 
 import yaml
 
-from daemon.front.client import DaemonRequestError
-from layers import daily
-from layers.conversation.write_ids import point_id_of
-from layers.fsutil import atomic_write
+from daemon.front.daemon_client import DaemonRequestError
+from layers.common.fsutil import atomic_write
+from layers.conversation.lifecycle.write_ids import point_id_of
+from layers.daily import workspace_repo as daily
 from tests.helpers import wait_for
 from tests.powercut.harness import PowerCutRoot, all_memories
 
@@ -184,7 +184,7 @@ def audit_lines(rig: PowerCutRoot, prefix: str) -> list[dict]:
 
 def _duplicates(rig: PowerCutRoot) -> tuple[list[str], list[str]]:
     """Three memories of a's that consolidation folds whatever the embedder: the same text up to its
-    punctuation (layers/conversation/consolidation_plan.py: an "exact" cluster; the write's own dedup,
+    punctuation (layers/conversation/consolidation/plan.py: an "exact" cluster; the write's own dedup,
     which keeps punctuation, stores all three).  The adds are made old news: the cut is about the run."""
     base = f"the cut {rig.disk.cuts} backup host is kestrel {uuid.uuid4().hex[:6]}"
     texts = [base, f"{base}.", f"{base}!"]

@@ -1,6 +1,6 @@
 """A power cut right after an Edge optimize's swap loses no acknowledged point and leaves a shard that loads.
 
-The swap (layers/conversation/edge.py ``_swap``) copies the live generation with ``cp -a``, has a child
+The swap (layers/conversation/adapters/edge.py ``_swap``) copies the live generation with ``cp -a``, has a child
 optimize the copy, re-applies the writes made meanwhile and renames a link to name the copy.  Before
 issue 45's fix nothing synced the copied files nor the re-applied writes before the link's rename was
 synced (and the replaced generation removed): a cut soon after left the link naming files the disk never
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from layers.conversation.edge import EdgeCollection
+from layers.conversation.adapters.edge import EdgeCollection
 from tests.powercut.edge_writer import DIM
 from tests.powercut.harness import LoopDisk, loop_devices_usable, needs_loop_devices, processes_on
 

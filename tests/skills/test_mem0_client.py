@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from daemon.api.requests import AddRequest, UpdateRequest
-from daemon.front.client import DaemonClient, DaemonRequestError
-from daemon.shared.config import demo_config_text, parse_config
+from daemon.common.config import demo_config_text, parse_config
+from daemon.front.daemon_client import DaemonClient, DaemonRequestError
 from tests.helpers import FAKE_API_KEY, FAST, DaemonProcess, init_root, run_cli, wait_for
 from tests.request_fields import (
     SAMPLES,
@@ -118,7 +118,7 @@ def cluster(tmp_path_factory):
 
 def test_client_imports_only_the_standard_library():
     """Any python3 must run it: every import is stdlib or the protocol package (stdlib only itself, installed
-    beside it: tests/daemon/shared/test_skill_protocol.py), except PyYAML tried under ImportError."""
+    beside it: tests/daemon/common/test_skill_protocol.py), except PyYAML tried under ImportError."""
     tree = ast.parse(CLIENT.read_text(encoding="utf-8"))
     guarded = set()
     for node in ast.walk(tree):
@@ -145,10 +145,10 @@ def test_client_imports_only_the_standard_library():
 def test_copied_constants_agree_with_the_daemon():
     """What the client still copies (the workspace layout and the configuration reader's limit: the daemon's,
     not the protocol's) is checked here; the vocabulary and the limits come from the protocol package."""
-    from daemon.shared.tokens import WORKSPACE_TOKEN
-    from daemon.shared.workspaces import WORKSPACE_SUFFIX
-    from layers.ids import MAIN_AGENT
-    from layers.yamlfile import MAX_BYTES
+    from daemon.common.tokens import WORKSPACE_TOKEN
+    from daemon.common.workspaces import WORKSPACE_SUFFIX
+    from layers.common.ids import MAIN_AGENT
+    from layers.common.yamlfile import MAX_BYTES
 
     spec = importlib.util.spec_from_file_location("mem0_client_constants", CLIENT)
     client = importlib.util.module_from_spec(spec)
@@ -204,7 +204,7 @@ def test_memory_add_and_update_send_mem0s_fields_as_the_apis(tmp_path_factory):
     ],
 )
 def test_fallback_parser_finds_the_socket_the_daemon_uses(tmp_path, paths):
-    """Without PyYAML the line parser must agree with daemon/shared/config.py on paths.socket."""
+    """Without PyYAML the line parser must agree with daemon/common/config.py on paths.socket."""
     if paths is None:
         text = demo_config_text(tmp_path)
     else:

@@ -134,7 +134,7 @@ for key in ("not-a-token", open({str(root / "state" / "admin.token")!r}).read().
 
 
 def test_the_mem0_api_is_off_by_default_and_loopback_only():
-    from daemon.shared.config import ConversationConfig, Mem0ApiConfig
+    from daemon.common.config import ConversationConfig, Mem0ApiConfig
 
     assert ConversationConfig().mem0_api.enabled is False
     assert Mem0ApiConfig(host="::1").host == "::1"

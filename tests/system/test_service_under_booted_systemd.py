@@ -69,7 +69,7 @@ def test_install_enables_the_units_and_start_returns_once_ready(installed):
 
 
 def test_the_journal_has_the_daemons_own_fields(installed):
-    """Under systemd the daemon logs through journald's native protocol (daemon/shared/logs.py):
+    """Under systemd the daemon logs through journald's native protocol (daemon/common/logs.py):
     a commit of main's carries MEMSTRATA_AGENT= and EVENT= (a file of its own and a start of its own:
     the test stands alone under ``-k``; both are no-ops after the start test)."""
     c = installed
@@ -241,7 +241,7 @@ for n in range(160):
 
 def test_a_first_index_past_a_megabyte_is_built_with_its_helper_inside_the_unit(installed):
     """A fresh build past 1 MB of notes shares its chunking and tokenizing with a helper process
-    (layers/local/build_helper.py): it starts and answers inside the service's sandbox, and the
+    (layers/local/storage/build_helper.py): it starts and answers inside the service's sandbox, and the
     index it builds answers a search for a word of the last note."""
     c = installed
     c.run("systemctl", "start", "memstrata.service", timeout=150)

@@ -8,8 +8,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from daemon.api.app import build_app
-from daemon.shared.limits import MAX_QUERY_CHARS
-from daemon.shared.tokens import read_token
+from daemon.common.daemon_limits import MAX_QUERY_CHARS
+from daemon.common.tokens import read_token
 from tests.helpers import token_of
 
 

@@ -21,8 +21,13 @@ import pytest
 from starlette.testclient import TestClient
 
 from daemon.api.app import build_app
-from daemon.shared.limits import MAX_MEMORY_BODY_BYTES, MAX_QUERY_CHARS, MAX_SEARCH_BODY_BYTES, MAX_SMALL_BODY_BYTES
-from daemon.shared.tokens import read_token
+from daemon.common.daemon_limits import (
+    MAX_MEMORY_BODY_BYTES,
+    MAX_QUERY_CHARS,
+    MAX_SEARCH_BODY_BYTES,
+    MAX_SMALL_BODY_BYTES,
+)
+from daemon.common.tokens import read_token
 from tests.daemon.conftest import Service
 from tests.daemon.conversation_service import enable, l4_service
 from tests.helpers import token_of

@@ -11,7 +11,7 @@ import socket
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.front.client import DaemonClient, _UnixConnection
+from daemon.front.daemon_client import DaemonClient, _UnixConnection
 from tests.helpers import FAKE_API_KEY, FAST, REPO_ROOT, init_root, run_cli, token_of, wait_for, wait_reachable
 
 

@@ -17,7 +17,7 @@ import yaml
 from starlette.testclient import TestClient
 
 from daemon.api.app import build_app
-from daemon.shared.tokens import read_token
+from daemon.common.tokens import read_token
 from tests.daemon.conftest import Service
 from tests.daemon.conversation_service import enable, l4_service
 from tests.helpers import registry_of, token_of

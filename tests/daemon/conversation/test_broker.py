@@ -15,9 +15,9 @@ import socket
 import pytest
 import yaml
 
-from daemon.shared.contracts import ConversationStatus
-from daemon.shared.errors import ConversationUnavailableError, SecretRefusedError
-from layers.conversation.policy import PolicyError
+from daemon.common.contracts import ConversationStatus
+from daemon.common.domain_errors import ConversationUnavailableError, SecretRefusedError
+from layers.conversation.policy.rules import PolicyError
 from protocol.operations import Add
 from tests.daemon.conftest import Service
 from tests.helpers import FAKE_API_KEY, registry_of
@@ -122,7 +122,7 @@ def test_the_conversation_status_keeps_its_keys(down):
     d.board.publish()
     status = d.status()["conversation"]
     assert status["enabled"] is True and status["backend"] == "remote" and status["reachable"] is False
-    assert set(status) == set(ConversationStatus.__annotations__), "the keys daemon/shared/contracts.py defines"
+    assert set(status) == set(ConversationStatus.__annotations__), "the keys daemon/common/contracts.py defines"
     assert {"import", "index", "queue", "tailscale"} <= set(status)
     assert set(status["queue"]) == {
         "depth", "oldest_age_s", "writable", "replayed", "skipped_already_written", "replay_rate_per_s",

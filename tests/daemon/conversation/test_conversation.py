@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.front.client import DaemonClient, DaemonRequestError
+from daemon.front.daemon_client import DaemonClient, DaemonRequestError
 from tests.helpers import FAKE_API_KEY, FAST, init_root, registry_of, run_cli, token_of, wait_for, wait_reachable
 
 
@@ -208,5 +208,7 @@ def test_bad_requests_are_refused_without_marking_the_store_down(cluster):
             with pytest.raises(DaemonRequestError) as bad_id:
                 call("a", "../../etc/passwd")
             assert bad_id.value.status == 404
-        assert a.memory_search("a", "x" * 4096)["degraded"] is False  # the longest query (daemon/shared/limits.py)
+        assert (
+            a.memory_search("a", "x" * 4096)["degraded"] is False
+        )  # the longest query (daemon/common/daemon_limits.py)
     assert cluster.daemon.status()["conversation"]["reachable"] is True

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from daemon.shared.errors import ConversationUnavailableError, SecretRefusedError
-from layers.conversation.metadata import MAX_METADATA_BYTES
-from layers.conversation.policy import PolicyError
+from daemon.common.domain_errors import ConversationUnavailableError, SecretRefusedError
+from layers.conversation.policy.metadata import MAX_METADATA_BYTES
+from layers.conversation.policy.rules import PolicyError
 from protocol.operations import Add
 from tests.daemon.conversation_service import enable, l4_service, unreachable
 from tests.helpers import wait_for

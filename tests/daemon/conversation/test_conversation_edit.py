@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from daemon.front.client import DaemonRequestError
+from daemon.front.daemon_client import DaemonRequestError
 from tests.daemon.conversation.test_conversation import cluster  # noqa: F401  (the fixture: agents a, b, c and a daemon)
 
 
@@ -104,7 +104,7 @@ def test_expires_in_the_past_and_bad_updates_are_refused(cluster):  # noqa: F811
 def test_changes_while_the_store_is_down_are_refused_never_queued(tmp_path, daemons):
     """Update, delete and delete_all need the memory's owner and current text, which only the store
     holds: while it is down they are refused (503, saying nothing was queued) and the queue stays empty."""
-    from daemon.front.client import DaemonClient
+    from daemon.front.daemon_client import DaemonClient
     from tests.daemon.conversation.test_conversation_outage import free_port, prepare
     from tests.helpers import token_of
 
@@ -183,7 +183,7 @@ def test_dedup_on_write_noop_and_scope(cluster):  # noqa: F811
 
 
 def _daemon_with(tmp_path, daemons, dedup: dict):
-    from daemon.front.client import DaemonClient
+    from daemon.front.daemon_client import DaemonClient
     from tests.helpers import FAST, init_root, run_cli, token_of, wait_reachable
 
     config = init_root(tmp_path, **FAST, conversation={"dedup": dedup})

@@ -18,11 +18,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from daemon.common.domain_errors import ConversationUnavailableError
+from daemon.common.storage import StorageHealth
 from daemon.conversation.store_thread import StoreDown, StoreThread
-from daemon.shared.errors import ConversationUnavailableError
-from daemon.shared.storage import StorageHealth
-from layers.conversation.breaker import Breaker
-from layers.conversation.store import ConversationStore, StoreSettings, StoreUnavailableError
+from layers.conversation.adapters.breaker import Breaker
+from layers.conversation.adapters.store import ConversationStore, StoreSettings, StoreUnavailableError
 from protocol.operations import Add
 from tests.daemon.conversation_service import closed_port, enable, l4_service, unreachable
 from tests.helpers import wait_for
@@ -135,7 +135,7 @@ def test_the_store_thread_runs_nothing_while_the_breaker_is_open_and_opens_it_on
 
 
 def test_a_reload_applies_retention_at_once_and_reconnects_to_another_collection(service_root, embedder):
-    from daemon.shared.config import load_config
+    from daemon.common.config import load_config
 
     enable(service_root, embedder)
     with l4_service(service_root) as up:
@@ -159,7 +159,7 @@ def test_a_job_holding_the_store_a_reload_replaced_never_locks_out_the_new_one(s
     """Issue 45: a job that captured the store object before a reload's swap and ran after it reopened
     the old Edge shard and held its lock for ever; the new store then failed to connect ("open in
     another process or handle") and L4 stayed off until a restart.  A replaced store refuses now."""
-    from daemon.shared.config import load_config
+    from daemon.common.config import load_config
 
     enable(service_root, embedder)
     with l4_service(service_root) as up:

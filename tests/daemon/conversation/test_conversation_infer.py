@@ -14,7 +14,7 @@ import signal
 import pytest
 import yaml
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.daemon.conversation.test_conversation_outage import free_port, set_backend
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
 from tests.stand_in_llm import StandInLLM

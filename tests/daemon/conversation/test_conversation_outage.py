@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.front.client import DaemonClient
-from layers.conversation.queue import WriteQueue
+from daemon.front.daemon_client import DaemonClient
+from layers.conversation.lifecycle.durable_queue import WriteQueue
 from tests.helpers import FAST, init_root, run_cli, token_of, wait_for, wait_reachable
 
 TIMEOUT_S = 2

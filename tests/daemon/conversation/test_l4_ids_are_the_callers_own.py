@@ -265,8 +265,8 @@ _OPS = st.lists(
 def test_generated_writes_and_supersedes_never_leave_a_chain_without_a_valid_memory(api, ops):
     """Whatever mix of writes, reused write ids, restatements, supersedes and restores an agent sends, every
     memory's ``superseded_by`` chain ends, without a cycle, in a valid memory."""
-    from daemon.shared.errors import ConflictError, NoSuchMemoryError
-    from layers.conversation.policy import PolicyError
+    from daemon.common.domain_errors import ConflictError, NoSuchMemoryError
+    from layers.conversation.policy.rules import PolicyError
 
     broker = api.service.daemon.broker
     run = next(_numbers)

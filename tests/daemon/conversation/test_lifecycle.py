@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from daemon.shared.errors import ConversationUnavailableError, NoSuchMemoryError
-from layers.conversation.policy import ForbiddenError, PolicyError
+from daemon.common.domain_errors import ConversationUnavailableError, NoSuchMemoryError
+from layers.conversation.policy.rules import ForbiddenError, PolicyError
 from protocol.operations import Add
 from tests.daemon.conversation_service import enable, l4_service, unreachable
 from tests.helpers import registry_of

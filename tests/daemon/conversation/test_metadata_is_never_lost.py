@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from layers.conversation.metadata import MAX_EXACT_INTEGER
+from layers.conversation.policy.metadata import MAX_EXACT_INTEGER
 from tests.daemon.conversation.l4_api import MEMORIES, Api, l4_api
 
 _numbers = itertools.count()

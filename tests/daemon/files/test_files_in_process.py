@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from daemon.common.config import load_config
+from daemon.common.settings import guard_from
+from daemon.common.tokens import TokenStore
+from daemon.common.workspaces import get_agent
 from daemon.files.committer import Committer
 from daemon.files.starting import StartProgress
 from daemon.files.tracker import make_tracker
 from daemon.files.watcher import Watcher
-from daemon.shared.config import load_config
-from daemon.shared.settings import guard_from
-from daemon.shared.tokens import TokenStore
-from daemon.shared.workspaces import get_agent
 from tests.helpers import FAKE_API_KEY, commits, committed, file_at_head, wait_for
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from daemon.common.config import load_config
+from daemon.common.guard import SecretGuard
+from daemon.common.settings import guard_from
+from daemon.common.workspaces import discover
 from daemon.files.tracker import make_tracker, settings_from
-from daemon.shared.config import load_config
-from daemon.shared.guard import SecretGuard
-from daemon.shared.settings import guard_from
-from daemon.shared.workspaces import discover
 from tests.helpers import FAKE_API_KEY, commits, file_at_head
 
 

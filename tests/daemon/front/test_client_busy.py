@@ -3,7 +3,7 @@
 A real HTTP server on a Unix socket stands in for a daemon busy with this
 caller's earlier requests: it answers 429 (with Retry-After) a given number of
 times, then 200.  Both clients that agents use are driven: the daemon's own
-(daemon/front/client.py: the CLI and the MCP server) and the skill's standard-library
+(daemon/front/daemon_client.py: the CLI and the MCP server) and the skill's standard-library
 one (skills/mem0-integration/mem0_client.py).
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.front.client import DaemonClient, DaemonRequestError
-from daemon.shared.limits import CLIENT_RETRIES
+from daemon.common.daemon_limits import CLIENT_RETRIES
+from daemon.front.daemon_client import DaemonClient, DaemonRequestError
 
 SKILL_CLIENT = Path(__file__).resolve().parents[3] / "skills" / "mem0-integration" / "mem0_client.py"
 

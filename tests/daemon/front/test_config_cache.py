@@ -1,4 +1,4 @@
-"""The front's validated-configuration cache (daemon/shared/config_cache.py): fast, never stale, never planted.
+"""The front's validated-configuration cache (daemon/common/config_cache.py): fast, never stale, never planted.
 
 In-process CLI calls (click's CliRunner) with the daemon down: ``memstrata status``
 connects with the paths the cache gives (its "no daemon socket at …" names the
@@ -15,10 +15,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from daemon.common import config_cache
 from daemon.front.cli import main
 from daemon.front.options import front_config
-from daemon.shared import config_cache
-from layers.yamlfile import YamlFileError
+from layers.common.yamlfile import YamlFileError
 
 
 @pytest.fixture

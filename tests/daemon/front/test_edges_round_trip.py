@@ -22,11 +22,11 @@ import pytest
 from click.testing import CliRunner
 
 from daemon.api import requests as api
+from daemon.common.config import Config, load_config
+from daemon.common.tokens import TOKEN_ENV
 from daemon.front.cli import main
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from daemon.front.mcp_server import FIELD_NAMES, build_server
-from daemon.shared.config import Config, load_config
-from daemon.shared.tokens import TOKEN_ENV
 from protocol import operations as op
 from protocol.fields import describe
 from tests.helpers import REPO_ROOT

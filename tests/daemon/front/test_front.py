@@ -22,11 +22,10 @@ from starlette.testclient import TestClient
 
 from daemon.api.app import INTERNAL_ERROR, build_app
 from daemon.api.fairness import Courtesy
-from daemon.front.cli import main
-from daemon.front.status import offline_status
-from daemon.shared import contracts
-from daemon.shared.config import ConfigFile, demo_config_text, load_config, parse_config
-from daemon.shared.errors import (
+from daemon.common import contracts
+from daemon.common.config import ConfigFile, demo_config_text, load_config, parse_config
+from daemon.common.daemon_limits import QueryTooLongError
+from daemon.common.domain_errors import (
     ConversationUnavailableError,
     IndexUnavailableError,
     NoSuchMemoryError,
@@ -34,15 +33,16 @@ from daemon.shared.errors import (
     SecretRefusedError,
     UnknownAgentError,
 )
-from daemon.shared.guard import SecretGuard
-from daemon.shared.limits import QueryTooLongError
-from daemon.shared.settings import DEFAULT_KEEP
-from daemon.shared.tokens import ADMIN
-from layers.conversation.backup import BackupNotFoundError
-from layers.conversation.policy import ForbiddenError, PolicyError
-from layers.daily import RepoBusyError
-from layers.local.query import EmptyQueryError
-from layers.local.vectors import VectorsUnavailableError
+from daemon.common.guard import SecretGuard
+from daemon.common.settings import DEFAULT_KEEP
+from daemon.common.tokens import ADMIN
+from daemon.front.cli import main
+from daemon.front.status import offline_status
+from layers.conversation.lifecycle.backup import BackupNotFoundError
+from layers.conversation.policy.rules import ForbiddenError, PolicyError
+from layers.daily.workspace_repo import RepoBusyError
+from layers.local.models.vectors import VectorsUnavailableError
+from layers.local.text.query import EmptyQueryError
 
 REPO = Path(__file__).resolve().parents[3]
 CLIENT = REPO / "skills" / "mem0-integration" / "mem0_client.py"
@@ -155,7 +155,7 @@ def test_text_cites_only_what_the_repository_holds():
 
 
 def test_the_skill_reads_only_keys_the_contracts_define():
-    """mem0_client.py (stdlib only) lists the keys it reads; each one exists in daemon/shared/contracts.py."""
+    """mem0_client.py (stdlib only) lists the keys it reads; each one exists in daemon/common/contracts.py."""
     spec = importlib.util.spec_from_file_location("mem0_client_reads", CLIENT)
     client = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(client)
@@ -301,7 +301,7 @@ def test_a_bare_runtime_error_elsewhere_is_a_500():
 
 def test_clients_say_a_500_plainly():
     """The MCP server says the daemon failed (not that it refused); the CLI and the skill show the message."""
-    from daemon.front.client import DaemonRequestError
+    from daemon.front.daemon_client import DaemonRequestError
     from daemon.front.mcp_server import _daemon_error
 
     said = str(_daemon_error(DaemonRequestError(500, f"{INTERNAL_ERROR} (ValueError)")))

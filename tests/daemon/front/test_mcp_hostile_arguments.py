@@ -4,7 +4,7 @@ Before: a 1 MB unknown argument name, or a 1 MB value outside a parameter's list
 back whole in the error text the model reads; a lone surrogate in one ended the server
 (its answer could not be written as UTF-8); and ``arguments`` of ``[]``, ``0``, ``false``
 or ``""`` ran the tool as if ``{}`` had been sent.  Now every value the server repeats is
-cut to :data:`~daemon.shared.limits.MAX_ECHO_CHARS` characters saying how long it was,
+cut to :data:`~daemon.common.daemon_limits.MAX_ECHO_CHARS` characters saying how long it was,
 the whole error text is bounded, and ``arguments`` that is not an object is a JSON-RPC
 invalid-params error: no tool runs.
 
@@ -22,11 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from daemon.common.config import load_config
+from daemon.common.daemon_limits import MAX_ECHO_CHARS
 from daemon.front.mcp_protocol import MAX_ERROR_CHARS
 from daemon.front.mcp_server import build_server
 from daemon.front.mcp_stdio import StdioServer
-from daemon.shared.config import load_config
-from daemon.shared.limits import MAX_ECHO_CHARS
 from tests.helpers import init_root
 
 HOSTILE = settings(

@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 from daemon.api.requests import AddRequest, MemorySearchRequest, SearchRequest, UpdateRequest
+from daemon.common.config import Config, load_config
 from daemon.conversation.broker import Broker
 from daemon.conversation.reads import Reads
 from daemon.conversation.writes import Writes
 from daemon.front.cli import main
-from daemon.front.client import DaemonClient
-from daemon.shared.config import Config, load_config
+from daemon.front.daemon_client import DaemonClient
 from protocol import operations as op
 from protocol.fields import describe
 from tests.request_fields import (

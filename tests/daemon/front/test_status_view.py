@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from daemon.common.terminal import escaped
 from daemon.front.status import columns, render
-from daemon.shared.terminal import escaped
 from tests.helpers import FAKE_AWS_KEY, LEAN, MEMSTRATA, init_root, run_cli, wait_for
 
 AGENTS = [f"agent-{n}" for n in range(1, 10)]  # and main: ten

@@ -14,8 +14,8 @@ import numpy as np
 
 from daemon.front.status import _embedding_lines
 from daemon.local.embedding import IDLE_AFTER_S, RATE_WINDOW_S, EmbedWorker
-from layers.local.index import Document, Identity, LocalIndex
-from layers.local.search import search
+from layers.local.ranking.hybrid_search import search
+from layers.local.storage.index import Document, Identity, LocalIndex
 
 
 def _worker() -> EmbedWorker:

@@ -29,7 +29,7 @@ def test_settled_files_are_written_at_flush_and_the_report_says_so(service):
 def test_a_foreign_file_at_the_index_path_is_refused_not_replaced(service):
     d = service.daemon
     service.spoke_workspace()
-    from daemon.shared.workspaces import make_agent
+    from daemon.common.workspaces import make_agent
 
     index = make_agent(d.config, "beta").index
     index.parent.mkdir(parents=True, exist_ok=True)

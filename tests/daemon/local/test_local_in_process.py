@@ -16,20 +16,20 @@ import apsw
 import numpy as np
 import pytest
 
+from daemon.common.config import load_config
+from daemon.common.domain_errors import IndexUnavailableError
+from daemon.common.fileread import read_version
+from daemon.common.guard import SecretGuard
+from daemon.common.jobs import Jobs
+from daemon.common.settings import guard_from
+from daemon.common.workspaces import Agent, get_agent
 from daemon.files.tracker import list_memory_files
 from daemon.local.embedding import EmbedWorker, make_embedder
 from daemon.local.index_files import IndexClaims, move_legacy_index
 from daemon.local.indexer import Indexer, desired_documents, is_indexable, layer_of
 from daemon.local.search import LocalSearch
-from daemon.shared.config import load_config
-from daemon.shared.errors import IndexUnavailableError
-from daemon.shared.fileread import read_version
-from daemon.shared.guard import SecretGuard
-from daemon.shared.jobs import Jobs
-from daemon.shared.settings import guard_from
-from daemon.shared.workspaces import Agent, get_agent
-from layers.local.index import Filters, Identity, LocalIndex
-from layers.local.units import index_model_id, passages
+from layers.local.storage.index import Filters, Identity, LocalIndex
+from layers.local.text.units import index_model_id, passages
 from tests.helpers import FAKE_API_KEY, wait_for
 from tests.stand_in_embedder import KEY, KEY_ENV, StandInEmbedder
 

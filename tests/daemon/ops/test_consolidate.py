@@ -12,7 +12,7 @@ import stat
 import pytest
 import yaml
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.edge_store import all_points
 from tests.helpers import FAST, init_root, registry_of, run_cli, token_of, wait_reachable
 from tests.stand_in_llm import StandInLLM
@@ -43,7 +43,7 @@ def by_id(root) -> dict[str, dict]:
 
 
 def unused(payload: dict) -> dict:
-    """Without the use counts a search adds (layers/conversation/decay.py)."""
+    """Without the use counts a search adds (layers/conversation/policy/decay.py)."""
     return {k: v for k, v in payload.items() if k not in ("access_count", "last_accessed")}
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from daemon.common.config import load_config, parse_config
 from daemon.ops.install import ALL_UNITS, MARKER, install_config_text, render_unit
-from daemon.shared.config import load_config, parse_config
 from tests.helpers import FAST, REPO_ROOT, commits, init_root, registry_of, run_cli, wait_for
 from tests.test_cron import parse as parse_crontab
 
@@ -403,8 +403,8 @@ ls -A /etc/systemd/system > {out}/left
 
 def test_the_skill_is_never_written_through_an_agents_symlink(tmp_path):
     """An agent may point skills/ (or one of its files) anywhere: nothing is written there."""
-    from daemon.shared import skill
-    from layers.safefs import UnsafePathError
+    from daemon.common import skill
+    from layers.common.safefs import UnsafePathError
 
     launcher = skill.Launcher.current(None, "a")
     outside = tmp_path / "outside"
@@ -426,7 +426,7 @@ def test_the_skill_is_never_written_through_an_agents_symlink(tmp_path):
 
 
 def test_a_refresh_updates_changed_code_backs_up_edits_and_never_touches_the_registry(tmp_path):
-    from daemon.shared import skill
+    from daemon.common import skill
 
     checkout = tmp_path / "checkout"
     shutil.copytree(REPO_ROOT / SKILL, checkout / SKILL)

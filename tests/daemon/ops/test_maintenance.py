@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.front.client import DaemonClient
+from daemon.front.daemon_client import DaemonClient
 from tests.daemon.conversation.test_conversation_outage import free_port, set_backend
 from tests.helpers import FAST, REPO_ROOT, init_root, run_cli, token_of, wait_reachable
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from daemon.shared.jobs import StoreWorker
+from daemon.common.jobs import StoreWorker
 from tests.helpers import FAST, init_root, run_cli, wait_for
 
 
@@ -54,7 +54,7 @@ def test_backup_started_with_the_daemon_succeeds_and_the_daemon_comes_up(tmp_pat
 
 
 def test_a_daemon_starting_while_an_offline_backup_holds_the_state_waits_for_it(tmp_path, daemons):
-    from daemon.shared.settings import acquire_state_lock
+    from daemon.common.settings import acquire_state_lock
 
     config = _fresh_root(tmp_path)
     lock = acquire_state_lock(tmp_path / "state", "memstrata backup")  # as an offline backup holds it

@@ -20,15 +20,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from daemon.common.config import load_config
+from daemon.common.domain_errors import InvalidRequestError
+from daemon.common.settings import store_settings
 from daemon.ops import install
 from daemon.ops.maintenance import CleanupOptions, backup, cleanup, restore
-from daemon.shared.config import load_config
-from daemon.shared.errors import InvalidRequestError
-from daemon.shared.settings import store_settings
-from layers.conversation.backup import NotABackupError
-from layers.conversation.cleanup import Selection
-from layers.conversation.store import ConversationStore
-from layers.safefs import UnsafePathError
+from layers.common.safefs import UnsafePathError
+from layers.conversation.adapters.store import ConversationStore
+from layers.conversation.lifecycle.backup import NotABackupError
+from layers.conversation.lifecycle.cleanup import Selection
 from tests.helpers import commits
 
 HAVE_SYSTEMCTL = shutil.which("systemctl") is not None

@@ -70,7 +70,7 @@ def test_closed_gate_answers_lexically_then_vectors_fill_when_it_opens(tmp_path,
     assert status["gate"]["open"] is False and status["loaded"] is False and "memory gate closed" in status["waiting"]
     human = run_cli("status", config=config).stdout
     assert "memory gate closed" in human and "waiting for vectors" in human
-    assert "q4_0.gguf, split form)" in human  # what the daemon runs (layers/local/model_parts.py)
+    assert "q4_0.gguf, split form)" in human  # what the daemon runs (layers/local/models/model_parts.py)
 
     data = yaml.safe_load(config.read_text())
     data["vectors"]["min_free_mb"] = 0
@@ -80,7 +80,7 @@ def test_closed_gate_answers_lexically_then_vectors_fill_when_it_opens(tmp_path,
     assert _index(d)["vectors"] == _index(d)["chunks"]
     assert "every chunk has its vector" in run_cli("reindex", "--vectors", config=config).stdout
     hybrid = _search(config, "向量检索", "--explain")
-    # "vector:use": the companion model's ranking beside e5's (layers/local/companion.py)
+    # "vector:use": the companion model's ranking beside e5's (layers/local/models/companion.py)
     assert hybrid["vectors"] == "used" and set(hybrid["lists"]) == {"fts", "vector", "vector:use"}
     semantic = _search(config, "vector search and memory", "--mode", "vector")
     assert semantic["results"] and semantic["lists"] == ["vector", "vector:use"]
@@ -120,7 +120,7 @@ def test_a_damaged_index_is_rebuilt_from_markdown(tmp_path, daemons):
 def test_hostile_queries_through_the_cli_return_normally(tmp_path, daemons):
     config = init_root(tmp_path, **FAST, vectors={"backend": "off"})
     daemons(config)
-    for query in ['"', "*", "NEAR(", "a:b", "x" * 4096]:  # 4,096: the longest query (daemon/shared/limits.py)
+    for query in ['"', "*", "NEAR(", "a:b", "x" * 4096]:  # 4,096: the longest query (daemon/common/daemon_limits.py)
         proc = run_cli("search", query, "--agent", "main", "--json", config=config, check=False)
         assert "Traceback" not in proc.stderr, query
         if proc.returncode == 0:

@@ -11,8 +11,8 @@ import struct
 import time
 from pathlib import Path
 
-from daemon.front.client import DaemonClient
-from layers.malloc import ARENA_MAX
+from daemon.front.daemon_client import DaemonClient
+from layers.common.malloc import ARENA_MAX
 from tests.helpers import FAST, init_root, token_of, wait_for, wait_reachable
 
 HEAP_MAX = 64 * 1024 * 1024  # glibc's reservation per arena heap on 64-bit (2 x the largest mmap threshold)
@@ -62,7 +62,7 @@ def _idle(d) -> bool:
 
 
 def test_idle_daemon_gives_the_models_memory_back_and_keeps_two_malloc_arenas(tmp_path, daemons):
-    """Reproduced before the fix (layers/malloc.py): "the main arena and 15 more" with one agent (every
+    """Reproduced before the fix (layers/common/malloc.py): "the main arena and 15 more" with one agent (every
     thread that allocates got its own arena, each keeping what it touched); loading and unloading both
     models in one process left ~35 MB more resident with glibc's dynamic mmap threshold than with
     the fixed one (docs/memory.md)."""

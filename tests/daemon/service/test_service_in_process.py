@@ -20,11 +20,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from daemon.common.config import load_config
+from daemon.common.domain_errors import DaemonError
 from daemon.front.status import offline_status
 from daemon.service.memory_daemon import MemoryDaemon
 from daemon.service.notify import Notifier
-from daemon.shared.config import load_config
-from daemon.shared.errors import DaemonError
 from tests.daemon.conftest import Service
 from tests.helpers import FAKE_API_KEY, commits, committed, file_at_head, wait_for
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.shared.config import DEFAULT_MODEL_PATH
-from layers.conversation.store import ConversationStore, StoreSettings
-from layers.local.vectors import LocalEmbedder
+from daemon.common.config import DEFAULT_MODEL_PATH
+from layers.conversation.adapters.store import ConversationStore, StoreSettings
+from layers.local.models.vectors import LocalEmbedder
 
 
 @pytest.fixture(scope="module")

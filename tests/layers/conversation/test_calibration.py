@@ -1,6 +1,6 @@
 """Consolidation's thresholds against the real embedder: every measured pair measured again.
 
-The pairs and their cosines live in layers/conversation/calibration.py; this embeds each pair
+The pairs and their cosines live in layers/conversation/consolidation/thresholds.py; this embeds each pair
 with the store's model (multilingual-e5-small through llama.cpp) and checks that the figures
 still hold and that the threshold with the guard folds every duplicate and no distinct fact.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layers.conversation import calibration
-from layers.conversation.sameness import distinct_reason, normalised
+from layers.conversation.consolidation import thresholds as calibration
+from layers.conversation.consolidation.sameness import distinct_reason, normalised
 
 TOLERANCE = 0.01  # a rebuilt model or another llama.cpp may move the third decimal
 

@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from daemon.shared.audit import AuditLog
-from layers.conversation.cleanup import Rules, Selection, run_cleanup
-from layers.conversation.policy import DEFAULT_RETENTION_DAYS, MEMORY_TYPES
-from layers.conversation.store import NewMemory
+from daemon.common.audit import AuditLog
+from layers.conversation.adapters.store import NewMemory
+from layers.conversation.lifecycle.cleanup import Rules, Selection, run_cleanup
+from layers.conversation.policy.rules import DEFAULT_RETENTION_DAYS, MEMORY_TYPES
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 TODAY = NOW.date()

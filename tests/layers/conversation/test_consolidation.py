@@ -10,11 +10,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from layers.conversation.consolidation import UndoRefused, consolidate, undo
-from layers.conversation.consolidation_plan import Thresholds
-from layers.conversation.consolidation_store import StoreFace
-from layers.conversation.judge import LlmJudge
-from layers.conversation.store import NewMemory
+from layers.conversation.adapters.store import NewMemory
+from layers.conversation.consolidation.judge import LlmJudge
+from layers.conversation.consolidation.nightly import UndoRefused, consolidate, undo
+from layers.conversation.consolidation.plan import Thresholds
+from layers.conversation.consolidation.store_view import StoreFace
 from tests.stand_in_llm import StandInLLM
 
 START = datetime(2026, 11, 1, tzinfo=timezone.utc)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layers.conversation.consolidation_plan import Planner, Stored, Thresholds
+from layers.conversation.consolidation.plan import Planner, Stored, Thresholds
 
 
 def memory(n: int, text: str, vector, agent="a", visibility="private", **payload) -> Stored:

@@ -9,10 +9,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from layers.conversation.cleanup import Rules, run_cleanup
-from layers.conversation.decay import DEFAULT_DECAY, AccessTally, DecayRules, importance_of
-from layers.conversation.policy import DEFAULT_RETENTION_DAYS, FIXED_PERMANENT, Phase
-from layers.conversation.store import NewMemory
+from layers.conversation.adapters.store import NewMemory
+from layers.conversation.lifecycle.cleanup import Rules, run_cleanup
+from layers.conversation.policy.decay import DEFAULT_DECAY, AccessTally, DecayRules, importance_of
+from layers.conversation.policy.rules import DEFAULT_RETENTION_DAYS, FIXED_PERMANENT, Phase
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 PRIVATE_A = Phase("private", "private", owner="a")

@@ -1,6 +1,6 @@
 """Every Edge operation the product uses, on the real engine: the next qdrant-edge-py release is checked here.
 
-Each test names one operation of layers/conversation/edge.py and what the product relies on it
+Each test names one operation of layers/conversation/adapters/edge.py and what the product relies on it
 doing; a release that changes any of them fails here before it reaches the store.
 """
 
@@ -13,8 +13,8 @@ import uuid
 import numpy as np
 import pytest
 
-from layers.conversation import edge
-from layers.conversation.edge import EdgeCollection, EdgeLockedError, to_filter
+from layers.conversation.adapters import edge
+from layers.conversation.adapters.edge import EdgeCollection, EdgeLockedError, to_filter
 from tests.failure_modes.filesystems import Tmpfs
 
 DIM = 8

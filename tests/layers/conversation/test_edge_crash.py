@@ -14,15 +14,15 @@ import textwrap
 import time
 from collections import Counter
 
-from layers.conversation.store import ConversationStore, StoreSettings
+from layers.conversation.adapters.store import ConversationStore, StoreSettings
 
 WRITER = textwrap.dedent(
     """
     import sys, uuid
     from pathlib import Path
-    from daemon.shared.config import DEFAULT_MODEL_PATH
-    from layers.conversation.store import ConversationStore, NewMemory, StoreSettings
-    from layers.local.vectors import LocalEmbedder
+    from daemon.common.config import DEFAULT_MODEL_PATH
+    from layers.conversation.adapters.store import ConversationStore, NewMemory, StoreSettings
+    from layers.local.models.vectors import LocalEmbedder
 
     e = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
     s = ConversationStore(StoreSettings("embedded", Path(sys.argv[1])), e, e.dimension())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from layers.conversation.edge_mem0 import EdgeVectorStore
-from layers.conversation.policy import Phase
+from layers.conversation.adapters.edge_mem0 import EdgeVectorStore
+from layers.conversation.policy.rules import Phase
 from tests.layers.conversation.test_store import memory
 
 PRIVATE_A = Phase("private", "private", owner="a")

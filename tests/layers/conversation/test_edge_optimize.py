@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from layers.conversation.edge import GEN_DIR, WORK_DIR, EdgeCollection, EdgeError
-from layers.conversation.optimizer import Optimizer, OptimizeSchedule
+from layers.conversation.adapters.edge import GEN_DIR, WORK_DIR, EdgeCollection, EdgeError
+from layers.conversation.adapters.optimizer import Optimizer, OptimizeSchedule
 from tests.layers.conversation.test_edge_compat import DIM, pid, vec
 
 
@@ -110,7 +110,7 @@ HOLDER = textwrap.dedent(
     """
     import os, signal, sys, time
     from pathlib import Path
-    from layers.conversation.edge import EdgeCollection
+    from layers.conversation.adapters.edge import EdgeCollection
     from tests.layers.conversation.test_edge_compat import DIM, pid, vec
 
     c = EdgeCollection(Path(sys.argv[1]), DIM)
@@ -299,7 +299,7 @@ def test_the_live_shard_answers_with_every_write_while_the_swap_loads_the_copy_a
 ):
     import threading
 
-    from layers.conversation import edge
+    from layers.conversation.adapters import edge
 
     shard.start_optimize()
     _fill(shard, 300, 20)  # the journal's
@@ -330,7 +330,7 @@ def test_the_live_shard_answers_with_every_write_while_the_swap_loads_the_copy_a
 
 
 def test_reads_hold_the_optimize_child_stopped_while_they_run_and_leave_a_stopped_one_stopped(shard, monkeypatch):
-    from layers.conversation import edge
+    from layers.conversation.adapters import edge
 
     shard.start_optimize()
     child = shard.optimize_pid
@@ -367,7 +367,7 @@ SWAP_KILLER = textwrap.dedent(
     """
     import os, signal, sys, time
     from pathlib import Path
-    from layers.conversation import edge
+    from layers.conversation.adapters import edge
     from tests.layers.conversation.test_edge_compat import DIM, pid, vec
 
     path, cut = Path(sys.argv[1]), sys.argv[2]

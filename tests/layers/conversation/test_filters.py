@@ -1,4 +1,4 @@
-"""mem0's filter language (layers/conversation/filters.py): checked, ANDed with visibility, the same on every engine.
+"""mem0's filter language (layers/conversation/policy/filters.py): checked, ANDed with visibility, the same on every engine.
 
 Each filter below is run three ways over the same payloads: on a real Qdrant Edge shard
 (:func:`to_edge`), on qdrant-client's own engine in memory (:func:`to_qdrant`), and by
@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from qdrant_client import QdrantClient, models
 
-from layers.conversation import filters as f
-from layers.conversation.edge import EdgeCollection
+from layers.conversation.adapters.edge import EdgeCollection
+from layers.conversation.policy import filters as f
 
 PAYLOADS = [
     {"agent_id": "a", "visibility": "private", "user_id": "alice", "category": "movies", "rating": 5,

@@ -8,9 +8,9 @@ import logging
 
 import numpy as np
 
-from layers.conversation import migrate
-from layers.conversation.policy import Phase
-from layers.conversation.store import QDRANT_LOCAL, ConversationStore, StoreSettings
+from layers.conversation.adapters import migrate
+from layers.conversation.adapters.store import QDRANT_LOCAL, ConversationStore, StoreSettings
+from layers.conversation.policy.rules import Phase
 from tests.layers.conversation.test_store import memory
 
 PRIVATE_A = Phase("private", "private", owner="a")
@@ -29,7 +29,7 @@ def old_store(tmp_path, embedder, n: int) -> list[str]:
 
 def test_the_old_store_is_imported_once_and_kept(tmp_path, embedder, caplog):
     ids = old_store(tmp_path, embedder, 40)
-    caplog.set_level(logging.INFO, logger="layers.conversation.store")
+    caplog.set_level(logging.INFO, logger="layers.conversation.adapters.store")
     s = ConversationStore(StoreSettings("embedded", tmp_path / "l4"), embedder, 384)
     s.connect()
     try:
@@ -61,7 +61,7 @@ def test_the_old_store_is_imported_once_and_kept(tmp_path, embedder, caplog):
 
 def test_an_interrupted_import_starts_again_cleanly(tmp_path, embedder):
     """Half the points in the shard and no marker (a kill mid-import): the next open imports everything once."""
-    from layers.conversation.edge import EdgeCollection
+    from layers.conversation.adapters.edge import EdgeCollection
 
     ids = old_store(tmp_path, embedder, 30)
     shard = EdgeCollection(tmp_path / "l4" / "edge" / "mem0_v4_shared", 384)

@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from layers.conversation.policy import (
+from layers.conversation.policy.registry import load_registry
+from layers.conversation.policy.rules import (
     MEMORY_TYPES,
     ForbiddenError,
     PolicyError,
@@ -15,7 +16,6 @@ from layers.conversation.policy import (
     place,
     read_phases,
 )
-from layers.conversation.registry import load_registry
 
 REGISTRY = """\
 projects:

@@ -7,8 +7,8 @@ import subprocess
 import sys
 import textwrap
 
-from layers.conversation.breaker import Breaker
-from layers.conversation.queue import WriteQueue
+from layers.conversation.adapters.breaker import Breaker
+from layers.conversation.lifecycle.durable_queue import WriteQueue
 
 
 def test_queue_keeps_order_ignores_retries_and_survives_reopen(tmp_path):
@@ -38,7 +38,7 @@ def test_queued_write_survives_sigkill_right_after_put(tmp_path):
     script = textwrap.dedent(
         f"""
         import os, signal
-        from layers.conversation.queue import WriteQueue
+        from layers.conversation.lifecycle.durable_queue import WriteQueue
         q = WriteQueue(__import__("pathlib").Path({str(path)!r}))
         for i in range(50):
             q.put(f"w{{i}}", "a", {{"n": i}})

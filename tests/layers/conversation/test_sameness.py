@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from layers.conversation.sameness import distinct_reason, normalised, tokens
+from layers.conversation.consolidation.sameness import distinct_reason, normalised, tokens
 
 
 @pytest.mark.parametrize(

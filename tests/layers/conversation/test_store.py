@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from layers.conversation.policy import Phase
-from layers.conversation.store import ConversationStore, NewMemory, StoreConfigError, StoreSettings
-from layers.local.vectors import OpenAIEmbedder
+from layers.conversation.adapters.store import ConversationStore, NewMemory, StoreConfigError, StoreSettings
+from layers.conversation.policy.rules import Phase
+from layers.local.models.vectors import OpenAIEmbedder
 
 CREATED = "2026-11-30T08:00:00+00:00"
 
@@ -115,7 +115,7 @@ def test_the_embedded_store_is_single_process(tmp_path, embedder):
     script = textwrap.dedent(
         f"""
         from pathlib import Path
-        from layers.conversation.store import ConversationStore, StoreSettings, StoreConfigError
+        from layers.conversation.adapters.store import ConversationStore, StoreSettings, StoreConfigError
         try:
             ConversationStore(StoreSettings("embedded", Path({str(tmp_path / "l4")!r})), None, 384).connect()
         except StoreConfigError as exc:
@@ -141,10 +141,10 @@ def test_no_outbound_connection_is_attempted(tmp_path):
                 attempts.append("getaddrinfo " + repr(args[0]))
         sys.addaudithook(hook)
         from pathlib import Path
-        from daemon.shared.config import DEFAULT_MODEL_PATH
-        from layers.conversation.policy import Phase
-        from layers.conversation.store import ConversationStore, NewMemory, StoreSettings
-        from layers.local.vectors import LocalEmbedder
+        from daemon.common.config import DEFAULT_MODEL_PATH
+        from layers.conversation.policy.rules import Phase
+        from layers.conversation.adapters.store import ConversationStore, NewMemory, StoreSettings
+        from layers.local.models.vectors import LocalEmbedder
         e = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
         s = ConversationStore(StoreSettings("embedded", Path({str(tmp_path / "l4")!r})), e, e.dimension())
         s.connect()
@@ -230,7 +230,7 @@ def fill(directory) -> object:
 
 def test_a_batch_that_fails_to_commit_leaves_nothing_half_written(small_fs, embedder):
     """The batch is one transaction in local mode: on a full disk none of it is stored, in memory or on disk."""
-    from layers.conversation.store import StoreUnavailableError
+    from layers.conversation.adapters.store import StoreUnavailableError
 
     s = ConversationStore(StoreSettings("embedded", small_fs / "l4"), embedder, embedder.dimension())
     s.connect()
@@ -256,8 +256,8 @@ def test_a_write_id_is_its_owners_and_a_write_from_before_owners_still_dedupes_f
     write for a (a retry or replay finds it), and nobody else's: b's equal write_id is a write of its own."""
     from dataclasses import replace
 
-    from layers.conversation.store import mem0_payload
-    from layers.conversation.write_ids import legacy_point_id, point_id_of
+    from layers.conversation.adapters.store import mem0_payload
+    from layers.conversation.lifecycle.write_ids import legacy_point_id, point_id_of
 
     old = replace(memory("a", "written before write ids had an owner"), write_id="conv-1:msg-1")
     mem0, _ = store._require()

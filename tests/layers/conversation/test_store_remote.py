@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from layers.conversation.policy import Phase
-from layers.conversation.store import ConversationStore, StoreSettings
+from layers.conversation.adapters.store import ConversationStore, StoreSettings
+from layers.conversation.policy.rules import Phase
 from tests.layers.conversation.test_store import memory
 
 URL = os.environ.get("MEMSTRATA_TEST_QDRANT_URL")
@@ -52,9 +52,9 @@ def test_remote_round_trip_with_payload_indexes(remote):
 
 
 def test_remote_cleanup_and_snapshot_backup(remote, tmp_path):
-    from layers.conversation import backup
-    from layers.conversation.cleanup import Rules, run_cleanup
-    from layers.conversation.policy import DEFAULT_RETENTION_DAYS
+    from layers.conversation.lifecycle import backup
+    from layers.conversation.lifecycle.cleanup import Rules, run_cleanup
+    from layers.conversation.policy.rules import DEFAULT_RETENTION_DAYS
 
     remote.add(memory("a", "old session", memory_type="session", created_at="2020-01-01T00:00:00+00:00"))
     remote.add(memory("a", "knowledge stays"))

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from layers.conversation.policy import ForbiddenError, Phase, PolicyError, provenance
+from layers.conversation.policy.rules import ForbiddenError, Phase, PolicyError, provenance
 from tests.layers.conversation.test_store import memory
 
 PRIVATE_A = Phase("private", "private", owner="a")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from layers.conversation import validity
-from layers.conversation.policy import Phase
+from layers.conversation.policy import validity
+from layers.conversation.policy.rules import Phase
 from tests.layers.conversation.test_store import CREATED, memory
 
 PRIVATE_A = Phase("private", "private", owner="a")
@@ -94,6 +94,6 @@ def test_a_memory_from_before_validity_counts_as_valid(store):
 
 
 def test_the_validity_fields_are_reserved():
-    from layers.conversation.metadata import RESERVED
+    from layers.conversation.policy.metadata import RESERVED
 
     assert set(validity.LIFECYCLE_FIELDS) <= RESERVED

@@ -1,6 +1,6 @@
-"""An L3 search's answer has one definition of its keys: layers/local/answers.py's SearchAnswer.
+"""An L3 search's answer has one definition of its keys: layers/local/shapes.py's SearchAnswer.
 
-:class:`layers.local.search.Answer` builds it attribute by attribute (mypy holds
+:class:`layers.local.ranking.hybrid_search.Answer` builds it attribute by attribute (mypy holds
 ``to_dict`` to the TypedDict); these tests hold the two to the same keys, and
 the daemon's contracts to the same definition.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from daemon.shared import contracts
-from layers.local.answers import IndexStats, LocalHit, SearchAnswer
-from layers.local.index import Document, Identity, LocalIndex
-from layers.local.search import Answer, search
+from daemon.common import contracts
+from layers.local.ranking.hybrid_search import Answer, search
+from layers.local.shapes import IndexStats, LocalHit, SearchAnswer
+from layers.local.storage.index import Document, Identity, LocalIndex
 
 
 def test_the_builder_has_a_field_for_every_key_of_the_answer_and_no_other():

@@ -1,14 +1,14 @@
-"""layers/local/budget.py: each hit's passage, and answers cut to max_tokens (passages first, whole sections
+"""layers/local/ranking/budget.py: each hit's passage, and answers cut to max_tokens (passages first, whole sections
 where room is left), through a real index and search."""
 
 from __future__ import annotations
 
 import hashlib
 
-from layers.local.budget import passage_span
-from layers.local.index import Document, Identity, LocalIndex
-from layers.local.search import search
-from layers.textcost import estimate_tokens
+from layers.common.textcost import estimate_tokens
+from layers.local.ranking.budget import passage_span
+from layers.local.ranking.hybrid_search import search
+from layers.local.storage.index import Document, Identity, LocalIndex
 
 NOTE = """## 迁移 2026-08-08
 - 08:00 moth powered down, racks unbolted

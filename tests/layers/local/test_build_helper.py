@@ -9,9 +9,9 @@ import sys
 import apsw
 import pytest
 
-from layers.local import build_helper
-from layers.local.build_helper import Helper, prepared_documents
-from layers.local.index import Document, Identity, rebuild
+from layers.local.storage import build_helper
+from layers.local.storage.build_helper import Helper, prepared_documents
+from layers.local.storage.index import Document, Identity, rebuild
 from tests.corpus import Corpus
 
 

@@ -6,8 +6,8 @@ Real apsw indexes of notes shaped as the chat set's (bench/recall_set_chat): one
 
 from __future__ import annotations
 
-from layers.local.index import Document, Identity, LocalIndex
-from layers.local.search import search
+from layers.local.ranking.hybrid_search import search
+from layers.local.storage.index import Document, Identity, LocalIndex
 
 FILLER = [
     "- **Theo:** Hey Maya! How was your week?",

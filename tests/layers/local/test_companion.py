@@ -1,13 +1,13 @@
-"""The companion model joined to e5 (layers/local/companion.py): stored side by side, ranked as its own list."""
+"""The companion model joined to e5 (layers/local/models/companion.py): stored side by side, ranked as its own list."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from layers.local import companion
-from layers.local.index import Document, Filters, Identity, LocalIndex
-from layers.local.search import search
-from layers.local.units import has_companion, index_model_id
+from layers.local.models import companion
+from layers.local.ranking.hybrid_search import search
+from layers.local.storage.index import Document, Filters, Identity, LocalIndex
+from layers.local.text.units import has_companion, index_model_id
 
 
 def test_a_local_model_index_names_the_companion_and_a_remote_one_does_not():
@@ -92,8 +92,8 @@ def test_a_hybrid_answer_fuses_the_companion_list_when_the_index_holds_it(tmp_pa
 
 def test_the_companion_follows_the_vectors_settings(tmp_path):
     """An operator's ``vectors.min_free_mb`` and ``threads`` hold for the companion as for the GGUF model."""
+    from daemon.common.config import parse_config
     from daemon.local.embedding import make_embedder
-    from daemon.shared.config import parse_config
 
     source = tmp_path / "memstrata.yaml"
     text = f"paths:\n  root: {tmp_path}\nvectors:\n  min_free_mb: 123456789\n  threads: 1\n"

@@ -11,9 +11,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from layers.local import calibration
-from layers.local.index import Document, Identity, LocalIndex
-from layers.local.search import search
+from layers.local.ranking import calibration
+from layers.local.ranking.hybrid_search import search
+from layers.local.storage.index import Document, Identity, LocalIndex
 
 
 def _doc(path: str, text: str) -> Document:

@@ -1,4 +1,4 @@
-"""Dates in queries: every common form becomes the day range it names (layers/local/dates.py)."""
+"""Dates in queries: every common form becomes the day range it names (layers/local/text/dates.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import date
 
 import pytest
 
-from layers.local.dates import find_dates
-from layers.local.index import Document, Identity, LocalIndex
-from layers.local.search import search
+from layers.local.ranking.hybrid_search import search
+from layers.local.storage.index import Document, Identity, LocalIndex
+from layers.local.text.dates import find_dates
 
 FRIDAY = date(2026, 10, 30)
 

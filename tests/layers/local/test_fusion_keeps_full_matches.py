@@ -1,4 +1,4 @@
-"""Hybrid fusion never drops a chunk that has every query term (layers/local/search.py).
+"""Hybrid fusion never drops a chunk that has every query term (layers/local/ranking/hybrid_search.py).
 
 Real apsw indexes; the primary model's vectors are chosen here, the companion's are
 the real USE model's, as the daemon stores them side by side.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from layers.local import companion
-from layers.local.index import Document, Identity, LocalIndex
-from layers.local.search import search
+from layers.local.models import companion
+from layers.local.ranking.hybrid_search import search
+from layers.local.storage.index import Document, Identity, LocalIndex
 
 PRIMARY = "gguf:m+units1"
 JOINED = f"{PRIMARY}+{companion.COMPANION_ID}"

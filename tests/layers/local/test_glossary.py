@@ -1,4 +1,4 @@
-"""layers/local/glossary.py: the names a memory defines, the descriptions that point at them, and the
+"""layers/local/text/glossary.py: the names a memory defines, the descriptions that point at them, and the
 days of the events it names; and the search lists they make ("fts:entity", an event's day range)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 from datetime import date
 
-from layers.local.glossary import Glossary, definitions
-from layers.local.index import Document, Identity, LocalIndex
-from layers.local.query import parse_query
-from layers.local.search import search
+from layers.local.ranking.hybrid_search import search
+from layers.local.storage.index import Document, Identity, LocalIndex
+from layers.local.text.glossary import Glossary, definitions
+from layers.local.text.query import parse_query
 
 MEMORY = """# MEMORY
 ## Hosts
@@ -112,7 +112,7 @@ def test_a_named_thing_and_a_lone_chinese_character_describe_nothing_else():
             "- 标点数据 — the labelling vendor, based in 成都, bills per image.\n"
             "- heron — CPU data box.\n" + "".join(f"- box-{i:02d} — spare CPU box number {i}.\n" for i in range(20)),
         )
-    )  # 25 definitions: a word only one of them holds is enough to bridge (layers/local/glossary.py, MIN_SCORE)
+    )  # 25 definitions: a word only one of them holds is enough to bridge (layers/local/text/glossary.py, MIN_SCORE)
     assert _bridge("moth 上的 NVIDIA 驱动是哪个版本？", glossary) is None
     assert _bridge("成都那家公司一张图收多少钱？", glossary) == "标点数据"
 

@@ -10,7 +10,9 @@ import threading
 import numpy as np
 import pytest
 
-from layers.local.index import (
+from layers.local.models.vectors import VectorsUnavailableError
+from layers.local.ranking.hybrid_search import search
+from layers.local.storage.index import (
     CURATED_CHUNKS_SQL,
     Document,
     Filters,
@@ -20,9 +22,7 @@ from layers.local.index import (
     LocalIndex,
     rebuild,
 )
-from layers.local.query import EmptyQueryError, parse_query
-from layers.local.search import search
-from layers.local.vectors import VectorsUnavailableError
+from layers.local.text.query import EmptyQueryError, parse_query
 from tests.corpus import Corpus
 
 ALL = 10**6
@@ -540,7 +540,7 @@ def crowded_index(tmp_path_factory):
 def test_past_rank_newest_full_matches_bm25_ranks_the_newest_and_the_answer_says_so(crowded_index):
     """3,301 chunks hold both words: the newest RANK_NEWEST are ranked, so the old file's chunks (three times
     each, BM25's favourites) are not; the answer says the ranking stopped there."""
-    from layers.local.index import RANK_NEWEST
+    from layers.local.storage.index import RANK_NEWEST
 
     hits, relaxed, newest_only = crowded_index.search_query(parse_query("alpha beta"), 20, Filters())
     assert newest_only and not relaxed
@@ -616,9 +616,9 @@ def test_the_writer_keeps_the_count_and_newest_day_for_readers_and_an_older_inde
 
 
 def test_newest_only_ranking_gives_bm25s_order_without_walking_the_posting_lists(crowded_index):
-    """Above the newest floor the ranking is sampled_bm25 (layers/local/ranking.py) with counted or
+    """Above the newest floor the ranking is sampled_bm25 (layers/local/storage/bm25.py) with counted or
     sampled IDFs: over the crowded index its order is the C bm25()'s over the same rows."""
-    from layers.local.index import HEADING_WEIGHT
+    from layers.local.storage.index import HEADING_WEIGHT
 
     expression = parse_query("alpha beta").all_terms
     floor = crowded_index.newest_floor(expression)

@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from layers.local.vectors import OpenAIEmbedder, VectorsUnavailableError
+from layers.local.models.vectors import OpenAIEmbedder, VectorsUnavailableError
 
 KEY = "test-gateway-key"
 

@@ -8,7 +8,7 @@ import random
 import apsw
 import pytest
 
-from layers.local import ranking
+from layers.local.storage import bm25 as ranking
 
 WORDS = ["qdrant", "port", "backup", "moth", "lisbon", "gpu", "deploy", "night", "cron", "disk"]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from layers.local.chunker import HARD_LIMIT, chunk_markdown
-from layers.local.tokenizer import terms, token_spans, token_string, tokens
+from layers.local.text.chunker import HARD_LIMIT, chunk_markdown
+from layers.local.text.tokenizer import terms, token_spans, token_string, tokens
 
 
 def test_every_cjk_character_is_a_token_and_words_stay_whole():
@@ -114,7 +114,7 @@ def test_chunk_hash_changes_with_content_or_heading():
 def test_the_quick_path_gives_exactly_the_chunks_of_the_full_walk():
     import random
 
-    from layers.local.chunker import _quick_chunks, _walk
+    from layers.local.text.chunker import _quick_chunks, _walk
 
     rng = random.Random(1)
     pieces = [

@@ -1,4 +1,4 @@
-"""layers/local/translate.py: a question's words in the other language, from the real CC-CEDICT wheel,
+"""layers/local/text/translate.py: a question's words in the other language, from the real CC-CEDICT wheel,
 and the "fts:translated" list they make in an L3 search."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import hashlib
 import apsw
 import pytest
 
-from layers.local.index import Document, Identity, LocalIndex
-from layers.local.search import search
-from layers.local.translate import Dictionary, DictionaryUnavailableError, build
+from layers.local.ranking.hybrid_search import search
+from layers.local.storage.index import Document, Identity, LocalIndex
+from layers.local.text.translate import Dictionary, DictionaryUnavailableError, build
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""Passages a chunk is embedded as (layers/local/units.py), and chunks scored as their best passage."""
+"""Passages a chunk is embedded as (layers/local/text/units.py), and chunks scored as their best passage."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from layers.local.index import Document, Filters, Identity, LocalIndex
-from layers.local.units import MIN_ITEM_CHARS, index_model_id, passages
+from layers.local.storage.index import Document, Filters, Identity, LocalIndex
+from layers.local.text.units import MIN_ITEM_CHARS, index_model_id, passages
 
 
 def test_a_chunk_of_several_items_is_embedded_whole_and_item_by_item_each_with_its_heading():

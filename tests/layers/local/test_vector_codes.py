@@ -12,9 +12,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from layers.local import vector_codes
-from layers.local.index import Document, Filters, Identity, LocalIndex, rebuild
-from layers.local.vector_codes import CodeCache, Mask
+from layers.local.storage import vector_codes
+from layers.local.storage.index import Document, Filters, Identity, LocalIndex, rebuild
+from layers.local.storage.vector_codes import CodeCache, Mask
 
 MODEL = "test-model"
 DIM = 64
@@ -224,7 +224,7 @@ def test_an_index_past_the_items_limit_keeps_whole_chunks_codes_only(tmp_path, m
     """Items are searched while an index is small; past ITEMS_UP_TO_CHUNKS the cache holds one code per
     chunk (its memory stays within the gate at 100,000 chunks), and the exact rescoring still reads every
     stored passage, so a chunk found by its whole code is scored by its best item."""
-    from layers.local import index as index_module
+    from layers.local.storage import index as index_module
 
     monkeypatch.setattr(index_module, "ITEMS_UP_TO_CHUNKS", 4)
     rng = np.random.default_rng(3)

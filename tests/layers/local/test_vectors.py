@@ -11,10 +11,10 @@ import threading
 import numpy as np
 import pytest
 
-from daemon.shared.config import DEFAULT_MODEL_PATH
-from layers.local.model_build import build_e5_gguf
-from layers.local.model_parts import split_encoder, split_paths
-from layers.local.vectors import LocalEmbedder, MemoryGate, VectorsUnavailableError
+from daemon.common.config import DEFAULT_MODEL_PATH
+from layers.local.models.model_build import build_e5_gguf
+from layers.local.models.model_parts import split_encoder, split_paths
+from layers.local.models.vectors import LocalEmbedder, MemoryGate, VectorsUnavailableError
 from tests.helpers import wait_for
 
 SENTENCES = [
@@ -79,7 +79,7 @@ LONG = "passage: " + "Loki 的保留期从 14 天改为 30 天，compactor 每�
 
 def test_the_split_form_computes_the_plain_ggufs_vectors_bit_for_bit(model_path, tmp_path):
     """The daemon runs the split form (no vocabulary in the encoder, lanes): same vectors, so no index re-embeds."""
-    from layers.local.embed_llama import LlamaEmbedder
+    from layers.local.models.embed_llama import LlamaEmbedder
 
     texts = ["passage: " + s for s in SENTENCES] + ["query: 记忆", LONG]
     plain_path = _plain_copy(model_path, tmp_path)
@@ -97,7 +97,7 @@ def test_the_split_form_computes_the_plain_ggufs_vectors_bit_for_bit(model_path,
 
 
 def test_one_lane_and_two_lanes_give_the_same_vectors(model_path):
-    from layers.local.embed_llama import LlamaEmbedder
+    from layers.local.models.embed_llama import LlamaEmbedder
 
     texts = [LONG, *("passage: " + s for s in SENTENCES), LONG[:300]]  # windows of unequal length
     one = LlamaEmbedder(model_path, n_ctx=256, n_threads=1, pool_windows=True)
@@ -114,7 +114,7 @@ def test_one_lane_and_two_lanes_give_the_same_vectors(model_path):
 _PEAK_CHILD = """
 import re, sys
 from pathlib import Path
-from layers.local.embed_llama import LlamaEmbedder
+from layers.local.models.embed_llama import LlamaEmbedder
 
 def mb(key):
     return int(re.search(rf"^{key}:\\s+(\\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) / 1024
@@ -214,7 +214,7 @@ def test_abort_ends_an_encode_in_progress_and_every_later_call(model_path):
     import threading
     import time
 
-    from layers.local.vectors import EmbeddingAborted
+    from layers.local.models.vectors import EmbeddingAborted
 
     embedder = LocalEmbedder(model_path, "e5", min_free_mb=0)
     long_text = " ".join(f"term{k} 记忆{k}" for k in range(200))  # past the 256-token cap
@@ -240,7 +240,7 @@ def test_abort_ends_an_encode_in_progress_and_every_later_call(model_path):
 
 
 def test_a_long_passage_is_embedded_whole_as_the_mean_of_its_windows(model_path):
-    from layers.local.embed_llama import LlamaEmbedder
+    from layers.local.models.embed_llama import LlamaEmbedder
 
     filler = "Loki 的保留期从 14 天改为 30 天，compactor 每两小时清理一次过期的日志块。" * 12
     text = "passage: " + filler + "最后一条：redis-01 的 maxmemory 改成 4gb，策略 allkeys-lru。"

@@ -1,0 +1,421 @@
+"""The documents the daemon answers with, defined once: the status report and the search answers.
+
+The status document is built in four places (the daemon's snapshot, the
+broker's part of it, the offline survey in daemon/front/status.py, the scoped view in
+daemon/api/app.py) and read in four (``status.render``, the MCP server's
+``memory_status``, ``reindex --vectors``'s wait, and the stdlib skill's
+``format_status``).  These TypedDicts say which keys exist; every key is
+optional (``total=False``) because the documents differ by who asks (an agent
+sees its own part, a caller without a token only health) and by whether the
+daemon runs.  The records inside them (a commit, a line held back, …) carry
+every key.  The skill cannot import this module (stdlib
+only, any python3), so it keeps its own copy of the keys it reads, under a drift
+test (tests/daemon/front/test_front.py).  mypy holds the builders and readers to
+these types (strictly: see pyproject.toml).
+
+Standard library only (and layers/local/shapes.py, stdlib only too), no import of
+the service: the front reads these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+# The L3 search answer (``POST /v1/search``) and its parts are the layer's, re-exported here
+from layers.local.shapes import IndexStats
+from layers.local.shapes import LocalHit as LocalHit
+from layers.local.shapes import NamedDays as NamedDays
+from layers.local.shapes import SearchAnswer as SearchAnswer
+
+# ---------------------------------------------------------------- status
+
+
+class IndexProgress(TypedDict, total=False):
+    """A rebuild or sync under way: files done of the total (empty when none runs)."""
+
+    done: int
+    total: int
+    phase: str  # rebuild, sync
+
+
+class StartingInfo(TypedDict, total=False):
+    """How far the daemon's start has got (daemon/files/starting.py), while the agents are being checked
+    (only ``text`` before the loop began counting)."""
+
+    files: int
+    checked: int
+    agent: str | None
+    step: str
+    index: IndexProgress | None  # the index being built now: how far it got
+    text: str
+
+
+class WorkspaceRefusal(TypedDict):
+    """A workspace path refused (daemon/common/workspace_guard.py): never watched, nothing written there."""
+
+    agent: str
+    path: str
+    reason: str
+
+
+class DaemonInfo(TypedDict, total=False):
+    running: bool
+    pid: int
+    version: str
+    started: str | None
+    uptime_s: float
+    as_of: str | None  # when the loop built this document (the parts that move alone are fresh)
+    age_s: float  # how long ago: over a second when the loop was too busy to build one for this call
+    config: str | None
+    socket: str
+    state_dir: str
+    summary: str
+    config_error: str | None
+    restart_needed: list[str] | None  # settings the last SIGHUP read that only a restart applies
+    workspaces_refused: list[WorkspaceRefusal] | None  # workspace paths no agent may have (the administrator's view)
+    starting: StartingInfo  # only while the daemon starts
+    stopped: str | None  # the snapshot's last word: when the daemon stopped
+    reason: str  # offline: why no daemon answered
+    last_seen: str | None  # offline: when the daemon was last seen (its last snapshot)
+
+
+class WatcherInfo(TypedDict, total=False):
+    mode: str
+    reason: str
+    roots: list[str]
+
+
+class ReconcileInfo(TypedDict, total=False):
+    """The last full pass over the workspaces (daemon/files/reconcile.py)."""
+
+    time: str | None
+    repaired: int
+    duration_ms: float | None
+    interval_s: float
+
+
+class Limits(TypedDict):
+    """The settings ``status`` shows (daemon/common/settings.py ``limits_of``)."""
+
+    max_file_mb: float
+    debounce_ms: int
+    quiet_period_s: float
+    max_delay_s: float
+
+
+class StorageProblem(TypedDict, total=False):
+    """One place whose writes fail (daemon/common/storage.py); a caller it does not concern sees
+    only ``place``, ``since``, ``failures`` and ``retry_in_s`` (daemon/api/app.py)."""
+
+    place: str
+    agent: str | None
+    path: str | None
+    error: str
+    since: str
+    failures: int
+    retry_in_s: float
+
+
+class StorageReport(TypedDict):
+    ok: bool
+    problems: list[StorageProblem]
+
+
+class LastRebuild(TypedDict):
+    time: float  # time.time()
+    reason: str
+    seconds: float
+
+
+class IndexReport(IndexStats, total=False):
+    """An agent's index: its statistics (layers/local/shapes.py) and the daemon's view of it."""
+
+    path: str
+    state: str  # ready, missing (…), refused, unavailable, rebuilding, unusable: …, not open
+    error: str | None
+    last_rebuild: LastRebuild | None
+    queued_updates: int
+    progress: IndexProgress
+    phase: str
+
+
+class LastCommit(TypedDict):
+    sha: str  # short
+    time: str
+    subject: str
+
+
+class HeldBack(TypedDict):
+    """A line a never_store pattern keeps out of git."""
+
+    path: str
+    line: int
+    kind: str
+
+
+class PathReason(TypedDict):
+    path: str
+    reason: str
+
+
+class CommitsFailing(TypedDict):
+    reason: str | None
+    attempts: int
+    since: str
+
+
+class CommitProgress(TypedDict):
+    """The commit running now: files committed of those found (0 of 0 while it lists them)."""
+
+    done: int
+    total: int
+
+
+class LostHistory(TypedDict):
+    """A history the workspace no longer holds, kept in the daemon's copy."""
+
+    commit: str  # memstrata's last commit in it (short)
+    subject: str
+    time: str
+    found: str  # when the daemon found it gone
+    copy: str  # the copy's path
+
+
+class AgentReport(TypedDict, total=False):
+    id: str
+    workspace: str
+    files: int
+    last_commit: LastCommit | None
+    pending_commit: bool  # changes seen and not yet committed (or a commit of them running)
+    held_back: list[HeldBack]
+    not_indexed: list[PathReason]
+    naming_violations: list[str]  # the first REPORT_LISTED (daemon/files/tracker.py), sorted
+    naming_violations_total: int
+    skipped: list[PathReason]
+    commits_failing: CommitsFailing | None
+    last_error: str | None
+    refused: list[PathReason]
+    committing: CommitProgress | None
+    history_lost: list[LostHistory]  # newest first
+    recovered: list[str]  # what a power cut broke and the daemon put right, newest last (daemon/files/recovery.py)
+    commits_total: int  # since the daemon started
+    commit_failures_total: int  # failed commit attempts since the daemon started
+    index: IndexReport
+
+
+class QueueStatus(TypedDict):
+    """The L4 write queue (daemon/conversation/status_section.py); a figure the queue cannot give now is None."""
+
+    depth: int | None
+    oldest_age_s: float | None
+    writable: bool
+    replayed: int
+    skipped_already_written: int
+    replay_rate_per_s: float | None
+    eta_s: float | None
+    set_aside: int | None
+    set_aside_recent: list[dict[str, Any]] | None  # write ids, agents and reasons, never the text
+    # the write-ahead log (issue 45): writes in the store and answered, whose rows stay until the store's
+    # next flush; the flush's last failure ("" when it worked): the rows stay in the log meanwhile
+    unflushed: int | None
+    checkpoints: int
+    checkpoint_error: str
+
+
+class TailscaleView(TypedDict, total=False):
+    """What ``tailscale status`` says of the L4 server's peer (daemon/conversation/tailscale.py)."""
+
+    peer: str
+    available: bool
+    reason: str
+    host_name: Any  # the rest as tailscale's JSON has them
+    online: Any
+    last_seen: Any
+    cur_addr: Any
+    relay: Any
+
+
+# The broker's part; "import" is a keyword, hence the functional form.  The parts
+# typed dict[str, Any] are what the L4 layer reports (layers/conversation/), as it has them.
+ConversationStatus = TypedDict(
+    "ConversationStatus",
+    {
+        "enabled": bool,
+        "backend": str,
+        "engine": str | None,
+        "import": dict[str, Any] | None,
+        "index": dict[str, Any] | None,  # Edge: indexed vs unindexed points, the optimize under way / the last one
+        "collection": str,
+        "url": str | None,
+        "reachable": bool,
+        "rtt_ms": float | None,
+        "breaker": dict[str, Any],
+        "last_error": str | None,
+        "error": str | None,
+        "queue": QueueStatus,
+        "infer_default": bool,
+        "registry_error": str | None,
+        "tailscale": TailscaleView | None,
+        "consolidation": dict[str, Any] | None,  # a consolidation under way: phase, done, total, since
+        "use": dict[str, Any],  # hits waiting to be written, written, dropped (daemon/conversation/access.py)
+    },
+    total=False,
+)
+
+
+class StatusCounts(TypedDict):
+    """What anyone may know of the agents: how many, and how they are (daemon/api/app.py)."""
+
+    agents: int
+    files: int
+    held_back: int
+    pending_commits: int
+    agents_with_errors: int
+
+
+class StatusDocument(TypedDict, total=False):
+    """``GET /v1/status``, the snapshot file (state_dir/status.json) and ``memstrata status --json``."""
+
+    daemon: DaemonInfo
+    watcher: WatcherInfo
+    reconcile: ReconcileInfo
+    limits: Limits
+    vectors: dict[str, Any]  # the embedder's (layers/local/models/vectors.py) and its worker's state
+    conversation: ConversationStatus
+    agents: list[AgentReport]
+    storage: StorageReport
+    access: str  # the API's: whose view this is
+    counts: StatusCounts  # the API's
+    note: str  # a token that belongs to no agent: why only health is shown
+
+
+# ---------------------------------------------------------------- answers
+
+
+class LocalFallbackAnswer(SearchAnswer, total=False):
+    """``memstrata search --layer all`` while the daemon is down: the L3 answer standing in for L4's
+    (the daemon's own stand-in is a :class:`MemoryAnswer` with ``layer: local``)."""
+
+    layer: str  # "local"
+    degraded: bool
+    reason: str
+
+
+class Memory(TypedDict, total=False):
+    """One L4 memory as the API answers it (a search hit also has ``score``; a local fallback ``source``)."""
+
+    id: str
+    memory: str
+    agent_id: str
+    visibility: str
+    project_id: str | None
+    memory_type: str
+    created_at: str
+    updated_at: str | None
+    expiration_date: str | None
+    score: float | None
+    user_id: str | None  # mem0's ids: data about the memory, never the caller's identity
+    run_id: str | None
+    actor_id: str | None
+    role: str | None
+    metadata: dict[str, Any]  # the caller's own keys
+    phase: str
+    score_details: dict[str, Any]  # with explain: phase, why visible, cosine, relevance, role weight, importance
+    valid_from: str | None  # its validity window (layers/conversation/policy/validity.py)
+    invalid_at: str | None
+    superseded_by: str | None
+    state: str  # valid, superseded or archived
+    archived: str | None
+    access_count: int  # decay by use (layers/conversation/policy/decay.py)
+    last_accessed: str | None
+    importance: float
+    trust: str  # high, medium or low (layers/conversation/policy/rules.py)
+    provenance: str | None  # the write's source: user_direct, agent_output, tool_result, inferred, operator
+    source: str
+    path: str | None
+    lines: list[int] | None
+    heading: str | None
+    snippet: str | None
+
+
+class MemoryAnswer(TypedDict, total=False):
+    """``POST /v1/memories/search`` and ``GET /v1/memories``."""
+
+    results: list[Memory]
+    degraded: bool
+    reason: str
+    layer: str
+    query: str
+    truncated: bool
+    vectors: str
+    next_cursor: str | None
+
+
+class AddAnswer(TypedDict, total=False):
+    """``POST /v1/memories``: where the memory went and what was stored, or that the write was queued."""
+
+    results: list[dict[str, Any]]  # each {id, memory, event}
+    visibility: str
+    project_id: str | None
+    visibility_inferred: bool
+    memory_type: str
+    expiration_date: str | None
+    infer: bool
+    queued: bool
+    write_id: str
+    reason: str
+    ahead: int
+
+
+def keys_of(contract: type) -> frozenset[str]:
+    """Every key a contract allows, its bases' included (for the drift tests)."""
+    return frozenset(contract.__annotations__)
+
+
+def local_answer(query: str, reason: str, local: Mapping[str, Any]) -> dict[str, Any]:
+    """A conversation search answered from the agent's L3 index instead (``local``: its search
+    answer), marked degraded with the ``reason``: the one shape of the daemon's fallback and the
+    MCP server's own."""
+    return {
+        "layer": "local",
+        "degraded": True,
+        "reason": reason,
+        "query": query,
+        "results": [local_view(r) for r in local["results"]],
+        "vectors": local.get("vectors"),
+    }
+
+
+def local_view(result: LocalHit) -> dict[str, Any]:
+    """An L3 hit in the shape of a conversation result, so clients handle one list (the daemon's
+    fallback, daemon/conversation/reads.py, and the MCP server's own, daemon/front/mcp_server.py)."""
+    return {
+        "memory": result["text"],
+        "snippet": result.get("snippet"),
+        # a memory's score is on 0-1; an L3 hit's fused score is not, its confidence is (layers/local/ranking/calibration.py)
+        "score": result.get("confidence", result.get("score")),
+        "source": "local",
+        "path": result.get("path"),
+        "lines": result.get("lines"),
+        "heading": result.get("heading"),
+        "focus": result.get("focus"),
+        **({"superseded_by": result["superseded_by"]} if result.get("superseded_by") else {}),
+    }
+
+
+def fit_memories(answer: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """A memory search's answer cut to ``max_tokens`` (estimated, layers/common/textcost.py): its results best
+    first while they fit, what did not fit counted in ``budget``, as an L3 answer's is."""
+    from layers.common.textcost import estimate_tokens
+
+    left, kept, left_out = max_tokens, [], 0
+    for result in answer.get("results", []):
+        cost = estimate_tokens(str(result.get("memory", "")))
+        if cost <= left:
+            kept.append(result)
+            left -= cost
+        else:
+            left_out += 1
+    budget = {"max_tokens": max_tokens, "used": max_tokens - left, "whole": len(kept), "left_out": left_out}
+    return {**answer, "results": kept, "budget": budget}

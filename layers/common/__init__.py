@@ -1,0 +1,1 @@
+"""Utilities every layer (and the daemon) uses."""

@@ -1,0 +1,1 @@
+"""L4 adapters: mem0 over Qdrant Edge or a Qdrant server."""

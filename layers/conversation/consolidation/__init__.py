@@ -1,0 +1,1 @@
+"""L4 consolidation: plan, judge, apply, undo."""

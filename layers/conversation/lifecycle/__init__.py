@@ -1,0 +1,1 @@
+"""L4 lifecycle: the durable queue, cleanup, backups."""

@@ -1,0 +1,1 @@
+"""git plumbing for L2: commits, logs, the history copy, repairs."""

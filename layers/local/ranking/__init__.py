@@ -1,0 +1,1 @@
+"""L3 ranking: hybrid search, confidence, budgets."""

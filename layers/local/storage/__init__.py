@@ -1,0 +1,1 @@
+"""L3 storage: the index file and its vectors."""

@@ -1,0 +1,1 @@
+"""L3 text: tokens, chunks, queries, dates."""
