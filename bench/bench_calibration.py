@@ -1,4 +1,5 @@
-"""The confidence of L3 results (layers/local/ranking/calibration.py): fitted on the tuned set, checked on the blind one.
+"""The confidence of L3 results (layers/local/ranking/calibration.py): fitted on the tuned set, checked on the
+blind one.
 
 Each recall set's memory is served by the real daemon with every chunk embedded
 (bench/recall.py's RecallDaemon), and questions are asked in fts and hybrid mode

@@ -48,8 +48,8 @@ _CODE = (
     Path(__file__).resolve().parent / "config.py",
     Path(__file__).resolve().parent / "locations.py",
     Path(__file__).resolve(),
-    Path(__file__).resolve().parents[2] / "layers" / "yamlfile.py",
-    Path(__file__).resolve().parents[2] / "layers" / "conversation" / "policy.py",
+    Path(__file__).resolve().parents[2] / "layers" / "common" / "yamlfile.py",
+    Path(__file__).resolve().parents[2] / "layers" / "conversation" / "policy" / "rules.py",
 )
 _PATH_FIELDS = ("root", "workspace", "agents_dir", "state_dir", "socket", "registry", "audit_dir")
 

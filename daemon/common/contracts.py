@@ -393,7 +393,8 @@ def local_view(result: LocalHit) -> dict[str, Any]:
     return {
         "memory": result["text"],
         "snippet": result.get("snippet"),
-        # a memory's score is on 0-1; an L3 hit's fused score is not, its confidence is (layers/local/ranking/calibration.py)
+        # a memory's score is on 0-1; an L3 hit's fused score is not, its confidence is
+        # (layers/local/ranking/calibration.py)
         "score": result.get("confidence", result.get("score")),
         "source": "local",
         "path": result.get("path"),

@@ -315,7 +315,8 @@ def run(ctx: click.Context) -> None:
     from layers.common import malloc
 
     early_signals.install()  # a SIGHUP or SIGTERM while the daemon is built is applied, not fatal
-    malloc.tune()  # before any thread starts: at most two malloc arenas, a fixed mmap threshold (layers/common/malloc.py)
+    # before any thread starts: at most two malloc arenas, a fixed mmap threshold (layers/common/malloc.py)
+    malloc.tune()
 
     from daemon.api.app import SocketInUseError
     from daemon.common.logs import setup_logging

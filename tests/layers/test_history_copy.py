@@ -1,4 +1,5 @@
-"""layers/daily/git/history_copy.py: every commit copied out of the workspace; a lost history found, kept and restorable."""
+"""layers/daily/git/history_copy.py: every commit copied out of the workspace; a lost history found, kept and
+restorable."""
 
 from __future__ import annotations
 

@@ -59,7 +59,8 @@ from layers.conversation.policy.rules import DEFAULT_TRUST, TRUST_RANK, Phase, t
 log = logging.getLogger(__name__)
 
 # Payload fields we filter on; a remote server and an Edge shard get an index for each.
-# ``state`` and ``superseded_by``: a memory's validity (layers/conversation/policy/validity.py), filtered inside the query.
+# ``state`` and ``superseded_by``: a memory's validity (layers/conversation/policy/validity.py), filtered inside
+# the query.
 KEYWORD_FIELDS = (
     "agent_id",
     "visibility",

@@ -244,7 +244,8 @@ def test_note_appends_to_todays_file_from_arguments_and_stdin(service_root):
 
 
 def test_a_search_that_ranked_only_the_newest_full_matches_says_so(capsys):
-    """The answer's ``ranked_newest`` (layers/local/storage/index.py, RANK_NEWEST) is a note on stderr, as relaxed is."""
+    """The answer's ``ranked_newest`` (layers/local/storage/index.py, RANK_NEWEST) is a note on stderr, as relaxed
+    is."""
     from daemon.front.local_commands import print_search
 
     print_search({"results": [], "ranked_newest": 2000, "relaxed": False, "vectors": "used", "lists": []}, False)

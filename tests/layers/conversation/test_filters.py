@@ -1,4 +1,5 @@
-"""mem0's filter language (layers/conversation/policy/filters.py): checked, ANDed with visibility, the same on every engine.
+"""mem0's filter language (layers/conversation/policy/filters.py): checked, ANDed with visibility, the same on
+every engine.
 
 Each filter below is run three ways over the same payloads: on a real Qdrant Edge shard
 (:func:`to_edge`), on qdrant-client's own engine in memory (:func:`to_qdrant`), and by
