@@ -30,13 +30,10 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, NamedTuple
+from typing import IO, NamedTuple, Protocol, TypeVar
 
 from layers.local.text.chunker import Chunk, chunk_markdown
 from layers.local.text.tokenizer import token_string
-
-if TYPE_CHECKING:
-    from layers.local.storage.index import Document
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +44,18 @@ OWN_SHARE = 4  # the writer prepares every 4th batch itself (its writes took abo
 PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged pipe (/proc/sys/fs/pipe-max-size)
 _LENGTH = struct.Struct("<Q")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds ``layers``
+
+
+class Text(Protocol):
+    """What this module reads of a document: its text.  The index's ``Document``
+    (layers/local/storage/index.py) is one; naming it here would make the index and its helper import
+    each other."""
+
+    @property
+    def text(self) -> str: ...
+
+
+D = TypeVar("D", bound=Text)
 
 
 class PreparedChunk(NamedTuple):
@@ -155,9 +164,9 @@ class Helper:
             self.alive = False
         return prepared
 
-    def prepare(self, documents: Iterable[Document]) -> Iterator[tuple[Document, list[PreparedChunk] | None]]:
+    def prepare(self, documents: Iterable[D]) -> Iterator[tuple[D, list[PreparedChunk] | None]]:
         """``documents`` in order, each with its prepared chunks (None: the caller prepares it)."""
-        waiting: deque[tuple[list[Document], bool]] = deque()  # (batch, sent to the helper)
+        waiting: deque[tuple[list[D], bool]] = deque()  # (batch, sent to the helper)
         batches = _batches(documents)
         sent = number = 0
         exhausted = False
@@ -196,8 +205,8 @@ class Helper:
             self.process.stdout.close()
 
 
-def _batches(documents: Iterable[Document]) -> Iterator[list[Document]]:
-    batch: list[Document] = []
+def _batches(documents: Iterable[D]) -> Iterator[list[D]]:
+    batch: list[D] = []
     size = 0
     for doc in documents:
         batch.append(doc)
@@ -210,8 +219,8 @@ def _batches(documents: Iterable[Document]) -> Iterator[list[Document]]:
 
 
 def prepared_documents(
-    documents: Iterable[Document], command: Sequence[str] | None = None
-) -> Iterator[tuple[Document, list[PreparedChunk] | None]]:
+    documents: Iterable[D], command: Sequence[str] | None = None
+) -> Iterator[tuple[D, list[PreparedChunk] | None]]:
     """``documents`` in order, with their chunks prepared by the helper once the build has read
     :data:`HELPER_FROM_CHARS` of text (None: the caller prepares that document itself)."""
     docs = iter(documents)
