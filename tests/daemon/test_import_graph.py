@@ -8,7 +8,7 @@ untangle).  The rules:
 - no circle among the daemon's modules, and none among its rooms;
 - ``daemon/common/`` imports no other room (every room depends on it, never the reverse);
 - no part of the service imports the front (``daemon/front/``);
-- the front imports ``shared`` and the operator's tools (``ops``) only, except the named
+- the front imports ``common`` and the operator's tools (``ops``) only, except the named
   offline paths below, each inside the function that needs it (never at module level:
   the front stays light).
 """
@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ROOMS = ("shared", "front", "service", "api", "files", "local", "conversation", "ops")
+ROOMS = ("common", "front", "service", "api", "files", "local", "conversation", "ops")
 SERVICE_PARTS = ("service", "api", "files", "local", "conversation", "ops")
 
 # (front module, module it reaches): why the front runs service code in its own process there.
@@ -157,13 +157,13 @@ def test_no_import_circle_among_the_rooms():
     assert _cycles(dict(rooms)) == [], dict(rooms)
 
 
-def test_shared_imports_no_other_room():
+def test_common_imports_no_other_room():
     reached = {
         (module, target)
         for module, edges in _graph("daemon").items()
-        if _room(module) == "shared"
+        if _room(module) == "common"
         for target in edges
-        if _room(target) not in (None, "shared")
+        if _room(target) not in (None, "common")
     }
     assert reached == set()
 
@@ -185,7 +185,7 @@ def test_the_front_reaches_the_service_only_by_the_named_offline_paths_inside_fu
         if _room(module) != "front":
             continue
         for target, top in edges.items():
-            if _room(target) in ("front", "shared", "ops", None):
+            if _room(target) in ("front", "common", "ops", None):
                 continue
             if (module, target) not in OFFLINE_PATHS:
                 outside.add((module, target))
