@@ -26,11 +26,13 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from layers.common.numerals_dates import CN_NUMERAL_CHARS, MONTHS_EN, WEEKDAYS_EN, WEEKDAYS_ZH, cn_numeral
+
 GUARD_VERSION = 1  # written into each consolidation report: a later, different guard is told apart
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _WORD_CHAR = rf"[^\W{_CJK}]"
-_CN_DIGITS = "零〇一二两三四五六七八九十百千万亿"
+_CN_DIGITS = CN_NUMERAL_CHARS
 _TOKEN = re.compile(
     rf"(?P<wd>(?:周|星期|礼拜)[一二三四五六日天1-7])"
     rf"|(?P<cn>[{_CN_DIGITS}]+)"
@@ -41,52 +43,11 @@ _NUMBER = re.compile(r"^\d+(?:[.:,]\d+)*$")
 _DATE = re.compile(r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})$")
 # What a Chinese numeral counts when it is one (三点, 三次, 第三, 十五楼): a measure word after it.
 _CN_MEASURES = set("点号日月年个条次台天周时分秒岁层楼元块倍人份张页行位名组步章节遍件只本种部辆米斤克度")
-_CN_VALUES = {
-    "零": 0,
-    "〇": 0,
-    "一": 1,
-    "二": 2,
-    "两": 2,
-    "三": 3,
-    "四": 4,
-    "五": 5,
-    "六": 6,
-    "七": 7,
-    "八": 8,
-    "九": 9,
-}
-_CN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10_000, "亿": 100_000_000}
-_WEEKDAYS_ZH = {"一": 1, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "日": 7, "天": 7}
-_WEEKDAYS_EN = {
-    **dict.fromkeys(("monday", "mon"), 1),
-    **dict.fromkeys(("tuesday", "tue", "tues"), 2),
-    **dict.fromkeys(("wednesday", "wed", "weds"), 3),
-    **dict.fromkeys(("thursday", "thu", "thur", "thurs"), 4),
-    **dict.fromkeys(("friday", "fri"), 5),
-    "saturday": 6,
-    "sunday": 7,
-}
-_MONTHS_EN = {
-    name: number
-    for number, names in enumerate(
-        (
-            ("january", "jan"),
-            ("february", "feb"),
-            ("march",),
-            ("april", "apr"),
-            (),  # "may" is a verb far more often than a month
-            ("june", "jun"),
-            ("july", "jul"),
-            ("august", "aug"),
-            ("september", "sep", "sept"),
-            ("october", "oct"),
-            ("november", "nov"),
-            ("december", "dec"),
-        ),
-        start=1,
-    )
-    for name in names
-}
+# The tables are layers/common/numerals_dates.py's (weekdays 1-7, as it numbers them).  "weds" is a
+# weekday here; "sat" and "sun" are words of their own in a memory, and so are "may" and "mar".
+_WEEKDAYS_ZH = WEEKDAYS_ZH
+_WEEKDAYS_EN = {**WEEKDAYS_EN, "weds": 3}
+_MONTHS_EN = {name: number for name, number in MONTHS_EN.items() if name not in ("may", "mar")}
 _NEGATIONS = {"not", "no", "never", "none", "nothing", "nobody", "nor", "cannot", "without", *"不没无無未非别莫勿否甭"}
 # What may set a restatement's added clause apart from the statement, and what may trail it.
 _BREAK = re.compile(r"[,，:：;；(（)）\[\]【】「」『』—–…、.。!！?？]|\s-\s")
@@ -128,29 +89,6 @@ def _number(text: str) -> str:
     return "".join(p if p in ".:" else (p.lstrip("0") or "0") for p in parts)
 
 
-def _cn_number(text: str) -> str:
-    """A Chinese numeral's value ("十五" 15, "二零二六" 2026); the text itself when it is not one."""
-    if all(ch in _CN_VALUES for ch in text):
-        return "".join(str(_CN_VALUES[ch]) for ch in text)
-    total, section, digit = 0, 0, None
-    for ch in text:
-        if ch in "零〇":
-            continue  # a placeholder between units (三千零五)
-        if ch in _CN_VALUES:
-            if digit is not None:
-                return text  # two digits with no unit between ("四一百"): not one number
-            digit = _CN_VALUES[ch]
-        elif ch in ("万", "亿"):
-            total = (total + section + (digit or 0)) * _CN_UNITS[ch]
-            section, digit = 0, None
-        elif ch in _CN_UNITS:
-            section += (1 if digit is None else digit) * _CN_UNITS[ch]
-            digit = None
-        else:
-            return text
-    return str(total + section + (digit or 0))
-
-
 def _starts_sentence(text: str, start: int) -> bool:
     before = text[:start].rstrip(" \t")
     return not before or before[-1] in _SENTENCE_END
@@ -167,8 +105,8 @@ def tokens(text: str) -> Iterator[Token]:
         elif match.lastgroup == "cn":
             after = text[end : end + 1]
             counted = len(raw) > 1 or after in _CN_MEASURES or text[start - 1 : start] == "第"
-            if counted and _cn_number(raw) != raw:
-                yield Token(_cn_number(raw), NUMBER, start, end)
+            if counted and cn_numeral(raw) != raw:
+                yield Token(cn_numeral(raw), NUMBER, start, end)
             else:
                 for offset, ch in enumerate(raw):
                     yield Token(ch, NEGATION if ch in _NEGATIONS else WORD, start + offset, start + offset + 1)

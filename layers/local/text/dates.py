@@ -21,60 +21,15 @@ import re
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from layers.common.numerals_dates import MONTHS_EN, WEEKDAYS_EN, WEEKDAYS_ZH, day_number
 from layers.local.shapes import NamedDays
 
-_MONTHS_EN = {
-    name: number
-    for number, names in enumerate(
-        (
-            ("jan", "january"),
-            ("feb", "february"),
-            ("mar", "march"),
-            ("apr", "april"),
-            ("may",),
-            ("jun", "june"),
-            ("jul", "july"),
-            ("aug", "august"),
-            ("sep", "sept", "september"),
-            ("oct", "october"),
-            ("nov", "november"),
-            ("dec", "december"),
-        ),
-        start=1,
-    )
-    for name in names
-}
-_WEEKDAYS_EN = {
-    name: i
-    for i, names in enumerate(
-        (
-            ("mon", "monday"),
-            ("tue", "tues", "tuesday"),
-            ("wed", "wednesday"),
-            ("thu", "thur", "thurs", "thursday"),
-            ("fri", "friday"),
-            ("sat", "saturday"),
-            ("sun", "sunday"),
-        )
-    )
-    for name in names
-}
-_WEEKDAYS_ZH = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
+# The tables are layers/common/numerals_dates.py's; here weekdays count from Monday 0 (``date.weekday()``),
+# and "sat"/"sun" name days in a question about dates.
+_MONTHS_EN = MONTHS_EN
+_WEEKDAYS_EN = {name: iso - 1 for name, iso in {**WEEKDAYS_EN, "sat": 6, "sun": 7}.items()}
+_WEEKDAYS_ZH = {ch: iso - 1 for ch, iso in WEEKDAYS_ZH.items()}
 _ORDINALS_EN = {"first": 1, "second": 2, "third": 3, "fourth": 4, "last": 5}
-_CN_DIGITS = {
-    "零": 0,
-    "〇": 0,
-    "一": 1,
-    "二": 2,
-    "两": 2,
-    "三": 3,
-    "四": 4,
-    "五": 5,
-    "六": 6,
-    "七": 7,
-    "八": 8,
-    "九": 9,
-}
 
 _MONTH_EN = "|".join(sorted(_MONTHS_EN, key=len, reverse=True))
 _WEEKDAY_EN = "|".join(sorted(_WEEKDAYS_EN, key=len, reverse=True))
@@ -124,18 +79,6 @@ class DateRange:
         }
 
 
-def _zh_number(text: str) -> int:
-    if text.isdigit():
-        return int(text)
-    if "十" in text:
-        tens, _, ones = text.partition("十")
-        return (_CN_DIGITS.get(tens, 1) if tens else 1) * 10 + (_CN_DIGITS.get(ones, 0) if ones else 0)
-    value = 0
-    for ch in text:
-        value = value * 10 + _CN_DIGITS.get(ch, 0)
-    return value
-
-
 def _day(year: int | None, month: int, day: int, reference: date) -> date | None:
     """A day, in the named year or the latest one on or before the reference."""
     try:
@@ -178,7 +121,7 @@ def find_dates(text: str, reference: date) -> tuple[DateRange | None, str]:
         return take(m, (d, d) if d else None)
 
     def zh_day(m: re.Match) -> str:
-        d = _day(int(m.group(1)) if m.group(1) else None, _zh_number(m.group(2)), _zh_number(m.group(3)), reference)
+        d = _day(int(m.group(1)) if m.group(1) else None, day_number(m.group(2)), day_number(m.group(3)), reference)
         return take(m, (d, d) if d else None)
 
     def en_day(m: re.Match) -> str:
@@ -207,8 +150,8 @@ def find_dates(text: str, reference: date) -> tuple[DateRange | None, str]:
 
     def zh_part(m: re.Match) -> str:
         which = m.group(2) or ""
-        ordinal = _zh_number(m.group(3)) if m.group(3) else None
-        return take(m, part(_zh_number(m.group(1)), which, ordinal))
+        ordinal = day_number(m.group(3)) if m.group(3) else None
+        return take(m, part(day_number(m.group(1)), which, ordinal))
 
     def en_part(m: re.Match) -> str:
         which = (m.group(1) or "").lower()
