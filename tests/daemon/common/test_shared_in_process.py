@@ -1,4 +1,4 @@
-"""The shared room's in-process tests: tokens, the audit log, echoing, limits, workspaces, reads, the skill.
+"""The common room's in-process tests: tokens, the audit log, echoing, limits, workspaces, reads, the skill.
 
 What every other room (and the front) relies on, called directly on temporary
 directories and on a root ``memstrata init`` made: real files with their modes,
