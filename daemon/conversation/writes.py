@@ -336,10 +336,10 @@ class Writes:
         agent's, readable or not, gets exactly the answer of an unknown id, so a supersede tells nothing
         about other agents' memories.  A retry with the same write_id finds the write already made and
         marks the old memory again: the pair completes; when the pair is complete already (the answer
-        was lost to a crash or a timeout) the retry is answered as the write was (EXISTS).  A chain always ends in a valid memory: the old
-        memory must still be valid, and the one replacing it must be valid and another memory, checked
-        again on the store thread (the store's one writer) right before the marking, so no two writes
-        can cross (A superseded by B, B by A).
+        was lost to a crash or a timeout) the retry is answered as the write was (EXISTS).  A chain
+        always ends in a valid memory: the old memory must still be valid, and the one replacing it must
+        be valid and another memory, checked again on the store thread (the store's one writer) right
+        before the marking, so no two writes can cross (A superseded by B, B by A).
         """
         if record.infer:
             raise PolicyError(
