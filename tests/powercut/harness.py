@@ -138,7 +138,12 @@ class LoopDisk:
 
 
 def processes_on(mount: Path) -> list[int]:
-    """Pids with a file, directory or map open on the mount (``fuser -m``)."""
+    """Pids with a file, directory or map open on the mount (``fuser -m``); none when nothing is mounted there.
+
+    ``fuser -m`` of a plain directory names every process of the file system holding it (the root's:
+    every process on the machine), which the caller would then SIGKILL."""
+    if not os.path.ismount(mount):
+        return []
     out = _run("fuser", "-m", str(mount), check=False).stdout
     return [int(p) for p in out.split() if p.strip().isdigit()]
 
