@@ -311,7 +311,7 @@ def run(ctx: click.Context) -> None:
     8 s, leaving what cannot finish for the next start; SIGHUP reloads the
     configuration.
     """
-    from daemon.service.loop import early_signals
+    from daemon.service.early_signals import early_signals
     from layers.common import malloc
 
     early_signals.install()  # a SIGHUP or SIGTERM while the daemon is built is applied, not fatal

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from daemon.common.jobs import Jobs
+from daemon.service.early_signals import early_signals
 
 if TYPE_CHECKING:
     from daemon.files.agents import Agents
@@ -39,38 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EARLY_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
-
-
-class EarlySignals:
-    """SIGHUP and SIGTERM noted from the first moment of ``memstrata run`` until the loop takes them.
-
-    Building the daemon takes a second or more before :meth:`Loop.run` installs its handlers; a
-    SIGHUP's default action in that window ended the process (issue 45: a reload 0.3-0.8 s after the
-    start killed the daemon).  Noted here instead, then handed to the loop: a reload, or a stop, at
-    its first turn.  SIGINT keeps its default (Ctrl-C on a foreground start interrupts at once).
-    """
-
-    def __init__(self) -> None:
-        self.pending: list[int] = []
-        self.installed = False
-
-    def install(self) -> None:
-        """In the main thread, before anything slow; child processes get the defaults back at exec."""
-        for sig in EARLY_SIGNALS:
-            signal.signal(sig, self._note)
-        self.installed = True
-
-    def _note(self, signum: int, _frame) -> None:
-        self.pending.append(signum)
-
-    def take(self) -> list[int]:
-        """The signals noted so far (each once), forgotten here."""
-        taken, self.pending = self.pending, []
-        return taken
-
-
-early_signals = EarlySignals()
 
 BURST_PUBLISH_S = 0.5  # while files still settle, records and status are written at most this often
 # How long one turn takes events and processes settled files, at most: past it the rest wait for the

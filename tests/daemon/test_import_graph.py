@@ -28,7 +28,7 @@ SERVICE_PARTS = ("service", "api", "files", "local", "conversation", "ops")
 OFFLINE_PATHS = {
     ("daemon.front.cli", "daemon.service.memory_daemon"): "`memstrata run` runs the daemon in this process",
     ("daemon.front.cli", "daemon.api.app"): "`memstrata run` names a socket already served (SocketInUseError)",
-    ("daemon.front.cli", "daemon.service.loop"): "`memstrata run` notes SIGHUP/SIGTERM before the daemon is built",
+    ("daemon.front.cli", "daemon.service.early_signals"): "`memstrata run` notes SIGHUP/SIGTERM from its start",
     ("daemon.front.local_commands", "daemon.service.memory_daemon"): "`reindex` with the daemon down",
     ("daemon.front.status", "daemon.files.tracker"): "`status` with the daemon down surveys the files itself",
     ("daemon.front.status", "daemon.local.embedding"): "`status` with the daemon down says what the model would do",
