@@ -51,7 +51,6 @@ from daemon.common.tokens import ADMIN
 from daemon.conversation.broker import Broker
 from daemon.ops.consolidation import ConsolidateOptions
 from daemon.ops.maintenance import DEFAULT_KEEP, CleanupOptions
-from layers.local.storage.index import Filters
 from protocol import operations as op
 
 SOCKET_MODE = 0o660
@@ -73,7 +72,7 @@ class DaemonApi(Protocol):
 
     def identify(self, token: str | None) -> str | None: ...
 
-    def search(self, agent_id: str, text: str, **options: Any) -> SearchAnswer: ...
+    def search(self, o: op.Search) -> SearchAnswer: ...
 
     def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict: ...
 
@@ -217,22 +216,14 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     # GET with query parameters for older clients. Both take the same fields.
     def search(request: Request, caller: Caller, args: Args) -> SearchAnswer:
         authorize(daemon, caller, args.get("agent"), request.url.path)
-        o = args.to(op.Search)  # the query's length checked (413)
-        filters = Filters(layer=o.layer, path_glob=o.path, since=o.since, until=o.until)
-        options = {"mode": o.mode, "limit": o.limit, "explain": o.explain, "threshold": o.threshold}
-        options.update(max_tokens=o.max_tokens, min_score=o.min_score)
-        return daemon.search(o.agent, o.query, filters=filters, **options)
+        return daemon.search(args.to(op.Search))  # the query's length checked (413)
 
     def memory_search(request: Request, caller: Caller, args: Args) -> dict:
         authorize(daemon, caller, args.get("agent"), request.url.path)
         o = args.to(op.MemorySearch)  # the query's length checked (413)
         if not o.query.strip():
             raise ApiError(400, "q is required")
-        broker = _conversation(daemon)
-        options: dict[str, Any] = {"filters": o.filters, "threshold": o.threshold, "explain": o.explain}
-        options.update(show_expired=o.show_expired, show_superseded=o.show_superseded, trust_min=o.trust_min)
-        options["max_tokens"] = o.max_tokens
-        return broker.search(o.agent, o.query, limit=o.limit, fallback=o.fallback, **options)
+        return _conversation(daemon).search(o)
 
     def memory_add(request: Request, caller: Caller, args: Args) -> dict:
         admin = authorize(daemon, caller, args.get("agent"), request.url.path)
@@ -254,9 +245,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     def memory_list(request: Request, caller: Caller, args: Args) -> dict:
         o = args.to(op.List)
         authorize(daemon, caller, o.agent, request.url.path)
-        options: dict[str, Any] = {"filters": o.filters, "show_superseded": o.show_superseded}
-        options.update(show_expired=o.show_expired, show_archived=o.show_archived)
-        return _conversation(daemon).get_all(o.agent, limit=o.limit, cursor=o.cursor, **options)
+        return _conversation(daemon).get_all(o)
 
     def memory_get(request: Request, caller: Caller, args: Args) -> dict:
         o = args.to(op.Get, memory_id=request.path_params["memory_id"])
@@ -271,12 +260,12 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     def memory_update(request: Request, caller: Caller, args: Args) -> dict:
         o = args.to(op.Update, memory_id=request.path_params["memory_id"])
         authorize(daemon, caller, o.agent, request.url.path)
-        return _conversation(daemon).update(o.agent, o.memory_id, o.text, expires=o.expires)
+        return _conversation(daemon).update(o)
 
     def memory_restore(request: Request, caller: Caller, args: Args) -> dict:
         o = args.to(op.RestoreMemory, memory_id=request.path_params["memory_id"])
         authorize(daemon, caller, o.agent, request.url.path)
-        return _conversation(daemon).restore_memory(o.agent, o.memory_id)
+        return _conversation(daemon).restore_memory(o)
 
     def memory_history(request: Request, caller: Caller, args: Args) -> dict:
         o = args.to(op.History, memory_id=request.path_params["memory_id"])
@@ -286,15 +275,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     def memory_delete_all(request: Request, caller: Caller, args: Args) -> dict:
         o = args.to(op.DeleteAll)
         authorize(daemon, caller, o.agent, request.url.path)  # the administrator too deletes only the named agent's
-        ids = {k: getattr(o, k) for k in ("user_id", "run_id", "actor_id") if getattr(o, k)}
-        return _conversation(daemon).delete_all(
-            o.agent,
-            memory_type=o.memory_type,
-            visibility=o.visibility,
-            project=o.project,
-            dry_run=bool(o.dry_run),
-            filters=ids or None,
-        )
+        return _conversation(daemon).delete_all(o)
 
     def reindex(request: Request, caller: Caller, args: Args) -> dict:
         o = args.to(op.Reindex)

@@ -43,7 +43,7 @@ from daemon.common.daemon_limits import (
     MAX_SEARCH_BODY_BYTES,
     check_count,
 )
-from protocol.operations import Add
+from protocol.operations import Add, DeleteAll, List, MemorySearch, Update
 
 DEFAULT_THRESHOLD = 0.1  # mem0's
 # metadata keys that are the memory's own fields, not the caller's: placement, validity, trust
@@ -171,6 +171,13 @@ def _filters(caller: Caller, filters: dict | None) -> dict | None:
     return wanted or None
 
 
+def with_query(o: MemorySearch, query: str) -> MemorySearch:
+    """``o`` (built with an empty query) searching for ``query``, its length unchecked: mem0's search has no
+    query limit (its body's size bounds it); MemorySearch's own check is memstrata's API's 413."""
+    object.__setattr__(o, "query", query)
+    return o
+
+
 def _messages(messages: Any) -> list[dict]:
     if isinstance(messages, str):
         return [{"role": "user", "content": messages}]
@@ -254,9 +261,9 @@ def build_mem0_app(daemon: Any) -> Starlette:
 
     def search(request: Request, caller: Caller, args: SearchBody) -> dict:
         wanted = _filters(caller, args.filters)
-        answer = broker().search(
+        o = MemorySearch(
             _agent(caller),
-            args.query,
+            "",  # the query below: mem0's has no length limit of its own (the body's size bounds it)
             limit=min(args.top_k, L4_RESULTS.high),
             fallback=False,
             filters=wanted,
@@ -266,6 +273,7 @@ def build_mem0_app(daemon: Any) -> Starlette:
             show_superseded=args.show_expired,  # mem0's "expired" is "no longer valid": a replaced fact too
             trust_min=args.trust_min,
         )
+        answer = broker().search(with_query(o, args.query))
         out: dict[str, Any] = {"results": [mem0_view(m) for m in answer["results"]]}
         if args.rerank:
             out["rerank"] = "not applied: no reranker is configured (results are in relevance order)"
@@ -280,7 +288,7 @@ def build_mem0_app(daemon: Any) -> Starlette:
         while len(found) < COUNT_CAP:
             if found:  # each further page of the store: charged to this caller like another request
                 daemon.courtesy.next_part()
-            answer = broker().get_all(_agent(caller), limit=L4_PAGE.high, cursor=cursor, filters=wanted)
+            answer = broker().get_all(List(_agent(caller), limit=L4_PAGE.high, cursor=cursor, filters=wanted))
             found += answer["results"]
             cursor = answer.get("next_cursor")
             if not cursor:
@@ -305,7 +313,7 @@ def build_mem0_app(daemon: Any) -> Starlette:
         memory_id = request.path_params["memory_id"]
         l4 = broker()
         text = args.text if args.text is not None else l4.get(agent, memory_id)["memory"]
-        return mem0_view(l4.update(agent, memory_id, text, expires=args.expiration_date))
+        return mem0_view(l4.update(Update(agent, memory_id, text, expires=args.expiration_date)))
 
     def delete(request: Request, caller: Caller, _args: None) -> dict:
         broker().delete(_agent(caller), request.path_params["memory_id"])
@@ -316,7 +324,7 @@ def build_mem0_app(daemon: Any) -> Starlette:
         ids = {k: v for k in ("user_id", "run_id", "actor_id") if (v := getattr(params, k))}
         if not ids and not params.agent_id:
             raise ApiError(400, "delete_all needs user_id, run_id, actor_id or agent_id (agent_id: all of your own)")
-        answer = broker().delete_all(agent, filters=ids or None)
+        answer = broker().delete_all(DeleteAll(agent, **ids))
         return {"message": "Memories deleted successfully!", "deleted": answer["deleted"]}
 
     def history(request: Request, caller: Caller, _args: None) -> list:

@@ -46,7 +46,7 @@ from layers.conversation.adapters.store import ConversationStore
 from layers.conversation.lifecycle.durable_queue import WriteQueue
 from layers.conversation.lifecycle.tombstones import Tombstones
 from layers.conversation.policy.registry import RegistryCache
-from protocol.operations import Add
+from protocol.operations import Add, DeleteAll, List, MemorySearch, RestoreMemory, Search, Update
 
 __all__ = ["Broker", "StoreWorker", "tailscale_view"]
 
@@ -73,7 +73,7 @@ class Broker:
         self,
         config: Config,
         store: ConversationStore,
-        local_search: Callable[[str, str, int, float | None], SearchAnswer],
+        local_search: Callable[[Search], SearchAnswer],  # the L3 fallback: the daemon's search of the index
         guard: Callable[[], SecretGuard],
         *,
         queue: WriteQueue,
@@ -215,57 +215,23 @@ class Broker:
     # Changes and reads by id act as ``agent``, with ``agent``'s visibility and ownership, whoever's token
     # asked (the administrator's too: ``--agent X`` means "as X"; the audit log names the real actor).
 
-    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None) -> dict[str, Any]:
-        return self.writes.update(agent, memory_id, text, expires=expires)
+    def update(self, o: Update) -> dict[str, Any]:
+        return self.writes.update(o)
 
     def delete(self, agent: str, memory_id: str) -> dict[str, Any]:
         return self.writes.delete(agent, memory_id)
 
-    def restore_memory(self, agent: str, memory_id: str) -> dict[str, Any]:
-        return self.writes.restore(agent, memory_id)
+    def restore_memory(self, o: RestoreMemory) -> dict[str, Any]:
+        return self.writes.restore(o)
 
-    def delete_all(self, agent: str, **options: Any) -> dict[str, Any]:
-        return self.writes.delete_all(agent, **options)
+    def delete_all(self, o: DeleteAll) -> dict[str, Any]:
+        return self.writes.delete_all(o)
 
-    def search(
-        self,
-        agent: str,
-        query: str,
-        limit: int = 10,
-        fallback: bool = True,
-        filters: dict[str, Any] | None = None,
-        threshold: float | None = None,
-        explain: bool = False,
-        show_expired: bool = False,
-        show_superseded: bool = False,
-        trust_min: str | None = None,
-        max_tokens: int | None = None,
-    ) -> dict[str, Any]:
-        return self.reads.search(
-            agent,
-            query,
-            limit,
-            fallback,
-            filters,
-            threshold,
-            explain,
-            show_expired,
-            show_superseded,
-            trust_min,
-            max_tokens,
-        )
+    def search(self, o: MemorySearch) -> dict[str, Any]:
+        return self.reads.search(o)
 
-    def get_all(
-        self,
-        agent: str,
-        limit: int = 100,
-        cursor: str | None = None,
-        filters: dict[str, Any] | None = None,
-        show_superseded: bool = False,
-        show_expired: bool = False,
-        show_archived: bool = False,
-    ) -> dict[str, Any]:
-        return self.reads.get_all(agent, limit, cursor, filters, show_superseded, show_expired, show_archived)
+    def get_all(self, o: List) -> dict[str, Any]:
+        return self.reads.get_all(o)
 
     def get(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
         return self.reads.get(agent, memory_id, admin=admin)

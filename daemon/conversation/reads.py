@@ -21,6 +21,7 @@ from layers.conversation.lifecycle.tombstones import Tombstones
 from layers.conversation.policy.filters import FilterError, check
 from layers.conversation.policy.registry import RegistryCache
 from layers.conversation.policy.rules import PolicyError, may_read, read_phases
+from protocol.operations import List, MemorySearch, Search
 
 CHAIN_MAX = 32  # steps a history's chain follows each way
 
@@ -64,7 +65,7 @@ class Reads:
         registry: RegistryCache,
         audit: AuditLog,
         tombstones: Tombstones,
-        local_search: Callable[[str, str, int, float | None], SearchAnswer],
+        local_search: Callable[[Search], SearchAnswer],
         on_returned: Callable[[list[str]], None] = lambda ids: None,
     ) -> None:
         """``on_returned``: told the ids of the memories a search or a get returned to an agent (decay by use)."""
@@ -75,30 +76,18 @@ class Reads:
         self.tombstones = tombstones
         self.local_search = local_search
 
-    def search(
-        self,
-        agent: str,
-        query: str,
-        limit: int = 10,
-        fallback: bool = True,
-        filters: dict | None = None,
-        threshold: float | None = None,
-        explain: bool = False,
-        show_expired: bool = False,
-        show_superseded: bool = False,
-        trust_min: str | None = None,
-        max_tokens: int | None = None,
-    ) -> dict:
-        """What ``agent`` may read, best first; ``filters`` (mem0's language) narrows each visibility phase.
-        ``max_tokens`` keeps the best results that fit in that many (estimated) tokens, and says so in ``budget``.
+    def search(self, o: MemorySearch) -> dict:
+        """What ``o.agent`` may read, best first; ``o.filters`` (mem0's language) narrows each visibility phase.
+        ``o.max_tokens`` keeps the best results that fit in that many (estimated) tokens, and says so in ``budget``.
 
-        Superseded memories are left out (inside the store's query) unless ``show_superseded``; with
-        ``trust_min`` only memories trusted that much or more (layers/conversation/policy/rules.py).
+        Superseded memories are left out (inside the store's query) unless ``o.show_superseded``; with
+        ``o.trust_min`` only memories trusted that much or more (layers/conversation/policy/rules.py).
 
         With a filter the L3 fallback is not taken: the local index holds the agent's files, not user_id
         or metadata, and an unfiltered answer could put one end user's memories in another's prompt.
         """
-        wanted = checked_filters(filters)
+        agent, query, limit, threshold, max_tokens = o.agent, o.query, o.limit, o.threshold, o.max_tokens
+        wanted = checked_filters(o.filters)
         if threshold is not None and not 0.0 <= threshold <= 1.0:
             raise PolicyError(f"threshold must be between 0 and 1 (inclusive), not {threshold}")
         registry = self.registry.current()
@@ -106,10 +95,10 @@ class Reads:
         options: dict[str, Any] = {
             "filters": wanted,
             "threshold": threshold or 0.0,
-            "explain": explain,
-            "include_expired": show_expired,
-            "show_superseded": show_superseded,
-            "trust_min": trust_min,
+            "explain": o.explain,
+            "include_expired": o.show_expired,
+            "show_superseded": o.show_superseded,
+            "trust_min": o.trust_min,
         }
         try:
             found = self.thread.call("search", lambda: self.thread.store.search(query, phases, limit, **options))
@@ -117,7 +106,7 @@ class Reads:
             reason = str(exc)
         else:
             results = [r for r in found if may_read(registry, agent, r)]  # the filters already did; checked again
-            if show_superseded:
+            if o.show_superseded:
                 self._hide_links(registry, agent, results)
             answer: dict[str, Any] = {"layer": "conversation", "degraded": False, "query": query, "results": results}
             if max_tokens is not None:
@@ -128,37 +117,30 @@ class Reads:
             raise ConversationUnavailableError(
                 f"{reason}; a filtered search is not answered from the local index (it has no user_id or metadata)"
             )
-        if not fallback:
+        if not o.fallback:
             raise ConversationUnavailableError(reason)
-        local = self.local_search(agent, query, limit, threshold)  # the same scale: it means the same there
+        local = self.local_search(Search(agent, query, limit=limit, threshold=threshold))  # the same scale there
         answer = local_answer(query, reason, local)
         return answer if max_tokens is None else fit_memories(answer, max_tokens)
 
-    def get_all(
-        self,
-        agent: str,
-        limit: int = 100,
-        cursor: str | None = None,
-        filters: dict | None = None,
-        show_superseded: bool = False,
-        show_expired: bool = False,
-        show_archived: bool = False,
-    ) -> dict:
-        wanted = checked_filters(filters)
+    def get_all(self, o: List) -> dict:
+        """One page of what ``o.agent`` may read, from ``o.cursor`` on."""
+        agent = o.agent
+        wanted = checked_filters(o.filters)
         registry = self.registry.current()
         phases = read_phases(registry, agent)
-        options: dict[str, Any] = {"filters": wanted, "show_superseded": show_superseded}
-        options.update(include_expired=show_expired, show_archived=show_archived)
+        options: dict[str, Any] = {"filters": wanted, "show_superseded": o.show_superseded}
+        options.update(include_expired=o.show_expired, show_archived=o.show_archived)
         try:
             page, next_cursor = self.thread.call(
-                "list", lambda: self.thread.store.list(phases, limit, cursor, **options)
+                "list", lambda: self.thread.store.list(phases, o.limit, o.cursor, **options)
             )
         except StoreDown as exc:
             raise ConversationUnavailableError(str(exc)) from None
         except ValueError as exc:
             raise PolicyError(str(exc)) from None
         results = [r for r in page if may_read(registry, agent, r)]
-        if show_superseded:
+        if o.show_superseded:
             self._hide_links(registry, agent, results)
         return {"results": results, "next_cursor": next_cursor, "truncated": next_cursor is not None}
 

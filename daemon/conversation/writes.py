@@ -65,7 +65,7 @@ from layers.conversation.policy.rules import (
     place,
     provenance,
 )
-from protocol.operations import Add
+from protocol.operations import Add, DeleteAll, RestoreMemory, Update
 
 MAX_TEXT_CHARS = MAX_MEMORY_TEXT_CHARS
 
@@ -526,8 +526,8 @@ class Writes:
         self._deleted(agent, memory)
         return {"deleted": memory_id}
 
-    def update(self, agent: str, memory_id: str, text: str, *, expires: str | None = None) -> dict:
-        """Replace the text of one of ``agent``'s own memories (mem0's ``update``).
+    def update(self, o: Update) -> dict:
+        """Replace the text of one of ``o.agent``'s own memories by ``o.text`` (mem0's ``update``).
 
         The memory keeps its id, owner, placement, type and created_at; it is
         re-embedded, gets updated_at and an UPDATE event in its history, and the
@@ -537,7 +537,8 @@ class Writes:
         and what it says now, can only be read from the store).
         """
 
-        text = self.checked_text(agent, text)
+        agent, memory_id, expires = o.agent, o.memory_id, o.expires
+        text = self.checked_text(agent, o.text)
         memory = self._owned(agent, memory_id, "update")
         expiration = None
         if expires is not None:
@@ -553,13 +554,14 @@ class Writes:
         updated = self.reads.fetch(memory_id) or {**memory, "memory": text}
         return {**updated, "event": "UPDATE", "previous_memory": memory.get("memory")}
 
-    def restore(self, agent: str, memory_id: str) -> dict:
-        """Bring one of ``agent``'s own memories back to valid: out of the archive (decay), or un-superseded.
+    def restore(self, o: RestoreMemory) -> dict:
+        """Bring one of ``o.agent``'s own memories back to valid: out of the archive (decay), or un-superseded.
 
         Archived: it is shown in searches again and its age counts from now (``restored_at``), so the
         next cleanup does not archive it at once.  Superseded: the link to its replacement is removed
         (both are valid then; the owner asked for it).  Refused (503) while the store is down.
         """
+        agent, memory_id = o.agent, o.memory_id
         memory = self._owned(agent, memory_id, "restore")
         state = memory.get("state") or validity.VALID
         if state == validity.VALID:
@@ -580,19 +582,11 @@ class Writes:
         restored = self.reads.fetch(memory_id) or memory
         return {**restored, "restored": True, "previous_state": state}
 
-    def delete_all(
-        self,
-        agent: str,
-        *,
-        memory_type: str | None = None,
-        visibility: str | None = None,
-        project: str | None = None,
-        dry_run: bool = False,
-        filters: dict | None = None,
-    ) -> dict:
-        """Delete every one of ``agent``'s own memories that match the filter (never another agent's).
+    def delete_all(self, o: DeleteAll) -> dict:
+        """Delete every one of ``o.agent``'s own memories that match the filter (never another agent's).
 
-        ``filters`` (mem0's language: ``{"user_id": "alice"}``…) narrows it further, inside the agent's own.
+        ``o.user_id``, ``o.run_id`` and ``o.actor_id`` narrow it further, inside the agent's own (as a mem0
+        filter: ``{"user_id": "alice"}``).
 
         Each goes through mem0's delete, so each gets its DELETE event.  While
         the store is down this is refused (503) and nothing is deleted; stopped
@@ -600,8 +594,10 @@ class Writes:
         it again deletes the rest.
         """
 
-        selection = Selection(agent=agent, visibility=visibility, project=project, memory_type=memory_type)
-        wanted = checked_filters(filters)
+        agent, dry_run = o.agent, bool(o.dry_run)
+        selection = Selection(agent=agent, visibility=o.visibility, project=o.project, memory_type=o.memory_type)
+        ids = {k: v for k in ("user_id", "run_id", "actor_id") if (v := getattr(o, k))}
+        wanted = checked_filters(ids or None)
         deleted: list[str] = []
         cursor: str | None = None
         while True:

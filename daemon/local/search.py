@@ -23,6 +23,7 @@ from daemon.local.indexer import Indexer
 from layers.local.models.vectors import Embedder, LocalEmbedder
 from layers.local.ranking.hybrid_search import search as search_index
 from layers.local.storage.index import Filters, ForeignFile, Identity, IndexStale, LocalIndex
+from protocol.operations import Search
 
 #: Seconds a search waits for the query's vector (a model loading or busy with a batch); past
 #: that it answers lexically and says why, so no tool call hangs on a loaded host. 3 s leaves the
@@ -53,20 +54,10 @@ class LocalSearch:
         self.pause = pause
         self.dictionary = dictionary  # translates a question's words for the lexical side (None: never)
 
-    def search(
-        self,
-        agent_id: str,
-        text: str,
-        *,
-        mode: str = "auto",
-        limit: int = 10,
-        filters: Filters | None = None,
-        explain: bool = False,
-        threshold: float | None = None,
-        max_tokens: int | None = None,
-        min_score: float | None = None,
-    ) -> SearchAnswer:
-        """Search an agent's index from an API thread (its own read connection)."""
+    def search(self, o: Search) -> SearchAnswer:
+        """Search ``o.agent``'s index from an API thread (its own read connection)."""
+        agent_id, text = o.agent, o.query
+        filters = Filters(layer=o.layer, path_glob=o.path, since=o.since, until=o.until)
         agent = self.agent_of(agent_id)
         if agent is None:
             raise UnknownAgentError(f"unknown agent {agent_id!r}")
@@ -97,19 +88,19 @@ class LocalSearch:
                 answer = search_index(
                     index,
                     text,
-                    limit=limit,
-                    mode=mode,
+                    limit=o.limit,
+                    mode=o.mode,
                     filters=filters,
                     embed_query=embed,
                     no_embedder_reason="vectors are off (vectors.backend: off)",
                     blocked_reason=self.vectors_blocked(),
-                    explain=explain,
+                    explain=o.explain,
                     pause=self.pause,
-                    threshold=threshold,
+                    threshold=o.threshold,
                     translate=None if dictionary is None else dictionary.translate,
                     romanize=None if dictionary is None else dictionary.romanize,
-                    max_tokens=max_tokens,
-                    min_score=min_score,
+                    max_tokens=o.max_tokens,
+                    min_score=o.min_score,
                     calibrated=bool(getattr(self.embedder, "calibrated", False)),
                     **({"relevance": calibrated} if (calibrated := getattr(self.embedder, "relevance", None)) else {}),
                 )

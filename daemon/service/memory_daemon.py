@@ -70,6 +70,7 @@ from layers.conversation.lifecycle.durable_queue import WriteQueue
 from layers.conversation.policy.registry import RegistryCache
 from layers.local.storage.index import ForeignFile, Identity
 from layers.local.text.units import index_model_id
+from protocol.operations import Search
 
 __all__ = ["STOP_BUDGET_S", "STOP_SHARES_S", "DaemonError", "MemoryDaemon", "StopBudget"]
 
@@ -228,9 +229,9 @@ class MemoryDaemon:
         """The agent (or "admin") a caller's token belongs to; None when it belongs to nobody."""
         return self.tokens.identify(token)
 
-    def search(self, agent_id: str, text: str, **options: Any) -> SearchAnswer:
+    def search(self, o: Search) -> SearchAnswer:
         """Search an agent's index from an API thread (see daemon/local/search.py)."""
-        return self.local.search(agent_id, text, **options)
+        return self.local.search(o)
 
     def call_in_loop(self, fn: Callable[[], T], timeout: float = 3600) -> T:
         """Run ``fn`` in the loop thread (the single writer) and return its result (API threads)."""
@@ -326,9 +327,7 @@ class MemoryDaemon:
                 queue=WriteQueue(queue_path(self.config)),
                 registry=RegistryCache(self.config.paths.registry),
                 audit=self.audit,  # the daemon's one audit log (one file, one lock)
-                local_search=lambda agent, query, limit, threshold: self.search(
-                    agent, query, limit=limit, threshold=threshold
-                ),
+                local_search=self.search,
                 guard=self.current.guard_now,
                 embedder_ready=embedder.not_ready,
                 on_change=self.wakeup.request_publish,

@@ -60,7 +60,7 @@ def make_broker(service: Service) -> Broker:
         queue=WriteQueue(queue_path(d.config)),
         registry=RegistryCache(d.config.paths.registry),
         audit=d.audit,
-        local_search=lambda agent, query, limit, threshold: d.search(agent, query, limit=limit, threshold=threshold),
+        local_search=d.search,
         guard=lambda: d.guard,
         embedder_ready=embedder.not_ready,
         storage=d.storage,

@@ -18,7 +18,7 @@ import yaml
 from daemon.common.contracts import ConversationStatus
 from daemon.common.domain_errors import ConversationUnavailableError, SecretRefusedError
 from layers.conversation.policy.rules import PolicyError
-from protocol.operations import Add
+from protocol.operations import Add, DeleteAll, MemorySearch, Update
 from tests.daemon.conftest import Service
 from tests.helpers import FAKE_API_KEY, registry_of
 from tests.stand_in_embedder import StandInEmbedder
@@ -94,12 +94,12 @@ def test_a_search_while_the_store_is_down_is_answered_from_the_callers_l3_index(
     d = down.daemon
     (down.workspace / "MEMORY.md").write_text("# MEMORY\nthe rambutan shipment arrives Friday\n")
     d.reconciler.all()
-    answer = d.broker.search("main", "rambutan")
+    answer = d.broker.search(MemorySearch("main", "rambutan"))
     assert answer["layer"] == "local" and answer["degraded"] is True
     assert "unreachable" in answer["reason"]
     assert [r["path"] for r in answer["results"]] == ["MEMORY.md"] and answer["results"][0]["source"] == "local"
     with pytest.raises(ConversationUnavailableError):
-        d.broker.search("main", "rambutan", fallback=False)
+        d.broker.search(MemorySearch("main", "rambutan", fallback=False))
 
 
 def test_changes_while_the_store_is_down_are_refused_never_queued(down):
@@ -107,8 +107,8 @@ def test_changes_while_the_store_is_down_are_refused_never_queued(down):
     memory_id = "00000000-0000-4000-8000-000000000000"
     for change in (
         lambda: broker.delete("main", memory_id),
-        lambda: broker.update("main", memory_id, "new text"),
-        lambda: broker.delete_all("main"),
+        lambda: broker.update(Update("main", memory_id, "new text")),
+        lambda: broker.delete_all(DeleteAll("main")),
     ):
         with pytest.raises(ConversationUnavailableError, match="nothing was queued"):
             change()

@@ -13,7 +13,7 @@ import pytest
 from daemon.common.domain_errors import ConversationUnavailableError, SecretRefusedError
 from layers.conversation.policy.metadata import MAX_METADATA_BYTES
 from layers.conversation.policy.rules import PolicyError
-from protocol.operations import Add
+from protocol.operations import Add, List, MemorySearch
 from tests.daemon.conversation_service import enable, l4_service, unreachable
 from tests.helpers import wait_for
 from tests.stand_in_embedder import StandInEmbedder
@@ -34,7 +34,7 @@ def test_ids_and_metadata_are_checked_and_never_hold_a_secret(service_root, embe
             Add("main", "Alice likes tea", user_id="alice", metadata={"category": "drinks", "n": [1, 2]})
         )
         assert (added["user_id"], added["metadata"]) == ("alice", {"category": "drinks", "n": [1, 2]})
-        (stored,) = broker.get_all("main", filters={"user_id": "alice"})["results"]
+        (stored,) = broker.get_all(List("main", filters={"user_id": "alice"}))["results"]
         assert stored["metadata"] == {"category": "drinks", "n": [1, 2]} and stored["user_id"] == "alice"
         for bad, message in (
             ({"metadata": {"visibility": "public"}}, "reserved"),
@@ -50,9 +50,11 @@ def test_ids_and_metadata_are_checked_and_never_hold_a_secret(service_root, embe
         for bad in ({"metadata": {"note": secret}}, {"metadata": {"deep": {"list": [secret]}}}, {"user_id": secret}):
             with pytest.raises(SecretRefusedError, match="metadata matches never_store"):
                 broker.add(Add("main", "harmless text", **bad))
-        assert [m["memory"] for m in broker.get_all("main")["results"]] == ["Alice likes tea"], "nothing else kept"
+        assert [m["memory"] for m in broker.get_all(List("main"))["results"]] == ["Alice likes tea"], (
+            "nothing else kept"
+        )
         with pytest.raises(PolicyError, match="unknown operator"):
-            broker.search("main", "tea", filters={"user_id": {"like": "a%"}})
+            broker.search(MemorySearch("main", "tea", filters={"user_id": {"like": "a%"}}))
 
 
 def test_a_queued_write_keeps_its_ids_and_metadata_when_replayed(service_root, embedder):
@@ -64,11 +66,14 @@ def test_a_queued_write_keeps_its_ids_and_metadata_when_replayed(service_root, e
         ))  # fmt: skip
         assert answer["queued"] is True
         with pytest.raises(ConversationUnavailableError, match="not answered from the local index"):
-            down.daemon.broker.search("main", "flight", filters={"user_id": "alice"})
+            down.daemon.broker.search(MemorySearch("main", "flight", filters={"user_id": "alice"}))
     enable(service_root, embedder, probe_interval_s=0.2)
     with l4_service(service_root) as up:
         broker = up.daemon.broker
         wait_for(lambda: broker.queue.depth() == 0, timeout=60, what="the queue replayed")
-        (memory,) = broker.get_all("main", filters={"run_id": "trip-7"})["results"]
+        (memory,) = broker.get_all(List("main", filters={"run_id": "trip-7"}))["results"]
         assert (memory["user_id"], memory["actor_id"], memory["metadata"]) == ("alice", "Alice", {"category": "travel"})
-        assert broker.search("main", "flight", filters={"category": "travel"})["results"][0]["id"] == memory["id"]
+        assert (
+            broker.search(MemorySearch("main", "flight", filters={"category": "travel"}))["results"][0]["id"]
+            == memory["id"]
+        )

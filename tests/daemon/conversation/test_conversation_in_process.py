@@ -23,7 +23,7 @@ from daemon.common.storage import StorageHealth
 from daemon.conversation.store_thread import StoreDown, StoreThread
 from layers.conversation.adapters.breaker import Breaker
 from layers.conversation.adapters.store import ConversationStore, StoreSettings, StoreUnavailableError
-from protocol.operations import Add
+from protocol.operations import Add, List, MemorySearch
 from tests.daemon.conversation_service import closed_port, enable, l4_service, unreachable
 from tests.helpers import wait_for
 from tests.stand_in_embedder import StandInEmbedder
@@ -37,7 +37,7 @@ def embedder() -> Iterator[StandInEmbedder]:
 
 
 def _mine(broker, agent: str) -> list[dict]:
-    return broker.get_all(agent, limit=1000)["results"]
+    return broker.get_all(List(agent, limit=1000))["results"]
 
 
 # ---------------------------------------------------------------- the queue
@@ -81,7 +81,7 @@ def test_while_the_store_is_down_the_breaker_refuses_at_once_and_the_probe_keeps
         breaker = broker.status()["breaker"]
         assert breaker["state"] == "open" and breaker["last_error"] == "not connected yet"
         with pytest.raises(ConversationUnavailableError, match="not connected yet"):
-            broker.search("main", "anything", fallback=False)
+            broker.search(MemorySearch("main", "anything", fallback=False))
 
         broker.start()  # the probe: a real connection to the closed port, refused
         wait_for(lambda: broker.status()["breaker"]["failures"] >= 2, timeout=30, what="the probe tried again")

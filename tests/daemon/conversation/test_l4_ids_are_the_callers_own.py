@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.api.requests import WriteId
-from protocol.operations import Add
+from protocol.operations import Add, List, RestoreMemory
 from tests.daemon.conversation.l4_api import MEMORIES, Api, l4_api
 from tests.daemon.conversation_service import enable, l4_service, unreachable
 from tests.helpers import wait_for
@@ -239,7 +239,7 @@ def test_two_agents_queue_the_same_write_id_and_each_is_replayed_as_its_own(serv
             wait_for(lambda: broker.queue.depth() == 0, timeout=60, what="the queue replayed")
             assert broker.status()["queue"]["replayed"] == 2
             for agent in ("main", "beta"):
-                [memory] = [m for m in broker.get_all(agent)["results"] if m["write_id"] == "conv-1:msg-1"]
+                [memory] = [m for m in broker.get_all(List(agent))["results"] if m["write_id"] == "conv-1:msg-1"]
                 assert (memory["agent_id"], memory["memory"]) == (agent, f"{agent}'s queued note")
     finally:
         embedder.close()
@@ -275,7 +275,7 @@ def test_generated_writes_and_supersedes_never_leave_a_chain_without_a_valid_mem
         fields = {"write_id": f"chain-{run}-{write}"}
         try:
             if op == "restore" and made:
-                broker.restore_memory("main", made[target % len(made)])
+                broker.restore_memory(RestoreMemory("main", made[target % len(made)]))
                 continue
             if op == "supersede" and made:
                 fields["supersedes"] = made[target % len(made)]

@@ -18,7 +18,7 @@ import yaml
 
 from daemon.common.domain_errors import ConversationUnavailableError, NoSuchMemoryError
 from layers.conversation.policy.rules import ForbiddenError, PolicyError
-from protocol.operations import Add
+from protocol.operations import Add, List, MemorySearch, RestoreMemory
 from tests.daemon.conversation_service import enable, l4_service, unreachable
 from tests.helpers import registry_of
 from tests.stand_in_embedder import StandInEmbedder
@@ -62,12 +62,12 @@ def test_a_superseded_memory_leaves_search_and_keeps_its_chain(broker):
     answer = broker.add(Add("main", "the staging database moved to 6543", visibility="public", supersedes=old))
     new = _id(answer)
     assert answer["supersedes"] == old and answer["superseded"] is True
-    found = broker.search("beta", "staging database port")["results"]
+    found = broker.search(MemorySearch("beta", "staging database port"))["results"]
     assert [r["id"] for r in found] == [new]
-    both = broker.search("beta", "staging database port", show_superseded=True)["results"]
+    both = broker.search(MemorySearch("beta", "staging database port", show_superseded=True))["results"]
     assert {r["id"] for r in both} == {old, new}
-    assert [r["id"] for r in broker.get_all("beta")["results"]] == [new]
-    assert {r["id"] for r in broker.get_all("beta", show_superseded=True)["results"]} == {old, new}
+    assert [r["id"] for r in broker.get_all(List("beta"))["results"]] == [new]
+    assert {r["id"] for r in broker.get_all(List("beta", show_superseded=True))["results"]} == {old, new}
     gone = broker.get("beta", old)
     assert (gone["state"], gone["superseded_by"]) == ("superseded", new) and gone["invalid_at"]
     history = broker.history("beta", new)
@@ -85,7 +85,7 @@ def test_another_agents_private_memory_is_answered_as_an_unknown_id_and_left_unt
         broker.add(Add("main", "my own take on the rollout", supersedes=UNKNOWN))
     assert str(theirs.value).replace(private, "ID") == str(unknown.value).replace(UNKNOWN, "ID")
     assert broker.get("beta", private)["state"] == "valid"
-    assert [r["memory"] for r in broker.get_all("main")["results"]] == [], "nothing was written either"
+    assert [r["memory"] for r in broker.get_all(List("main"))["results"]] == [], "nothing was written either"
     assert {"event": "supersede_denied", "agent": "main", "memory_id": private}.items() <= _audit(broker)[-1].items()
 
 
@@ -136,7 +136,7 @@ def test_a_link_to_a_memory_the_reader_may_not_see_is_not_shown(broker):
     assert broker.get("main", public)["superseded_by"] == private
     seen = broker.get("beta", public)
     assert seen["state"] == "superseded" and seen["superseded_by"] is None
-    [shown] = broker.search("beta", "office wifi", show_superseded=True)["results"]
+    [shown] = broker.search(MemorySearch("beta", "office wifi", show_superseded=True))["results"]
     assert shown["id"] == public and shown["superseded_by"] is None
     assert [step["id"] for step in broker.history("beta", public)["chain"]] == [public]
 
@@ -161,7 +161,7 @@ def _stored(broker, memory_id: str) -> dict:
 def test_returned_memories_are_counted_in_memory_and_written_in_batches(broker):
     memory_id = _id(broker.add(Add("main", "the backup job runs at four")))
     for _ in range(3):
-        assert [r["id"] for r in broker.search("main", "backup job")["results"]] == [memory_id]
+        assert [r["id"] for r in broker.search(MemorySearch("main", "backup job"))["results"]] == [memory_id]
     broker.get("main", memory_id)
     assert _stored(broker, memory_id)["access_count"] == 0, "nothing is written on the request path"
     assert broker.status()["use"]["pending"] == 1
@@ -170,7 +170,7 @@ def test_returned_memories_are_counted_in_memory_and_written_in_batches(broker):
     assert stored["access_count"] == 4 and stored["last_accessed"]
     assert broker.status()["use"]["written"] == 1 and broker.status()["use"]["pending"] == 0
     broker.get("main", memory_id, admin=True)  # the administrator looking is not a use
-    broker.get_all("main")  # nor is a listing
+    broker.get_all(List("main"))  # nor is a listing
     assert broker.status()["use"]["pending"] == 0
 
 
@@ -179,8 +179,8 @@ def test_hits_not_yet_written_are_written_at_a_clean_stop(service_root, embedder
     with l4_service(service_root) as up:
         broker = up.daemon.broker
         memory_id = _id(broker.add(Add("main", "the wiki moved to wiki.internal")))
-        broker.search("main", "wiki")
-        broker.search("main", "wiki")
+        broker.search(MemorySearch("main", "wiki"))
+        broker.search(MemorySearch("main", "wiki"))
         assert _stored(broker, memory_id)["access_count"] == 0
     with l4_service(service_root) as again:
         assert _stored(again.daemon.broker, memory_id)["access_count"] == 2
@@ -190,18 +190,18 @@ def test_an_archived_memory_is_restored_by_its_owner_only(broker):
     faded = _id(broker.add(Add("main", "last year's on-call rota", memory_type="task_log")))
     theirs = _id(broker.add(Add("beta", "beta's private rota", memory_type="task_log")))
     broker.thread.call("archive", lambda: broker.store.archive([faded, theirs], "2026-11-30T03:00:00+00:00"))
-    assert broker.search("main", "on-call rota")["results"] == []
-    assert [r["id"] for r in broker.get_all("main", show_archived=True)["results"]] == [faded]
+    assert broker.search(MemorySearch("main", "on-call rota"))["results"] == []
+    assert [r["id"] for r in broker.get_all(List("main", show_archived=True))["results"]] == [faded]
     with pytest.raises(NoSuchMemoryError) as other:
-        broker.restore_memory("main", theirs)
+        broker.restore_memory(RestoreMemory("main", theirs))
     with pytest.raises(NoSuchMemoryError) as unknown:
-        broker.restore_memory("main", UNKNOWN)
+        broker.restore_memory(RestoreMemory("main", UNKNOWN))
     assert str(other.value).replace(theirs, "ID") == str(unknown.value).replace(UNKNOWN, "ID")
-    restored = broker.restore_memory("main", faded)
+    restored = broker.restore_memory(RestoreMemory("main", faded))
     assert restored["restored"] is True and restored["previous_state"] == "archived"
     assert restored["state"] == "valid" and restored["restored_at"] and restored["importance"] > 0.99
-    assert [r["id"] for r in broker.search("main", "on-call rota")["results"]] == [faded]
-    assert broker.restore_memory("main", faded)["restored"] is False
+    assert [r["id"] for r in broker.search(MemorySearch("main", "on-call rota"))["results"]] == [faded]
+    assert broker.restore_memory(RestoreMemory("main", faded))["restored"] is False
     assert _stored(broker, theirs)["state"] == "archived"
     assert {"event": "memory_restored", "memory_id": faded, "previous_state": "archived"}.items() <= (
         _audit(broker)[-1].items()
@@ -211,8 +211,8 @@ def test_an_archived_memory_is_restored_by_its_owner_only(broker):
 def test_an_owner_may_undo_a_supersede(broker):
     old = _id(broker.add(Add("main", "lunch is at noon")))
     new = _id(broker.add(Add("main", "lunch moved to one", supersedes=old)))
-    assert broker.restore_memory("main", old)["previous_state"] == "superseded"
-    both = {r["id"] for r in broker.search("main", "lunch")["results"]}
+    assert broker.restore_memory(RestoreMemory("main", old))["previous_state"] == "superseded"
+    both = {r["id"] for r in broker.search(MemorySearch("main", "lunch"))["results"]}
     assert both == {old, new}
     assert broker.get("main", old)["superseded_by"] is None
 
@@ -232,7 +232,7 @@ def test_trust_and_source_follow_who_writes(broker):
     with pytest.raises(ForbiddenError, match="at most medium"):
         broker.add(Add("main", "trust me, the printer works", trust="high"))
     assert {"event": "write_denied", "agent": "main", "trust": "high"}.items() <= _audit(broker)[-1].items()
-    found = broker.search("main", "printer", trust_min="high")["results"]
+    found = broker.search(MemorySearch("main", "printer", trust_min="high"))["results"]
     assert [r["id"] for r in found] == [_id(by_operator)]
-    assert len(broker.search("main", "printer", trust_min="medium")["results"]) == 2
-    assert len(broker.search("main", "printer")["results"]) == 3
+    assert len(broker.search(MemorySearch("main", "printer", trust_min="medium"))["results"]) == 2
+    assert len(broker.search(MemorySearch("main", "printer"))["results"]) == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+from protocol.operations import Search
 from tests.helpers import commits
 
 
@@ -14,7 +15,7 @@ def test_reconcile_finds_a_file_the_watcher_missed_and_indexes_it(service):
     d.reconciler.all()
     assert d.reconciler.last["repaired"] >= 1 and d.reconciler.last["time"]
     assert "memory/2026-11-30.md" in d.trackers["main"].files.items()
-    hits = d.search("main", "kumquat")["results"]
+    hits = d.search(Search("main", "kumquat"))["results"]
     assert [h["path"] for h in hits] == ["memory/2026-11-30.md"], "the real index holds it"
     assert d.reconciler.next_at > 0
 

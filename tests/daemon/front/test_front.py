@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -43,6 +42,7 @@ from layers.conversation.policy.rules import ForbiddenError, PolicyError
 from layers.daily.workspace_repo import RepoBusyError
 from layers.local.models.vectors import VectorsUnavailableError
 from layers.local.text.query import EmptyQueryError
+from protocol.operations import Search
 
 REPO = Path(__file__).resolve().parents[3]
 CLIENT = REPO / "skills" / "mem0-integration" / "mem0_client.py"
@@ -213,7 +213,7 @@ class _Daemon:
     def identify(self, token: str | None) -> str | None:
         return ADMIN if token == "admin-token" else None
 
-    def search(self, agent_id: str, text: str, **options: Any) -> dict:
+    def search(self, o: Search) -> dict:
         raise self.exc
 
     def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict:

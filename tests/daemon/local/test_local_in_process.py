@@ -28,8 +28,9 @@ from daemon.local.embedding import EmbedWorker, make_embedder
 from daemon.local.index_files import IndexClaims, move_legacy_index
 from daemon.local.indexer import Indexer, desired_documents, is_indexable, layer_of
 from daemon.local.search import LocalSearch
-from layers.local.storage.index import Filters, Identity, LocalIndex
+from layers.local.storage.index import Identity, LocalIndex
 from layers.local.text.units import index_model_id, passages
+from protocol.operations import Search
 from tests.helpers import FAKE_API_KEY, wait_for
 from tests.stand_in_embedder import KEY, KEY_ENV, StandInEmbedder
 
@@ -72,7 +73,7 @@ class Local:
         )
 
     def found(self, text: str, **options) -> list[str]:
-        return [r["path"] for r in self.search.search("main", text, **options)["results"]]
+        return [r["path"] for r in self.search.search(Search("main", text, **options))["results"]]
 
     def write(self, rel: str, text: str):
         """Write ``rel`` and hand its version to the indexer, as the tracker does after the debounce."""
@@ -105,9 +106,9 @@ def test_an_edit_is_written_at_the_flush_and_a_removal_too(local):
     assert local.indexer.queued() == 1 and local.found("feijoa") == [], "queued, not yet written"
     assert local.indexer.flush() == 1
     assert local.found("feijoa") == ["memory/2026-11-30.md"]
-    on_the_day = Filters(layer="daily", since="2026-11-30", until="2026-11-30")
-    assert local.found("feijoa", filters=on_the_day) == ["memory/2026-11-30.md"], "indexed as that day's note"
-    assert local.found("feijoa", filters=Filters(layer="core")) == []
+    on_the_day = {"layer": "daily", "since": "2026-11-30", "until": "2026-11-30"}
+    assert local.found("feijoa", **on_the_day) == ["memory/2026-11-30.md"], "indexed as that day's note"
+    assert local.found("feijoa", layer="core") == []
     (local.agent.workspace / "memory" / "2026-11-30.md").unlink()
     local.indexer.file_removed(local.agent, "memory/2026-11-30.md")
     local.indexer.flush()
@@ -157,10 +158,10 @@ def test_an_index_built_with_another_identity_is_rebuilt_and_says_why(service_ro
 
 def test_a_missing_index_is_handed_to_the_owning_thread_to_rebuild(local):
     with pytest.raises(LookupError, match="unknown agent 'nobody'"):
-        local.search.search("nobody", "x")
+        local.search.search(Search("nobody", "x"))
     (local.agent.workspace / "MEMORY.md").write_text("# MEMORY\nthe mangosteen crate\n")
     with pytest.raises(IndexUnavailableError, match="being rebuilt"):
-        local.search.search("main", "mangosteen")  # no index yet: the search never writes one itself
+        local.search.search(Search("main", "mangosteen"))  # no index yet: the search never writes one itself
     assert not local.agent.index.exists()
     assert local.jobs.run_pending(), "the repair was handed in"
     assert local.found("mangosteen") == ["MEMORY.md"]
@@ -173,7 +174,7 @@ def test_a_foreign_file_at_the_index_path_is_refused_by_the_search_too(local):
     local.indexer.open(local.agent, desired_of(local.agent))
     assert local.indexer.report("main")["state"] == "refused"
     with pytest.raises(IndexUnavailableError, match="refused"):
-        local.search.search("main", "x")
+        local.search.search(Search("main", "x"))
 
 
 # ---------------------------------------------------------------- the embedding worker
@@ -210,7 +211,7 @@ def test_the_embedding_worker_fills_in_every_vector(embedding):
     finally:
         assert worker.stop(10)
     assert local.indexer.report("main")["vectors"] >= pending
-    answer = local.search.search("main", "lychee orchard", mode="hybrid")
+    answer = local.search.search(Search("main", "lychee orchard", mode="hybrid"))
     assert answer["vectors"] == "used" and [r["path"] for r in answer["results"]][:1] == ["MEMORY.md"]
     local.indexer.close()
 
@@ -236,7 +237,7 @@ def test_every_chunk_gets_its_whole_vector_before_any_chunk_its_items(embedding)
         waiting = dict(index.take_pending(500, items=True))
         wholes = {h: index.stored_vector(h) for h in waiting}
     assert all(v.shape[0] == 1 for v in wholes.values()), "whole chunks only, so far"
-    assert local.search.search("main", "training box", mode="hybrid")["vectors"] == "used"
+    assert local.search.search(Search("main", "training box", mode="hybrid"))["vectors"] == "used"
     assert worker._one_pass()
     report = local.indexer.report("main")
     assert report["pending_embeddings"] == 0 and report["pending_items"] == 0

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 
+from protocol.operations import Search
 from tests.helpers import commits, file_at_head, wait_for
 
 
@@ -24,7 +25,7 @@ def test_an_edit_goes_from_its_event_to_a_commit_and_the_index_in_loop_turns(ser
     d.on_change(str(service.workspace / "MEMORY.md"), False)
     _turns_until(d, lambda: len(commits(service.workspace)) > before, timeout=30)
     assert "persimmon" in file_at_head(service.workspace, "MEMORY.md")
-    assert [h["path"] for h in d.search("main", "persimmon")["results"]] == ["MEMORY.md"]
+    assert [h["path"] for h in d.search(Search("main", "persimmon"))["results"]] == ["MEMORY.md"]
     _turns_until(d, lambda: d.status()["agents"][0]["last_commit"] is not None)
 
 

@@ -25,6 +25,7 @@ from daemon.common.domain_errors import DaemonError
 from daemon.front.status import offline_status
 from daemon.service.memory_daemon import MemoryDaemon
 from daemon.service.notify import Notifier
+from protocol.operations import Search
 from tests.daemon.conftest import Service
 from tests.helpers import FAKE_API_KEY, commits, committed, file_at_head, wait_for
 
@@ -88,11 +89,11 @@ def test_a_deleted_file_goes_from_its_event_to_a_commit_and_out_of_the_index(ser
     note.write_text("# 2026-11-26\nthe carambola delivery\n")
     d.on_change(str(note), False)
     _turns_until(d, lambda: committed(service.workspace, "A", "memory/2026-11-26.md"))
-    _turns_until(d, lambda: d.search("main", "carambola")["results"] != [])
+    _turns_until(d, lambda: d.search(Search("main", "carambola"))["results"] != [])
     note.unlink()
     d.on_change(str(note), False)
     _turns_until(d, lambda: committed(service.workspace, "D", "memory/2026-11-26.md"))
-    assert d.search("main", "carambola")["results"] == []
+    assert d.search(Search("main", "carambola"))["results"] == []
 
 
 def test_a_file_holding_a_secret_is_held_back_unsearchable_and_said_in_the_summary(service):
@@ -105,7 +106,7 @@ def test_a_file_holding_a_secret_is_held_back_unsearchable_and_said_in_the_summa
     (main_agent,) = d.status()["agents"]
     assert main_agent["held_back"][0]["path"] == "TOOLS.md" and FAKE_API_KEY not in json.dumps(main_agent)
     assert d.status()["daemon"]["summary"].endswith(", 1 held back")
-    assert d.search("main", "durian")["results"] == [], "never indexed"
+    assert d.search(Search("main", "durian"))["results"] == [], "never indexed"
     assert file_at_head(service.workspace, "TOOLS.md") == before, "never committed"
 
 
@@ -114,7 +115,7 @@ def test_a_new_spoke_found_by_its_first_event_is_watched_indexed_and_committed(s
     beta = service.spoke_workspace("# beta\nthe breadfruit list\n")
     d.on_change(str(beta / "MEMORY.md"), False)
     _turns_until(d, lambda: "beta" in d.trackers and bool(commits(beta)))
-    _turns_until(d, lambda: [h["path"] for h in d.search("beta", "breadfruit")["results"]] == ["MEMORY.md"])
+    _turns_until(d, lambda: [h["path"] for h in d.search(Search("beta", "breadfruit"))["results"]] == ["MEMORY.md"])
     assert [a["id"] for a in d.status()["agents"]] == ["main", "beta"]
 
 
@@ -176,7 +177,7 @@ def test_an_offline_reindex_waits_for_no_one_and_rebuilds_when_the_state_is_free
         offline.offline_prepare()
         answer = offline.reindex(None, rebuild=True)
         assert answer["main"]["rebuilt"] is True and answer["main"]["files"] > 0
-        assert [h["path"] for h in offline.search("main", "rollinia")["results"]] == ["MEMORY.md"]
+        assert [h["path"] for h in offline.search(Search("main", "rollinia"))["results"]] == ["MEMORY.md"]
         record = json.loads((service_root.parent / "state" / "agents" / "main.json").read_text())
         new = hashlib.sha256((service.workspace / "MEMORY.md").read_bytes()).hexdigest()
         assert record["files"]["MEMORY.md"] != new, "records stay in memory: the next start still sees the change"
