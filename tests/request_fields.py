@@ -1,33 +1,20 @@
-"""Request fields as daemon/api/requests.py defines them, and as each place that spells them out takes them.
+"""Request fields as the routes' schemas (daemon/api/requests.py) take them, and what a place really sends.
 
-The request schemas are the one definition of the fields of an L4 add, update and
-search and of an L3 search.  The operations and the broker's signatures spell them
-out again (the CLI's options, the MCP tools' parameters and the skill's options are
-generated from the operations); the tests compare each of them with the schema,
-field by field, by what a caller sees of a field: its kind (text, a whole number,
-a flag), whether it is required, its default, its choices and its bounds.
+:func:`schema_fields` reads a schema's fields as a caller sees them (its kind: text, a whole number, a
+flag; whether it is required, its default, its choices and its bounds), by the API's names.
 
-A place may leave a field to the daemon (no default of its own: None, not sent)
-and may leave the bounds to it; whatever it does say must be what the schema says.
-A field of the schema a place does not take, or a parameter of its own that is no
-field, is named with the reason in the test: a field added to the schema and not
-to a place (or the other way round) fails until someone decides.
-
-:class:`Recorder` is the other half: a Unix-socket HTTP server in the daemon's
-place that keeps every request, so a test sees the body a place really sends and
-parses it with the route's schema (the daemon ignores unknown fields, so a field
-sent under another name would otherwise be lost without a word).
+:class:`Recorder` is a Unix-socket HTTP server in the daemon's place that keeps every request, so a test
+sees the body a place really sends and parses it with the route's schema (:func:`parsed`; the daemon
+ignores unknown fields, so a field sent under another name would otherwise be lost without a word).
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.server
-import inspect
 import json
 import socketserver
 import threading
-import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +22,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 UNSET = "(left to the daemon)"
 
-# A valid value of every field of the compared schemas (a required one is needed to probe the others).
+# A valid value of every field of the schemas, by the API's name (a required one is needed to probe the others).
 SAMPLES: dict[str, object] = {
     "agent": "main",
     "text": "qdrant listens on 6333",
@@ -118,72 +105,6 @@ def _clamped(model: type, name: str) -> tuple[int | None, int | None]:
     low = getattr(model.model_validate({**required, name: -(10**9)}), name)
     high = getattr(model.model_validate({**required, name: 10**9}), name)
     return (None if low == -(10**9) else low), (None if high == 10**9 else high)
-
-
-# ---------------------------------------------------------------- the places
-
-
-_KINDS = {str: "text", int: "number", bool: "flag", dict: "object", float: "fraction"}
-
-
-def signature_fields(fn: Callable) -> dict[str, Field]:
-    """A function's parameters (not ``self``); an open ``**kwargs`` cannot be compared, so it is refused."""
-    hints = typing.get_type_hints(fn)
-    out = {}
-    for name, param in inspect.signature(fn).parameters.items():
-        assert param.kind is not param.VAR_KEYWORD, f"{fn.__qualname__} takes **{name}: say its fields"
-        if name == "self":
-            continue
-        kinds = [typing.get_origin(k) or k for k in typing.get_args(hints[name]) if k is not type(None)] or [
-            hints[name]
-        ]
-        assert len(kinds) == 1, f"{fn.__qualname__}({name}): {hints[name]}"
-        required = param.default is param.empty
-        default = UNSET if required or param.default is None else param.default
-        out[name] = Field(_KINDS[kinds[0]], required, default)
-    return out
-
-
-# ---------------------------------------------------------------- comparing
-
-
-def differences(
-    place: dict[str, Field],
-    schema: dict[str, Field],
-    *,
-    renamed: dict[str, str] | None = None,
-    left_out: dict[str, str] | None = None,
-    own: dict[str, str] | None = None,
-    says_choices: bool = True,
-) -> list[str]:
-    """What ``place`` says otherwise than ``schema``; [] when the two agree.
-
-    ``renamed``: the place's name of a field → the schema's; ``left_out``: fields of the schema the
-    place does not take, and why; ``own``: parameters of the place that are no field, and why;
-    ``says_choices``: the place can state choices (a signature cannot), so it must state the schema's.
-    """
-    renamed, left_out, own = renamed or {}, left_out or {}, own or {}
-    named = {renamed.get(name, name): field for name, field in place.items() if name not in own}
-    problems = [f"{name}: taken, but no field of the schema" for name in sorted(set(named) - set(schema))]
-    problems += [
-        f"{name}: a field of the schema not taken" for name in sorted(set(schema) - set(named) - set(left_out))
-    ]
-    problems += [f"{name}: taken, yet listed as left out" for name in sorted(set(named) & set(left_out))]
-    problems += [f"{name}: listed as its own, yet not taken" for name in sorted(set(own) - set(place))]
-    for name in sorted(set(named) & set(schema)):
-        mine, theirs = named[name], schema[name]
-        if mine.kind != theirs.kind:
-            problems.append(f"{name}: {mine.kind}, the schema's is {theirs.kind}")
-        if mine.required != theirs.required:
-            problems.append(f"{name}: {'required' if mine.required else 'optional'}, not in the schema")
-        if mine.default is not UNSET and mine.default != theirs.default:
-            problems.append(f"{name}: default {mine.default!r}, the schema's is {theirs.default!r}")
-        if says_choices and theirs.choices is not None and mine.choices != theirs.choices:
-            problems.append(f"{name}: choices {mine.choices}, the schema's are {theirs.choices}")
-        for bound in ("low", "high"):
-            if getattr(mine, bound) is not None and getattr(mine, bound) != getattr(theirs, bound):
-                problems.append(f"{name}: {bound} {getattr(mine, bound)}, the schema's is {getattr(theirs, bound)}")
-    return problems
 
 
 # ---------------------------------------------------------------- what a place sends

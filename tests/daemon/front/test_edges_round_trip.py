@@ -6,7 +6,9 @@ the edge is driven with a sample value for each field it takes (found from the e
 so a field added to an operation and offered by an edge is covered without a word here), the request
 is recorded on the daemon's socket (tests/request_fields.py ``Recorder``) and parsed with the route's
 schema; it must be what the protocol's client sends for the same operation, and every field the edge
-does not take must be listed below with the reason.
+does not take must be listed below with the reason.  The client's methods named after an operation
+are driven the same way, and the schemas the routes derive are held to the defaults and bounds the README
+documents.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from daemon.front.mcp_server import FIELD_NAMES, build_server
 from protocol import operations as op
 from protocol.fields import describe
 from tests.helpers import REPO_ROOT
-from tests.request_fields import SAMPLES, Recorder, Sent, parsed
+from tests.request_fields import SAMPLES, Field, Recorder, Sent, parsed, schema_fields
 
 
 def _skill() -> Any:
@@ -143,6 +145,41 @@ def test_the_client_sends_every_field(root):
         }, operation.__name__
         if path_fields:
             assert SAMPLES["memory_id"] in sent.path
+
+
+def test_the_schemas_are_what_the_api_documents():
+    """The schemas the routes derive from the operations say the defaults and bounds of README.md ("Limits")."""
+    l3, l4, add = (schema_fields(model) for model in (api.SearchRequest, api.MemorySearchRequest, api.AddRequest))
+    assert l3["limit"] == Field("number", default=10, low=1, high=200)
+    assert l4["limit"] == Field("number", default=10, low=1, high=100)
+    assert l4["fallback"] == Field("flag", default=True)
+    assert l3["mode"] == Field("text", default="auto", choices=("auto", "fts", "vector", "hybrid"))
+    assert add["agent"].required and add["text"].required and not add["type"].required
+    assert add["infer"] == Field("flag"), "left to the daemon: on when it has an LLM"
+
+
+# The client's methods named after an operation (protocol/client.py, daemon/front/daemon_client.py).
+CLIENT: dict[type[op.Operation], str] = {
+    op.Add: "add",
+    op.Update: "update",
+    op.Search: "search",
+    op.MemorySearch: "memory_search",
+}
+
+
+@pytest.mark.parametrize("operation", list(CLIENT), ids=lambda o: o.__name__)
+def test_the_clients_methods_send_what_the_operation_sends(root, operation):
+    """Every field given to the client's method by the operation's name arrives as the operation sends it."""
+    config, recorder = root
+    taken = {f.name: VALUES[f.name] for f in describe(operation) if f.name != "agent"}
+    method = getattr(DaemonClient(config.paths.socket), CLIENT[operation])
+    _arrives_as_sent_by_the_client(recorder, config, operation, taken, recorder.one(lambda: method("main", **taken)))
+
+
+def test_the_clients_add_takes_the_apis_name_of_the_type(root):
+    config, recorder = root
+    sent = recorder.one(lambda: DaemonClient(config.paths.socket).add("main", SAMPLES["text"], type="fact"))
+    _arrives_as_sent_by_the_client(recorder, config, op.Add, {"text": SAMPLES["text"], "memory_type": "fact"}, sent)
 
 
 # ---------------------------------------------------------------- the CLI
