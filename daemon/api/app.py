@@ -50,7 +50,7 @@ from daemon.common.guard import SecretGuard
 from daemon.common.tokens import ADMIN
 from daemon.conversation.broker import Broker
 from daemon.ops.consolidation import ConsolidateOptions
-from daemon.ops.maintenance import DEFAULT_KEEP, CleanupOptions
+from daemon.ops.maintenance import DEFAULT_KEEP
 from protocol import operations as op
 
 SOCKET_MODE = 0o660
@@ -230,10 +230,10 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         return _conversation(daemon).add(args.to(op.Add), admin=admin)
 
     def admin_cleanup(request: Request, caller: Caller, args: Args) -> dict:
-        return _conversation(daemon).cleanup(CleanupOptions.from_dict(args.model_dump(by_alias=True)))
+        return _conversation(daemon).cleanup(args.to(op.Cleanup))
 
     def admin_consolidate(request: Request, caller: Caller, args: Args) -> dict:
-        return _conversation(daemon).consolidate(ConsolidateOptions.from_dict(args.model_dump()))
+        return _conversation(daemon).consolidate(ConsolidateOptions.of(args.to(op.Consolidate)))
 
     def admin_backup(request: Request, caller: Caller, args: Args) -> dict:
         keep = args.to(op.Backup).keep

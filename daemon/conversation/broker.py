@@ -39,14 +39,13 @@ from daemon.conversation.status_section import conversation_status
 from daemon.conversation.store_thread import StoreThread
 from daemon.conversation.tailscale import tailscale_view
 from daemon.conversation.writes import Writes
-from daemon.ops import maintenance
 from daemon.ops.consolidation import ConsolidateOptions
 from layers.conversation.adapters.breaker import Breaker
 from layers.conversation.adapters.store import ConversationStore
 from layers.conversation.lifecycle.durable_queue import WriteQueue
 from layers.conversation.lifecycle.tombstones import Tombstones
 from layers.conversation.policy.registry import RegistryCache
-from protocol.operations import Add, DeleteAll, List, MemorySearch, RestoreMemory, Search, Update
+from protocol.operations import Add, Cleanup, DeleteAll, List, MemorySearch, RestoreMemory, Search, Update
 
 __all__ = ["Broker", "StoreWorker", "tailscale_view"]
 
@@ -247,9 +246,9 @@ class Broker:
         else:
             self.thread.wait_until_open(what, wait_s)
 
-    def cleanup(self, options: maintenance.CleanupOptions) -> dict[str, Any]:
+    def cleanup(self, o: Cleanup) -> dict[str, Any]:
         """Page by page on the store thread, so agents' requests go on between the pages."""
-        return self.maintenance.cleanup(options)
+        return self.maintenance.cleanup(o)
 
     def consolidate(self, options: ConsolidateOptions) -> dict[str, Any]:
         """Pages on the store thread, the batch as one job there (daemon/ops/consolidation.py)."""

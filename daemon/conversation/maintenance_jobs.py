@@ -23,6 +23,7 @@ from daemon.ops import consolidation, maintenance
 from layers.conversation.consolidation.plan import Stored
 from layers.conversation.consolidation.store_view import StoreFace
 from layers.conversation.lifecycle.cleanup import Selection
+from protocol.operations import Cleanup
 
 T = TypeVar("T")
 
@@ -47,9 +48,9 @@ class Maintenance:
         except StoreDown as exc:
             raise ConversationUnavailableError(str(exc)) from None
 
-    def cleanup(self, options: maintenance.CleanupOptions) -> dict:
+    def cleanup(self, o: Cleanup) -> dict:
         """Page by page on the store thread, so agents' requests go on between the pages."""
-        return maintenance.cleanup(self.config(), _BrokeredStore(self), options)
+        return maintenance.cleanup(self.config(), _BrokeredStore(self), o)
 
     def consolidate(self, options: consolidation.ConsolidateOptions) -> dict:
         """One run at a time (a second is refused at once); its progress shows in status."""

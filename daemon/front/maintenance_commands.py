@@ -137,23 +137,24 @@ def cleanup_cmd(
     written to memory-cleanup-YYYY-MM-DD.log in paths.audit_dir, without its text.
     Exactly one of --dry-run and --execute is required.
     """
-    from daemon.ops.maintenance import CleanupOptions, cleanup
-    from layers.conversation.lifecycle.cleanup import Selection
+    from daemon.ops.maintenance import cleanup
+    from protocol.operations import Cleanup
 
     if dry_run == execute:
         raise click.UsageError("give exactly one of --dry-run (preview) and --execute (delete)")
     if include_permanent and max_age_days is None:
         raise click.UsageError("--include-permanent needs --max-age-days")
     config = config_of(ctx)
-    options = CleanupOptions(
-        execute, max_age_days, include_permanent, Selection(agent_id, visibility, project, memory_type)
+    o = Cleanup(
+        execute,
+        max_age_days,
+        include_permanent,
+        agent=agent_id,
+        visibility=visibility,
+        project=project,
+        memory_type=memory_type,
     )
-    result = _run(
-        config,
-        "cleanup",
-        lambda client: client.admin("cleanup", options.to_dict()),
-        lambda store: cleanup(config, store, options),
-    )
+    result = _run(config, "cleanup", lambda client: client.call(o), lambda store: cleanup(config, store, o))
     if as_json:
         echo_json(result)
     else:
@@ -218,6 +219,7 @@ def consolidate_cmd(ctx, dry_run, execute, undo_run, force, list_runs, agent_id,
     unless --force.  Exactly one of --dry-run, --execute, --undo and --list is required.
     """
     from daemon.ops.consolidation import ConsolidateOptions, recent
+    from protocol.operations import Consolidate
 
     if sum(map(bool, (dry_run, execute, undo_run, list_runs))) != 1:
         raise click.UsageError("give exactly one of --dry-run, --execute, --undo RUN and --list")
@@ -237,14 +239,14 @@ def consolidate_cmd(ctx, dry_run, execute, undo_run, force, list_runs, agent_id,
                 f"added {run.get('added') or 0:>4,}  findings {run.get('clusters') or 0:>5,}"
             )
         return
-    options = ConsolidateOptions(execute, agent_id, max_share, undo_run, force)
+    o = Consolidate(execute, agent=agent_id, max_share=max_share, undo=undo_run, force=force)
     progress = _Progress(enabled=not as_json)
     try:
         result = _run(
             config,
             "consolidate",
-            lambda client: _via_daemon(client, config, options, progress),
-            lambda store: _directly(config, store, options, progress),
+            lambda client: _via_daemon(client, config, o, progress),
+            lambda store: _directly(config, store, ConsolidateOptions.of(o), progress),
             embed=config.conversation.llm is not None and not undo_run,
         )
     finally:
@@ -263,7 +265,7 @@ def _directly(config: Config, store, options, progress) -> dict:
     return consolidate(config, StoreFace(store), options, store.settings.llm, progress.show)
 
 
-def _via_daemon(client, config: Config, options, progress) -> dict:
+def _via_daemon(client, config: Config, o, progress) -> dict:
     """The run as one admin request; its progress read from the daemon's status meanwhile."""
     import threading
 
@@ -273,7 +275,7 @@ def _via_daemon(client, config: Config, options, progress) -> dict:
 
     def work() -> None:
         try:
-            outcome["result"] = client.admin("consolidate", options.to_dict())
+            outcome["result"] = client.call(o)
         except BaseException as exc:  # raised again below, on the caller's thread
             outcome["error"] = exc
 

@@ -28,6 +28,7 @@ from layers.conversation.consolidation import nightly as consolidation
 from layers.conversation.consolidation.judge import LlmJudge
 from layers.conversation.consolidation.nightly import ConsolidationStore, Progress
 from layers.conversation.consolidation.plan import Thresholds
+from protocol.operations import Consolidate
 
 RUN_ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
 DEFAULT_MAX_SHARE = Thresholds().max_share
@@ -36,6 +37,9 @@ LISTED = 20  # runs `consolidate --list` shows
 
 @dataclass(frozen=True)
 class ConsolidateOptions:
+    """A consolidation as the daemon runs it: the operation's fields (protocol.operations.Consolidate) with
+    the daemon's default share (layers' Thresholds) and its rules of combination (:meth:`check`)."""
+
     execute: bool = False
     agent: str | None = None
     max_share: float = DEFAULT_MAX_SHARE
@@ -43,15 +47,14 @@ class ConsolidateOptions:
     force: bool = False  # undo: also over changes made since the run
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ConsolidateOptions:
-        """From an API request body (already checked by its schema); bad combinations are a 400."""
-        share = data.get("max_share")
+    def of(cls, o: Consolidate) -> ConsolidateOptions:
+        """The operation (from the route or the CLI) with the daemon's defaults; bad combinations are a 400."""
         options = cls(
-            execute=bool(data.get("execute")),
-            agent=data.get("agent"),
-            max_share=DEFAULT_MAX_SHARE if share is None else float(share),
-            undo=data.get("undo"),
-            force=bool(data.get("force")),
+            execute=bool(o.execute),
+            agent=o.agent,
+            max_share=DEFAULT_MAX_SHARE if o.max_share is None else float(o.max_share),
+            undo=o.undo,
+            force=bool(o.force),
         )
         options.check()
         return options
@@ -65,15 +68,6 @@ class ConsolidateOptions:
                 raise InvalidRequestError("undo takes a run id alone (no execute, no agent)")
         elif self.force:
             raise InvalidRequestError("force applies to undo only")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "execute": self.execute,
-            "agent": self.agent,
-            "max_share": self.max_share,
-            "undo": self.undo,
-            "force": self.force,
-        }
 
 
 def reports_dir(config: Config) -> Path:

@@ -8,7 +8,6 @@ store whose calls go through its store thread; the CLI passes the store itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.common.audit import audit_log
@@ -18,54 +17,21 @@ from daemon.common.settings import DEFAULT_KEEP, decay_rules
 from layers.conversation.adapters.store import ConversationStore
 from layers.conversation.lifecycle import backup as backups
 from layers.conversation.lifecycle.cleanup import CleanupStore, Rules, Selection, run_cleanup
+from protocol.operations import Cleanup
 
 KEEP_REPLACED = 2  # stores a restore replaced, kept beside the store for an undo by hand (newest first)
 
 
-@dataclass(frozen=True)
-class CleanupOptions:
-    execute: bool
-    max_age_days: int | None = None
-    include_permanent: bool = False
-    selection: Selection = field(default_factory=Selection)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> CleanupOptions:
-        """From an API request body; wrong types are an InvalidRequestError (HTTP 400)."""
-        max_age = data.get("max_age_days")
-        if max_age is not None and (not isinstance(max_age, int) or max_age < 0):
-            raise InvalidRequestError("max_age_days must be a whole number of days")
-        if not isinstance(data.get("execute"), bool):
-            raise InvalidRequestError("execute (true or false) is required")
-        selection = Selection(
-            agent=data.get("agent"),
-            visibility=data.get("visibility"),
-            project=data.get("project"),
-            memory_type=data.get("type"),
-        )
-        return cls(data["execute"], max_age, bool(data.get("include_permanent")), selection)
-
-    def to_dict(self) -> dict:
-        s = self.selection
-        return {
-            "execute": self.execute,
-            "max_age_days": self.max_age_days,
-            "include_permanent": self.include_permanent,
-            "agent": s.agent,
-            "visibility": s.visibility,
-            "project": s.project,
-            "type": s.memory_type,
-        }
-
-
-def cleanup(config: Config, store: CleanupStore, options: CleanupOptions) -> dict:
-    """Run the cleanup and write its audit file (``memory-cleanup-YYYY-MM-DD.log``)."""
-    if options.include_permanent and options.max_age_days is None:
+def cleanup(config: Config, store: CleanupStore, o: Cleanup) -> dict:
+    """Run the cleanup ``o`` (the API's operation, from the route or the CLI) and write its audit file
+    (``memory-cleanup-YYYY-MM-DD.log``); the agent, visibility, project and type narrow what it scans."""
+    if o.include_permanent and o.max_age_days is None:
         raise InvalidRequestError("--include-permanent needs --max-age-days (permanent memories have no age limit)")
     audit = audit_log(config, prefix="memory-cleanup")
     decay = decay_rules(config)
-    rules = Rules(config.conversation.retention_days, options.max_age_days, options.include_permanent, decay)
-    report = run_cleanup(store, rules, execute=options.execute, selection=options.selection, audit=audit.write)
+    rules = Rules(config.conversation.retention_days, o.max_age_days, bool(o.include_permanent), decay)
+    selection = Selection(agent=o.agent, visibility=o.visibility, project=o.project, memory_type=o.memory_type)
+    report = run_cleanup(store, rules, execute=o.execute, selection=selection, audit=audit.write)
     result = report.to_dict()
     result["audit_dir"] = str(config.paths.audit_dir)
     return result

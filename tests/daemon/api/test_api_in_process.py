@@ -246,6 +246,8 @@ def test_a_body_that_is_not_a_json_object_is_400(api, body, says):
 def test_an_admin_schema_names_its_field(api):
     response = api.call("POST", "/v1/admin/cleanup", api.admin, json={})
     assert response.status_code == 400 and _names("execute", response)
+    response = api.call("POST", "/v1/admin/cleanup", api.admin, json={"execute": True, "max_age_days": -1})
+    assert response.status_code == 400 and _names("max_age_days", response)
     response = api.call("POST", "/v1/admin/backup", api.admin, json={"keep": 0})
     assert response.status_code == 400 and _names("keep", response)
 

@@ -24,11 +24,11 @@ from daemon.common.config import load_config
 from daemon.common.domain_errors import InvalidRequestError
 from daemon.common.settings import store_settings
 from daemon.ops import install
-from daemon.ops.maintenance import CleanupOptions, backup, cleanup, restore
+from daemon.ops.maintenance import backup, cleanup, restore
 from layers.common.safefs import UnsafePathError
 from layers.conversation.adapters.store import ConversationStore
 from layers.conversation.lifecycle.backup import NotABackupError
-from layers.conversation.lifecycle.cleanup import Selection
+from protocol.operations import Cleanup
 from tests.helpers import commits
 
 HAVE_SYSTEMCTL = shutil.which("systemctl") is not None
@@ -179,14 +179,6 @@ def test_make_directories_never_follows_a_symlink_in_the_workspace(service_root,
 # ---------------------------------------------------------------- L4 maintenance
 
 
-def test_cleanup_options_from_a_request_are_checked_and_round_trip():
-    options = CleanupOptions(True, 30, True, Selection("main", "private", None, "session"))
-    assert CleanupOptions.from_dict(options.to_dict()) == options
-    for bad in ({}, {"execute": "yes"}, {"execute": True, "max_age_days": -1}, {"execute": True, "max_age_days": "9"}):
-        with pytest.raises(InvalidRequestError):
-            CleanupOptions.from_dict(bad)
-
-
 @pytest.fixture
 def offline_store(service_root):
     """The embedded store of a fresh root, opened as the CLI opens it with the daemon down (no embedder)."""
@@ -202,8 +194,8 @@ def offline_store(service_root):
 def test_cleanup_backup_and_restore_of_a_fresh_store(offline_store, tmp_path):
     config, store = offline_store
     with pytest.raises(InvalidRequestError, match="needs --max-age-days"):
-        cleanup(config, store, CleanupOptions(False, include_permanent=True))
-    report = cleanup(config, store, CleanupOptions(False))
+        cleanup(config, store, Cleanup(False, include_permanent=True))
+    report = cleanup(config, store, Cleanup(False))
     assert report["mode"] == "dry-run" and report["scanned"] == 0 and report["errors"] == []
     assert report["audit_dir"] == str(config.paths.audit_dir)
 
