@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import apsw
 
+from protocol.operations import Search
+
 
 def test_the_shared_core_is_in_every_agents_index(service):
     d = service.daemon
@@ -11,7 +13,7 @@ def test_the_shared_core_is_in_every_agents_index(service):
     service.spoke_workspace()
     d.reconciler.all()
     for agent in ("main", "beta"):
-        assert [h["path"] for h in d.search(agent, "tamarind")["results"]] == ["shared/NOTE.md"], agent
+        assert [h["path"] for h in d.search(Search(agent, "tamarind"))["results"]] == ["shared/NOTE.md"], agent
 
 
 def test_settled_files_are_written_at_flush_and_the_report_says_so(service):
@@ -19,9 +21,9 @@ def test_settled_files_are_written_at_flush_and_the_report_says_so(service):
     tracker = d.trackers["main"]
     (service.workspace / "MEMORY.md").write_text("# MEMORY\nguava season\n")
     tracker.process("MEMORY.md")  # the indexer is the tracker's listener: queued, not yet written
-    assert d.indexer.queued() >= 1 and d.search("main", "guava")["results"] == []
+    assert d.indexer.queued() >= 1 and d.search(Search("main", "guava"))["results"] == []
     assert d.indexer.flush() >= 1
-    assert [h["path"] for h in d.search("main", "guava")["results"]] == ["MEMORY.md"]
+    assert [h["path"] for h in d.search(Search("main", "guava"))["results"]] == ["MEMORY.md"]
     report = d.indexer.report("main")
     assert report["path"] == str(tracker.agent.index) and report.get("queued_updates", 0) == 0
 
