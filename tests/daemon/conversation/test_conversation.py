@@ -179,7 +179,9 @@ def test_a_broken_registry_is_named_at_start_and_kept_out_on_reload(tmp_path, da
     registry.write_text(good)
     daemon = daemons(config)
     wait_reachable(daemon)
-    registry.write_text(good + "projects_typo: {}\n")
+    edited = registry.with_name(registry.name + ".edit")  # whole at once: a reader never sees it half written
+    edited.write_text(good + "projects_typo: {}\n")
+    edited.replace(registry)
     daemon.signal(signal.SIGHUP)  # not needed for the registry, which is re-read when it changes; harmless
     with DaemonClient(daemon.socket, timeout=60, token=token_of(tmp_path, "a")) as a:
         assert a.add("a", "still in infra", project="infra")["project_id"] == "infra"
