@@ -278,13 +278,26 @@ def _state(pid_: int) -> str:
     return Path(f"/proc/{pid_}/stat").read_text().rsplit(") ", 1)[1][0]
 
 
-def _held(pid_: int) -> bool:
-    """Stopped, or with a SIGSTOP pending (it lands when the child next runs: a busy host may not run it at once)."""
-    if _state(pid_) == "T":
-        return True
-    status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid_}/status").read_text().splitlines())
-    pending = int(status["SigPnd"], 16) | int(status["ShdPnd"], 16)
-    return bool(pending & (1 << (signal.SIGSTOP - 1)))
+def _held(pid_: int, within: float = 2.0) -> bool:
+    """Stopped, or with a SIGSTOP pending or being taken (it lands when the child next runs: a busy host
+    may not run it at once).
+
+    Between the kernel taking the SIGSTOP off the pending set and setting the state to ``T`` the child
+    shows neither, so a child that shows neither is looked at again for ``within`` seconds: one that was
+    sent a SIGSTOP is ``T`` by then.  A continued child is asked with ``within=0``: a SIGCONT clears a
+    pending SIGSTOP and wakes the child at once, and a longer look would let the optimize end meanwhile.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        if _state(pid_) == "T":
+            return True
+        status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid_}/status").read_text().splitlines())
+        pending = int(status["SigPnd"], 16) | int(status["ShdPnd"], 16)
+        if pending & (1 << (signal.SIGSTOP - 1)):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
 
 
 def _wait_ended(pid_: int) -> None:
@@ -346,13 +359,13 @@ def test_reads_hold_the_optimize_child_stopped_while_they_run_and_leave_a_stoppe
         for i in range(5):
             shard.search(vec(i), 3)
         assert seen == ["held"] * 5, "each search ran with the optimize child stopped"
-        assert not _held(child), "and it was continued after each"
+        assert not _held(child, within=0), "and it was continued after each"
         seen.clear()
         with shard.reading():  # the store's three phases: one hold
             for i in range(3):
                 shard.search(vec(i), 3)
                 assert _held(child)
-        assert seen == ["held"] * 3 and not _held(child)
+        assert seen == ["held"] * 3 and not _held(child, within=0)
         _hold(child)
         shard.search(vec(1), 3)
         assert _state(child) == "T", "a child someone else stopped stays stopped"
