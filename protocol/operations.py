@@ -67,6 +67,16 @@ def _entity(help: str) -> Any:
     return field(help, default=None, pattern=ENTITY_ID_PATTERN, max_length=128)
 
 
+def _only_type() -> Any:
+    """The filter by memory type a delete-all and a cleanup share (``type`` on the wire)."""
+    return field("Only memories of this type.", default=None, wire="type", choices=MEMORY_TYPES)
+
+
+def _only_visibility() -> Any:
+    """The filter by visibility a delete-all and a cleanup share."""
+    return field("Only memories of this visibility.", default=None, choices=VISIBILITIES)
+
+
 def _day(help: str) -> Any:
     """A calendar day, YYYY-MM-DD."""
     return field(help, default=None, pattern=DAY_PATTERN, max_length=10)
@@ -293,8 +303,8 @@ class DeleteAll(Operation):
     PATH: ClassVar[str] = "/v1/memories"
 
     agent: str = _agent()
-    memory_type: str | None = field("Only memories of this type.", default=None, wire="type", choices=MEMORY_TYPES)
-    visibility: str | None = field("Only memories of this visibility.", default=None, choices=VISIBILITIES)
+    memory_type: str | None = _only_type()
+    visibility: str | None = _only_visibility()
     project: str | None = _id("Only memories of this project.")
     dry_run: bool | None = field("Say which would be deleted, delete nothing.", default=None)
     user_id: str | None = _entity("Only memories about this end user.")
@@ -379,9 +389,9 @@ class Cleanup(Operation):
     max_age_days: int | None = field("Also memories older than this many days.", default=None, low=0, high=36_500)
     include_permanent: bool | None = field("With max_age_days: permanent types too.", default=None)
     agent: str | None = _id("Only this agent's memories.")
-    visibility: str | None = field("Only memories of this visibility.", default=None, choices=VISIBILITIES)
+    visibility: str | None = _only_visibility()
     project: str | None = _id("Only memories of this project.")
-    memory_type: str | None = field("Only memories of this type.", default=None, wire="type", choices=MEMORY_TYPES)
+    memory_type: str | None = _only_type()
 
 
 @dataclass(frozen=True)
