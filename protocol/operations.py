@@ -261,38 +261,38 @@ class Add(Operation):
 
 
 @dataclass(frozen=True)
-class Update(Operation):
+class OneMemory(Operation):
+    """An operation on one memory, named by its id in the path, for an agent (who may or may not own it)."""
+
+    agent: str = _agent()
+    memory_id: str = _memory_id()
+
+
+@dataclass(frozen=True)
+class Update(OneMemory):
     """Replace the text of one of the agent's own memories (re-embedded; created_at kept)."""
 
     METHOD: ClassVar[str] = "PUT"
     PATH: ClassVar[str] = "/v1/memories/{memory_id}"
 
-    agent: str = _agent()
-    memory_id: str = _memory_id()
     text: str = field("The memory's corrected text, replacing the old one.")
     expires: str | None = _day("A new last day it is shown, YYYY-MM-DD, today or later.")
 
 
 @dataclass(frozen=True)
-class RestoreMemory(Operation):
+class RestoreMemory(OneMemory):
     """Bring an archived (faded) or superseded memory of the agent's back to valid."""
 
     METHOD: ClassVar[str] = "POST"
     PATH: ClassVar[str] = "/v1/memories/{memory_id}/restore"
 
-    agent: str = _agent()
-    memory_id: str = _memory_id()
-
 
 @dataclass(frozen=True)
-class Delete(Operation):
+class Delete(OneMemory):
     """Delete one of the agent's own memories (another's is refused)."""
 
     METHOD: ClassVar[str] = "DELETE"
     PATH: ClassVar[str] = "/v1/memories/{memory_id}"
-
-    agent: str = _agent()
-    memory_id: str = _memory_id()
 
 
 @dataclass(frozen=True)
@@ -332,25 +332,19 @@ class List(Operation):
 
 
 @dataclass(frozen=True)
-class Get(Operation):
+class Get(OneMemory):
     """One memory by id, if the agent may read it."""
 
     METHOD: ClassVar[str] = "GET"
     PATH: ClassVar[str] = "/v1/memories/{memory_id}"
 
-    agent: str = _agent()
-    memory_id: str = _memory_id()
-
 
 @dataclass(frozen=True)
-class History(Operation):
+class History(OneMemory):
     """A memory's history (mem0's ADD/UPDATE/DELETE events, oldest first, and what superseded it)."""
 
     METHOD: ClassVar[str] = "GET"
     PATH: ClassVar[str] = "/v1/memories/{memory_id}/history"
-
-    agent: str = _agent()
-    memory_id: str = _memory_id()
 
 
 # ---------------------------------------------------------------- the daemon
