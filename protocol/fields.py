@@ -37,9 +37,9 @@ class Spec:
     low_exclusive: bool = False
 
 
-@dataclass(frozen=True)
-class Field:
-    """One field of an operation as every edge sees it.
+@dataclass(frozen=True, kw_only=True)
+class Field(Spec):
+    """One field of an operation as every edge sees it: its :class:`Spec` completed from the dataclass.
 
     ``name`` is the Python name, ``wire`` the API's (``memory_type`` travels as ``type``); ``where`` says
     whether it goes in the JSON body, the query string or the path; ``kind`` is the value's type (str, int,
@@ -54,15 +54,6 @@ class Field:
     kind: type
     required: bool
     default: object
-    help: str
-    choices: tuple[str, ...] | None = None
-    low: float | None = None
-    high: float | None = None
-    results: Results | None = None
-    pattern: str | None = None
-    max_length: int | None = None
-    min_length: int | None = None
-    low_exclusive: bool = False
 
 
 REQUIRED: Any = dataclasses.MISSING
@@ -118,23 +109,14 @@ def describe(operation: type) -> list[Field]:
         if not isinstance(spec, Spec):
             raise TypeError(f"{operation.__name__}.{item.name} is not described: declare it with protocol.fields.field")
         required = item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING
-        out.append(
-            Field(
-                name=item.name,
-                wire=spec.wire or item.name,
-                where=spec.where or default_where,
-                kind=_kind(hints[item.name]),
-                required=required,
-                default=REQUIRED if required else item.default,
-                help=spec.help,
-                choices=spec.choices,
-                low=spec.low,
-                high=spec.high,
-                results=spec.results,
-                pattern=spec.pattern,
-                max_length=spec.max_length,
-                min_length=spec.min_length,
-                low_exclusive=spec.low_exclusive,
-            )
+        described = {f.name: getattr(spec, f.name) for f in dataclasses.fields(Spec)}
+        described.update(
+            name=item.name,
+            wire=spec.wire or item.name,
+            where=spec.where or default_where,
+            kind=_kind(hints[item.name]),
+            required=required,
+            default=REQUIRED if required else item.default,
         )
+        out.append(Field(**described))
     return out

@@ -67,6 +67,16 @@ def _entity(help: str) -> Any:
     return field(help, default=None, pattern=ENTITY_ID_PATTERN, max_length=128)
 
 
+def _only_type() -> Any:
+    """The filter by memory type a delete-all and a cleanup share (``type`` on the wire)."""
+    return field("Only memories of this type.", default=None, wire="type", choices=MEMORY_TYPES)
+
+
+def _only_visibility() -> Any:
+    """The filter by visibility a delete-all and a cleanup share."""
+    return field("Only memories of this visibility.", default=None, choices=VISIBILITIES)
+
+
 def _day(help: str) -> Any:
     """A calendar day, YYYY-MM-DD."""
     return field(help, default=None, pattern=DAY_PATTERN, max_length=10)
@@ -251,38 +261,38 @@ class Add(Operation):
 
 
 @dataclass(frozen=True)
-class Update(Operation):
+class OneMemory(Operation):
+    """An operation on one memory, named by its id in the path, for an agent (who may or may not own it)."""
+
+    agent: str = _agent()
+    memory_id: str = _memory_id()
+
+
+@dataclass(frozen=True)
+class Update(OneMemory):
     """Replace the text of one of the agent's own memories (re-embedded; created_at kept)."""
 
     METHOD: ClassVar[str] = "PUT"
     PATH: ClassVar[str] = "/v1/memories/{memory_id}"
 
-    agent: str = _agent()
-    memory_id: str = _memory_id()
     text: str = field("The memory's corrected text, replacing the old one.")
     expires: str | None = _day("A new last day it is shown, YYYY-MM-DD, today or later.")
 
 
 @dataclass(frozen=True)
-class RestoreMemory(Operation):
+class RestoreMemory(OneMemory):
     """Bring an archived (faded) or superseded memory of the agent's back to valid."""
 
     METHOD: ClassVar[str] = "POST"
     PATH: ClassVar[str] = "/v1/memories/{memory_id}/restore"
 
-    agent: str = _agent()
-    memory_id: str = _memory_id()
-
 
 @dataclass(frozen=True)
-class Delete(Operation):
+class Delete(OneMemory):
     """Delete one of the agent's own memories (another's is refused)."""
 
     METHOD: ClassVar[str] = "DELETE"
     PATH: ClassVar[str] = "/v1/memories/{memory_id}"
-
-    agent: str = _agent()
-    memory_id: str = _memory_id()
 
 
 @dataclass(frozen=True)
@@ -293,8 +303,8 @@ class DeleteAll(Operation):
     PATH: ClassVar[str] = "/v1/memories"
 
     agent: str = _agent()
-    memory_type: str | None = field("Only memories of this type.", default=None, wire="type", choices=MEMORY_TYPES)
-    visibility: str | None = field("Only memories of this visibility.", default=None, choices=VISIBILITIES)
+    memory_type: str | None = _only_type()
+    visibility: str | None = _only_visibility()
     project: str | None = _id("Only memories of this project.")
     dry_run: bool | None = field("Say which would be deleted, delete nothing.", default=None)
     user_id: str | None = _entity("Only memories about this end user.")
@@ -322,25 +332,19 @@ class List(Operation):
 
 
 @dataclass(frozen=True)
-class Get(Operation):
+class Get(OneMemory):
     """One memory by id, if the agent may read it."""
 
     METHOD: ClassVar[str] = "GET"
     PATH: ClassVar[str] = "/v1/memories/{memory_id}"
 
-    agent: str = _agent()
-    memory_id: str = _memory_id()
-
 
 @dataclass(frozen=True)
-class History(Operation):
+class History(OneMemory):
     """A memory's history (mem0's ADD/UPDATE/DELETE events, oldest first, and what superseded it)."""
 
     METHOD: ClassVar[str] = "GET"
     PATH: ClassVar[str] = "/v1/memories/{memory_id}/history"
-
-    agent: str = _agent()
-    memory_id: str = _memory_id()
 
 
 # ---------------------------------------------------------------- the daemon
@@ -379,9 +383,9 @@ class Cleanup(Operation):
     max_age_days: int | None = field("Also memories older than this many days.", default=None, low=0, high=36_500)
     include_permanent: bool | None = field("With max_age_days: permanent types too.", default=None)
     agent: str | None = _id("Only this agent's memories.")
-    visibility: str | None = field("Only memories of this visibility.", default=None, choices=VISIBILITIES)
+    visibility: str | None = _only_visibility()
     project: str | None = _id("Only memories of this project.")
-    memory_type: str | None = field("Only memories of this type.", default=None, wire="type", choices=MEMORY_TYPES)
+    memory_type: str | None = _only_type()
 
 
 @dataclass(frozen=True)

@@ -43,37 +43,9 @@ from daemon.common.daemon_limits import (
     MAX_SEARCH_BODY_BYTES,
     check_count,
 )
+from protocol.mem0_shape import DEFAULT_THRESHOLD, MEM0_DATES, MEM0_FIELDS, PLACEMENT, mem0_metadata, memory_type_of
 from protocol.operations import Add, DeleteAll, List, MemorySearch, Update
 
-DEFAULT_THRESHOLD = 0.1  # mem0's
-# metadata keys that are the memory's own fields, not the caller's: placement, validity, trust
-PLACEMENT = {
-    "visibility": "visibility",
-    "project_id": "project",
-    "memory_type": "memory_type",
-    "supersedes": "supersedes",
-    "trust": "trust",
-    "source": "source",
-}
-PROCEDURAL = "procedural_memory"  # mem0's one memory_type; memstrata's is "procedure"
-MEM0_KEYS = ("id", "memory", "hash", "user_id", "agent_id", "run_id", "actor_id", "role")
-MEM0_KEYS_LATE = ("created_at", "updated_at", "expiration_date")
-MEMSTRATA_METADATA = (
-    "visibility",
-    "project_id",
-    "memory_type",
-    "write_id",
-    "phase",
-    "valid_from",
-    "invalid_at",
-    "superseded_by",
-    "state",
-    "access_count",
-    "last_accessed",
-    "importance",
-    "trust",
-    "provenance",
-)
 COUNT_CAP = 10_000  # get_all counts at most this many
 
 
@@ -139,12 +111,10 @@ class UpdateBody(Schema):
 
 def mem0_view(memory: dict) -> dict:
     """A memstrata memory in the platform's result shape (memstrata's placement under ``metadata``)."""
-    out: dict[str, Any] = {key: memory.get(key) for key in MEM0_KEYS}
-    metadata = dict(memory.get("metadata") or {})
-    metadata.update({key: memory[key] for key in MEMSTRATA_METADATA if memory.get(key) is not None})
-    out["metadata"] = metadata
+    out: dict[str, Any] = {key: memory.get(key) for key in MEM0_FIELDS}
+    out["metadata"] = mem0_metadata(memory)
     out["categories"] = []
-    out.update({key: memory.get(key) for key in MEM0_KEYS_LATE})
+    out.update({key: memory.get(key) for key in MEM0_DATES})
     if memory.get("score") is not None:
         out["score"] = memory["score"]
     if memory.get("score_details") is not None:
@@ -223,8 +193,7 @@ def build_mem0_app(daemon: Any) -> Starlette:
         agent = _agent(caller, args.agent_id)
         metadata = dict(args.metadata or {})
         placement = {name: metadata.pop(key, None) for key, name in PLACEMENT.items()}
-        if placement["memory_type"] == PROCEDURAL:
-            placement["memory_type"] = "procedure"
+        placement["memory_type"] = memory_type_of(placement["memory_type"])
         expires = args.expiration_date or metadata.pop("expiration_date", None)
         data = {
             "user_id": None if args.user_id is None else str(args.user_id),

@@ -57,6 +57,7 @@ from protocol.client import Client
 from protocol.errors import DaemonRequestError, DaemonUnavailableError, MemstrataError, SetupError, UsageError  # noqa: F401
 from protocol.fields import describe
 from protocol.limits import L4_PAGE, MAX_QUERY_CHARS, check_query  # noqa: F401  (importers read the limit here)
+from protocol.mem0_shape import DEFAULT_THRESHOLD, MEM0_DATES, MEM0_FIELDS, PLACEMENT, mem0_metadata, memory_type_of
 from protocol.operations import Add, Delete, DeleteAll, Get, History, List, MemorySearch, Operation, Status, Update
 from protocol.vocabulary import AGENT_ID_PATTERN, DAY_PATTERN
 
@@ -411,43 +412,7 @@ class Mem0CompatError(MemstrataError, ValueError):
 
 _UNSET = object()
 # What memstrata reads from mem0's ``metadata`` on add, and from ``filters`` on search/get_all.
-ADD_METADATA = ("visibility", "project_id", "expiration_date", "memory_type", "supersedes", "trust", "source")
-PROCEDURAL = "procedural_memory"
-DEFAULT_THRESHOLD = 0.1  # mem0's search default  # mem0's one memory_type; memstrata's is "procedure"
-# Top-level keys of a memstrata result that mem0 keeps as its own fields; the rest go to ``metadata``.
-MEM0_FIELDS = (
-    "id",
-    "memory",
-    "hash",
-    "score",
-    "created_at",
-    "updated_at",
-    "agent_id",
-    "user_id",
-    "run_id",
-    "actor_id",
-    "role",
-    "expiration_date",
-)
-MEMSTRATA_METADATA = (
-    "visibility",
-    "project_id",
-    "memory_type",
-    "write_id",
-    "phase",
-    "source",
-    "expires_at",
-    "valid_from",
-    "invalid_at",
-    "superseded_by",
-    "state",
-    "archived",
-    "access_count",
-    "last_accessed",
-    "importance",
-    "trust",
-    "provenance",
-)
+ADD_METADATA = (*PLACEMENT, "expiration_date")
 
 
 def mem0_result(view: dict, degraded: bool = False) -> dict:
@@ -456,9 +421,8 @@ def mem0_result(view: dict, degraded: bool = False) -> dict:
     The top-level copies of visibility/project_id/memory_type stay for callers written against
     Mem0Client.  A result answered from the local index (the store down) has no id and says so.
     """
-    item = {key: view.get(key) for key in MEM0_FIELDS}
-    metadata = dict(view.get("metadata") or {})  # the caller's own keys, as mem0 returns them
-    metadata.update({key: view[key] for key in MEMSTRATA_METADATA if view.get(key) is not None})
+    item = {key: view.get(key) for key in (*MEM0_FIELDS, "score", *MEM0_DATES)}
+    metadata = mem0_metadata(view)
     metadata["degraded"] = degraded
     if view.get("source") == "local":
         item["memory"] = view.get("memory") or view.get("snippet") or ""
@@ -550,7 +514,7 @@ class Memory:
     @staticmethod
     def _memory_type(memory_type: str | None, metadata: dict) -> str | None:
         chosen = memory_type or metadata.get("memory_type")
-        return "procedure" if chosen == PROCEDURAL else chosen
+        return memory_type_of(chosen)
 
     # ------------------------------------------------------------ writing
 
