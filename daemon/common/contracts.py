@@ -1,6 +1,11 @@
-"""The documents the daemon answers with, defined once: the status report and the search answers.
+"""The daemon's own documents (the status report), and the answers it shares with every client, re-exported.
 
-The status document is built in four places (the daemon's snapshot, the
+The answers a client reads (an L4 memory, a search, a page of the listing, a write's, an update's, a
+delete's and a history's answer, the L3 search answer) are defined once in protocol/answers.py, standard
+library only: the CLI, the MCP server (which declares its tools' output schemas from them) and the skill's
+copy of the protocol package read them there; this module re-exports them for the daemon's builders.
+
+The status document stays here, the daemon's: it is built in four places (the daemon's snapshot, the
 broker's part of it, the offline survey in daemon/front/status.py, the scoped view in
 daemon/api/app.py) and read in four (``status.render``, the MCP server's
 ``memory_status``, ``reindex --vectors``'s wait, and the stdlib skill's
@@ -8,12 +13,11 @@ daemon/api/app.py) and read in four (``status.render``, the MCP server's
 optional (``total=False``) because the documents differ by who asks (an agent
 sees its own part, a caller without a token only health) and by whether the
 daemon runs.  The records inside them (a commit, a line held back, …) carry
-every key.  The skill cannot import this module (stdlib
-only, any python3), so it keeps its own copy of the keys it reads, under a drift
-test (tests/daemon/front/test_front.py).  mypy holds the builders and readers to
+every key.  The skill does not import this module, so it keeps its own list of the keys it reads,
+under a drift test (tests/daemon/front/test_front.py).  mypy holds the builders and readers to
 these types (strictly: see pyproject.toml).
 
-Standard library only (and layers/local/shapes.py, stdlib only too), no import of
+Standard library only (and layers/local/shapes.py and protocol/, stdlib only too), no import of
 the service: the front reads these.
 """
 
@@ -22,11 +26,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-# The L3 search answer (``POST /v1/search``) and its parts are the layer's, re-exported here
 from layers.local.shapes import IndexStats
-from layers.local.shapes import LocalHit as LocalHit
-from layers.local.shapes import NamedDays as NamedDays
-from layers.local.shapes import SearchAnswer as SearchAnswer
+
+# The answers every client reads: protocol/answers.py's, re-exported (one definition)
+from protocol.answers import AddAnswer as AddAnswer
+from protocol.answers import LocalFallbackAnswer as LocalFallbackAnswer
+from protocol.answers import LocalHit as LocalHit
+from protocol.answers import Memory as Memory
+from protocol.answers import MemoryAnswer as MemoryAnswer
+from protocol.answers import MemoryPage as MemoryPage
+from protocol.answers import NamedDays as NamedDays
+from protocol.answers import SearchAnswer as SearchAnswer
 
 # ---------------------------------------------------------------- status
 
@@ -290,82 +300,7 @@ class StatusDocument(TypedDict, total=False):
     note: str  # a token that belongs to no agent: why only health is shown
 
 
-# ---------------------------------------------------------------- answers
-
-
-class LocalFallbackAnswer(SearchAnswer, total=False):
-    """``memstrata search --layer all`` while the daemon is down: the L3 answer standing in for L4's
-    (the daemon's own stand-in is a :class:`MemoryAnswer` with ``layer: local``)."""
-
-    layer: str  # "local"
-    degraded: bool
-    reason: str
-
-
-class Memory(TypedDict, total=False):
-    """One L4 memory as the API answers it (a search hit also has ``score``; a local fallback ``source``)."""
-
-    id: str
-    memory: str
-    agent_id: str
-    visibility: str
-    project_id: str | None
-    memory_type: str
-    created_at: str
-    updated_at: str | None
-    expiration_date: str | None
-    score: float | None
-    user_id: str | None  # mem0's ids: data about the memory, never the caller's identity
-    run_id: str | None
-    actor_id: str | None
-    role: str | None
-    metadata: dict[str, Any]  # the caller's own keys
-    phase: str
-    score_details: dict[str, Any]  # with explain: phase, why visible, cosine, relevance, role weight, importance
-    valid_from: str | None  # its validity window (layers/conversation/policy/validity.py)
-    invalid_at: str | None
-    superseded_by: str | None
-    state: str  # valid, superseded or archived
-    archived: str | None
-    access_count: int  # decay by use (layers/conversation/policy/decay.py)
-    last_accessed: str | None
-    importance: float
-    trust: str  # high, medium or low (layers/conversation/policy/rules.py)
-    provenance: str | None  # the write's source: user_direct, agent_output, tool_result, inferred, operator
-    source: str
-    path: str | None
-    lines: list[int] | None
-    heading: str | None
-    snippet: str | None
-
-
-class MemoryAnswer(TypedDict, total=False):
-    """``POST /v1/memories/search`` and ``GET /v1/memories``."""
-
-    results: list[Memory]
-    degraded: bool
-    reason: str
-    layer: str
-    query: str
-    truncated: bool
-    vectors: str
-    next_cursor: str | None
-
-
-class AddAnswer(TypedDict, total=False):
-    """``POST /v1/memories``: where the memory went and what was stored, or that the write was queued."""
-
-    results: list[dict[str, Any]]  # each {id, memory, event}
-    visibility: str
-    project_id: str | None
-    visibility_inferred: bool
-    memory_type: str
-    expiration_date: str | None
-    infer: bool
-    queued: bool
-    write_id: str
-    reason: str
-    ahead: int
+# ---------------------------------------------------------------- the answers' helpers
 
 
 def keys_of(contract: type) -> frozenset[str]:

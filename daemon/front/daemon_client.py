@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
-from daemon.common.contracts import MemoryAnswer, SearchAnswer, StatusDocument
+from daemon.common.contracts import MemoryAnswer, MemoryPage, SearchAnswer, StatusDocument
 from protocol.client import Client, retry_delay
 from protocol.client import UnixConnection as _UnixConnection
 from protocol.errors import DaemonRequestError, DaemonUnavailableError
@@ -70,9 +70,9 @@ class DaemonClient(Client):
         ``threshold`` drops results under that relevance (0-1); ``explain`` says why each was returned."""
         return cast(MemoryAnswer, super().memory_search(agent, query, **options))
 
-    def get_all(self, agent: str, **options: Any) -> MemoryAnswer:
+    def get_all(self, agent: str, **options: Any) -> MemoryPage:
         """One page of the L4 listing (protocol.operations.List)."""
-        return cast(MemoryAnswer, self.list(agent, **options))
+        return cast(MemoryPage, self.list(agent, **options))
 
     def update(self, agent: str, memory_id: str, text: str, **options: Any) -> dict[str, Any]:
         if not options.get("expires"):

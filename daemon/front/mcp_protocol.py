@@ -10,9 +10,14 @@ requests), which every MCP client supports: a client that first probes
 
 What it serves: ``initialize`` (answers with the client's protocol version when it
 is one of :data:`PROTOCOL_VERSIONS`, else the newest), ``ping``, ``tools/list`` and
-``tools/call``.  Notifications are never answered; an unknown method is -32601, bad
-params (``arguments`` that is not an object included: it never runs a tool as ``{}``)
--32602, a line that is not JSON -32700.  A tool's own failure (bad arguments included,
+``tools/call``.  Each tool declares the JSON Schemas of its arguments (from its params) and of
+its answer (``outputSchema``, from the answer's TypedDict: protocol/json_schema.py), and a call's result
+carries the answer twice, as the 2025-06-18 revision asks of a tool with an output schema:
+``structuredContent`` (the object) and a text content block (the same as indented JSON, which models read).
+
+Notifications are never answered; an unknown method is -32601, bad params (``arguments``
+that is not an object included: it never runs a tool as ``{}``) -32602, a line that is not
+JSON -32700.  A tool's own failure (bad arguments included,
 so a model can correct itself) is a result with ``isError: true``.  Every value an
 error repeats is the caller's and may be hostile: it is cut to
 :data:`~daemon.common.daemon_limits.MAX_ECHO_CHARS` characters saying how long it was, and a
@@ -29,11 +34,12 @@ import logging
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from daemon.common.daemon_limits import MAX_ECHO_CHARS
 from daemon.common.echo import cut
 from protocol.fields import Field
+from protocol.json_schema import json_schema
 
 log = logging.getLogger("memstrata.mcp")
 
@@ -174,14 +180,22 @@ def param_of(item: Field, name: str | None = None, description: str | None = Non
     return dataclasses.replace(param, **changes) if changes else param
 
 
+class TextAnswer(TypedDict):
+    """A text tool's structured result: its text as ``result`` (the shape the SDK gave a tool returning a str)."""
+
+    result: str
+
+
 @dataclass
 class Tool:
     """A tool: ``fn`` is called with its arguments by name, after they were checked against ``params``.
 
     ``fn`` returns a dict (the structured result) or a str (wrapped as ``{"result": text}``, as the
-    SDK did for a text tool).  ``unknown_arguments`` words the refusal of an argument the tool does
-    not take (given the unknown and the known names; list the unknown ones with :func:`names_shown`,
-    they are the caller's).
+    SDK did for a text tool).  ``answer`` is the result's type (a TypedDict, :class:`TextAnswer` for a text
+    tool): ``tools/list`` declares it as the tool's ``outputSchema`` (protocol/json_schema.py), which a
+    client may hold every result to (the MCP SDK's does).  ``unknown_arguments`` words the refusal of an
+    argument the tool does not take (given the unknown and the known names; list the unknown ones with
+    :func:`names_shown`, they are the caller's).
     """
 
     name: str
@@ -189,7 +203,7 @@ class Tool:
     fn: Callable[..., dict[str, Any] | str]
     params: tuple[Param, ...] = ()
     annotations: dict[str, bool] = field(default_factory=dict)
-    returns_text: bool = False
+    answer: type = dict
     unknown_arguments: Callable[[list[str], list[str]], str] | None = None
 
     def listing(self) -> dict[str, Any]:
@@ -200,21 +214,11 @@ class Tool:
             schema["required"] = required
         schema["title"] = f"{self.name}Arguments"
         schema["additionalProperties"] = False
-        output: dict[str, Any]
-        if self.returns_text:
-            output = {
-                "properties": {"result": {"title": "Result", "type": "string"}},
-                "required": ["result"],
-                "title": f"{self.name}Output",
-                "type": "object",
-            }
-        else:
-            output = {"additionalProperties": True, "title": f"{self.name}DictOutput", "type": "object"}
         return {
             "name": self.name,
             "description": self.description,
             "inputSchema": schema,
-            "outputSchema": output,
+            "outputSchema": json_schema(self.answer),
             "annotations": self.annotations,
         }
 

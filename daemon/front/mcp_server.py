@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from daemon import __version__
 from daemon.common.contracts import StatusDocument, fit_memories, local_answer
@@ -28,9 +28,10 @@ from daemon.common.settings import client_timeout
 from daemon.common.tokens import own_token
 from daemon.common.workspaces import Agent, core_of, get_agent
 from daemon.front.daemon_client import DaemonClient, DaemonRequestError, DaemonUnavailableError
-from daemon.front.mcp_protocol import Param, Tool, ToolError, names_shown, param_of
+from daemon.front.mcp_protocol import Param, TextAnswer, Tool, ToolError, names_shown, param_of
 from daemon.front.mcp_stdio import StdioServer
 from layers.conversation.policy.rules import MEMORY_TYPES, retention_for
+from protocol import answers
 from protocol import operations as op
 from protocol.fields import describe
 
@@ -114,6 +115,29 @@ def _local_fallback(
     except (ForeignFile, IndexStale, OSError, ValueError) as exc:
         raise ToolError(f"{reason}, and the local index cannot answer: {exc}") from None
     return local_answer(query, reason, local)
+
+
+class Permissions(TypedDict, total=False):
+    """Where the agent may write, from the project registry (or why the registry cannot say)."""
+
+    projects: list[str]
+    can_write_public: bool
+    may_write: list[str]  # private always, project with a project, public with permission
+    error: str
+
+
+class AgentStatus(TypedDict, total=False):
+    """memory_status: the shared store's state, the agent's own workspace and its permissions.
+
+    The two status parts are the daemon's (daemon/common/contracts.py ``ConversationStatus`` and
+    ``AgentReport``), passed on as they are and declared loosely here: a client holding the answer to its
+    schema must not fail the one tool that says what is wrong because a report gained a key.
+    """
+
+    conversation: dict[str, Any]  # the status' conversation section, or {"error": why no daemon answered}
+    agent: dict[str, Any] | None  # the agent's entry of the status (None without a token of its own)
+    permissions: Permissions
+    problem: str  # why the agent has no token: only the store's health is shown
 
 
 def _own_status(status: StatusDocument, agent_id: str) -> dict:
@@ -215,6 +239,7 @@ def build_refusing_server(reason: str) -> StdioServer:
         "Why this memstrata MCP server has no memory to offer (its agent is unknown).",
         memory_status,
         annotations=READ_ONLY,
+        answer=AgentStatus,
     )
     return StdioServer(name="memstrata", version=__version__, instructions=message, tools=[status])
 
@@ -318,6 +343,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
                 filters=FILTERS_DESCRIPTION,
             ),
             READ_ONLY,
+            answer=answers.MemoryAnswer,
         ),
         Tool(
             "memory_add",
@@ -344,6 +370,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
                 "default), tool_result, inferred.",
             ),
             WRITES,
+            answer=answers.AddAnswer,
         ),
         Tool(
             "memory_get_all",
@@ -352,6 +379,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             memory_get_all,
             operation_params(op.List, "limit", "cursor", "filters", filters=FILTERS_DESCRIPTION),
             READ_ONLY,
+            answer=answers.MemoryPage,
         ),
         Tool(
             "memory_get",
@@ -362,6 +390,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
                 op.Get, "memory_id", memory_id="The memory's id, as memory_search or memory_add answered."
             ),
             READ_ONLY,
+            answer=answers.Memory,
         ),
         Tool(
             "memory_update",
@@ -372,6 +401,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             memory_update,
             operation_params(op.Update, "memory_id", "text", "expires", memory_id=YOUR_MEMORY),
             CHANGES,
+            answer=answers.UpdateAnswer,
         ),
         Tool(
             "memory_delete",
@@ -381,6 +411,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             memory_delete,
             operation_params(op.Delete, "memory_id", memory_id=YOUR_MEMORY),
             CHANGES,
+            answer=answers.DeleteAnswer,
         ),
         Tool(
             "memory_history",
@@ -390,6 +421,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             memory_history,
             operation_params(op.History, "memory_id"),
             READ_ONLY,
+            answer=answers.HistoryAnswer,
         ),
         Tool(
             "memory_status",
@@ -400,6 +432,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             memory_status,
             (),
             READ_ONLY,
+            answer=AgentStatus,
         ),
         Tool(
             "memory_core",
@@ -421,7 +454,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
                 ),
             ),
             READ_ONLY,
-            returns_text=True,
+            answer=TextAnswer,
         ),
     ]
     for tool in tools:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from layers.common.textcost import estimate_tokens
-from layers.local.shapes import Budget, LocalHit
+from protocol.answers import Budget, LocalHit
 
 _ITEM_START = re.compile(r"^(?:[-*+]|\d+[.)])\s")
 _HEADING = re.compile(r"^#{1,6}\s")

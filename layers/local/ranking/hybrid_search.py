@@ -33,13 +33,13 @@ from layers.local.models import companion
 from layers.local.models.vectors import VectorsUnavailableError, clamped
 from layers.local.ranking.budget import fit, passage_span
 from layers.local.ranking.calibration import confidence, is_chinese
-from layers.local.shapes import Budget, Embedded, LocalHit, MinScore, NamedDays, SearchAnswer, Threshold
 from layers.local.storage.index import RANK_NEWEST, Filters, Hit, LocalIndex
 from layers.local.text.dates import DateRange, find_dates
 from layers.local.text.glossary import Glossary
 from layers.local.text.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.text.tokenizer import terms, token_spans, token_string
 from layers.local.text.units import has_companion
+from protocol.answers import Budget, Embedded, LocalHit, MinScore, NamedDays, SearchAnswer, Threshold
 from protocol.vocabulary import SEARCH_MODES
 
 # A list's first ranks weigh more than the literature's default of 60 lets them: with up to eight lists, a chunk
@@ -83,7 +83,7 @@ QueryEmbedder = Callable[[str], np.ndarray]
 class Answer:
     """What :func:`search` found, as it builds it; :meth:`to_dict` is the form callers send on.
 
-    The keys, and what each means, are :class:`layers.local.shapes.SearchAnswer`'s.
+    The keys, and what each means, are :class:`protocol.answers.SearchAnswer`'s.
     """
 
     query: str

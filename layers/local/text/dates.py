@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 
 from layers.common.numerals_dates import MONTHS_EN, WEEKDAYS_EN, WEEKDAYS_ZH, day_number
-from layers.local.shapes import NamedDays
+from protocol.answers import NamedDays
 
 # The tables are layers/common/numerals_dates.py's; here weekdays count from Monday 0 (``date.weekday()``),
 # and "sat"/"sun" name days in a question about dates.

@@ -1,4 +1,4 @@
-"""An L3 search's answer has one definition of its keys: layers/local/shapes.py's SearchAnswer.
+"""An L3 search's answer has one definition of its keys: protocol/answers.py's SearchAnswer.
 
 :class:`layers.local.ranking.hybrid_search.Answer` builds it attribute by attribute (mypy holds
 ``to_dict`` to the TypedDict); these tests hold the two to the same keys, and
@@ -12,8 +12,9 @@ import json
 
 from daemon.common import contracts
 from layers.local.ranking.hybrid_search import Answer, search
-from layers.local.shapes import IndexStats, LocalHit, SearchAnswer
+from layers.local.shapes import IndexStats
 from layers.local.storage.index import Document, Identity, LocalIndex
+from protocol.answers import LocalHit, SearchAnswer
 
 
 def test_the_builder_has_a_field_for_every_key_of_the_answer_and_no_other():
@@ -31,6 +32,6 @@ def test_a_search_answer_as_sent_has_exactly_the_declared_keys(tmp_path):
     assert sent["dates"]["since"] == "2026-09-08" and sent["dates"]["from"]
 
 
-def test_the_daemon_answers_with_the_layer_s_definition_not_a_copy():
+def test_the_daemon_answers_with_the_protocol_s_definition_not_a_copy():
     assert contracts.SearchAnswer is SearchAnswer and contracts.LocalHit is LocalHit
     assert contracts.keys_of(contracts.IndexReport) >= contracts.keys_of(IndexStats)
