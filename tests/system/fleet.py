@@ -10,9 +10,13 @@ Each host is a :class:`~tests.system.container.Container` booted from the cached
   SIGKILL is not a lost page cache: what was written but not synced survives it too.
 - **Its own network.**  No interface of the test machine takes part: the harness makes a network
   namespace per host and one for a switch (a bridge), joins each host to the switch with a veth
-  pair, gives the host end its address on ``10.231.0.0/24`` (hub ``.1``, spokes ``.2``, ``.3``) and
+  pair, gives the host end its address on ``100.115.94.0/24`` (hub ``.1``, spokes ``.2``, ``.3``) and
   boots the container into that namespace (``--network-namespace-path``).  Those three addresses
-  are all there is: no default route, nothing routes to the outside.  The namespaces outlive a
+  are all there is: no default route, nothing routes to the outside.  The addresses are the
+  design's own (the hub is 100.115.94.1 on Tailscale): inside the range memstrata.service's
+  ``IPAddressAllow=`` lets through, so the shipped unit reaches the hub as it would on Tailscale.
+  (The test machine mounts cgroup v1, where systemd does not enforce ``IPAddressDeny=``: these
+  tests cannot show the unit refusing another range.)  The namespaces outlive a
   killed container, so a host boots again with its address.  (``--network-bridge`` would need the
   bridge in the test machine's own namespace and addresses set again after every boot; neither
   machined nor networkd is needed this way.)
@@ -44,14 +48,18 @@ from tests.system.container import Container, ContainerError
 HUB = "hub"
 SPOKES = ("spoke-1", "spoke-2")
 ROLES = (HUB, *SPOKES)
-SUBNET = "10.231.0"
+SUBNET = "100.115.94"  # within Tailscale's 100.64.0.0/10, which memstrata.service allows
 PREFIX = 24
 IFACE = "eth0"  # each host's one interface, inside its namespace
 REMOTE_PATH = "/srv/memstrata/fleet.git"
 GIT_USER = "git"
 KEY = "/etc/memstrata/fleet-key"  # this host's private key, root's alone
+# the design's agents: A (and B) on the hub, C on one spoke, D on the other
+AGENTS = {HUB: ("agent-a",), "spoke-1": ("agent-c",), "spoke-2": ("agent-d",)}
 REMOTE = f"ssh://{GIT_USER}@{SUBNET}.1{REMOTE_PATH}"
 SSH_TIMEOUT_S = 5  # ConnectTimeout of Fleet.git: a cut link fails within it, not at TCP's minutes
+
+OWNER = "fleet-owner-pid"  # in the state dir: which test process mounted its roots
 
 _serial = itertools.count()
 
@@ -109,7 +117,9 @@ class Fleet:
 
     def start(self) -> None:
         """Network, roots, keys; boot every host at once; then the hub's git over ssh."""
-        _sweep_stale_namespaces()
+        _sweep_stale()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / OWNER).write_text(f"{os.getpid()}\n")
         self._network()
         for host in self.hosts.values():
             self._prepare_root(host)
@@ -173,12 +183,13 @@ class Fleet:
         """``git ARGS`` inside ``role`` as root, over ssh with that host's own key."""
         return self.run(role, "git", *args, env={"GIT_SSH_COMMAND": ssh_command()}, **kwargs)
 
-    def install(self, role: str, agents: tuple[str, ...] = ()) -> None:
-        """``memstrata install`` as an operator runs it, ``agent add`` for each agent, then the service
-        started (install does not start it); returns once systemd has it running (Type=notify)."""
+    def install(self, role: str, agents: tuple[str, ...] | None = None) -> None:
+        """``memstrata install`` as an operator runs it, ``agent add`` for each agent (default
+        :data:`AGENTS`), then the service started (install does not start it); returns once systemd
+        has it running (Type=notify).  Enabled, so it comes back by itself when the host boots again."""
         c = self.container(role)
         operator.install(c)
-        for agent in agents:
+        for agent in AGENTS.get(role, ()) if agents is None else agents:
             operator.memstrata(c, "agent", "add", agent)
         c.run("systemctl", "start", "memstrata.service", timeout=240)
 
@@ -276,10 +287,20 @@ def _check(command: list[str], check: bool = True) -> subprocess.CompletedProces
     return proc
 
 
-def _sweep_stale_namespaces() -> None:
-    """Namespaces a killed test run left (``msf-<pid>-…`` of a pid that is gone): nothing else removes them."""
-    listed = _ip("netns", "list", check=False).stdout.split()
-    for name in listed:
+def _sweep_stale() -> None:
+    """What a killed test run left (its nspawns power off with it, nothing else goes): its namespaces
+    (``msf-<pid>-…``) and its hosts' mounted roots (the state dir's :data:`OWNER`), when that pid is gone."""
+    for name in _ip("netns", "list", check=False).stdout.split():
         parts = name.split("-")
         if len(parts) > 2 and parts[0] == "msf" and parts[1].isdigit() and not Path(f"/proc/{parts[1]}").exists():
             _ip("netns", "delete", name, check=False)
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split(" - ")
+        if len(fields) != 2 or not fields[1].startswith("overlay "):
+            continue
+        target = Path(line.split()[4])
+        owner = target.parent.parent / OWNER  # <state_dir>/<role>/root
+        if target.name == "root" and owner.exists():
+            pid = owner.read_text().strip()
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                subprocess.run(["umount", "--lazy", str(target)], capture_output=True)

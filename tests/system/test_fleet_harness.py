@@ -15,23 +15,35 @@ import time
 
 import pytest
 
+from tests.system import operator
 from tests.system.container import ContainerError
-from tests.system.fleet import HUB, IFACE, PREFIX, REMOTE, REMOTE_PATH, ROLES, SPOKES, SUBNET, address, ssh_command
-from tests.system.operator import AGENTS, status
+from tests.system.fleet import (
+    AGENTS,
+    HUB,
+    IFACE,
+    PREFIX,
+    REMOTE,
+    REMOTE_PATH,
+    ROLES,
+    SPOKES,
+    SUBNET,
+    address,
+    ssh_command,
+)
 
 pytestmark = pytest.mark.slow
-AGENT = {"hub": "agent-a", "spoke-1": "agent-c", "spoke-2": "agent-d"}
+AGENT = {role: agents[0] for role, agents in AGENTS.items()}  # what Fleet.install adds by default
 
 
 @pytest.fixture(scope="module")
 def installed(fleet):
     """Every host after `memstrata install`, its agent added and memstrata.service started."""
-    fleet.each(lambda role: fleet.install(role, (AGENT[role],)))
+    fleet.each(fleet.install)
     return fleet
 
 
 def _agents(fleet, role: str) -> set[str]:
-    return {agent["id"] for agent in status(fleet.container(role))["agents"]}
+    return {agent["id"] for agent in operator.status(fleet.container(role))["agents"]}
 
 
 def _poll(check, timeout: float, what: str, interval: float = 0.5):
@@ -121,7 +133,7 @@ def test_a_cut_spoke_reaches_nothing_until_its_link_is_restored(installed):
 def test_a_killed_spoke_boots_again_with_its_disk_and_memstrata(installed):
     f = installed
     c = f.container("spoke-2")
-    workspace = f"{AGENTS}/{AGENT['spoke-2']}-workspace"
+    workspace = f"{operator.AGENTS}/{AGENT['spoke-2']}-workspace"
     f.sh("spoke-2", f"echo kept > /var/lib/memstrata/canary && echo kept > {workspace}/canary.txt")
     leader = c.leader
     f.kill("spoke-2")
