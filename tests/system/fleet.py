@@ -16,10 +16,11 @@ Each host is a :class:`~tests.system.container.Container` booted from the cached
   design's own (the hub is 100.115.94.1 on Tailscale): inside the range memstrata.service's
   ``IPAddressAllow=`` lets through, so the shipped unit reaches the hub as it would on Tailscale.
   (The test machine mounts cgroup v1, where systemd does not enforce ``IPAddressDeny=``: these
-  tests cannot show the unit refusing another range.)  The namespaces outlive a
-  killed container, so a host boots again with its address.  (``--network-bridge`` would need the
-  bridge in the test machine's own namespace and addresses set again after every boot; neither
-  machined nor networkd is needed this way.)
+  tests cannot show the unit refusing another range.)  The namespaces outlive a killed container,
+  so a host boots again with its address, and with its link as it was (a cut host stays cut until
+  :meth:`Fleet.restore`).  ``--network-bridge`` would need the bridge in the test machine's own
+  namespace and the addresses set again after every boot; neither machined nor networkd is needed
+  this way.
 
 The hub runs sshd (enabled in its root before its first boot, host keys of its own) with a bare
 repository, :data:`REMOTE_PATH`, owned by a ``git`` user whose shell is git-shell.  Every host has
@@ -32,6 +33,7 @@ inside a host with its own key.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shlex
@@ -56,7 +58,7 @@ GIT_USER = "git"
 KEY = "/etc/memstrata/fleet-key"  # this host's private key, root's alone
 # the design's agents: A (and B) on the hub, C on one spoke, D on the other
 AGENTS = {HUB: ("agent-a",), "spoke-1": ("agent-c",), "spoke-2": ("agent-d",)}
-REMOTE = f"ssh://{GIT_USER}@{SUBNET}.1{REMOTE_PATH}"
+REMOTE = f"ssh://{GIT_USER}@{SUBNET}.1{REMOTE_PATH}"  # the hub's address: address(HUB)
 SSH_TIMEOUT_S = 5  # ConnectTimeout of Fleet.git: a cut link fails within it, not at TCP's minutes
 
 OWNER = "fleet-owner-pid"  # in the state dir: which test process mounted its roots
@@ -88,13 +90,13 @@ class Host:
 class Fleet:
     """``with Fleet(rootfs, state_dir) as fleet:`` boots hub and spokes; always powers off and cleans up."""
 
-    def __init__(self, rootfs: Path, state_dir: Path, roles: tuple[str, ...] = ROLES):
+    def __init__(self, rootfs: Path, state_dir: Path):
         self.rootfs = rootfs
         self.state_dir = state_dir
         self.tag = f"msf-{os.getpid()}-{next(_serial)}"
         self.switch = f"{self.tag}-switch"
         self.hosts: dict[str, Host] = {}
-        for role in roles:
+        for role in ROLES:
             state = state_dir / role
             netns = f"{self.tag}-{role}"
             options = (f"--network-namespace-path=/run/netns/{netns}", f"--hostname={role}")
@@ -127,8 +129,7 @@ class Fleet:
         for host in self.hosts.values():
             host.container.spawn()  # here, not in a pool thread (see Container.spawn)
         self._parallel(lambda host: host.container.wait_booted())
-        if HUB in self.hosts:
-            self._hub_git()
+        self._hub_git()
 
     def boot(self, role: str) -> None:
         """Boot a host again (after :meth:`kill`): same root, same address, same key."""
@@ -147,7 +148,8 @@ class Fleet:
                 host.container.shutdown()
             except Exception as error:  # go on cleaning up; said below
                 errors.append(f"{host.role}: {error}")
-                host.container.kill()
+                with contextlib.suppress(Exception):
+                    host.container.kill()
 
         self._parallel(off)
         for host in self.hosts.values():
