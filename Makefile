@@ -20,9 +20,10 @@ LLAMA_WHEELS     := .cache/wheels/llama-$(LLAMA_VERSION)-$(shell (echo '$(LLAMA_
 
 # Debian packages: git for everything (L2); the tests add systemd (systemd-analyze for the unit
 # tests), systemd-container and debootstrap (tests/system boots a Debian rootfs under a real
-# systemd, cron included in that rootfs) and util-linux (nsenter into it). `make run` needs git only.
+# systemd, cron included in that rootfs), util-linux (nsenter into it), iproute2 and openssh-client
+# (the fleet of booted hosts: its network namespaces, each host's ssh key). `make run` needs git only.
 RUN_PACKAGES  := git
-TEST_PACKAGES := git systemd systemd-container debootstrap util-linux
+TEST_PACKAGES := git systemd systemd-container debootstrap util-linux iproute2 openssh-client
 
 .PHONY: setup system-deps test-deps run test bench lint clean
 
@@ -33,7 +34,7 @@ define need_packages
 	@missing=""; \
 	for pkg in $(1); do \
 	  case $$pkg in systemd) cmd=systemd-analyze;; systemd-container) cmd=systemd-nspawn;; \
-	    util-linux) cmd=nsenter;; *) cmd=$$pkg;; esac; \
+	    util-linux) cmd=nsenter;; iproute2) cmd=ip;; openssh-client) cmd=ssh-keygen;; *) cmd=$$pkg;; esac; \
 	  command -v $$cmd >/dev/null || missing="$$missing $$pkg"; \
 	done; \
 	if [ -n "$$missing" ]; then \

@@ -1,9 +1,11 @@
 """Boot the cached Debian tree under a real systemd (systemd-nspawn) and run commands inside it.
 
 The container boots with ``-b --register=no --keep-unit`` (the machine running the tests
-need not have a system bus or machined), ``--private-network`` (loopback only: nothing
-leaves it) and ``--volatile=overlay`` (a tmpfs over the read-only cached tree, so every
-boot starts from the same fresh system and leaves nothing behind).  This checkout, its
+need not have a system bus or machined) and, unless the caller gives other ``options``,
+``--private-network`` (loopback only: nothing leaves it) and ``--volatile=overlay`` (a
+tmpfs over the read-only cached tree, so every boot starts from the same fresh system and
+leaves nothing behind); a fleet host (:mod:`tests.system.fleet`) boots instead on a network
+namespace of its own and a root that outlives a power cut.  This checkout, its
 virtualenv and the python the virtualenv links to are bound in read-only at their own
 absolute paths, so the paths ``memstrata install`` writes work inside as they would on
 the host.
@@ -15,8 +17,10 @@ that does not boot fails the test with nspawn's own output; it is never skipped.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import os
 import shlex
 import shutil
 import signal
@@ -28,6 +32,8 @@ from pathlib import Path
 from tests.helpers import REPO_ROOT
 
 BOOT_TIMEOUT_S = 90
+# a single booted host: loopback only, a fresh tmpfs over the cached tree at every boot
+ISOLATED = ("--private-network", "--volatile=overlay")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -71,13 +77,15 @@ def checkout_env() -> dict[str, str]:
 
     A worktree sharing another checkout's virtualenv has an editable install that points
     at the other checkout; PYTHONPATH puts this one first (as the tests' cwd does on the
-    host).  Empty when the virtualenv is this checkout's own, as in CI.
+    host).  Empty when the virtualenv is this checkout's own, as in CI.  The probe runs without the
+    tests' own PYTHONPATH (which would always find this checkout): the container has none.
     """
     probe = subprocess.run(
         [str(REPO_ROOT / ".venv" / "bin" / "python"), "-c", "import daemon; print(daemon.__file__)"],
         cwd="/",
         capture_output=True,
         text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     if probe.returncode == 0 and Path(probe.stdout.strip()).resolve().is_relative_to(REPO_ROOT):
         return {}
@@ -87,11 +95,19 @@ def checkout_env() -> dict[str, str]:
 class Container:
     """One booted systemd; ``with Container(...) as c:`` boots it and always shuts it down."""
 
-    def __init__(self, rootfs: Path, log: Path, binds_ro: list[Path] | None = None, name: str = "memstrata-test"):
+    def __init__(
+        self,
+        rootfs: Path,
+        log: Path,
+        binds_ro: list[Path] | None = None,
+        name: str = "memstrata-test",
+        options: tuple[str, ...] = ISOLATED,
+    ):
         self.rootfs = rootfs
         self.log = log
         self.binds_ro = checkout_binds() if binds_ro is None else binds_ro
         self.name = name
+        self.options = options
         self.proc: subprocess.Popen | None = None
         self.leader: int | None = None
 
@@ -105,6 +121,13 @@ class Container:
         self.shutdown()
 
     def boot(self) -> None:
+        self.spawn()
+        self.wait_booted()
+
+    def spawn(self) -> None:
+        """Start nspawn, not waiting for the boot.  From the thread that outlives the container (the
+        main one): nspawn's parent-death signal follows the thread that started it, so nspawn started
+        from a pool thread powers off when that thread ends."""
         for tool in ("systemd-nspawn", "nsenter"):
             if not shutil.which(tool):
                 raise ContainerError(f"{tool} missing: `make system-deps` installs systemd-container")
@@ -113,20 +136,23 @@ class Container:
             "--boot",
             "--register=no",
             "--keep-unit",
-            "--private-network",
-            "--volatile=overlay",
+            *self.options,
             "--console=read-only",
             f"--machine={self.name}",
             f"--directory={self.rootfs}",
             *(f"--bind-ro={path}" for path in self.binds_ro),
         ]
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "wb") as out:
+        self.leader = None
+        with open(self.log, "ab") as out:  # a host booted again keeps its earlier boots' console above
             out.write((shlex.join(command) + "\n").encode())
             out.flush()
             self.proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
             )
+
+    def wait_booted(self) -> None:
+        """Until systemd inside has booted (any thread); a boot that fails powers the container off."""
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         try:
             self.leader = self._wait_for_leader(deadline)
@@ -180,6 +206,21 @@ class Container:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+        self.leader = None
+
+    def kill(self) -> None:
+        """A power cut: SIGKILL the container's PID 1 (the kernel then kills every process of its PID
+        namespace at once, nothing shuts down) and nspawn with it.  The root stays as the kill left it."""
+        if not self.proc or self.proc.poll() is not None:
+            return
+        if self.leader is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.leader, signal.SIGKILL)
+        self.proc.kill()
+        self.proc.wait(30)
+        if self.leader is not None:
+            _wait_gone(self.leader, 30)
+        self.leader = None
 
     def output(self) -> str:
         """nspawn's output and the container's console so far."""
@@ -250,3 +291,20 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    """Until ``pid`` has exited (a zombie counts: whoever is its parent now reaps it in its own time)."""
+    deadline = time.monotonic() + timeout
+    while _state(pid) not in ("", "Z", "X"):
+        if time.monotonic() > deadline:
+            raise ContainerError(f"the container's PID 1 ({pid}) was still there {timeout} s after SIGKILL")
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, Z, ...); empty when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""

@@ -39,15 +39,19 @@ RECIPE: dict = {
         "libgomp1",  # llama.cpp (the local embedding model) links it
         "python3",  # "any python3" that runs the skill's scripts from a workspace (brings libssl3, libffi8)
         "cron",  # Debian's cron for cron.d/mem0-cleanup
+        "openssh-server",  # the fleet's hub serves git over ssh (brings openssh-client: the spokes' git)
+        "iproute2",  # `ip`: a fleet host's link is cut and restored from inside (tests/system/fleet.py)
     ],
     # Run in the tree after debootstrap (chroot): an empty apt cache keeps the tree small; the
     # locale file a full install has (else pam_env complains in cron's log for every job);
-    # cron logs each job's start, end and a failed exit status (-L 15, cron(8)).
+    # cron logs each job's start, end and a failed exit status (-L 15, cron(8)); sshd off by default
+    # (only a fleet's hub runs it: tests/system/fleet.py enables it there with host keys of its own).
     "post": [
         "apt-get clean",
         "rm -rf /var/lib/apt/lists/*",
         "echo LANG=C.UTF-8 > /etc/default/locale",
         "echo 'EXTRA_OPTS=\"-L 15\"' >> /etc/default/cron",
+        "systemctl disable ssh.service",
     ],
 }
 BUILD_TIMEOUT_S = 900
