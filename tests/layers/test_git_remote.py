@@ -401,6 +401,7 @@ def test_the_shared_core_flows_one_way_and_the_last_good_copy_stays(tmp_path, re
     assert [p.name for p in spoke_dir.parent.iterdir() if p.name.startswith(".")] == [], "nothing left beside"
 
     (hub_dir / "new.md").write_text("# new\n")
+    (hub_dir / "passwd.md").symlink_to("/etc/passwd")  # a link is never written on a spoke
     shared_core.push_shared(hub_dir, target, hub_mirror)
     remote.rename(tmp_path / "hub-gone.git")  # the hub is away
     with pytest.raises(fleet.Unreachable):
@@ -409,8 +410,10 @@ def test_the_shared_core_flows_one_way_and_the_last_good_copy_stays(tmp_path, re
     kept = shared_core.exported(spoke_mirror)
     assert kept is not None and kept.commit == second.sha and kept.date, "which copy, and how old"
     (tmp_path / "hub-gone.git").rename(remote)  # back: the next fetch brings what was pushed meanwhile
-    assert shared_core.fetch_shared(target, spoke_mirror, spoke_dir).changed
-    assert _disk_files(spoke_dir)["new.md"] == b"# new\n"
+    third = shared_core.fetch_shared(target, spoke_mirror, spoke_dir)
+    assert third.changed and third.skipped == ("passwd.md",)
+    assert _disk_files(spoke_dir) == {"rules.md": b"# rules, v2\n", "new.md": b"# new\n"}
+    assert not os.path.lexists(spoke_dir / "passwd.md")
     assert _forced(remote, shared_core.SHARED_REF) == 0
 
 

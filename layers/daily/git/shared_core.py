@@ -46,6 +46,7 @@ class SharedCore:
     commit: str
     date: str
     changed: bool = False
+    skipped: tuple[str, ...] = ()  # symbolic links and submodules of the commit, never written here
 
 
 def _mirror(path: Path, cancel: Cancel | None) -> HistoryCopy:
@@ -93,8 +94,8 @@ def fetch_shared(
     sha = _fetch(mirror, remote, ref)
     if _ref(mirror, EXPORTED_REF) == sha and target.is_dir() and not target.is_symlink():
         return SharedCore(sha, _date(mirror, sha), False)
-    export(mirror, sha, target)
-    return SharedCore(sha, _date(mirror, sha), True)
+    skipped = export(mirror, sha, target)
+    return SharedCore(sha, _date(mirror, sha), True, skipped)
 
 
 def exported(mirror_path: Path) -> SharedCore | None:
@@ -106,8 +107,13 @@ def exported(mirror_path: Path) -> SharedCore | None:
     return SharedCore(sha, _date(mirror, sha)) if sha else None
 
 
-def export(mirror: HistoryCopy, sha: str, target: Path) -> None:
-    """Write commit ``sha``'s tree beside ``target``, synced, then swap it in with one rename."""
+def export(mirror: HistoryCopy, sha: str, target: Path) -> tuple[str, ...]:
+    """Write commit ``sha``'s tree beside ``target``, synced, then swap it in with one rename.
+
+    Only regular files are written: a symbolic link (``rules.md -> /etc/shadow``, which a reader
+    that follows links would then serve) or a submodule in the commit is left out, and named in
+    the answer.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     fresh = target.parent / f".{target.name}.new-{os.getpid()}"
     index = mirror.path / f"export-{os.getpid()}.index"
@@ -116,7 +122,12 @@ def export(mirror: HistoryCopy, sha: str, target: Path) -> None:
     fresh.mkdir(mode=0o755)
     try:
         git = _worktree(mirror, fresh, index)
-        git.run("read-tree", "--reset", "-u", sha, killable=False)
+        listing = git.run("ls-tree", "-r", "-z", "--full-tree", sha).split(b"\0")
+        skipped = [entry.partition(b"\t")[2] for entry in listing if entry.startswith((b"120000 ", b"160000 "))]
+        git.run("read-tree", "--reset", sha)
+        if skipped:
+            git.run("update-index", "-z", "--force-remove", "--stdin", input=b"".join(p + b"\0" for p in skipped))
+        git.run("checkout-index", "--all", "--force", killable=False)
         sync_tree(fresh)
         if os.path.lexists(target):
             _swap(fresh, target)  # ``fresh`` now names the old copy
@@ -128,6 +139,7 @@ def export(mirror: HistoryCopy, sha: str, target: Path) -> None:
         _remove(index)
     mirror.runner().run("update-ref", EXPORTED_REF, sha, killable=False)
     sync_dirs(mirror.path / "refs" / "shared", mirror.path / "refs")
+    return tuple(os.fsdecode(p) for p in skipped)
 
 
 def _worktree(mirror: HistoryCopy, tree: Path, index: Path) -> Git:
