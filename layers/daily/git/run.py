@@ -196,6 +196,29 @@ def run(
     noise there).  Past ``timeout`` the command is killed and reported as failed.
     """
     named = what or os.path.basename(argv[0])
+    status, out, err = run_answer(argv, env, input=input, timeout=timeout, cancel=cancel, killable=killable, what=named)
+    if status not in ok:
+        raise GitFailed(named, status, os.fsdecode(err.strip()))
+    return status, out
+
+
+def run_answer(
+    argv: Sequence[str],
+    env: Mapping[str, str | None],
+    *,
+    input: bytes | None = None,
+    timeout: float = GIT_TIMEOUT_S,
+    cancel: Cancel | None = None,
+    killable: bool = True,
+    what: str = "",
+) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` to its end; (exit status, stdout, stderr), whatever the status.
+
+    For a command whose failure is an answer to read (a push some refs of which the remote
+    refused: the refusals are on stdout, why nothing was reached on stderr).  Past ``timeout``
+    the command is killed and :class:`GitFailed` raised; a cancel raises :class:`Cancelled`.
+    """
+    named = what or os.path.basename(argv[0])
     if cancel is not None:
         cancel.check()
     proc = popen(argv, env, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
@@ -213,9 +236,7 @@ def run(
             raise
     if cancel is not None and cancel.cancelled and proc.returncode < 0:
         raise Cancelled("cancelled: the daemon is stopping")
-    if proc.returncode not in ok:
-        raise GitFailed(named, proc.returncode, os.fsdecode(err.strip()))
-    return proc.returncode, out
+    return proc.returncode, out, err
 
 
 class Git:
