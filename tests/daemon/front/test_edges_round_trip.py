@@ -79,8 +79,6 @@ ROLE = {"role": "the speaker of a mem0 conversation's turn: only the skill's mem
 NOT_TAKEN: dict[str, dict[type[op.Operation], dict[str, str]]] = {
     "cli": {
         op.Add: ROLE,
-        op.MemorySearch: {"show_expired": "the cleanup deletes them; the CLI lists them with `list --show-expired`"},
-        op.DeleteAll: {"actor_id": "not offered by `delete --all` (narrowed by --user-id and --run-id)"},
     },
     "mcp": {
         op.Add: {
@@ -89,10 +87,6 @@ NOT_TAKEN: dict[str, dict[type[op.Operation], dict[str, str]]] = {
             "write_id": "a retrying client's idempotency key: the server sends each tool call once",
         },
         op.MemorySearch: {"show_expired": "mem0 2.2's search option, for the skill's Memory.search"},
-        op.List: {
-            name: "memory_get_all lists what is valid now"
-            for name in ("show_superseded", "show_expired", "show_archived")
-        },
     },
     "skill": {
         op.Add: ROLE,
