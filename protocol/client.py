@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 
 from protocol.answers import Answer
 from protocol.errors import DaemonRequestError, DaemonUnavailableError, MemstrataError, TokenError
-from protocol.limits import CLIENT_RETRIES, CLIENT_RETRY_CAP_S
+from protocol.limits import CLIENT_RETRIES, CLIENT_RETRY_CAP_S, check_query
 from protocol.operations import (
     Add,
     Backup,
@@ -140,7 +140,10 @@ class Client:
     # ------------------------------------------------------------ the transport
 
     def call(self, operation: Operation, timeout: float | None = None) -> Answer:
-        """Send ``operation`` and return the daemon's answer."""
+        """Send ``operation`` and return the daemon's answer; a search's query over the limit is refused
+        here, before anything is sent (``protocol.limits.QueryTooLongError``; the daemon would answer 413)."""
+        if isinstance(operation, (Search, MemorySearch)):
+            check_query(operation.query)
         method, path, params, body = operation.request()
         return self.request(method, path, params, body, timeout=timeout)
 

@@ -5,8 +5,10 @@ daemon's request schemas (daemon/api/requests.py) are derived from them; a defau
 to the daemon" (not sent), as the clients have always done. :meth:`Operation.request` turns an operation
 into what travels: ``(method, path, query parameters or None, JSON body or None)``, leaving out what is
 unset (None, and a flag left off), ``filters`` as JSON text in a query string, booleans lower-case
-there, and the memory id quoted into the path. Values the daemon checks anyway are not checked again
-here, except the query's length, which every client has checked before sending.
+there, and the memory id quoted into the path. Nothing is checked when an operation is built: the
+daemon checks every value at its API's edge (daemon/api/requests.py, the routes), and the clients check
+the query's length before sending (protocol/client.py).  So one built with a long query is a valid value:
+mem0's REST search, which has no query limit, sends the broker one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from protocol.fields import describe, field
-from protocol.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS, check_query
+from protocol.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS
 from protocol.vocabulary import (
     AGENT_ID_PATTERN,
     DAY_PATTERN,
@@ -154,9 +156,6 @@ class Search(Operation):
         results=ANSWER_TOKENS,
     )
 
-    def __post_init__(self) -> None:
-        check_query(self.query)
-
 
 @dataclass(frozen=True)
 class MemorySearch(Operation):
@@ -191,9 +190,6 @@ class MemorySearch(Operation):
         default=None,
         results=ANSWER_TOKENS,
     )
-
-    def __post_init__(self) -> None:
-        check_query(self.query)
 
 
 # ---------------------------------------------------------------- writing and editing memories

@@ -87,7 +87,8 @@ def schema_fields(model: type) -> dict[str, Field]:
         kind = {"string": "text", "integer": "number", "boolean": "flag", "object": "object", "number": "fraction"}[
             form["type"]
         ]
-        low, high = _clamped(model, name) if kind == "number" else (None, None)
+        bounded = "minimum" in form or "maximum" in form  # refused out of them (a 400), not clamped
+        low, high = _clamped(model, name) if kind == "number" and not bounded else (None, None)
         out[name] = Field(
             kind=kind,
             required=name in required,

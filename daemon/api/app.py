@@ -45,6 +45,7 @@ from daemon.common.daemon_limits import (
     MAX_MEMORY_BODY_BYTES,
     MAX_SEARCH_BODY_BYTES,
     MAX_SMALL_BODY_BYTES,
+    check_query,
 )
 from daemon.common.guard import SecretGuard
 from daemon.common.tokens import ADMIN
@@ -216,11 +217,13 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     # GET with query parameters for older clients. Both take the same fields.
     def search(request: Request, caller: Caller, args: Args) -> SearchAnswer:
         authorize(daemon, caller, args.get("agent"), request.url.path)
-        return daemon.search(args.to(op.Search))  # the query's length checked (413)
+        check_query(args.get("query"))  # over the limit: 413 (at this edge: mem0's REST search has no limit)
+        return daemon.search(args.to(op.Search))
 
     def memory_search(request: Request, caller: Caller, args: Args) -> dict:
         authorize(daemon, caller, args.get("agent"), request.url.path)
-        o = args.to(op.MemorySearch)  # the query's length checked (413)
+        check_query(args.get("query"))  # over the limit: 413
+        o = args.to(op.MemorySearch)
         if not o.query.strip():
             raise ApiError(400, "q is required")
         return _conversation(daemon).search(o)

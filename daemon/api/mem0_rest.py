@@ -141,13 +141,6 @@ def _filters(caller: Caller, filters: dict | None) -> dict | None:
     return wanted or None
 
 
-def with_query(o: MemorySearch, query: str) -> MemorySearch:
-    """``o`` (built with an empty query) searching for ``query``, its length unchecked: mem0's search has no
-    query limit (its body's size bounds it); MemorySearch's own check is memstrata's API's 413."""
-    object.__setattr__(o, "query", query)
-    return o
-
-
 def _messages(messages: Any) -> list[dict]:
     if isinstance(messages, str):
         return [{"role": "user", "content": messages}]
@@ -232,7 +225,7 @@ def build_mem0_app(daemon: Any) -> Starlette:
         wanted = _filters(caller, args.filters)
         o = MemorySearch(
             _agent(caller),
-            "",  # the query below: mem0's has no length limit of its own (the body's size bounds it)
+            args.query,  # unchecked: mem0's search has no length limit of its own (the body's size bounds it)
             limit=min(args.top_k, L4_RESULTS.high),
             fallback=False,
             filters=wanted,
@@ -242,7 +235,7 @@ def build_mem0_app(daemon: Any) -> Starlette:
             show_superseded=args.show_expired,  # mem0's "expired" is "no longer valid": a replaced fact too
             trust_min=args.trust_min,
         )
-        answer = broker().search(with_query(o, args.query))
+        answer = broker().search(o)
         out: dict[str, Any] = {"results": [mem0_view(m) for m in answer["results"]]}
         if args.rerank:
             out["rerank"] = "not applied: no reranker is configured (results are in relevance order)"

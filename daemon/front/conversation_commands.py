@@ -252,11 +252,13 @@ def update_cmd(ctx, memory_id, text, agent_id, expires, as_json) -> None:
 @agent_option
 @click.option("--all", "delete_all", is_flag=True, help="Every one of agent ID's own memories matching the filters.")
 @filter_options
-@field_options("DeleteAll", "dry_run", "user_id", "run_id", when="With --all", dry_run={"flag": "--dry-run"}, **_ids)
+@field_options(
+    "DeleteAll", "dry_run", "user_id", "run_id", "actor_id", when="With --all", dry_run={"flag": "--dry-run"}, **_ids
+)
 @json_option
 @click.pass_context
 def delete_cmd(
-    ctx, memory_id, agent_id, delete_all, memory_type, visibility, project, dry_run, user_id, run_id, as_json
+    ctx, memory_id, agent_id, delete_all, memory_type, visibility, project, dry_run, user_id, run_id, actor_id, as_json
 ) -> None:
     """Delete one of agent ID's own L4 memories by id, or with --all every own one matching the filters.
 
@@ -268,14 +270,16 @@ def delete_cmd(
 
     if bool(memory_id) == bool(delete_all):
         raise click.UsageError("give a MEMORY_ID or --all (with --type/--visibility/--project to narrow it)")
-    if memory_id and (memory_type or visibility or project or dry_run or user_id or run_id):
-        raise click.UsageError("--type, --visibility, --project, --user-id, --run-id and --dry-run go with --all")
+    if memory_id and (memory_type or visibility or project or dry_run or user_id or run_id or actor_id):
+        raise click.UsageError(
+            "--type, --visibility, --project, --user-id, --run-id, --actor-id and --dry-run go with --all"
+        )
     if memory_id:
         answer = _ask(ctx, agent_id, lambda c: c.call(op.Delete(agent_id, memory_id)))
         echo_json(answer) if as_json else click.echo(escaped(f"deleted {answer['deleted']}"))
         return
     given = {"memory_type": memory_type, "visibility": visibility, "project": project, "dry_run": dry_run}
-    given.update(user_id=user_id, run_id=run_id)
+    given.update(user_id=user_id, run_id=run_id, actor_id=actor_id)
     narrowed = {k: v for k, v in given.items() if v not in (None, False)}  # unset ones are not sent
     answer = _ask(ctx, agent_id, lambda c: c.call(op.DeleteAll(agent_id, **narrowed)))
     if as_json:

@@ -86,10 +86,6 @@ class DaemonClient(Client):
             given["memory_type"] = given.pop("type")
         return super().delete_all(agent, **given)
 
-    def admin(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
-        """An administrator's maintenance request (cleanup, consolidate, backup, restore) with its body as built."""
-        return self.request("POST", f"/v1/admin/{action}", None, body)
-
     def __enter__(self) -> DaemonClient:
         return self
 

@@ -192,6 +192,7 @@ def search_conversation(
     threshold: float | None = None,
     explain: bool = False,
     show_superseded: bool = False,
+    show_expired: bool = False,
     trust_min: str | None = None,
     max_tokens: int | None = None,
 ) -> None:
@@ -203,7 +204,8 @@ def search_conversation(
     try:
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
             options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
-            options.update(show_superseded=show_superseded, trust_min=trust_min, max_tokens=max_tokens)
+            options.update(show_superseded=show_superseded, show_expired=show_expired, trust_min=trust_min)
+            options.update(max_tokens=max_tokens)
             sent = client.call(MemorySearch(agent_id, query, limit=limit, fallback=fallback, **options))
             answer = cast(MemoryAnswer, sent)
     except DaemonRequestError as exc:
@@ -291,12 +293,12 @@ def print_conversation(answer: MemoryAnswer) -> None:
         "first, with its heading and file), whole sections where room is left; L4: the best memories that fit.",
     },
 )
-@field_options("MemorySearch", "show_superseded", "trust_min", when="With --layer conversation/all")
+@field_options("MemorySearch", "show_superseded", "show_expired", "trust_min", when="With --layer conversation/all")
 @json_option
 @click.pass_context
 def search_cmd(
     ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, threshold, min_score,
-    max_tokens, show_superseded, trust_min, as_json,
+    max_tokens, show_superseded, show_expired, trust_min, as_json,
 ) -> None:  # fmt: skip
     """Search an agent's memory: its L3 index (default) or the shared L4 memory (--layer).
 
@@ -316,13 +318,14 @@ def search_cmd(
         config = config_of(ctx)
         get_agent(config, agent_id)
         options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
-        options.update(show_superseded=show_superseded, trust_min=trust_min, max_tokens=max_tokens)
+        options.update(show_superseded=show_superseded, show_expired=show_expired, trust_min=trust_min)
+        options.update(max_tokens=max_tokens)
         search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json, **options)
         return
     if filters:
         raise click.UsageError("--filters goes with --layer conversation or all")
-    if show_superseded or trust_min:
-        raise click.UsageError("--show-superseded and --trust-min go with --layer conversation or all")
+    if show_superseded or show_expired or trust_min:
+        raise click.UsageError("--show-superseded, --show-expired and --trust-min go with --layer conversation or all")
     paths_only = front_config(ctx)  # L3 through the daemon needs the paths alone
     get_agent(paths_only, agent_id)
     layer = None if layer == "local" else layer

@@ -379,12 +379,13 @@ def backup_cmd(ctx, keep: int, as_json: bool) -> None:
     and downloaded.
     """
     from daemon.ops.maintenance import backup
+    from protocol.operations import Backup
 
     config = config_of(ctx)
     result = _run(
         config,
         "backup",
-        lambda client: client.admin("backup", {"keep": keep}),
+        lambda client: client.call(Backup(keep=keep)),
         lambda store: backup(config, store, keep),
     )
     if as_json:
@@ -407,13 +408,14 @@ def restore_cmd(ctx, path: Path, as_json: bool) -> None:
     gone afterwards: take a backup first.
     """
     from daemon.ops.maintenance import restore
+    from protocol.operations import Restore
 
     config = config_of(ctx)
     path = path.absolute()
     result = _run(
         config,
         "restore-backup",
-        lambda client: client.admin("restore", {"path": str(path)}),
+        lambda client: client.call(Restore(str(path))),
         lambda store: restore(store, path),
     )
     if as_json:

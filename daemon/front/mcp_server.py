@@ -377,7 +377,11 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             """List every conversation memory (L4) you may read, page by page (follow `next_cursor`). Use it
             to review or audit what is remembered; to answer a question, memory_search is better.""",
             memory_get_all,
-            operation_params(op.List, "limit", "cursor", "filters", filters=FILTERS_DESCRIPTION),
+            operation_params(
+                op.List,
+                *("limit", "cursor", "filters", "show_superseded", "show_expired", "show_archived"),
+                filters=FILTERS_DESCRIPTION,
+            ),
             READ_ONLY,
             answer=answers.MemoryPage,
         ),

@@ -17,6 +17,7 @@ from daemon.front.daemon_client import DaemonRequestError
 from layers.common.fsutil import atomic_write
 from layers.conversation.lifecycle.write_ids import point_id_of
 from layers.daily import workspace_repo as daily
+from protocol import operations as op
 from tests.helpers import wait_for
 from tests.powercut.harness import PowerCutRoot, all_memories
 
@@ -162,11 +163,11 @@ def queued_then_replayed(rig: PowerCutRoot) -> None:
 # -- maintenance: consolidation, cleanup, a backup put back
 
 
-def admin(rig: PowerCutRoot, action: str, body: dict) -> dict:
+def admin(rig: PowerCutRoot, operation: op.Operation) -> dict:
     """An administrator's maintenance request (the admin token), answered once it is done."""
     assert rig.daemon is not None
     with rig.daemon.client(timeout=120) as client:
-        return client.admin(action, body)
+        return client.call(operation)
 
 
 def audit_lines(rig: PowerCutRoot, prefix: str) -> list[dict]:
@@ -198,7 +199,7 @@ def _duplicates(rig: PowerCutRoot) -> tuple[list[str], list[str]]:
 def _applied(rig: PowerCutRoot) -> dict:
     """A consolidation of a's memories applied (max_share 1: the module's few memories are no refusal);
     the ledger takes what its report says it superseded (any memory an earlier run left valid too)."""
-    answer = admin(rig, "consolidate", {"execute": True, "agent": "a", "max_share": 1.0})
+    answer = admin(rig, op.Consolidate(execute=True, agent="a", max_share=1.0))
     assert answer["state"] == "applied", answer
     report = json.loads(Path(answer["report"]).read_text())
     for memory, payload in report["after"].items():
@@ -220,7 +221,7 @@ def consolidation_undo(rig: PowerCutRoot) -> None:
     ids, texts = _duplicates(rig)
     report = _applied(rig)
     rig.disk.sync()  # the run is old news: the cut is about its undo
-    answer = admin(rig, "consolidate", {"undo": report["run_id"]})
+    answer = admin(rig, op.Consolidate(undo=report["run_id"]))
     assert answer["state"] == "undone" and answer["undo"]["restored"] == 2, answer
     for memory, text in zip(ids, texts, strict=True):
         rig.ledger.memories[memory] = ("a", text, "valid")
@@ -255,7 +256,7 @@ def cleanup(rig: PowerCutRoot) -> None:
     texts = [f"session note {i} before cut {rig.disk.cuts}" for i in range(3)]
     ids = [added_id(add(rig, "a", text, type="session"), rig, "a", text) for text in texts]
     rig.disk.sync()
-    answer = admin(rig, "cleanup", {"execute": True, "max_age_days": 0, "type": "session", "agent": "a"})
+    answer = admin(rig, op.Cleanup(execute=True, max_age_days=0, memory_type="session", agent="a"))
     assert answer["deleted"] == len(ids) and not answer["errors"], answer
     for memory, text in zip(ids, texts, strict=True):
         rig.ledger.memories[memory] = ("a", text, "deleted")
@@ -278,11 +279,11 @@ def backup_restored(rig: PowerCutRoot) -> None:
     memory gone, the earlier one there) after the cut."""
     kept_text, later_text = (f"{w} the backup of cut {rig.disk.cuts}" for w in ("before", "after"))
     kept = added_id(add(rig, "a", kept_text), rig, "a", kept_text)
-    archive = admin(rig, "backup", {})["backup"]
+    archive = admin(rig, op.Backup())["backup"]
     later = added_id(add(rig, "a", later_text), rig, "a", later_text)
     rig.ledger.memories[kept] = ("a", kept_text, "valid")
     rig.disk.sync()  # the backup and both writes are old news: the cut is about the restore
-    admin(rig, "restore", {"path": archive})
+    admin(rig, op.Restore(archive))
     rig.ledger.memories[later] = ("a", later_text, "deleted")
 
 

@@ -14,6 +14,8 @@ import pytest
 from protocol import client as client_module
 from protocol.client import Client, query_string
 from protocol.errors import DaemonRequestError, DaemonUnavailableError, MemstrataError, TokenError
+from protocol.limits import MAX_QUERY_CHARS, QueryTooLongError
+from protocol.operations import MemorySearch, Search
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -101,6 +103,24 @@ def test_no_daemon_is_unavailable_with_advice(tmp_path):
         Client(tmp_path / "none.sock").status()
     assert isinstance(gone.value, ConnectionError) and "no daemon socket at" in str(gone.value)
     assert "memstrata run" in str(gone.value)
+
+
+def test_a_long_query_is_refused_before_sending(daemon):
+    """The client checks the query (the operation does not: mem0's REST search builds one with any)."""
+    sock, _, seen = daemon
+    client = Client(sock)
+    too_long = "x" * (MAX_QUERY_CHARS + 1)
+    for refused in (
+        lambda: client.search("a", too_long),
+        lambda: client.memory_search("a", too_long),
+        lambda: client.call(Search("a", too_long)),
+        lambda: client.call(MemorySearch("a", too_long)),
+    ):
+        with pytest.raises(QueryTooLongError, match="the query is 4,097 characters; the limit is 4,096"):
+            refused()
+    assert seen == []
+    client.memory_search("a", "x" * MAX_QUERY_CHARS)
+    assert len(seen) == 1
 
 
 def test_a_token_no_memstrata_token_looks_like_is_refused_unshown():

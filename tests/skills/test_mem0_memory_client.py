@@ -165,6 +165,9 @@ def test_the_rest_api_pages_refuses_and_names_what_it_does_not_serve(mem0_daemon
         assert other.status_code == 403 and "names another agent" in other.json()["detail"]
         bad = http.post("/v3/memories/search/", json={"query": "x", "threshold": 1.5})
         assert bad.status_code == 400 and "threshold" in bad.json()["detail"]
+        # mem0's search has no query limit (memstrata's /v1 searches refuse one over 4,096 characters)
+        long = http.post("/v3/memories/search/", json={"query": "notes about carol " * 300})
+        assert long.status_code == 200 and long.json()["results"], long.text
         missing = http.get("/v1/entities/")
         assert missing.status_code == 404 and "mem0's memory API only" in missing.json()["detail"]
         # a memory id of "/" is no memory, with or without the trailing slash, and nothing is redirected

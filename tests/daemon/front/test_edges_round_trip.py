@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from daemon.api import requests as api
 from daemon.common.config import Config, load_config
+from daemon.common.settings import DEFAULT_KEEP
 from daemon.common.tokens import TOKEN_ENV
 from daemon.front.cli import main
 from daemon.front.daemon_client import DaemonClient
@@ -54,6 +55,7 @@ VALUES: dict[str, object] = {
     "cursor": "c-1",
     "show_archived": True,
     "dry_run": True,
+    "keep": 3,
 }
 
 # The route's schema of each operation.
@@ -68,6 +70,8 @@ SCHEMAS: dict[type[op.Operation], type] = {
     op.History: api.HistoryParams,
     op.RestoreMemory: api.RestoreMemoryParams,
     op.DeleteAll: api.DeleteAllParams,
+    op.Backup: api.BackupRequest,
+    op.Restore: api.RestoreRequest,
 }
 
 # What an edge does not take, and why (an edge's agent is the caller's: --agent, the MCP server's, the skill's).
@@ -75,8 +79,6 @@ ROLE = {"role": "the speaker of a mem0 conversation's turn: only the skill's mem
 NOT_TAKEN: dict[str, dict[type[op.Operation], dict[str, str]]] = {
     "cli": {
         op.Add: ROLE,
-        op.MemorySearch: {"show_expired": "the cleanup deletes them; the CLI lists them with `list --show-expired`"},
-        op.DeleteAll: {"actor_id": "not offered by `delete --all` (narrowed by --user-id and --run-id)"},
     },
     "mcp": {
         op.Add: {
@@ -85,10 +87,6 @@ NOT_TAKEN: dict[str, dict[type[op.Operation], dict[str, str]]] = {
             "write_id": "a retrying client's idempotency key: the server sends each tool call once",
         },
         op.MemorySearch: {"show_expired": "mem0 2.2's search option, for the skill's Memory.search"},
-        op.List: {
-            name: "memory_get_all lists what is valid now"
-            for name in ("show_superseded", "show_expired", "show_archived")
-        },
     },
     "skill": {
         op.Add: ROLE,
@@ -113,6 +111,11 @@ def root(tmp_path_factory) -> Iterator[tuple[Config, Recorder]]:
         yield config, recorder
 
 
+def _caller(operation: type[op.Operation]) -> dict[str, str]:
+    """The agent an operation is sent as (``main``); an administrator's operation names none."""
+    return {"agent": "main"} if any(f.name == "agent" for f in describe(operation)) else {}
+
+
 def _taken(operation: type[op.Operation], names: set[str], edge: str) -> dict[str, object]:
     """The sample of each field ``names`` holds; the fields left out must be the edge's listed ones."""
     fields = [f.name for f in describe(operation) if f.name != "agent"]
@@ -124,7 +127,7 @@ def _arrives_as_sent_by_the_client(
     recorder: Recorder, config: Config, operation: type[op.Operation], taken: dict[str, object], sent: Sent
 ) -> None:
     """``sent`` parses with the route's schema to what the protocol's client sends for ``taken``."""
-    expected = recorder.one(lambda: DaemonClient(config.paths.socket).call(operation("main", **taken)))
+    expected = recorder.one(lambda: DaemonClient(config.paths.socket).call(operation(**_caller(operation), **taken)))
     assert (sent.method, sent.path) == (expected.method, expected.path), operation.__name__
     schema = SCHEMAS[operation]
     assert parsed(schema, sent) == parsed(schema, expected), operation.__name__
@@ -135,14 +138,15 @@ def test_the_client_sends_every_field(root):
     config, recorder = root
     for operation, schema in SCHEMAS.items():
         given = {f.name: VALUES[f.name] for f in describe(operation) if f.name != "agent"}
+        given = {**_caller(operation), **given}
         sent = recorder.one(
-            lambda operation=operation, given=given: DaemonClient(config.paths.socket).call(operation("main", **given))
+            lambda operation=operation, given=given: DaemonClient(config.paths.socket).call(operation(**given))
         )
         wire = {f.name: f.wire for f in describe(operation)}
         path_fields = {f.name for f in describe(operation) if f.where == "path"}
-        assert parsed(schema, sent) == {
-            wire[k]: v for k, v in {"agent": "main", **given}.items() if k not in path_fields
-        }, operation.__name__
+        assert parsed(schema, sent) == {wire[k]: v for k, v in given.items() if k not in path_fields}, (
+            operation.__name__
+        )
         if path_fields:
             assert SAMPLES["memory_id"] in sent.path
 
@@ -246,6 +250,24 @@ def test_the_cli_sends_what_the_client_sends(root, operation):
         assert result.exit_code == 0, result.output
 
     _arrives_as_sent_by_the_client(recorder, config, operation, taken, recorder.one(run))
+
+
+def test_the_cli_backs_up_and_restores_as_the_client_does(root, tmp_path):
+    """``backup`` and ``restore-backup`` (the administrator's) send the Backup and Restore operations."""
+    config, recorder = root
+    archive = tmp_path / "memstrata-backup.tar.gz"
+    archive.write_bytes(b"")  # the CLI takes an existing file (the daemon reads it)
+    for argv, operation, taken in (
+        (["backup", "--keep", "3"], op.Backup, {"keep": 3}),
+        (["backup"], op.Backup, {"keep": DEFAULT_KEEP}),
+        (["restore-backup", str(archive)], op.Restore, {"path": str(archive)}),
+    ):
+
+        def run(argv: list[str] = argv) -> None:
+            result = CliRunner().invoke(main, ["--config", str(config.source), *argv, "--json"])
+            assert result.exit_code == 0, result.output
+
+        _arrives_as_sent_by_the_client(recorder, config, operation, taken, recorder.one(run))
 
 
 def test_the_cli_reads_history_of_a_memory(root):
