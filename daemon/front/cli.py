@@ -87,10 +87,10 @@ def main(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
     """memstrata: four-layer, local-first memory for clusters of AI agents.
 
     \b
-    L1 core     CORE_INDEX/IDENTITY/SOUL/USER.md, loaded at session start  (memstrata core)
-    L2 daily    MEMORY.md + memory/YYYY-MM-DD.md, versioned with git      (memstrata note, history, restore)
-    L3 local    per-agent SQLite FTS5 index (offline)
-    L4 shared   Mem0/Qdrant memory shared across agents
+    L1 core           CORE_INDEX/IDENTITY/SOUL/USER.md, loaded at session start  (memstrata core)
+    L2 daily          MEMORY.md + memory/YYYY-MM-DD.md, versioned with git      (memstrata note, history, restore)
+    L3 local          per-agent SQLite FTS5 index (offline)
+    L4 conversation   Mem0/Qdrant memory shared across agents
 
     Start with `memstrata init --root DIR`, then `memstrata --config DIR/memstrata.yaml run`.
     Inside an agent's workspace, --agent defaults to that agent.
@@ -461,7 +461,7 @@ def history(
 ) -> None:
     """Show the git history of the agent's memory (or of one FILE, across renames).
 
-    With --memory ID: the changes of one shared conversation memory (L4) instead.
+    With --memory ID: the changes of one L4 memory (conversation memory) instead.
     """
     if memory_id:
         from daemon.front.conversation_commands import print_memory_history

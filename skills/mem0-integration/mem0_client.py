@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Remember and recall through the memstrata daemon's shared conversation memory (L4).
+"""Remember and recall through the memstrata daemon's conversation memory (L4).
 
 An agent imports this module or runs it as a command; either way it talks to
 the daemon over its Unix socket with the agent's own workspace token.
@@ -219,12 +219,12 @@ class Mem0Client:
     # ------------------------------------------------------------ the API
 
     def status(self) -> dict:
-        """The daemon's status: is the shared store reachable, how deep is the queue (no token
+        """The daemon's status: is the conversation store reachable, how deep is the queue (no token
         needed), and, with this agent's token, its own workspace (never another agent's)."""
         return self.call(Status())
 
     def search(self, query: str, **options: Any) -> dict:
-        """Shared memories this agent may read; ``degraded: true`` means the local index answered.
+        """Conversation memories this agent may read; ``degraded: true`` means the local index answered.
 
         ``options`` are those of :class:`protocol.operations.MemorySearch`: ``filters`` (mem0's language)
         narrow what this agent may read, never widen it; ``threshold`` (0-1, on the daemon's relevance
@@ -337,7 +337,7 @@ class Memory:
       names are reserved) and filterable in mem0's filter language;
     - ``infer=None`` (the default here) lets the daemon decide: on when it has
       an LLM configured; ``reset()`` is refused (an agent may not wipe the
-      shared store; ``delete_all`` removes the agent's own memories).
+      conversation store; ``delete_all`` removes the agent's own memories).
     """
 
     def __init__(self, config: dict | None = None, *, client: Mem0Client | None = None) -> None:
@@ -751,7 +751,7 @@ def format_search(answer: dict) -> str:
     out = []
     if answer.get("degraded"):
         out.append(
-            f"(degraded: the shared memory did not answer — {answer.get('reason')}; "
+            f"(degraded: the conversation memory did not answer — {answer.get('reason')}; "
             "these results come from your local index)"
         )
         if str(answer.get("vectors") or "").startswith("unavailable"):
@@ -788,10 +788,10 @@ def format_status(answer: dict) -> str:
     conv = answer.get("conversation") or {}
     out = [f"daemon        {'running' if daemon.get('running') else 'not running'}, {daemon.get('summary', '')}"]
     if not conv.get("enabled", True):
-        out.append("shared memory disabled (conversation.enabled: false)")
+        out.append("conversation  disabled (conversation.enabled: false)")
         return "\n".join(out)
     state = "reachable" if conv.get("reachable") else f"UNREACHABLE: {conv.get('last_error') or 'starting'}"
-    out.append(f"shared memory {conv.get('backend')} {conv.get('collection') or ''}: {state}")
+    out.append(f"conversation  {conv.get('backend')} {conv.get('collection') or ''}: {state}")
     queue = conv.get("queue") or {}
     if queue:
         out.append(f"write queue   {queue.get('depth', 0)} waiting, {queue.get('replayed', 0)} replayed")
@@ -898,7 +898,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     # The search's and the add's options are their operations' fields; the flags are the skill's own.
-    search = commands.add_parser("search", parents=[common], help="recall: shared memories you may read")
+    search = commands.add_parser("search", parents=[common], help="recall: conversation memories you may read")
     search.add_argument("query")
     field_arguments(
         search,
@@ -910,7 +910,7 @@ def build_parser() -> argparse.ArgumentParser:
         max_tokens={"type": int, "metavar": "N"},
     )
 
-    add = commands.add_parser("add", parents=[common], help="remember TEXT in the shared memory")
+    add = commands.add_parser("add", parents=[common], help="remember TEXT in the conversation memory")
     add.add_argument("text")
     field_arguments(
         add,
@@ -937,7 +937,7 @@ def build_parser() -> argparse.ArgumentParser:
         one = commands.add_parser(name, parents=[common], help=text)
         one.add_argument("memory_id")
 
-    commands.add_parser("status", parents=[common], help="is the daemon up, is the shared store reachable")
+    commands.add_parser("status", parents=[common], help="is the daemon up, is the conversation store reachable")
     return parser
 
 

@@ -105,7 +105,7 @@ def start_cluster(root: Path, **overrides: dict) -> Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A daemon whose shared store (embedded) is reachable; started once for the module."""
+    """A daemon whose conversation store (embedded) is reachable; started once for the module."""
     c = start_cluster(tmp_path_factory.mktemp("mem0"))
     try:
         wait_for(lambda: c.daemon.status()["conversation"]["reachable"], timeout=120, what="L4 reachable")
@@ -318,7 +318,7 @@ def test_status_needs_no_token(cluster, tmp_path):
     answer = cluster.json("status", cwd=tmp_path)
     assert answer["daemon"]["running"] is True and answer["conversation"]["reachable"] is True
     readable = cluster.client("status", cwd=tmp_path)
-    assert readable.returncode == 0 and "shared memory embedded" in readable.stdout and "reachable" in readable.stdout
+    assert readable.returncode == 0 and "conversation  embedded" in readable.stdout and "reachable" in readable.stdout
 
 
 def test_a_wrong_token_is_exit_1_with_a_clear_message(cluster):
@@ -383,7 +383,7 @@ def test_importable_as_a_module(cluster):
     assert denied.value.status == 403
 
 
-# ---------------------------------------------------------------- shared store down
+# ---------------------------------------------------------------- conversation store down
 
 
 def closed_port() -> int:
