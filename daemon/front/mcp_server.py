@@ -127,7 +127,7 @@ class Permissions(TypedDict, total=False):
 
 
 class AgentStatus(TypedDict, total=False):
-    """memory_status: the shared store's state, the agent's own workspace and its permissions.
+    """memory_status: the conversation store's state, the agent's own workspace and its permissions.
 
     The two status parts are the daemon's (daemon/common/contracts.py ``ConversationStatus`` and
     ``AgentReport``), passed on as they are and declared loosely here: a client holding the answer to its
