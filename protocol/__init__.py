@@ -10,5 +10,6 @@ scripts), and the daemon's own front imports it as it is.  What each module hold
 - :mod:`protocol.operations` one frozen dataclass per operation, each turning itself into a request;
 - :mod:`protocol.answers`    the answers' types as the clients see them (one definition: the daemon's too);
 - :mod:`protocol.json_schema` an answer's type as a JSON Schema (the MCP tools' ``outputSchema``);
-- :mod:`protocol.client`     the one client: the AF_UNIX transport, the 429 retry, the errors.
+- :mod:`protocol.client`     the one client: the AF_UNIX transport, the 429 retry, the errors;
+- :mod:`protocol.locations`  where the configuration and the socket are, and how the file is read.
 """

@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 from protocol.answers import Answer
 from protocol.errors import DaemonRequestError, DaemonUnavailableError, MemstrataError, TokenError
 from protocol.limits import CLIENT_RETRIES, CLIENT_RETRY_CAP_S, check_query
+from protocol.locations import SOCKET_ENV
 from protocol.operations import (
     Add,
     Backup,
@@ -41,8 +42,6 @@ from protocol.operations import (
     Status,
     Update,
 )
-
-SOCKET_ENV = "MEMSTRATA_SOCKET"
 
 
 def retry_delay(retry_after: str | None) -> float:

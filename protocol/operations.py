@@ -168,7 +168,7 @@ class MemorySearch(Operation):
     query: str = _query_text()
     limit: int = field("Most results returned.", default=L4_RESULTS.default, results=L4_RESULTS)
     fallback: bool = field(
-        "While the shared store is down, answer from the local index (marked degraded; not with filters).",
+        "While the conversation store is down, answer from the local index (marked degraded; not with filters).",
         default=True,
     )
     filters: dict[str, Any] | None = field(FILTERS_HELP, default=None)

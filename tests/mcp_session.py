@@ -116,7 +116,7 @@ async def remember(client: Client, cluster: Cluster, **arguments: Any) -> dict:
 
 
 async def memory_texts(client: Client, tool: str, **arguments: Any) -> list[str]:
-    """The memory texts a search or listing answers, after checking it came from the shared store."""
+    """The memory texts a search or listing answers, after checking it came from the conversation store."""
     answer = await call(client, tool, **arguments)
     assert not answer.get("degraded"), answer
     return [r["memory"] for r in answer["results"]]

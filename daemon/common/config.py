@@ -22,7 +22,6 @@ import yaml
 from pydantic_core import CoreSchema, core_schema
 
 from daemon.common.config_cache import Paths, config_path  # kept there: the front's cache builds it without pydantic
-from daemon.common.locations import ENV_VAR, OPENCLAW_ROOT, SYSTEM_CONFIG  # noqa: F401 (ENV_VAR, SYSTEM_CONFIG: re-exported)
 from layers.common.yamlfile import (
     Problem,
     StrictModel,
@@ -34,6 +33,7 @@ from layers.common.yamlfile import (
     validate,
 )
 from layers.conversation.policy.rules import DEFAULT_RETENTION_DAYS
+from protocol.locations import DEFAULT_PATHS, TEMPLATED, resolve_paths
 
 # Where `memstrata model build` writes the default local model: inside the install,
 # so the service's virtualenv carries it.
@@ -41,9 +41,9 @@ DEFAULT_MODEL_PATH = Path(sys.prefix) / "share" / "memstrata" / "models" / "mult
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
 
 
-# memstrata's L3 index is a file of its own.  The old default was QMD's own live index
-# on an OpenClaw host; an index of ours found there is moved once (daemon/local/index_files.py).
-DEFAULT_INDEX = "{root}/agents/{agent}/memstrata/index.sqlite"
+# memstrata's L3 index is a file of its own (protocol/locations.py DEFAULT_PATHS).  The old default was
+# QMD's own live index on an OpenClaw host; an index of ours found there is moved once (daemon/local/index_files.py).
+DEFAULT_INDEX = DEFAULT_PATHS["index"]
 LEGACY_DEFAULT_INDEX = "{root}/agents/{agent}/qmd/xdg-cache/qmd/index.sqlite"
 
 
@@ -86,14 +86,16 @@ def choices_of(annotation: object) -> tuple[str, ...]:
 
 
 class PathsConfig(StrictModel):
-    root: str = str(OPENCLAW_ROOT)
-    workspace: str = "{root}/workspace"
-    agents_dir: str = "{workspace}/agents"
+    """The ``paths:`` section; its defaults are protocol/locations.py's, which the skill's client reads too."""
+
+    root: str = DEFAULT_PATHS["root"]
+    workspace: str = DEFAULT_PATHS["workspace"]
+    agents_dir: str = DEFAULT_PATHS["agents_dir"]
     index: str = DEFAULT_INDEX
-    state_dir: str = "/var/lib/memstrata"
-    socket: str = "/run/memstrata/memstrata.sock"
-    registry: str = "{workspace}/skills/mem0-integration/project_registry.yaml"
-    audit_dir: str = "{workspace}/logs/security"
+    state_dir: str = DEFAULT_PATHS["state_dir"]
+    socket: str = DEFAULT_PATHS["socket"]
+    registry: str = DEFAULT_PATHS["registry"]
+    audit_dir: str = DEFAULT_PATHS["audit_dir"]
 
 
 class WatchConfig(StrictModel):
@@ -479,22 +481,10 @@ def _resolve_paths(raw: PathsConfig, base: Path, source: Path, node: yaml.Node |
     values = raw.model_dump()
     if raw.index == DEFAULT_INDEX:
         values["legacy_index"] = LEGACY_DEFAULT_INDEX
-    resolved: dict[str, str] = {}
-
-    def expand(key: str) -> str:
-        # Resolution order is root, workspace, the rest: each may use the ones before it.
-        text: str = values[key]
-        for name in ("root", "workspace"):
-            if name in resolved:
-                text = text.replace("{" + name + "}", resolved[name])
-        text = os.path.expanduser(text)
-        if not os.path.isabs(text):
-            text = str(base / text)
-        return os.path.normpath(text)
-
-    keys = ("root", "workspace", "agents_dir", "state_dir", "socket", "registry", "audit_dir", "index")
-    for key in keys + (("legacy_index",) if "legacy_index" in values else ()):
-        resolved[key] = expand(key)
+    # Resolution order is root, workspace, the rest: each may use the ones before it (protocol/locations.py).
+    keys = (*TEMPLATED, "agents_dir", "state_dir", "socket", "registry", "audit_dir", "index")
+    resolved = resolve_paths(values, base, keys + (("legacy_index",) if "legacy_index" in values else ()))
+    for key in resolved:
         leftover = re.findall(r"\{(\w+)\}", resolved[key].replace("{agent}", ""))
         if leftover:
             raise YamlFileError(

@@ -10,8 +10,8 @@ in a small JSON file and reuses them while nothing that decided them changed.
 What keys an entry (any difference is a miss, and a miss is a full validation):
 the configuration file's bytes (sha256), its absolute path, the environment
 that path resolution reads (``HOME``, for ``~``), the effective uid, and the
-code that validates (the bytes of daemon/common/config.py, layers/common/yamlfile.py,
-layers/conversation/policy/rules.py and this module).  A changed file therefore always
+code that validates (the bytes of daemon/common/config.py, protocol/locations.py,
+layers/common/yamlfile.py, layers/conversation/policy/rules.py and this module).  A changed file therefore always
 goes through daemon/common/config.py again and a bad one is refused with the usual
 error naming file, key and line.
 
@@ -40,13 +40,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.common.locations import ENV_VAR, SYSTEM_CONFIG
+from protocol import locations
 
 FORMAT = 2  # 2: entries keep the context key (last_good)
-MAX_BYTES = 256 * 1024  # as layers.common.yamlfile.MAX_BYTES: a larger file is left to the full reader's error
+MAX_BYTES = locations.MAX_CONFIG_BYTES  # a larger file is left to the full reader's error
 _CODE = (
     Path(__file__).resolve().parent / "config.py",
-    Path(__file__).resolve().parent / "locations.py",
+    Path(__file__).resolve().parents[2] / "protocol" / "locations.py",
     Path(__file__).resolve(),
     Path(__file__).resolve().parents[2] / "layers" / "common" / "yamlfile.py",
     Path(__file__).resolve().parents[2] / "layers" / "conversation" / "policy" / "rules.py",
@@ -125,12 +125,9 @@ def _code_bytes(path: Path) -> bytes:
 
 
 def config_path(path: Path | None) -> Path | None:
-    """The file load_config would read (``path``, else ``$MEMSTRATA_CONFIG``, else the system file)."""
-    if path is None and os.environ.get(ENV_VAR):
-        path = Path(os.environ[ENV_VAR])
-    if path is None and SYSTEM_CONFIG.exists():
-        path = SYSTEM_CONFIG
-    return None if path is None else path.expanduser().absolute()
+    """The file load_config would read (``path``, else ``$MEMSTRATA_CONFIG``, else the system file):
+    protocol/locations.py's rule, which the skill's client follows too."""
+    return locations.config_path(path)
 
 
 def read_config_bytes(path: Path | None) -> ConfigBytes | None:
@@ -139,21 +136,9 @@ def read_config_bytes(path: Path | None) -> ConfigBytes | None:
     if path is None:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
+        return ConfigBytes(path, locations.read_bounded(path, MAX_BYTES))  # never blocks on a FIFO
+    except (OSError, ValueError):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
-            return None
-        raw = os.read(fd, MAX_BYTES + 1)
-        while len(raw) <= MAX_BYTES and (block := os.read(fd, MAX_BYTES + 1 - len(raw))):
-            raw += block
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return None if len(raw) > MAX_BYTES else ConfigBytes(path, raw)
 
 
 def cache_dir() -> Path | None:

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layers.common import safefs
+from protocol.locations import LAUNCHER_FILE
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 SKILL_REL = "skills/mem0-integration"
-LAUNCHER = "memstrata-install.json"
+LAUNCHER = LAUNCHER_FILE  # the skill's client reads it beside itself (protocol/locations.py)
 REGISTRY_NAME = "project_registry.yaml"
 REGISTRY_EXAMPLE = "project_registry.yaml"  # at the top of the checkout: the commented example
 # Files of the skill that are never copied (the registry is the operator's; caches are Python's).

@@ -1,4 +1,4 @@
-"""Where an L4 write goes: the broker to the shared Mem0/Qdrant store, or the durable queue.
+"""Where an L4 write goes: the broker to the conversation store (Mem0/Qdrant), or the durable queue.
 
 ``broker`` composes the parts: ``writes`` (policy, dedup, the queue when the store
 is down) and ``reads`` run their store calls on ``store_thread`` (the store's one

@@ -23,7 +23,6 @@ import click
 from daemon import __version__
 from daemon.common import skill
 from daemon.common.domain_errors import DaemonError
-from daemon.common.locations import ENV_VAR, SYSTEM_CONFIG
 from daemon.common.settings import guard_from
 from daemon.common.terminal import escaped, for_terminal, json_text
 from daemon.common.tokens import WORKSPACE_TOKEN, TokenStore
@@ -34,6 +33,7 @@ from layers.common.fsutil import atomic_write, private_dirs
 from layers.common.ids import MAIN_AGENT, check_id
 from layers.common.safefs import UnsafePathError
 from layers.daily import workspace_repo as daily
+from protocol.locations import CONFIG_ENV, SYSTEM_CONFIG
 
 if TYPE_CHECKING:
     from daemon.common.config import Config
@@ -77,8 +77,8 @@ def _workspace_file(workspace: Path, file: str) -> str:
     "--config",
     "config_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    envvar=ENV_VAR,
-    help=f"Configuration file (default: ${ENV_VAR}, else {SYSTEM_CONFIG}, else built-in defaults).",
+    envvar=CONFIG_ENV,
+    help=f"Configuration file (default: ${CONFIG_ENV}, else {SYSTEM_CONFIG}, else built-in defaults).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log what commands do (the daemon logs per log.level).")
 @click.version_option(__version__, prog_name="memstrata")
@@ -87,10 +87,10 @@ def main(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
     """memstrata: four-layer, local-first memory for clusters of AI agents.
 
     \b
-    L1 core     CORE_INDEX/IDENTITY/SOUL/USER.md, loaded at session start  (memstrata core)
-    L2 daily    MEMORY.md + memory/YYYY-MM-DD.md, versioned with git      (memstrata note, history, restore)
-    L3 local    per-agent SQLite FTS5 index (offline)
-    L4 shared   Mem0/Qdrant memory shared across agents
+    L1 core           CORE_INDEX/IDENTITY/SOUL/USER.md, loaded at session start  (memstrata core)
+    L2 daily          MEMORY.md + memory/YYYY-MM-DD.md, versioned with git      (memstrata note, history, restore)
+    L3 local          per-agent SQLite FTS5 index (offline)
+    L4 conversation   Mem0/Qdrant memory shared across agents
 
     Start with `memstrata init --root DIR`, then `memstrata --config DIR/memstrata.yaml run`.
     Inside an agent's workspace, --agent defaults to that agent.
@@ -461,7 +461,7 @@ def history(
 ) -> None:
     """Show the git history of the agent's memory (or of one FILE, across renames).
 
-    With --memory ID: the changes of one shared conversation memory (L4) instead.
+    With --memory ID: the changes of one L4 memory (conversation memory) instead.
     """
     if memory_id:
         from daemon.front.conversation_commands import print_memory_history

@@ -1,4 +1,4 @@
-"""CLI for L4, the shared conversation memory: add, get, list, update, delete, search (``--layer``), mcp.
+"""CLI for L4, the conversation memory: add, get, list, update, delete, search (``--layer``), mcp.
 
 Every command goes through the daemon, which owns the store (the embedded
 Qdrant storage is single-process) and applies the rules; the CLI only shows
@@ -59,7 +59,7 @@ _ids: dict[str, Any] = {"user_id": {"metavar": "U"}, "run_id": {"metavar": "R"},
 @json_option
 @click.pass_context
 def add_cmd(ctx: click.Context, text: str, agent_id: str, as_json: bool, **fields: Any) -> None:
-    """Remember TEXT in the shared conversation memory (L4) as agent ID.
+    """Remember TEXT in the conversation memory (L4) as agent ID.
 
     When the store is unreachable the write is queued durably and replayed,
     exactly once, when it is back: the answer then says "queued". A write

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from daemon.common.locations import OPENCLAW_ROOT, SYSTEM_CONFIG
 from daemon.front.options import echo_json, json_option
+from protocol.locations import OPENCLAW_ROOT, SYSTEM_CONFIG
 
 if TYPE_CHECKING:
     from daemon.ops import install as installer

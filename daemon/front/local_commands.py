@@ -269,8 +269,8 @@ def print_conversation(answer: MemoryAnswer) -> None:
     type=click.Choice(["local", "conversation", "all", "core", "daily"]),
     default="local",
     show_default=True,
-    help="local: this agent's L3 index (core / daily: only L1 / only L2 files); conversation: the shared L4 "
-    "memory; all: L4, answered from L3 (marked degraded) when L4 is unreachable.",
+    help="local: this agent's L3 index (core / daily: only L1 / only L2 files); conversation: L4, the "
+    "conversation memory; all: L4, answered from L3 (marked degraded) when L4 is unreachable.",
 )
 @field_options(
     "Search",
@@ -300,7 +300,7 @@ def search_cmd(
     ctx, query, agent_id, mode, limit, layer, path_glob, since, until, explain, filters, threshold, min_score,
     max_tokens, show_superseded, show_expired, trust_min, as_json,
 ) -> None:  # fmt: skip
-    """Search an agent's memory: its L3 index (default) or the shared L4 memory (--layer).
+    """Search an agent's memory: its L3 index (default) or L4, the conversation memory (--layer).
 
     L3: each word of QUERY must match (Chinese needs no spaces: 端口 matches 端口);
     if nothing has every word, chunks with any of them are shown and marked relaxed.

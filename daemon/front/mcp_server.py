@@ -49,7 +49,7 @@ memstrata is this agent's long-term memory, in layers:
   what a future session (yours or another agent's) should know; correct (memory_update) or remove
   (memory_delete) a memory of yours that turned out wrong; when a fact changed, add the new one with
   `supersedes` naming the old (kept in memory_history, no longer found by memory_search).
-memory_status says whether the shared store is reachable, how your workspace is doing, and where you may
+memory_status says whether the conversation store is reachable, how your workspace is doing, and where you may
 write."""
 
 
@@ -127,7 +127,7 @@ class Permissions(TypedDict, total=False):
 
 
 class AgentStatus(TypedDict, total=False):
-    """memory_status: the shared store's state, the agent's own workspace and its permissions.
+    """memory_status: the conversation store's state, the agent's own workspace and its permissions.
 
     The two status parts are the daemon's (daemon/common/contracts.py ``ConversationStatus`` and
     ``AgentReport``), passed on as they are and declared loosely here: a client holding the answer to its
@@ -147,7 +147,7 @@ def _own_status(status: StatusDocument, agent_id: str) -> dict:
 
 
 def _health(config: Config) -> dict:
-    """The shared store's health, asked without a token (what the daemon shows anyone)."""
+    """The conversation store's health, asked without a token (what the daemon shows anyone)."""
     try:
         with DaemonClient(config.paths.socket, timeout=client_timeout(config)) as client:
             return {"conversation": client.status().get("conversation") or {}}
@@ -331,9 +331,9 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
     tools = [
         Tool(
             "memory_search",
-            """Search the shared conversation memory (L4) for what you may read: public memories, those of
+            """Search the conversation memory (L4) for what you may read: public memories, those of
             your projects, and your private ones. Use it before answering from assumptions about people,
-            decisions, preferences or the state of work. `degraded: true` means the shared store was down
+            decisions, preferences or the state of work. `degraded: true` means the conversation store was down
             and the results come from your own local files instead.""",
             memory_search,
             operation_params(
@@ -347,7 +347,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
         ),
         Tool(
             "memory_add",
-            """Remember something in the shared conversation memory (L4), as this agent. Write what a future
+            """Remember something in the conversation memory (L4), as this agent. Write what a future
             session (yours or another agent's) should know; never secrets (they are refused). Choose the
             visibility deliberately: private for notes about your own work, project for your team, public only
             for what every agent should know (it needs permission). `queued: true` means the store was down
@@ -400,7 +400,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             "memory_update",
             """Correct one of your own conversation memories (L4): the text is replaced (the old one stays in
             memory_history), the memory keeps its id, visibility, type and created_at, and gets updated_at.
-            Only the memory's owner may update it; while the shared store is down the update is refused and
+            Only the memory's owner may update it; while the conversation store is down the update is refused and
             nothing changes (try again later).""",
             memory_update,
             operation_params(op.Update, "memory_id", "text", "expires", memory_id=YOUR_MEMORY),
@@ -410,7 +410,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
         Tool(
             "memory_delete",
             """Delete one of your own conversation memories (L4) that is wrong or no longer true; its history
-            (memory_history) keeps what it said. Only the owner may delete it; while the shared store is down
+            (memory_history) keeps what it said. Only the owner may delete it; while the conversation store is down
             the delete is refused and nothing changes.""",
             memory_delete,
             operation_params(op.Delete, "memory_id", memory_id=YOUR_MEMORY),
@@ -429,7 +429,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
         ),
         Tool(
             "memory_status",
-            """Whether the shared conversation store (L4) is reachable, its write queue, the state of your
+            """Whether the conversation store (L4) is reachable, its write queue, the state of your
             workspace (last commit, files held back by the secret guard), and your permissions: the projects
             you belong to and where you may write (private always, project for your projects, public only
             with permission). Use it when a memory tool reports a problem or answers `degraded`.""",

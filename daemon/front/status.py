@@ -450,7 +450,7 @@ def _daemon_lines(status: StatusDocument) -> list[str]:
     elif d["running"] and (d.get("age_s") or 0) > STALE_AFTER_S:
         lines.append(
             f"  (the daemon is busy: files and agents below are as of {_clock(d.get('as_of'))}, "
-            f"{duration(d['age_s'])} ago; vectors, storage and shared memory are current)"
+            f"{duration(d['age_s'])} ago; vectors, storage and conversation memory are current)"
         )
     elif not d["running"]:
         lines.append("  (the report below is read from disk and git)")

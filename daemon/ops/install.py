@@ -34,12 +34,12 @@ from pathlib import Path
 
 from daemon.common import skill
 from daemon.common.config import Config, demo_config_text, load_config, parse_config
-from daemon.common.locations import OPENCLAW_ROOT, SYSTEM_CONFIG
 from daemon.common.workspaces import create_workspace, discover
 from layers.common import safefs
 from layers.common.fsutil import atomic_write, private_dirs
 from layers.common.ids import MAIN_AGENT
 from layers.conversation.policy.registry import load_registry
+from protocol.locations import OPENCLAW_ROOT, SYSTEM_CONFIG
 
 CHECKOUT = skill.CHECKOUT
 DEFAULT_ROOT = OPENCLAW_ROOT

@@ -19,9 +19,7 @@ hang the reader).
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,9 +27,11 @@ from typing import Any, TypeVar
 import pydantic
 import yaml
 
+from protocol.locations import MAX_CONFIG_BYTES, NotRegularFileError, read_bounded
+
 M = TypeVar("M", bound=pydantic.BaseModel)
 
-MAX_BYTES = 256 * 1024  # a configuration or registry is a few KiB; anything larger is a mistake or an attack
+MAX_BYTES = MAX_CONFIG_BYTES  # a configuration or registry is a few KiB; anything larger is a mistake or an attack
 MAX_DEPTH = 50  # the deepest real file nests 4 levels
 
 KeyPath = tuple[str | int, ...]
@@ -135,31 +135,15 @@ def read_text(path: Path, limit: int = MAX_BYTES) -> str:
     a byte that is not UTF-8).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        raw = read_bounded(path, limit)  # protocol/locations.py: the one bounded, non-blocking read
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise YamlFileError(path, [Problem("", None, f"cannot read file: {exc.strerror}")]) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise YamlFileError(path, [Problem("", None, "not a regular file (refused: it could block the reader)")])
-        if st.st_size > limit:
-            raise YamlFileError(path, [Problem("", None, f"file is {st.st_size:,} bytes; the limit is {limit:,}")])
-        chunks, size = [], 0
-        while size <= limit:
-            block = os.read(fd, limit + 1 - size)
-            if not block:
-                break
-            chunks.append(block)
-            size += len(block)
-    except OSError as exc:
-        raise YamlFileError(path, [Problem("", None, f"cannot read file: {exc.strerror}")]) from None
-    finally:
-        os.close(fd)
-    raw = b"".join(chunks)
-    if len(raw) > limit:  # grew while being read
-        raise YamlFileError(path, [Problem("", None, f"file is over {limit:,} bytes, the limit")])
+    except NotRegularFileError as exc:
+        raise YamlFileError(path, [Problem("", None, f"{exc} (refused: it could block the reader)")]) from None
+    except ValueError as exc:  # over the limit, or grew past it while being read
+        raise YamlFileError(path, [Problem("", None, str(exc))]) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -29,11 +29,11 @@ from _memstrata_env import installed_agent, use_memstrata  # noqa: E402
 
 use_memstrata(__file__)
 
-from daemon.common.config import ENV_VAR  # noqa: E402
 from daemon.common.terminal import escaped  # noqa: E402
 from daemon.front.cli import echo_json  # noqa: E402
 from daemon.front.local_commands import local_search, print_search  # noqa: E402
 from daemon.front.options import paths_config, say_config_broken  # noqa: E402
+from protocol.locations import CONFIG_ENV  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=10)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
-        "--config", type=Path, default=os.environ.get(ENV_VAR), help=f"configuration file (or ${ENV_VAR})"
+        "--config", type=Path, default=os.environ.get(CONFIG_ENV), help=f"configuration file (or ${CONFIG_ENV})"
     )
     args = parser.parse_args(argv)
     try:

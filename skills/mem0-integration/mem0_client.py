@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Remember and recall through the memstrata daemon's shared conversation memory (L4).
+"""Remember and recall through the memstrata daemon's conversation memory (L4).
 
 An agent imports this module or runs it as a command; either way it talks to
 the daemon over its Unix socket with the agent's own workspace token.
@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import re
-import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,28 +52,23 @@ def _find_protocol() -> None:
 _find_protocol()
 
 # ruff: noqa: E402  (the imports below need the path set above)
+from protocol import locations
 from protocol.client import Client
 from protocol.errors import DaemonRequestError, DaemonUnavailableError, MemstrataError, SetupError, UsageError  # noqa: F401
 from protocol.fields import describe
 from protocol.limits import L4_PAGE, MAX_QUERY_CHARS, check_query  # noqa: F401  (importers read the limit here)
+from protocol.locations import CONFIG_ENV, SOCKET_ENV, SYSTEM_CONFIG, installed_config, parse_paths_block
 from protocol.mem0_shape import DEFAULT_THRESHOLD, MEM0_DATES, MEM0_FIELDS, PLACEMENT, mem0_metadata, memory_type_of
 from protocol.operations import Add, Delete, DeleteAll, Get, History, List, MemorySearch, Operation, Status, Update
 from protocol.vocabulary import AGENT_ID_PATTERN, DAY_PATTERN
 
 TOKEN_ENV = "MEMSTRATA_TOKEN"
 AGENT_ENV = "MEMSTRATA_AGENT"
-SOCKET_ENV = "MEMSTRATA_SOCKET"
-CONFIG_ENV = "MEMSTRATA_CONFIG"
-SYSTEM_CONFIG = Path("/etc/memstrata/memstrata.yaml")
-# The daemon's defaults (daemon/common/config.py PathsConfig), repeated: this file cannot import it.
-DEFAULT_PATHS = {"root": "/root/.openclaw", "workspace": "{root}/workspace", "socket": "/run/memstrata/memstrata.sock"}
 WORKSPACE_TOKEN = Path(".memstrata") / "token"
-LAUNCHER_FILE = "memstrata-install.json"  # written next to a workspace's copy of the skill (daemon/common/skill.py)
 WORKSPACE_SUFFIX = "-workspace"
 MAIN_AGENT = "main"
 AGENT_ID_RE = re.compile(AGENT_ID_PATTERN)
 PAGE_MAX = L4_PAGE.high  # the largest page GET /v1/memories serves
-CONFIG_MAX_BYTES = 256 * 1024  # layers/common/yamlfile.py MAX_BYTES
 DEFAULT_TIMEOUT_S = 60.0  # the first write may wait for the daemon to load its embedding model
 # The errors are the protocol's (MemstrataError, SetupError, UsageError, DaemonUnavailableError), imported above.
 
@@ -119,69 +113,12 @@ def agent_of_workspace(workspace: Path) -> str:
     return MAIN_AGENT
 
 
-def installed_config() -> Path | None:
-    """The configuration named in ``memstrata-install.json`` next to this file (a workspace's copy of the skill)."""
-    try:
-        data = json.loads((Path(__file__).resolve().parent / LAUNCHER_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    config = data.get("config") if isinstance(data, dict) else None
-    return Path(config) if isinstance(config, str) and config else None
-
-
-def config_file(explicit: str | None = None) -> Path | None:
-    """The configuration the daemon most likely runs with: ``explicit``, the environment, the one
-    this copy of the skill was installed with, the system file."""
-    if explicit:
-        return Path(explicit).expanduser().absolute()
-    if os.environ.get(CONFIG_ENV):
-        return Path(os.environ[CONFIG_ENV]).expanduser().absolute()
-    installed = installed_config()
-    if installed is not None:
-        return installed
-    return SYSTEM_CONFIG if SYSTEM_CONFIG.is_file() else None
-
-
-def _unquote(value: str) -> str:
-    """A YAML scalar as written on one line: quotes removed, a trailing ``# comment`` dropped."""
-    value = value.strip()
-    if value[:1] in ("'", '"'):
-        quote_char = value[0]
-        end = value.find(quote_char, 1)
-        if end > 0:
-            inner = value[1:end]
-            return inner.replace("''", "'") if quote_char == "'" else inner
-    return re.split(r"\s+#", value, maxsplit=1)[0].strip()
-
-
-def parse_paths_fallback(text: str) -> dict[str, str]:
-    """The scalar keys of the top-level ``paths:`` mapping, for when PyYAML is not importable.
-
-    Only block style is understood (what ``memstrata init`` writes); anything
-    else leaves the defaults in place, and a wrong socket shows up as a clear
-    connection error naming the path tried.
-    """
-    found: dict[str, str] = {}
-    inside = False
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        indented = line[:1] in (" ", "\t")
-        if not indented:
-            inside = re.match(r"^paths\s*:\s*(#.*)?$", line) is not None
-            continue
-        match = re.match(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$", line)
-        if inside and match and match.group(2).strip():
-            found[match.group(1)] = _unquote(match.group(2))
-    return found
-
-
 def parse_paths(text: str) -> dict[str, str]:
-    """The ``paths:`` section: with PyYAML when this python has it, else the line parser."""
+    """The ``paths:`` section: with PyYAML when this python has it, else the protocol's line reader."""
     try:
         import yaml  # optional: not part of the standard library
     except ImportError:
-        return parse_paths_fallback(text)
+        return parse_paths_block(text)
     try:
         data = yaml.safe_load(text)
     except RecursionError:  # PyYAML's composer recurses per nesting level
@@ -194,65 +131,10 @@ def parse_paths(text: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in paths.items() if isinstance(v, (str, int, float))}
 
 
-def resolve_socket(paths: dict[str, str], base: Path) -> Path:
-    """``paths.socket`` resolved as daemon/common/config.py ``_resolve_paths`` does it.
-
-    Templates ``{root}`` and ``{workspace}`` are filled in (root first, then
-    workspace, each from what came before), ``~`` is expanded, and a relative
-    path is taken from the configuration file's directory.
-    """
-    values = {**DEFAULT_PATHS, **paths}
-    resolved: dict[str, str] = {}
-    for key in ("root", "workspace", "socket"):
-        text = values[key]
-        for name, value in resolved.items():
-            text = text.replace("{" + name + "}", value)
-        text = os.path.expanduser(text)
-        if not os.path.isabs(text):
-            text = str(base / text)
-        resolved[key] = os.path.normpath(text)
-    return Path(resolved["socket"])
-
-
-def socket_from_config(path: Path | None) -> Path:
-    """The daemon's socket per the configuration at ``path`` (None: the built-in default)."""
-    if path is None:
-        return Path(DEFAULT_PATHS["socket"])
-    try:
-        text = read_config_text(path)
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise SetupError(
-            f"cannot read the configuration {path} ({why}): pass --socket PATH or set ${SOCKET_ENV}"
-        ) from None
-    return resolve_socket(parse_paths(text), path.parent)
-
-
-def read_config_text(path: Path, limit: int = CONFIG_MAX_BYTES) -> str:
-    """The configuration's text; never blocks on a FIFO or reads without bound (as daemon/common/config.py)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
-        if st.st_size > limit:
-            raise ValueError(f"file is {st.st_size:,} bytes; the limit is {limit:,}")
-        return os.read(fd, limit + 1).decode("utf-8")
-    finally:
-        os.close(fd)
-
-
 def find_socket(explicit: str | None = None, config: str | None = None) -> Path:
-    if explicit:
-        return Path(explicit).expanduser()
-    if os.environ.get(SOCKET_ENV):
-        return Path(os.environ[SOCKET_ENV]).expanduser()
-    path = config_file(config)
-    if path == SYSTEM_CONFIG and not os.access(path, os.R_OK):
-        # The service's file is often root-only; an agent running as another user
-        # still reaches the daemon when it uses the default socket.
-        return Path(DEFAULT_PATHS["socket"])
-    return socket_from_config(path)
+    """The daemon's socket as protocol/locations.py finds it, with this copy's configuration
+    (``memstrata-install.json`` beside it) and PyYAML when this python has it."""
+    return locations.find_socket(explicit, config, installed_config(Path(__file__).resolve().parent), parse_paths)
 
 
 def find_identity(
@@ -337,12 +219,12 @@ class Mem0Client:
     # ------------------------------------------------------------ the API
 
     def status(self) -> dict:
-        """The daemon's status: is the shared store reachable, how deep is the queue (no token
+        """The daemon's status: is the conversation store reachable, how deep is the queue (no token
         needed), and, with this agent's token, its own workspace (never another agent's)."""
         return self.call(Status())
 
     def search(self, query: str, **options: Any) -> dict:
-        """Shared memories this agent may read; ``degraded: true`` means the local index answered.
+        """Conversation memories this agent may read; ``degraded: true`` means the local index answered.
 
         ``options`` are those of :class:`protocol.operations.MemorySearch`: ``filters`` (mem0's language)
         narrow what this agent may read, never widen it; ``threshold`` (0-1, on the daemon's relevance
@@ -455,7 +337,7 @@ class Memory:
       names are reserved) and filterable in mem0's filter language;
     - ``infer=None`` (the default here) lets the daemon decide: on when it has
       an LLM configured; ``reset()`` is refused (an agent may not wipe the
-      shared store; ``delete_all`` removes the agent's own memories).
+      conversation store; ``delete_all`` removes the agent's own memories).
     """
 
     def __init__(self, config: dict | None = None, *, client: Mem0Client | None = None) -> None:
@@ -869,7 +751,7 @@ def format_search(answer: dict) -> str:
     out = []
     if answer.get("degraded"):
         out.append(
-            f"(degraded: the shared memory did not answer — {answer.get('reason')}; "
+            f"(degraded: the conversation memory did not answer — {answer.get('reason')}; "
             "these results come from your local index)"
         )
         if str(answer.get("vectors") or "").startswith("unavailable"):
@@ -906,10 +788,10 @@ def format_status(answer: dict) -> str:
     conv = answer.get("conversation") or {}
     out = [f"daemon        {'running' if daemon.get('running') else 'not running'}, {daemon.get('summary', '')}"]
     if not conv.get("enabled", True):
-        out.append("shared memory disabled (conversation.enabled: false)")
+        out.append("conversation  disabled (conversation.enabled: false)")
         return "\n".join(out)
     state = "reachable" if conv.get("reachable") else f"UNREACHABLE: {conv.get('last_error') or 'starting'}"
-    out.append(f"shared memory {conv.get('backend')} {conv.get('collection') or ''}: {state}")
+    out.append(f"conversation  {conv.get('backend')} {conv.get('collection') or ''}: {state}")
     queue = conv.get("queue") or {}
     if queue:
         out.append(f"write queue   {queue.get('depth', 0)} waiting, {queue.get('replayed', 0)} replayed")
@@ -1016,7 +898,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     # The search's and the add's options are their operations' fields; the flags are the skill's own.
-    search = commands.add_parser("search", parents=[common], help="recall: shared memories you may read")
+    search = commands.add_parser("search", parents=[common], help="recall: conversation memories you may read")
     search.add_argument("query")
     field_arguments(
         search,
@@ -1028,7 +910,7 @@ def build_parser() -> argparse.ArgumentParser:
         max_tokens={"type": int, "metavar": "N"},
     )
 
-    add = commands.add_parser("add", parents=[common], help="remember TEXT in the shared memory")
+    add = commands.add_parser("add", parents=[common], help="remember TEXT in the conversation memory")
     add.add_argument("text")
     field_arguments(
         add,
@@ -1055,7 +937,7 @@ def build_parser() -> argparse.ArgumentParser:
         one = commands.add_parser(name, parents=[common], help=text)
         one.add_argument("memory_id")
 
-    commands.add_parser("status", parents=[common], help="is the daemon up, is the shared store reachable")
+    commands.add_parser("status", parents=[common], help="is the daemon up, is the conversation store reachable")
     return parser
 
 

@@ -24,6 +24,7 @@ import pytest
 from daemon.api.requests import AddRequest, UpdateRequest
 from daemon.common.config import demo_config_text, parse_config
 from daemon.front.daemon_client import DaemonClient, DaemonRequestError
+from protocol import locations
 from tests.helpers import FAKE_API_KEY, FAST, DaemonProcess, init_root, run_cli, wait_for
 from tests.request_fields import (
     SAMPLES,
@@ -104,7 +105,7 @@ def start_cluster(root: Path, **overrides: dict) -> Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A daemon whose shared store (embedded) is reachable; started once for the module."""
+    """A daemon whose conversation store (embedded) is reachable; started once for the module."""
     c = start_cluster(tmp_path_factory.mktemp("mem0"))
     try:
         wait_for(lambda: c.daemon.status()["conversation"]["reachable"], timeout=120, what="L4 reachable")
@@ -143,18 +144,17 @@ def test_client_imports_only_the_standard_library():
 
 
 def test_copied_constants_agree_with_the_daemon():
-    """What the client still copies (the workspace layout and the configuration reader's limit: the daemon's,
-    not the protocol's) is checked here; the vocabulary and the limits come from the protocol package."""
+    """What the client still copies (the workspace layout: the daemon's, not the protocol's) is checked here;
+    the vocabulary, the limits and the configuration's locations come from the protocol package."""
     from daemon.common.tokens import WORKSPACE_TOKEN
     from daemon.common.workspaces import WORKSPACE_SUFFIX
     from layers.common.ids import MAIN_AGENT
-    from layers.common.yamlfile import MAX_BYTES
 
     spec = importlib.util.spec_from_file_location("mem0_client_constants", CLIENT)
     client = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(client)
     assert client.WORKSPACE_TOKEN == WORKSPACE_TOKEN and client.WORKSPACE_SUFFIX == WORKSPACE_SUFFIX
-    assert client.MAIN_AGENT == MAIN_AGENT and client.CONFIG_MAX_BYTES == MAX_BYTES
+    assert client.MAIN_AGENT == MAIN_AGENT
 
 
 # ---------------------------------------------------------------- mem0's Memory API over the protocol
@@ -212,9 +212,9 @@ def test_fallback_parser_finds_the_socket_the_daemon_uses(tmp_path, paths):
         text = f"version: 1\nwatch:\n  mode: polling\n# comment\npaths:\n{lines}\n\nlog:\n  level: info\n"
     source = tmp_path / "memstrata.yaml"
     expected = parse_config(text, source).paths.socket
-    found = mem0_client.resolve_socket(mem0_client.parse_paths_fallback(text), tmp_path)
+    found = locations.resolve_socket(locations.parse_paths_block(text), tmp_path)
     assert found == expected
-    assert mem0_client.resolve_socket(mem0_client.parse_paths(text), tmp_path) == expected
+    assert locations.resolve_socket(mem0_client.parse_paths(text), tmp_path) == expected
 
 
 @pytest.mark.parametrize(
@@ -318,7 +318,7 @@ def test_status_needs_no_token(cluster, tmp_path):
     answer = cluster.json("status", cwd=tmp_path)
     assert answer["daemon"]["running"] is True and answer["conversation"]["reachable"] is True
     readable = cluster.client("status", cwd=tmp_path)
-    assert readable.returncode == 0 and "shared memory embedded" in readable.stdout and "reachable" in readable.stdout
+    assert readable.returncode == 0 and "conversation  embedded" in readable.stdout and "reachable" in readable.stdout
 
 
 def test_a_wrong_token_is_exit_1_with_a_clear_message(cluster):
@@ -383,7 +383,7 @@ def test_importable_as_a_module(cluster):
     assert denied.value.status == 403
 
 
-# ---------------------------------------------------------------- shared store down
+# ---------------------------------------------------------------- conversation store down
 
 
 def closed_port() -> int:
