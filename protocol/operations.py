@@ -190,6 +190,8 @@ class MemorySearch(Operation):
         default=None,
         results=ANSWER_TOKENS,
     )
+    since: str | None = _day("Only memories made on or after this day, YYYY-MM-DD (the daemon's local day).")
+    until: str | None = _day("Only memories made on or before this day, YYYY-MM-DD (the daemon's local day).")
 
 
 # ---------------------------------------------------------------- writing and editing memories

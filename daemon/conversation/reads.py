@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from daemon.common.audit import AuditLog
@@ -36,6 +37,32 @@ def checked_filters(filters: Any) -> dict | None:
         return check(filters)
     except FilterError as exc:
         raise PolicyError(str(exc)) from None
+
+
+def made_between(filters: dict | None, since: str | None, until: str | None) -> dict | None:
+    """``filters`` narrowed to memories made from the start of the local day ``since`` to the end of ``until``.
+
+    Days are the daemon's local days, as L3's daily notes are; ``created_at`` is stored in UTC with its
+    offset, and the filter language compares moments, so each bound is a local midnight with its offset.
+    """
+    bounds: dict[str, str] = {}
+    if since is not None:
+        bounds["gte"] = _local_midnight("since", since)
+    if until is not None:
+        bounds["lt"] = _local_midnight("until", until, days_after=1)
+    if not bounds:
+        return filters
+    made = {"created_at": bounds}
+    return made if filters is None else {"AND": [filters, made]}
+
+
+def _local_midnight(name: str, text: str, days_after: int = 0) -> str:
+    """The start of the local day ``text`` (plus ``days_after``) as an ISO moment; 400 for no such day."""
+    try:
+        day = date.fromisoformat(text) + timedelta(days=days_after)
+        return datetime.combine(day, time.min).astimezone().isoformat(timespec="seconds")
+    except (ValueError, OverflowError):
+        raise PolicyError(f"{name} must be a calendar day, YYYY-MM-DD, not {text!r}") from None
 
 
 def is_uuid(text: str) -> bool:
@@ -78,7 +105,8 @@ class Reads:
 
     def search(self, o: MemorySearch) -> dict:
         """What ``o.agent`` may read, best first; ``o.filters`` (mem0's language) narrows each visibility phase.
-        ``o.max_tokens`` keeps the best results that fit in that many (estimated) tokens, and says so in ``budget``.
+        ``o.max_tokens`` keeps the best results that fit in that many (estimated) tokens, and says so in ``budget``;
+        ``o.since``/``o.until`` keep memories made in those (local) days, and pass to the L3 fallback as its days.
 
         Superseded memories are left out (inside the store's query) unless ``o.show_superseded``; with
         ``o.trust_min`` only memories trusted that much or more (layers/conversation/policy/rules.py).
@@ -93,7 +121,7 @@ class Reads:
         registry = self.registry.current()
         phases = read_phases(registry, agent)
         options: dict[str, Any] = {
-            "filters": wanted,
+            "filters": made_between(wanted, o.since, o.until),
             "threshold": threshold or 0.0,
             "explain": o.explain,
             "include_expired": o.show_expired,
@@ -119,7 +147,8 @@ class Reads:
             )
         if not o.fallback:
             raise ConversationUnavailableError(reason)
-        local = self.local_search(Search(agent, query, limit=limit, threshold=threshold))  # the same scale there
+        # the same scale there; L3's days are daily notes' days
+        local = self.local_search(Search(agent, query, limit=limit, threshold=threshold, since=o.since, until=o.until))
         answer = local_answer(query, reason, local)
         return answer if max_tokens is None else fit_memories(answer, max_tokens)
 

@@ -195,6 +195,8 @@ def search_conversation(
     show_expired: bool = False,
     trust_min: str | None = None,
     max_tokens: int | None = None,
+    since: str | None = None,
+    until: str | None = None,
 ) -> None:
     """``search --layer conversation|all``: L4 through the daemon; ``all`` falls back to L3 (not with filters)."""
     from daemon.common.settings import client_timeout
@@ -205,7 +207,7 @@ def search_conversation(
         with connect(config, agent_id, timeout=client_timeout(config)) as client:
             options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
             options.update(show_superseded=show_superseded, show_expired=show_expired, trust_min=trust_min)
-            options.update(max_tokens=max_tokens)
+            options.update(max_tokens=max_tokens, since=since, until=until)
             sent = client.call(MemorySearch(agent_id, query, limit=limit, fallback=fallback, **options))
             answer = cast(MemoryAnswer, sent)
     except DaemonRequestError as exc:
@@ -220,7 +222,7 @@ def search_conversation(
             query,
             mode="auto",
             limit=limit,
-            filters=None,
+            filters=_filters(None, None, since, until) if since or until else None,
             explain=False,
             reason=reason,
             max_tokens=max_tokens,
@@ -276,8 +278,8 @@ def print_conversation(answer: MemoryAnswer) -> None:
     "Search",
     *("path", "since", "until", "explain"),
     path={"dest": "path_glob", "metavar": "GLOB"},
-    since={"metavar": "YYYY-MM-DD"},
-    until={"metavar": "YYYY-MM-DD"},
+    since={"metavar": "YYYY-MM-DD", "help": "L3: only daily notes from this day on; L4: memories made from it on."},
+    until={"metavar": "YYYY-MM-DD", "help": "L3: only daily notes up to this day; L4: memories made up to it."},
 )
 @field_options("MemorySearch", "filters", when="With --layer conversation/all")
 @field_options("Search", "threshold")
@@ -319,7 +321,7 @@ def search_cmd(
         get_agent(config, agent_id)
         options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
         options.update(show_superseded=show_superseded, show_expired=show_expired, trust_min=trust_min)
-        options.update(max_tokens=max_tokens)
+        options.update(max_tokens=max_tokens, since=since, until=until)
         search_conversation(config, agent_id, query, limit, fallback=layer == "all", as_json=as_json, **options)
         return
     if filters:

@@ -339,7 +339,7 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             operation_params(
                 op.MemorySearch,
                 *("query", "limit", "fallback", "filters", "threshold", "explain", "show_superseded", "trust_min"),
-                "max_tokens",
+                *("max_tokens", "since", "until"),
                 filters=FILTERS_DESCRIPTION,
             ),
             READ_ONLY,

@@ -904,7 +904,7 @@ def build_parser() -> argparse.ArgumentParser:
         search,
         MemorySearch,
         *("limit", "fallback", "filters", "threshold", "explain", "show_expired", "show_superseded", "trust_min"),
-        "max_tokens",
+        *("max_tokens", "since", "until"),
         fallback={"flag": "--no-fallback", "help": "fail instead of answering from the local index"},
         threshold={"metavar": "T"},
         max_tokens={"type": int, "metavar": "N"},

@@ -10,6 +10,7 @@ a superseding write is never queued.
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Iterator
 
@@ -236,3 +237,24 @@ def test_trust_and_source_follow_who_writes(broker):
     assert [r["id"] for r in found] == [_id(by_operator)]
     assert len(broker.search(MemorySearch("main", "printer", trust_min="medium"))["results"]) == 2
     assert len(broker.search(MemorySearch("main", "printer"))["results"]) == 3
+
+
+def test_since_and_until_keep_the_memories_made_in_those_local_days(broker):
+    today = datetime.date.today()
+    made = _id(broker.add(Add("main", "the boiler was serviced")))
+    kept = broker.add(Add("main", "the boiler needs a new valve", metadata={"room": "cellar"}))
+
+    def found(**days) -> set[str]:
+        return {r["id"] for r in broker.search(MemorySearch("main", "boiler", **days))["results"]}
+
+    if datetime.date.today() != today:
+        pytest.skip("local midnight passed during the test")  # the days below are the test's today
+    day = today.isoformat()
+    assert found(since=day) == found(until=day) == found(since=day, until=day) == {made, _id(kept)}
+    assert found(since=(today + datetime.timedelta(days=1)).isoformat()) == set()
+    assert found(until=(today - datetime.timedelta(days=1)).isoformat()) == set()
+    with_filter = broker.search(MemorySearch("main", "boiler", since=day, filters={"room": "cellar"}))["results"]
+    assert [r["id"] for r in with_filter] == [_id(kept)], "the caller's filter still narrows"
+    for wrong in ("2026-02-30", "9999-12-31"):  # no such day; no day after it
+        with pytest.raises(PolicyError, match="must be a calendar day"):
+            broker.search(MemorySearch("main", "boiler", since=wrong, until=wrong))
