@@ -13,6 +13,12 @@ Who owns what: the repository's top, its ``config``, ``hooks/`` and ``info/`` ar
 all), so the ``git`` user behind the gate cannot change what root's own git runs there (a hook, a
 config key); ``objects/``, ``refs/`` and ``logs/`` are group-writable for the ``git`` user's group
 (``core.sharedRepository=group``: what root's pushes create there stays writable for it).
+``receive.denyNonFastForwards`` and ``receive.denyDeletes`` hold for ``refs/heads/`` only (git's
+rule): under ``refs/memstrata/`` the update hook is what refuses a rewind or a deletion.
+
+What one repository cannot stop: a host that *knows* an object id of another host's (never shown to
+it here) can push a ref of its own naming that object, then fetch it; git's hidden refs hide names,
+not objects (gitnamespaces(7), "Security").  Object stores apart (a repository per host) would.
 """
 
 from __future__ import annotations
