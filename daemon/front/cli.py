@@ -27,7 +27,14 @@ from daemon.common.settings import guard_from
 from daemon.common.terminal import escaped, for_terminal, json_text
 from daemon.common.tokens import WORKSPACE_TOKEN, TokenStore
 from daemon.common.workspaces import core_of, create_workspace, discover, get_agent, make_agent, workspace_repo
-from daemon.front import conversation_commands, failures, install_commands, local_commands, maintenance_commands
+from daemon.front import (
+    conversation_commands,
+    failures,
+    fleet_commands,
+    install_commands,
+    local_commands,
+    maintenance_commands,
+)
 from daemon.front.options import Report, agent_option, config_of, echo_json, front_config, json_option
 from layers.common.fsutil import atomic_write, private_dirs
 from layers.common.ids import MAIN_AGENT, check_id
@@ -561,7 +568,7 @@ def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: boo
 
 
 # The L3 commands (search, reindex, model), the L4 ones (add, get, list, update, delete, restore-memory, mcp),
-# maintenance (cleanup, consolidate, backup, restore-backup) and install/uninstall live in their own modules.
+# maintenance (cleanup, consolidate, backup, restore-backup), install/uninstall and fleet live in their own modules.
 for command in (
     local_commands.search_cmd,
     local_commands.reindex,
@@ -579,5 +586,6 @@ for command in (
     maintenance_commands.restore_cmd,
     install_commands.install_cmd,
     install_commands.uninstall_cmd,
+    fleet_commands.fleet,
 ):
     main.add_command(command)

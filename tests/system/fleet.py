@@ -22,13 +22,15 @@ Each host is a :class:`~tests.system.container.Container` booted from the cached
   namespace and the addresses set again after every boot; neither machined nor networkd is needed
   this way.
 
-The hub runs sshd (enabled in its root before its first boot, host keys of its own) with a bare
-repository, :data:`REMOTE_PATH`, owned by a ``git`` user whose shell is git-shell.  Every host has
-an ssh key of its own, made here with ssh-keygen into its state directory and copied to
-:data:`KEY` inside; the hub's ``git`` user accepts each public key on a line of its own
-(``authorized_keys``, a comment naming the host, so a later forced command can tell hosts apart),
-and every host knows the hub's host key (``/etc/ssh/ssh_known_hosts``).  :meth:`Fleet.git` runs git
-inside a host with its own key.
+The hub runs sshd (enabled in its root before its first boot, host keys of its own) for a ``git``
+user whose shell is git-shell, and the fleet's bare repository, :data:`REMOTE_PATH`, set up as an
+operator would: ``memstrata fleet init-remote`` (the repository, its update hook, the gate) and
+``memstrata fleet authorize HOST KEY.pub`` for each host.  Every host has an ssh key of its own, made
+here with ssh-keygen into its state directory and copied to :data:`KEY` inside; the hub's ``git``
+user accepts each public key on a line of its own whose forced command is the gate naming that host
+(so a key writes its host's refs only and reads those and the shared core), and every host knows the
+hub's host key (``/etc/ssh/ssh_known_hosts``).  :meth:`Fleet.git` runs git inside a host with its own
+key.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.system import operator
-from tests.system.container import Container, ContainerError
+from tests.system.container import Container, ContainerError, checkout_env
 
 HUB = "hub"
 SPOKES = ("spoke-1", "spoke-2")
@@ -253,24 +255,23 @@ class Fleet:
             (host.root / "etc" / "ssh" / "ssh_known_hosts").write_text(known)
 
     def _hub_git(self) -> None:
-        """The fleet's bare repository, owned by ``git`` (git-shell: no login), every host's key accepted."""
-        keys = "".join(
-            f"restrict {(host.state / 'fleet-key.pub').read_text().strip()}\n" for host in self.hosts.values()
-        )
-        home = f"/home/{GIT_USER}"
+        """The fleet's remote as an operator sets it up: a ``git`` user (git-shell: no login), then
+        ``memstrata fleet init-remote`` (the bare repository, its hook, the gate) and ``memstrata fleet
+        authorize`` for every host's key (the gate as its forced command, naming the host)."""
         self.sh(
             HUB,
             f"""
-            useradd --create-home --home-dir {home} --shell /usr/bin/git-shell {GIT_USER}
+            useradd --create-home --home-dir /home/{GIT_USER} --shell /usr/bin/git-shell {GIT_USER}
             usermod -p '*' {GIT_USER}  # no password, not locked ('!' would refuse key logins too)
-            mkdir -p {shlex.quote(os.path.dirname(REMOTE_PATH))}
-            git init -q --bare --initial-branch=main {REMOTE_PATH}
-            chown -R {GIT_USER}: {shlex.quote(os.path.dirname(REMOTE_PATH))}
-            install -d -m 700 -o {GIT_USER} -g {GIT_USER} {home}/.ssh
             """,
         )
-        self.container(HUB).write(f"{home}/.ssh/authorized_keys", keys, mode=0o600)
-        self.run(HUB, "chown", f"{GIT_USER}:{GIT_USER}", f"{home}/.ssh/authorized_keys")
+        hub = self.container(HUB)
+        env = checkout_env()
+        hub.run(operator.MEMSTRATA, "fleet", "init-remote", REMOTE_PATH, "--user", GIT_USER, env=env, timeout=120)
+        for host in self.hosts.values():
+            pub = f"/root/{host.role}-fleet-key.pub"
+            hub.write(pub, (host.state / "fleet-key.pub").read_text())
+            hub.run(operator.MEMSTRATA, "fleet", "authorize", host.role, pub, "--user", GIT_USER, env=env, timeout=120)
 
     def _parallel(self, step) -> None:
         with ThreadPoolExecutor(len(self.hosts) or 1) as pool:

@@ -80,6 +80,7 @@ COMMANDS = [
     ["update"], ["delete"], ["restore-memory"], ["cleanup"], ["consolidate"], ["backup"], ["restore-backup"],
     ["install"],
     ["uninstall"],
+    ["fleet", "init-remote"], ["fleet", "authorize"],
 ]  # fmt: skip
 
 

@@ -1,0 +1,337 @@
+"""The fleet's remote on the hub: its bare repository, its hooks, its gate and the hosts' keys.
+
+``memstrata fleet init-remote`` and ``memstrata fleet authorize`` (daemon/front/fleet_commands.py)
+call :func:`init_remote` and :func:`authorize`.  The layout they guard:
+
+- ``refs/memstrata/<host>/<agent>/…`` is written by ``<host>`` alone, through ssh with its own key,
+  whose forced command is the gate (daemon/ops/fleet_gate.py, installed as a copy outside any
+  checkout) naming the host; never rewound, never deleted;
+- ``refs/memstrata/shared/core`` is written by the hub alone, through the repository's path on its
+  own disk (no key can: the gate's host is never ``shared`` and the hook holds a host to its prefix).
+
+Who owns what: the repository's top, its ``config``, ``hooks/`` and ``info/`` are root's (read by
+all), so the ``git`` user behind the gate cannot change what root's own git runs there (a hook, a
+config key); ``objects/``, ``refs/`` and ``logs/`` are group-writable for the ``git`` user's group
+(``core.sharedRepository=group``: what root's pushes create there stays writable for it).
+``receive.denyNonFastForwards`` and ``receive.denyDeletes`` hold for ``refs/heads/`` only (git's
+rule): under ``refs/memstrata/`` the update hook is what refuses a rewind or a deletion.
+
+What one repository cannot stop: a host that *knows* an object id of another host's (never shown to
+it here) can push a ref of its own naming that object, then fetch it; git's hidden refs hide names,
+not objects (gitnamespaces(7), "Security").  Object stores apart (a repository per host) would.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import grp
+import os
+import pwd
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon.ops import fleet_gate
+
+GATE = Path("/usr/local/lib/memstrata/fleet-gate")
+GIT_USER = "git"
+GATE_COMMAND = "memstrata-fleet-gate"  # its name in ~/git-shell-commands/ for a git-shell user
+RESERVED_HOSTS = fleet_gate.RESERVED_HOSTS
+# what the remote enforces whoever pushes (the gate gives the receive rules on git's command line too)
+CONFIG = {
+    "core.logAllRefUpdates": "always",  # a reflog on a bare repository: every update of a ref, forced or not
+    "core.sharedRepository": "group",
+    "receive.denyNonFastForwards": "true",
+    "receive.denyDeletes": "true",
+    "receive.fsckObjects": "true",
+    "receive.autogc": "false",  # a gc run by the git user would write root's top directory
+    "uploadpack.allowTipSHA1InWant": "false",
+    "uploadpack.allowReachableSHA1InWant": "false",
+    "uploadpack.allowAnySHA1InWant": "false",
+}
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")  # said inside single quotes by git and the gate, as is
+KEY_TYPES = (
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+)
+KEY_IN_LINE = re.compile(r"(?:^|[\s,])(" + "|".join(re.escape(t) for t in KEY_TYPES) + r")\s+([A-Za-z0-9+/]+=*)")
+MARK = re.compile(r"\smemstrata:(\S+)\s*$")  # the comment authorize gives its lines
+
+# The update hook: a push through the gate names its host; one through the path (the hub's) does not.
+UPDATE_HOOK = r"""#!/bin/sh
+# memstrata fleet (written by `memstrata fleet init-remote`; run again to restore it).
+# A push through ssh comes through the gate, which sets MEMSTRATA_FLEET_HOST: that host writes
+# refs/memstrata/<host>/ only, fast-forward only, no deletion.  A push through the repository's path
+# on the hub (the variable unset) writes under refs/memstrata/ (the shared core, the hub's own refs).
+LC_ALL=C
+export LC_ALL
+ref=$1 old=$2 new=$3
+zero=0000000000000000000000000000000000000000
+refuse() { echo "memstrata fleet: refused $ref: $*" >&2; exit 1; }
+case $ref in refs/memstrata/?*) ;; *) refuse "outside refs/memstrata/" ;; esac
+if [ -n "${MEMSTRATA_FLEET_HOST+set}" ]; then
+    host=$MEMSTRATA_FLEET_HOST
+    case $host in
+        '' | shared | *[!a-z0-9_-]* | [!a-z0-9]*) refuse "no valid host named by the gate" ;;
+    esac
+    [ "${#host}" -le 64 ] || refuse "no valid host named by the gate"
+    case $ref in
+        "refs/memstrata/$host/"?*) ;;
+        *) refuse "host $host writes refs/memstrata/$host/ only" ;;
+    esac
+fi
+[ "$new" != "$zero" ] || refuse "refs are never deleted"
+if [ "$old" != "$zero" ]; then
+    git merge-base --is-ancestor "$old" "$new" || refuse "not a fast-forward (refs are never rewound)"
+fi
+exit 0
+"""
+
+
+class RemoteError(Exception):
+    """Something the operator must fix (said as one line by the command)."""
+
+
+@dataclass
+class Steps:
+    """What a command did, one ``(action, what)`` per step (the CLI's lines, or its JSON)."""
+
+    lines: list[tuple[str, str]] = field(default_factory=list)
+
+    def add(self, action: str, what: str) -> None:
+        self.lines.append((action, what))
+
+
+def check_host(host: str) -> str:
+    if host in RESERVED_HOSTS:
+        raise RemoteError(
+            f"{host!r} is reserved (refs/memstrata/{host}/ is the hub's shared core): name the host otherwise"
+        )
+    if not fleet_gate.valid_host(host):
+        raise RemoteError(
+            f"invalid host name {host!r}: use 1-64 characters from a-z, 0-9, '_' and '-', "
+            "starting with a letter or digit"
+        )
+    return host
+
+
+def check_path(path: Path, what: str) -> str:
+    text = str(path)
+    if not SAFE_PATH.match(text) or "/../" in f"{text}/" or "/./" in f"{text}/":
+        raise RemoteError(f"{what} {text!r}: give an absolute path of letters, digits and . _ - / (no '..')")
+    return text
+
+
+# ---------------------------------------------------------------- the remote
+
+
+def init_remote(path: Path, user: str = GIT_USER, gate: Path = GATE) -> Steps:
+    """Create (or check and repair) the fleet's bare repository at ``path``, its hook and the gate."""
+    repository = check_path(path, "repository")
+    check_path(gate, "gate")
+    group = _account(user)[1]
+    steps = Steps()
+    if path.exists():
+        if _git(repository, "rev-parse", "--is-bare-repository", check=False).stdout.strip() != "true":
+            raise RemoteError(f"{repository} exists and is not a bare git repository")
+        steps.add("kept", repository)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _run(["git", "init", "-q", "--bare", "--shared=group", "--initial-branch=main", repository])
+        steps.add("created", repository)
+    for key, value in CONFIG.items():
+        if _git(repository, "config", "--get", key, check=False).stdout.strip() != value:
+            _git(repository, "config", key, value)
+            steps.add("set", f"{key}={value}")
+    # HEAD names a branch nobody writes: a resolving HEAD would show its target's name to every host
+    if _git(repository, "symbolic-ref", "HEAD", check=False).stdout.strip() != "refs/heads/main":
+        _git(repository, "symbolic-ref", "HEAD", "refs/heads/main")
+        steps.add("set", "HEAD -> refs/heads/main")
+    (path / "logs").mkdir(exist_ok=True)
+    steps.add(_install(path / "hooks" / "update", UPDATE_HOOK), str(path / "hooks" / "update"))
+    _own(path, group)
+    steps.add("owned", f"{repository}: its refs, objects and logs writable by group {grp.getgrgid(group).gr_name}")
+    gate.parent.mkdir(parents=True, exist_ok=True)
+    steps.add(
+        _install(gate, gate_text(repository)), f"{gate} (the forced command of every host's key, for {repository})"
+    )
+    return steps
+
+
+def gate_text(repository: str) -> str:
+    """The gate's source with the repository written in (the installed copy imports nothing of ours)."""
+    source = Path(fleet_gate.__file__).read_text()
+    line = re.compile(r"^REPOSITORY = .*$", re.MULTILINE)
+    if len(line.findall(source)) != 1:
+        raise RemoteError("daemon/ops/fleet_gate.py has no single REPOSITORY line to fill in")
+    return line.sub(lambda _m: f"REPOSITORY = {repository!r}  # the repository this gate guards", source)
+
+
+def _own(path: Path, group: int) -> None:
+    """Root's top, config, hooks and info; the group's refs, objects and logs (setgid: new entries stay its)."""
+    top_owner = os.getuid()
+    if os.geteuid() != 0 and group not in os.getgroups() and group != os.getgid():
+        raise RemoteError(f"run this as root: {path} must be writable by group {group}")
+    os.chown(path, top_owner, group)
+    os.chmod(path, 0o2755)
+    for name in ("config", "HEAD", "description", "packed-refs"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chown(path / name, top_owner, group)
+            os.chmod(path / name, 0o644)
+    for name in ("hooks", "info", "branches"):
+        for root, _dirs, files in os.walk(path / name):
+            os.chown(root, top_owner, group)
+            os.chmod(root, 0o2755)
+            for entry in files:
+                os.chown(Path(root) / entry, top_owner, group, follow_symlinks=False)
+                os.chmod(Path(root) / entry, os.lstat(Path(root) / entry).st_mode & 0o755)
+    for name in ("objects", "refs", "logs"):
+        for root, dirs, files in os.walk(path / name):
+            os.chown(root, -1, group)
+            os.chmod(root, 0o2775)
+            for entry in (*dirs, *files):
+                os.chown(Path(root) / entry, -1, group, follow_symlinks=False)
+
+
+# ---------------------------------------------------------------- the hosts' keys
+
+
+def authorize(
+    host: str, pubkey: Path, user: str = GIT_USER, gate: Path = GATE, authorized_keys: Path | None = None
+) -> tuple[Path, str, Steps]:
+    """Give ``host``'s key the gate as its forced command in ``user``'s ``authorized_keys``.
+
+    Returns the file, the line and what was done.  A line of the same host is replaced; a key already
+    on another line (another host's, or one without the gate: sshd takes the first line that matches)
+    is refused."""
+    check_host(host)
+    gate_path = check_path(gate, "gate")
+    key_type, key = _public_key(pubkey)
+    uid, gid, home, shell = _account(user)
+    target = authorized_keys or Path(home) / ".ssh" / "authorized_keys"
+    steps = Steps()
+    command = f"{gate_path} {host}"
+    if Path(shell).name == "git-shell":
+        command = f"{_git_shell_command(Path(home), gate, steps)} {host}"
+    line = f'command="{command}",restrict {key_type} {key} memstrata:{host}'
+    kept: list[str] = []
+    old = target.read_text().splitlines() if target.exists() else []
+    for number, existing in enumerate(old, 1):
+        mark = MARK.search(existing)
+        found = KEY_IN_LINE.search(existing)
+        same_key = found is not None and found.group(2) == key
+        if mark is not None and mark.group(1) == host and existing.lstrip().startswith("command="):
+            steps.add("replaced", f"{target}:{number} (host {host})")
+            continue
+        if same_key:
+            owner = f"host {mark.group(1)}" if mark else "a line not written by memstrata fleet authorize"
+            raise RemoteError(f"this key is already in {target} on line {number} ({owner}): a key is one host's only")
+        kept.append(existing)
+    if not target.parent.exists():
+        target.parent.mkdir(mode=0o700)
+        os.chown(target.parent, uid, gid)
+        steps.add("created", str(target.parent))
+    _write(target, "".join(f"{entry}\n" for entry in [*kept, line]), 0o600, owner=(uid, gid))
+    steps.add("wrote", f"{target} (host {host}: the gate {gate_path} and nothing else)")
+    return target, line, steps
+
+
+def _public_key(pubkey: Path) -> tuple[str, str]:
+    """``(type, base64)`` of the one public key in the file (its comment and options dropped)."""
+    try:
+        text = pubkey.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RemoteError(f"cannot read the public key {pubkey}: {exc}") from None
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    parts = lines[0].split() if len(lines) == 1 else []
+    if len(parts) < 2 or parts[0] not in KEY_TYPES:
+        raise RemoteError(f"{pubkey}: give one OpenSSH public key (a line 'ssh-ed25519 AAAA… comment'), no options")
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except ValueError:
+        raise RemoteError(f"{pubkey}: the key is not base64") from None
+    if blob[4 : 4 + len(parts[0])] != parts[0].encode():
+        raise RemoteError(f"{pubkey}: the key's data does not say its type {parts[0]}")
+    return parts[0], parts[1]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _git_shell_command(home: Path, gate: Path, steps: Steps) -> str:
+    """The gate's name for a user whose shell is git-shell: sshd runs ``git-shell -c COMMAND``, and
+    git-shell runs nothing but git's own commands and ``~/git-shell-commands/NAME`` (no '/' in NAME),
+    so the gate is linked there, in a directory of root's."""
+    commands = home / "git-shell-commands"
+    commands.mkdir(mode=0o755, exist_ok=True)
+    link = commands / GATE_COMMAND
+    if not (link.is_symlink() and os.readlink(link) == str(gate)):
+        tmp = commands / f".{GATE_COMMAND}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        tmp.symlink_to(gate)
+        os.replace(tmp, link)
+        steps.add("linked", f"{link} -> {gate} (the user's shell is git-shell)")
+    return GATE_COMMAND
+
+
+def _account(user: str) -> tuple[int, int, str, str]:
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise RemoteError(
+            f"no user {user!r} on this host (create it: useradd --shell /usr/bin/git-shell {user})"
+        ) from None
+    return entry.pw_uid, entry.pw_gid, entry.pw_dir, entry.pw_shell
+
+
+def _install(path: Path, text: str) -> str:
+    """An executable of root's (a hook, the gate): ``kept`` when it is already what it should be."""
+    with contextlib.suppress(OSError):
+        st = path.lstat()
+        if path.read_text() == text and st.st_mode & 0o7777 == 0o755 and st.st_uid == os.geteuid():
+            return "kept"
+    _write(path, text, 0o755)
+    return "wrote"
+
+
+def _write(path: Path, text: str, mode: int, owner: tuple[int, int] | None = None) -> None:
+    """Beside, fsync, chmod and chown, rename: the old file or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            if owner is not None and (os.geteuid() == 0 or owner[0] != os.getuid()):
+                os.fchown(handle.fileno(), *owner)
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _git(repository: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return _run(["git", "-c", f"safe.directory={repository}", "--git-dir", repository, *args], check=check)
+
+
+def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+    if check and proc.returncode != 0:
+        raise RemoteError(f"{' '.join(argv)}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
+    return proc
