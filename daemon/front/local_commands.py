@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from daemon.common.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, SearchAnswer, StatusDocument
 from daemon.common.terminal import escaped, for_terminal
 from daemon.common.workspaces import get_agent
 from daemon.front.options import (
@@ -38,6 +37,7 @@ from protocol.limits import L3_RESULTS
 if TYPE_CHECKING:
     from daemon.common.config import Config
     from daemon.common.config_cache import FrontConfig
+    from daemon.common.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, SearchAnswer, StatusDocument
     from layers.local.storage.index import Filters
 
 
@@ -205,7 +205,7 @@ def search_conversation(
             options: dict[str, Any] = {"filters": filters, "threshold": threshold, "explain": explain}
             options.update(show_superseded=show_superseded, trust_min=trust_min, max_tokens=max_tokens)
             sent = client.call(MemorySearch(agent_id, query, limit=limit, fallback=fallback, **options))
-            answer = cast(MemoryAnswer, sent)
+            answer = cast("MemoryAnswer", sent)
     except DaemonRequestError as exc:
         raise conversation_failed(exc) from None
     except DaemonUnavailableError as exc:
@@ -344,7 +344,7 @@ def search_cmd(
                     max_tokens=max_tokens,
                 )
             )
-            answer = cast(SearchAnswer, sent)
+            answer = cast("SearchAnswer", sent)
     except DaemonRequestError as exc:
         raise request_failed(exc) from None
     except DaemonUnavailableError:
