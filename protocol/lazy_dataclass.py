@@ -21,13 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-if TYPE_CHECKING:
-    from typing_extensions import dataclass_transform  # typing's from Python 3.11; the skill's python3 may be 3.10
-else:
-
-    def dataclass_transform(**_: object) -> Callable[[Any], Any]:
-        return lambda decorated: decorated
-
+__all__ = ["LazyDataclass", "LazyDataclassMeta", "defer_dataclass", "lazy_dataclass", "make"]
 
 T = TypeVar("T", bound=type)
 L = TypeVar("L", bound="LazyDataclass")
@@ -41,8 +35,7 @@ _making: set[type] = set()  # being made by the thread holding the lock (what da
 _lock = threading.RLock()
 
 
-@dataclass_transform()  # to mypy, as dataclasses.dataclass (its fields' defaults read as before)
-def lazy_dataclass(*, frozen: bool = False) -> Callable[[T], T]:
+def defer_dataclass(*, frozen: bool = False) -> Callable[[T], T]:
     """``@dataclasses.dataclass(frozen=...)``, applied when the class is first used (a :class:`LazyDataclass`)."""
 
     def record(cls: T) -> T:
@@ -72,6 +65,12 @@ def make(cls: type) -> bool:
                 finally:
                     _making.discard(c)
     return True
+
+
+if TYPE_CHECKING:  # to mypy, the dataclass the class becomes (typing.dataclass_transform is Python 3.11's)
+    from dataclasses import dataclass as lazy_dataclass
+else:
+    lazy_dataclass = defer_dataclass
 
 
 class LazyDataclassMeta(type):
