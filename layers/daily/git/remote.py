@@ -223,8 +223,8 @@ class Pushed:
         return not self.refused
 
 
-def _local_refs(copy: HistoryCopy) -> dict[str, str]:
-    """The copy's daemon ref and lost refs: ref -> sha."""
+def local_refs(copy: HistoryCopy) -> dict[str, str]:
+    """The copy's daemon ref and lost refs (what a push offers): ref -> sha."""
     if not copy.exists:
         return {}
     out = copy.runner().run("for-each-ref", "--format=%(objectname) %(refname)", DAEMON_REF, LOST_PREFIX)
@@ -247,7 +247,7 @@ def _tail(local: str, line: int) -> str:
 
 def daemon_ref_on_remote(copy: HistoryCopy, host: str, agent: str) -> str:
     """The remote ref the copy's daemon ref is pushed to now (its line)."""
-    return remote_prefix(host, agent) + _tail(DAEMON_REF, line_of(_local_refs(copy)))
+    return remote_prefix(host, agent) + _tail(DAEMON_REF, line_of(local_refs(copy)))
 
 
 def parse_porcelain(out: str) -> dict[str, tuple[str, str]]:
@@ -279,7 +279,7 @@ def push(copy: HistoryCopy, remote: Remote, host: str, agent: str) -> Pushed:
     the copy (:func:`behind`).
     """
     prefix = remote_prefix(host, agent)
-    local = _local_refs(copy)
+    local = local_refs(copy)
     if not local:
         return Pushed(remote.shown)
     line = line_of(local)
@@ -365,7 +365,7 @@ def behind(copy: HistoryCopy, host: str, agent: str) -> Behind:
     the new line's commits shared with an older line are not owed again.
     """
     pushed = pushed_refs(copy, host, agent)
-    local = _local_refs(copy)
+    local = local_refs(copy)
     head = local.get(DAEMON_REF)
     last = pushed.get(_tail(DAEMON_REF, line_of(local)))
     count = 0
