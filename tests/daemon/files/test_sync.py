@@ -10,6 +10,9 @@ import json
 import subprocess
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from daemon.front.daemon_client import _UnixConnection
 from tests.helpers import LEAN, init_root, run_cli, wait_for
 
 HOST = "spoke-1"
@@ -70,9 +73,20 @@ def test_a_note_reaches_the_remote_and_status_and_the_host_report_say_so(tmp_pat
     assert _git(remote, "rev-list", "--count", f"refs/memstrata/{HOST}/status").strip() != "1", "a line of reports"
     text = " ".join(run_cli("status", config=config).stdout.split())  # the report's lines fit the terminal
     assert f"sync: host {HOST} to {remote}: reachable, up to date" in text
-    metrics = run_cli("metrics", config=config, check=False).stdout
-    if metrics:  # the CLI's metrics command, where there is one
-        assert 'memstrata_sync_behind_commits{agent="main"} 0.0' in metrics
+    conn = _UnixConnection(str(d.socket), timeout=10)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {d.admin_token()}"})
+    series = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(conn.getresponse().read().decode())
+        for s in family.samples
+    }
+    assert series[("memstrata_sync_reachable", ())] == 1
+    assert series[("memstrata_sync_behind_commits", (("agent", "main"),))] == 0
+    assert series[("memstrata_sync_refused_refs", (("agent", "main"),))] == 0
+    anonymous = d.status(token=None)["sync"]
+    assert (
+        anonymous["host"] == HOST and anonymous["reachable"] and "remote" not in anonymous and "agents" not in anonymous
+    )
 
 
 def test_an_absent_remote_keeps_a_backlog_that_drains_when_it_is_back_and_after_a_restart(tmp_path, daemons):
