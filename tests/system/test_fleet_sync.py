@@ -70,9 +70,12 @@ def _note(f, role: str, name: str, text: str) -> str:
     """A note written in the spoke's agent workspace; the commit that holds it."""
     ws = _workspace(role)
     f.container(role).write(f"{ws}/memory/{name}", text)
-    log = ["git", "-C", ws, "log", "-1", "--format=%H %s"]
-    line = _poll(lambda: (out := f.run(role, *log).stdout.strip()) if name in out else "", 60, f"{name} committed")
-    return line.split()[0]
+
+    def committed() -> str:
+        line = f.run(role, "git", "-C", ws, "log", "-1", "--format=%H %s").stdout.strip()
+        return line.split()[0] if name in line else ""
+
+    return _poll(committed, 60, f"{name} committed")
 
 
 def _sync(f, role: str) -> dict:
