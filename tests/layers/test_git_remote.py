@@ -434,3 +434,26 @@ def test_a_spoke_with_no_shared_core_on_the_remote_is_told_so(tmp_path, remote):
     with pytest.raises(fleet.NotOnRemote):
         shared_core.fetch_shared(fleet.Remote(str(remote)), tmp_path / "m.git", tmp_path / "shared")
     assert not (tmp_path / "shared").exists() and shared_core.exported(tmp_path / "m.git") is None
+
+
+# ---------------------------------------------------------------- the host's report
+
+
+def test_a_hosts_reports_are_a_line_and_a_second_host_under_its_name_is_refused(tmp_path, remote):
+    from layers.daily.git import host_report
+
+    target = fleet.Remote(str(remote))
+    ref = host_report.report_ref(HOST)
+    first = host_report.push_report(target, tmp_path / "a" / "report.git", HOST, b'{"n": 1}\n')
+    second = host_report.push_report(target, tmp_path / "a" / "report.git", HOST, b'{"n": 2}\n')
+    assert (first.status, second.status) == ("new", "moved") and _ref(remote, ref) == second.sha
+    assert _git(remote, "rev-parse", f"{second.sha}^").strip() == first.sha, "each report the child of the last"
+    assert _git(remote, "show", f"{ref}:status.json") == '{"n": 2}\n'
+    # a host rebuilt under the name (a fresh state directory) goes on from the remote's last report...
+    other = host_report.push_report(target, tmp_path / "b" / "report.git", HOST, b'{"n": 3}\n')
+    assert other.status == "moved" and _git(remote, "rev-parse", f"{other.sha}^").strip() == second.sha
+    # ...and the first one, still running, is refused: two hosts under one name are never merged
+    again = host_report.push_report(target, tmp_path / "a" / "report.git", HOST, b'{"n": 4}\n')
+    assert again.status == "refused" and _ref(remote, ref) == other.sha and _forced(remote, ref) == 0
+    with pytest.raises(fleet.RemoteNameError):
+        host_report.report_ref("../x")

@@ -117,10 +117,19 @@ def test_a_cut_spokes_notes_arrive_after_its_link_is_back(synced):
 
 def test_a_spoke_that_loses_power_loses_no_commit_it_made(synced):
     f = synced
-    head = _note(f, "spoke-2", "2026-12-03.md", "# power\n\n- committed just before the cut\n")
-    f.kill("spoke-2")
-    f.boot("spoke-2")
-    _poll(lambda: _hub_ref(f, _line0("spoke-2")) == head, 180, "the commit on the hub after the reboot")
+    before = _hub_ref(f, _line0("spoke-2"))
+    f.cut("spoke-2")  # the commit cannot leave before the power cut: the backlog must survive it
+    try:
+        head = _note(f, "spoke-2", "2026-12-03.md", "# power\n\n- committed just before the cut\n")
+        f.kill("spoke-2")
+        f.boot("spoke-2")  # its link still down, as it was
+        assert _hub_ref(f, _line0("spoke-2")) != head
+        _poll(lambda: _agent_sync(f, "spoke-2")["behind_commits"] >= 1, 180, "status after the boot: behind")
+    finally:
+        f.restore("spoke-2")
+    _poll(lambda: _hub_ref(f, _line0("spoke-2")) == head, 120, "the commit on the hub once the link is back")
+    ahead = f.run(HUB, "git", "--git-dir", REMOTE_PATH, "merge-base", "--is-ancestor", before, head, check=False)
+    assert ahead.returncode == 0, "a fast-forward of what the hub had: nothing rewritten, nothing forced"
 
 
 def test_a_lost_spokes_agent_is_restored_on_the_other_spoke(synced):
