@@ -191,3 +191,21 @@ def test_an_agent_restored_on_a_new_host_has_every_file_and_commit_and_is_search
     # the new host pushes the agent under its own name, from where the old one left off
     wait_for(lambda: _ref(remote, _line0("alpha", "spoke-2")) is not None, what="alpha under spoke-2")
     assert _ref(remote, _line0("alpha")) == head and d2.status()["sync"]["host"] == "spoke-2"
+
+
+def test_a_history_the_agent_rewrote_goes_to_a_new_line_and_the_old_one_stays(tmp_path, daemons):
+    remote = _bare(tmp_path / "fleet.git")
+    config = _root(tmp_path, remote)
+    ws = config.parent / "workspace"
+    d = daemons(config)
+    _note(ws, "2026-12-01.md", "one\n")
+    old = _note(ws, "2026-12-02.md", "two\n")
+    wait_for(lambda: _ref(remote, _line0()) == old)
+    _git(ws, "reset", "-q", "--hard", "HEAD~1")  # the agent rewrites its own history
+    new = _note(ws, "2026-12-03.md", "three\n")
+    line1 = f"refs/memstrata/{HOST}/main/line/1"
+    wait_for(lambda: _ref(remote, line1) == new, what="the rewritten history on a line of its own")
+    lost = _git(remote, "for-each-ref", "--format=%(objectname)", f"refs/memstrata/{HOST}/main/lost/").split()
+    assert _ref(remote, _line0()) == old and lost == [old], "the old line stays as it was, and as lost"
+    s = wait_for(lambda: (s := _sync(d))["agent"]["last_pushed"] == new and s)
+    assert s["agent"]["remote_ref"] == line1 and s["agent"]["refused"] == [] and s["agent"]["behind_lost"] == 0
