@@ -276,15 +276,16 @@ def agent_restore_from_remote(ctx: click.Context, agent_id: str, host: str | Non
     workspace with files in it, or a history copy), when the remote has nothing for it, or when
     the remote cannot be reached.
     """
-    from daemon.ops.remote_restore import restore_agent
+    from daemon.front.failures import Failure
+    from daemon.ops.remote_restore import RestoreError, restore_agent
 
     config = config_of(ctx)
     if not config.paths.workspace.is_dir():
         raise click.ClickException(f"no main workspace at {config.paths.workspace}: run `memstrata init` first")
     try:
         done = restore_agent(config, agent_id, host)
-    except DaemonError as exc:
-        raise click.ClickException(str(exc)) from None
+    except RestoreError as exc:
+        raise Failure(str(exc), exc.code) from None
     report = Report(as_json)
     report.say(
         f"restored {done.workspace} from host {done.host}: {done.commits} commits, {done.files} files"

@@ -30,7 +30,12 @@ from layers.daily.git.history_copy import HistoryCopy
 
 
 class RestoreError(DaemonError):
-    """Why an agent cannot be restored here (it exists, the remote has nothing, it cannot be reached)."""
+    """Why an agent cannot be restored here; ``code`` for scripts: ``agent_exists``, ``not_on_remote``,
+    ``remote_unreachable``, ``no_remote``, ``invalid``."""
+
+    def __init__(self, message: str, code: str = "invalid") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ def remote_of(config: Config) -> fleet.Remote:
     """``git.remote`` as the pusher reaches it; RestoreError when none is configured."""
     git = config.git
     if not git.remote:
-        raise RestoreError("no git.remote in the configuration: there is no remote to restore from")
+        raise RestoreError("no git.remote in the configuration: there is no remote to restore from", "no_remote")
     try:
         return fleet.Remote(
             git.remote,
@@ -78,12 +83,15 @@ def restore_agent(config: Config, agent_id: str, host: str | None = None) -> Res
     remote = remote_of(config)
     workspace = make_agent(config, agent_id).workspace
     if _used(workspace):
-        raise RestoreError(f"agent {agent_id!r} exists here: {workspace} is not empty (nothing was changed)")
+        raise RestoreError(
+            f"agent {agent_id!r} exists here: {workspace} is not empty (nothing was changed)", "agent_exists"
+        )
     copy = HistoryCopy(history_copy_path(config, agent_id))
     if copy.exists and copy.refs():
         raise RestoreError(
             f"agent {agent_id!r} has a history here already ({copy.path}): a restore starts from none "
-            "(nothing was changed)"
+            "(nothing was changed)",
+            "agent_exists",
         )
     workspace.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".restore-{agent_id}-", dir=workspace.parent)) / "ws"
@@ -91,11 +99,12 @@ def restore_agent(config: Config, agent_id: str, host: str | None = None) -> Res
         try:
             done = fleet.restore(remote, host, agent_id, copy, staging)
         except fleet.NotOnRemote:
-            raise RestoreError(
-                f"nothing on the remote {remote.shown} for agent {agent_id!r} of host {host!r}"
-            ) from None
+            what = f"nothing on the remote {remote.shown} for agent {agent_id!r} of host {host!r}"
+            raise RestoreError(what, "not_on_remote") from None
         except fleet.Unreachable as exc:
-            raise RestoreError(f"the remote {remote.shown} cannot be reached: {exc.reason}") from None
+            raise RestoreError(
+                f"the remote {remote.shown} cannot be reached: {exc.reason}", "remote_unreachable"
+            ) from None
         if os.path.isdir(workspace) and not os.path.islink(workspace):
             os.rmdir(workspace)  # empty (checked above): the restored one takes its place
         os.rename(staging, workspace)

@@ -164,8 +164,9 @@ def test_an_agent_restored_on_a_new_host_has_every_file_and_commit_and_is_search
     d.stop()
 
     new = _root(tmp_path, remote, host="spoke-2", name="new")
-    missing = run_cli("agent", "restore-from-remote", "nobody", "--host", HOST, config=new, check=False)
-    assert missing.returncode != 0 and "nothing on the remote" in missing.stderr
+    missing = run_cli("agent", "restore-from-remote", "nobody", "--host", HOST, "--json", config=new, check=False)
+    assert missing.returncode == 1 and "nothing on the remote" in missing.stderr
+    assert json.loads(missing.stdout)["error"]["code"] == "not_on_remote"
     done = json.loads(run_cli("agent", "restore-from-remote", "alpha", "--host", HOST, "--json", config=new).stdout)
     assert done["commit"] == head and done["host"] == HOST
     ws2 = new.parent / "workspace" / "agents" / "alpha-workspace"
