@@ -313,6 +313,15 @@ def history_copy_path(config: Config, agent_id: str) -> Path:
     return config.paths.state_dir / HISTORY_DIR / f"{agent_id}.git"
 
 
+def copies_in(history_dir: Path) -> list[str]:
+    """The agents with a history copy in ``history_dir`` (``<id>.git``), removed agents' included."""
+    try:
+        names = os.listdir(history_dir)
+    except OSError:
+        return []
+    return sorted(n[:-4] for n in names if n.endswith(".git") and is_valid_id(n[:-4]))
+
+
 def workspace_repo(config: Config, workspace: Path, agent_id: str | None = None) -> WorkspaceRepo:
     """The git repository of ``workspace`` with the configured author and stale-lock age (one construction).
 

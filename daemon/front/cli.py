@@ -272,6 +272,55 @@ def agent_add(
     report.done(agent=agent_id, workspace=str(agent_obj.workspace), created=created)
 
 
+@agent.command("restore-from-remote")
+@click.argument("agent_id", metavar="ID")
+@click.option("--host", metavar="NAME", help="The host whose copy to restore (default: this host's fleet.host).")
+@json_option
+@click.pass_context
+def agent_restore_from_remote(ctx: click.Context, agent_id: str, host: str | None, as_json: bool) -> None:
+    """Bring agent ID back from the central remote (git.remote) onto this host.
+
+    For a host that lost an agent (its disk, its state directory) or a new host taking it over:
+    the agent's history copy and its workspace are rebuilt from what the daemon pushed to
+    refs/memstrata/HOST/ID/ (every file, every commit, and any history it rewrote), then the
+    agent is recorded in the registry and given a token and the memory skill, as `agent add`
+    does. The running daemon finds the workspace and indexes its files; its L4 memories are the
+    hub's and need nothing. Refused, with nothing changed, when the agent exists here (a
+    workspace with files in it, or a history copy), when the remote has nothing for it, or when
+    the remote cannot be reached.
+    """
+    from daemon.common.tokens import WORKSPACE_TOKEN, TokenStore
+    from daemon.front.failures import Failure
+    from daemon.ops.remote_restore import RestoreError, restore_agent
+
+    config = config_of(ctx)
+    if not config.paths.workspace.is_dir():
+        raise click.ClickException(f"no main workspace at {config.paths.workspace}: run `memstrata init` first")
+    try:
+        done = restore_agent(config, agent_id, host)
+    except RestoreError as exc:
+        raise Failure(str(exc), exc.code) from None
+    report = Report(as_json)
+    report.say(
+        f"restored {done.workspace} from host {done.host}: {done.commits} commits, {done.files} files"
+        + (f", {len(done.lost)} lost histories kept" if done.lost else "")
+    )
+    report.say(f"history  {done.copy}")
+    _register(config, agent_id, (), report)
+    if TokenStore(config.paths.state_dir).ensure(agent_id, done.workspace):
+        report.say(f"token    {done.workspace / WORKSPACE_TOKEN}")
+    _install_skill(config, agent_id, done.workspace, report)
+    report.done(
+        agent=agent_id,
+        host=done.host,
+        workspace=str(done.workspace),
+        commit=done.commit,
+        commits=done.commits,
+        files=done.files,
+        lost=done.lost,
+    )
+
+
 @agent.command("token")
 @click.argument("agent_id", metavar="ID")
 @json_option
