@@ -129,7 +129,7 @@ failed=0
 for repo in "$top"/hosts/*.git; do
     [ -d "$repo" ] && [ ! -L "$repo" ] || continue
     if ! out=$(git push --quiet --no-verify "$repo" "$core:$core" 2>&1); then
-        echo "memstrata fleet: the shared core was not copied into $repo: $out" >&2
+        echo "memstrata fleet: the shared core was not copied into $repo: $(echo "$out" | tr -s '\n\t ' ' ')" >&2
         failed=1
     fi
 done
