@@ -37,8 +37,9 @@ def fleet() -> None:
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @_user_option
 @_gate_option
+@click.option("--authorized-keys", type=click.Path(dir_okay=False, path_type=Path), hidden=True)  # for tests
 @json_option
-def init_remote_cmd(path: Path, user: str, gate: Path, as_json: bool) -> None:
+def init_remote_cmd(path: Path, user: str, gate: Path, authorized_keys: Path | None, as_json: bool) -> None:
     """Create the fleet's top repository at PATH (or check and repair it), on the hub, as root.
 
     \b
@@ -64,14 +65,15 @@ def init_remote_cmd(path: Path, user: str, gate: Path, as_json: bool) -> None:
       git-receive-pack on PATH, from PATH/hosts/HOST.git, and nothing else; a host sees
       and fetches only its own refs and the shared core
 
-    Safe to run again: it sets what differs, rewrites the hooks and the gate, repairs
-    every host's repository and copies the shared core into it. Refs of hosts found in
+    Safe to run again: it sets what differs, rewrites the hooks and the gate, makes or
+    repairs the repository of every host (those under PATH/hosts/, and those --user's
+    authorized_keys has a gated line for) and copies the shared core into it. Refs of hosts found in
     PATH itself (pushed before the repositories per host) are listed and left there.
     Then, for each host: memstrata fleet authorize HOST HOST-KEY.pub
     """
     remote = _remote()
     try:
-        steps = remote.init_remote(path.absolute(), user=user, gate=gate)
+        steps = remote.init_remote(path.absolute(), user=user, gate=gate, authorized_keys=authorized_keys)
     except (remote.RemoteError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     report = Report(as_json)

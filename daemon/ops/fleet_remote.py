@@ -109,6 +109,12 @@ exit 0
 """
 
 # The top's post-receive hook: the shared core, once the hub pushed it, into every host's repository.
+# A hook of the repository, not the job of push_shared's caller: it holds for whoever writes the core
+# (the daemon, an operator's push by hand, a caller yet to come), none of which need know hosts/.
+# post-receive, not reference-transaction: it runs once per push, after the refs are written and out
+# of every lock (a copy that fails never undoes nor holds back the core, and is said to the pusher),
+# where reference-transaction runs inside every ref update of every git command in the repository.
+# What it cannot see, a ref written without a push (git update-ref in the top), init-remote repairs.
 POST_RECEIVE_HOOK = r"""#!/bin/sh
 # memstrata fleet (written by `memstrata fleet init-remote`; run again to restore it).
 # When refs/memstrata/shared/core moved here, push it (its current value, never forced: the host
@@ -174,21 +180,26 @@ def check_path(path: Path, what: str) -> str:
 # ---------------------------------------------------------------- the remote
 
 
-def init_remote(path: Path, user: str = GIT_USER, gate: Path = GATE) -> Steps:
+def init_remote(path: Path, user: str = GIT_USER, gate: Path = GATE, authorized_keys: Path | None = None) -> Steps:
     """Create (or check and repair) the fleet's top repository at ``path``, its hooks, the gate, and
-    every host's repository already under ``hosts/`` (each given the current shared core)."""
+    every host's repository: those under ``hosts/`` and those of the hosts ``authorize`` gave a key
+    in ``user``'s ``authorized_keys`` (a remote made before the repositories per host), each given
+    the current shared core."""
     repository = check_path(path, "repository")
     check_path(gate, "gate")
-    group = _account(user)[1]
+    _uid, group, home, _shell = _account(user)
     steps = Steps()
     _repository(path, group, steps, hooks={"update": UPDATE_HOOK, "post-receive": POST_RECEIVE_HOOK})
     hosts = path / fleet_gate.HOSTS
-    if not hosts.is_dir() or hosts.is_symlink():
+    if hosts.is_symlink() or (hosts.exists() and not hosts.is_dir()):
+        raise RemoteError(f"{hosts} exists and is not a directory")
+    if not hosts.exists():
         hosts.mkdir()
         steps.add("created", f"{hosts} (a repository per host: memstrata fleet authorize HOST)")
     os.chown(hosts, os.getuid(), group)
     os.chmod(hosts, 0o2755)
-    for host in fleet_hosts.host_names(path):
+    keys = authorized_keys or Path(home) / ".ssh" / "authorized_keys"
+    for host in sorted({*fleet_hosts.host_names(path), *_authorized_hosts(keys)}):
         _host_repository(path, host, group, steps)
     gate.parent.mkdir(parents=True, exist_ok=True)
     steps.add(
@@ -197,6 +208,18 @@ def init_remote(path: Path, user: str = GIT_USER, gate: Path = GATE) -> Steps:
     )
     _left_in_top(path, steps)
     return steps
+
+
+def _authorized_hosts(keys: Path) -> list[str]:
+    """The hosts of the gated lines ``authorize`` wrote (none when the file is missing)."""
+    try:
+        lines = keys.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise RemoteError(f"cannot read {keys}: {exc.strerror}") from None
+    found = (MARK.search(line) for line in lines if line.lstrip().startswith("command="))
+    return [mark.group(1) for mark in found if mark is not None and fleet_gate.valid_host(mark.group(1))]
 
 
 def _left_in_top(path: Path, steps: Steps) -> None:

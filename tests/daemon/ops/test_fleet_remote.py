@@ -16,6 +16,7 @@ import getpass
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -38,19 +39,18 @@ class Remote:
         self.path = tmp / "srv" / "fleet.git"
         self.gate = tmp / "lib" / "fleet-gate"
         self.url = f"ssh://hub{self.path}"
+        self.keys = tmp / "home" / ".ssh" / "authorized_keys"  # the user's, for these tests
 
     def init(self, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
-        return run_cli(
-            "fleet", "init-remote", str(self.path), "--user", USER, "--gate", str(self.gate), *extra, check=check
-        )
+        args = ["fleet", "init-remote", str(self.path), "--user", USER, "--gate", str(self.gate)]
+        return run_cli(*args, "--authorized-keys", str(self.keys), *extra, check=check)
 
     def authorize(self, host: str, check: bool = True) -> subprocess.CompletedProcess:
         """``memstrata fleet authorize HOST`` with a key of its own: makes ``hosts/HOST.git``."""
         pub = _key(self.tmp, f"key-{host}")
-        keys = self.tmp / "home" / ".ssh" / "authorized_keys"
-        keys.parent.parent.mkdir(exist_ok=True)
+        self.keys.parent.mkdir(parents=True, exist_ok=True)
         args = ["fleet", "authorize", host, str(pub), "--user", USER, "--gate", str(self.gate)]
-        return run_cli(*args, "--authorized-keys", str(keys), "--json", check=check)
+        return run_cli(*args, "--authorized-keys", str(self.keys), "--json", check=check)
 
     def host(self, host: str) -> Path:
         return self.path / "hosts" / f"{host}.git"
@@ -102,11 +102,10 @@ def remote(tmp_path):
     """The top repository, and spoke-1's and spoke-2's own (authorized before any shared core); made
     in this process, the library the commands call (the commands themselves are run by the tests)."""
     r = Remote(tmp_path)
-    fleet_remote.init_remote(r.path, user=USER, gate=r.gate)
-    keys = tmp_path / "home" / ".ssh" / "authorized_keys"
-    keys.parent.mkdir(parents=True)
+    fleet_remote.init_remote(r.path, user=USER, gate=r.gate, authorized_keys=r.keys)
+    r.keys.parent.mkdir(parents=True)
     for host in ("spoke-1", "spoke-2"):
-        fleet_remote.authorize(host, _key(tmp_path, f"key-{host}"), user=USER, gate=r.gate, authorized_keys=keys)
+        fleet_remote.authorize(host, _key(tmp_path, f"key-{host}"), user=USER, gate=r.gate, authorized_keys=r.keys)
     return r
 
 
@@ -172,11 +171,16 @@ def test_init_remote_again_repairs_each_hosts_repository_and_lists_hosts_refs_le
     old = "refs/memstrata/spoke-9/agent-x/daemon"
     git("-C", str(ws), "push", "-q", str(remote.path), f"HEAD:{old}")
     sha = remote.refs()[old]
+    core = workspace(tmp_path, "hub-shared")
+    git("-C", str(core), "push", "-q", str(remote.path), f"HEAD:{CORE}")
+    shutil.rmtree(remote.host("spoke-2"))  # an authorized host without its repository (keys from before hosts/)
     proc = remote.init()
     assert f"set      {spoke}: receive.denyNonFastForwards=true" in proc.stdout, proc.stdout
     assert f"wrote    {spoke / 'hooks' / 'update'}" in proc.stdout
     assert "left there, not moved" in proc.stdout and f"left     {old} {sha}" in proc.stdout, proc.stdout
     assert remote.refs()[old] == sha and not (remote.path / "hosts" / "spoke-9.git").exists()
+    assert f"created  {remote.host('spoke-2')}" in proc.stdout
+    assert remote.refs("spoke-2") == {CORE: remote.refs()[CORE]}
 
 
 def test_init_remote_refuses_what_is_not_a_bare_repository_or_a_plain_path(tmp_path):
