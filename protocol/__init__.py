@@ -8,6 +8,7 @@ scripts), and the daemon's own front imports it as it is.  What each module hold
 - :mod:`protocol.limits`     the limits a client checks before sending, and the bounds of result counts;
 - :mod:`protocol.fields`     how an operation's field is described (help, wire name, choices, bounds);
 - :mod:`protocol.operations` one frozen dataclass per operation, each turning itself into a request;
+- :mod:`protocol.lazy_dataclass` how an operation becomes its dataclass when first used (a call pays for one);
 - :mod:`protocol.answers`    the answers' types as the clients see them (one definition: the daemon's too);
 - :mod:`protocol.json_schema` an answer's type as a JSON Schema (the MCP tools' ``outputSchema``);
 - :mod:`protocol.client`     the one client: the AF_UNIX transport, the 429 retry, the errors;

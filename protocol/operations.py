@@ -1,24 +1,25 @@
 """Every operation of the daemon's API, once: its fields (with help, bounds, choices) and its route.
 
-One frozen dataclass per operation. Its field names, defaults, bounds and choices are the API's: the
-daemon's request schemas (daemon/api/requests.py) are derived from them; a default of None means "left
-to the daemon" (not sent), as the clients have always done. :meth:`Operation.request` turns an operation
-into what travels: ``(method, path, query parameters or None, JSON body or None)``, leaving out what is
-unset (None, and a flag left off), ``filters`` as JSON text in a query string, booleans lower-case
-there, and the memory id quoted into the path. Nothing is checked when an operation is built: the
-daemon checks every value at its API's edge (daemon/api/requests.py, the routes), and the clients check
-the query's length before sending (protocol/client.py).  So one built with a long query is a valid value:
-mem0's REST search, which has no query limit, sends the broker one.
+One frozen dataclass per operation, made a dataclass when first used (protocol/lazy_dataclass.py: a front
+call that sends one operation does not pay for the other fifteen). Its field names, defaults, bounds and
+choices are the API's: the daemon's request schemas (daemon/api/requests.py) are derived from them; a
+default of None means "left to the daemon" (not sent), as the clients have always done.
+:meth:`Operation.request` turns an operation into what travels: ``(method, path, query parameters or None,
+JSON body or None)``, leaving out what is unset (None, and a flag left off), ``filters`` as JSON text in a
+query string, booleans lower-case there, and the memory id quoted into the path. Nothing is checked when
+an operation is built: the daemon checks every value at its API's edge (daemon/api/requests.py, the
+routes), and the clients check the query's length before sending (protocol/client.py). So one built with a
+long query is a valid value: mem0's REST search, which has no query limit, sends the broker one.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 from protocol.fields import describe, field
+from protocol.lazy_dataclass import LazyDataclass, lazy_dataclass
 from protocol.limits import ANSWER_TOKENS, L3_RESULTS, L4_PAGE, L4_RESULTS, MAX_QUERY_CHARS
 from protocol.vocabulary import (
     AGENT_ID_PATTERN,
@@ -84,8 +85,8 @@ def _day(help: str) -> Any:
     return field(help, default=None, pattern=DAY_PATTERN, max_length=10)
 
 
-@dataclass(frozen=True)
-class Operation:
+@lazy_dataclass(frozen=True)
+class Operation(LazyDataclass):
     """An operation of the API; subclasses name their route in ``METHOD`` and ``PATH``."""
 
     METHOD: ClassVar[str] = "GET"
@@ -119,7 +120,7 @@ class Operation:
 # ---------------------------------------------------------------- searches
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Search(Operation):
     """An L3 search of the agent's own index (POST /v1/search; the query in the body: a URL has no room)."""
 
@@ -157,7 +158,7 @@ class Search(Operation):
     )
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class MemorySearch(Operation):
     """An L4 search of the memories the agent may read; ``fallback``: the local index answers while L4 is down."""
 
@@ -197,7 +198,7 @@ class MemorySearch(Operation):
 # ---------------------------------------------------------------- writing and editing memories
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Add(Operation):
     """An L4 write; what is left None the daemon decides (type, placement, lifetime, infer, trust, source).
 
@@ -258,7 +259,7 @@ class Add(Operation):
     )
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class OneMemory(Operation):
     """An operation on one memory, named by its id in the path, for an agent (who may or may not own it)."""
 
@@ -266,7 +267,7 @@ class OneMemory(Operation):
     memory_id: str = _memory_id()
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Update(OneMemory):
     """Replace the text of one of the agent's own memories (re-embedded; created_at kept)."""
 
@@ -277,7 +278,7 @@ class Update(OneMemory):
     expires: str | None = _day("A new last day it is shown, YYYY-MM-DD, today or later.")
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class RestoreMemory(OneMemory):
     """Bring an archived (faded) or superseded memory of the agent's back to valid."""
 
@@ -285,7 +286,7 @@ class RestoreMemory(OneMemory):
     PATH: ClassVar[str] = "/v1/memories/{memory_id}/restore"
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Delete(OneMemory):
     """Delete one of the agent's own memories (another's is refused)."""
 
@@ -293,7 +294,7 @@ class Delete(OneMemory):
     PATH: ClassVar[str] = "/v1/memories/{memory_id}"
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class DeleteAll(Operation):
     """Delete every one of the agent's own memories matching the filters (``dry_run``: only say which)."""
 
@@ -313,7 +314,7 @@ class DeleteAll(Operation):
 # ---------------------------------------------------------------- reading memories
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class List(Operation):
     """One page of the memories the agent may read (GET /v1/memories); ``cursor`` resumes a listing."""
 
@@ -329,7 +330,7 @@ class List(Operation):
     show_archived: bool = field("Also memories the cleanup archived as faded (restorable).", default=False)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Get(OneMemory):
     """One memory by id, if the agent may read it."""
 
@@ -337,7 +338,7 @@ class Get(OneMemory):
     PATH: ClassVar[str] = "/v1/memories/{memory_id}"
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class History(OneMemory):
     """A memory's history (mem0's ADD/UPDATE/DELETE events, oldest first, and what superseded it)."""
 
@@ -348,7 +349,7 @@ class History(OneMemory):
 # ---------------------------------------------------------------- the daemon
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Status(Operation):
     """The daemon's status document (with an agent's token, its own workspace; with none, the shared parts)."""
 
@@ -356,7 +357,7 @@ class Status(Operation):
     PATH: ClassVar[str] = "/v1/status"
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Reindex(Operation):
     """Bring an agent's L3 index (or every agent's) up to date with its files; ``rebuild`` starts it afresh."""
 
@@ -370,7 +371,7 @@ class Reindex(Operation):
 # ---------------------------------------------------------------- the administrator's maintenance
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Cleanup(Operation):
     """Delete expired memories (``execute``) or list what would go; narrowed by agent, placement and type."""
 
@@ -386,7 +387,7 @@ class Cleanup(Operation):
     memory_type: str | None = _only_type()
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Consolidate(Operation):
     """Merge near-duplicate memories as one batch (``execute``), or show the plan; ``undo`` reverts a run."""
 
@@ -406,7 +407,7 @@ class Consolidate(Operation):
     force: bool | None = field("Apply even past max_share.", default=None)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Backup(Operation):
     """Snapshot the daemon's state (the L4 store, the queue, the indexes' sources) into a backup file."""
 
@@ -416,7 +417,7 @@ class Backup(Operation):
     keep: int | None = field("Keep this many newest backups (older ones are removed).", default=None, low=1)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Restore(Operation):
     """Put a backup back in place of the current state (the replaced state is kept)."""
 

@@ -112,6 +112,7 @@ def authorize(daemon: DaemonApi, caller: Caller, agent: str, path: str) -> bool:
 # What a caller without the administrator's token sees of the daemon and of L4: health
 # and counts, never a path, a workspace, or another agent's files.
 _PUBLIC_DAEMON = ("running", "pid", "version", "started", "uptime_s", "summary", "stopped", "starting")
+_PUBLIC_SYNC = ("host", "reachable", "failing_since", "last_contact", "retry_in_s")  # no URL, no error text
 _PUBLIC_STORAGE = ("place", "since", "failures", "retry_in_s")  # no agent, path or error text
 _PUBLIC_CONVERSATION = (
     "enabled",
@@ -169,6 +170,11 @@ def scoped_status(snapshot: StatusDocument, caller: str | None) -> StatusDocumen
                 for p in storage.get("problems", [])
             ],
         }
+    sync = snapshot.get("sync")
+    if sync is not None:  # whether this host keeps up with the remote for anyone; its agents' for their own
+        view["sync"] = {k: v for k, v in sync.items() if k in _PUBLIC_SYNC}
+        if caller:
+            view["sync"]["agents"] = [a for a in sync.get("agents") or [] if a.get("id") == caller]
     if caller:
         view["agents"] = [a for a in agents if a.get("id") == caller]
     return cast(StatusDocument, view)  # assembled key by key, each part cut to what the caller may see

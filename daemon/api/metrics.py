@@ -18,6 +18,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, generate_latest
@@ -89,6 +90,7 @@ class StatusCollector(Collector):
         yield from self._agents(d.get("agents"))
         yield from self._vectors(d.get("vectors") or {})
         yield from self._conversation(d.get("conversation") or {})
+        yield from self._sync(d.get("sync"))
         storage = _gauge("memstrata_storage_failing", "Writes failing by place (a full or read-only disk)", ("place",))
         failing: dict[str, int] = {}
         for problem in (d.get("storage") or {}).get("problems") or []:
@@ -158,6 +160,32 @@ class StatusCollector(Collector):
             ),
         ):
             yield _one(name, doc, queue.get(key) or 0)
+
+    def _sync(self, s: Mapping[str, Any] | None) -> Iterator[Metric]:
+        """git.remote: whether it answers, and per agent how far behind it is (none without a remote)."""
+        if not s:
+            return
+        yield _one(
+            "memstrata_sync_reachable", "1 when the git remote answered the last push", int(bool(s.get("reachable")))
+        )
+        behind = _gauge(
+            "memstrata_sync_behind_commits", "Commits of the agent's history the remote has not got", ("agent",)
+        )
+        lost = _gauge("memstrata_sync_behind_lost", "Lost histories (refs/lost/) not on the remote yet", ("agent",))
+        refused = _gauge(
+            "memstrata_sync_refused_refs", "Refs the remote refused (its ref moved), kept back", ("agent",)
+        )
+        pushed = _gauge(
+            "memstrata_sync_last_push_timestamp_seconds", "When the remote last acknowledged a push", ("agent",)
+        )
+        for a in s.get("agents") or []:
+            agent = [str(a.get("id"))]
+            behind.add_metric(agent, a.get("behind_commits", 0))
+            lost.add_metric(agent, a.get("behind_lost", 0))
+            refused.add_metric(agent, len(a.get("refused") or []))
+            if a.get("pushed_at"):
+                pushed.add_metric(agent, datetime.fromisoformat(a["pushed_at"]).timestamp())
+        yield from (behind, lost, refused, pushed)
 
 
 class Metrics:

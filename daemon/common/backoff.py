@@ -1,7 +1,8 @@
 """The one back-off of the daemon: how long to wait before trying again after failures in a row.
 
-A full disk (daemon/common/storage.py), a failing commit (daemon/files/tracker.py) and an index that
-cannot be written (daemon/local/indexer.py) each wait ``first`` seconds after the first failure,
+A full disk (daemon/common/storage.py), a failing commit (daemon/files/tracker.py), an index that
+cannot be written (daemon/local/indexer.py) and a git remote that cannot be reached (daemon/files/sync.py)
+each wait ``first`` seconds after the first failure,
 twice as long after each further one, never more than ``cap``.
 """
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from layers.common.yamlfile import (
 )
 from layers.conversation.policy.rules import DEFAULT_RETENTION_DAYS
 from protocol.locations import DEFAULT_PATHS, TEMPLATED, resolve_paths
+from protocol.vocabulary import AGENT_ID_PATTERN
 
 # Where `memstrata model build` writes the default local model: inside the install,
 # so the service's virtualenv carries it.
@@ -112,6 +114,48 @@ class GitConfig(StrictModel):
     stale_lock_s: float = pydantic.Field(60.0, ge=0)
     author_name: str = "memstrata"
     author_email: str = "memstrata@localhost"
+    # L2 to a central remote (daemon/service/pusher.py): a git URL (ssh://git@hub/srv/memstrata/fleet.git)
+    # or a path to a bare repository; None: no sync at all.  The key file and known_hosts are ssh's
+    # (a path needs neither); relative paths are taken from the configuration file's directory.
+    remote: str | None = None
+    remote_key_file: str | None = None
+    remote_known_hosts_file: str | None = None  # None: ssh's own (~/.ssh/known_hosts)
+    remote_host_keys: Annotated[Literal["accept-new", "yes"], YAML_CHOICE] = "accept-new"
+    remote_timeout_s: float = pydantic.Field(120.0, gt=0, le=3600)  # one push or fetch, whole
+    push_retry_max_s: float = pydantic.Field(300.0, ge=1, le=86_400)  # the back-off's cap while unreachable
+    status_interval_s: float = pydantic.Field(300.0, ge=10, le=86_400)  # the host's report to the remote, idle
+
+    @pydantic.field_validator("remote")
+    @classmethod
+    def _a_remote(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or value.startswith("-") or any(c in value for c in "\0\n\r")):
+            raise ValueError("not a git URL or a path to a bare repository")
+        return value or None
+
+
+class FleetConfig(StrictModel):
+    """This host among several (issue 47): its name on the remote (``refs/memstrata/<host>/...``)."""
+
+    host: str | None = None  # None: the hostname (lower-cased, up to its first dot)
+
+    @pydantic.field_validator("host")
+    @classmethod
+    def _a_host(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_host_name(value)
+        return value
+
+
+def check_host_name(value: str) -> str:
+    """``value`` when it may name this host on the remote: an agent id's pattern, and not ``shared``
+    (``refs/memstrata/shared/`` is the shared core's); ValueError otherwise."""
+    if not re.fullmatch(AGENT_ID_PATTERN.strip("^$"), value):
+        raise ValueError(
+            f"{value!r} cannot name a host: 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit"
+        )
+    if value == "shared":
+        raise ValueError("'shared' names the shared core on the remote (refs/memstrata/shared/), not a host")
+    return value
 
 
 class DailyConfig(StrictModel):
@@ -394,6 +438,7 @@ class ConfigFile(StrictModel):
     paths: PathsConfig = PathsConfig()
     watch: WatchConfig = WatchConfig()
     git: GitConfig = GitConfig()
+    fleet: FleetConfig = FleetConfig()
     daily: DailyConfig = DailyConfig()
     core: CoreConfig = CoreConfig()
     guard: GuardConfig = GuardConfig()
@@ -422,6 +467,30 @@ class Config:
     @property
     def daily(self) -> DailyConfig:
         return self.file.daily
+
+    @property
+    def fleet(self) -> FleetConfig:
+        return self.file.fleet
+
+    @property
+    def host_name(self) -> str:
+        """This host's name on the remote: ``fleet.host``, else the hostname (lower-cased, up to its
+        first dot); ValueError when the hostname cannot be one (then set ``fleet.host``)."""
+        if self.fleet.host:
+            return self.fleet.host
+        name = socket.gethostname().split(".")[0].lower()
+        try:
+            return check_host_name(name)
+        except ValueError as exc:
+            raise ValueError(f"the hostname {exc}: set fleet.host in the configuration") from None
+
+    def config_file_path(self, value: str | None) -> Path | None:
+        """A path setting (``git.remote_key_file``...): ``~`` expanded, relative to the configuration file."""
+        if not value:
+            return None
+        path = Path(os.path.expanduser(value))
+        base = self.source.parent if self.source else Path("/")
+        return path if path.is_absolute() else base / path
 
     @property
     def core(self) -> CoreConfig:

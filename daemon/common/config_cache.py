@@ -36,7 +36,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -220,6 +219,8 @@ def store(config: ConfigBytes, paths: Paths) -> None:
         entry.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _private(os.lstat(entry.parent), stat.S_IFDIR):
             return
+        import tempfile  # a cache miss only: the usual front call reads the entry and writes nothing
+
         fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".config-", suffix=".tmp")  # mode 0600
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:

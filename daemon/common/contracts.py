@@ -274,6 +274,42 @@ ConversationStatus = TypedDict(
 )
 
 
+class SyncRefused(TypedDict):
+    """A ref the remote refused (its ref moved: someone rewrote it there); kept back, never forced."""
+
+    ref: str  # the copy's (refs/heads/daemon, refs/lost/...)
+    remote_ref: str  # refs/memstrata/<host>/<agent>/...
+    sha: str  # what was offered
+    reason: str  # git's word: "fetch first", "non-fast-forward", "remote rejected: ..."
+    since: str  # when it was first refused (ISO 8601)
+
+
+class SyncAgent(TypedDict):
+    """One agent's history on the remote: how far behind, what it last acknowledged."""
+
+    id: str
+    behind_commits: int  # commits of the daemon's history no acknowledged ref reaches
+    behind_lost: int  # lost histories (refs/lost/) not acknowledged yet
+    remote_ref: str  # where the daemon's history goes: refs/memstrata/<host>/<agent>/line/<n>
+    last_pushed: str | None  # the commit the remote last acknowledged on that ref
+    pushed_at: str | None  # when this daemon last had a push of it acknowledged (None: not since its start)
+    refused: list[SyncRefused]
+
+
+class SyncStatus(TypedDict, total=False):
+    """``git.remote``: the history copies pushed to the central remote (daemon/files/sync.py)."""
+
+    host: str  # this host's name there (fleet.host)
+    remote: str  # the URL, any password masked
+    reachable: bool | None  # None: not tried yet
+    last_error: str | None  # why the last attempt failed
+    failing_since: str | None  # since when it has been failing
+    last_contact: str | None  # the last push the remote answered
+    retry_in_s: float | None  # the next attempt, while failing
+    report: dict[str, Any]  # this host's report (refs/memstrata/<host>/status): pushed_at, error
+    agents: list[SyncAgent]
+
+
 class StatusCounts(TypedDict):
     """What anyone may know of the agents: how many, and how they are (daemon/api/app.py)."""
 
@@ -295,6 +331,7 @@ class StatusDocument(TypedDict, total=False):
     conversation: ConversationStatus
     agents: list[AgentReport]
     storage: StorageReport
+    sync: SyncStatus  # only with git.remote set
     access: str  # the API's: whose view this is
     counts: StatusCounts  # the API's
     note: str  # a token that belongs to no agent: why only health is shown

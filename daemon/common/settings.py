@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from daemon.common.domain_errors import DaemonError
-from daemon.common.guard import SecretGuard
-from layers.common.fsutil import PRIVATE_FILE, private_dirs, tighten
 
 if TYPE_CHECKING:
     from typing import IO
 
     from daemon.common.config import Config
     from daemon.common.contracts import Limits
+    from daemon.common.guard import SecretGuard
     from layers.conversation.adapters.store import StoreSettings
     from layers.conversation.policy.decay import DecayRules
 
@@ -53,6 +52,8 @@ def max_file_bytes(config: Config) -> int:
 
 
 def guard_from(config: Config) -> SecretGuard:
+    from daemon.common.guard import SecretGuard  # `memstrata add` reads this module's settings, not the guard
+
     return SecretGuard(config.guard.never_store)
 
 
@@ -170,6 +171,8 @@ def secure_state(state: Path) -> None:
     New directories are made 0700; what an older version left wider (0750/0755
     directories, 0644 records and snapshot) is tightened here, at every start.
     """
+    from layers.common.fsutil import PRIVATE_FILE, private_dirs, tighten  # the daemon's start, not a front call
+
     private_dirs(state)
     private_dirs(state / "agents")
     for record in (*(state / "agents").glob("*.json"), state / SNAPSHOT_FILE):

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -26,13 +24,17 @@ from daemon.common.workspace_guard import Namer, Places, Resolved, WorkspaceRefu
 from layers.common import safefs
 from layers.common.ids import MAIN_AGENT, check_id, is_valid_id
 from layers.core import bundle as core
-from layers.daily import workspace_repo as daily
+from layers.daily import LONG_TERM_FILE, MEMORY_DIR
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from daemon.common.config import Config
     from daemon.common.config_cache import Paths
+    from layers.daily.workspace_repo import WorkspaceRepo
+
+# The git side of L2 (layers/daily/workspace_repo.py, ~10 ms of imports) is imported where a workspace is
+# created or its repository opened: finding an agent (every `memstrata search` and `add`) needs none of it.
 
 WORKSPACE_SUFFIX = "-workspace"
 TEMPLATE_ENV = "MEMSTRATA_TEMPLATE"
@@ -50,8 +52,8 @@ class WithPaths(Protocol):
 
 # Paths whose changes are committed (L1 and L2); everything else in a workspace
 # (skills, logs, caches) belongs to other tools.
-MEMORY_FILES = (*core.CORE_FILES, daily.LONG_TERM_FILE)
-MEMORY_DIRS = (daily.MEMORY_DIR, core.SHARED_DIR)
+MEMORY_FILES = (*core.CORE_FILES, LONG_TERM_FILE)
+MEMORY_DIRS = (MEMORY_DIR, core.SHARED_DIR)
 PATHSPECS = (*MEMORY_FILES, *MEMORY_DIRS)
 
 # Editors write these next to the file they save; they are never memory.
@@ -246,12 +248,13 @@ def copy_template(dest: Path, template: Path | None = None, *, main: bool = Fals
 
 
 def initial_commit(workspace: Path, config: Config) -> None:
+    from layers.daily.workspace_repo import commit_message
 
     repo = workspace_repo(config, workspace)
     repo.ensure()
     changes = repo.changes([*PATHSPECS, ".gitignore"])
     if changes:
-        repo.commit([c.path for c in changes], daily.commit_message(changes, "start workspace with"))
+        repo.commit([c.path for c in changes], commit_message(changes, "start workspace with"))
 
 
 def create_workspace(config: Config, agent_id: str) -> tuple[Agent, bool]:
@@ -261,6 +264,9 @@ def create_workspace(config: Config, agent_id: str) -> tuple[Agent, bool]:
     place, so a running daemon discovers it complete, repository and all.
     Returns the agent and whether anything was created.
     """
+    import shutil
+    import tempfile
+
     check_id(agent_id)
     agent = make_agent(config, agent_id)
     if os.path.lexists(agent.workspace):
@@ -307,14 +313,24 @@ def history_copy_path(config: Config, agent_id: str) -> Path:
     return config.paths.state_dir / HISTORY_DIR / f"{agent_id}.git"
 
 
-def workspace_repo(config: Config, workspace: Path, agent_id: str | None = None) -> daily.WorkspaceRepo:
+def copies_in(history_dir: Path) -> list[str]:
+    """The agents with a history copy in ``history_dir`` (``<id>.git``), removed agents' included."""
+    try:
+        names = os.listdir(history_dir)
+    except OSError:
+        return []
+    return sorted(n[:-4] for n in names if n.endswith(".git") and is_valid_id(n[:-4]))
+
+
+def workspace_repo(config: Config, workspace: Path, agent_id: str | None = None) -> WorkspaceRepo:
     """The git repository of ``workspace`` with the configured author and stale-lock age (one construction).
 
     With ``agent_id``, every commit made through it is also kept in that agent's
     copy under the state directory, out of the agent's reach.
     """
     from layers.daily.git.history_copy import HistoryCopy
+    from layers.daily.workspace_repo import WorkspaceRepo
 
     copy = HistoryCopy(history_copy_path(config, agent_id)) if agent_id else None
     author = (config.git.author_name, config.git.author_email)
-    return daily.WorkspaceRepo(workspace, author, config.git.stale_lock_s, copy)
+    return WorkspaceRepo(workspace, author, config.git.stale_lock_s, copy)

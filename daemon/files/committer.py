@@ -29,10 +29,15 @@ WORKERS = 4  # agents committing at once; more wait their turn (each commit is m
 
 class Committer:
     def __init__(
-        self, wake: Callable[[], None], progress: Callable[[], None] = lambda: None, workers: int = WORKERS
+        self,
+        wake: Callable[[], None],
+        progress: Callable[[], None] = lambda: None,
+        workers: int = WORKERS,
+        kept: Callable[[str], None] = lambda agent_id: None,
     ) -> None:
         self._wake = wake
         self._progress = progress  # from a worker: a batch is committed (the status shows how far it got)
+        self._kept = kept  # (loop thread) an agent's history copy moved: its commits may go to the remote
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit")
         self._done: queue.SimpleQueue[tuple[AgentTracker, CommitJob, Future]] = queue.SimpleQueue()
         self._running: dict[str, Future] = {}
@@ -75,6 +80,8 @@ class Committer:
             else:
                 outcome = future.result()
             tracker.finish_commit(job, outcome, now)
+            if outcome.commits or outcome.rewritten is not None:
+                self._kept(tracker.id)
             touched.append(tracker)
 
     def wait(self, deadline: float) -> bool:

@@ -21,12 +21,7 @@ from typing import TYPE_CHECKING
 import click
 
 from daemon import __version__
-from daemon.common import skill
-from daemon.common.domain_errors import DaemonError
-from daemon.common.settings import guard_from
 from daemon.common.terminal import escaped, for_terminal, json_text
-from daemon.common.tokens import WORKSPACE_TOKEN, TokenStore
-from daemon.common.workspaces import core_of, create_workspace, discover, get_agent, make_agent, workspace_repo
 from daemon.front import (
     conversation_commands,
     failures,
@@ -36,11 +31,12 @@ from daemon.front import (
     maintenance_commands,
 )
 from daemon.front.options import Report, agent_option, config_of, echo_json, front_config, json_option
-from layers.common.fsutil import atomic_write, private_dirs
 from layers.common.ids import MAIN_AGENT, check_id
-from layers.common.safefs import UnsafePathError
-from layers.daily import workspace_repo as daily
 from protocol.locations import CONFIG_ENV, SYSTEM_CONFIG
+
+# The workspace, git, token and skill helpers are imported by the commands that use them: an agent calls
+# `search`, `add` and `status` many times a session, and each call paid ~25 ms of CPU for them
+# (bench/bench_front.py; tests/daemon/front/test_front.py checks what a light command loads).
 
 if TYPE_CHECKING:
     from daemon.common.config import Config
@@ -128,7 +124,11 @@ def init(ctx: click.Context, root: Path, as_json: bool) -> None:
     Every path of the written DIR/memstrata.yaml lies under DIR. Safe to run again:
     existing files are never overwritten.
     """
+    from daemon.common import skill
     from daemon.common.config import demo_config_text, load_config
+    from daemon.common.tokens import TokenStore
+    from daemon.common.workspaces import create_workspace, make_agent
+    from layers.common.fsutil import atomic_write, private_dirs
 
     root = root.expanduser().absolute()
     root.mkdir(parents=True, exist_ok=True)
@@ -176,6 +176,9 @@ def _make_audit_dir(config: Config, report: Report) -> None:
 
 def _install_skill(config: Config, agent_id: str, workspace: Path, report: Report) -> None:
     """The memory skill in ``{workspace}/skills/mem0-integration``, with its launcher (see daemon/common/skill.py)."""
+    from daemon.common import skill
+    from layers.common.safefs import UnsafePathError
+
     launcher = skill.Launcher.current(config.source, agent_id)
     try:
         changes = skill.sync_skill(workspace, launcher)
@@ -243,6 +246,9 @@ def agent_add(
     project. IDs are 1-64 characters of a-z, 0-9, '_' and '-', starting with a
     letter or digit.
     """
+    from daemon.common.tokens import WORKSPACE_TOKEN, TokenStore
+    from daemon.common.workspaces import create_workspace
+
     check_id(agent_id)
     for project in projects:
         check_id(project, "project")
@@ -266,6 +272,55 @@ def agent_add(
     report.done(agent=agent_id, workspace=str(agent_obj.workspace), created=created)
 
 
+@agent.command("restore-from-remote")
+@click.argument("agent_id", metavar="ID")
+@click.option("--host", metavar="NAME", help="The host whose copy to restore (default: this host's fleet.host).")
+@json_option
+@click.pass_context
+def agent_restore_from_remote(ctx: click.Context, agent_id: str, host: str | None, as_json: bool) -> None:
+    """Bring agent ID back from the central remote (git.remote) onto this host.
+
+    For a host that lost an agent (its disk, its state directory) or a new host taking it over:
+    the agent's history copy and its workspace are rebuilt from what the daemon pushed to
+    refs/memstrata/HOST/ID/ (every file, every commit, and any history it rewrote), then the
+    agent is recorded in the registry and given a token and the memory skill, as `agent add`
+    does. The running daemon finds the workspace and indexes its files; its L4 memories are the
+    hub's and need nothing. Refused, with nothing changed, when the agent exists here (a
+    workspace with files in it, or a history copy), when the remote has nothing for it, or when
+    the remote cannot be reached.
+    """
+    from daemon.common.tokens import WORKSPACE_TOKEN, TokenStore
+    from daemon.front.failures import Failure
+    from daemon.ops.remote_restore import RestoreError, restore_agent
+
+    config = config_of(ctx)
+    if not config.paths.workspace.is_dir():
+        raise click.ClickException(f"no main workspace at {config.paths.workspace}: run `memstrata init` first")
+    try:
+        done = restore_agent(config, agent_id, host)
+    except RestoreError as exc:
+        raise Failure(str(exc), exc.code) from None
+    report = Report(as_json)
+    report.say(
+        f"restored {done.workspace} from host {done.host}: {done.commits} commits, {done.files} files"
+        + (f", {len(done.lost)} lost histories kept" if done.lost else "")
+    )
+    report.say(f"history  {done.copy}")
+    _register(config, agent_id, (), report)
+    if TokenStore(config.paths.state_dir).ensure(agent_id, done.workspace):
+        report.say(f"token    {done.workspace / WORKSPACE_TOKEN}")
+    _install_skill(config, agent_id, done.workspace, report)
+    report.done(
+        agent=agent_id,
+        host=done.host,
+        workspace=str(done.workspace),
+        commit=done.commit,
+        commits=done.commits,
+        files=done.files,
+        lost=done.lost,
+    )
+
+
 @agent.command("token")
 @click.argument("agent_id", metavar="ID")
 @json_option
@@ -275,6 +330,9 @@ def agent_token(ctx: click.Context, agent_id: str, as_json: bool) -> None:
 
     The token itself is written to the workspace, never printed (nor in --json).
     """
+    from daemon.common.tokens import WORKSPACE_TOKEN, TokenStore
+    from daemon.common.workspaces import get_agent
+
     config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     TokenStore(config.paths.state_dir).issue(agent_id, agent_obj.workspace)
@@ -289,6 +347,7 @@ def agent_token(ctx: click.Context, agent_id: str, as_json: bool) -> None:
 @click.pass_context
 def agent_list(ctx: click.Context, as_json: bool) -> None:
     """List agents with their workspaces and projects."""
+    from daemon.common.workspaces import discover
     from layers.conversation.policy.registry import load_registry
 
     config = config_of(ctx)
@@ -326,7 +385,9 @@ def run(ctx: click.Context) -> None:
     malloc.tune()
 
     from daemon.api.app import SocketInUseError
+    from daemon.common.domain_errors import DaemonError
     from daemon.common.logs import setup_logging
+    from daemon.common.settings import guard_from
     from daemon.service.memory_daemon import MemoryDaemon
 
     config = config_of(ctx)
@@ -430,6 +491,8 @@ def core_cmd(ctx: click.Context, agent_id: str, budget: int | None, on_demand: b
     Token counts are estimates (one per CJK character, one per ~4 ASCII characters).
     Over budget, the bundle is cut at a line with a visible marker.
     """
+    from daemon.common.workspaces import core_of, get_agent
+
     config = config_of(ctx)
     bundle = core_of(config, get_agent(config, agent_id), on_demand, budget)
     if as_json:
@@ -447,6 +510,9 @@ def core_cmd(ctx: click.Context, agent_id: str, budget: int | None, on_demand: b
 @click.pass_context
 def note(ctx: click.Context, agent_id: str, text: tuple[str, ...], as_json: bool) -> None:
     """Append a timestamped line to today's memory/YYYY-MM-DD.md (TEXT, or stdin)."""
+    from daemon.common.workspaces import get_agent
+    from layers.daily import workspace_repo as daily
+
     agent_obj = get_agent(front_config(ctx), agent_id)  # the workspace's path is all a note needs
     body = " ".join(text) if text else ("" if sys.stdin.isatty() else sys.stdin.read())
     path = daily.append_note(agent_obj.workspace, body)
@@ -477,6 +543,8 @@ def history(
             raise click.UsageError("give a FILE (L2 git history) or --memory ID (L4), not both")
         print_memory_history(ctx, agent_id, memory_id, as_json)
         return
+    from daemon.common.workspaces import get_agent, workspace_repo
+
     config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     rel = _workspace_file(agent_obj.workspace, file) if file else None
@@ -513,6 +581,10 @@ def history(
 @click.pass_context
 def restore(ctx: click.Context, agent_id: str, file: str, rev: str, as_json: bool) -> None:
     """Bring FILE back as it was at REV, as a new commit (history is never rewritten)."""
+    from daemon.common.settings import guard_from
+    from daemon.common.workspaces import get_agent, workspace_repo
+    from layers.daily import workspace_repo as daily
+
     config = config_of(ctx)
     agent_obj = get_agent(config, agent_id)
     rel = _workspace_file(agent_obj.workspace, file)

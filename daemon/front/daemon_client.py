@@ -10,12 +10,14 @@ field, the front's wording for a daemon that is not there, and :func:`connect` (
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from daemon.common.contracts import MemoryAnswer, MemoryPage, SearchAnswer, StatusDocument
 from protocol.client import Client, retry_delay
 from protocol.client import UnixConnection as _UnixConnection
 from protocol.errors import DaemonRequestError, DaemonUnavailableError
+
+if TYPE_CHECKING:
+    from daemon.common.contracts import MemoryAnswer, MemoryPage, SearchAnswer, StatusDocument
 
 __all__ = ["DaemonClient", "DaemonRequestError", "DaemonUnavailableError", "_UnixConnection", "connect", "retry_delay"]
 
@@ -50,14 +52,14 @@ class DaemonClient(Client):
 
     # The answers narrowed to the daemon's contracts (a TypedDict is no dict[str, Any] subtype to mypy).
     def status(self) -> StatusDocument:  # type: ignore[override]
-        return cast(StatusDocument, super().status())
+        return cast("StatusDocument", super().status())
 
     def search(self, agent: str, query: str, **options: Any) -> SearchAnswer:  # type: ignore[override]
         """L3 search; the query goes in the body (a URL has no room for it), checked against the limit first.
         ``threshold`` drops results under that relevance (0-1, the scale of :meth:`memory_search`'s);
         ``min_score`` those under that confidence (0-1: the chance a result is the passage that answers);
         ``max_tokens`` cuts the answer to that budget (passages first, whole sections where they fit)."""
-        return cast(SearchAnswer, super().search(agent, query, **options))
+        return cast("SearchAnswer", super().search(agent, query, **options))
 
     def add(self, agent: str, text: str, *, type: str | None = None, **options: Any) -> dict[str, Any]:
         """An L4 write; ``type`` is the API's name of ``memory_type`` (both are taken)."""
@@ -68,11 +70,11 @@ class DaemonClient(Client):
     def memory_search(self, agent: str, query: str, **options: Any) -> MemoryAnswer:  # type: ignore[override]
         """An L4 search; ``filters`` in mem0's language narrow what the agent may read (never widen it);
         ``threshold`` drops results under that relevance (0-1); ``explain`` says why each was returned."""
-        return cast(MemoryAnswer, super().memory_search(agent, query, **options))
+        return cast("MemoryAnswer", super().memory_search(agent, query, **options))
 
     def get_all(self, agent: str, **options: Any) -> MemoryPage:
         """One page of the L4 listing (protocol.operations.List)."""
-        return cast(MemoryPage, self.list(agent, **options))
+        return cast("MemoryPage", self.list(agent, **options))
 
     def update(self, agent: str, memory_id: str, text: str, **options: Any) -> dict[str, Any]:
         if not options.get("expires"):

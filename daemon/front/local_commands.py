@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from daemon.common.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, SearchAnswer, StatusDocument
 from daemon.common.terminal import escaped, for_terminal
 from daemon.common.workspaces import get_agent
 from daemon.front.options import (
@@ -38,6 +37,7 @@ from protocol.limits import L3_RESULTS
 if TYPE_CHECKING:
     from daemon.common.config import Config
     from daemon.common.config_cache import FrontConfig
+    from daemon.common.contracts import LocalFallbackAnswer, Memory, MemoryAnswer, SearchAnswer, StatusDocument
     from layers.local.storage.index import Filters
 
 
@@ -209,7 +209,7 @@ def search_conversation(
             options.update(show_superseded=show_superseded, show_expired=show_expired, trust_min=trust_min)
             options.update(max_tokens=max_tokens, since=since, until=until)
             sent = client.call(MemorySearch(agent_id, query, limit=limit, fallback=fallback, **options))
-            answer = cast(MemoryAnswer, sent)
+            answer = cast("MemoryAnswer", sent)
     except DaemonRequestError as exc:
         raise conversation_failed(exc) from None
     except DaemonUnavailableError as exc:
@@ -349,7 +349,7 @@ def search_cmd(
                     max_tokens=max_tokens,
                 )
             )
-            answer = cast(SearchAnswer, sent)
+            answer = cast("SearchAnswer", sent)
     except DaemonRequestError as exc:
         raise request_failed(exc) from None
     except DaemonUnavailableError:

@@ -20,7 +20,7 @@ import click
 from daemon.common.settings import DEFAULT_KEEP
 from daemon.common.terminal import for_terminal
 from daemon.front.options import config_of, echo_json, json_option
-from layers.conversation.policy.rules import MEMORY_TYPES, VISIBILITIES
+from protocol.vocabulary import MEMORY_TYPES, VISIBILITIES  # the rules' own (layers/conversation/policy/rules.py)
 
 if TYPE_CHECKING:
     from daemon.common.config import Config

@@ -11,24 +11,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
-from daemon.common.contracts import (
-    AgentReport,
-    ConversationStatus,
-    IndexReport,
-    ReconcileInfo,
-    StatusDocument,
-    StorageReport,
-)
 from daemon.common.settings import SNAPSHOT_FILE, guard_from, limits_of
 from daemon.common.terminal import for_terminal
 from daemon.common.workspaces import discover
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the documents' types (TypedDicts, ~3 ms to build): `memstrata status` renders plain dicts
     from daemon.common.config import Config
+    from daemon.common.contracts import (
+        AgentReport,
+        ConversationStatus,
+        IndexReport,
+        ReconcileInfo,
+        StatusDocument,
+        StorageReport,
+        SyncStatus,
+    )
 
 
 def offline_status(config: Config, reason: str) -> StatusDocument:
     """The same report the daemon gives, surveyed from disk and git without writing anything."""
+    from daemon.common.contracts import ReconcileInfo
     from daemon.files.tracker import make_tracker  # the offline survey: git and the file readers, only here
 
     guard = guard_from(config)
@@ -246,6 +248,39 @@ def _conversation_lines(c: ConversationStatus) -> tuple[list[str], list[str]]:
             lines.append(f"  tailscale: peer {ts['host_name']} ({ts['peer']}) {online}, {path}")
         else:
             lines.append(f"  tailscale: {ts.get('reason')}")
+    return lines, problems
+
+
+def _sync_lines(sync: SyncStatus | None) -> tuple[list[str], list[str]]:
+    """git.remote: where this host's histories go and how far behind they are; (lines, problems)."""
+    if not sync:
+        return [], []
+    problems = []
+    host, remote = sync.get("host", "?"), sync.get("remote")
+    agents = sync.get("agents") or []
+    behind = sum(a.get("behind_commits", 0) for a in agents)
+    owed = f"{behind} commit{'s' if behind != 1 else ''} behind" if behind else "up to date"
+    if sync.get("reachable") is False:
+        problems.append(
+            f"sync: remote {remote or ''} UNREACHABLE since {_clock(sync.get('failing_since'))} "
+            f"({owed}; kept, retried in {duration(sync.get('retry_in_s') or 0)}): {sync.get('last_error')}"
+        )
+    for a in agents:
+        for r in a.get("refused") or []:
+            problems.append(
+                f"sync: {a['id']}: the remote REFUSED {r['remote_ref']} ({r['reason']}) since {_clock(r['since'])}: "
+                "its ref moved there; kept back, never forced"
+            )
+    report = sync.get("report") or {}
+    if report.get("error"):
+        problems.append(f"sync: this host's report: {report['error']}")
+    state = {True: "reachable", False: "UNREACHABLE", None: "not tried yet"}[sync.get("reachable")]
+    where = f" to {remote}" if remote else ""
+    lines = [f"sync: host {host}{where}: {state}, {owed}; last contact {_clock(sync.get('last_contact'))}"]
+    for a in agents:
+        if a.get("behind_commits") or a.get("behind_lost"):
+            lost = f", {a['behind_lost']} lost histories" if a.get("behind_lost") else ""
+            lines.append(f"  {a['id']}: {a.get('behind_commits', 0)} commits behind{lost}")
     return lines, problems
 
 
@@ -503,7 +538,8 @@ def _report(status: StatusDocument, agent: str | None) -> str:
     if agent is not None and agents is not None:
         agents = [a for a in agents if a["id"] == agent]
     conversation, l4_problems = _conversation_lines(status.get("conversation") or {})
-    daemon_problems = [*_daemon_problems(status), *l4_problems]
+    sync, sync_problems = _sync_lines(status.get("sync"))
+    daemon_problems = [*_daemon_problems(status), *l4_problems, *sync_problems]
     per_agent = {a["id"]: _agent_problems(a) for a in agents or []}
     count = len(daemon_problems) + sum(len(p) for p in per_agent.values())
     lines = [_headline(status, count + (0 if d["running"] else 1))]
@@ -514,6 +550,7 @@ def _report(status: StatusDocument, agent: str | None) -> str:
             lines.extend(f"  {agent_id}: {p}" for p in problems)
     lines.extend(_daemon_lines(status))
     lines.extend(conversation)
+    lines.extend(sync)
     if d.get("starting"):
         lines.append("\nagents: shown once every workspace has been checked (the start is still running)")
         return "\n".join(lines) + "\n"

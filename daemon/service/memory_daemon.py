@@ -40,7 +40,7 @@ from daemon.common.jobs import Jobs
 from daemon.common.settings import DAEMON_HOLDER, OFFLINE_LOCK_WAIT_S, acquire_state_lock, guard_from, store_settings
 from daemon.common.storage import StorageHealth
 from daemon.common.tokens import TokenStore
-from daemon.common.workspaces import HISTORY_DIR
+from daemon.common.workspaces import HISTORY_DIR, copies_in, history_copy_path
 from daemon.conversation.broker import Broker, queue_path
 from daemon.files import recovery
 from daemon.files.agents import Agents
@@ -49,6 +49,7 @@ from daemon.files.provision import Provisioner
 from daemon.files.reconcile import Reconciler
 from daemon.files.routing import Router, watch_roots
 from daemon.files.starting import StartProgress
+from daemon.files.sync import Pusher
 from daemon.files.tracker import AgentTracker, EditListener, make_tracker
 from daemon.files.watcher import Watcher
 from daemon.local.dictionary import DictionaryFile
@@ -91,7 +92,7 @@ class MemoryDaemon:
         self.jobs = Jobs(on_submit=self.wakeup.wake)  # call_in_loop: the loop runs them each turn
         self.parts = Started()  # what start() makes: the broker, the API, the watcher, the embedding worker
         # commits run on its workers, never on the loop; each batch they commit refreshes the status
-        self.committer = Committer(self.wakeup.wake, progress=self.wakeup.request_publish)
+        self.committer = Committer(self.wakeup.wake, progress=self.wakeup.request_publish, kept=self._kept)
         self.storage = StorageHealth(on_change=self.wakeup.request_publish)
         self.indexer = Indexer(
             self.identity,
@@ -279,6 +280,9 @@ class MemoryDaemon:
             parts.mem0_api = TcpApiServer(mem0_api.host, mem0_api.port, build_mem0_app(self))
             parts.mem0_api.start()
             log.info("mem0's REST API on http://%s:%d (API key: an agent's token)", mem0_api.host, mem0_api.port)
+        parts.pusher = self._make_pusher()
+        if parts.pusher is not None:  # every copy once: the backlog an earlier run left
+            parts.pusher.start()
         parts.watcher = self._make_watcher()
         parts.watcher.start()
         log.info("watcher: %s%s", parts.watcher.mode, f" ({parts.watcher.reason})" if parts.watcher.reason else "")
@@ -336,6 +340,43 @@ class MemoryDaemon:
             )
         except (OSError, ValueError, YamlFileError) as exc:
             raise DaemonError(f"conversation memory (L4) cannot start: {exc}") from exc
+
+    def _make_pusher(self) -> Pusher | None:
+        """The pusher of history copies to ``git.remote`` (None without one: nothing of it runs)."""
+        from layers.daily.git.remote import Remote
+
+        git = self.config.git
+        if not git.remote:
+            return None
+        try:
+            host = self.config.host_name
+            remote = Remote(
+                git.remote,
+                key_file=self.config.config_file_path(git.remote_key_file),
+                known_hosts=self.config.config_file_path(git.remote_known_hosts_file),
+                host_keys=git.remote_host_keys,
+                timeout_s=git.remote_timeout_s,
+            )
+        except ValueError as exc:
+            raise DaemonError(f"git.remote: {exc}") from exc
+        state = self.config.paths.state_dir
+        log.info("sync: history copies to %s as host %s", remote.shown, host)
+        return Pusher(
+            remote,
+            host,
+            lambda agent_id: history_copy_path(self.config, agent_id),
+            lambda: copies_in(state / HISTORY_DIR),
+            state / HISTORY_DIR / ".host-report.git",
+            self.audit.record,
+            on_change=self.wakeup.request_publish,
+            retry_cap_s=git.push_retry_max_s,
+            report_interval_s=git.status_interval_s,
+        )
+
+    def _kept(self, agent_id: str) -> None:
+        """(loop thread) an agent's history copy moved: the pusher, when there is one, pushes it."""
+        if self.parts.pusher is not None:
+            self.parts.pusher.kept(agent_id)
 
     def _wake_embedder(self) -> None:
         if self.parts.embed_worker is not None:

@@ -90,6 +90,10 @@ class Reloader:
             restart.append("metrics")  # the port is bound once, at start
         if new.log.format != old.log.format:
             restart.append("log.format")
+        sync_keys = ["remote", "remote_key_file", "remote_known_hosts_file", "remote_host_keys", "remote_timeout_s"]
+        sync_keys += ["push_retry_max_s", "status_interval_s"]
+        if new.fleet != old.fleet or any(getattr(new.git, k) != getattr(old.git, k) for k in sync_keys):
+            restart.append("git.remote / fleet")  # the pusher is made once, at start
         try:
             applied = self._conversation(new, restart)
         except (OSError, ValueError) as exc:  # the new store settings cannot be read (an API key file)

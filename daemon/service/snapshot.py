@@ -103,6 +103,8 @@ class StatusBoard:
         snap["vectors"] = self.vectors()
         snap["conversation"] = self.conversation()
         snap["storage"] = self.storage.snapshot()
+        if self.started.pusher is not None:
+            snap["sync"] = self.started.pusher.status()
         return snap
 
     def read_fresh(self, ask: Callable[[], None], wait_s: float = FRESH_WAIT_S) -> StatusDocument:
@@ -163,6 +165,7 @@ class StatusBoard:
             "limits": limits_of(config),
             "vectors": self.vectors(),
             "conversation": self.conversation(),
+            **({"sync": self.started.pusher.status()} if self.started.pusher is not None else {}),
         }
 
     def vectors(self) -> dict[str, Any]:

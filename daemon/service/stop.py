@@ -101,6 +101,9 @@ class Shutdown:
         if self.started.watcher:
             self.started.watcher.stop()
         self.final_commits(budget.deadline("final commits"))
+        pusher = self.started.pusher
+        if pusher is not None and not pusher.stop(min(1.0, budget.left("embedding worker"))):
+            self.left_running.append("a push to the remote")  # cut: what it did not deliver stays owed
         worker = self.started.embed_worker
         if worker is not None and not worker.stop(budget.left("embedding worker")):
             self.left_running.append("the embedding worker")

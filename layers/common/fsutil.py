@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 
@@ -74,6 +73,8 @@ def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> None
     The content is fsynced before the rename and the directory after it, so once this returns the new
     content is what a power cut leaves (issue 45: a report written ``applied`` must be the one on disk).
     """
+    import tempfile  # a write: readers of this module (a front call reading its token) do not pay for it
+
     if isinstance(data, str):
         data = data.encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)

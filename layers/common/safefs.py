@@ -23,7 +23,6 @@ import contextlib
 import errno
 import logging
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,6 +238,8 @@ def write_atomic(root: Path, rel: str, data: bytes, *, mode: int | None = None, 
             raise UnsafePathError(root, rel, "is a symbolic link")
         if old is not None and not stat.S_ISREG(old.st_mode):
             raise UnsafePathError(root, rel, "is not a regular file")
+        import secrets  # imported by a write, not by every reader of this module (a front call finding an agent)
+
         tmp = f".{name}.{secrets.token_hex(4)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
         try:

@@ -9,3 +9,8 @@
 
 Why git lives inside L2: git is what makes L1/L2 recoverable, and no other layer runs it.
 """
+
+# The file names of the convention, here so that who only needs to recognise a daily file (the daemon's
+# workspaces, every front call that finds an agent) does not import the git side with them.
+MEMORY_DIR = "memory"
+LONG_TERM_FILE = "MEMORY.md"

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from layers.common import safefs
 from layers.common.names import shown as printable
+from layers.daily import MEMORY_DIR
 from layers.daily.git import commit as gitcommit
 from layers.daily.git import repair as gitrepair
 from layers.daily.git.commit import Check, StagedChange
@@ -53,9 +54,7 @@ else:
 
 log = logging.getLogger(__name__)
 
-MEMORY_DIR = "memory"
 ARCHIVE_DIR = "memory/archive"
-LONG_TERM_FILE = "MEMORY.md"
 DAILY_NAME_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})\.md$")
 
 # ---------------------------------------------------------------- daily files

@@ -20,7 +20,7 @@ from layers.daily.git import shared_core
 from layers.daily.git.history_copy import HistoryCopy
 
 HOST, AGENT = "spoke-1", "main"
-REF = f"refs/memstrata/{HOST}/{AGENT}/daemon"
+REF = f"refs/memstrata/{HOST}/{AGENT}/line/0"
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
@@ -150,7 +150,7 @@ def test_a_ref_rewritten_on_the_remote_is_refused_and_never_overwritten(repo, re
     assert fleet.behind(repo.copy, HOST, AGENT).commits == 1, "what was refused is still owed"
 
 
-def test_a_history_rewritten_here_is_refused_as_ours_and_the_old_one_is_pushed_as_lost(repo, remote):
+def test_a_history_rewritten_here_goes_to_a_new_line_and_the_old_one_is_pushed_as_lost(repo, remote):
     target = fleet.Remote(str(remote))
     shas = _facts(repo, 3)
     fleet.push(repo.copy, target, HOST, AGENT)
@@ -158,16 +158,27 @@ def test_a_history_rewritten_here_is_refused_as_ours_and_the_old_one_is_pushed_a
     _git(repo.path, "reflog", "expire", "--expire=now", "--all")
     _git(repo.path, "gc", "-q", "--prune=now")
     assert repo.history_check() is not None  # the copy keeps the old history under refs/lost/
-    _facts(repo, 1, start=10)
+    new = _facts(repo, 1, start=10)[-1]
+    assert fleet.behind(repo.copy, HOST, AGENT).commits == 1, "the commits the old line shares are not owed"
+    line1 = f"refs/memstrata/{HOST}/{AGENT}/line/1"
+    assert fleet.daemon_ref_on_remote(repo.copy, HOST, AGENT) == line1
 
     done = fleet.push(repo.copy, target, HOST, AGENT)
-    (refused,) = done.refused
-    assert refused.remote == REF and refused.rewritten_here
+    assert done.ok
+    (daemon,) = [u for u in done.updates if u.local == "refs/heads/daemon"]
+    assert (daemon.remote, daemon.status) == (line1, "new")
     (lost,) = [u for u in done.updates if u.local.startswith("refs/lost/")]
     assert lost.status == "new" and lost.remote.startswith(f"refs/memstrata/{HOST}/{AGENT}/lost/")
-    assert _ref(remote, lost.remote) == shas[-1] and _ref(remote, REF) == shas[-1]
-    assert fleet.behind(repo.copy, HOST, AGENT).lost == 0
-    assert _forced(remote, REF) == 0
+    assert _ref(remote, lost.remote) == shas[-1] and _ref(remote, REF) == shas[-1] and _ref(remote, line1) == new
+    assert fleet.behind(repo.copy, HOST, AGENT) == fleet.Behind(0, new, new, 0)
+    assert _forced(remote, REF) == 0 and _forced(remote, line1) == 0
+
+    # a new host restores the newest line; the old one comes back as lost
+    copy2, ws2 = HistoryCopy(repo.path.parent / "h2" / "a.git"), repo.path.parent / "h2" / "ws"
+    done = fleet.restore(target, HOST, AGENT, copy2, ws2)
+    assert done.commit == new and copy2.last() == new and [x.commit.sha for x in copy2.lost()] == [shas[-1]]
+    assert fleet.behind(copy2, HOST, AGENT) == fleet.Behind(0, new, new, 0)
+    assert fleet.push(copy2, target, HOST, AGENT).moved == []
 
 
 def test_a_crash_after_the_remote_acknowledged_only_causes_a_no_op_repush(repo, remote):
@@ -175,7 +186,7 @@ def test_a_crash_after_the_remote_acknowledged_only_causes_a_no_op_repush(repo, 
     shas = _facts(repo, 4)
     fleet.push(repo.copy, target, HOST, AGENT)
     # the remote acknowledged, the process died before writing down what it has
-    _git(repo.copy.path, "update-ref", "-d", f"refs/pushed/{HOST}/{AGENT}/daemon")
+    _git(repo.copy.path, "update-ref", "-d", f"refs/pushed/{HOST}/{AGENT}/line/0")
     assert fleet.behind(repo.copy, HOST, AGENT) == fleet.Behind(4, None, shas[-1], 0)
     done = fleet.push(repo.copy, target, HOST, AGENT)
     assert done.ok and [u.status for u in done.updates] == ["unchanged"]
@@ -191,7 +202,7 @@ def test_two_hosts_and_two_agents_keep_to_refs_of_their_own(repo, remote, tmp_pa
     fleet.push(repo.copy, target, HOST, AGENT)
     fleet.push(other.copy, target, "spoke-2", "b")
     refs = _git(remote, "for-each-ref", "--format=%(refname)").split()
-    assert refs == [REF, "refs/memstrata/spoke-2/b/daemon"]
+    assert refs == [REF, "refs/memstrata/spoke-2/b/line/0"]
     assert fleet.behind(repo.copy, "spoke-2", AGENT).commits == 1, "pushed state is per host name"
 
 
@@ -349,7 +360,9 @@ def test_restore_brings_back_every_file_and_every_commit_of_1000(repo, remote, t
     assert [u.status for u in fleet.push(copy2, target, HOST, AGENT).updates if u.local == "refs/heads/daemon"] == [
         "moved"
     ]
-    assert _ref(remote, REF) == nxt and _forced(remote, REF) == 0
+    line1 = f"refs/memstrata/{HOST}/{AGENT}/line/1"  # the history had one rewrite: its second line
+    assert fleet.daemon_ref_on_remote(copy2, HOST, AGENT) == line1
+    assert _ref(remote, line1) == nxt and _forced(remote, line1) == 0
 
 
 def test_restore_refuses_a_used_target_and_an_unknown_agent(repo, remote, tmp_path):
@@ -421,3 +434,26 @@ def test_a_spoke_with_no_shared_core_on_the_remote_is_told_so(tmp_path, remote):
     with pytest.raises(fleet.NotOnRemote):
         shared_core.fetch_shared(fleet.Remote(str(remote)), tmp_path / "m.git", tmp_path / "shared")
     assert not (tmp_path / "shared").exists() and shared_core.exported(tmp_path / "m.git") is None
+
+
+# ---------------------------------------------------------------- the host's report
+
+
+def test_a_hosts_reports_are_a_line_and_a_second_host_under_its_name_is_refused(tmp_path, remote):
+    from layers.daily.git import host_report
+
+    target = fleet.Remote(str(remote))
+    ref = host_report.report_ref(HOST)
+    first = host_report.push_report(target, tmp_path / "a" / "report.git", HOST, b'{"n": 1}\n')
+    second = host_report.push_report(target, tmp_path / "a" / "report.git", HOST, b'{"n": 2}\n')
+    assert (first.status, second.status) == ("new", "moved") and _ref(remote, ref) == second.sha
+    assert _git(remote, "rev-parse", f"{second.sha}^").strip() == first.sha, "each report the child of the last"
+    assert _git(remote, "show", f"{ref}:status.json") == '{"n": 2}\n'
+    # a host rebuilt under the name (a fresh state directory) goes on from the remote's last report...
+    other = host_report.push_report(target, tmp_path / "b" / "report.git", HOST, b'{"n": 3}\n')
+    assert other.status == "moved" and _git(remote, "rev-parse", f"{other.sha}^").strip() == second.sha
+    # ...and the first one, still running, is refused: two hosts under one name are never merged
+    again = host_report.push_report(target, tmp_path / "a" / "report.git", HOST, b'{"n": 4}\n')
+    assert again.status == "refused" and _ref(remote, ref) == other.sha and _forced(remote, ref) == 0
+    with pytest.raises(fleet.RemoteNameError):
+        host_report.report_ref("../x")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import yaml
 
 from layers.common.yamlfile import YamlFileError
-from layers.conversation.policy.registry import add_agent, load_registry
+from layers.conversation.policy.registry import HEADER, RegistryCache, RegistryFile, add_agent, load_registry
 
 
 def test_membership_is_the_union_of_both_sides(tmp_path):
@@ -48,3 +51,39 @@ def test_add_agent_is_atomic_and_keeps_existing_entries(tmp_path):
     assert reg.members_of("infra") == {"ops", "dev"}
     assert reg.data.projects["infra"].members == ["ops", "dev"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["project_registry.yaml", "project_registry.yaml.lock"]
+
+
+def _changed(path, text: str | None) -> None:
+    """Write (or with None remove) ``path`` as a new version the cache must notice (a later mtime)."""
+    if text is None:
+        path.unlink()
+        return
+    path.write_text(text)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+
+@pytest.mark.parametrize(("half_written", "says"), [("", "empty"), ("# header only\n", "empty"), (None, "no longer")])
+def test_a_registry_with_no_document_is_refused_while_agents_are_in_force(tmp_path, half_written, says):
+    """A writer that truncates first (or an editor that deletes and recreates) leaves no document for a moment:
+    refused while agents are in force, said in ``error``; the file's next change is read again."""
+    path = tmp_path / "project_registry.yaml"
+    add_agent(path, "ops", ["infra"])
+    cache = RegistryCache(path)
+    _changed(path, half_written)
+    assert cache.current().members_of("infra") == {"ops"}
+    assert str(path) in cache.error and "refused" in cache.error and says in cache.error
+    assert "previous registry stays in force" in cache.error
+    _changed(path, "projects:\n  infra:\n    members: [ops, dev]\n")  # the completing write
+    assert cache.current().members_of("infra") == {"ops", "dev"} and cache.error == ""
+
+
+def test_an_empty_registry_written_as_a_document_is_applied(tmp_path):
+    """Emptying the registry on purpose is a valid document with no agents (as the library writes one)."""
+    path = tmp_path / "project_registry.yaml"
+    add_agent(path, "ops", ["infra"])
+    cache = RegistryCache(path)
+    _changed(path, HEADER + yaml.safe_dump(RegistryFile().model_dump(), sort_keys=False))
+    assert cache.current().agent_ids() == [] and cache.error == ""
+    _changed(path, "")  # nothing in force to keep: an empty file is an empty registry, as at start
+    assert cache.current().agent_ids() == [] and cache.error == ""

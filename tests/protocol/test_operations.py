@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 
 import pytest
 
 from protocol import operations as op
 from protocol.fields import REQUIRED, describe, field
 from protocol.limits import L4_PAGE, MAX_QUERY_CHARS
+from tests.helpers import REPO_ROOT
 
 MEMORY = "0b7c4c57-2b6a-4f7e-9d57-3d0c1e0f8a11"
 
@@ -119,3 +123,95 @@ def test_a_misspelled_option_is_a_type_error_and_a_long_query_is_left_to_the_edg
 def test_operations_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         op.Add("a", "t").text = "u"  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- made when first used (protocol/lazy_dataclass.py)
+
+
+def _fresh(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter (an operation class is made once per process)."""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    return run.stdout.strip()
+
+
+def test_a_call_that_sends_one_operation_makes_only_that_one():
+    """Importing the operations compiles no dataclass method; sending a search makes Search (and its base)."""
+    made = _fresh(
+        "from protocol import operations as op\n"
+        "made = lambda: sorted(c.__name__ for c in (op.Operation, *op.OPERATIONS) if '__init__' in vars(c))\n"
+        "print(made()); op.Search('a', 'q').request(); print(made())"
+    ).splitlines()
+    assert made == ["[]", "['Operation', 'Search']"]
+
+
+@pytest.mark.parametrize("first", ["instance", "fields", "signature", "match", "subclass"])
+def test_a_lazy_operation_is_the_dataclass_its_declaration_makes(first):
+    """Whatever asks first (an instance, dataclasses.fields, inspect.signature, a match pattern, a subclass
+    declared on it), the class is the frozen dataclass ``@dataclasses.dataclass(frozen=True)`` would make."""
+    code = f"""
+import dataclasses, inspect, json
+from protocol import operations as op
+first = {first!r}
+op.Status()  # the base made first: a class must not look like a dataclass with its base's (no) fields
+if first == "instance":
+    asked = repr(op.Get("a", "m"))
+elif first == "fields":
+    asked = [f.name for f in dataclasses.fields(op.Get)]
+elif first == "signature":
+    asked = str(inspect.signature(op.Get))
+elif first == "match":
+    match op.Get("a", "m"):
+        case op.Get(a, m):
+            asked = [a, m]
+elif first == "subclass":
+    @dataclasses.dataclass(frozen=True)
+    class Mine(op.Get):
+        pass
+    asked = [f.name for f in dataclasses.fields(Mine)]
+get = op.Get("a", "m")
+params = op.Get.__dataclass_params__
+print(json.dumps({{
+    "fields": [f.name for f in dataclasses.fields(op.Get)],
+    "signature": str(inspect.signature(op.Get)),
+    "match_args": list(op.Get.__match_args__),
+    "frozen": params.frozen, "eq": params.eq,
+    "equal": get == op.Get("a", "m") and hash(get) == hash(op.Get("a", "m")) and get != op.Get("a", "n"),
+    "repr": repr(get),
+    "asked first": asked,
+}}))
+"""
+    seen = json.loads(_fresh(code))
+    assert seen == {
+        "fields": ["agent", "memory_id"],
+        "signature": "(agent: 'str', memory_id: 'str') -> None",
+        "match_args": ["agent", "memory_id"],
+        "frozen": True,
+        "eq": True,
+        "equal": True,
+        "repr": "Get(agent='a', memory_id='m')",
+        "asked first": {
+            "instance": "Get(agent='a', memory_id='m')",
+            "fields": ["agent", "memory_id"],
+            "signature": "(agent: 'str', memory_id: 'str') -> None",
+            "match": ["a", "m"],
+            "subclass": ["agent", "memory_id"],
+        }[first],
+    }
+
+
+def test_threads_making_the_same_operation_at_once_all_get_it_whole():
+    """The daemon's threads may send an operation's first instance together: each sees it made once, whole."""
+    code = """
+import threading
+from protocol import operations as op
+start = threading.Barrier(8)
+out = []
+def send():
+    start.wait()
+    out.append(op.Add("a", "t", visibility="private").request())
+threads = [threading.Thread(target=send) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(len(out), len(set(map(repr, out))), out[0])
+"""
+    assert _fresh(code) == ("8 1 ('POST', '/v1/memories', None, {'agent': 'a', 'text': 't', 'visibility': 'private'})")

@@ -56,10 +56,19 @@ class RegistryFile(StrictModel):
 
 @dataclass(frozen=True)
 class Registry:
-    """A validated registry with membership resolved both ways."""
+    """A validated registry with membership resolved both ways.
+
+    ``document`` is False when the file held none (missing, empty, only comments): what a writer that
+    truncates first, or an editor that deletes and recreates, leaves for a moment.  An empty registry
+    written on purpose is a document (``agents: {}``, as :func:`add_agent` and the library write it).
+    """
 
     path: Path
     data: RegistryFile
+    document: bool = True
+
+    def is_empty(self) -> bool:
+        return not self.data.agents and not self.data.projects
 
     def agent_ids(self) -> list[str]:
         ids = set(self.data.agents)
@@ -104,15 +113,15 @@ def _check_references(data: RegistryFile, path: Path, node: yaml.Node | None) ->
 
 
 def load_registry(path: Path) -> Registry:
-    """Read and validate the registry; a missing file is an empty registry."""
+    """Read and validate the registry; a missing file, or one with no document, is an empty registry."""
     try:
         text = read_text(path)  # bounded, never blocks; see layers.common.yamlfile
     except FileNotFoundError:
-        return Registry(path, RegistryFile())
+        return Registry(path, RegistryFile(), document=False)
     data, node = read_yaml(path, text)
     model = validate(RegistryFile, data, path, node)
     _check_references(model, path, node)
-    return Registry(path, model)
+    return Registry(path, model, document=node is not None)
 
 
 @contextmanager
@@ -167,6 +176,10 @@ class RegistryCache:
     edit keeps the previous registry in force (and says why in ``error``, naming
     file and line): a typo must not lock every agent out of its projects, and
     the main agent, which can write the file, must not be able to stall L4.
+    So does a file with no document (missing, empty) while the registry in force
+    names agents or projects: a writer that truncates first, seen half way, would
+    otherwise take every agent out until its next write (issue 46).  The file is
+    read again at its next change, which such a writer's next write is.
     """
 
     def __init__(self, path: Path) -> None:
@@ -193,10 +206,19 @@ class RegistryCache:
             if signature == self._seen:
                 return self._current  # another thread parsed it meanwhile
             try:
-                self._current = load_registry(self.path)
-                if self.error:
-                    log.info("%s: registry is valid again", self.path)
-                self.error = ""
+                registry = load_registry(self.path)
+                if not registry.document and not self._current.is_empty():
+                    why = "no longer exists" if signature is None else "holds no YAML document (empty)"
+                    self.error = (
+                        f"{self.path}: refused: the file {why}, as while an editor writes it; an empty registry is "
+                        "written as a document, e.g. 'agents: {}' (the previous registry stays in force)"
+                    )
+                    log.warning("%s", self.error)
+                else:
+                    self._current = registry
+                    if self.error:
+                        log.info("%s: registry is valid again", self.path)
+                    self.error = ""
             except YamlFileError as exc:
                 self.error = f"{exc} (the previous registry stays in force)"
                 log.error("%s", self.error)

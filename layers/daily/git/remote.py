@@ -3,8 +3,14 @@
 Each host pushes each agent's :class:`~layers.daily.git.history_copy.HistoryCopy` (never the
 workspace's ``.git``: nothing an agent does to its repository reaches the remote) to refs of its own::
 
-    refs/memstrata/<host>/<agent>/daemon       <- the copy's refs/heads/daemon
+    refs/memstrata/<host>/<agent>/line/<n>     <- the copy's refs/heads/daemon, n = its refs/lost/* count
     refs/memstrata/<host>/<agent>/lost/<x>     <- the copy's refs/lost/<x>
+
+Each line of history has a ref of its own: when the agent rewrites its workspace's history, the
+copy keeps the old line as ``refs/lost/<x>`` and its daemon ref starts a line that does not descend
+from the pushed one.  Pushed to the same ref, that could only be refused (or forced); counting the
+copy's recorded rewrites gives the new line a new ref, reached fast-forward like any other, and
+the old line stays on the remote as it was.  :func:`restore` takes the highest line.
 
 No refspec has a ``+`` and no ``--force`` is ever given: a ref the remote holds that is not an
 ancestor of what is pushed (someone rewrote it there) is refused by git itself and stays as it is;
@@ -29,6 +35,7 @@ import ctypes
 import os
 import re
 import shlex
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +46,8 @@ from protocol.vocabulary import AGENT_ID_PATTERN
 
 REF_ROOT = "refs/memstrata"
 PUSHED_ROOT = "refs/pushed"
+LINE = "line/"  # refs/memstrata/<host>/<agent>/line/<n>
+LOST = "lost/"
 _RESTORING = "refs/restoring/"
 _NAME_RE = re.compile(AGENT_ID_PATTERN)
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -214,8 +223,8 @@ class Pushed:
         return not self.refused
 
 
-def _local_refs(copy: HistoryCopy) -> dict[str, str]:
-    """The copy's daemon ref and lost refs: ref -> sha."""
+def local_refs(copy: HistoryCopy) -> dict[str, str]:
+    """The copy's daemon ref and lost refs (what a push offers): ref -> sha."""
     if not copy.exists:
         return {}
     out = copy.runner().run("for-each-ref", "--format=%(objectname) %(refname)", DAEMON_REF, LOST_PREFIX)
@@ -226,8 +235,19 @@ def _local_refs(copy: HistoryCopy) -> dict[str, str]:
     return refs
 
 
-def _remote_name(local: str, prefix: str) -> str:
-    return prefix + ("daemon" if local == DAEMON_REF else "lost/" + local[len(LOST_PREFIX) :])
+def line_of(local: dict[str, str]) -> int:
+    """The line the daemon ref is on: how many rewrites the copy recorded (its lost refs)."""
+    return sum(1 for ref in local if ref.startswith(LOST_PREFIX))
+
+
+def _tail(local: str, line: int) -> str:
+    """What follows ``refs/memstrata/<host>/<agent>/`` for the copy's ref ``local``."""
+    return f"{LINE}{line}" if local == DAEMON_REF else LOST + local[len(LOST_PREFIX) :]
+
+
+def daemon_ref_on_remote(copy: HistoryCopy, host: str, agent: str) -> str:
+    """The remote ref the copy's daemon ref is pushed to now (its line)."""
+    return remote_prefix(host, agent) + _tail(DAEMON_REF, line_of(local_refs(copy)))
 
 
 def parse_porcelain(out: str) -> dict[str, tuple[str, str]]:
@@ -259,10 +279,11 @@ def push(copy: HistoryCopy, remote: Remote, host: str, agent: str) -> Pushed:
     the copy (:func:`behind`).
     """
     prefix = remote_prefix(host, agent)
-    local = _local_refs(copy)
+    local = local_refs(copy)
     if not local:
         return Pushed(remote.shown)
-    wanted = {_remote_name(ref, prefix): (ref, sha) for ref, sha in local.items()}
+    line = line_of(local)
+    wanted = {prefix + _tail(ref, line): (ref, sha) for ref, sha in local.items()}
     specs = [f"{sha}:{dst}" for dst, (_ref, sha) in wanted.items()]
     git = remote_git(remote, copy.path, copy.cancel)
     args = ["push", "--porcelain", "--no-verify", "--no-signed", "--no-follow-tags", "--", remote.url, *specs]
@@ -281,7 +302,7 @@ def push(copy: HistoryCopy, remote: Remote, host: str, agent: str) -> Pushed:
         elif flag == " ":
             updates.append(RefUpdate(ref, dst, sha, "moved"))
         else:  # '!', and '+'/'-' which no refspec here can cause
-            before = pushed.get(ref)
+            before = pushed.get(dst[len(prefix) :])
             here = ref == DAEMON_REF and before is not None and not _descends(copy, sha, before)
             updates.append(RefUpdate(ref, dst, sha, "refused", refusal(summary), here))
     _write_pushed(copy, host, agent, [u for u in updates if u.status != "refused"], pushed)
@@ -294,7 +315,8 @@ def _descends(copy: HistoryCopy, sha: str, ancestor: str) -> bool:
 
 
 def pushed_refs(copy: HistoryCopy, host: str, agent: str) -> dict[str, str]:
-    """What the remote last acknowledged, by the copy's ref name: ``refs/heads/daemon`` -> sha, ..."""
+    """What the remote last acknowledged, by the name it has there after the agent's prefix:
+    ``line/0`` -> sha, ``lost/<x>`` -> sha."""
     prefix = _pushed_prefix(host, agent)
     if not copy.exists:
         return {}
@@ -302,8 +324,7 @@ def pushed_refs(copy: HistoryCopy, host: str, agent: str) -> dict[str, str]:
     found = {}
     for line in out.decode(errors="replace").splitlines():
         sha, _, ref = line.partition(" ")
-        tail = ref[len(prefix) :]
-        found[DAEMON_REF if tail == "daemon" else LOST_PREFIX + tail.removeprefix("lost/")] = sha
+        found[ref[len(prefix) :]] = sha
     return found
 
 
@@ -312,12 +333,14 @@ def _write_pushed(
 ) -> None:
     """Record the acknowledged refs in one ref transaction, then sync the directories it wrote."""
     prefix, there = _pushed_prefix(host, agent), remote_prefix(host, agent)
-    lines = [f"update {prefix}{u.remote[len(there) :]} {u.sha}\n" for u in acknowledged if before.get(u.local) != u.sha]
+    tails = [(u.remote[len(there) :], u.sha) for u in acknowledged]
+    lines = [f"update {prefix}{tail} {sha}\n" for tail, sha in tails if before.get(tail) != sha]
     if not lines:
         return
     copy.runner().run("update-ref", "--stdin", input="".join(lines).encode(), killable=False)
     root = copy.path / PUSHED_ROOT
-    sync_dirs(root / host / agent / "lost", root / host / agent, root / host, root, copy.path / "refs")
+    here = root / host / agent
+    sync_dirs(here / "line", here / "lost", here, root / host, root, copy.path / "refs")
 
 
 @dataclass(frozen=True)
@@ -336,17 +359,28 @@ class Behind:
 
 
 def behind(copy: HistoryCopy, host: str, agent: str) -> Behind:
-    """What :func:`push` has not delivered yet, from the copy alone (no network)."""
+    """What :func:`push` has not delivered yet, from the copy alone (no network).
+
+    ``commits`` counts the daemon ref's commits that no acknowledged ref reaches: after a rewrite
+    the new line's commits shared with an older line are not owed again.
+    """
     pushed = pushed_refs(copy, host, agent)
-    local = _local_refs(copy)
+    local = local_refs(copy)
     head = local.get(DAEMON_REF)
-    last = pushed.get(DAEMON_REF)
+    last = pushed.get(_tail(DAEMON_REF, line_of(local)))
     count = 0
     if head is not None and head != last:
-        args = ["rev-list", "--count", head] + ([f"^{last}"] if last else [])
+        known = [sha for sha in dict.fromkeys(pushed.values()) if _has_commit(copy, sha)]
+        args = ["rev-list", "--count", head, *(f"^{sha}" for sha in known)]
         count = int(copy.runner().run(*args).decode().strip() or 0)
-    lost = sum(1 for ref, sha in local.items() if ref != DAEMON_REF and pushed.get(ref) != sha)
+    line = line_of(local)
+    lost = sum(1 for ref, sha in local.items() if ref != DAEMON_REF and pushed.get(_tail(ref, line)) != sha)
     return Behind(count, last, head, lost)
+
+
+def _has_commit(copy: HistoryCopy, sha: str) -> bool:
+    status, _ = copy.runner().status("cat-file", "-e", f"{sha}^{{commit}}", fatal=False)
+    return status == 0
 
 
 # ---------------------------------------------------------------- restore
@@ -373,8 +407,9 @@ def restore(remote: Remote, host: str, agent: str, copy: HistoryCopy, workspace:
     """Rebuild an agent from the remote: its history copy, then its workspace (files and history).
 
     ``copy`` must hold no history yet and ``workspace`` must be empty or absent (both refused
-    otherwise, nothing touched).  The copy gets ``refs/memstrata/<host>/<agent>/*`` as its daemon
-    and lost refs (and knows the remote has them: nothing to push); the workspace is a repository
+    otherwise, nothing touched).  The copy gets the highest ``line/<n>`` as its daemon ref and the
+    ``lost/*`` refs as its lost ones (an older line that none of them reaches as a lost ref too), and
+    knows the remote has them all: nothing to push; the workspace is a repository
     made as the daemon makes one (``git init``) whose branch is the daemon's last commit, with its
     files checked out.  Raises Unreachable, or NotOnRemote when the remote has no such agent.
     """
@@ -394,21 +429,29 @@ def restore(remote: Remote, host: str, agent: str, copy: HistoryCopy, workspace:
     out = runner.run("for-each-ref", "--format=%(objectname) %(refname)", _RESTORING).decode()
     fetched = {ref[len(_RESTORING) :]: sha for sha, _, ref in (line.partition(" ") for line in out.splitlines())}
     moves = [f"delete {_RESTORING}{tail} {sha}\n" for tail, sha in fetched.items()]
-    daemon = fetched.get("daemon")
-    lost = sorted(LOST_PREFIX + tail[5:] for tail in fetched if tail.startswith("lost/"))
+    lines = {int(t[len(LINE) :]): sha for t, sha in fetched.items() if t.startswith(LINE) and t[len(LINE) :].isdigit()}
+    daemon = lines[max(lines)] if lines else None
+    kept = {LOST_PREFIX + t[len(LOST) :]: sha for t, sha in fetched.items() if t.startswith(LOST)}
     if daemon is not None:
         pushed = _pushed_prefix(host, agent)
-        for tail, sha in fetched.items():
-            if tail == "daemon" or tail.startswith("lost/"):
-                local = DAEMON_REF if tail == "daemon" else LOST_PREFIX + tail[5:]
-                moves += [f"create {local} {sha}\n", f"create {pushed}{tail} {sha}\n"]
+        for number, sha in sorted(lines.items())[:-1]:  # an older line no lost ref reaches: kept as lost too
+            if not any(_is_ancestor(runner, sha, tip) for tip in [daemon, *kept.values()]):
+                kept[f"{LOST_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-line{number}-{sha[:12]}"] = sha
+        moves.append(f"create {DAEMON_REF} {daemon}\n")
+        moves += [f"create {ref} {sha}\n" for ref, sha in kept.items()]
+        moves += [f"create {pushed}{t} {sha}\n" for t, sha in fetched.items() if t.startswith((LINE, LOST))]
     if moves:
         runner.run("update-ref", "--stdin", input="".join(moves).encode(), killable=False)
     if daemon is None:
         raise NotOnRemote(f"the remote {remote.shown} holds no history under {prefix}")
     sync_tree(copy.path)  # git init synced nothing; fetch synced its pack and refs (core.fsync)
     branch, commits, files = _checkout(copy, daemon, workspace)
-    return Restored(daemon, commits, files, branch, lost)
+    return Restored(daemon, commits, files, branch, sorted(kept))
+
+
+def _is_ancestor(git: Git, ancestor: str, sha: str) -> bool:
+    status, _ = git.status("merge-base", "--is-ancestor", ancestor, sha, fatal=False)
+    return status == 0
 
 
 def _checkout(copy: HistoryCopy, sha: str, workspace: Path) -> tuple[str, int, int]:

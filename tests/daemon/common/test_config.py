@@ -141,7 +141,23 @@ BOOLEAN_LOOKING = [
 def test_every_enum_field_is_found_and_the_boolean_looking_ones_are_listed():
     found = {".".join(key) for key, _ in _choice_fields()}
     assert {"watch.mode", "vectors.backend", "vectors.profile", "conversation.backend", "log.level"} <= found
-    assert [(".".join(k), w) for k, w in BOOLEAN_LOOKING] == [("vectors.backend", "off")]
+    assert [(".".join(k), w) for k, w in BOOLEAN_LOOKING] == [
+        ("git.remote_host_keys", "yes"),
+        ("vectors.backend", "off"),
+    ]
+
+
+def test_the_fleet_settings_name_a_host_and_a_remote(tmp_path):
+    text = "git:\n  remote: ssh://git@100.115.94.1/srv/memstrata/fleet.git\n  remote_key_file: keys/fleet\n"
+    config = parse_config(text + "fleet:\n  host: spoke-1\n", tmp_path / "m.yaml")
+    assert config.host_name == "spoke-1" and config.git.remote_host_keys == "accept-new"
+    assert config.config_file_path(config.git.remote_key_file) == tmp_path / "keys" / "fleet"
+    assert parse_config("", tmp_path / "m.yaml").git.remote is None, "no remote: no sync"
+    for bad, why in (("shared", "shared core"), ("Spoke", "cannot name a host"), ("a.b", "cannot name a host")):
+        with pytest.raises(YamlFileError, match=why):
+            parse_config(f"fleet:\n  host: {bad}\n", tmp_path / "m.yaml")
+    with pytest.raises(YamlFileError, match=r"git.remote \(line 2\)"):
+        parse_config("git:\n  remote: --upload-pack=x\n", tmp_path / "m.yaml")
 
 
 @pytest.mark.parametrize(("key", "word"), BOOLEAN_LOOKING, ids=lambda v: ".".join(v) if isinstance(v, tuple) else v)

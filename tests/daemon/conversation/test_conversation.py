@@ -189,6 +189,42 @@ def test_a_broken_registry_is_named_at_start_and_kept_out_on_reload(tmp_path, da
     assert "projects_typo" in error and "previous registry stays in force" in error
 
 
+def test_a_registry_written_in_two_halves_keeps_the_agents_until_it_is_whole(tmp_path, daemons):
+    """An operator's editor truncates the registry and writes it in two goes (issue 46: a test writing it so
+    under load had the daemon apply it empty, every agent gone).  Half way the daemon keeps the registry in
+    force and status says the file was refused; the completing write is applied."""
+    config = init_root(tmp_path, **FAST)
+    run_cli("agent", "add", "a", "--project", "infra", config=config)
+    run_cli("agent", "add", "b", config=config)
+    registry = registry_of(tmp_path)
+    data = yaml.safe_load(registry.read_text())
+    data["agents"]["b"]["projects"] = ["infra"]  # the edit: b joins infra
+    whole = yaml.safe_dump(data, sort_keys=False)
+    first = whole[: whole.rindex("can_write_public") + len("can_w")]  # cut inside a key: does not parse
+    with pytest.raises(yaml.YAMLError):
+        yaml.safe_load(first)
+    daemon = daemons(config)
+    wait_reachable(daemon)
+
+    def a_still_in_infra(note: str) -> None:
+        with DaemonClient(daemon.socket, timeout=60, token=token_of(tmp_path, "a")) as a:
+            assert a.add("a", note, project="infra")["project_id"] == "infra"
+
+    with registry.open("w") as editor:  # truncated: no document yet
+        a_still_in_infra("written while the registry is empty")
+        error = daemon.status()["conversation"]["registry_error"]
+        assert str(registry) in error and "refused" in error and "previous registry stays in force" in error
+        editor.write(first)
+        editor.flush()
+        a_still_in_infra("written while the registry is half written")
+        assert "invalid YAML" in daemon.status()["conversation"]["registry_error"]
+        editor.write(whole[len(first) :])
+    with DaemonClient(daemon.socket, timeout=60, token=token_of(tmp_path, "b")) as b:
+        assert b.add("b", "b's first infra note", project="infra")["project_id"] == "infra"
+    assert daemon.status()["conversation"]["registry_error"] == ""
+    assert "refused: the file holds no YAML document" in daemon.log()
+
+
 def test_the_administrator_acts_for_known_agents_only(cluster):
     admin = (cluster.root / "state" / "admin.token").read_text().strip()
     with cluster.client("a", token=admin) as as_admin:

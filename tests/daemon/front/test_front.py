@@ -1,9 +1,9 @@
 """The seam between the front (CLI, MCP server, status, the skill) and the service, checked cheaply.
 
-No daemon is started: fresh interpreters for what an import loads, the API app
-in-process (starlette's TestClient) for how errors become statuses, and the
-documents and texts the front shares with the service compared with their one
-definition.
+No daemon is started but one (what a call through it imports): fresh interpreters for what
+an import loads, the API app in-process (starlette's TestClient) for how errors become
+statuses, and the documents and texts the front shares with the service compared with
+their one definition.
 """
 
 from __future__ import annotations
@@ -62,6 +62,20 @@ SERVICE_SIDE = (
     "prometheus_client",  # /metrics is the daemon's (~60-120 ms, ~12 MB to import standalone)
 )
 WEB_SERVER = ("uvicorn", "starlette", "fastapi")
+# What the commands an agent calls many times a session (search, status, add) do not need: creating a
+# workspace, git, writing tokens or the skill, the documents' TypedDicts, the full configuration (its
+# models and YAML: a front call reads the validated-configuration cache).  Each cost a few ms of CPU a call
+# (bench/bench_front.py), imported by the commands that need them.
+FRONT_DEFERRED = (
+    "layers.daily.workspace_repo",
+    "layers.daily.git",
+    "daemon.common.skill",
+    "daemon.common.guard",
+    "daemon.common.contracts",
+    "tempfile",
+    "pydantic",
+    "yaml",
+)
 
 
 def _loaded_by(module: str) -> set[str]:
@@ -82,6 +96,26 @@ def test_the_cli_and_status_import_nothing_of_the_service(module):
     assert _forbidden(loaded, SERVICE_SIDE + WEB_SERVER) == []
     assert "httpx" not in loaded, "the client talks over the socket with the standard library"
     assert "pydantic" not in loaded, "the configuration's models load when a command reads it, not at import"
+    assert sorted(m for m in loaded if m in FRONT_DEFERRED) == []
+
+
+def _imported_by(args: list[str], config: Path) -> set[str]:
+    """Every module a ``memstrata`` call imports (``-X importtime``), after one call that filled the caches."""
+    cmd = [sys.executable, "-X", "importtime", "-m", "daemon", "--config", str(config), *args]
+    subprocess.run(cmd, capture_output=True, cwd=REPO, check=True)  # the configuration cache, as an agent's first call
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=True)
+    return {line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_search_and_status_through_the_daemon_import_only_what_they_use(service_root, daemons):
+    """An agent calls these many times a session: through a running daemon they import the client and the
+    operation they send, not the service, the workspace and git helpers, nor the configuration's models."""
+    daemons(service_root)
+    for args in (["status"], ["search", "port", "--agent", "main", "--mode", "fts"]):
+        loaded = _imported_by(args, service_root)
+        assert "protocol.client" in loaded, args  # the call went through the daemon
+        assert _forbidden(loaded, SERVICE_SIDE + WEB_SERVER + FRONT_DEFERRED) == [], args
+        assert [m for m in loaded if m.startswith("layers.daily.")] == [], args
 
 
 def test_the_service_imports_no_client_library_the_embedded_store_does_not_need():

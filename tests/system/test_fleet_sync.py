@@ -1,0 +1,161 @@
+"""L2 to the hub on the booted fleet (issue 47 items 2 and 3): each spoke's memstrata.service pushes its agents'
+history over ssh with the spoke's own key, a cut spoke's notes arrive once its link is back, a spoke that
+loses power loses no commit it made, and a lost spoke's agent is restored on the other spoke.
+
+One fleet for the module (tests/system/fleet.py), the tests in file order.  Only the spokes run memstrata
+here: the hub serves the bare repository over ssh.  Every wait polls with a generous deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.system import operator
+from tests.system.container import ContainerError
+from tests.system.fleet import AGENTS, HUB, KEY, REMOTE, REMOTE_PATH, SPOKES
+
+pytestmark = pytest.mark.slow
+AGENT = {role: agents[0] for role, agents in AGENTS.items()}
+
+
+def _poll(check, timeout: float, what: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+            last = result
+        except (ContainerError, subprocess.TimeoutExpired, KeyError, ValueError, StopIteration) as error:
+            last = error
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}: {last}")
+
+
+@pytest.fixture(scope="module")
+def synced(fleet):
+    """Both spokes installed, git.remote set to the hub over ssh with the spoke's own key; the host's
+    name is its hostname (no fleet.host: the default)."""
+
+    def setup(role: str) -> None:
+        fleet.install(role)
+        c = fleet.container(role)
+        lines = f"git:\\n  remote: {REMOTE}\\n  remote_key_file: {KEY}\\n  push_retry_max_s: 5"
+        c.run("sed", "-i", f"s|^git:$|{lines}|", operator.CONFIG)
+        c.run("systemctl", "restart", "memstrata.service", timeout=240)
+
+    fleet.each(setup, SPOKES)
+    return fleet
+
+
+def _workspace(role: str, agent: str | None = None) -> str:
+    return f"{operator.AGENTS}/{agent or AGENT[role]}-workspace"
+
+
+def _hub_ref(f, ref: str) -> str | None:
+    run = f.run(HUB, "git", "--git-dir", REMOTE_PATH, "rev-parse", "-q", "--verify", ref, check=False)
+    return run.stdout.strip() or None
+
+
+def _line0(role: str, agent: str | None = None) -> str:
+    return f"refs/memstrata/{role}/{agent or AGENT[role]}/line/0"
+
+
+def _note(f, role: str, name: str, text: str) -> str:
+    """A note written in the spoke's agent workspace; the commit that holds it."""
+    ws = _workspace(role)
+    f.container(role).write(f"{ws}/memory/{name}", text)
+
+    def committed() -> str:
+        line = f.run(role, "git", "-C", ws, "log", "-1", "--format=%H %s").stdout.strip()
+        return line.split()[0] if name in line else ""
+
+    return _poll(committed, 60, f"{name} committed")
+
+
+def _sync(f, role: str) -> dict:
+    return operator.status(f.container(role))["sync"]
+
+
+def _agent_sync(f, role: str) -> dict:
+    return next(a for a in _sync(f, role)["agents"] if a["id"] == AGENT[role])
+
+
+def test_two_spokes_push_their_agents_history_under_their_own_names(synced):
+    f = synced
+    heads = {role: _note(f, role, "2026-12-01.md", f"# {role}\n\n- first note\n") for role in SPOKES}
+    for role, head in heads.items():
+        _poll(lambda role=role, head=head: _hub_ref(f, _line0(role)) == head, 90, f"{role}'s note on the hub")
+        report = _poll(lambda role=role: _hub_ref(f, f"refs/memstrata/{role}/status"), 60, f"{role}'s report")
+        shown = f.run(HUB, "git", "--git-dir", REMOTE_PATH, "show", f"{report}:status.json").stdout
+        assert json.loads(shown)["host"] == role
+    s = _sync(f, "spoke-1")
+    assert s["host"] == "spoke-1" and s["reachable"] is True and s["remote"] == REMOTE
+
+
+def test_a_cut_spokes_notes_arrive_after_its_link_is_back(synced):
+    f = synced
+    f.cut("spoke-1")
+    try:
+        head = _note(f, "spoke-1", "2026-12-02.md", "# cut\n\n- written while the hub was away\n")
+        _poll(
+            lambda: _sync(f, "spoke-1")["reachable"] is False and _agent_sync(f, "spoke-1")["behind_commits"] >= 1,
+            90,
+            "status: unreachable, behind",
+        )
+        assert _hub_ref(f, _line0("spoke-1")) != head
+    finally:
+        f.restore("spoke-1")
+    _poll(lambda: _hub_ref(f, _line0("spoke-1")) == head, 90, "the backlog drained")
+    _poll(lambda: _agent_sync(f, "spoke-1")["behind_commits"] == 0, 60, "status: caught up")
+
+
+def test_a_spoke_that_loses_power_loses_no_commit_it_made(synced):
+    f = synced
+    before = _hub_ref(f, _line0("spoke-2"))
+    f.cut("spoke-2")  # the commit cannot leave before the power cut: the backlog must survive it
+    try:
+        head = _note(f, "spoke-2", "2026-12-03.md", "# power\n\n- committed just before the cut\n")
+        f.kill("spoke-2")
+        f.boot("spoke-2")  # its link still down, as it was
+        assert _hub_ref(f, _line0("spoke-2")) != head
+        _poll(lambda: _agent_sync(f, "spoke-2")["behind_commits"] >= 1, 180, "status after the boot: behind")
+    finally:
+        f.restore("spoke-2")
+    _poll(lambda: _hub_ref(f, _line0("spoke-2")) == head, 120, "the commit on the hub once the link is back")
+    ahead = f.run(HUB, "git", "--git-dir", REMOTE_PATH, "merge-base", "--is-ancestor", before, head, check=False)
+    assert ahead.returncode == 0, "a fast-forward of what the hub had: nothing rewritten, nothing forced"
+
+
+def test_a_lost_spokes_agent_is_restored_on_the_other_spoke(synced):
+    f = synced
+    agent = AGENT["spoke-2"]
+    pushed = _hub_ref(f, _line0("spoke-2"))
+    count = f.run(HUB, "git", "--git-dir", REMOTE_PATH, "rev-list", "--count", pushed).stdout.strip()
+    # spoke-2 is gone for good: its memstrata stopped, the agent's workspace and state wiped
+    f.run("spoke-2", "systemctl", "stop", "memstrata.service", timeout=120)
+    f.sh("spoke-2", f"rm -rf {_workspace('spoke-2')} /var/lib/memstrata/history/{agent}.git")
+
+    c = f.container("spoke-1")
+    done = json.loads(
+        operator.memstrata(c, "agent", "restore-from-remote", agent, "--host", "spoke-2", "--json").stdout
+    )
+    assert done["commit"] == pushed and str(done["commits"]) == count
+    ws = _workspace("spoke-1", agent)
+    assert f.run("spoke-1", "git", "-C", ws, "rev-parse", "HEAD").stdout.strip() == pushed
+    assert "committed just before the cut" in c.read(f"{ws}/memory/2026-12-03.md")
+    again = operator.memstrata(c, "agent", "restore-from-remote", agent, "--host", "spoke-2", check=False)
+    assert again.returncode != 0 and "exists here" in again.stderr
+
+    def found() -> bool:
+        out = operator.memstrata(c, "search", "committed just before the cut", "--agent", agent, "--json").stdout
+        return any(r["path"] == "memory/2026-12-03.md" for r in json.loads(out)["results"])
+
+    _poll(found, 120, "the restored agent searchable on spoke-1")
+    # spoke-1 pushes it on under its own name
+    _poll(lambda: _hub_ref(f, _line0("spoke-1", agent)) == pushed, 90, f"{agent} under spoke-1 on the hub")
