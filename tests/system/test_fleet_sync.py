@@ -57,8 +57,14 @@ def _workspace(role: str, agent: str | None = None) -> str:
     return f"{operator.AGENTS}/{agent or AGENT[role]}-workspace"
 
 
+def _repo(role: str) -> str:
+    """The host's own repository on the hub, behind the one URL (daemon/ops/fleet_gate.py)."""
+    return f"{REMOTE_PATH}/hosts/{role}.git"
+
+
 def _hub_ref(f, ref: str) -> str | None:
-    run = f.run(HUB, "git", "--git-dir", REMOTE_PATH, "rev-parse", "-q", "--verify", ref, check=False)
+    """``refs/memstrata/<host>/…`` in that host's repository on the hub."""
+    run = f.run(HUB, "git", "--git-dir", _repo(ref.split("/")[2]), "rev-parse", "-q", "--verify", ref, check=False)
     return run.stdout.strip() or None
 
 
@@ -92,7 +98,7 @@ def test_two_spokes_push_their_agents_history_under_their_own_names(synced):
     for role, head in heads.items():
         _poll(lambda role=role, head=head: _hub_ref(f, _line0(role)) == head, 90, f"{role}'s note on the hub")
         report = _poll(lambda role=role: _hub_ref(f, f"refs/memstrata/{role}/status"), 60, f"{role}'s report")
-        shown = f.run(HUB, "git", "--git-dir", REMOTE_PATH, "show", f"{report}:status.json").stdout
+        shown = f.run(HUB, "git", "--git-dir", _repo(role), "show", f"{report}:status.json").stdout
         assert json.loads(shown)["host"] == role
     s = _sync(f, "spoke-1")
     assert s["host"] == "spoke-1" and s["reachable"] is True and s["remote"] == REMOTE
@@ -128,7 +134,7 @@ def test_a_spoke_that_loses_power_loses_no_commit_it_made(synced):
     finally:
         f.restore("spoke-2")
     _poll(lambda: _hub_ref(f, _line0("spoke-2")) == head, 120, "the commit on the hub once the link is back")
-    ahead = f.run(HUB, "git", "--git-dir", REMOTE_PATH, "merge-base", "--is-ancestor", before, head, check=False)
+    ahead = f.run(HUB, "git", "--git-dir", _repo("spoke-2"), "merge-base", "--is-ancestor", before, head, check=False)
     assert ahead.returncode == 0, "a fast-forward of what the hub had: nothing rewritten, nothing forced"
 
 
@@ -136,7 +142,7 @@ def test_a_lost_spokes_agent_is_restored_on_the_other_spoke(synced):
     f = synced
     agent = AGENT["spoke-2"]
     pushed = _hub_ref(f, _line0("spoke-2"))
-    count = f.run(HUB, "git", "--git-dir", REMOTE_PATH, "rev-list", "--count", pushed).stdout.strip()
+    count = f.run(HUB, "git", "--git-dir", _repo("spoke-2"), "rev-list", "--count", pushed).stdout.strip()
     # spoke-2 is gone for good: its memstrata stopped, the agent's workspace and state wiped
     f.run("spoke-2", "systemctl", "stop", "memstrata.service", timeout=120)
     f.sh("spoke-2", f"rm -rf {_workspace('spoke-2')} /var/lib/memstrata/history/{agent}.git")
