@@ -2,18 +2,21 @@
 """The fleet's gate: the forced command of every host's key on the hub (``authorized_keys``).
 
 sshd runs ``fleet-gate HOST`` for whatever a key's holder asks, the request in
-``SSH_ORIGINAL_COMMAND``.  Exactly two requests are served, both on the fleet's repository only:
+``SSH_ORIGINAL_COMMAND``.  Exactly two requests are served, both naming the fleet's one URL:
 ``git-upload-pack '<REPOSITORY>'`` (fetch, ls-remote) and ``git-receive-pack '<REPOSITORY>'``
 (push), compared as whole strings (nothing is parsed, no shell ever sees them); anything else is
-refused on stderr with exit 1.  What a host may then do:
+refused on stderr with exit 1.  Either is served from ``<REPOSITORY>/hosts/HOST.git``, the host's
+own bare repository (``memstrata fleet authorize`` makes it): another host's objects are never in
+it, so no object id, known or guessed, reaches them (hidden refs hide names, not objects:
+gitnamespaces(7), "Security").  What a host may then do there:
 
 - **read** its own refs (``refs/memstrata/HOST/``: its agents', for a restore) and the shared core
-  (``refs/memstrata/shared/``) and nothing else: upload-pack hides every other ref, and asking for an
-  object by id is off (``allowTipSHA1InWant``, ``allowReachableSHA1InWant``, ``allowAnySHA1InWant``
-  false; protocol v0 only: ``GIT_PROTOCOL`` is not passed on, and v2 would take any want);
+  (``refs/memstrata/shared/``, copied in by the hub): upload-pack hides every other ref, and asking
+  for an object by id is off (``allowTipSHA1InWant``, ``allowReachableSHA1InWant``,
+  ``allowAnySHA1InWant`` false; protocol v0 only: ``GIT_PROTOCOL`` is not passed on);
 - **write** its own refs only: receive-pack hides (so refuses) every other ref, and the
-  repository's ``update`` hook checks ``MEMSTRATA_FLEET_HOST``; never forced, never deleted (given
-  here on git's command line too, whatever the repository's config says).
+  repository's ``update`` hook checks ``MEMSTRATA_FLEET_HOST`` against the repository's host; never
+  forced, never deleted (given here on git's command line too, whatever the repository's config says).
 
 Standard library only, run as the hub's ``git`` user: ``memstrata fleet init-remote`` installs a copy
 of this file with :data:`REPOSITORY` written in (outside any checkout, owned by root).
@@ -31,6 +34,7 @@ GIT = "/usr/bin/git"
 HOST_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # protocol/vocabulary.py's AGENT_ID_PATTERN (a test holds them equal)
 RESERVED_HOSTS = ("shared",)  # refs/memstrata/shared/ is the hub's shared core
 SHARED = "refs/memstrata/shared/"
+HOSTS = "hosts"  # <REPOSITORY>/hosts/<host>.git: each host's own repository
 SERVICES = ("git-upload-pack", "git-receive-pack")
 PROG = "memstrata fleet gate"
 
@@ -47,8 +51,14 @@ def service_of(command: str | None, repository: str) -> str | None:
     return None
 
 
+def host_repository(repository: str, host: str) -> str:
+    """Where ``host``'s own repository is, under the fleet's one URL."""
+    return f"{repository}/{HOSTS}/{host}.git"
+
+
 def git_argv(service: str, host: str, repository: str) -> list[str]:
-    """The git command run for ``service``: the rules are on its command line, not left to the config."""
+    """The git command run for ``service`` on ``repository`` (the host's own): the rules are on its
+    command line, not left to the config."""
     own = f"refs/memstrata/{host}/"
     # the repository is root's (its config and hooks are not the git user's to change)
     argv = [GIT, "-c", f"safe.directory={repository}"]
@@ -94,8 +104,13 @@ def main(argv: list[str], environ: dict[str, str]) -> int:
         return refuse(
             f"refused {shown} for host {host}: only git-upload-pack and git-receive-pack on '{REPOSITORY}' are served"
         )
+    own = host_repository(REPOSITORY, host)
+    if not os.path.isfile(f"{own}/HEAD") or os.path.islink(own):
+        return refuse(
+            f"host {host} has no repository on the hub yet (as root there: memstrata fleet authorize {host} ...)"
+        )
     sys.stderr.flush()
-    os.execve(GIT, git_argv(service, host, REPOSITORY), environment(service, host))
+    os.execve(GIT, git_argv(service, host, own), environment(service, host))
     return 1  # not reached: execve replaced this process
 
 

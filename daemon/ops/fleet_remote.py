@@ -1,24 +1,32 @@
-"""The fleet's remote on the hub: its bare repository, its hooks, its gate and the hosts' keys.
+"""The fleet's remote on the hub: its repositories, their hooks, the gate and the hosts' keys.
 
 ``memstrata fleet init-remote`` and ``memstrata fleet authorize`` (daemon/front/fleet_commands.py)
-call :func:`init_remote` and :func:`authorize`.  The layout they guard:
+call :func:`init_remote` and :func:`authorize`.  One URL for every host, one bare repository per host
+behind it::
+
+    /srv/memstrata/fleet.git              the top: the hub's own agents' refs, the shared core
+    /srv/memstrata/fleet.git/hosts/H.git  host H's own: refs/memstrata/H/…, a copy of the shared core
 
 - ``refs/memstrata/<host>/<agent>/…`` is written by ``<host>`` alone, through ssh with its own key,
   whose forced command is the gate (daemon/ops/fleet_gate.py, installed as a copy outside any
-  checkout) naming the host; never rewound, never deleted;
-- ``refs/memstrata/shared/core`` is written by the hub alone, through the repository's path on its
-  own disk (no key can: the gate's host is never ``shared`` and the hook holds a host to its prefix).
+  checkout) naming the host: the gate serves that host's repository and no other; never rewound,
+  never deleted;
+- ``refs/memstrata/shared/core`` is written by the hub alone, into the top through its path on the
+  hub's own disk (no key reaches the top); the top's ``post-receive`` hook copies it into every
+  host's repository (a plain push of that one ref: its objects only), and :func:`authorize` into a
+  new host's.
 
-Who owns what: the repository's top, its ``config``, ``hooks/`` and ``info/`` are root's (read by
+Why repositories apart: git's hidden refs hide names, not objects (gitnamespaces(7), "Security").  In
+one repository a host that knows (or guesses: a blob's id is the hash of its content) an object id
+of another host's could push a ref of its own naming it (an empty pack: the object is there) and
+then fetch it.  In its own repository that id names nothing.
+
+Who owns what, in each repository: its top, ``config``, ``hooks/`` and ``info/`` are root's (read by
 all), so the ``git`` user behind the gate cannot change what root's own git runs there (a hook, a
 config key); ``objects/``, ``refs/`` and ``logs/`` are group-writable for the ``git`` user's group
-(``core.sharedRepository=group``: what root's pushes create there stays writable for it).
-``receive.denyNonFastForwards`` and ``receive.denyDeletes`` hold for ``refs/heads/`` only (git's
-rule): under ``refs/memstrata/`` the update hook is what refuses a rewind or a deletion.
-
-What one repository cannot stop: a host that *knows* an object id of another host's (never shown to
-it here) can push a ref of its own naming that object, then fetch it; git's hidden refs hide names,
-not objects (gitnamespaces(7), "Security").  Object stores apart (a repository per host) would.
+(``core.sharedRepository=group``: what root's pushes create there stays writable for it); ``hosts/``
+is root's.  ``receive.denyNonFastForwards`` and ``receive.denyDeletes`` hold for ``refs/heads/`` only
+(git's rule): under ``refs/memstrata/`` the update hook is what refuses a rewind or a deletion.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.ops import fleet_gate
+from daemon.ops import fleet_gate, fleet_hosts
 
 GATE = Path("/usr/local/lib/memstrata/fleet-gate")
 GIT_USER = "git"
@@ -63,14 +71,18 @@ KEY_TYPES = (
     "sk-ecdsa-sha2-nistp256@openssh.com",
 )
 KEY_IN_LINE = re.compile(r"(?:^|[\s,])(" + "|".join(re.escape(t) for t in KEY_TYPES) + r")\s+([A-Za-z0-9+/]+=*)")
+SHARED_CORE = fleet_hosts.SHARED_CORE
+HOST_KEY = "memstrata.host"  # in a host's repository: whose it is (the update hook checks the gate's host)
+GATE_REPOSITORY = re.compile(r"^REPOSITORY = '(/[A-Za-z0-9._/-]+)'", re.MULTILINE)
 MARK = re.compile(r"\smemstrata:(\S+)\s*$")  # the comment authorize gives its lines
 
 # The update hook: a push through the gate names its host; one through the path (the hub's) does not.
 UPDATE_HOOK = r"""#!/bin/sh
 # memstrata fleet (written by `memstrata fleet init-remote`; run again to restore it).
 # A push through ssh comes through the gate, which sets MEMSTRATA_FLEET_HOST: that host writes
-# refs/memstrata/<host>/ only, fast-forward only, no deletion.  A push through the repository's path
-# on the hub (the variable unset) writes under refs/memstrata/ (the shared core, the hub's own refs).
+# refs/memstrata/<host>/ only, in its own repository only (memstrata.host), fast-forward only, no
+# deletion.  A push through the repository's path on the hub (the variable unset) writes under
+# refs/memstrata/ (the shared core, the hub's own refs).
 LC_ALL=C
 export LC_ALL
 ref=$1 old=$2 new=$3
@@ -87,12 +99,47 @@ if [ -n "${MEMSTRATA_FLEET_HOST+set}" ]; then
         "refs/memstrata/$host/"?*) ;;
         *) refuse "host $host writes refs/memstrata/$host/ only" ;;
     esac
+    [ "$(git config --get memstrata.host)" = "$host" ] || refuse "this repository is not host $host's"
 fi
 [ "$new" != "$zero" ] || refuse "refs are never deleted"
 if [ "$old" != "$zero" ]; then
     git merge-base --is-ancestor "$old" "$new" || refuse "not a fast-forward (refs are never rewound)"
 fi
 exit 0
+"""
+
+# The top's post-receive hook: the shared core, once the hub pushed it, into every host's repository.
+# A hook of the repository, not the job of push_shared's caller: it holds for whoever writes the core
+# (the daemon, an operator's push by hand, a caller yet to come), none of which need know hosts/.
+# post-receive, not reference-transaction: it runs once per push, after the refs are written and out
+# of every lock (a copy that fails never undoes nor holds back the core, and is said to the pusher),
+# where reference-transaction runs inside every ref update of every git command in the repository.
+# What it cannot see, a ref written without a push (git update-ref in the top), init-remote repairs.
+POST_RECEIVE_HOOK = r"""#!/bin/sh
+# memstrata fleet (written by `memstrata fleet init-remote`; run again to restore it).
+# When refs/memstrata/shared/core moved here, push it (its current value, never forced: the host
+# repository's update hook holds it to a fast-forward) into every hosts/*.git: the objects of the
+# shared core only.  A copy that fails is said here and done again by the next change of the core,
+# or by `memstrata fleet init-remote` run again.
+LC_ALL=C
+export LC_ALL
+unset MEMSTRATA_FLEET_HOST
+core=refs/memstrata/shared/core
+moved=
+while read -r old new ref; do
+    [ "$ref" = "$core" ] && moved=yes
+done
+[ -n "$moved" ] || exit 0
+top=$(pwd -P)
+failed=0
+for repo in "$top"/hosts/*.git; do
+    [ -d "$repo" ] && [ ! -L "$repo" ] || continue
+    if ! out=$(git push --quiet --no-verify "$repo" "$core:$core" 2>&1); then
+        echo "memstrata fleet: the shared core was not copied into $repo: $(echo "$out" | tr -s '\n\t ' ' ')" >&2
+        failed=1
+    fi
+done
+exit $failed
 """
 
 
@@ -133,37 +180,119 @@ def check_path(path: Path, what: str) -> str:
 # ---------------------------------------------------------------- the remote
 
 
-def init_remote(path: Path, user: str = GIT_USER, gate: Path = GATE) -> Steps:
-    """Create (or check and repair) the fleet's bare repository at ``path``, its hook and the gate."""
+def init_remote(path: Path, user: str = GIT_USER, gate: Path = GATE, authorized_keys: Path | None = None) -> Steps:
+    """Create (or check and repair) the fleet's top repository at ``path``, its hooks, the gate, and
+    every host's repository: those under ``hosts/`` and those of the hosts ``authorize`` gave a key
+    in ``user``'s ``authorized_keys`` (a remote made before the repositories per host), each given
+    the current shared core."""
     repository = check_path(path, "repository")
     check_path(gate, "gate")
-    group = _account(user)[1]
+    _uid, group, home, _shell = _account(user)
     steps = Steps()
-    if path.exists():
-        if _git(repository, "rev-parse", "--is-bare-repository", check=False).stdout.strip() != "true":
+    _repository(path, group, steps, hooks={"update": UPDATE_HOOK, "post-receive": POST_RECEIVE_HOOK})
+    hosts = path / fleet_gate.HOSTS
+    if hosts.is_symlink() or (hosts.exists() and not hosts.is_dir()):
+        raise RemoteError(f"{hosts} exists and is not a directory")
+    if not hosts.exists():
+        hosts.mkdir()
+        steps.add("created", f"{hosts} (a repository per host: memstrata fleet authorize HOST)")
+    os.chown(hosts, os.getuid(), group)
+    os.chmod(hosts, 0o2755)
+    keys = authorized_keys or Path(home) / ".ssh" / "authorized_keys"
+    for host in sorted({*fleet_hosts.host_names(path), *_authorized_hosts(keys)}):
+        _host_repository(path, host, group, steps)
+    gate.parent.mkdir(parents=True, exist_ok=True)
+    steps.add(
+        _install(gate, gate_text(repository)),
+        f"{gate} (the forced command of every host's key: serves {repository}/hosts/HOST.git for HOST)",
+    )
+    _left_in_top(path, steps)
+    return steps
+
+
+def _authorized_hosts(keys: Path) -> list[str]:
+    """The hosts of the gated lines ``authorize`` wrote (none when the file is missing)."""
+    try:
+        lines = keys.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise RemoteError(f"cannot read {keys}: {exc.strerror}") from None
+    found = (MARK.search(line) for line in lines if line.lstrip().startswith("command="))
+    return [mark.group(1) for mark in found if mark is not None and fleet_gate.valid_host(mark.group(1))]
+
+
+def _left_in_top(path: Path, steps: Steps) -> None:
+    """Name the refs of hosts in the top (pushed there before each host had its own repository): they
+    stay where they are, and no host reads them through the gate any more."""
+    found = {ref: sha for ref, sha in fleet_hosts.refs(path).items() if not ref.startswith("refs/memstrata/shared/")}
+    if not found:
+        return
+    steps.add(
+        "note",
+        f"{len(found)} host ref(s) in the top repository {path}: left there, not moved (the hub's own agents' "
+        "belong there; a spoke's were pushed before hosts/ and its key reads them no more)",
+    )
+    for ref, sha in sorted(found.items()):
+        steps.add("left", f"{ref} {sha}")
+
+
+def _repository(path: Path, group: int, steps: Steps, hooks: dict[str, str], host: str | None = None) -> None:
+    """One bare repository of the fleet: made or checked, its config, hooks and owners set."""
+    repository = str(path)
+    if path.exists() or path.is_symlink():
+        if (
+            path.is_symlink()
+            or _git(repository, "rev-parse", "--is-bare-repository", check=False).stdout.strip() != "true"
+        ):
             raise RemoteError(f"{repository} exists and is not a bare git repository")
         steps.add("kept", repository)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
         _run(["git", "init", "-q", "--bare", "--shared=group", "--initial-branch=main", repository])
         steps.add("created", repository)
-    for key, value in CONFIG.items():
+    config = dict(CONFIG) if host is None else {**CONFIG, HOST_KEY: host}
+    changed = []
+    for key, value in config.items():
         if _git(repository, "config", "--get", key, check=False).stdout.strip() != value:
             _git(repository, "config", key, value)
-            steps.add("set", f"{key}={value}")
+            changed.append(f"{key}={value}")
+    if host is None:
+        for setting in changed:
+            steps.add("set", setting)
+    elif changed:  # a host's repository: one line (the top's lines said what each key is for)
+        steps.add("set", f"{repository}: {' '.join(changed)}")
     # HEAD names a branch nobody writes: a resolving HEAD would show its target's name to every host
     if _git(repository, "symbolic-ref", "HEAD", check=False).stdout.strip() != "refs/heads/main":
         _git(repository, "symbolic-ref", "HEAD", "refs/heads/main")
-        steps.add("set", "HEAD -> refs/heads/main")
+        steps.add("set", f"{repository}: HEAD -> refs/heads/main")
     (path / "logs").mkdir(exist_ok=True)
-    steps.add(_install(path / "hooks" / "update", UPDATE_HOOK), str(path / "hooks" / "update"))
+    for name, text in hooks.items():
+        steps.add(_install(path / "hooks" / name, text), str(path / "hooks" / name))
     _own(path, group)
     steps.add("owned", f"{repository}: its refs, objects and logs writable by group {grp.getgrgid(group).gr_name}")
-    gate.parent.mkdir(parents=True, exist_ok=True)
-    steps.add(
-        _install(gate, gate_text(repository)), f"{gate} (the forced command of every host's key, for {repository})"
-    )
-    return steps
+
+
+def _host_repository(top: Path, host: str, group: int, steps: Steps) -> Path:
+    """``host``'s own repository under ``top`` (made or repaired), holding the current shared core."""
+    path = fleet_hosts.host_repository(top, host)
+    _repository(path, group, steps, hooks={"update": UPDATE_HOOK}, host=host)
+    copy_shared_core(top, path, steps)
+    return path
+
+
+def copy_shared_core(top: Path, target: Path, steps: Steps) -> None:
+    """The top's shared core into ``target`` (a host's repository), never forced; nothing when the
+    top has none yet or ``target`` has it already.  What the top's post-receive hook does for every host."""
+    core = _git(str(top), "rev-parse", "--verify", "-q", f"{SHARED_CORE}^{{commit}}", check=False).stdout.strip()
+    if not core:
+        return
+    if _git(str(target), "rev-parse", "--verify", "-q", SHARED_CORE, check=False).stdout.strip() == core:
+        return
+    env = {k: v for k, v in os.environ.items() if k != "MEMSTRATA_FLEET_HOST"}
+    pushed = _git(str(top), "push", "--quiet", "--no-verify", str(target), f"{SHARED_CORE}:{SHARED_CORE}", env=env)
+    said = pushed.stderr.strip()
+    steps.add("copied", f"{SHARED_CORE} {core[:12]} into {target}" + (f" ({said})" if said else ""))
 
 
 def gate_text(repository: str) -> str:
@@ -205,18 +334,26 @@ def _own(path: Path, group: int) -> None:
 
 
 def authorize(
-    host: str, pubkey: Path, user: str = GIT_USER, gate: Path = GATE, authorized_keys: Path | None = None
+    host: str,
+    pubkey: Path,
+    user: str = GIT_USER,
+    gate: Path = GATE,
+    authorized_keys: Path | None = None,
+    repository: Path | None = None,
 ) -> tuple[Path, str, Steps]:
-    """Give ``host``'s key the gate as its forced command in ``user``'s ``authorized_keys``.
+    """Make ``host``'s own repository (``<repository>/hosts/<host>.git``, the current shared core in
+    it), then give ``host``'s key the gate as its forced command in ``user``'s ``authorized_keys``.
 
-    Returns the file, the line and what was done.  A line of the same host is replaced; a key already
-    on another line (another host's, or one without the gate: sshd takes the first line that matches)
-    is refused."""
+    ``repository`` is the top one, by default the one the installed gate serves.  Returns the
+    file, the line and what was done.  A line of the same host is replaced; a key already on
+    another line (another host's, or one without the gate: sshd takes the first line that matches)
+    is refused, before anything is made."""
     check_host(host)
     gate_path = check_path(gate, "gate")
     key_type, key = _public_key(pubkey)
     uid, gid, home, shell = _account(user)
     target = authorized_keys or Path(home) / ".ssh" / "authorized_keys"
+    top = Path(check_path(repository, "repository")) if repository is not None else served_by(gate)
     steps = Steps()
     command = f"{gate_path} {host}"
     if Path(shell).name == "git-shell":
@@ -235,6 +372,7 @@ def authorize(
             owner = f"host {mark.group(1)}" if mark else "a line not written by memstrata fleet authorize"
             raise RemoteError(f"this key is already in {target} on line {number} ({owner}): a key is one host's only")
         kept.append(existing)
+    _host_repository(top, host, gid, steps)
     if not target.parent.exists():
         target.parent.mkdir(mode=0o700)
         os.chown(target.parent, uid, gid)
@@ -242,6 +380,21 @@ def authorize(
     _write(target, "".join(f"{entry}\n" for entry in [*kept, line]), 0o600, owner=(uid, gid))
     steps.add("wrote", f"{target} (host {host}: the gate {gate_path} and nothing else)")
     return target, line, steps
+
+
+def served_by(gate: Path) -> Path:
+    """The top repository the installed gate serves (init-remote wrote it in)."""
+    try:
+        text = gate.read_text()
+    except OSError as exc:
+        raise RemoteError(f"no gate at {gate} ({exc.strerror}): run memstrata fleet init-remote first") from None
+    found = GATE_REPOSITORY.findall(text)
+    if len(found) != 1:
+        raise RemoteError(f"{gate} names no repository: run memstrata fleet init-remote again")
+    top = Path(found[0])
+    if not (top / fleet_gate.HOSTS).is_dir():
+        raise RemoteError(f"{top} (served by {gate}) has no hosts/: run memstrata fleet init-remote {top} again")
+    return top
 
 
 def _public_key(pubkey: Path) -> tuple[str, str]:
@@ -326,12 +479,15 @@ def _write(path: Path, text: str, mode: int, owner: tuple[int, int] | None = Non
         raise
 
 
-def _git(repository: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return _run(["git", "-c", f"safe.directory={repository}", "--git-dir", repository, *args], check=check)
+def _git(
+    repository: str, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = ["git", "-c", f"safe.directory={repository}", "--git-dir", repository, *args]
+    return _run(argv, check=check, env=env)
 
 
-def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+def _run(argv: list[str], check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, env={**(env or os.environ), "LC_ALL": "C"})
     if check and proc.returncode != 0:
         raise RemoteError(f"{' '.join(argv)}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
     return proc

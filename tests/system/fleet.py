@@ -28,7 +28,8 @@ operator would: ``memstrata fleet init-remote`` (the repository, its update hook
 ``memstrata fleet authorize HOST KEY.pub`` for each host.  Every host has an ssh key of its own, made
 here with ssh-keygen into its state directory and copied to :data:`KEY` inside; the hub's ``git``
 user accepts each public key on a line of its own whose forced command is the gate naming that host
-(so a key writes its host's refs only and reads those and the shared core), and every host knows the
+(so a key reaches its host's own repository, ``REMOTE_PATH/hosts/HOST.git``, behind the one URL: it
+writes its host's refs only and reads those and the shared core), and every host knows the
 hub's host key (``/etc/ssh/ssh_known_hosts``).  :meth:`Fleet.git` runs git inside a host with its own
 key.
 """

@@ -91,8 +91,8 @@ def test_spokes_push_and_fetch_the_hubs_repository_with_their_own_keys(installed
         )
         heads[spoke] = f.run(spoke, "git", "-C", "/tmp/probe", "rev-parse", "HEAD").stdout.strip()
         f.git(spoke, "-C", "/tmp/probe", "push", "-q", REMOTE, f"HEAD:refs/memstrata/{spoke}/probe")
-    on_hub = f.run(HUB, "git", "--git-dir", REMOTE_PATH, "show-ref").stdout
-    for spoke, head in heads.items():
+    for spoke, head in heads.items():  # each into its own repository behind the one URL
+        on_hub = f.run(HUB, "git", "--git-dir", f"{REMOTE_PATH}/hosts/{spoke}.git", "show-ref").stdout
         assert f"{head} refs/memstrata/{spoke}/probe" in on_hub, on_hub
     # each fetches what it pushed (and only that: test_fleet_gate.py tries the rest)
     for spoke, head in heads.items():

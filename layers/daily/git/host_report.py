@@ -21,8 +21,7 @@ from layers.daily.git.remote import (
     Remote,
     Unreachable,
     check_name,
-    parse_porcelain,
-    refusal,
+    commit_and_push,
     remote_git,
     talk,
 )
@@ -30,12 +29,6 @@ from layers.daily.git.run import Cancel, sync_dirs
 
 LOCAL_REF = "refs/heads/report"
 FILE = "status.json"
-_WHO = {
-    "GIT_AUTHOR_NAME": "memstrata",
-    "GIT_AUTHOR_EMAIL": "memstrata@localhost",
-    "GIT_COMMITTER_NAME": "memstrata",
-    "GIT_COMMITTER_EMAIL": "memstrata@localhost",
-}
 
 
 def report_ref(host: str) -> str:
@@ -77,16 +70,4 @@ def push_report(
     parent = _last(mirror) or _adopt(mirror, remote, ref)
     blob = runner.run("hash-object", "-w", "--stdin", input=content).decode().strip()
     tree = runner.run("mktree", input=f"100644 blob {blob}\t{FILE}\n".encode()).decode().strip()
-    args = ["commit-tree", tree, *(["-p", parent] if parent else [])]
-    sha = runner.with_env(**_WHO).run(*args, input=f"{host}: status\n".encode()).decode().strip()
-    git = remote_git(remote, mirror.path, cancel)
-    status, out, why = talk(git, remote, "push", "--porcelain", "--no-verify", "--", remote.url, f"{sha}:{ref}")
-    answered = parse_porcelain(out.decode(errors="replace"))
-    if status != 0 and ref not in answered:
-        raise Unreachable(remote.shown, why)
-    flag, summary = answered.get(ref, ("!", "[no answer] (the remote did not say)"))
-    if flag in ("*", " ", "="):
-        runner.run("update-ref", LOCAL_REF, sha, killable=False)
-        sync_dirs(mirror.path / "refs" / "heads", mirror.path / "refs")
-        return RefUpdate(LOCAL_REF, ref, sha, {"*": "new", " ": "moved", "=": "unchanged"}[flag])
-    return RefUpdate(LOCAL_REF, ref, sha, "refused", refusal(summary))
+    return commit_and_push(mirror, remote, tree, parent, f"{host}: status\n", ref, LOCAL_REF, LOCAL_REF, cancel)

@@ -271,6 +271,48 @@ def refusal(summary: str) -> str:
     return why if kind == "rejected" and why else f"{kind}: {why}" if why else kind
 
 
+# Who the commits memstrata makes itself (a host's report, the shared core) are by.
+AUTHOR = {
+    "GIT_AUTHOR_NAME": "memstrata",
+    "GIT_AUTHOR_EMAIL": "memstrata@localhost",
+    "GIT_COMMITTER_NAME": "memstrata",
+    "GIT_COMMITTER_EMAIL": "memstrata@localhost",
+}
+
+
+def commit_and_push(
+    mirror: HistoryCopy,
+    remote: Remote,
+    tree: str,
+    parent: str | None,
+    message: str,
+    ref: str,
+    local_ref: str,
+    source: str,
+    cancel: Cancel | None = None,
+) -> RefUpdate:
+    """A commit of ``tree`` on ``parent`` pushed to the remote's ``ref``, never forced; raises Unreachable.
+
+    Only once the remote took it does ``local_ref`` in ``mirror`` point at it (its directory synced),
+    so a refusal (the remote's ref moved: another writer) leaves the local line as it was, and the
+    next call builds on what is there.  ``source`` names what was committed, in the answer.
+    """
+    runner = mirror.runner()
+    args = ["commit-tree", tree, *(["-p", parent] if parent else [])]
+    sha = runner.with_env(**AUTHOR).run(*args, input=message.encode()).decode().strip()
+    git = remote_git(remote, mirror.path, cancel)
+    status, out, why = talk(git, remote, "push", "--porcelain", "--no-verify", "--", remote.url, f"{sha}:{ref}")
+    answered = parse_porcelain(out.decode(errors="replace"))
+    if status != 0 and ref not in answered:
+        raise Unreachable(remote.shown, why)
+    flag, summary = answered.get(ref, ("!", "[no answer] (the remote did not say)"))
+    if flag not in ("*", " ", "="):
+        return RefUpdate(source, ref, sha, "refused", refusal(summary))
+    runner.run("update-ref", local_ref, sha, killable=False)
+    sync_dirs(mirror.path / Path(local_ref).parent, mirror.path / "refs")
+    return RefUpdate(source, ref, sha, {"*": "new", " ": "moved", "=": "unchanged"}[flag])
+
+
 def push(copy: HistoryCopy, remote: Remote, host: str, agent: str) -> Pushed:
     """Push the copy's refs to ``refs/memstrata/<host>/<agent>/``, never forced; what each ref did.
 

@@ -26,8 +26,7 @@ from layers.daily.git.remote import (
     RefUpdate,
     Remote,
     Unreachable,
-    parse_porcelain,
-    refusal,
+    commit_and_push,
     remote_git,
     talk,
 )
@@ -36,7 +35,6 @@ from layers.daily.git.run import Cancel, Git, sync_dirs, sync_tree
 SHARED_REF = "refs/memstrata/shared/core"
 FETCHED_REF = "refs/shared/fetched"  # the mirror's: the last commit fetched (or pushed, on the hub)
 EXPORTED_REF = "refs/shared/exported"  # the mirror's: the commit the exported directory holds
-_AUTHOR = ("memstrata", "memstrata@localhost")
 
 
 @dataclass(frozen=True)
@@ -212,18 +210,4 @@ def push_shared(
     runner = mirror.runner()
     if parent is not None and runner.run("rev-parse", f"{parent}^{{tree}}").decode().strip() == tree:
         return RefUpdate(str(source), ref, parent, "unchanged")
-    name, email = _AUTHOR
-    who = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
-    args = ["commit-tree", tree, *(["-p", parent] if parent else [])]
-    sha = runner.with_env(**who).run(*args, input=message.encode()).decode().strip()
-    git = remote_git(remote, mirror.path, cancel)
-    status, out, why = talk(git, remote, "push", "--porcelain", "--no-verify", "--", remote.url, f"{sha}:{ref}")
-    answered = parse_porcelain(out.decode(errors="replace"))
-    if status != 0 and ref not in answered:
-        raise Unreachable(remote.shown, why)
-    flag, summary = answered.get(ref, ("!", "[no answer] (the remote did not say)"))
-    if flag in ("*", " ", "="):
-        runner.run("update-ref", FETCHED_REF, sha, killable=False)
-        sync_dirs(mirror.path / "refs" / "shared", mirror.path / "refs")
-        return RefUpdate(str(source), ref, sha, {"*": "new", " ": "moved", "=": "unchanged"}[flag])
-    return RefUpdate(str(source), ref, sha, "refused", refusal(summary))
+    return commit_and_push(mirror, remote, tree, parent, message, ref, FETCHED_REF, str(source), cancel)
