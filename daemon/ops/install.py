@@ -201,13 +201,17 @@ def substitute(text: str, mapping: dict[str, str]) -> str:
 
 def writable_paths(config: Config) -> list[Path]:
     """What the units must be allowed to write besides their state/runtime directories: the root,
-    and whatever the configuration puts outside it."""
+    whatever the configuration puts outside it, and ``git.remote`` when it is a path (the hub pushes
+    its agents and the shared core into the top repository on its own disk)."""
     paths = config.paths
     index_dir = Path(paths.index_template.split("{agent}")[0].rstrip("/") or "/")
     candidates = [paths.root, paths.workspace, paths.agents_dir, paths.audit_dir, paths.registry.parent, index_dir]
     # the unit's StateDirectory= and RuntimeDirectory= are writable already (and the runtime one
     # exists only while the daemon runs)
     candidates += [p for p in (paths.state_dir, paths.socket.parent) if str(p) not in (SHIPPED_STATE, SHIPPED_RUN)]
+    remote = config.git.remote
+    if remote and os.path.isabs(remote):  # a path remote (the hub's own, under ProtectSystem=strict): git writes it
+        candidates.append(Path(remote))
     chosen: list[Path] = []
     for path in candidates:
         if any(path == c or c in path.parents for c in chosen):

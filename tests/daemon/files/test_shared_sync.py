@@ -63,9 +63,7 @@ def _metrics(d) -> dict:
 def _forced(remote: Path, ref: str) -> int:
     """Updates of ``ref`` in the remote's reflog that were not fast-forwards."""
     log = _git(remote, "reflog", "show", "--format=%H", ref).split()
-    return sum(
-        1 for new, old in zip(log, log[1:], strict=False) if _git(remote, "merge-base", old, new).strip() != old
-    )
+    return sum(1 for new, old in zip(log, log[1:], strict=False) if _git(remote, "merge-base", old, new).strip() != old)
 
 
 def test_the_hubs_shared_core_reaches_a_spokes_agents_read_only_and_a_spokes_edit_is_undone(tmp_path, daemons):
@@ -144,4 +142,6 @@ def test_a_spoke_keeps_the_last_good_copy_while_the_remote_is_gone_says_its_age_
     assert "The good copy." in (spoke_shared / "CLUSTER.md").read_text()
     (tmp_path / "gone.git").rename(remote)
     wait_for(lambda: _core(spoke)["reachable"] is True, timeout=30, what="the remote answers again")
-    assert json.loads(run_cli("status", "--json", config=spoke_config).stdout)["sync"]["shared_core"]["commit"] == commit
+    assert (
+        json.loads(run_cli("status", "--json", config=spoke_config).stdout)["sync"]["shared_core"]["commit"] == commit
+    )

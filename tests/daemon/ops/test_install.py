@@ -194,6 +194,23 @@ def test_units_bind_back_a_checkout_the_hardening_hides(tmp_path):
         assert str(checkout) in readonly and str(checkout / ".venv") not in readonly, (name, readonly)
 
 
+def test_a_path_remote_is_writable_for_the_unit_and_a_url_is_not(tmp_path):
+    """The hub's git.remote is the top repository on its own disk: under ProtectSystem=strict the daemon
+    could not push its agents or the shared core there without ReadWritePaths= for it."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO_ROOT / "systemd", checkout / "systemd")
+    root, config_path = tmp_path / "openclaw", Path("/etc/memstrata/memstrata.yaml")
+    base = yaml.safe_load(install_config_text(root, config_path))
+
+    def rw_paths(remote: str) -> list[str]:
+        text = yaml.safe_dump({**base, "git": {**(base.get("git") or {}), "remote": remote}})
+        unit = render_unit("memstrata.service", parse_config(text, config_path), config_path, checkout, checkout)
+        return next(line for line in unit.splitlines() if line.startswith("ReadWritePaths=")).split("=", 1)[1].split()
+
+    assert "/srv/memstrata/fleet.git" in rw_paths("/srv/memstrata/fleet.git")
+    assert not any("fleet.git" in p for p in rw_paths("ssh://git@100.115.94.1/srv/memstrata/fleet.git"))
+
+
 def test_an_existing_config_is_kept_and_a_foreign_unit_is_backed_up(tree):
     # the README's old recipe: the demo config (`root: .`) copied to /etc, so every path is under /etc/memstrata
     init_root(tree.base / "demo")
