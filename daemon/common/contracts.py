@@ -303,6 +303,7 @@ class SharedLocalEdit(TypedDict):
     at: str  # the last one found (ISO 8601)
     files: list[str]  # what it changed, added or removed (relative to shared/)
     note: str
+    kept_in: str | None  # where the edited files were copied before the hub's copy was written back
 
 
 class SharedCoreStatus(TypedDict, total=False):

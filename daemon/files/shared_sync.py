@@ -15,9 +15,9 @@ commits it, the indexer gives it to every agent's index, ``memstrata core`` show
 - **Spoke**: at start and every ``fleet.shared_poll_s`` the core is fetched and, when it moved,
   written into ``shared/`` with one rename, its files 0444.  While the remote is away the last
   good copy stays and status says its age.  An edit of ``shared/`` here is never pushed: it is
-  found when the main workspace commits it (so it is in that history, the trace) or at the next
-  poll, said in status, the log and the audit log, and the hub's copy is written back: the hub's
-  copy wins, at once, not only when the hub changes it.
+  found when the main workspace commits it or at the next poll, said in status, the log and the
+  audit log, the edited files copied aside (``state_dir/shared-core-edits/``), and the hub's copy
+  written back: the hub's copy wins, at once, not only when the hub changes it.
 
 A thread of its own (git on the network never blocks the loop); attempts that fail wait the
 daemon's back-off.  Only this thread writes the state below; status readers take a copy under the lock.
@@ -26,6 +26,7 @@ daemon's back-off.  Only this thread writes the state below; status readers take
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 FIRST_RETRY_S = 2.0
 EDIT_NOTE = "local edit of shared/ not propagated: the hub's copy is written back (spokes never push the core)"
 MAX_SCANNED_BYTES = 4 * 1024 * 1024  # a file of shared/ larger than this is held back unread
+KEPT_EDITS = 20  # sets of a spoke's edited files kept (state_dir/shared-core-edits/)
 
 
 class SharedCoreSync:
@@ -63,6 +65,7 @@ class SharedCoreSync:
         retry_cap_s: float = 300.0,
         on_change: Callable[[], None] = lambda: None,
         on_installed: Callable[[Path], None] = lambda _p: None,
+        edits_dir: Path | None = None,
     ) -> None:
         if role not in ("hub", "spoke"):
             raise ValueError(f"fleet.role {role!r}: hub or spoke")
@@ -77,6 +80,7 @@ class SharedCoreSync:
         self._retry_cap_s = retry_cap_s
         self._on_change = on_change
         self._on_installed = on_installed  # tells the loop the directory changed (the watcher may lag a swap)
+        self.edits_dir = edits_dir  # a spoke's edits of shared/, copied here before they are undone
         self.cancel = Cancel()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -273,12 +277,47 @@ class SharedCoreSync:
         with self._lock:
             before = self._state.get("local_edit")
         count = (before["count"] if before else 0) + 1
-        edit: SharedLocalEdit = {"count": count, "at": iso(time.time()) or "", "files": edits, "note": EDIT_NOTE}
-        log.warning("shared core: %s (%s)", EDIT_NOTE, ", ".join(edits), extra={"event": "shared_local_edit"})
-        self._audit("shared_local_edit", host=self.host, files=edits, note=EDIT_NOTE)
+        kept = self._keep(edits)
+        edit: SharedLocalEdit = {
+            "count": count,
+            "at": iso(time.time()) or "",
+            "files": edits,
+            "note": EDIT_NOTE,
+            "kept_in": str(kept) if kept else None,
+        }
+        log.warning(
+            "shared core: %s (%s)%s",
+            EDIT_NOTE,
+            ", ".join(edits),
+            f"; the edited files kept in {kept}" if kept else "",
+            extra={"event": "shared_local_edit"},
+        )
+        self._audit("shared_local_edit", host=self.host, files=edits, kept_in=str(kept) if kept else None)
         shared_core.reexport(self.mirror, self.shared_dir, read_only=True)
         self._set(local_edit=edit)
         self._on_installed(self.shared_dir)
+
+    def _keep(self, edits: list[str]) -> Path | None:
+        """A copy of the edited files (those still there) under ``edits_dir``, before the hub's copy is
+        written back: nothing overwritten without a trace, even an edit the main workspace had not
+        committed yet.  The last KEPT_EDITS sets are kept.  None when there was nothing to copy."""
+        if self.edits_dir is None:
+            return None
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        dest = self.edits_dir / f"{stamp}-{time.monotonic_ns() % 1_000_000:06d}"
+        copied = 0
+        for rel in edits:
+            source = self.shared_dir / rel
+            if rel == "." or source.is_symlink() or not source.is_file():
+                continue
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            shutil.copyfile(source, dest / rel, follow_symlinks=False)
+            copied += 1
+        if not copied:
+            return None
+        for old in sorted(p for p in self.edits_dir.iterdir() if p.is_dir())[:-KEPT_EDITS]:
+            shutil.rmtree(old, ignore_errors=True)
+        return dest
 
     # both
 

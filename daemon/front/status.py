@@ -323,6 +323,7 @@ def _shared_lines(core: SharedCoreStatus | None) -> tuple[list[str], list[str]]:
         lines.append(
             f"  {edit['note']}; {edit['count']} since start, the last at {_clock(edit['at'])}: "
             + ", ".join(edit["files"])
+            + (f" (kept in {edit['kept_in']})" if edit.get("kept_in") else "")
         )
     return lines, problems
 

@@ -397,6 +397,7 @@ class MemoryDaemon:
             retry_cap_s=self.config.git.push_retry_max_s,
             on_change=self.wakeup.request_publish,
             on_installed=lambda path: self.router.on_change(str(path), True),
+            edits_dir=self.config.paths.state_dir / "shared-core-edits",
         )
 
     def _kept(self, agent_id: str) -> None:

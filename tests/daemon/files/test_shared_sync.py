@@ -8,6 +8,7 @@ Real daemon subprocesses, real git; every wait has a deadline and nothing assert
 
 from __future__ import annotations
 
+import itertools
 import json
 import stat
 import subprocess
@@ -63,7 +64,7 @@ def _metrics(d) -> dict:
 def _forced(remote: Path, ref: str) -> int:
     """Updates of ``ref`` in the remote's reflog that were not fast-forwards."""
     log = _git(remote, "reflog", "show", "--format=%H", ref).split()
-    return sum(1 for new, old in zip(log, log[1:], strict=False) if _git(remote, "merge-base", old, new).strip() != old)
+    return sum(1 for new, old in itertools.pairwise(log) if _git(remote, "merge-base", old, new).strip() != old)
 
 
 def test_the_hubs_shared_core_reaches_a_spokes_agents_read_only_and_a_spokes_edit_is_undone(tmp_path, daemons):
@@ -99,6 +100,8 @@ def test_the_hubs_shared_core_reaches_a_spokes_agents_read_only_and_a_spokes_edi
     (spoke_shared / "LOCAL.md").write_text("# a spoke's own file\n")
     edit = wait_for(lambda: _core(spoke)["local_edit"], what="status says the local edit was not propagated")
     assert set(edit["files"]) == {"CLUSTER.md", "LOCAL.md"} and "not propagated" in edit["note"]
+    kept = Path(edit["kept_in"])  # the edit is not lost: copied aside before the hub's copy was written back
+    assert (kept / "CLUSTER.md").read_text().endswith("a spoke's own rule.\n") and (kept / "LOCAL.md").exists()
     wait_for(
         lambda: "answer in Welsh" in _bundle(spoke_config, "agent-c") and not (spoke_shared / "LOCAL.md").exists(),
         what="the hub's copy written back over the edit",
