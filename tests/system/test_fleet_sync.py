@@ -183,7 +183,7 @@ def test_the_hubs_shared_core_reaches_both_spokes_agents(synced):
     operator.install(c)
     c.run("sed", "-i", f"s|^git:$|git:\\n  remote: {REMOTE_PATH}|", operator.CONFIG)
     c.sh(f"printf 'fleet:\\n  role: hub\\n' >> {operator.CONFIG}")
-    operator.install(c)  # again: the unit's ReadWritePaths= now has the path remote
+    operator.install(c)  # again: the unit may now write the path (ReadWritePaths=, set-group-ID directories)
     assert REMOTE_PATH in c.read("/etc/systemd/system/memstrata.service")
     text = "# cluster\n\nEvery agent answers the fleet's pager in turn.\n"
     c.write(f"{operator.WORKSPACE}/shared/CLUSTER.md", text)
