@@ -94,6 +94,12 @@ def test_the_hubs_shared_core_reaches_a_spokes_agents_read_only_and_a_spokes_edi
     assert second != first and _git(remote, "rev-parse", f"{second}^").strip() == first, "one line, never forced"
     wait_for(lambda: _core(spoke)["commit"] == second, what="the spoke's status names the new commit")
 
+    def searched() -> bool:  # and every agent's index has it (the main workspace's tracker took the new copy in)
+        out = run_cli("search", "writes the reports", "--agent", "agent-c", "--json", config=spoke_config).stdout
+        return any(r["path"] == "shared/TEAM.md" for r in json.loads(out)["results"])
+
+    wait_for(searched, what="the hub's new file found by the spoke's agent's search")
+
     # a spoke's edit: never pushed, said in status, the hub's copy written back
     (spoke_shared / "CLUSTER.md").chmod(0o644)
     (spoke_shared / "CLUSTER.md").write_text("# cluster\n\nRule one: a spoke's own rule.\n")
