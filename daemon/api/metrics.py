@@ -186,6 +186,41 @@ class StatusCollector(Collector):
             if a.get("pushed_at"):
                 pushed.add_metric(agent, datetime.fromisoformat(a["pushed_at"]).timestamp())
         yield from (behind, lost, refused, pushed)
+        yield from self._shared(s.get("shared_core"))
+
+    def _shared(self, c: Mapping[str, Any] | None) -> Iterator[Metric]:
+        """The shared core: how old this host's commit is, whether the remote answers, local edits undone."""
+        if not c:
+            return
+        yield _one(
+            "memstrata_shared_core_reachable",
+            "1 when the remote answered the last fetch or push of the shared core",
+            int(bool(c.get("reachable"))),
+        )
+        if c.get("age_s") is not None:
+            yield _one(
+                "memstrata_shared_core_age_seconds",
+                "Age of the shared core's commit this host holds (spoke) or pushed (hub)",
+                c["age_s"],
+            )
+        last = c.get("last_fetch") or c.get("last_push")
+        if last:
+            yield _one(
+                "memstrata_shared_core_last_sync_timestamp_seconds",
+                "When the remote last answered a fetch (spoke) or took a push (hub)",
+                datetime.fromisoformat(last).timestamp(),
+            )
+        edit = c.get("local_edit")
+        yield _one(
+            "memstrata_shared_core_local_edits",
+            "Edits of shared/ on this spoke, not propagated (the hub's copy written back)",
+            edit["count"] if edit else 0,
+        )
+        yield _one(
+            "memstrata_shared_core_refused",
+            "1 while the remote refuses the hub's push of the shared core",
+            int(bool(c.get("refused"))),
+        )
 
 
 class Metrics:

@@ -134,9 +134,15 @@ class GitConfig(StrictModel):
 
 
 class FleetConfig(StrictModel):
-    """This host among several (issue 47): its name on the remote (``refs/memstrata/<host>/...``)."""
+    """This host among several (issue 47): its name on the remote (``refs/memstrata/<host>/...``), and
+    which side of the shared core it is (daemon/files/shared_sync.py)."""
 
     host: str | None = None  # None: the hostname (lower-cased, up to its first dot)
+    # hub: this host's <main workspace>/shared/ is the cluster's core, pushed to git.remote after each
+    # change; spoke: it is fetched from there and installed read-only.  Never inferred (from a path
+    # remote, say): a host wrongly taken for the hub would push its copy over the cluster's.
+    role: Annotated[Literal["hub", "spoke"], YAML_CHOICE] = "spoke"
+    shared_poll_s: float = pydantic.Field(60.0, ge=1, le=86_400)  # a spoke asks the remote this often
 
     @pydantic.field_validator("host")
     @classmethod

@@ -296,6 +296,39 @@ class SyncAgent(TypedDict):
     refused: list[SyncRefused]
 
 
+class SharedLocalEdit(TypedDict):
+    """A spoke's edit of its copy of the shared core: never pushed, the hub's copy written back."""
+
+    count: int  # edits found since the daemon started
+    at: str  # the last one found (ISO 8601)
+    files: list[str]  # what it changed, added or removed (relative to shared/)
+    note: str
+    kept_in: str | None  # where the edited files were copied before the hub's copy was written back
+
+
+class SharedCoreStatus(TypedDict, total=False):
+    """The cluster's shared core (refs/memstrata/shared/core): pushed by the hub, fetched by the spokes."""
+
+    role: str  # hub | spoke (fleet.role)
+    ref: str
+    dir: str  # <main workspace>/shared
+    commit: str | None  # what this host's shared/ holds (spoke) or the remote last took (hub)
+    date: str | None  # that commit's date, as the hub made it
+    age_s: float | None  # how old that commit is now
+    poll_s: float  # a spoke asks the remote this often
+    last_fetch: str | None  # spoke: the last fetch the remote answered
+    last_push: str | None  # hub: the last push the remote took (or found it had)
+    reachable: bool | None  # None: not tried yet
+    last_error: str | None
+    failing_since: str | None
+    retry_in_s: float | None
+    waiting: str | None  # why there is nothing to read or push yet (no core on the remote, no shared/)
+    refused: dict[str, str] | None  # hub: the remote refused the push (sha, reason, since); never forced
+    held_back: list[str]  # hub: files of shared/ holding a secret, never pushed
+    skipped: list[str]  # spoke: symbolic links and submodules of the commit, not written
+    local_edit: SharedLocalEdit | None  # spoke: an edit of shared/ here, not propagated
+
+
 class SyncStatus(TypedDict, total=False):
     """``git.remote``: the history copies pushed to the central remote (daemon/files/sync.py)."""
 
@@ -308,6 +341,7 @@ class SyncStatus(TypedDict, total=False):
     retry_in_s: float | None  # the next attempt, while failing
     report: dict[str, Any]  # this host's report (refs/memstrata/<host>/status): pushed_at, error
     agents: list[SyncAgent]
+    shared_core: SharedCoreStatus  # the shared core's side of it (daemon/files/shared_sync.py)
 
 
 class StatusCounts(TypedDict):

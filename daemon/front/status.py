@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the documents' types (TypedDicts, ~3 ms to build): `memstra
         ConversationStatus,
         IndexReport,
         ReconcileInfo,
+        SharedCoreStatus,
         StatusDocument,
         StorageReport,
         SyncStatus,
@@ -281,6 +282,49 @@ def _sync_lines(sync: SyncStatus | None) -> tuple[list[str], list[str]]:
         if a.get("behind_commits") or a.get("behind_lost"):
             lost = f", {a['behind_lost']} lost histories" if a.get("behind_lost") else ""
             lines.append(f"  {a['id']}: {a.get('behind_commits', 0)} commits behind{lost}")
+    shared, shared_problems = _shared_lines(sync.get("shared_core"))
+    return lines + shared, problems + shared_problems
+
+
+def _shared_lines(core: SharedCoreStatus | None) -> tuple[list[str], list[str]]:
+    """The shared core: which commit this host holds (or the remote took), how old, what went wrong."""
+    if not core:
+        return [], []
+    problems = []
+    role = core.get("role", "?")
+    commit = core.get("commit")
+    held = f"commit {commit[:12]} of {_clock(core.get('date'))}" if commit else "no commit yet"
+    age_s = core.get("age_s")
+    age = f" (age {duration(age_s)})" if age_s is not None else ""
+    if role == "hub":
+        line = f"shared core: hub, pushes {core.get('dir')}: {held}{age}; last push {_clock(core.get('last_push'))}"
+    else:
+        line = f"shared core: spoke, read-only copy in {core.get('dir')}: {held}{age}"
+        line += f"; last fetch {_clock(core.get('last_fetch'))}, every {duration(core.get('poll_s') or 0)}"
+    lines = [line]
+    if core.get("reachable") is False:
+        kept = "the last good copy kept" if role == "spoke" else "shared/ pushed once it answers"
+        problems.append(
+            f"shared core: remote UNREACHABLE since {_clock(core.get('failing_since'))} ({kept}, {held}{age}; "
+            f"retried in {duration(core.get('retry_in_s') or 0)}): {core.get('last_error')}"
+        )
+    refused = core.get("refused")
+    if refused:
+        problems.append(
+            f"shared core: the remote REFUSED the push ({refused.get('reason')}) since {_clock(refused.get('since'))}: "
+            "its ref moved there; never forced, built on at the next change"
+        )
+    if core.get("held_back"):
+        problems.append(f"shared core: not pushed, holding a secret: {', '.join(core['held_back'])}")
+    if core.get("waiting"):
+        lines.append(f"  {core['waiting']}")
+    edit = core.get("local_edit")
+    if edit:
+        lines.append(
+            f"  {edit['note']}; {edit['count']} since start, the last at {_clock(edit['at'])}: "
+            + ", ".join(edit["files"])
+            + (f" (kept in {edit['kept_in']})" if edit.get("kept_in") else "")
+        )
     return lines, problems
 
 

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from daemon.api.app import ApiServer
 from daemon.api.fairness import Courtesy
@@ -48,6 +48,7 @@ from daemon.files.committer import Committer
 from daemon.files.provision import Provisioner
 from daemon.files.reconcile import Reconciler
 from daemon.files.routing import Router, watch_roots
+from daemon.files.shared_sync import SharedCoreSync
 from daemon.files.starting import StartProgress
 from daemon.files.sync import Pusher
 from daemon.files.tracker import AgentTracker, EditListener, make_tracker
@@ -69,9 +70,13 @@ from layers.common.yamlfile import YamlFileError
 from layers.conversation.adapters.store import ConversationStore
 from layers.conversation.lifecycle.durable_queue import WriteQueue
 from layers.conversation.policy.registry import RegistryCache
+from layers.core.bundle import SHARED_DIR
 from layers.local.storage.index import ForeignFile, Identity
 from layers.local.text.units import index_model_id
 from protocol.operations import Search
+
+if TYPE_CHECKING:
+    from layers.daily.git.remote import Remote
 
 __all__ = ["STOP_BUDGET_S", "STOP_SHARES_S", "DaemonError", "MemoryDaemon", "StopBudget"]
 
@@ -283,6 +288,8 @@ class MemoryDaemon:
         parts.pusher = self._make_pusher()
         if parts.pusher is not None:  # every copy once: the backlog an earlier run left
             parts.pusher.start()
+            parts.shared_core = self._make_shared_core(parts.pusher.remote, parts.pusher.host)
+            parts.shared_core.start()
         parts.watcher = self._make_watcher()
         parts.watcher.start()
         log.info("watcher: %s%s", parts.watcher.mode, f" ({parts.watcher.reason})" if parts.watcher.reason else "")
@@ -373,10 +380,33 @@ class MemoryDaemon:
             report_interval_s=git.status_interval_s,
         )
 
+    def _make_shared_core(self, remote: Remote, host: str) -> SharedCoreSync:
+        """The shared core's side of git.remote: the hub pushes <main>/shared/, a spoke fetches it there."""
+        fleet = self.config.fleet
+        shared_dir = self.config.paths.workspace / SHARED_DIR
+        log.info("shared core: this host is the %s (%s)", fleet.role, shared_dir)
+        return SharedCoreSync(
+            fleet.role,
+            remote,
+            host,
+            shared_dir,
+            self.config.paths.state_dir / HISTORY_DIR / ".shared-core.git",
+            self.audit.record,
+            self.current.guard_now,
+            poll_s=fleet.shared_poll_s,
+            retry_cap_s=self.config.git.push_retry_max_s,
+            on_change=self.wakeup.request_publish,
+            on_installed=lambda path: self.router.on_change(str(path), True),
+            edits_dir=self.config.paths.state_dir / "shared-core-edits",
+        )
+
     def _kept(self, agent_id: str) -> None:
-        """(loop thread) an agent's history copy moved: the pusher, when there is one, pushes it."""
+        """(loop thread) an agent's history copy moved: the pusher, when there is one, pushes it; a
+        commit of the main workspace may be one of shared/ (the hub pushes it; a spoke undoes it)."""
         if self.parts.pusher is not None:
             self.parts.pusher.kept(agent_id)
+        if self.parts.shared_core is not None and agent_id == MAIN_AGENT:
+            self.parts.shared_core.changed()
 
     def _wake_embedder(self) -> None:
         if self.parts.embed_worker is not None:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from daemon.common.config import Config
-    from daemon.common.contracts import AgentReport, ConversationStatus, IndexProgress, StatusDocument
+    from daemon.common.contracts import AgentReport, ConversationStatus, IndexProgress, StatusDocument, SyncStatus
     from daemon.common.current import Current
     from daemon.common.storage import StorageHealth
     from daemon.files.agents import Agents
@@ -104,7 +104,7 @@ class StatusBoard:
         snap["conversation"] = self.conversation()
         snap["storage"] = self.storage.snapshot()
         if self.started.pusher is not None:
-            snap["sync"] = self.started.pusher.status()
+            snap["sync"] = self.sync()
         return snap
 
     def read_fresh(self, ask: Callable[[], None], wait_s: float = FRESH_WAIT_S) -> StatusDocument:
@@ -165,8 +165,16 @@ class StatusBoard:
             "limits": limits_of(config),
             "vectors": self.vectors(),
             "conversation": self.conversation(),
-            **({"sync": self.started.pusher.status()} if self.started.pusher is not None else {}),
+            **({"sync": self.sync()} if self.started.pusher is not None else {}),
         }
+
+    def sync(self) -> SyncStatus:
+        """The pusher's section, the shared core's side of it inside (both there only with git.remote)."""
+        assert self.started.pusher is not None
+        sync = self.started.pusher.status()
+        if self.started.shared_core is not None:
+            sync["shared_core"] = self.started.shared_core.status()
+        return sync
 
     def vectors(self) -> dict[str, Any]:
         if self.embedder is None:

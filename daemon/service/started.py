@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from daemon.api.app import ApiServer
     from daemon.conversation.broker import Broker
+    from daemon.files.shared_sync import SharedCoreSync
     from daemon.files.sync import Pusher
     from daemon.files.watcher import Watcher
     from daemon.local.embedding import EmbedWorker
@@ -30,6 +31,7 @@ class Started:
     mem0_api: ApiServer | None = None  # mem0's REST API on a loopback port (conversation.mem0_api)
     l4_embedder: Embedder | None = None  # L4's embedder when it is not L3's (vectors off)
     pusher: Pusher | None = None  # the history copies to git.remote (daemon/files/sync.py), when set
+    shared_core: SharedCoreSync | None = None  # the shared core pushed or fetched (daemon/files/shared_sync.py)
 
     def vectors_blocked(self) -> str:
         """Why the embedding worker cannot embed right now ("" when it can, or when there is none)."""

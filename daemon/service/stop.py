@@ -104,6 +104,9 @@ class Shutdown:
         pusher = self.started.pusher
         if pusher is not None and not pusher.stop(min(1.0, budget.left("embedding worker"))):
             self.left_running.append("a push to the remote")  # cut: what it did not deliver stays owed
+        shared = self.started.shared_core
+        if shared is not None and not shared.stop(min(1.0, budget.left("embedding worker"))):
+            self.left_running.append("the shared core's fetch or push")  # cut: the last good copy stays
         worker = self.started.embed_worker
         if worker is not None and not worker.stop(budget.left("embedding worker")):
             self.left_running.append("the embedding worker")

@@ -437,6 +437,34 @@ def test_a_spoke_with_no_shared_core_on_the_remote_is_told_so(tmp_path, remote):
     assert not (tmp_path / "shared").exists() and shared_core.exported(tmp_path / "m.git") is None
 
 
+def test_a_spokes_copy_is_read_only_its_edits_are_found_locally_and_written_back(tmp_path, remote):
+    hub_dir, spoke_dir = tmp_path / "hub" / "shared", tmp_path / "spoke" / "shared"
+    hub_dir.mkdir(parents=True)
+    (hub_dir / "rules.md").write_text("# rules\n")
+    (hub_dir / "secret.md").write_text("a secret\n")
+    target = fleet.Remote(str(remote))
+    hub_mirror, spoke_mirror = tmp_path / "hub" / "mirror.git", tmp_path / "spoke" / "mirror.git"
+    local = shared_core.content_tree(hub_dir, hub_mirror, held_back=["secret.md"])
+    pushed = shared_core.push_shared(hub_dir, target, hub_mirror, held_back=["secret.md"])
+    assert _git(remote, "rev-parse", f"{pushed.sha}^{{tree}}").strip() == local, "the local tree is what is pushed"
+    assert _git(remote, "ls-tree", "--name-only", pushed.sha).split() == ["rules.md"], "a held-back file stays home"
+    assert shared_core.local_edits(spoke_dir, spoke_mirror) is None, "nothing exported yet"
+
+    shared_core.fetch_shared(target, spoke_mirror, spoke_dir, read_only=True)
+    assert (spoke_dir / "rules.md").stat().st_mode & 0o777 == 0o444
+    assert shared_core.local_edits(spoke_dir, spoke_mirror) == []
+    (spoke_dir / "rules.md").chmod(0o644)
+    (spoke_dir / "rules.md").write_text("# my rules\n")
+    (spoke_dir / "mine.md").write_text("mine\n")
+    assert shared_core.local_edits(spoke_dir, spoke_mirror) == ["mine.md", "rules.md"]
+    back = shared_core.reexport(spoke_mirror, spoke_dir, read_only=True)
+    assert back is not None and back.commit == pushed.sha
+    assert (
+        _disk_files(spoke_dir) == {"rules.md": b"# rules\n"} and shared_core.local_edits(spoke_dir, spoke_mirror) == []
+    )
+    assert not shared_core.fetch_shared(target, spoke_mirror, spoke_dir).changed
+
+
 # ---------------------------------------------------------------- the host's report
 
 

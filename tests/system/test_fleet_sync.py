@@ -1,9 +1,11 @@
-"""L2 to the hub on the booted fleet (issue 47 items 2 and 3): each spoke's memstrata.service pushes its agents'
+"""L2 to the hub on the booted fleet (issue 47 items 2 to 4): each spoke's memstrata.service pushes its agents'
 history over ssh with the spoke's own key, a cut spoke's notes arrive once its link is back, a spoke that
-loses power loses no commit it made, and a lost spoke's agent is restored under its name.
+loses power loses no commit it made, a lost spoke's agent is restored under its name, and the hub's shared
+core reaches every spoke's agents.
 
-One fleet for the module (tests/system/fleet.py), the tests in file order.  Only the spokes run memstrata
-here: the hub serves the bare repository over ssh.  Every wait polls with a generous deadline.
+One fleet for the module (tests/system/fleet.py), the tests in file order.  The hub serves the bare repository
+over ssh; its own memstrata joins for the last test only (fleet.role hub, git.remote the top's path), which
+writes the shared core there and finds it in both spokes' agents.  Every wait polls with a generous deadline.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tests.system.fleet import AGENTS, HUB, KEY, REMOTE, REMOTE_PATH, SPOKES
 
 pytestmark = pytest.mark.slow
 AGENT = {role: agents[0] for role, agents in AGENTS.items()}
+SHARED_POLL_S = 5  # the spokes ask the hub for the shared core this often (fleet.shared_poll_s)
 
 
 def _poll(check, timeout: float, what: str, interval: float = 0.5):
@@ -47,6 +50,7 @@ def synced(fleet):
         c = fleet.container(role)
         lines = f"git:\\n  remote: {REMOTE}\\n  remote_key_file: {KEY}\\n  push_retry_max_s: 5"
         c.run("sed", "-i", f"s|^git:$|{lines}|", operator.CONFIG)
+        c.sh(f"printf 'fleet:\\n  shared_poll_s: {SHARED_POLL_S}\\n' >> {operator.CONFIG}")  # role: spoke, the default
         c.run("systemctl", "restart", "memstrata.service", timeout=240)
 
     fleet.each(setup, SPOKES)
@@ -168,3 +172,38 @@ def test_a_lost_spokes_agent_is_restored_on_the_host_that_takes_its_name(synced)
 
     _poll(found, 120, "the restored agent searchable on spoke-2")
     assert _hub_ref(f, _line0("spoke-2")) == pushed, "the restored history is the one the hub has: nothing rewritten"
+
+
+def test_the_hubs_shared_core_reaches_both_spokes_agents(synced):
+    """The hub's memstrata (installed now, as an operator would: git.remote the top's path, fleet.role hub,
+    then `memstrata install` again so the unit may write that path) pushes shared/; the top's hook copies it
+    into each host's repository; each spoke fetches it through the gate within its poll interval."""
+    f = synced
+    c = f.container(HUB)
+    operator.install(c)
+    c.run("sed", "-i", f"s|^git:$|git:\\n  remote: {REMOTE_PATH}|", operator.CONFIG)
+    c.sh(f"printf 'fleet:\\n  role: hub\\n' >> {operator.CONFIG}")
+    operator.install(c)  # again: the unit may now write the path (ReadWritePaths=, set-group-ID directories)
+    assert REMOTE_PATH in c.read("/etc/systemd/system/memstrata.service")
+    text = "# cluster\n\nEvery agent answers the fleet's pager in turn.\n"
+    c.write(f"{operator.WORKSPACE}/shared/CLUSTER.md", text)
+    c.run("systemctl", "start", "memstrata.service", timeout=240)
+    core = _poll(
+        lambda: f.run(HUB, "git", "--git-dir", REMOTE_PATH, "rev-parse", "-q", "--verify", "refs/memstrata/shared/core",
+                      check=False).stdout.strip(),
+        90, "the hub's shared core in the top",
+    )  # fmt: skip
+    for role in SPOKES:
+        spoke = f.container(role)
+
+        def seen(spoke=spoke, role=role) -> bool:
+            bundle = operator.memstrata(spoke, "core", "--agent", AGENT[role]).stdout
+            return "answers the fleet's pager" in bundle
+
+        _poll(seen, SHARED_POLL_S * 2 + 60, f"the shared core in {role}'s agent's bundle")
+        shared = operator.status(spoke)["sync"]["shared_core"]
+        assert shared["role"] == "spoke" and shared["commit"] == core and shared["reachable"] is True
+        mode = f.run(role, "stat", "-c", "%a", f"{operator.WORKSPACE}/shared/CLUSTER.md").stdout.strip()
+        assert mode == "444", "installed read-only"
+    hub = operator.status(c)["sync"]["shared_core"]
+    assert hub["role"] == "hub" and hub["commit"] == core and hub["last_push"]

@@ -17,6 +17,8 @@ import ctypes
 import errno
 import os
 import shutil
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,36 +83,78 @@ def _fetch(mirror: HistoryCopy, remote: Remote, ref: str) -> str:
 
 
 def fetch_shared(
-    remote: Remote, mirror_path: Path, target: Path, ref: str = SHARED_REF, cancel: Cancel | None = None
+    remote: Remote,
+    mirror_path: Path,
+    target: Path,
+    ref: str = SHARED_REF,
+    cancel: Cancel | None = None,
+    *,
+    read_only: bool = False,
 ) -> SharedCore:
     """Fetch ``ref`` and make ``target`` hold its tree; the commit and its date.
 
     Raises Unreachable or NotOnRemote with ``target`` untouched (the last good copy stays).
-    ``changed`` is False when ``target`` already held that commit.
+    ``changed`` is False when ``target`` already held that commit.  ``read_only``: the files are
+    written 0444 (a spoke's copy is the hub's, not to be edited there).
     """
     mirror = _mirror(mirror_path, cancel)
     sha = _fetch(mirror, remote, ref)
     if _ref(mirror, EXPORTED_REF) == sha and target.is_dir() and not target.is_symlink():
         return SharedCore(sha, _date(mirror, sha), False)
-    skipped = export(mirror, sha, target)
+    skipped = export(mirror, sha, target, read_only=read_only)
     return SharedCore(sha, _date(mirror, sha), True, skipped)
 
 
-def exported(mirror_path: Path) -> SharedCore | None:
-    """The commit the exported directory holds now (None before a first export): its age, when the hub is away."""
+def local_edits(target: Path, mirror_path: Path) -> list[str] | None:
+    """The files of ``target`` that differ from the exported commit (added, changed or removed there);
+    None before a first export.  Read locally, no remote: a spoke finds an edit of its copy with it."""
     mirror = HistoryCopy(mirror_path)
     if not mirror.exists:
         return None
     sha = _ref(mirror, EXPORTED_REF)
+    if sha is None:
+        return None
+    if not target.is_dir() or target.is_symlink():
+        return ["."]  # the directory itself removed or replaced
+    index = mirror.path / f"edits-{os.getpid()}.index"
+    _remove(index)
+    try:
+        git = _worktree(mirror, target, index)
+        git.run("add", "--all", "--force", "--", ":/")
+        out = git.run("diff-index", "--cached", "--name-only", "-z", "--no-renames", sha)
+    finally:
+        _remove(index)
+    return sorted(os.fsdecode(p) for p in out.split(b"\0") if p)
+
+
+def reexport(mirror_path: Path, target: Path, *, read_only: bool = False) -> SharedCore | None:
+    """Write the exported commit into ``target`` again (an edit there undone, no remote needed);
+    None before a first export."""
+    mirror = HistoryCopy(mirror_path)
+    sha = _ref(mirror, EXPORTED_REF) if mirror.exists else None
+    if sha is None:
+        return None
+    skipped = export(mirror, sha, target, read_only=read_only)
+    return SharedCore(sha, _date(mirror, sha), True, skipped)
+
+
+def exported(mirror_path: Path, ref: str = EXPORTED_REF) -> SharedCore | None:
+    """The commit the exported directory holds now (None before a first export): its age, when the hub is away.
+
+    On the hub, ``ref=FETCHED_REF``: the commit the remote last had (pushed or found there)."""
+    mirror = HistoryCopy(mirror_path)
+    if not mirror.exists:
+        return None
+    sha = _ref(mirror, ref)
     return SharedCore(sha, _date(mirror, sha)) if sha else None
 
 
-def export(mirror: HistoryCopy, sha: str, target: Path) -> tuple[str, ...]:
+def export(mirror: HistoryCopy, sha: str, target: Path, *, read_only: bool = False) -> tuple[str, ...]:
     """Write commit ``sha``'s tree beside ``target``, synced, then swap it in with one rename.
 
     Only regular files are written: a symbolic link (``rules.md -> /etc/shadow``, which a reader
     that follows links would then serve) or a submodule in the commit is left out, and named in
-    the answer.
+    the answer.  ``read_only``: every file 0444 (before the swap: never a moment writable).
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     fresh = target.parent / f".{target.name}.new-{os.getpid()}"
@@ -126,6 +170,8 @@ def export(mirror: HistoryCopy, sha: str, target: Path) -> tuple[str, ...]:
         if skipped:
             git.run("update-index", "-z", "--force-remove", "--stdin", input=b"".join(p + b"\0" for p in skipped))
         git.run("checkout-index", "--all", "--force", killable=False)
+        if read_only:
+            _read_only(fresh)
         sync_tree(fresh)
         if os.path.lexists(target):
             _swap(fresh, target)  # ``fresh`` now names the old copy
@@ -138,6 +184,16 @@ def export(mirror: HistoryCopy, sha: str, target: Path) -> tuple[str, ...]:
     mirror.runner().run("update-ref", EXPORTED_REF, sha, killable=False)
     sync_dirs(mirror.path / "refs" / "shared", mirror.path / "refs")
     return tuple(os.fsdecode(p) for p in skipped)
+
+
+def _read_only(tree: Path) -> None:
+    """Every regular file under ``tree`` 0444 (directories stay writable by their owner: the next
+    export replaces the whole directory, and removing it needs that)."""
+    for dirpath, _dirs, files in os.walk(tree):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o444)
 
 
 def _worktree(mirror: HistoryCopy, tree: Path, index: Path) -> Git:
@@ -187,27 +243,41 @@ def push_shared(
     ref: str = SHARED_REF,
     message: str = "shared core",
     cancel: Cancel | None = None,
+    *,
+    held_back: Iterable[str] = (),
 ) -> RefUpdate:
     """Commit ``source``'s content on top of the remote's ``ref`` and push it there, never forced.
 
     ``status`` ``unchanged`` when the remote's commit already has this content (nothing pushed);
     ``refused`` when the remote's ref moved meanwhile (another writer): nothing overwritten, the
-    next call builds on what is there.  Raises Unreachable.
+    next call builds on what is there.  Raises Unreachable.  ``held_back``: paths under ``source``
+    left out of the commit (files holding a secret: never sent to every host).
     """
     mirror = _mirror(mirror_path, cancel)
     try:
         parent: str | None = _fetch(mirror, remote, ref)
     except NotOnRemote:
         parent = None
-    index = mirror.path / f"push-{os.getpid()}.index"
-    _remove(index)
-    try:
-        git = _worktree(mirror, source, index)
-        git.run("add", "--all", "--force", "--", ":/")
-        tree = git.run("write-tree").decode().strip()
-    finally:
-        _remove(index)
+    tree = _content_tree(mirror, source, held_back)
     runner = mirror.runner()
     if parent is not None and runner.run("rev-parse", f"{parent}^{{tree}}").decode().strip() == tree:
         return RefUpdate(str(source), ref, parent, "unchanged")
     return commit_and_push(mirror, remote, tree, parent, message, ref, FETCHED_REF, str(source), cancel)
+
+
+def content_tree(source: Path, mirror_path: Path, held_back: Iterable[str] = ()) -> str:
+    """The tree ``push_shared`` would commit for ``source`` now, found locally (no remote): the hub
+    compares it with what it last pushed before it talks to the remote at all."""
+    return _content_tree(_mirror(mirror_path, None), source, held_back)
+
+
+def _content_tree(mirror: HistoryCopy, source: Path, held_back: Iterable[str]) -> str:
+    index = mirror.path / f"push-{os.getpid()}-{threading.get_ident()}.index"
+    _remove(index)
+    excluded = [f":(exclude,literal){p}" for p in held_back]
+    try:
+        git = _worktree(mirror, source, index)
+        git.run("add", "--all", "--force", "--", ":/", *excluded)
+        return git.run("write-tree").decode().strip()
+    finally:
+        _remove(index)

@@ -194,6 +194,32 @@ def test_units_bind_back_a_checkout_the_hardening_hides(tmp_path):
         assert str(checkout) in readonly and str(checkout / ".venv") not in readonly, (name, readonly)
 
 
+def test_a_path_remote_is_writable_for_the_unit_and_a_url_is_not(tmp_path):
+    """The hub's git.remote is the top repository on its own disk: under ProtectSystem=strict the daemon
+    could not push its agents or the shared core there without ReadWritePaths= for it (nor, the repository
+    being the git group's, without making set-group-ID directories)."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO_ROOT / "systemd", checkout / "systemd")
+    root, config_path = tmp_path / "openclaw", Path("/etc/memstrata/memstrata.yaml")
+    base = yaml.safe_load(install_config_text(root, config_path))
+
+    def unit(remote: str) -> list[str]:
+        text = yaml.safe_dump({**base, "git": {**(base.get("git") or {}), "remote": remote}})
+        return render_unit("memstrata.service", parse_config(text, config_path), config_path, checkout, checkout).split(
+            "\n"
+        )
+
+    def rw_paths(lines: list[str]) -> list[str]:
+        return next(line for line in lines if line.startswith("ReadWritePaths=")).split("=", 1)[1].split()
+
+    hub, spoke = unit("/srv/memstrata/fleet.git"), unit("ssh://git@100.115.94.1/srv/memstrata/fleet.git")
+    assert "/srv/memstrata/fleet.git" in rw_paths(hub) and not any("fleet.git" in p for p in rw_paths(spoke))
+    # git's shared repository makes its directories set-group-ID: the hub's unit lets it, a spoke's does not
+    assert "RestrictSUIDSGID=no" in hub and "RestrictSUIDSGID=yes" not in hub and "RestrictSUIDSGID=yes" in spoke
+    caps = {line: line.split("=", 1)[1].split() for line in (*hub, *spoke) if line.startswith("CapabilityBoundingSet=")}
+    assert [("CAP_FSETID" in c) for c in caps.values()] == [True, False], caps  # chmod g+s kept for root
+
+
 def test_an_existing_config_is_kept_and_a_foreign_unit_is_backed_up(tree):
     # the README's old recipe: the demo config (`root: .`) copied to /etc, so every path is under /etc/memstrata
     init_root(tree.base / "demo")
