@@ -20,8 +20,10 @@ asserted):
 5. **Restore.**  ``--commits`` commits made with git fast-import into an agent's workspace (the
    daemon stopped), copied into its history copy as the daemon does after a commit (the copy's
    ``refs/heads/daemon`` moved to the workspace's HEAD, a fast-forward); the daemon started pushes
-   them.  The agent is then wiped (workspace, history copy, L3 index) and
-   ``memstrata agent restore-from-remote`` run: files (path, mode, content) and commits compared.
+   them.  The host is then wiped (its state directory and its openclaw root: every workspace, history
+   copy and index; /etc/memstrata kept, as an operator puts configuration and key back), ``memstrata
+   install`` run again, and ``memstrata agent restore-from-remote``: files (path, mode, blob, content)
+   and commits compared.
 6. **Idle RSS.**  spoke-1's daemon restarted with ``git.remote`` unset, then set, ``--idle`` seconds
    idle each time: VmRSS of its main process (and its children).  Target growth <= 10 MB.
 
@@ -528,7 +530,9 @@ def rewritten(b: Bench) -> None:
         said = poll(refused, 90, interval=1.0)
         time.sleep(3)
         kept += b.hub_head(role, agent) == own
-    line = next((ln for ln in text.splitlines() if "REFUSED" in ln), "(no REFUSED line)")
+    lines = text.splitlines()
+    at = next((i for i, ln in enumerate(lines) if "REFUSED" in ln), None)
+    line = " ".join(ln.strip() for ln in lines[at : at + 2]) if at is not None else "(no REFUSED line)"
     agent_status = next(a for a in b.sync_status(role)["agents"] if a["id"] == agent)
     print(
         f"rewritten (b): hub ref set by root to a commit not in the spoke's history; {tries} commits on the spoke: "
@@ -552,34 +556,51 @@ def restore(b: Bench, commits: int) -> None:
     t0 = time.monotonic()
     pushed = poll(lambda: b.hub_head(role, agent) == new, 600, interval=0.5)
     push_took = time.monotonic() - t0
-    listing = "cd {ws} && git ls-tree -r HEAD && git ls-files -z | xargs -0 sha256sum"
-    files_before = c.sh(listing.format(ws=ws)).stdout
+    files_before = workspace_files(c, ws)
     commits_before = c.run("git", "-C", ws, "rev-list", "HEAD").stdout.split()
     copy_before = b.rev_list(role, copy)
+    # the host wiped: its state directory (history copies, L4, the pusher's records), the openclaw root (every
+    # workspace, every L3 index); /etc/memstrata (configuration, the host's key) kept, as an operator puts
+    # them back on a new host; then `memstrata install` again as on a fresh host
     c.run("systemctl", "stop", "memstrata.service", timeout=240)
-    index = f"{operator.ROOT}/agents/{agent}"
-    c.sh(f"rm -rf {ws} {copy} {index}")
+    c.sh(f"rm -rf /var/lib/memstrata {operator.ROOT}")
+    operator.install(c)
     t0 = time.monotonic()
     run = operator.memstrata(c, "agent", "restore-from-remote", agent, "--json", check=False, timeout=900)
     took = time.monotonic() - t0
     answer = json.loads(run.stdout) if run.stdout.strip().startswith("{") else {"error": run.stderr[-300:]}
-    files_after = c.sh(listing.format(ws=ws), check=False).stdout
+    files_after = workspace_files(c, ws)
     commits_after = c.run("git", "-C", ws, "rev-list", "HEAD", check=False).stdout.split()
     copy_after = b.rev_list(role, copy) if c.run("test", "-d", copy, check=False).returncode == 0 else set()
     c.run("systemctl", "start", "memstrata.service", timeout=240)
-    n_files = sum(1 for line in files_before.splitlines() if "\t" in line)
-    same_files = sum(1 for line in files_before.splitlines() if line in set(files_after.splitlines()) and "\t" in line)
+    time.sleep(10)
+    kept = b.hub_head(role, agent) == new
+    same_files = sum(1 for path, entry in files_before.items() if files_after.get(path) == entry)
     print(
         f"restore: {commits} commits made by fast-import in {made:.1f} s (workspace HEAD {new[:10]}), pushed by the "
         f"daemon {'in' if pushed else 'NOT within'} {push_took:.1f} s after its start"
     )
     print(
-        f"restore-from-remote: exit {run.returncode} in {took:.1f} s; files {same_files}/{n_files} identical "
+        f"restore-from-remote on the wiped host: exit {run.returncode} in {took:.1f} s; files {same_files}/"
+        f"{len(files_before)} identical "
         f"(path, mode, blob, content sha256); workspace commits {len(set(commits_after) & set(commits_before))}/"
         f"{len(commits_before)} ({len(commits_after)} after); history copy {len(copy_after & copy_before)}/"
         f"{len(copy_before)} commits; answer "
-        f"{json.dumps({k: answer.get(k) for k in ('commits', 'files', 'lost', 'error')})[:300]}"
+        f"{json.dumps({k: answer.get(k) for k in ('commits', 'files', 'lost', 'error')})[:300]}; hub ref "
+        f"{'unchanged' if kept else 'CHANGED'} 10 s after the daemon's start"
     )
+
+
+def workspace_files(c, ws: str) -> dict[str, tuple[str, str]]:
+    """Every file of the workspace's HEAD: {path: (mode, type and blob from ls-tree; sha256 of the file on disk)}."""
+    tree = c.run("git", "-C", ws, "ls-tree", "-r", "HEAD", check=False).stdout
+    disk = c.sh(f"cd {shlex.quote(ws)} && git ls-files -z | xargs -0 -r sha256sum", check=False).stdout
+    sums = {line[66:]: line[:64] for line in disk.splitlines() if len(line) > 66}
+    entries = {}
+    for line in tree.splitlines():
+        meta, _, path = line.partition("\t")
+        entries[path] = (meta, sums.get(path, "missing on disk"))
+    return entries
 
 
 def idle_rss(b: Bench, idle_s: float) -> None:
