@@ -670,6 +670,7 @@ def main(
             f"unreadable {sum(c['unknown'] for c in counts.values())}"
         )
         for name, c in counts.items():
+            print(f"  {name}: {c['created']} refs created, {c['updates']} updates, {len(c['forced'])} forced")
             for line in c["forced"][:10]:
                 print(f"  forced in {name}: {line}")
     print(f"fleet bench: {time.monotonic() - started:.0f} s")
