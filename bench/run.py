@@ -20,6 +20,7 @@ from bench import (
     bench_conversation,
     bench_daemon,
     bench_edge,
+    bench_fleet,
     bench_flood,
     bench_front,
     bench_hostile_files,
@@ -58,6 +59,7 @@ BENCHMARKS = {
     "calibration": bench_calibration.main,
     "sigkill": bench_sigkill.main,  # root only (loop devices); SIGKILLs at random moments under load
     "power-cut": bench_power_cut.main,  # root only (loop devices); --runs N per cell
+    "fleet": bench_fleet.main,  # root only (three booted hosts); --flaps N per spoke
 }
 
 
@@ -68,6 +70,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer samples, for a smoke run")
     parser.add_argument("--runs", type=int, default=None, help="power-cut: runs per operation and cut point (20)")
+    parser.add_argument("--flaps", type=int, default=None, help="fleet: link flaps per spoke (100)")
     args = parser.parse_args()
     unknown = set(args.only) - set(BENCHMARKS)
     if unknown:
@@ -77,6 +80,8 @@ def main() -> None:
         print(f"\n=== {name} ===", flush=True)
         if name == "power-cut":
             bench_power_cut.main(quick=args.quick, runs=args.runs)
+        elif name == "fleet":
+            bench_fleet.main(quick=args.quick, flap_count=args.flaps)
         else:
             BENCHMARKS[name](quick=args.quick)
         print(f"({name}: {time.monotonic() - started:.0f} s)", flush=True)
