@@ -88,7 +88,7 @@ def render(document: dict[str, Any]) -> str:
 
 
 def _host_lines(h: dict[str, Any], now: str | None) -> list[str]:
-    name = f"{h['host']}{' (hub)' if h.get('hub') else ''}"
+    name = f"{h['host']}{' (hub)' if h.get('hub') and h['host'] != 'hub' else ''}"
     if h.get("state") == "never_heard":
         said = "never heard from (authorized, no report yet)"
     else:
