@@ -1,9 +1,11 @@
-"""L2 to the hub on the booted fleet (issue 47 items 2 and 3): each spoke's memstrata.service pushes its agents'
-history over ssh with the spoke's own key, a cut spoke's notes arrive once its link is back, a spoke that
-loses power loses no commit it made, and a lost spoke's agent is restored under its name.
+"""L2 to the hub on the booted fleet (issue 47 items 2, 3 and 5): each spoke's memstrata.service pushes its
+agents' history over ssh with the spoke's own key, a cut spoke's notes arrive once its link is back, a spoke
+that loses power loses no commit it made, a lost spoke's agent is restored under its name, and the hub's
+``memstrata status --fleet`` shows every host, a cut one SILENT until it is heard again.
 
-One fleet for the module (tests/system/fleet.py), the tests in file order.  Only the spokes run memstrata
-here: the hub serves the bare repository over ssh.  Every wait polls with a generous deadline.
+One fleet for the module (tests/system/fleet.py), the tests in file order.  The spokes run memstrata and
+the hub serves the bare repository over ssh; the last test installs memstrata on the hub too (its
+``git.remote`` the repository's path).  Every wait polls with a generous deadline.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from tests.system.fleet import AGENTS, HUB, KEY, REMOTE, REMOTE_PATH, SPOKES
 
 pytestmark = pytest.mark.slow
 AGENT = {role: agents[0] for role, agents in AGENTS.items()}
+REPORT_S = 10  # git.status_interval_s of every host here (the shipped 300 s, shortened)
+SILENT_S = 30  # fleet.silent_after_s on the hub (the shipped 15 minutes, shortened; at least twice REPORT_S)
 
 
 def _poll(check, timeout: float, what: str, interval: float = 0.5):
@@ -39,13 +43,14 @@ def _poll(check, timeout: float, what: str, interval: float = 0.5):
 
 @pytest.fixture(scope="module")
 def synced(fleet):
-    """Both spokes installed, git.remote set to the hub over ssh with the spoke's own key; the host's
-    name is its hostname (no fleet.host: the default)."""
+    """Both spokes installed, git.remote set to the hub over ssh with the spoke's own key, a report every
+    REPORT_S seconds while idle; the host's name is its hostname (no fleet.host: the default)."""
 
     def setup(role: str) -> None:
         fleet.install(role)
         c = fleet.container(role)
         lines = f"git:\\n  remote: {REMOTE}\\n  remote_key_file: {KEY}\\n  push_retry_max_s: 5"
+        lines += f"\\n  status_interval_s: {REPORT_S}"
         c.run("sed", "-i", f"s|^git:$|{lines}|", operator.CONFIG)
         c.run("systemctl", "restart", "memstrata.service", timeout=240)
 
@@ -168,3 +173,52 @@ def test_a_lost_spokes_agent_is_restored_on_the_host_that_takes_its_name(synced)
 
     _poll(found, 120, "the restored agent searchable on spoke-2")
     assert _hub_ref(f, _line0("spoke-2")) == pushed, "the restored history is the one the hub has: nothing rewritten"
+
+
+@pytest.fixture(scope="module")
+def hub_view(synced):
+    """memstrata on the hub too, as an operator sets up the hub's own agents: its git.remote the top
+    repository's path (how ``status --fleet`` knows it runs on the hub), a host silent after SILENT_S."""
+    f = synced
+    f.install(HUB)
+    c = f.container(HUB)
+    lines = f"git:\\n  remote: {REMOTE_PATH}\\n  status_interval_s: {REPORT_S}"
+    c.run("sed", "-i", f"s|^git:$|{lines}|", operator.CONFIG)
+    c.sh(f"printf 'fleet:\\n  silent_after_s: {SILENT_S}\\n' >> {operator.CONFIG}")
+    c.run("systemctl", "restart", "memstrata.service", timeout=240)
+    return f
+
+
+def _fleet(f) -> dict[str, dict]:
+    document = json.loads(operator.memstrata(f.container(HUB), "status", "--fleet", "--json").stdout)
+    assert "daemon" not in document, "answered by the hub's daemon"
+    return {h["host"]: h for h in document["hosts"]}
+
+
+def test_the_hub_sees_every_host_and_a_cut_spoke_silent_until_it_is_heard_again(hub_view):
+    f = hub_view
+
+    def caught_up(host: dict, role: str) -> bool:
+        agents = host["agents"]
+        return [a["id"] for a in agents] == [AGENT[role]] and agents[0]["behind_commits"] == 0
+
+    def listed() -> dict[str, dict] | None:
+        hosts = _fleet(f)
+        return hosts if all(hosts[r]["state"] == "ok" and caught_up(hosts[r], r) for r in AGENTS) else None
+
+    hosts = _poll(listed, 120, "the hub and both spokes listed with their agents, caught up")
+    assert hosts[HUB]["hub"] is True and all(hosts[r]["version"] for r in AGENTS)
+    for role in SPOKES:  # the last pushed commit, as the spoke says it and as the hub holds it
+        (agent,) = hosts[role]["agents"]
+        assert agent["last_pushed"] == _hub_ref(f, agent["remote_ref"]) and agent["pushed_at"], agent
+
+    f.cut("spoke-1")
+    try:
+        # only the cut spoke: spoke-2 keeps reporting every REPORT_S
+        silent = lambda: (h := _fleet(f))["spoke-1"]["state"] == "silent" and h["spoke-2"]["state"] == "ok"  # noqa: E731
+        _poll(silent, SILENT_S + 90, "spoke-1 SILENT, spoke-2 not")
+        text = operator.memstrata(f.container(HUB), "status", "--fleet").stdout
+        assert "1 SILENT" in text and "spoke-1" in text, text
+    finally:
+        f.restore("spoke-1")
+    _poll(lambda: _fleet(f)["spoke-1"]["state"] == "ok", 90, "spoke-1 heard from again")
