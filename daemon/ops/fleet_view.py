@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import re
+import stat
 import subprocess
 import threading
 import time
@@ -107,7 +108,10 @@ def last_update(git_dir: Path, ref: str) -> Update | None:
     except OSError:
         return None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        size = st.st_size
         os.lseek(fd, max(0, size - TAIL_BYTES), os.SEEK_SET)
         tail = os.read(fd, TAIL_BYTES)
     except OSError:
@@ -452,9 +456,9 @@ class FleetView:
             reading = self._reader.read()
         except NotTheHub as exc:
             failure = exc
-        except Exception as exc:  # a bug, or the disk: said, and the last reading kept
+        except Exception as exc:  # a bug, or the disk: logged; the last reading kept, else raised to the caller
             log.exception("fleet view: reading the fleet's repositories failed")
-            failure = None if self._reading is not None else NotTheHub(f"reading the fleet failed: {exc}")
+            failure = None if self._reading is not None else exc
         with self._lock:
             if reading is not None or failure is not None:
                 self._reading = reading if reading is not None else self._reading
