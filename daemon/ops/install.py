@@ -240,11 +240,22 @@ def _bind_lines(config: Config, prefix: Path, checkout: Path) -> str:
     return "\n".join(lines)
 
 
+def local_remote(config: Config) -> Path | None:
+    """``git.remote`` when it is a repository on this machine's disk (``/srv/…``, ``file:///srv/…``): on
+    the hub, the daemon pushes its own agents and its report there, so the units must write it."""
+    remote = config.git.remote or ""
+    path = remote[len("file://") :] if remote.startswith("file://") else remote
+    return Path(path) if path.startswith("/") else None
+
+
 def render_unit(name: str, config: Config, config_path: Path, prefix: Path, checkout: Path) -> str:
     source = (checkout / "systemd" / name).read_text(encoding="utf-8")
     mapping = substitutions(config, config_path, prefix, checkout)
     text = substitute(source, mapping)
     extra = " ".join(str(p) for p in writable_paths(config))
+    remote = local_remote(config)
+    if remote is not None:  # "-": a repository not made yet (init-remote comes later) does not stop the unit
+        extra += f" -{remote}"
 
     def rw_line(match: re.Match[str]) -> str:
         present = match.group(1).split()

@@ -185,6 +185,8 @@ def hub_view(synced):
     lines = f"git:\\n  remote: {REMOTE_PATH}\\n  status_interval_s: {REPORT_S}"
     c.run("sed", "-i", f"s|^git:$|{lines}|", operator.CONFIG)
     c.sh(f"printf 'fleet:\\n  silent_after_s: {SILENT_S}\\n' >> {operator.CONFIG}")
+    operator.install(c)  # again, as docs/fleet-sync.md says: the unit may now write the repository at that path
+    c.run("systemctl", "daemon-reload")
     c.run("systemctl", "restart", "memstrata.service", timeout=240)
     return f
 

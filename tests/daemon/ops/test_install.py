@@ -194,6 +194,20 @@ def test_units_bind_back_a_checkout_the_hardening_hides(tmp_path):
         assert str(checkout) in readonly and str(checkout / ".venv") not in readonly, (name, readonly)
 
 
+def test_units_may_write_a_git_remote_on_this_machine(tmp_path):
+    """On the hub git.remote is the fleet's repository on its own disk: ProtectSystem=strict made it
+    read-only to the daemon, whose pushes (its agents, its report for status --fleet) then failed."""
+    root, config_path = tmp_path / "openclaw", Path("/etc/memstrata/memstrata.yaml")
+    text = install_config_text(root, config_path).replace("\ngit:\n", "\ngit:\n  remote: /srv/memstrata/fleet.git\n")
+    config = parse_config(text, config_path)
+    unit = render_unit("memstrata.service", config, config_path, REPO_ROOT / ".venv", REPO_ROOT)
+    writable = next(line for line in unit.splitlines() if line.startswith("ReadWritePaths=")).split("=", 1)[1]
+    assert "-/srv/memstrata/fleet.git" in writable.split(), writable
+    url = parse_config(text.replace("/srv/memstrata/fleet.git", "ssh://git@hub/srv/memstrata/fleet.git"), config_path)
+    unit = render_unit("memstrata.service", url, config_path, REPO_ROOT / ".venv", REPO_ROOT)
+    assert "fleet.git" not in next(line for line in unit.splitlines() if line.startswith("ReadWritePaths="))
+
+
 def test_an_existing_config_is_kept_and_a_foreign_unit_is_backed_up(tree):
     # the README's old recipe: the demo config (`root: .`) copied to /etc, so every path is under /etc/memstrata
     init_root(tree.base / "demo")
