@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from daemon.ops import fleet_gate, fleet_hosts
+from daemon.ops import fleet_gate, fleet_hosts, fleet_remote
 from layers.daily.git.host_report import FILE as REPORT_FILE
 from layers.daily.git.host_report import report_ref
 
@@ -59,8 +59,8 @@ GIT_TIMEOUT_S = 30.0
 SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 AGENT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # protocol/vocabulary.py's AGENT_ID_PATTERN
 HUB_HINT = (
-    "status --fleet runs on the hub: the host whose git.remote is the path of the fleet's top repository "
-    "(memstrata fleet init-remote PATH)"
+    "status --fleet runs on the hub: the host where memstrata fleet init-remote made the fleet's repository "
+    "(its gate names it), or whose git.remote is that repository's path"
 )
 
 
@@ -75,18 +75,25 @@ class ReportUnreadable(ValueError):
 # ---------------------------------------------------------------- where the fleet is
 
 
-def top_of(remote: str | None) -> Path:
-    """The fleet's top repository when ``git.remote`` is its path on this machine (``/srv/…`` or
-    ``file:///srv/…``); NotTheHub otherwise, saying why."""
+def top_of(remote: str | None, gate: Path = fleet_remote.GATE) -> Path:
+    """The fleet's top repository: ``git.remote`` when it is its path on this machine (``/srv/…``,
+    ``file:///srv/…``), else the one the installed gate serves (``memstrata fleet init-remote`` wrote
+    it there: a hub whose own daemon pushes through ssh like the spokes); NotTheHub otherwise, saying why."""
+    why = []
+    path = (remote or "")[len("file://") :] if (remote or "").startswith("file://") else remote or ""
     if not remote:
-        raise NotTheHub(f"{HUB_HINT}; this host has no git.remote")
-    path = remote[len("file://") :] if remote.startswith("file://") else remote
-    if not path.startswith("/"):
-        raise NotTheHub(f"{HUB_HINT}; this host's git.remote is a URL (run it on the hub, where it is a path)")
-    top = Path(path)
-    if not (top / "objects").is_dir() or not (top / fleet_gate.HOSTS).is_dir():
-        raise NotTheHub(f"{HUB_HINT}; {top} is not one (no hosts/ in it: run memstrata fleet init-remote {top})")
-    return top
+        why.append("no git.remote")
+    elif not path.startswith("/"):
+        why.append("git.remote is a URL")
+    elif (Path(path) / "objects").is_dir() and (Path(path) / fleet_gate.HOSTS).is_dir():
+        return Path(path)
+    else:
+        why.append(f"git.remote {path} is not one (no hosts/ in it: memstrata fleet init-remote {path})")
+    try:
+        return fleet_remote.served_by(gate)
+    except fleet_remote.RemoteError as exc:
+        why.append(str(exc) if gate.exists() else f"no gate at {gate}")
+    raise NotTheHub(f"{HUB_HINT}; here: {'; '.join(why)}")
 
 
 # ---------------------------------------------------------------- what the repositories say
@@ -416,8 +423,11 @@ class FleetView:
     seconds; ``/metrics``: none, the last reading as it is).  NotTheHub when ``remote`` is not a top.
     """
 
-    def __init__(self, remote: str | None, hub: str, silent_after_s: float, cache_s: float = CACHE_S) -> None:
+    def __init__(
+        self, remote: str | None, hub: str, silent_after_s: float, cache_s: float = CACHE_S, gate: Path | None = None
+    ) -> None:
         self.remote = remote
+        self.gate = gate or fleet_remote.GATE
         self.hub = hub
         self.silent_after_s = silent_after_s
         self.cache_s = cache_s
@@ -450,7 +460,7 @@ class FleetView:
         reading: Reading | None = None
         failure: Exception | None = None
         try:
-            top = top_of(self.remote)
+            top = top_of(self.remote, self.gate)
             if self._reader is None or self._reader.top != top:
                 self._reader = Reader(top, self.hub)
             reading = self._reader.read()

@@ -177,16 +177,15 @@ def test_a_lost_spokes_agent_is_restored_on_the_host_that_takes_its_name(synced)
 
 @pytest.fixture(scope="module")
 def hub_view(synced):
-    """memstrata on the hub too, as an operator sets up the hub's own agents: its git.remote the top
-    repository's path (how ``status --fleet`` knows it runs on the hub), a host silent after SILENT_S."""
+    """memstrata on the hub too, its own agents pushed as a spoke pushes them (the one URL, the hub's own
+    key: hosts/hub.git); ``status --fleet`` finds the repository by the gate init-remote installed; a host
+    is silent after SILENT_S."""
     f = synced
     f.install(HUB)
     c = f.container(HUB)
-    lines = f"git:\\n  remote: {REMOTE_PATH}\\n  status_interval_s: {REPORT_S}"
+    lines = f"git:\\n  remote: {REMOTE}\\n  remote_key_file: {KEY}\\n  status_interval_s: {REPORT_S}"
     c.run("sed", "-i", f"s|^git:$|{lines}|", operator.CONFIG)
     c.sh(f"printf 'fleet:\\n  silent_after_s: {SILENT_S}\\n' >> {operator.CONFIG}")
-    operator.install(c)  # again, as docs/fleet-sync.md says: the unit may now write the repository at that path
-    c.run("systemctl", "daemon-reload")
     c.run("systemctl", "restart", "memstrata.service", timeout=240)
     return f
 
@@ -204,7 +203,8 @@ def test_the_hub_sees_every_host_and_a_cut_spoke_silent_until_it_is_heard_again(
         hosts = _fleet(f)
         seen = {r: (h["state"], {a["id"]: a["behind_commits"] for a in h["agents"]}) for r, h in hosts.items()}
         if any(seen[r][0] != "ok" or seen[r][1].get(AGENT[r]) != 0 for r in AGENTS):
-            raise ValueError(f"not yet: {seen}")  # said by _poll at its deadline
+            sync = operator.status(f.container(HUB)).get("sync")
+            raise ValueError(f"not yet: {seen}; the hub's sync: {sync}")  # said by _poll at its deadline
         return hosts
 
     hosts = _poll(listed, 120, "the hub and both spokes listed with their agents, caught up")

@@ -167,19 +167,32 @@ def test_silent_after_is_the_configured_time_and_never_under_twice_the_report_in
 @pytest.mark.parametrize(
     ("remote", "why"),
     [
-        (None, "this host has no git.remote"),
-        ("ssh://git@hub/srv/fleet.git", "a URL"),
+        (None, "no git.remote"),
+        ("ssh://git@hub/srv/fleet.git", "git.remote is a URL"),
         ("/nowhere/fleet.git", "no hosts/"),
     ],
 )
 def test_status_fleet_off_the_hub_says_where_it_runs(tmp_path, remote, why):
+    if fleet_remote.GATE.exists():
+        pytest.skip(f"this machine is a hub ({fleet_remote.GATE} names its repository)")
     config = _hub_config(tmp_path, remote)
     proc = run_cli("status", "--fleet", "--json", config=config, check=False)
     error = json.loads(proc.stdout)["error"]
     assert proc.returncode == 1 and error["code"] == "not_the_hub"
     assert error["message"].startswith("status --fleet runs on the hub") and why in error["message"]
+    assert f"no gate at {fleet_remote.GATE}" in error["message"]
     if remote is None:
         assert run_cli("status", "--json", config=config, check=False).returncode == 3, "the rest of status as it was"
+
+
+def test_a_hub_whose_daemon_pushes_through_ssh_finds_the_repository_by_its_gate(fleet):
+    """The hub's own daemon may push like a spoke (an ssh URL, its own key, hosts/hub.git): the gate
+    that init-remote installed names the top repository."""
+    gate = fleet.tmp / "lib" / "fleet-gate"
+    assert fleet_view.top_of("ssh://git@hub/srv/fleet.git", gate) == fleet.top
+    assert fleet_view.top_of(str(fleet.top), fleet.tmp / "no-gate") == fleet.top
+    with pytest.raises(fleet_view.NotTheHub, match=r"here: git\.remote is a URL; no gate at"):
+        fleet_view.top_of("ssh://git@hub/srv/fleet.git", fleet.tmp / "no-gate")
 
 
 # ---------------------------------------------------------------- hostile reports
@@ -345,8 +358,11 @@ def test_the_hub_daemon_answers_status_fleet_and_metrics_with_a_host_label(fleet
 
 @pytest.mark.slow
 def test_a_daemon_off_the_hub_says_so_and_serves_no_fleet_series(tmp_path, daemons):
+    if fleet_remote.GATE.exists():
+        pytest.skip(f"this machine is a hub ({fleet_remote.GATE} names its repository)")
     config = _hub_config(tmp_path, None)
     d = daemons(config)
     proc = run_cli("status", "--fleet", config=config, check=False)
     assert proc.returncode == 1 and "status --fleet runs on the hub" in proc.stderr and "no git.remote" in proc.stderr
+    assert "no gate at" in proc.stderr
     assert not any(name.startswith("memstrata_fleet") for name, _ in _series(d.socket, d.admin_token()))
