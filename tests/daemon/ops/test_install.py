@@ -195,8 +195,8 @@ def test_units_bind_back_a_checkout_the_hardening_hides(tmp_path):
 
 
 def test_units_may_write_a_git_remote_on_this_machine(tmp_path):
-    """On the hub git.remote is the fleet's repository on its own disk: ProtectSystem=strict made it
-    read-only to the daemon, whose pushes (its agents, its report for status --fleet) then failed."""
+    """On the hub git.remote may be the fleet's repository on its own disk: ProtectSystem=strict made it
+    read-only to the daemon (one of two obstacles: RestrictSUIDSGID=yes is the other, docs/fleet-sync.md)."""
     root, config_path = tmp_path / "openclaw", Path("/etc/memstrata/memstrata.yaml")
     text = install_config_text(root, config_path).replace("\ngit:\n", "\ngit:\n  remote: /srv/memstrata/fleet.git\n")
     config = parse_config(text, config_path)
