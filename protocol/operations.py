@@ -1,7 +1,7 @@
 """Every operation of the daemon's API, once: its fields (with help, bounds, choices) and its route.
 
 One frozen dataclass per operation, made a dataclass when first used (protocol/lazy_dataclass.py: a front
-call that sends one operation does not pay for the other fifteen). Its field names, defaults, bounds and
+call that sends one operation does not pay for the other sixteen). Its field names, defaults, bounds and
 choices are the API's: the daemon's request schemas (daemon/api/requests.py) are derived from them; a
 default of None means "left to the daemon" (not sent), as the clients have always done.
 :meth:`Operation.request` turns an operation into what travels: ``(method, path, query parameters or None,
@@ -358,6 +358,14 @@ class Status(Operation):
 
 
 @lazy_dataclass(frozen=True)
+class Fleet(Operation):
+    """The fleet at a glance, on the hub: each host's last report and when it reached the hub (the administrator's)."""
+
+    METHOD: ClassVar[str] = "GET"
+    PATH: ClassVar[str] = "/v1/admin/fleet"
+
+
+@lazy_dataclass(frozen=True)
 class Reindex(Operation):
     """Bring an agent's L3 index (or every agent's) up to date with its files; ``rebuild`` starts it afresh."""
 
@@ -439,6 +447,7 @@ OPERATIONS: tuple[type[Operation], ...] = (
     Get,
     History,
     Status,
+    Fleet,
     Reindex,
     Cleanup,
     Consolidate,

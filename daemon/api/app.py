@@ -51,10 +51,12 @@ from daemon.common.guard import SecretGuard
 from daemon.common.tokens import ADMIN
 from daemon.conversation.broker import Broker
 from daemon.ops.consolidation import ConsolidateOptions
+from daemon.ops.fleet_view import NotTheHub
 from daemon.ops.maintenance import DEFAULT_KEEP
 from protocol import operations as op
 
 SOCKET_MODE = 0o660
+FLEET_WAIT_S = 20.0  # GET /v1/admin/fleet waits this long for a fresh reading of the fleet's repositories
 T = TypeVar("T")
 
 
@@ -78,6 +80,8 @@ class DaemonApi(Protocol):
     def reindex(self, agent_id: str | None, rebuild: bool = False) -> dict: ...
 
     def call_in_loop(self, fn: Callable[[], T], timeout: float = ...) -> T: ...
+
+    def fleet(self, wait_s: float) -> dict[str, Any] | None: ...  # on the hub (daemon/ops/fleet_view.py); NotTheHub
 
 
 class SocketInUseError(RuntimeError):
@@ -199,7 +203,11 @@ def health_routes(daemon: DaemonApi, gate: Gate, metrics: Metrics, caller_of: Ca
 
     def metrics_text(request: Request, caller: Caller, _args: None) -> Response:
         view = scoped_status(daemon.status(), caller_of(caller))
-        return Response(metrics.exposition(view), media_type=METRICS_CONTENT_TYPE)
+        fleet = None
+        if caller_of(caller) == ADMIN:  # host and agent names of the whole fleet: the administrator's
+            with contextlib.suppress(NotTheHub):
+                fleet = daemon.fleet(0)  # the last reading as it is: a scrape never waits on git
+        return Response(metrics.exposition(view, fleet), media_type=METRICS_CONTENT_TYPE)
 
     anyone: dict[str, Any] = {"who": "anyone", "lane": "status"}
     return [
@@ -286,6 +294,15 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         authorize(daemon, caller, o.agent, request.url.path)  # the administrator too deletes only the named agent's
         return _conversation(daemon).delete_all(o)
 
+    def admin_fleet(request: Request, caller: Caller, _args: None) -> dict:
+        try:
+            document = daemon.fleet(FLEET_WAIT_S)
+        except NotTheHub as exc:
+            raise ApiError(409, str(exc)) from None
+        if document is None:
+            raise ApiError(503, "the fleet's repositories are still being read: try again in a moment")
+        return document
+
     def reindex(request: Request, caller: Caller, args: Args) -> dict:
         o = args.to(op.Reindex)
         if o.agent is None and not caller.admin:
@@ -332,6 +349,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     }
     routes = [
         ("/v1/status", "GET", gate.route(status, who="anyone", lane="status")),
+        (op.Fleet.PATH, op.Fleet.METHOD, gate.route(admin_fleet, who="admin", lane="status")),
         *(
             (path, method, gate.route(fn, schema=SCHEMAS[method, path], **how.get((method, path), {})))
             for (method, path), fn in work.items()

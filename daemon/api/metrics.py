@@ -68,6 +68,7 @@ class StatusCollector(Collector):
 
     def __init__(self) -> None:
         self.document: StatusDocument = {}
+        self.fleet: Mapping[str, Any] | None = None  # on the hub, for the administrator: status --fleet's document
 
     def collect(self) -> Iterator[Metric]:
         d: Mapping[str, Any] = self.document
@@ -91,6 +92,7 @@ class StatusCollector(Collector):
         yield from self._vectors(d.get("vectors") or {})
         yield from self._conversation(d.get("conversation") or {})
         yield from self._sync(d.get("sync"))
+        yield from self._fleet(self.fleet)
         storage = _gauge("memstrata_storage_failing", "Writes failing by place (a full or read-only disk)", ("place",))
         failing: dict[str, int] = {}
         for problem in (d.get("storage") or {}).get("problems") or []:
@@ -222,6 +224,54 @@ class StatusCollector(Collector):
             int(bool(c.get("refused"))),
         )
 
+    def _fleet(self, f: Mapping[str, Any] | None) -> Iterator[Metric]:
+        """On the hub, every host of the fleet as its last report and the hub's reflog say
+        (daemon/ops/fleet_view.py); nothing elsewhere, nor before the first reading."""
+        if not f:
+            return
+        yield _one("memstrata_fleet_hosts", "Hosts of the fleet the hub knows (a repository each)", len(f["hosts"]))
+        yield _one("memstrata_fleet_hosts_left_out", "Hosts past the cap, not read", f.get("hosts_left_out") or 0)
+        heard = _gauge(
+            "memstrata_fleet_host_last_heard_seconds", "Since the hub received the host's last report", ("host",)
+        )
+        silent = _gauge(
+            "memstrata_fleet_host_silent", "1 when the host was not heard from within fleet.silent_after_s", ("host",)
+        )
+        never = _gauge("memstrata_fleet_host_never_heard", "1 for a host authorized but never heard from", ("host",))
+        unreadable = _gauge(
+            "memstrata_fleet_host_report_unreadable", "1 when the host's report is unreadable", ("host",)
+        )
+        info = InfoMetricFamily("memstrata_fleet_host", "The memstrata version the host reports", labels=["host"])
+        behind = _gauge(
+            "memstrata_fleet_agent_behind_commits", "Commits the agent's host has not pushed yet", ("host", "agent")
+        )
+        refused = _gauge(
+            "memstrata_fleet_agent_refused_refs", "Refs of the agent the hub refused (kept back)", ("host", "agent")
+        )
+        pushed = _gauge(
+            "memstrata_fleet_agent_last_push_timestamp_seconds",
+            "When the hub received the agent's last pushed commit",
+            ("host", "agent"),
+        )
+        for h in f["hosts"]:
+            host = str(h["host"])
+            if h.get("heard_ago_s") is not None:
+                heard.add_metric([host], h["heard_ago_s"])
+            silent.add_metric([host], int(bool(h.get("silent"))))
+            never.add_metric([host], int(h.get("state") == "never_heard"))
+            unreadable.add_metric([host], int(bool(h.get("error"))))
+            if h.get("version") is not None:
+                info.add_metric([host], {"version": str(h["version"])})
+            for a in h.get("agents") or []:
+                labels = [host, str(a["id"])]
+                if a.get("behind_commits") is not None:
+                    behind.add_metric(labels, a["behind_commits"])
+                if a.get("refused") is not None:
+                    refused.add_metric(labels, a["refused"])
+                if a.get("pushed_at"):
+                    pushed.add_metric(labels, datetime.fromisoformat(a["pushed_at"]).timestamp())
+        yield from (heard, silent, never, unreadable, info, behind, refused, pushed)
+
 
 class Metrics:
     """The daemon's registry: the status series, the latency histograms and the process's own
@@ -255,8 +305,9 @@ class Metrics:
 
         return timed_work
 
-    def exposition(self, document: StatusDocument) -> bytes:
-        """The text a scrape gets, for this view of the status."""
+    def exposition(self, document: StatusDocument, fleet: Mapping[str, Any] | None = None) -> bytes:
+        """The text a scrape gets, for this view of the status (and, on the hub, of the fleet)."""
         with self._scrape:
             self.status.document = document
+            self.status.fleet = fleet
             return generate_latest(self.registry)

@@ -133,6 +133,9 @@ class GitConfig(StrictModel):
         return value or None
 
 
+DEFAULT_SILENT_AFTER_S = 900.0  # fleet.silent_after_s unset: 15 minutes (or twice git.status_interval_s)
+
+
 class FleetConfig(StrictModel):
     """This host among several (issue 47): its name on the remote (``refs/memstrata/<host>/...``), and
     which side of the shared core it is (daemon/files/shared_sync.py)."""
@@ -143,6 +146,9 @@ class FleetConfig(StrictModel):
     # remote, say): a host wrongly taken for the hub would push its copy over the cluster's.
     role: Annotated[Literal["hub", "spoke"], YAML_CHOICE] = "spoke"
     shared_poll_s: float = pydantic.Field(60.0, ge=1, le=86_400)  # a spoke asks the remote this often
+    # On the hub, `status --fleet`: a host whose last report reached the hub longer ago is SILENT.
+    # None: 15 minutes, or twice git.status_interval_s when that is longer (a host on time is never silent)
+    silent_after_s: float | None = pydantic.Field(None, ge=10, le=30 * 86_400)
 
     @pydantic.field_validator("host")
     @classmethod
@@ -453,6 +459,16 @@ class ConfigFile(StrictModel):
     log: LogConfig = LogConfig()
     metrics: MetricsConfig = MetricsConfig()
 
+    @pydantic.model_validator(mode="after")
+    def _silent_after_reports(self) -> ConfigFile:
+        silent, every = self.fleet.silent_after_s, self.git.status_interval_s
+        if silent is not None and silent < 2 * every:
+            raise ValueError(
+                f"fleet.silent_after_s ({silent:g}) must be at least twice git.status_interval_s ({every:g}): "
+                "a host reporting on time would be shown SILENT"
+            )
+        return self
+
 
 @dataclass(frozen=True)
 class Config:
@@ -477,6 +493,13 @@ class Config:
     @property
     def fleet(self) -> FleetConfig:
         return self.file.fleet
+
+    @property
+    def silent_after_s(self) -> float:
+        """``fleet.silent_after_s``, else 15 minutes or twice ``git.status_interval_s`` (the longer)."""
+        if self.fleet.silent_after_s is not None:
+            return self.fleet.silent_after_s
+        return max(DEFAULT_SILENT_AFTER_S, 2 * self.git.status_interval_s)
 
     @property
     def host_name(self) -> str:

@@ -410,11 +410,16 @@ def run(ctx: click.Context) -> None:
 @click.option("--agent", "agent_id", metavar="ID", help="One agent's detail (default: one line per agent).")
 @click.option("--watch", is_flag=True, help="Show it again every --interval seconds, until Ctrl-C.")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.2), help="With --watch.")
+@click.option("--fleet", is_flag=True, help="On the hub: every host, when it was last heard from, its agents' backlog.")
 @json_option
 @click.pass_context
-def status(ctx: click.Context, agent_id: str | None, watch: bool, interval: float, as_json: bool) -> None:
+def status(ctx: click.Context, agent_id: str | None, watch: bool, interval: float, fleet: bool, as_json: bool) -> None:
     """Show the daemon and every agent: a summary line (healthy, or how many problems), the
     problems, the daemon's state, then one line per agent (--agent ID: that agent's detail).
+
+    --fleet, on the hub (the host whose git.remote is the path of the fleet's repository): each
+    host, when the hub last received its report (SILENT after fleet.silent_after_s), its version,
+    its agents' push backlogs, their last pushed commits and refused refs.
 
     Works when the daemon is down (reads disk and git, says so). Exit status: 0
     when the daemon runs, 3 when it does not (as `systemctl status`). Every agent's
@@ -424,6 +429,9 @@ def status(ctx: click.Context, agent_id: str | None, watch: bool, interval: floa
     """
     if agent_id is not None:
         check_id(agent_id)
+    if fleet:
+        _fleet_status(ctx, agent_id, watch, interval, as_json)
+        return
     if watch:
         # Ctrl-C is how --watch ends, so it must raise KeyboardInterrupt whatever this process inherited.
         # A program started in the background by a non-interactive shell (`make test &`, a CI runner, nohup)
@@ -447,6 +455,29 @@ def status(ctx: click.Context, agent_id: str | None, watch: bool, interval: floa
         if data is None:
             sys.exit(130)  # interrupted before the first answer: as a shell reports a SIGINT
     sys.exit(0 if data["daemon"]["running"] else 3)
+
+
+def _fleet_status(ctx: click.Context, agent_id: str | None, watch: bool, interval: float, as_json: bool) -> None:
+    from daemon.front.fleet_status import fleet_document, render
+
+    if agent_id is not None:
+        raise failures.UsageFailure("--fleet shows every host: it takes no --agent")
+    if watch:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # see status: how --watch ends
+    try:
+        while True:
+            data = fleet_document(ctx)
+            if watch and sys.stdout.isatty() and not as_json:
+                click.clear()
+            if as_json:
+                click.echo(json_text(data)) if watch else echo_json(data)
+            else:
+                click.echo(render(data), nl=False)
+            if not watch:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
 
 
 def _status_document(ctx: click.Context, agent_id: str | None) -> dict:

@@ -201,21 +201,18 @@ def substitute(text: str, mapping: dict[str, str]) -> str:
 
 def path_remote(config: Config) -> bool:
     """``git.remote`` is a path on this host's disk (the hub's top repository), not a URL."""
-    return bool(config.git.remote) and os.path.isabs(str(config.git.remote))
+    return local_remote(config) is not None
 
 
 def writable_paths(config: Config) -> list[Path]:
     """What the units must be allowed to write besides their state/runtime directories: the root,
-    whatever the configuration puts outside it, and ``git.remote`` when it is a path (the hub pushes
-    its agents and the shared core into the top repository on its own disk)."""
+    and whatever the configuration puts outside it (a path ``git.remote`` is added by render_unit)."""
     paths = config.paths
     index_dir = Path(paths.index_template.split("{agent}")[0].rstrip("/") or "/")
     candidates = [paths.root, paths.workspace, paths.agents_dir, paths.audit_dir, paths.registry.parent, index_dir]
     # the unit's StateDirectory= and RuntimeDirectory= are writable already (and the runtime one
     # exists only while the daemon runs)
     candidates += [p for p in (paths.state_dir, paths.socket.parent) if str(p) not in (SHIPPED_STATE, SHIPPED_RUN)]
-    if path_remote(config):  # the hub's own top repository, under ProtectSystem=strict: git writes it
-        candidates.append(Path(str(config.git.remote)))
     chosen: list[Path] = []
     for path in candidates:
         if any(path == c or c in path.parents for c in chosen):
@@ -248,11 +245,23 @@ def _bind_lines(config: Config, prefix: Path, checkout: Path) -> str:
     return "\n".join(lines)
 
 
+def local_remote(config: Config) -> Path | None:
+    """``git.remote`` when it is a repository on this machine's disk (``/srv/…``, ``file:///srv/…``): on
+    the hub, the daemon pushes its own agents, its report and the shared core there, so the units must
+    write it."""
+    remote = config.git.remote or ""
+    path = remote[len("file://") :] if remote.startswith("file://") else remote
+    return Path(path) if path.startswith("/") else None
+
+
 def render_unit(name: str, config: Config, config_path: Path, prefix: Path, checkout: Path) -> str:
     source = (checkout / "systemd" / name).read_text(encoding="utf-8")
     mapping = substitutions(config, config_path, prefix, checkout)
     text = substitute(source, mapping)
     extra = " ".join(str(p) for p in writable_paths(config))
+    remote = local_remote(config)
+    if remote is not None:  # "-": a repository not made yet (init-remote comes later) does not stop the unit
+        extra += f" -{remote}"
 
     def rw_line(match: re.Match[str]) -> str:
         present = match.group(1).split()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -58,6 +59,7 @@ from daemon.local.embedding import EmbedWorker, conversation_embedder, make_embe
 from daemon.local.index_files import IndexClaims
 from daemon.local.indexer import Indexer
 from daemon.local.search import LocalSearch
+from daemon.ops.fleet_view import FleetView, NotTheHub
 from daemon.service.loop import Loop, Wakeup
 from daemon.service.notify import Notifier
 from daemon.service.reload import Reloader
@@ -96,6 +98,8 @@ class MemoryDaemon:
         self.wakeup = Wakeup()
         self.jobs = Jobs(on_submit=self.wakeup.wake)  # call_in_loop: the loop runs them each turn
         self.parts = Started()  # what start() makes: the broker, the API, the watcher, the embedding worker
+        self._fleet_view: FleetView | None = None  # on the hub, made by the first fleet() call
+        self._fleet_made = threading.Lock()
         # commits run on its workers, never on the loop; each batch they commit refreshes the status
         self.committer = Committer(self.wakeup.wake, progress=self.wakeup.request_publish, kept=self._kept)
         self.storage = StorageHealth(on_change=self.wakeup.request_publish)
@@ -238,6 +242,19 @@ class MemoryDaemon:
     def search(self, o: Search) -> SearchAnswer:
         """Search an agent's index from an API thread (see daemon/local/search.py)."""
         return self.local.search(o)
+
+    def fleet(self, wait_s: float) -> dict[str, Any] | None:
+        """The fleet at a glance, read from the repositories under ``git.remote`` (an API thread; on the hub
+        only: NotTheHub elsewhere); None while the first reading is under way and ``wait_s`` ran out."""
+        with self._fleet_made:
+            if self._fleet_view is None:
+                config = self.config
+                try:
+                    hub = config.host_name
+                except ValueError as exc:
+                    raise NotTheHub(str(exc)) from None
+                self._fleet_view = FleetView(config.git.remote, hub, config.silent_after_s)
+        return self._fleet_view.document(wait_s)
 
     def call_in_loop(self, fn: Callable[[], T], timeout: float = 3600) -> T:
         """Run ``fn`` in the loop thread (the single writer) and return its result (API threads)."""

@@ -1,11 +1,12 @@
-"""L2 to the hub on the booted fleet (issue 47 items 2 to 4): each spoke's memstrata.service pushes its agents'
+"""L2 to the hub on the booted fleet (issue 47 items 2 to 5): each spoke's memstrata.service pushes its agents'
 history over ssh with the spoke's own key, a cut spoke's notes arrive once its link is back, a spoke that
-loses power loses no commit it made, a lost spoke's agent is restored under its name, and the hub's shared
-core reaches every spoke's agents.
+loses power loses no commit it made, a lost spoke's agent is restored under its name, the hub's shared core
+reaches every spoke's agents, and the hub's ``memstrata status --fleet`` shows every host, a cut one SILENT
+until it is heard again.
 
 One fleet for the module (tests/system/fleet.py), the tests in file order.  The hub serves the bare repository
-over ssh; its own memstrata joins for the last test only (fleet.role hub, git.remote the top's path), which
-writes the shared core there and finds it in both spokes' agents.  Every wait polls with a generous deadline.
+over ssh; its own memstrata joins for the last two tests (fleet.role hub, git.remote the top's path).  Every
+wait polls with a generous deadline.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from tests.system.fleet import AGENTS, HUB, KEY, REMOTE, REMOTE_PATH, SPOKES
 pytestmark = pytest.mark.slow
 AGENT = {role: agents[0] for role, agents in AGENTS.items()}
 SHARED_POLL_S = 5  # the spokes ask the hub for the shared core this often (fleet.shared_poll_s)
+REPORT_S = 10  # git.status_interval_s of every host here (the shipped 300 s, shortened)
+SILENT_S = 30  # fleet.silent_after_s on the hub (the shipped 15 minutes, shortened; at least twice REPORT_S)
 
 
 def _poll(check, timeout: float, what: str, interval: float = 0.5):
@@ -42,13 +45,14 @@ def _poll(check, timeout: float, what: str, interval: float = 0.5):
 
 @pytest.fixture(scope="module")
 def synced(fleet):
-    """Both spokes installed, git.remote set to the hub over ssh with the spoke's own key; the host's
-    name is its hostname (no fleet.host: the default)."""
+    """Both spokes installed, git.remote set to the hub over ssh with the spoke's own key, a report every
+    REPORT_S seconds while idle; the host's name is its hostname (no fleet.host: the default)."""
 
     def setup(role: str) -> None:
         fleet.install(role)
         c = fleet.container(role)
         lines = f"git:\\n  remote: {REMOTE}\\n  remote_key_file: {KEY}\\n  push_retry_max_s: 5"
+        lines += f"\\n  status_interval_s: {REPORT_S}"
         c.run("sed", "-i", f"s|^git:$|{lines}|", operator.CONFIG)
         c.sh(f"printf 'fleet:\\n  shared_poll_s: {SHARED_POLL_S}\\n' >> {operator.CONFIG}")  # role: spoke, the default
         c.run("systemctl", "restart", "memstrata.service", timeout=240)
@@ -174,20 +178,30 @@ def test_a_lost_spokes_agent_is_restored_on_the_host_that_takes_its_name(synced)
     assert _hub_ref(f, _line0("spoke-2")) == pushed, "the restored history is the one the hub has: nothing rewritten"
 
 
+def _hub_installed(f):
+    """memstrata on the hub as an operator sets it up there: git.remote the top's path, fleet.role hub, then
+    `memstrata install` again so the unit may write that path (ReadWritePaths=, set-group-ID directories);
+    a report every REPORT_S, a host silent after SILENT_S.  The daemon runs on with its first configuration
+    until the caller restarts it."""
+    f.install(HUB)  # memstrata install and the hub's agents
+    c = f.container(HUB)
+    lines = f"git:\\n  remote: {REMOTE_PATH}\\n  status_interval_s: {REPORT_S}"
+    c.run("sed", "-i", f"s|^git:$|{lines}|", operator.CONFIG)
+    c.sh(f"printf 'fleet:\\n  role: hub\\n  silent_after_s: {SILENT_S}\\n' >> {operator.CONFIG}")
+    operator.install(c)
+    assert REMOTE_PATH in c.read("/etc/systemd/system/memstrata.service")
+    return c
+
+
 def test_the_hubs_shared_core_reaches_both_spokes_agents(synced):
     """The hub's memstrata (installed now, as an operator would: git.remote the top's path, fleet.role hub,
     then `memstrata install` again so the unit may write that path) pushes shared/; the top's hook copies it
     into each host's repository; each spoke fetches it through the gate within its poll interval."""
     f = synced
-    c = f.container(HUB)
-    operator.install(c)
-    c.run("sed", "-i", f"s|^git:$|git:\\n  remote: {REMOTE_PATH}|", operator.CONFIG)
-    c.sh(f"printf 'fleet:\\n  role: hub\\n' >> {operator.CONFIG}")
-    operator.install(c)  # again: the unit may now write the path (ReadWritePaths=, set-group-ID directories)
-    assert REMOTE_PATH in c.read("/etc/systemd/system/memstrata.service")
+    c = _hub_installed(f)
     text = "# cluster\n\nEvery agent answers the fleet's pager in turn.\n"
     c.write(f"{operator.WORKSPACE}/shared/CLUSTER.md", text)
-    c.run("systemctl", "start", "memstrata.service", timeout=240)
+    c.run("systemctl", "restart", "memstrata.service", timeout=240)
     core = _poll(
         lambda: f.run(HUB, "git", "--git-dir", REMOTE_PATH, "rev-parse", "-q", "--verify", "refs/memstrata/shared/core",
                       check=False).stdout.strip(),
@@ -207,3 +221,50 @@ def test_the_hubs_shared_core_reaches_both_spokes_agents(synced):
         assert mode == "444", "installed read-only"
     hub = operator.status(c)["sync"]["shared_core"]
     assert hub["role"] == "hub" and hub["commit"] == core and hub["last_push"]
+
+
+@pytest.fixture(scope="module")
+def hub_view(synced):
+    """memstrata running on the hub (test_the_hubs_shared_core_reaches_both_spokes_agents starts it; alone,
+    this installs it the same way): ``status --fleet`` reads the top by its path."""
+    f = synced
+    c = f.container(HUB)
+    if f.run(HUB, "grep", "-qx", "  role: hub", operator.CONFIG, check=False).returncode != 0:
+        _hub_installed(f)
+    c.run("systemctl", "restart", "memstrata.service", timeout=240)
+    return f
+
+
+def _fleet(f) -> dict[str, dict]:
+    document = json.loads(operator.memstrata(f.container(HUB), "status", "--fleet", "--json").stdout)
+    assert "daemon" not in document, "answered by the hub's daemon"
+    return {h["host"]: h for h in document["hosts"]}
+
+
+def test_the_hub_sees_every_host_and_a_cut_spoke_silent_until_it_is_heard_again(hub_view):
+    f = hub_view
+
+    def listed() -> dict[str, dict]:
+        hosts = _fleet(f)
+        seen = {r: (h["state"], {a["id"]: a["behind_commits"] for a in h["agents"]}) for r, h in hosts.items()}
+        if any(seen[r][0] != "ok" or seen[r][1].get(AGENT[r]) != 0 for r in AGENTS):
+            sync = operator.status(f.container(HUB)).get("sync")
+            raise ValueError(f"not yet: {seen}; the hub's sync: {sync}")  # said by _poll at its deadline
+        return hosts
+
+    hosts = _poll(listed, 120, "the hub and both spokes listed with their agents, caught up")
+    assert hosts[HUB]["hub"] is True and all(hosts[r]["version"] for r in AGENTS)
+    for role in SPOKES:  # the last pushed commit, as the spoke says it and as the hub holds it
+        agent = next(a for a in hosts[role]["agents"] if a["id"] == AGENT[role])
+        assert agent["last_pushed"] == _hub_ref(f, agent["remote_ref"]) and agent["pushed_at"], agent
+
+    f.cut("spoke-1")
+    try:
+        # only the cut spoke: spoke-2 keeps reporting every REPORT_S
+        silent = lambda: (h := _fleet(f))["spoke-1"]["state"] == "silent" and h["spoke-2"]["state"] == "ok"  # noqa: E731
+        _poll(silent, SILENT_S + 90, "spoke-1 SILENT, spoke-2 not")
+        text = operator.memstrata(f.container(HUB), "status", "--fleet").stdout
+        assert "1 SILENT" in text and "spoke-1" in text, text
+    finally:
+        f.restore("spoke-1")
+    _poll(lambda: _fleet(f)["spoke-1"]["state"] == "ok", 90, "spoke-1 heard from again")

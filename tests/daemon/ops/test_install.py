@@ -213,7 +213,7 @@ def test_a_path_remote_is_writable_for_the_unit_and_a_url_is_not(tmp_path):
         return next(line for line in lines if line.startswith("ReadWritePaths=")).split("=", 1)[1].split()
 
     hub, spoke = unit("/srv/memstrata/fleet.git"), unit("ssh://git@100.115.94.1/srv/memstrata/fleet.git")
-    assert "/srv/memstrata/fleet.git" in rw_paths(hub) and not any("fleet.git" in p for p in rw_paths(spoke))
+    assert "-/srv/memstrata/fleet.git" in rw_paths(hub) and not any("fleet.git" in p for p in rw_paths(spoke))
     # git's shared repository makes its directories set-group-ID: the hub's unit lets it, a spoke's does not
     assert "RestrictSUIDSGID=no" in hub and "RestrictSUIDSGID=yes" not in hub and "RestrictSUIDSGID=yes" in spoke
     caps = {line: line.split("=", 1)[1].split() for line in (*hub, *spoke) if line.startswith("CapabilityBoundingSet=")}
