@@ -36,10 +36,11 @@ from pathlib import Path
 from daemon.common.backoff import backoff
 from daemon.common.contracts import SharedCoreStatus, SharedLocalEdit
 from daemon.common.guard import SecretGuard
+from daemon.files.network_thread import NetworkThread
 from daemon.files.reconcile import iso
 from layers.daily.git import remote as fleet
 from layers.daily.git import shared_core
-from layers.daily.git.run import Cancel, Cancelled, GitFailed
+from layers.daily.git.run import Cancelled, GitFailed
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ MAX_SCANNED_BYTES = 4 * 1024 * 1024  # a file of shared/ larger than this is hel
 KEPT_EDITS = 20  # sets of a spoke's edited files kept (state_dir/shared-core-edits/)
 
 
-class SharedCoreSync:
+class SharedCoreSync(NetworkThread):
     """One host's side of the shared core (see the module docstring)."""
 
     def __init__(
@@ -81,12 +82,9 @@ class SharedCoreSync:
         self._on_change = on_change
         self._on_installed = on_installed  # tells the loop the directory changed (the watcher may lag a swap)
         self.edits_dir = edits_dir  # a spoke's edits of shared/, copied here before they are undone
-        self.cancel = Cancel()
+        super().__init__()
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._local = False  # the loop's word: the main workspace committed (look at shared/, no remote)
-        self._thread: threading.Thread | None = None
         self._failures = 0
         self._retry_at: float | None = None  # monotonic
         self._pushed_tree: str | None = None  # hub: the content the remote last took
@@ -112,23 +110,13 @@ class SharedCoreSync:
         known = shared_core.exported(self.mirror, ref)
         if known is not None:  # the last good copy, from an earlier run: status has its age at once
             self._set(commit=known.commit, date=known.date)
-        self._thread = threading.Thread(target=self._run, name="shared-core", daemon=True)
-        self._thread.start()
+        self._begin(self._run, "shared-core")
 
     def changed(self) -> None:
         """(loop thread) the main workspace committed: shared/ may have changed; look at it soon."""
         with self._lock:
             self._local = True
         self._wake.set()
-
-    def stop(self, timeout: float) -> bool:
-        self._stop.set()
-        self.cancel.cancel()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
 
     def status(self) -> SharedCoreStatus:
         with self._lock:

@@ -34,11 +34,12 @@ from pathlib import Path
 from daemon import __version__
 from daemon.common.backoff import backoff
 from daemon.common.contracts import SyncAgent, SyncRefused, SyncStatus
+from daemon.files.network_thread import NetworkThread
 from daemon.files.reconcile import iso
 from layers.daily.git import host_report
 from layers.daily.git import remote as fleet
 from layers.daily.git.history_copy import HistoryCopy
-from layers.daily.git.run import Cancel, Cancelled, GitFailed
+from layers.daily.git.run import Cancelled, GitFailed
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class _Agent:
     refused: list[SyncRefused] = field(default_factory=list)
 
 
-class Pusher:
+class Pusher(NetworkThread):
     """Pushes history copies to ``remote`` as host ``host`` (see the module docstring)."""
 
     def __init__(
@@ -85,13 +86,10 @@ class Pusher:
         self._on_change = on_change
         self._retry_cap_s = retry_cap_s
         self._report_interval_s = report_interval_s
-        self.cancel = Cancel()
+        super().__init__()
         self._agents: dict[str, _Agent] = {}
         self._wanted: set[str] = set()  # told by the loop: these copies moved
         self._lock = threading.Lock()  # _wanted and the status fields below
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._failures = 0
         self._retry_at: float | None = None  # monotonic
         self._reachable: bool | None = None
@@ -106,8 +104,7 @@ class Pusher:
 
     def start(self) -> None:
         """Push every agent's copy once (the backlog of earlier runs), then follow the loop's word."""
-        self._thread = threading.Thread(target=self._run, name="pusher", daemon=True)
-        self._thread.start()
+        self._begin(self._run, "pusher")
         self._wake.set()
 
     def kept(self, agent_id: str) -> None:
@@ -115,16 +112,6 @@ class Pusher:
         with self._lock:
             self._wanted.add(agent_id)
         self._wake.set()
-
-    def stop(self, timeout: float) -> bool:
-        """End the thread (a push under way is cut: what it did not deliver stays owed); True when it ended."""
-        self._stop.set()
-        self.cancel.cancel()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
 
     def status(self) -> SyncStatus:
         with self._lock:
