@@ -15,8 +15,9 @@ asserted):
    daemon committed it (the 1-hour outage's one note a minute, made quickly); links restored: the
    time until the hub has every agent's copy.  Target < 60 s.
 4. **Rewritten ref.**  As root on the hub, ``git update-ref`` of a spoke's agent ref: first to an
-   ancestor (the next push is a fast-forward of it), then to a commit of its own that does not
-   descend from the spoke's history; the spoke commits: the hub's ref is kept, status says REFUSED.
+   ancestor (the next push is a fast-forward of it, and the spoke's status says REWOUND), then to a
+   commit of its own that does not descend from the spoke's history; the spoke commits: the hub's
+   ref is kept, status says REFUSED.
 5. **Restore.**  ``--commits`` commits made with git fast-import into an agent's workspace (the
    daemon stopped), copied into its history copy as the daemon does after a commit (the copy's
    ``refs/heads/daemon`` moved to the workspace's HEAD, a fast-forward); the daemon started pushes
@@ -492,9 +493,11 @@ def rewritten(b: Bench) -> None:
     name = b.write_note(role, agent, "rewrite-a")
     commit = poll(lambda: b.committed(role, agent, name), 120)
     arrived = poll(lambda: b.hub_head(role, agent) == commit, 90, interval=0.5)
+    told = poll(lambda: "REWOUND" in operator.memstrata(b.f.container(role), "status").stdout, 30, interval=1.0)
     print(
         f"rewritten (a): hub ref moved back 3 commits by root; the spoke's next commit "
-        f"{'fast-forwarded it (accepted: it descends from the ancestor)' if arrived else 'did NOT reach the hub'}"
+        f"{'fast-forwarded it (it descends from the ancestor)' if arrived else 'did NOT reach the hub'}; "
+        f"the spoke's status {'says REWOUND' if told else 'does NOT say REWOUND'}"
     )
     # (b) to a commit of the hub's own, not in the spoke's history: the spoke can only be refused
     base = b.hub_head(role, agent)

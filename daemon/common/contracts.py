@@ -284,6 +284,16 @@ class SyncRefused(TypedDict):
     since: str  # when it was first refused (ISO 8601)
 
 
+class SyncRewound(TypedDict):
+    """A ref the remote had moved back (or lost) behind what it acknowledged; a push brought it forward again."""
+
+    remote_ref: str  # refs/memstrata/<host>/<agent>/...
+    acknowledged: str  # the commit the remote had acknowledged there
+    found: str  # what it held instead (a commit as git abbreviated it; "" for no ref)
+    sha: str  # the commit pushed there since
+    at: str  # when (ISO 8601)
+
+
 class SyncAgent(TypedDict):
     """One agent's history on the remote: how far behind, what it last acknowledged."""
 
@@ -294,6 +304,7 @@ class SyncAgent(TypedDict):
     last_pushed: str | None  # the commit the remote last acknowledged on that ref
     pushed_at: str | None  # when this daemon last had a push of it acknowledged (None: not since its start)
     refused: list[SyncRefused]
+    rewound: list[SyncRewound]  # since this daemon started, the latest per ref
 
 
 class SharedLocalEdit(TypedDict):

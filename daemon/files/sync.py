@@ -11,7 +11,9 @@ While the remote cannot be reached, attempts wait the daemon's back-off (daemon/
 capped by ``git.push_retry_max_s``); commits go on and status says how far behind each agent is.
 A ref the remote refuses (its ref moved: someone rewrote it there) is never forced: it is said in
 status, the log (a warning) and the audit log, and not offered again until the copy's refs move
-(the agent commits again) or the daemon restarts.
+(the agent commits again) or the daemon restarts.  A ref the remote had moved back behind what it
+acknowledged (or lost) is taken forward again by the push, fast-forward, and that is said in the
+same three places (``sync_rewound``): nothing the remote acknowledged goes missing without a trace.
 
 With each round that moved something, and every ``git.status_interval_s`` while idle, the host
 reports itself (layers/daily/git/host_report.py): ``refs/memstrata/<host>/status``, a small commit
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from daemon import __version__
 from daemon.common.backoff import backoff
-from daemon.common.contracts import SyncAgent, SyncRefused, SyncStatus
+from daemon.common.contracts import SyncAgent, SyncRefused, SyncRewound, SyncStatus
 from daemon.files.network_thread import NetworkThread
 from daemon.files.reconcile import iso
 from layers.daily.git import host_report
@@ -60,6 +62,7 @@ class _Agent:
     remote_ref: str = ""
     pushed_at: float | None = None
     refused: list[SyncRefused] = field(default_factory=list)
+    rewound: dict[str, SyncRewound] = field(default_factory=dict)  # by remote ref
 
 
 class Pusher(NetworkThread):
@@ -189,6 +192,7 @@ class Pusher(NetworkThread):
             moved |= bool(done.moved)
             agent.pushed_at = time.time() if done.updates else agent.pushed_at
             self._refusals(agent, refs, done)
+            self._rewinds(agent, done)
             self._count(agent, refs)
         self._publish_view()
         if moved or time.monotonic() >= self._report_due:
@@ -239,6 +243,36 @@ class Pusher(NetworkThread):
                     rewritten_here=update.rewritten_here,
                 )
 
+    def _rewinds(self, agent: _Agent, done: fleet.Pushed) -> None:
+        for update in done.rewound:
+            found = update.found or "no ref"
+            log.warning(
+                "sync: %s: the remote held %s at %s, behind the %s it had acknowledged: pushed forward to %s again",
+                agent.id,
+                update.remote,
+                found,
+                update.rewound_from,
+                update.sha,
+                extra={"event": "sync_rewound"},
+            )
+            self._audit(
+                "sync_rewound",
+                agent=agent.id,
+                host=self.host,
+                remote=self.remote.shown,
+                remote_ref=update.remote,
+                acknowledged=update.rewound_from,
+                found=update.found,
+                sha=update.sha,
+            )
+            agent.rewound[update.remote] = {
+                "remote_ref": update.remote,
+                "acknowledged": update.rewound_from,
+                "found": update.found,
+                "sha": update.sha,
+                "at": iso(time.time()) or "",
+            }
+
     def _push_report(self) -> None:
         self._report_due = time.monotonic() + self._report_interval_s
         content = json.dumps(self._report_document(), indent=1, sort_keys=True).encode() + b"\n"
@@ -288,6 +322,7 @@ class Pusher(NetworkThread):
                 "last_pushed": a.behind.last_pushed,
                 "pushed_at": iso(a.pushed_at),
                 "refused": list(a.refused),
+                "rewound": list(a.rewound.values()),
             }
             for a in sorted(self._agents.values(), key=lambda a: a.id)
         ]

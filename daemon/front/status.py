@@ -282,6 +282,12 @@ def _sync_lines(sync: SyncStatus | None) -> tuple[list[str], list[str]]:
         if a.get("behind_commits") or a.get("behind_lost"):
             lost = f", {a['behind_lost']} lost histories" if a.get("behind_lost") else ""
             lines.append(f"  {a['id']}: {a.get('behind_commits', 0)} commits behind{lost}")
+        for w in a.get("rewound") or []:
+            found = f"at {w['found']}" if w.get("found") else "without the ref"
+            lines.append(
+                f"  {a['id']}: the remote was found REWOUND {_clock(w.get('at'))}: {w['remote_ref']} {found}, "
+                f"behind {w['acknowledged'][:12]} it had acknowledged; pushed forward again (see the audit log)"
+            )
     shared, shared_problems = _shared_lines(sync.get("shared_core"))
     return lines + shared, problems + shared_problems
 

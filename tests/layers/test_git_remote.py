@@ -193,6 +193,42 @@ def test_a_crash_after_the_remote_acknowledged_only_causes_a_no_op_repush(repo, 
     assert len(_reflog(remote, REF)) == 1 and fleet.behind(repo.copy, HOST, AGENT).commits == 0
 
 
+@pytest.mark.parametrize("how", ["moved-back", "deleted"])
+def test_a_ref_the_remote_moved_back_is_taken_forward_again_and_the_answer_says_so(repo, remote, how):
+    target = fleet.Remote(str(remote))
+    shas = _facts(repo, 3)
+    fleet.push(repo.copy, target, HOST, AGENT)
+    if how == "moved-back":  # the hub's root sets it back to an older commit of the line (or an old backup)
+        _git(remote, "update-ref", "-m", "moved back", REF, shas[0])
+    else:
+        _git(remote, "update-ref", "-d", REF)
+    ours = _facts(repo, 1, start=3)[-1]
+
+    done = fleet.push(repo.copy, target, HOST, AGENT)
+    assert done.ok and _ref(remote, REF) == ours, "a fast-forward of what the remote holds: taken"
+    (update,) = done.rewound
+    assert update.remote == REF and update.rewound_from == shas[-1] and update.sha == ours
+    if how == "moved-back":
+        assert update.found and shas[0].startswith(update.found)
+    else:
+        assert update.found == "", "no ref"
+    assert _forced(remote, REF, except_message="moved back") == 0
+    assert _git(remote, "rev-list", "--count", REF).strip() == "4", "the commits the remote had lost are back"
+    assert fleet.push(repo.copy, target, HOST, AGENT).rewound == [], "said once"
+
+
+def test_a_remote_ahead_of_what_was_written_down_is_no_rewind(repo, remote):
+    target = fleet.Remote(str(remote))
+    shas = _facts(repo, 2)
+    fleet.push(repo.copy, target, HOST, AGENT)
+    more = _facts(repo, 1, start=2)
+    # the remote took ``more`` but the process died before writing it down here
+    _git(repo.copy.path, "push", "-q", str(remote), f"{more[-1]}:{REF}")
+    newest = _facts(repo, 1, start=3)[-1]
+    done = fleet.push(repo.copy, target, HOST, AGENT)
+    assert done.ok and done.rewound == [] and _ref(remote, REF) == newest and shas
+
+
 def test_two_hosts_and_two_agents_keep_to_refs_of_their_own(repo, remote, tmp_path):
     target = fleet.Remote(str(remote))
     _facts(repo, 1)

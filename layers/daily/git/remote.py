@@ -14,7 +14,11 @@ the old line stays on the remote as it was.  :func:`restore` takes the highest l
 
 No refspec has a ``+`` and no ``--force`` is ever given: a ref the remote holds that is not an
 ancestor of what is pushed (someone rewrote it there) is refused by git itself and stays as it is;
-the refusal is reported (:class:`RefUpdate`), never retried with force.
+the refusal is reported (:class:`RefUpdate`), never retried with force.  A ref the remote holds
+*behind* what it last acknowledged (moved back to an older commit of the line, deleted, or a remote
+restored from an older backup) is a fast-forward of what is pushed: git takes it, the commits the
+remote had lost are on it again, and the answer says so (``RefUpdate.rewound_from``), so that it is
+never undone without a trace.
 
 What the remote acknowledged is written down in the copy, after the acknowledgement, as
 ``refs/pushed/<host>/<agent>/...`` (synced): :func:`behind` counts the commits the remote does not
@@ -193,6 +197,11 @@ class RefUpdate:
     or the remote's settings).  ``rewritten_here`` marks the one refusal that is not the remote's
     doing: this copy's daemon ref no longer descends from what was last pushed (the agent rewrote
     its history; the old one is in ``refs/lost/`` and is pushed there).
+
+    ``rewound_from`` is set when the remote no longer held what it had acknowledged on this ref
+    (someone moved it back, deleted it, or put back an older copy of the remote) and this push
+    brought those commits back: the commit it had acknowledged; ``found`` is what it held instead
+    (a commit, abbreviated as git said it, or empty for no ref).
     """
 
     local: str
@@ -201,6 +210,8 @@ class RefUpdate:
     status: str
     reason: str = ""
     rewritten_here: bool = False
+    rewound_from: str = ""
+    found: str = ""
 
 
 @dataclass(frozen=True)
@@ -217,6 +228,10 @@ class Pushed:
     @property
     def refused(self) -> list[RefUpdate]:
         return [u for u in self.updates if u.status == "refused"]
+
+    @property
+    def rewound(self) -> list[RefUpdate]:
+        return [u for u in self.updates if u.rewound_from]
 
     @property
     def ok(self) -> bool:
@@ -337,18 +352,33 @@ def push(copy: HistoryCopy, remote: Remote, host: str, agent: str) -> Pushed:
     updates = []
     for dst, (ref, sha) in wanted.items():
         flag, summary = answered.get(dst, ("!", "[no answer] (the remote did not say)"))
+        before = pushed.get(dst[len(prefix) :])
         if flag == "=":
             updates.append(RefUpdate(ref, dst, sha, "unchanged"))
-        elif flag == "*":
-            updates.append(RefUpdate(ref, dst, sha, "new"))
-        elif flag == " ":
-            updates.append(RefUpdate(ref, dst, sha, "moved"))
+        elif flag in ("*", " "):
+            found = "" if flag == "*" else summary.partition("..")[0]
+            lost = before if before is not None and _lost_by_remote(copy, before, found) else ""
+            updates.append(RefUpdate(ref, dst, sha, "new" if flag == "*" else "moved", rewound_from=lost, found=found))
         else:  # '!', and '+'/'-' which no refspec here can cause
-            before = pushed.get(dst[len(prefix) :])
             here = ref == DAEMON_REF and before is not None and not _descends(copy, sha, before)
             updates.append(RefUpdate(ref, dst, sha, "refused", refusal(summary), here))
     _write_pushed(copy, host, agent, [u for u in updates if u.status != "refused"], pushed)
     return Pushed(remote.shown, updates)
+
+
+def _lost_by_remote(copy: HistoryCopy, acknowledged: str, found: str) -> bool:
+    """Whether the remote's ref, ``found`` before a push took it forward (git's abbreviation; empty:
+    no ref), had lost commits the remote acknowledged at ``acknowledged``.
+
+    Not when it is that commit or a later one of the line: a push the remote took whose
+    acknowledgement was not written down here yet (a crash in between) leaves it ahead.
+    """
+    if found and acknowledged.startswith(found):
+        return False
+    if not found:
+        return True
+    status, out = copy.runner().status("rev-parse", "--verify", "--quiet", f"{found}^{{commit}}", fatal=False)
+    return status != 0 or not _descends(copy, out.decode().strip(), acknowledged)
 
 
 def _descends(copy: HistoryCopy, sha: str, ancestor: str) -> bool:

@@ -152,6 +152,31 @@ def test_a_remote_ref_rewritten_by_someone_else_is_refused_said_and_left_alone(t
     assert "refused" in d.log() and "never forced" in d.log()
 
 
+def test_a_remote_ref_moved_back_is_pushed_forward_again_and_said(tmp_path, daemons):
+    remote = _bare(tmp_path / "fleet.git")
+    config = _root(tmp_path, remote)
+    ws = config.parent / "workspace"
+    d = daemons(config)
+    first = _note(ws, "2026-12-01.md", "one\n")
+    wait_for(lambda: _ref(remote, _line0()) == first)
+    second = _note(ws, "2026-12-02.md", "two\n")
+    wait_for(lambda: _ref(remote, _line0()) == second)
+    _git(remote, "update-ref", _line0(), first)  # the hub's root, or an older backup of the remote put back
+    third = _note(ws, "2026-12-03.md", "three\n")
+    s = wait_for(lambda: (s := _sync(d))["agent"]["rewound"] and s, what="the rewind in status")
+    (rewound,) = s["agent"]["rewound"]
+    assert (rewound["remote_ref"], rewound["acknowledged"], rewound["sha"]) == (_line0(), second, third)
+    assert first.startswith(rewound["found"]) and rewound["found"]
+    assert _ref(remote, _line0()) == third and not s["agent"]["refused"], "fast-forward: the lost commit is back"
+    assert "REWOUND" in run_cli("status", config=config).stdout
+    audit = config.parent / "workspace" / "logs" / "security"
+    events = [
+        json.loads(line) for f in audit.glob("*") for line in f.read_text().splitlines() if "sync_rewound" in line
+    ]
+    assert [(e["agent"], e["acknowledged"], e["sha"]) for e in events] == [("main", second, third)]
+    assert "behind the" in d.log()
+
+
 def test_an_agent_restored_on_a_new_host_has_every_file_and_commit_and_is_searchable(tmp_path, daemons):
     remote = _bare(tmp_path / "fleet.git")
     old = _root(tmp_path, remote, name="old")
