@@ -23,17 +23,18 @@ then fetch it.  In its own repository that id names nothing.
 
 Who owns what, in each repository: its top, ``config``, ``hooks/`` and ``info/`` are root's (read by
 all), so the ``git`` user behind the gate cannot change what root's own git runs there (a hook, a
-config key); ``objects/``, ``refs/`` and ``logs/`` are group-writable for the ``git`` user's group
-(``core.sharedRepository=group``: what root's pushes create there stays writable for it); ``hosts/``
-is root's.  ``receive.denyNonFastForwards`` and ``receive.denyDeletes`` hold for ``refs/heads/`` only
-(git's rule): under ``refs/memstrata/`` the update hook is what refuses a rewind or a deletion.
+config key); ``objects/``, ``refs/`` and ``logs/`` are writable for the ``git`` user through POSIX
+ACLs, a default one on each directory, so that what root's pushes make there stays writable for it
+and what its pushes make stays root's to add to (daemon/ops/posix_acl.py: no set-group-ID directory,
+which the daemon's unit refuses); ``hosts/`` is root's.  ``receive.denyNonFastForwards`` and
+``receive.denyDeletes`` hold for ``refs/heads/`` only (git's rule): under ``refs/memstrata/`` the
+update hook is what refuses a rewind or a deletion.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import grp
 import os
 import pwd
 import re
@@ -42,7 +43,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.ops import fleet_gate, fleet_hosts
+from daemon.ops import fleet_gate, fleet_hosts, posix_acl
 
 GATE = Path("/usr/local/lib/memstrata/fleet-gate")
 GIT_USER = "git"
@@ -51,7 +52,7 @@ RESERVED_HOSTS = fleet_gate.RESERVED_HOSTS
 # what the remote enforces whoever pushes (the gate gives the receive rules on git's command line too)
 CONFIG = {
     "core.logAllRefUpdates": "always",  # a reflog on a bare repository: every update of a ref, forced or not
-    "core.sharedRepository": "group",
+    "core.sharedRepository": "umask",  # what a file may be is the directory's default ACL's, not chmod's
     "receive.denyNonFastForwards": "true",
     "receive.denyDeletes": "true",
     "receive.fsckObjects": "true",
@@ -187,20 +188,19 @@ def init_remote(path: Path, user: str = GIT_USER, gate: Path = GATE, authorized_
     the current shared core."""
     repository = check_path(path, "repository")
     check_path(gate, "gate")
-    _uid, group, home, _shell = _account(user)
+    uid, _gid, home, _shell = _account(user)
     steps = Steps()
-    _repository(path, group, steps, hooks={"update": UPDATE_HOOK, "post-receive": POST_RECEIVE_HOOK})
+    _repository(path, uid, steps, hooks={"update": UPDATE_HOOK, "post-receive": POST_RECEIVE_HOOK})
     hosts = path / fleet_gate.HOSTS
     if hosts.is_symlink() or (hosts.exists() and not hosts.is_dir()):
         raise RemoteError(f"{hosts} exists and is not a directory")
     if not hosts.exists():
         hosts.mkdir()
         steps.add("created", f"{hosts} (a repository per host: memstrata fleet authorize HOST)")
-    os.chown(hosts, os.getuid(), group)
-    os.chmod(hosts, 0o2755)
+    os.chmod(hosts, 0o755)
     keys = authorized_keys or Path(home) / ".ssh" / "authorized_keys"
     for host in sorted({*fleet_hosts.host_names(path), *_authorized_hosts(keys)}):
-        _host_repository(path, host, group, steps)
+        _host_repository(path, host, uid, steps)
     gate.parent.mkdir(parents=True, exist_ok=True)
     steps.add(
         _install(gate, gate_text(repository)),
@@ -237,7 +237,7 @@ def _left_in_top(path: Path, steps: Steps) -> None:
         steps.add("left", f"{ref} {sha}")
 
 
-def _repository(path: Path, group: int, steps: Steps, hooks: dict[str, str], host: str | None = None) -> None:
+def _repository(path: Path, user: int, steps: Steps, hooks: dict[str, str], host: str | None = None) -> None:
     """One bare repository of the fleet: made or checked, its config, hooks and owners set."""
     repository = str(path)
     if path.exists() or path.is_symlink():
@@ -249,7 +249,7 @@ def _repository(path: Path, group: int, steps: Steps, hooks: dict[str, str], hos
         steps.add("kept", repository)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _run(["git", "init", "-q", "--bare", "--shared=group", "--initial-branch=main", repository])
+        _run(["git", "init", "-q", "--bare", "--initial-branch=main", repository])
         steps.add("created", repository)
     config = dict(CONFIG) if host is None else {**CONFIG, HOST_KEY: host}
     changed = []
@@ -269,14 +269,14 @@ def _repository(path: Path, group: int, steps: Steps, hooks: dict[str, str], hos
     (path / "logs").mkdir(exist_ok=True)
     for name, text in hooks.items():
         steps.add(_install(path / "hooks" / name, text), str(path / "hooks" / name))
-    _own(path, group)
-    steps.add("owned", f"{repository}: its refs, objects and logs writable by group {grp.getgrgid(group).gr_name}")
+    _own(path, user)
+    steps.add("owned", f"{repository}: its refs, objects and logs writable by user {pwd.getpwuid(user).pw_name}")
 
 
-def _host_repository(top: Path, host: str, group: int, steps: Steps) -> Path:
+def _host_repository(top: Path, host: str, user: int, steps: Steps) -> Path:
     """``host``'s own repository under ``top`` (made or repaired), holding the current shared core."""
     path = fleet_hosts.host_repository(top, host)
-    _repository(path, group, steps, hooks={"update": UPDATE_HOOK}, host=host)
+    _repository(path, user, steps, hooks={"update": UPDATE_HOOK}, host=host)
     copy_shared_core(top, path, steps)
     return path
 
@@ -304,30 +304,33 @@ def gate_text(repository: str) -> str:
     return line.sub(lambda _m: f"REPOSITORY = {repository!r}  # the repository this gate guards", source)
 
 
-def _own(path: Path, group: int) -> None:
-    """Root's top, config, hooks and info; the group's refs, objects and logs (setgid: new entries stay its)."""
-    top_owner = os.getuid()
-    if os.geteuid() != 0 and group not in os.getgroups() and group != os.getgid():
-        raise RemoteError(f"run this as root: {path} must be writable by group {group}")
-    os.chown(path, top_owner, group)
-    os.chmod(path, 0o2755)
+def _own(path: Path, user: int) -> None:
+    """Root's top, config, hooks and info, read by all; its refs, objects and logs ``user``'s to write
+    too, through POSIX ACLs (whoever made what is in them).  Set-group-ID bits an older init-remote
+    gave are taken off: the daemon's unit refuses them (``RestrictSUIDSGID=yes``)."""
+    owner = os.geteuid()
+    if owner != 0 and path.stat().st_uid != owner:
+        raise RemoteError(f"run this as root: {path} is not yours to give the git user rights on")
+    os.chown(path, owner, os.getegid())
+    os.chmod(path, 0o755)
     for name in ("config", "HEAD", "description", "packed-refs"):
         with contextlib.suppress(FileNotFoundError):
-            os.chown(path / name, top_owner, group)
+            os.chown(path / name, owner, os.getegid())
             os.chmod(path / name, 0o644)
     for name in ("hooks", "info", "branches"):
         for root, _dirs, files in os.walk(path / name):
-            os.chown(root, top_owner, group)
-            os.chmod(root, 0o2755)
+            os.chown(root, owner, os.getegid())
+            os.chmod(root, 0o755)
             for entry in files:
-                os.chown(Path(root) / entry, top_owner, group, follow_symlinks=False)
+                os.chown(Path(root) / entry, owner, os.getegid(), follow_symlinks=False)
                 os.chmod(Path(root) / entry, os.lstat(Path(root) / entry).st_mode & 0o755)
     for name in ("objects", "refs", "logs"):
-        for root, dirs, files in os.walk(path / name):
-            os.chown(root, -1, group)
-            os.chmod(root, 0o2775)
-            for entry in (*dirs, *files):
-                os.chown(Path(root) / entry, -1, group, follow_symlinks=False)
+        for root, _dirs, _files in os.walk(path / name):
+            os.chmod(root, os.stat(root).st_mode & 0o777 | 0o755)
+        try:
+            posix_acl.grant_tree(path / name, user)
+        except posix_acl.AclUnsupported as exc:
+            raise RemoteError(f"{exc.strerror}: mount it with POSIX ACLs (ext4, xfs and btrfs keep them)") from None
 
 
 # ---------------------------------------------------------------- the hosts' keys
@@ -372,7 +375,7 @@ def authorize(
             owner = f"host {mark.group(1)}" if mark else "a line not written by memstrata fleet authorize"
             raise RemoteError(f"this key is already in {target} on line {number} ({owner}): a key is one host's only")
         kept.append(existing)
-    _host_repository(top, host, gid, steps)
+    _host_repository(top, host, uid, steps)
     if not target.parent.exists():
         target.parent.mkdir(mode=0o700)
         os.chown(target.parent, uid, gid)

@@ -199,11 +199,6 @@ def substitute(text: str, mapping: dict[str, str]) -> str:
     return pattern.sub(lambda m: mapping[m.group(0)], text)
 
 
-def path_remote(config: Config) -> bool:
-    """``git.remote`` is a path on this host's disk (the hub's top repository), not a URL."""
-    return local_remote(config) is not None
-
-
 def writable_paths(config: Config) -> list[Path]:
     """What the units must be allowed to write besides their state/runtime directories: the root,
     and whatever the configuration puts outside it (a path ``git.remote`` is added by render_unit)."""
@@ -269,29 +264,8 @@ def render_unit(name: str, config: Config, config_path: Path, prefix: Path, chec
         return "ReadWritePaths=" + " ".join([*present, *missing])
 
     text = re.sub(r"(?m)^ReadWritePaths=(.*)$", rw_line, text)
-    if name == "memstrata.service" and path_remote(config):
-        text = _path_remote_rights(text)
     text = re.sub(r"(?m)^BindPaths=.*$", lambda _: _bind_lines(config, prefix, checkout), text)
     return f"{MARKER} from {checkout}/systemd/{name}; `memstrata uninstall` removes it.\n{text}"
-
-
-def _path_remote_rights(text: str) -> str:
-    """What the hub's daemon needs to push into the fleet's top repository by its path.
-
-    The fleet's repositories are the git user's group's (``core.sharedRepository=group``, set-group-ID
-    directories, daemon/ops/fleet_remote.py): git chmods every directory it makes there (a push's
-    quarantine too) with the set-group-ID bit, which ``RestrictSUIDSGID=`` refuses ("unpacker
-    error"), and which the kernel clears for root outside that group without CAP_FSETID, so the
-    files made below are root's group and the git user behind the gate cannot read them.
-    """
-    note = "# git.remote is a path (the hub's top repository): git keeps its directories set-group-ID\n"
-    text = re.sub(r"(?m)^RestrictSUIDSGID=yes$", note + "RestrictSUIDSGID=no", text)
-
-    def with_fsetid(match: re.Match[str]) -> str:
-        caps = match.group(1).split()
-        return "CapabilityBoundingSet=" + " ".join([*caps, *(["CAP_FSETID"] if "CAP_FSETID" not in caps else [])])
-
-    return re.sub(r"(?m)^CapabilityBoundingSet=(.*)$", with_fsetid, text)
 
 
 def render_cron(config: Config, config_path: Path, prefix: Path, checkout: Path) -> str:

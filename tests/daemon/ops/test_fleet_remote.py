@@ -15,6 +15,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import pwd
 import re
 import shutil
 import stat
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.ops import fleet_gate, fleet_hosts, fleet_remote
+from daemon.ops import fleet_gate, fleet_hosts, fleet_remote, posix_acl
 from protocol.vocabulary import AGENT_ID_PATTERN
 from tests.helpers import run_cli
 
@@ -132,11 +133,18 @@ def test_init_remote_makes_the_bare_repository_its_hook_and_the_gate(remote):
     # the gate is a copy of nothing of this checkout's: it imports the standard library only
     imports = {m.split(".")[0] for m in re.findall(r"^(?:from|import) (\S+)", gate, re.MULTILINE)}
     assert imports <= {"__future__", "os", "pwd", "re", "sys"}, imports
-    # the top, config and hooks are the owner's alone; objects, refs and logs the group's too
+    # the top, config and hooks are the owner's alone; objects, refs and logs the git user's too, through
+    # ACLs (a default one on each directory), never a set-group-ID bit (the daemon's unit refuses those)
     assert stat.S_IMODE(remote.path.stat().st_mode) & 0o022 == 0
     assert stat.S_IMODE((remote.path / "config").stat().st_mode) == 0o644
-    for part in ("objects", "refs", "logs"):
-        assert stat.S_IMODE((remote.path / part).stat().st_mode) & 0o2070 == 0o2070, part
+    assert posix_acl.named_user(remote.path) == {} and posix_acl.named_user(remote.path / "hooks") == {}
+    uid = pwd.getpwnam(USER).pw_uid
+    for repo in (remote.path, remote.host("spoke-1")):
+        for part in ("objects", "refs", "logs"):
+            assert posix_acl.named_user(repo / part, posix_acl.DEFAULT) == {uid: 7}, (repo, part)
+            assert posix_acl.named_user(repo / part) == {uid: 7}, (repo, part)
+        for entry in (repo / "objects").rglob("*"):
+            assert not entry.stat().st_mode & stat.S_ISGID, entry
 
 
 CONFIG_KEYS = {

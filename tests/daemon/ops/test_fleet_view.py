@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from daemon.front.fleet_status import render
 from daemon.ops import fleet_remote, fleet_view
 from layers.daily.git import host_report
 from layers.daily.git.remote import Remote
-from tests.helpers import LEAN, init_root, run_cli, wait_for
+from tests.helpers import LEAN, MEMSTRATA, init_root, run_cli, wait_for
 
 USER = getpass.getuser()
 SPOKES = ("spoke-1", "spoke-2", "spoke-3")  # spoke-3: authorized, never heard from
@@ -153,6 +154,24 @@ def test_status_fleet_lists_each_host_its_agents_backlogs_and_who_is_silent(flee
     assert re.search(r"spoke-1 +heard \d+s ago, memstrata 0.1.0", text), text
     assert re.search(rf"agent-c +behind 2, last pushed {fleet.agent_c[:12]} received \d+s ago", text), text
     assert re.search(r"agent-e +behind 0, REFUSED 1 ref\(s\)", text), text
+
+
+def test_status_fleet_watch_shows_it_again_with_what_arrived_until_interrupted(fleet, tmp_path):
+    config = _hub_config(tmp_path, str(fleet.top))
+    cmd = [*MEMSTRATA, "--config", str(config), "status", "--fleet", "--watch", "--interval", "0.2", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert _hosts(first)["spoke-3"]["state"] == "never_heard"
+        fleet.report("spoke-3", _doc("spoke-3"))  # spoke-3 is heard from while the command watches
+        later, deadline = first, time.monotonic() + 60
+        while _hosts(later)["spoke-3"]["state"] == "never_heard" and time.monotonic() < deadline:
+            later = json.loads(proc.stdout.readline())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    assert _hosts(later)["spoke-3"]["state"] == "ok" and later["counts"]["never_heard"] == 0
+    assert proc.returncode == 0 and "Traceback" not in err, err
 
 
 def test_silent_after_is_the_configured_time_and_never_under_twice_the_report_interval(fleet, tmp_path):

@@ -196,8 +196,8 @@ def test_units_bind_back_a_checkout_the_hardening_hides(tmp_path):
 
 def test_a_path_remote_is_writable_for_the_unit_and_a_url_is_not(tmp_path):
     """The hub's git.remote is the top repository on its own disk: under ProtectSystem=strict the daemon
-    could not push its agents or the shared core there without ReadWritePaths= for it (nor, the repository
-    being the git group's, without making set-group-ID directories)."""
+    could not push its agents or the shared core there without ReadWritePaths= for it.  Nothing else of
+    the unit changes (the repositories' rights for the git user are ACLs, not set-group-ID directories)."""
     checkout = tmp_path / "checkout"
     shutil.copytree(REPO_ROOT / "systemd", checkout / "systemd")
     root, config_path = tmp_path / "openclaw", Path("/etc/memstrata/memstrata.yaml")
@@ -214,10 +214,9 @@ def test_a_path_remote_is_writable_for_the_unit_and_a_url_is_not(tmp_path):
 
     hub, spoke = unit("/srv/memstrata/fleet.git"), unit("ssh://git@100.115.94.1/srv/memstrata/fleet.git")
     assert "-/srv/memstrata/fleet.git" in rw_paths(hub) and not any("fleet.git" in p for p in rw_paths(spoke))
-    # git's shared repository makes its directories set-group-ID: the hub's unit lets it, a spoke's does not
-    assert "RestrictSUIDSGID=no" in hub and "RestrictSUIDSGID=yes" not in hub and "RestrictSUIDSGID=yes" in spoke
-    caps = {line: line.split("=", 1)[1].split() for line in (*hub, *spoke) if line.startswith("CapabilityBoundingSet=")}
-    assert [("CAP_FSETID" in c) for c in caps.values()] == [True, False], caps  # chmod g+s kept for root
+    differ = [(a, b) for a, b in zip(hub, spoke, strict=True) if a != b]
+    assert [a.split("=")[0] for a, _b in differ] == ["ReadWritePaths"], differ
+    assert "RestrictSUIDSGID=yes" in hub and "CAP_FSETID" not in "\n".join(hub)
 
 
 def test_an_existing_config_is_kept_and_a_foreign_unit_is_backed_up(tree):
