@@ -223,19 +223,11 @@ class Pusher(NetworkThread):
                 }
             )
             if old is None or old["sha"] != update.sha:
-                log.warning(
-                    "sync: %s: the remote refused %s -> %s (%s): its ref moved; kept back, never forced",
-                    agent.id,
-                    update.local,
-                    update.remote,
-                    update.reason,
-                    extra={"event": "sync_refused"},
-                )
-                self._audit(
+                self._said(
                     "sync_refused",
+                    "sync: %s: the remote refused %s -> %s (%s): its ref moved; kept back, never forced",
+                    (agent.id, update.local, update.remote, update.reason),
                     agent=agent.id,
-                    host=self.host,
-                    remote=self.remote.shown,
                     ref=update.local,
                     remote_ref=update.remote,
                     sha=update.sha,
@@ -245,21 +237,11 @@ class Pusher(NetworkThread):
 
     def _rewinds(self, agent: _Agent, done: fleet.Pushed) -> None:
         for update in done.rewound:
-            found = update.found or "no ref"
-            log.warning(
-                "sync: %s: the remote held %s at %s, behind the %s it had acknowledged: pushed forward to %s again",
-                agent.id,
-                update.remote,
-                found,
-                update.rewound_from,
-                update.sha,
-                extra={"event": "sync_rewound"},
-            )
-            self._audit(
+            self._said(
                 "sync_rewound",
+                "sync: %s: the remote held %s at %s, behind the %s it had acknowledged: pushed forward to %s again",
+                (agent.id, update.remote, update.found or "no ref", update.rewound_from, update.sha),
                 agent=agent.id,
-                host=self.host,
-                remote=self.remote.shown,
                 remote_ref=update.remote,
                 acknowledged=update.rewound_from,
                 found=update.found,
@@ -272,6 +254,11 @@ class Pusher(NetworkThread):
                 "sha": update.sha,
                 "at": iso(time.time()) or "",
             }
+
+    def _said(self, event: str, message: str, args: tuple[object, ...], **fields: object) -> None:
+        """A warning in the log and a line in the audit log, for one event of one ref."""
+        log.warning(message, *args, extra={"event": event})
+        self._audit(event, host=self.host, remote=self.remote.shown, **fields)
 
     def _push_report(self) -> None:
         self._report_due = time.monotonic() + self._report_interval_s
