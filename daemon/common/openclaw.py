@@ -189,7 +189,7 @@ class _Roster:
         """Where an entry puts its agent, or why it cannot be used (a reason to skip it)."""
         if isinstance(given, str) and given.strip():
             path = _expand(given, self.home)
-            return path if path is not None else f"{where}.workspace {given[:200]!r} is not an absolute path"
+            return path if path is not None else f"workspace {given[:200]!r} is not an absolute path"
         if given is not None and not isinstance(given, str):
             return f"{where}.workspace is not a string"
         if self.base is not None:
