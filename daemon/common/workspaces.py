@@ -263,11 +263,12 @@ def exclude_token_dir(repo: WorkspaceRepo, who: str) -> None:
     """``.memstrata/`` (the agent's token) in the repository's ``.git/info/exclude``: OpenClaw's
     documentation has users push the workspace repository to a remote, and the token must never
     go with it, whoever commits there. The user's ``.gitignore`` is never touched. A symlink
-    planted in ``.git`` is refused and said; the token stays untracked, as before."""
+    planted in ``.git`` is refused and said (so is a workspace the daemon may not write); the
+    token then stays untracked, as before."""
     try:
         if repo.exclude(f"/{TOKEN_DIR}/"):
             log.info("%s: %s/ excluded from the repository (.git/info/exclude)", who, TOKEN_DIR)
-    except safefs.UnsafePathError as exc:
+    except OSError as exc:  # a symlink planted in .git (refused), a read-only workspace: never fatal
         log.warning("%s: %s/ not excluded from the repository: %s", who, TOKEN_DIR, exc)
 
 
