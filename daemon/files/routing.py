@@ -163,7 +163,8 @@ class Router:
             path, is_dir = self._inbox.popleft()
             if names_roster(self.current.config, Path(path)):
                 self.roster_at = now + debounce  # OpenClaw writes the file by a rename: settled at once
-                continue
+                if Path(path).name == openclaw.CONFIG_FILE:
+                    continue  # a workspace-<id> may be watched already: its own tracker hears of it too
             located = self.locate(Path(path))
             if located is None:
                 continue
