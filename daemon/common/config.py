@@ -667,8 +667,21 @@ def _pattern_yaml(p: SecretPattern) -> str:
     return "\n".join(lines)
 
 
+#: Where ``init`` keeps memstrata's own state in an OpenClaw state dir (one holding ``openclaw.json``):
+#: a folder of its own, not OpenClaw's ``state/`` (its databases) nor a ``run/`` beside it.
+OPENCLAW_OWN_DIR = "memstrata"
+
+
 def demo_config_text(root: Path) -> str:
-    """The file ``memstrata init --root DIR`` writes: every path under DIR, defaults spelled out."""
+    """The file ``memstrata init --root DIR`` writes: every path under DIR, defaults spelled out.
+
+    In an OpenClaw state dir (DIR holds ``openclaw.json``), the state directory and the socket are
+    in ``DIR/memstrata/``: OpenClaw keeps its own databases in ``DIR/state``. An existing file names
+    its paths, so an install made before keeps its ``{root}/state``."""
+    state = "{root}/state"
+    socket = "{root}/run/memstrata.sock"
+    if (root / "openclaw.json").exists():
+        state, socket = f"{{root}}/{OPENCLAW_OWN_DIR}/state", f"{{root}}/{OPENCLAW_OWN_DIR}/run/memstrata.sock"
     patterns = "\n".join(_pattern_yaml(p) for p in DEFAULT_NEVER_STORE)
     retention = ", ".join(f"{k}: {'null' if v is None else v}" for k, v in DEFAULT_RETENTION_DAYS.items())
     return f"""\
@@ -682,8 +695,8 @@ paths:
   workspace: "{{root}}/workspace"
   agents_dir: "{{workspace}}/agents"
   index: "{{root}}/agents/{{agent}}/memstrata/index.sqlite"  # a file of memstrata's own (never QMD's index.sqlite)
-  state_dir: "{{root}}/state"
-  socket: "{{root}}/run/memstrata.sock"
+  state_dir: "{state}"
+  socket: "{socket}"
   registry: "{{workspace}}/skills/mem0-integration/project_registry.yaml"
   audit_dir: "{{workspace}}/logs/security"
 

@@ -13,7 +13,9 @@ to is lstat-ed, and it is compared by (device, inode) with the places no workspa
 or (for most) lie inside:
 
 * another agent's workspace (the first one found keeps it; memstrata's own
-  ``agents_dir/<id>-workspace`` may lie inside the main workspace through the agents directory);
+  ``agents_dir/<id>-workspace`` may lie inside the main workspace through the agents directory,
+  and so may a direct child of the main workspace that is none of main's own folders: where
+  OpenClaw puts ``<agents.defaults.workspace>/<id>``);
 * the agents directory (only its own ``<id>-workspace`` children lie inside it);
 * the state directory; OpenClaw's state directory (``paths.root``: workspaces lie inside it,
   but none is it or holds it); the directory of memstrata's indexes (``paths.index`` up to
@@ -209,6 +211,9 @@ class Places:
     agents_dir: Resolved | None = None
     fixed: list[Place] = field(default_factory=list)
     taken: dict[str, Resolved] = field(default_factory=dict)  # agent id → its workspace
+    #: Folders of the main workspace that are main's own (its memory, skills, logs): no workspace
+    #: nested one level inside main's may be one of them (nor a hidden one, ``.git``, ``.memstrata``).
+    main_names: frozenset[str] = frozenset()
 
     @classmethod
     def of(
@@ -219,11 +224,14 @@ class Places:
         state_dir: Path,
         root: Path,
         index_template: str,
+        main_names: Iterable[str] = (),
         extra: Iterable[Place] = (),
         homes: bool = True,
     ) -> Places:
         """The places of a configuration's ``paths`` (``extra`` and ``homes=False``: for tests)."""
-        places = cls(main=_quiet_resolve(workspace), agents_dir=_quiet_resolve(agents_dir))
+        places = cls(
+            main=_quiet_resolve(workspace), agents_dir=_quiet_resolve(agents_dir), main_names=frozenset(main_names)
+        )
         for what, path, inside_ok in (
             ("the state directory", state_dir, False),
             ("OpenClaw's state directory", root, True),
@@ -286,10 +294,14 @@ class Places:
         for ancestor in found.ancestors:  # the nearest first
             if ancestor in others:
                 other, theirs = others[ancestor]
-                if not (self._own_layout(agent_id, found) and self._holds_agents_dir(theirs)):
+                if self._own_layout(agent_id, found) and self._holds_agents_dir(theirs):
+                    continue
+                if not self._nested_in_main(found, theirs):
                     return f"lies inside agent {other}'s workspace {theirs.real}"
         for other, theirs in others.values():
-            if found.holds(theirs) and not (self._own_layout(other, theirs) and self._holds_agents_dir(found)):
+            if not found.holds(theirs) or self._nested_in_main(theirs, found):
+                continue
+            if not (self._own_layout(other, theirs) and self._holds_agents_dir(found)):
                 return f"holds agent {other}'s workspace {theirs.real}"
         is_main = self.main is not None and found.identity == self.main.identity
         for place in self.fixed:
@@ -305,6 +317,21 @@ class Places:
                 "(a file may name only its owner's directories)"
             )
         return None
+
+    def _nested_in_main(self, found: Resolved, outer: Resolved) -> bool:
+        """``found`` is a direct child of the main workspace ``outer``, in a folder main does not use
+        for itself: where OpenClaw puts an agent added without a workspace
+        (``<agents.defaults.workspace>/<id>``, main's workspace by default). Main's own files (its
+        memory, skills, ``.git``, token) are none of it, and main's watcher, commits and index leave
+        it to its own agent (daemon/files/routing.py, daemon/common/workspaces.py ``is_memory_path``)."""
+        name = found.real.name
+        return (
+            self.main is not None
+            and outer.identity == self.main.identity
+            and found.ancestors[:1] == (outer.identity,)
+            and not name.startswith(".")
+            and name not in self.main_names
+        )
 
     def _holds_agents_dir(self, where: Resolved) -> bool:
         """The main workspace holds memstrata's agents directory (``{workspace}/agents``, by default)."""

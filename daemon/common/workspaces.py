@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from daemon.common import openclaw
 from daemon.common.domain_errors import UnknownAgentError  # defined with the domain errors, raised here
+from daemon.common.tokens import WORKSPACE_TOKEN
 from daemon.common.workspace_guard import Namer, Places, Resolved, WorkspaceRefusedError
 from layers.common import safefs
 from layers.common.ids import MAIN_AGENT, check_id, is_valid_id
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 # created or its repository opened: finding an agent (every `memstrata search` and `add`) needs none of it.
 
 WORKSPACE_SUFFIX = "-workspace"
+TOKEN_DIR = WORKSPACE_TOKEN.parent.as_posix()  # ".memstrata": the agent's token
 TEMPLATE_ENV = "MEMSTRATA_TEMPLATE"
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,9 @@ class WithPaths(Protocol):
 MEMORY_FILES = (*core.CORE_FILES, LONG_TERM_FILE)
 MEMORY_DIRS = (MEMORY_DIR, core.SHARED_DIR)
 PATHSPECS = (*MEMORY_FILES, *MEMORY_DIRS)
+# Folders of the main workspace that are main's own: no agent's workspace nested in main's is one of
+# them (the skill and its registry, the audit log, memstrata's agents directory, OpenClaw's state).
+MAIN_OWN_DIRS = (*MEMORY_DIRS, "skills", "logs", "agents", "state", "memstrata")
 
 # Editors write these next to the file they save; they are never memory.
 _TEMP_SUFFIXES = (".swp", ".swx", ".swo", ".tmp", "~", ".part", ".crdownload")
@@ -116,6 +121,7 @@ def places_of(paths: Paths) -> Places:
         state_dir=paths.state_dir,
         root=paths.root,
         index_template=paths.index_template,
+        main_names=MAIN_OWN_DIRS,
     )
 
 
@@ -158,8 +164,14 @@ def survey(config: WithPaths, watched: Mapping[str, Resolved] | None = None) -> 
             consider(spoke, paths.agents_dir / name)
     seen = {a.id for a in agents} | {r.agent_id for r in refused}
     for candidate in openclaw.candidates(paths.root):
-        if candidate.agent_id not in seen:  # an id found before keeps what it was found with
-            consider(candidate.agent_id, candidate.path, candidate.named_by)
+        if candidate.agent_id in seen:  # an id found before keeps what it was found with
+            continue
+        if candidate.conflict is not None:  # the roster's two forms disagree: nothing is looked at
+            refusal = WorkspaceRefusedError(candidate.agent_id, candidate.path, candidate.conflict)
+            say_refused(refusal)
+            refused.append(refusal)
+            continue
+        consider(candidate.agent_id, candidate.path, candidate.named_by)
     return Survey(agents, refused)
 
 
@@ -247,11 +259,25 @@ def copy_template(dest: Path, template: Path | None = None, *, main: bool = Fals
     return created
 
 
+def exclude_token_dir(repo: WorkspaceRepo, who: str) -> None:
+    """``.memstrata/`` (the agent's token) in the repository's ``.git/info/exclude``: OpenClaw's
+    documentation has users push the workspace repository to a remote, and the token must never
+    go with it, whoever commits there. The user's ``.gitignore`` is never touched. A symlink
+    planted in ``.git`` is refused and said (so is a workspace the daemon may not write); the
+    token then stays untracked, as before."""
+    try:
+        if repo.exclude(f"/{TOKEN_DIR}/"):
+            log.info("%s: %s/ excluded from the repository (.git/info/exclude)", who, TOKEN_DIR)
+    except OSError as exc:  # a symlink planted in .git (refused), a read-only workspace: never fatal
+        log.warning("%s: %s/ not excluded from the repository: %s", who, TOKEN_DIR, exc)
+
+
 def initial_commit(workspace: Path, config: Config) -> None:
     from layers.daily.workspace_repo import commit_message
 
     repo = workspace_repo(config, workspace)
     repo.ensure()
+    exclude_token_dir(repo, str(workspace))
     changes = repo.changes([*PATHSPECS, ".gitignore"])
     if changes:
         repo.commit([c.path for c in changes], commit_message(changes, "start workspace with"))

@@ -15,7 +15,7 @@ from daemon.common.audit import AuditLog
 from daemon.common.current import Current
 from daemon.common.storage import StorageHealth
 from daemon.common.tokens import TokenOfAnotherAgentError, TokenStore
-from daemon.common.workspaces import Agent
+from daemon.common.workspaces import Agent, exclude_token_dir
 from daemon.files.tracker import AgentTracker
 from layers.common import safefs
 
@@ -32,6 +32,7 @@ class Provisioner:
     def ensure_repo(self, tracker: AgentTracker) -> None:
         if tracker.repo.ensure():
             log.info("%s: initialised missing git repository in %s", tracker.id, tracker.workspace)
+        exclude_token_dir(tracker.repo, tracker.id)
 
     def ensure_token(self, tracker: AgentTracker) -> None:
         """The agent's token; a full disk leaves it without one until a retry writes it,

@@ -75,6 +75,15 @@ class Reconciler:
             log.exception("%s: index sync failed", tracker.id)
         return repaired
 
+    def new_agents(self) -> int:
+        """Add (and reconcile) the agents found since the last look, and only them: OpenClaw's roster
+        changed. How many were added."""
+        known = set(self.agents.trackers)
+        added = [t for a in self.agents.discover() if a.id not in known and (t := self.agents.add(a)) is not None]
+        for tracker in added:
+            self.one(tracker)
+        return len(added)
+
     def all(self, progress: StartProgress | None = None) -> None:
         """Every agent, after adding new workspaces and dropping vanished ones (``progress``: see :meth:`one`)."""
         started = time.monotonic()

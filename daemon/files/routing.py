@@ -16,11 +16,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from daemon.common import openclaw
 from daemon.common.config import Config
 from daemon.common.current import Current
-from daemon.common.workspaces import is_memory_path, make_agent, spoke_id
+from daemon.common.workspaces import MAIN_OWN_DIRS, is_memory_path, make_agent, spoke_id
 from daemon.files.agents import Agents
 from daemon.files.tracker import AgentTracker
+from layers.common.ids import MAIN_AGENT
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,30 @@ def watch_roots(config: Config, workspaces: Iterable[Path]) -> list[Path]:
     return roots
 
 
+def watch_dirs(config: Config, roots: Iterable[Path]) -> list[Path]:
+    """Directories watched without their subdirectories: OpenClaw's state dir (``paths.root``), where
+    ``openclaw.json`` and ``workspace-<id>`` directories appear (an agent ``openclaw agents add``
+    makes is found at once, not at the next periodic reconcile); none when it does not exist or a
+    root watches it already."""
+    root = config.paths.root
+    if not root.is_dir() or any(root == r or r in root.parents for r in roots):
+        return []
+    return [root]
+
+
+def names_roster(config: Config, path: Path) -> bool:
+    """A path whose change can change OpenClaw's roster: ``<root>/openclaw.json`` (written by a
+    rename over it, so either end of a move) or a ``<root>/workspace-<id>`` directory."""
+    return path.parent == config.paths.root and (
+        path.name == openclaw.CONFIG_FILE or path.name.startswith(openclaw.WORKSPACE_PREFIX)
+    )
+
+
+def _may_be_nested(rel: str) -> bool:
+    """A directory of the main workspace that may be another agent's (daemon/common/workspace_guard.py)."""
+    return bool(rel) and "/" not in rel and not rel.startswith(".") and rel not in MAIN_OWN_DIRS
+
+
 class Router:
     def __init__(
         self,
@@ -69,6 +95,8 @@ class Router:
         self.edited: dict[FileKey, float] = {}
         self.recheck_at: float | None = None  # an early reconcile, after an event under a name that is gone
         self._lost = False  # set by the watcher thread when inotify dropped events
+        #: When to look for new agents: OpenClaw's roster changed (``openclaw.json``, a ``workspace-<id>``).
+        self.roster_at: float | None = None
 
     # ------------------------------------------------------------ the watcher thread
 
@@ -99,13 +127,20 @@ class Router:
         if self._ready:
             return 0.0  # settled files wait: now
         settle, history = min(self._debounce.values(), default=None), min(self._history.values(), default=None)
-        deadlines = [d for d in (self.recheck_at, settle, history) if d is not None]
+        deadlines = [d for d in (self.recheck_at, self.roster_at, settle, history) if d is not None]
         return min(deadlines) if deadlines else None
 
     def recheck_due(self, now: float) -> bool:
         """True (once) when the early reconcile asked for by a stale event is due."""
         if self.recheck_at is not None and now >= self.recheck_at:
             self.recheck_at = None
+            return True
+        return False
+
+    def roster_due(self, now: float) -> bool:
+        """True (once) when OpenClaw's roster changed and has been quiet for ``watch.debounce_ms``."""
+        if self.roster_at is not None and now >= self.roster_at:
+            self.roster_at = None
             return True
         return False
 
@@ -126,10 +161,16 @@ class Router:
                 self.wake()  # the rest at the next turn, at once
                 break
             path, is_dir = self._inbox.popleft()
+            if names_roster(self.current.config, Path(path)):
+                self.roster_at = now + debounce  # OpenClaw writes the file by a rename: settled at once
+                if Path(path).name == openclaw.CONFIG_FILE:
+                    continue  # a workspace-<id> may be watched already: its own tracker hears of it too
             located = self.locate(Path(path))
             if located is None:
                 continue
             tracker, rel = located
+            if is_dir and tracker.id == MAIN_AGENT and _may_be_nested(rel):
+                self.roster_at = now + debounce  # OpenClaw's <agents.defaults.workspace>/<id>, made after the file
             if rel == ".git" or rel.startswith(".git/"):
                 self._history[tracker.id] = now + HISTORY_CHECK_DELAY_S
                 continue

@@ -119,7 +119,7 @@ class _LossReportingObserver(InotifyObserver):
 
 
 class Watcher:
-    """Recursive watches over a few roots, with the mode in use and why.
+    """Recursive watches over a few roots (and plain ones over a few ``dirs``), with the mode in use and why.
 
     ``on_lost`` is called (from the watcher's thread) when inotify dropped events:
     which paths changed is then unknown, and only a look at the disk can tell.
@@ -132,8 +132,11 @@ class Watcher:
         mode: str = "auto",
         poll_interval: float = 2.0,
         on_lost: Callable[[], None] = lambda: None,
+        dirs: list[Path] | None = None,
     ):
         self.roots = roots
+        #: Directories watched without their subdirectories (OpenClaw's state dir, for its ``openclaw.json``).
+        self.dirs = dirs or []
         self.on_change = on_change
         self.on_lost = on_lost
         self.requested = mode
@@ -146,6 +149,8 @@ class Watcher:
         handler = _Handler(self.on_change)
         for root in self.roots:
             observer.schedule(handler, str(root), recursive=True, event_filter=_EVENTS)
+        for directory in self.dirs:
+            observer.schedule(handler, str(directory), recursive=False, event_filter=_EVENTS)
         observer.start()
         self._observer = observer
 

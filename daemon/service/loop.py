@@ -162,6 +162,19 @@ class Loop:
             log.warning("%s: could not look at the history: %s", tracker.id, exc)
         return True
 
+    def _rewatch(self) -> None:
+        """Restart the watcher when what it should watch changed (an OpenClaw-layout workspace
+        appeared outside the roots, or went; OpenClaw's state dir appeared)."""
+        from daemon.files.routing import watch_dirs, watch_roots  # a module the loop otherwise only names in types
+
+        watcher = self.started.watcher
+        if watcher is None:
+            return
+        config = self.reconciler.current.config
+        roots = watch_roots(config, [t.workspace for t in self.reconciler.agents.all()])
+        if set(roots) != set(watcher.roots) or set(watch_dirs(config, roots)) != set(watcher.dirs):
+            self.restart_watcher("the workspaces to watch changed")
+
     def _on_signal(self, signum: int, _frame) -> None:
         if signum == signal.SIGHUP:
             self._reload = True
@@ -219,17 +232,13 @@ class Loop:
             if deadline is not None and deadline <= now and self.committer.start(tracker, now):
                 changed = True  # git runs on a worker: the loop goes on
         if now >= self.reconciler.next_at or self.router.recheck_due(now):
-            self.router.recheck_at = None  # this reconcile covers the early one asked for
+            self.router.recheck_at = self.router.roster_at = None  # this reconcile covers the early ones
             self.reconciler.all()
             changed = True
-            from daemon.files.routing import watch_roots  # a module the loop otherwise only names in types
-
-            watcher = self.started.watcher
-            watched = [t.workspace for t in self.reconciler.agents.all()]
-            roots = set(watch_roots(self.reconciler.current.config, watched))
-            if watcher is not None and roots != set(watcher.roots):
-                # an OpenClaw-layout workspace appeared outside the roots (or went): watched from now on
-                self.restart_watcher("the workspaces to watch changed")
+            self._rewatch()
+        elif self.router.roster_due(now):  # openclaw.json changed: new agents now, not at the next reconcile
+            changed |= self.reconciler.new_agents() > 0
+            self._rewatch()
         changed |= self.indexer.flush(now) > 0  # what calls, commits or reconcile queued
         if self.started.watcher and self.started.watcher.mode == "inotify" and not self.started.watcher.healthy():
             self.restart_watcher("an inotify watch failed")

@@ -48,7 +48,7 @@ from daemon.files.agents import Agents
 from daemon.files.committer import Committer
 from daemon.files.provision import Provisioner
 from daemon.files.reconcile import Reconciler
-from daemon.files.routing import Router, watch_roots
+from daemon.files.routing import Router, watch_dirs, watch_roots
 from daemon.files.shared_sync import SharedCoreSync
 from daemon.files.starting import StartProgress
 from daemon.files.sync import Pusher
@@ -333,7 +333,8 @@ class MemoryDaemon:
     def _make_watcher(self) -> Watcher:
         w = self.config.watch
         roots = watch_roots(self.config, [t.workspace for t in self.agents.all()])
-        return Watcher(roots, self.on_change, w.mode, w.poll_interval_s, self.router.on_lost)
+        dirs = watch_dirs(self.config, roots)
+        return Watcher(roots, self.on_change, w.mode, w.poll_interval_s, self.router.on_lost, dirs)
 
     def restart_watcher(self, why: str) -> None:
         log.warning("restarting the watcher: %s", why)

@@ -639,6 +639,19 @@ class WorkspaceRepo:
             self.keep(head)
         return Rewritten(last, commit, head, why)
 
+    def exclude(self, pattern: str) -> bool:
+        """``pattern`` as a line of the repository's ``.git/info/exclude`` (added once; True when
+        added): files of another tool's that the repository must never hold, kept out without a
+        word in the user's own ``.gitignore``. Written without following a symlink (``.git/info``
+        is the agent's to plant one); a refusal is the caller's to say."""
+        rel = ".git/info/exclude"
+        old = safefs.read_bytes(self.path, rel) or b""
+        if pattern.encode() in old.splitlines():
+            return False
+        sep = b"" if not old or old.endswith(b"\n") else b"\n"
+        safefs.write_atomic(self.path, rel, old + sep + pattern.encode() + b"\n", owner=safefs.owner_of(self.path))
+        return True
+
     def _give_to_owner(self) -> None:
         """What git just wrote as root (objects, index, refs) goes to the workspace's owner, so an
         agent with its own Unix user can read its own history (nothing to do in root's workspaces)."""

@@ -138,3 +138,28 @@ def test_log_follows_renames_and_read_at_returns_old_content(repo):
 def test_head_of_an_empty_repository_is_none(repo):
     assert repo.head() is None
     assert repo.log() == []
+
+
+def test_exclude_adds_its_line_once_and_never_writes_through_a_symlink(repo, tmp_path):
+    """``.memstrata/`` kept out of an agent's repository through ``.git/info/exclude`` (issue 49), the
+    user's own lines kept; a ``.git/info`` the agent turned into a symlink is refused, nothing written."""
+    exclude = repo.path / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(exist_ok=True)
+    exclude.write_text("# the user's own\n*.bak")
+    assert repo.exclude("/.memstrata/")
+    assert not repo.exclude("/.memstrata/"), "once"
+    assert exclude.read_text() == "# the user's own\n*.bak\n/.memstrata/\n"
+    (repo.path / ".memstrata").mkdir()
+    (repo.path / ".memstrata" / "token").write_text("secret\n")
+    assert ".memstrata" not in _git(repo.path, "status", "--porcelain")
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = daily.WorkspaceRepo(tmp_path / "other", ("t", "t@example.org"))
+    other.ensure()
+    info = other.path / ".git" / "info"
+    subprocess.run(["rm", "-rf", str(info)], check=True)
+    info.symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        other.exclude("/.memstrata/")
+    assert list(elsewhere.iterdir()) == []

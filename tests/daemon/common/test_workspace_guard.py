@@ -9,8 +9,9 @@ inside and around the workspaces, the guarded places and the system directories,
 for different agents, by different owners. The judge (device and inode) must agree with an
 independent statement of the rule on real-path strings: a path is accepted only when what it
 resolves to is no other agent's workspace, lies inside none (except memstrata's own
-``agents_dir/<id>-workspace``) and holds none, is no guarded place, holds none, lies inside no
-system tree, and is owned by whoever named it.
+``agents_dir/<id>-workspace``, and a direct child of the main workspace that is none of main's own
+folders: OpenClaw's ``<agents.defaults.workspace>/<id>``) and holds none, is no guarded place,
+holds none, lies inside no system tree, and is owned by whoever named it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from daemon.common import workspace_guard as guard
 from daemon.common.tokens import TokenOfAnotherAgentError, TokenStore, read_workspace_token
+from daemon.common.workspaces import MAIN_OWN_DIRS
 
 FOREIGN_UID = 4242
 NAMES = [
@@ -38,6 +40,9 @@ NAMES = [
     "zeta-workspace",
     "memory",
     "workspace-delta",
+    "research",
+    "epsilon",
+    ".hidden",
     "beta",
     "free",
     "a",
@@ -74,9 +79,11 @@ class Tree:
         self.beta = self.agents_dir / "beta-workspace"
         self.alpha = self.agents_dir / "alpha-workspace"
         self.delta = self.oc / "workspace-delta"
+        self.epsilon = self.main / "epsilon"  # OpenClaw's <agents.defaults.workspace>/<id>: nested in main's
         self.index_dir = self.oc / "agents"
         self.home = base / "home-of-someone"
-        for d in (self.state, self.beta / "memory", self.alpha, self.main / "memory", self.delta, self.home):
+        nested = (self.epsilon / "memory", self.main / "research" / "deeper", self.main / ".hidden")
+        for d in (self.state, self.beta / "memory", self.alpha, self.main / "memory", self.delta, self.home, *nested):
             d.mkdir(parents=True, exist_ok=True)
         (self.index_dir / "beta" / "memstrata").mkdir(parents=True, exist_ok=True)
         free = base / "free"
@@ -109,10 +116,12 @@ class Tree:
             state_dir=self.state,
             root=self.oc,
             index_template=f"{self.oc}/agents/{{agent}}/memstrata/index.sqlite",
+            main_names=MAIN_OWN_DIRS,
             extra=[guard.Place("the home directory of someone", home, True)],
             homes=False,
         )
-        for agent_id, path in (("main", self.main), ("alpha", self.alpha), ("beta", self.beta), ("delta", self.delta)):
+        taken = [("main", self.main), ("alpha", self.alpha), ("beta", self.beta), ("delta", self.delta)]
+        for agent_id, path in [*taken, ("epsilon", self.epsilon)]:
             found = places.judge(agent_id, path)
             assert found is not None, agent_id
             places.take(agent_id, found)
@@ -126,6 +135,12 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
 
 def _within(inner: str, outer: str) -> bool:
     return inner != outer and (outer == "/" or inner.startswith(outer + "/"))
+
+
+def _nested_in_main(tree: Tree, real: str) -> bool:
+    """A direct child of the main workspace that is none of main's own folders (nor hidden)."""
+    name = os.path.basename(real)
+    return os.path.dirname(real) == str(tree.main) and not name.startswith(".") and name not in MAIN_OWN_DIRS
 
 
 def _expected(tree: Tree, agent_id: str, given: str, owner: int | None) -> str:
@@ -147,6 +162,7 @@ def _expected(tree: Tree, agent_id: str, given: str, owner: int | None) -> str:
         "alpha": str(tree.alpha),
         "beta": str(tree.beta),
         "delta": str(tree.delta),
+        "epsilon": str(tree.epsilon),
     }
     agents_dir = str(tree.agents_dir)
     own = os.path.dirname(real) == agents_dir and os.path.basename(real) == f"{agent_id}-workspace"
@@ -159,10 +175,12 @@ def _expected(tree: Tree, agent_id: str, given: str, owner: int | None) -> str:
     if real in others.values() or real in {g for g, _ in guarded}:
         return "refuse"
     for other, workspace in others.items():
-        if _within(real, workspace) and not (own and _within(agents_dir, workspace)):
+        in_main = other == "main" and _nested_in_main(tree, real)
+        if _within(real, workspace) and not (own and _within(agents_dir, workspace)) and not in_main:
             return "refuse"
         layout = os.path.dirname(workspace) == agents_dir and os.path.basename(workspace) == f"{other}-workspace"
-        if _within(workspace, real) and not (layout and _within(agents_dir, real)):
+        holds_nested = real == str(tree.main) and _nested_in_main(tree, workspace)
+        if _within(workspace, real) and not (layout and _within(agents_dir, real)) and not holds_nested:
             return "refuse"
     for place, inside_ok in guarded:
         if _within(real, place) and not inside_ok and not (place == agents_dir and own):
@@ -219,6 +237,11 @@ def test_the_judge_accepts_only_paths_that_resolve_somewhere_safe(tree, anchor, 
         ("gamma", "home-of-someone", None, "is the home directory of someone"),
         ("gamma", "free/a", FOREIGN_UID, f"is owned by uid 0, not by uid {FOREIGN_UID}"),
         ("gamma", "free/foreign", 0, f"is owned by uid {FOREIGN_UID}, not by uid 0"),
+        ("gamma", "oc/workspace/memory", None, "lies inside agent main's workspace"),  # main's own folder
+        ("gamma", "oc/workspace/.hidden", None, "lies inside agent main's workspace"),
+        ("gamma", "oc/workspace/research/deeper", None, "lies inside agent main's workspace"),  # not a direct child
+        ("gamma", "oc/workspace/epsilon/memory", None, "lies inside agent epsilon's workspace"),
+        ("gamma", "links/to_oc/workspace/epsilon", None, "is agent epsilon's workspace"),
     ],
 )
 def test_each_refusal_says_why(tree, agent_id, rel, owner, reason):
@@ -238,6 +261,8 @@ def test_each_refusal_says_why(tree, agent_id, rel, owner, reason):
         ("gamma", "home-of-someone/../free/b", None),
         ("beta", "links/to_agents/beta-workspace", None),  # beta's own, however spelled
         ("zeta", "free/deep/x/y", None),
+        ("gamma", "oc/workspace/research", None),  # OpenClaw's <agents.defaults.workspace>/<id>, nested in main's
+        ("gamma", "links/to_oc/workspace/research", 0),
     ],
 )
 def test_safe_paths_are_accepted_by_their_real_path(tree, agent_id, rel, owner):

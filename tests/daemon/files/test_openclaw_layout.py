@@ -1,5 +1,6 @@
-"""A stock OpenClaw host (a real daemon): agents at ``<state-dir>/workspace-<agentId>`` and the ones
-``openclaw.json`` (JSON5) lists are discovered, watched and committed; the file is read, never
+"""A stock OpenClaw host (a real daemon): the agents ``openclaw.json`` (JSON5) lists (at
+``<state-dir>/workspace-<agentId>`` when they name no workspace) are discovered, watched and
+committed, and so is every ``workspace-<agentId>`` where no ``openclaw.json`` is; the file is read, never
 written, and hostile entries (bad ids, symlinks, relative or state-swallowing paths, a file that
 does not parse) cost only themselves; each refusal is one log line."""
 
@@ -38,7 +39,8 @@ def test_openclaw_layout_is_discovered_read_only(tmp_path, daemons):
     outside = tmp_path / "outside"
     outside.mkdir()
     (tmp_path / "linked-target").symlink_to(outside)
-    (tmp_path / "workspace-gamma").symlink_to(outside)  # a symlinked workspace-<id>: never followed
+    (tmp_path / "workspace-gamma").symlink_to(outside)  # no roster lists gamma: nobody's, never followed
+    (tmp_path / "workspace-stray").mkdir()  # a stray folder: the roster decides, not the name
     (tmp_path / "workspace-Bad").mkdir()  # not a valid agent id
     text = OPENCLAW_JSON % {"beta": beta, "linked": tmp_path / "linked-target"}
     (tmp_path / "openclaw.json").write_text(text)
@@ -58,7 +60,8 @@ def test_openclaw_layout_is_discovered_read_only(tmp_path, daemons):
     log = d.log()
     assert "'Bad/Id' is not a valid agent id" in log
     assert f"workspace {tmp_path / 'linked-target'} of agent linked refused: is a symbolic link" in log
-    assert f"workspace {tmp_path / 'workspace-gamma'} of agent gamma refused: is a symbolic link" in log
+    assert "gamma" not in log and "stray" not in log, "a workspace-<id> no roster lists is not looked at"
+    assert not (tmp_path / "workspace-stray" / ".git").exists() and list((tmp_path / "workspace-stray").iterdir()) == []
     assert "relative: workspace 'some/where' is not an absolute path" in log
     assert "workspace / of agent everything refused: is the system directory /" in log
     assert "another agent's" not in log, "alpha, listed and found by name at the same place, is one agent"
