@@ -11,9 +11,12 @@ import pytest
 
 from tests.helpers import REPO_ROOT
 
-# the command's own first step, then a SIGHUP to itself, then what the handler holds: nothing else imported
+# the command's own first step, then a SIGHUP to itself, then what the handler holds: nothing else imported.
+# SIGHUP's default first: a test run under nohup (or any parent that ignores it) hands its children SIGHUP
+# ignored, and a command that is not the daemon then keeps that (it failed so in a `nohup make test`).
 PROBE = (
-    "import os, signal, sys; from daemon.service.early_signals import early_signals, install_for; "
+    "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+    "from daemon.service.early_signals import early_signals, install_for; "
     "install_for(sys.argv[1:]); os.kill(os.getpid(), signal.SIGHUP); "
     "print(early_signals.take(), 'daemon.front.cli' in sys.modules)"
 )
