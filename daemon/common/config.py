@@ -178,7 +178,9 @@ def listen_address(value: str) -> tuple[str, int]:
 
     host, colon, port = value.strip().rpartition(":")
     if not colon or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"fleet.listen: {value!r} is not HOST:PORT (e.g. 100.101.102.103:7000, the hub's tailnet address)")
+        raise ValueError(
+            f"fleet.listen: {value!r} is not HOST:PORT (e.g. 100.101.102.103:7000, the hub's tailnet address)"
+        )
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     try:
@@ -385,7 +387,9 @@ class Mem0ApiConfig(StrictModel):
 class HubConfig(StrictModel):
     """Where a spoke's L4 is when ``conversation.backend`` is ``hub``: the hub's peer API (docs/fleet-l4.md)."""
 
-    url: str = pydantic.Field(pattern=r"^http://[^/?#@\s]+(:[0-9]{1,5})?/?$")  # http://HOST:PORT, the hub's fleet.listen
+    url: str = pydantic.Field(
+        pattern=r"^http://[^/?#@\s]+(:[0-9]{1,5})?/?$"
+    )  # http://HOST:PORT, the hub's fleet.listen
     key_file: str  # this host's key, as `memstrata fleet add-host` wrote it on the hub (mode 0600)
     timeout_s: float = pydantic.Field(10.0, gt=0, le=120)  # one request to the hub, whole
 

@@ -184,7 +184,8 @@ def _conversation_lines(c: ConversationStatus) -> tuple[list[str], list[str]]:
     does not load, a failed import): those are listed with the problems at the top instead."""
     if not c.get("enabled"):
         return (["conversation (L4): disabled"] if c else []), []
-    where = c["backend"] + (f" {c['url']}" if c.get("url") else "") + f", collection {c.get('collection')}"
+    where = c["backend"] + (f" {c['url']}" if c.get("url") else "")
+    where += f", collection {c.get('collection')}" if c.get("backend") != "hub" else ""  # the hub's own
     problems = []
     if c.get("error"):
         problems.append(f"conversation (L4): {where}: OFF: {c['error']}")

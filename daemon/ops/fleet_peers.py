@@ -89,8 +89,10 @@ def add_host(state_dir: Path, host: str, agents: Iterable[str], key_file: Path, 
         hosts = read_peers(path)
         entry = hosts.get(host)
         in_file = _key_in(key_file) if key_file.exists() or key_file.is_symlink() else None
-        holds_current = entry is not None and in_file is not None and hmac.compare_digest(
-            key_hash(in_file), str(entry.get("key_sha256", ""))
+        holds_current = (
+            entry is not None
+            and in_file is not None
+            and hmac.compare_digest(key_hash(in_file), str(entry.get("key_sha256", "")))
         )
         if (key_file.exists() or key_file.is_symlink()) and not holds_current:
             raise RemoteError(
