@@ -163,6 +163,8 @@ def scoped_status(snapshot: StatusDocument, caller: str | None) -> StatusDocumen
         view["conversation"] = (
             dict(conversation) if caller else {k: v for k, v in conversation.items() if k in _PUBLIC_CONVERSATION}
         )
+        if conversation.get("backend") == "hub":  # where the hub is: the administrator's (docs/fleet-l4.md)
+            view["conversation"].pop("url", None)
         queue = conversation.get("queue")
         if isinstance(queue, dict) and queue.get("set_aside_recent"):  # which writes, and whose: the owner's only
             mine = [w for w in queue["set_aside_recent"] or [] if caller and w.get("agent_id") == caller]
