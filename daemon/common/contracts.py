@@ -269,12 +269,15 @@ ConversationStatus = TypedDict(
         "tailscale": TailscaleView | None,
         "consolidation": dict[str, Any] | None,  # a consolidation under way: phase, done, total, since
         "use": dict[str, Any],  # hits waiting to be written, written, dropped (daemon/conversation/access.py)
-        "hub": dict[
-            str, Any
-        ],  # backend hub: this host as the hub knows it, the last contact (daemon/conversation/hub.py)
     },
     total=False,
 )
+
+
+class HubConversationStatus(ConversationStatus, total=False):
+    """A spoke's section (``conversation.backend: hub``, daemon/conversation/hub.py): the hub's part besides."""
+
+    hub: dict[str, Any]  # this host as the hub knows it, the last contact, what is not queued
 
 
 class SyncRefused(TypedDict):

@@ -26,7 +26,7 @@ from typing import Any
 
 from daemon.common.audit import AuditLog
 from daemon.common.config import Config
-from daemon.common.contracts import ConversationStatus, SearchAnswer
+from daemon.common.contracts import HubConversationStatus, SearchAnswer
 from daemon.common.domain_errors import ConflictError, ConversationUnavailableError, HubAnswerError
 from daemon.conversation.hub_client import HEALTH_PATH, HubAnswer, HubClient, HubUnreachable, read_key
 from daemon.conversation.reads import l3_fallback
@@ -238,7 +238,7 @@ class HubBroker:
 
     # ------------------------------------------------------------ status
 
-    def status(self) -> ConversationStatus:
+    def status(self) -> HubConversationStatus:
         down_for = None if self.down_since is None else round(time.monotonic() - self.down_since, 1)
         return {
             "enabled": True,
