@@ -53,13 +53,19 @@ class Fleet:
             args = [a for agent in agents for a in ("--agent", agent)]
             run_cli("fleet", "add-host", host, *args, "--key-file", str(self.keys[host]), config=self.hub_config)
         self.roots = {host: tmp / host for host in self.keys}
+        self.mem0_port = free_port()  # spoke-1's mem0 REST port: mem0's surface on a spoke
+        mem0 = {"spoke-1": {"mem0_api": {"enabled": True, "port": self.mem0_port}}}
         self.configs = {
             host: init_root(
                 root,
                 **FAST,
                 vectors={"backend": "off"},  # L3 by its words alone: no model on a spoke for these tests
                 fleet={"host": host},
-                conversation={"backend": "hub", "hub": {"url": self.url, "key_file": str(self.keys[host])}},
+                conversation={
+                    "backend": "hub",
+                    "hub": {"url": self.url, "key_file": str(self.keys[host])},
+                    **mem0.get(host, {}),
+                },
             )
             for host, root in self.roots.items()
         }
@@ -280,6 +286,32 @@ def test_public_and_project_memories_of_the_hub_reach_the_spokes_agents_that_may
         assert _refused(lambda: main.get("main", project_id)).status == 404
 
 
+def test_mem0s_rest_api_on_a_spoke_works_through_the_hub(fleet):
+    token = token_of(fleet.roots["spoke-1"], "main")
+
+    def mem0(method: str, path: str, body: object = None) -> tuple[int, object]:
+        connection = http.client.HTTPConnection("127.0.0.1", fleet.mem0_port, timeout=60)
+        headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+        try:
+            connection.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+            response = connection.getresponse()
+            return response.status, json.loads(response.read() or b"{}")
+        finally:
+            connection.close()
+
+    text = "mem0 on spoke-1: the night train to the coast leaves at eleven"
+    status, added = mem0("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": text}]})
+    assert status == 200, added
+    assert isinstance(added, dict)
+    memory_id = added["results"][0]["id"]
+    status, found = mem0("POST", "/v3/memories/search/", {"query": "night train to the coast"})
+    assert status == 200 and isinstance(found, dict) and memory_id in [r["id"] for r in found["results"]]
+    status, got = mem0("GET", f"/v1/memories/{memory_id}/")
+    assert status == 200 and isinstance(got, dict) and got["memory"] == text and got["agent_id"] == "spoke-1/main"
+    status, _ = mem0("DELETE", f"/v1/memories/{memory_id}/")
+    assert status == 200 and mem0("GET", f"/v1/memories/{memory_id}/")[0] == 404
+
+
 def test_status_on_a_spoke_says_the_hub_and_shows_its_url_to_the_administrator_only(fleet):
     spoke = fleet.spokes["spoke-1"]
     section = spoke.status()["conversation"]
@@ -366,6 +398,17 @@ def test_the_attacker_reaches_no_other_memory_no_other_route_and_no_key_but_its_
     assert fleet.peer("GET", "/v1/peer/health", key, None) == (200, health)
     denied = [e for e in fleet.hub_audit() if e.get("event") == "peer_agent_denied"]
     assert denied and denied[-1]["host"] == "spoke-1"
+
+
+def test_an_enrolment_while_the_hub_runs_counts_from_the_next_request(fleet):
+    key_file = fleet.tmp / "spoke-3.key"
+    run_cli("fleet", "add-host", "spoke-3", "--agent", "main", "--key-file", str(key_file), config=fleet.hub_config)
+    key = key_file.read_text().strip()
+    status, page = fleet.peer("GET", "/v1/memories", key, "main")
+    assert status == 200 and all(r["visibility"] == "public" for r in page["results"])  # nothing of its own yet
+    assert fleet.peer("GET", "/v1/memories", key, "b")[0] == 403
+    run_cli("fleet", "remove-host", "spoke-3", config=fleet.hub_config)
+    assert fleet.peer("GET", "/v1/memories", key, "main")[0] == 401
 
 
 # ---------------------------------------------------------------- the hub away
