@@ -164,11 +164,12 @@ class HubBroker:
         except HubUnreachable as exc:
             self._down(str(exc))
             raise
-        self._up(answer)
+        message = answer.data.get("error") if isinstance(answer.data, dict) else None
+        if answer.status == 401:  # the key is not (or no longer) enrolled: the operator's to fix, said so
+            self._down(f"the hub refused this host's key (401): {message}")
+        else:
+            self._up(answer)
         if answer.status >= 400:
-            message = answer.data.get("error") if isinstance(answer.data, dict) else None
-            if answer.status == 401:  # the key is not (or no longer) enrolled: the operator's to fix, said so
-                self.last_error = f"the hub refused this host's key (401): {message}"
             headers = {"Retry-After": answer.retry_after} if answer.retry_after else None
             raise HubAnswerError(answer.status, str(message or f"the hub answered {answer.status}"), headers)
         if not isinstance(answer.data, dict):
