@@ -46,6 +46,8 @@ def read_peers(path: Path) -> dict[str, dict]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RemoteError(f"{path} is not a peers file ({exc}): fix or remove it") from None
     hosts = data.get("hosts") if isinstance(data, dict) else None
     if not isinstance(hosts, dict):
         raise RemoteError(f"{path} is not a peers file (no hosts object): fix or remove it")
