@@ -431,3 +431,25 @@ def test_with_the_hub_away_a_spoke_searches_its_l3_degraded_and_refuses_writes(t
         assert refused.status == 503 and "the hub is unreachable" in str(refused) and "queue" in str(refused)
         filtered = _refused(lambda: main.memory_search("main", "anything", filters={"user_id": "x"}))
         assert filtered.status == 503
+
+
+def test_the_hub_stopped_and_started_again_a_spoke_degrades_then_finds_what_it_wrote(fleet):
+    """Last in this module: it stops the fleet's hub (and starts it again)."""
+    with fleet.client("spoke-1", "main") as main:
+        kept = main.add("main", "spoke-1 main: the bakery on the corner opens at six", visibility="private")
+        kept_id = kept["results"][0]["id"]
+        assert fleet.hub is not None and fleet.hub.stop() == 0
+        answer = main.memory_search("main", "when does the bakery open")
+        assert answer["degraded"] is True and "the hub is unreachable" in answer["reason"]
+        refused = _refused(lambda: main.add("main", "spoke-1 main: a fact while the hub is away"))
+        assert refused.status == 503 and "nothing was stored" in str(refused)
+        assert _refused(lambda: main.get("main", kept_id)).status == 503
+        spoke = fleet.spokes["spoke-1"]
+        wait_for(lambda: spoke.status()["conversation"]["reachable"] is False, timeout=60, what="the hub seen away")
+
+        fleet.hub = DaemonProcess(fleet.hub_config).start()
+        wait_reachable(fleet.hub)
+        wait_reachable(spoke)
+        assert main.get("main", kept_id)["agent_id"] == "spoke-1/main"  # acknowledged before: on the hub still
+        found = main.memory_search("main", "when does the bakery open")
+        assert found["degraded"] is False and kept_id in [r["id"] for r in found["results"]]
