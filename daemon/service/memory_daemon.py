@@ -369,7 +369,14 @@ class MemoryDaemon:
     def _make_broker(self) -> Broker | HubBroker:
         if self.config.conversation.backend == "hub":
             try:
-                broker = HubBroker(self.config, self.search, self.audit, on_change=self.wakeup.request_publish)
+                broker = HubBroker(
+                    self.config,
+                    self.search,
+                    self.audit,
+                    queue=WriteQueue(queue_path(self.config)),
+                    storage=self.storage,
+                    on_change=self.wakeup.request_publish,
+                )
             except (OSError, ValueError) as exc:
                 raise DaemonError(f"conversation memory (L4) cannot start: conversation.hub: {exc}") from exc
             log.info("conversation memory: the hub's, at %s", broker.client.url)
