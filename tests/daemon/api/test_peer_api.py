@@ -414,7 +414,7 @@ def test_an_enrolment_while_the_hub_runs_counts_from_the_next_request(fleet):
 # ---------------------------------------------------------------- the hub away
 
 
-def test_with_the_hub_away_a_spoke_searches_its_l3_degraded_and_refuses_writes(tmp_path, daemons):
+def test_with_the_hub_away_a_spoke_searches_its_l3_degraded_queues_adds_and_refuses_the_rest(tmp_path, daemons):
     key_file = tmp_path / "spoke.key"
     key_file.write_text("a" * 43 + "\n")
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
@@ -427,13 +427,16 @@ def test_with_the_hub_away_a_spoke_searches_its_l3_degraded_and_refuses_writes(t
     with DaemonClient(spoke.socket, timeout=60, token=token_of(tmp_path / "spoke", "main")) as main:
         answer = main.memory_search("main", "anything at all")
         assert answer["degraded"] is True and "the hub is unreachable" in answer["reason"]
-        refused = _refused(lambda: main.add("main", "a fact for the hub"))
-        assert refused.status == 503 and "the hub is unreachable" in str(refused) and "queue" in str(refused)
+        queued = main.add("main", "a fact for the hub")  # kept on the spoke for the hub (test_peer_queue.py)
+        assert queued["queued"] is True and "the hub is unreachable" in queued["reason"]
+        assert spoke.status()["conversation"]["queue"]["depth"] == 1
+        refused = _refused(lambda: main.get_all("main"))
+        assert refused.status == 503 and "nothing was changed and nothing was queued" in str(refused)
         filtered = _refused(lambda: main.memory_search("main", "anything", filters={"user_id": "x"}))
         assert filtered.status == 503
 
 
-def test_the_hub_stopped_and_started_again_a_spoke_degrades_then_finds_what_it_wrote(fleet):
+def test_the_hub_stopped_and_started_again_a_spoke_degrades_queues_then_finds_what_it_wrote(fleet):
     """Last in this module: it stops the fleet's hub (and starts it again)."""
     with fleet.client("spoke-1", "main") as main:
         kept = main.add("main", "spoke-1 main: the bakery on the corner opens at six", visibility="private")
@@ -441,8 +444,8 @@ def test_the_hub_stopped_and_started_again_a_spoke_degrades_then_finds_what_it_w
         assert fleet.hub is not None and fleet.hub.stop() == 0
         answer = main.memory_search("main", "when does the bakery open")
         assert answer["degraded"] is True and "the hub is unreachable" in answer["reason"]
-        refused = _refused(lambda: main.add("main", "spoke-1 main: a fact while the hub is away"))
-        assert refused.status == 503 and "nothing was stored" in str(refused)
+        queued = main.add("main", "spoke-1 main: a fact while the hub is away", visibility="private")
+        assert queued["queued"] is True
         assert _refused(lambda: main.get("main", kept_id)).status == 503
         spoke = fleet.spokes["spoke-1"]
         wait_for(lambda: spoke.status()["conversation"]["reachable"] is False, timeout=60, what="the hub seen away")
@@ -453,3 +456,6 @@ def test_the_hub_stopped_and_started_again_a_spoke_degrades_then_finds_what_it_w
         assert main.get("main", kept_id)["agent_id"] == "spoke-1/main"  # acknowledged before: on the hub still
         found = main.memory_search("main", "when does the bakery open")
         assert found["degraded"] is False and kept_id in [r["id"] for r in found["results"]]
+        wait_for(lambda: spoke.status()["conversation"]["queue"]["depth"] == 0, timeout=180, what="the queue sent")
+        texts = [m["memory"] for m in main.get_all("main", limit=500)["results"]]
+        assert texts.count("spoke-1 main: a fact while the hub is away") == 1
