@@ -41,13 +41,16 @@ from daemon.common.domain_errors import (
     HubAnswerError,
     NotStoredError,
 )
+from daemon.common.guard import SecretGuard
 from daemon.common.storage import StorageHealth, is_storage_error
 from daemon.conversation.hub_client import HEALTH_PATH, HubAnswer, HubClient, HubUnreachable, read_key
 from daemon.conversation.hub_queue import AWAY, HubReplayer, entry, hub_message
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import l3_fallback
+from daemon.conversation.writes import refuse_secrets
 from daemon.ops.consolidation import ConsolidateOptions
 from layers.conversation.lifecycle.durable_queue import WriteQueue
+from layers.conversation.policy.metadata import strings
 from layers.conversation.policy.rules import DEFAULT_TYPE
 from protocol.operations import (
     Add,
@@ -96,9 +99,11 @@ class HubBroker:
         audit: AuditLog,
         queue: WriteQueue,  # the spoke's durable queue (broker.py's queue_path): adds while the hub is away
         storage: StorageHealth,
+        guard: Callable[[], SecretGuard],  # never_store, checked before an add is queued (the hub checks again)
         on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
+        self.guard = guard
         self.client = hub_client(config)  # may raise: the daemon says conversation memory cannot start
         self.storage = storage
         self.queue = QueueAccess(queue, storage)
@@ -257,7 +262,13 @@ class HubBroker:
         return self._answered(answer)
 
     def _enqueue(self, o: Add, request: dict[str, Any], write_id: str, why: str) -> dict[str, Any]:
-        """The add in the spoke's queue, synced before the answer; NotStoredError when its disk refuses it."""
+        """The add in the spoke's queue, synced before the answer; NotStoredError when its disk refuses it.
+
+        A secret is refused first (never_store, as the hub would at the replay): it is never kept here."""
+        guard = self.guard()
+        refuse_secrets(guard, self.audit, o.agent, [o.text], "text")
+        ids = [v for v in (o.user_id, o.run_id, o.actor_id) if isinstance(v, str)]
+        refuse_secrets(guard, self.audit, o.agent, ids + list(strings(o.metadata or {})), "metadata")
         queue = self.queue.queue
         try:
             if not queue.opened:

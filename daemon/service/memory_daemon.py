@@ -375,6 +375,7 @@ class MemoryDaemon:
                     self.audit,
                     queue=WriteQueue(queue_path(self.config)),
                     storage=self.storage,
+                    guard=self.current.guard_now,
                     on_change=self.wakeup.request_publish,
                 )
             except (OSError, ValueError) as exc:

@@ -16,7 +16,7 @@ import pytest
 
 from daemon.front.daemon_client import DaemonClient, DaemonRequestError
 from tests.daemon.api.test_peer_api import free_port
-from tests.helpers import FAST, DaemonProcess, init_root, run_cli, token_of, wait_for, wait_reachable
+from tests.helpers import FAKE_API_KEY, FAST, DaemonProcess, init_root, run_cli, token_of, wait_for, wait_reachable
 
 pytestmark = pytest.mark.slow
 
@@ -150,8 +150,12 @@ def test_adds_with_the_hub_stopped_are_queued_then_on_the_hub_once_each_in_order
         ):
             refused = _refused(call)
             assert refused.status == 503 and "nothing was changed and nothing was queued" in str(refused)
+        secret = _refused(lambda: main.add("main", f"{marker} main: the gateway key is {FAKE_API_KEY}"))
+        assert secret.status == 422 and "api_key" in str(secret)  # never kept in the spoke's queue file
     section = fleet.section()
     assert section["queue"]["depth"] == 20 and section["queue"]["oldest_age_s"] is not None
+    files = (fleet.spoke.state_dir / "conversation").glob("queue.sqlite*")  # the file and its WAL
+    assert not any(FAKE_API_KEY.encode() in path.read_bytes() for path in files)
     assert section["reachable"] is False
 
     fleet.start_hub()
