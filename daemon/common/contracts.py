@@ -277,7 +277,7 @@ ConversationStatus = TypedDict(
 class HubConversationStatus(ConversationStatus, total=False):
     """A spoke's section (``conversation.backend: hub``, daemon/conversation/hub.py): the hub's part besides."""
 
-    hub: dict[str, Any]  # this host as the hub knows it, the last contact, what is not queued
+    hub: dict[str, Any]  # this host as the hub knows it, the last contact, the replay's last failed send
 
 
 class SyncRefused(TypedDict):

@@ -61,6 +61,11 @@ class HubAndSpoke:
     def start_spoke(self) -> None:
         self.spoke = DaemonProcess(self.config).start()
 
+    def kill_spoke(self) -> None:
+        assert self.spoke is not None and self.spoke.proc is not None
+        self.spoke.signal(signal.SIGKILL)
+        self.spoke.proc.wait(timeout=30)
+
     def stop(self) -> None:
         for d in (self.spoke, self.hub):
             if d is not None and d.proc is not None and d.proc.poll() is None:
@@ -157,6 +162,8 @@ def test_adds_with_the_hub_stopped_are_queued_then_on_the_hub_once_each_in_order
     files = (fleet.spoke.state_dir / "conversation").glob("queue.sqlite*")  # the file and its WAL
     assert not any(FAKE_API_KEY.encode() in path.read_bytes() for path in files)
     assert section["reachable"] is False
+    shown = run_cli("status", config=fleet.config, check=False).stdout
+    assert "queued writes: 20" in shown, shown
 
     fleet.start_hub()
     section = fleet.drained()
@@ -168,21 +175,26 @@ def test_adds_with_the_hub_stopped_are_queued_then_on_the_hub_once_each_in_order
         assert main.get("main", kept_id)["memory"] == f"{marker} main: written while the hub was there"
 
 
-def test_a_spoke_killed_with_adds_queued_delivers_them_once_after_its_restart(fleet):
+def test_a_spoke_killed_with_adds_queued_and_again_while_it_replays_delivers_each_once(fleet):
     marker = f"k{uuid.uuid4().hex[:8]}"
+    texts = [_text(marker, "main", i) for i in range(30)]
     fleet.stop_hub()
     with fleet.client("main") as main:
-        for i in range(6):
-            assert main.add("main", _text(marker, "main", i), visibility="private")["queued"] is True
-    assert fleet.spoke is not None
-    fleet.spoke.signal(signal.SIGKILL)
-    fleet.spoke.proc.wait(timeout=30)
+        for text in texts[:6]:
+            assert main.add("main", text, visibility="private")["queued"] is True
+    fleet.kill_spoke()
     fleet.start_spoke()
     assert fleet.depth() == 6  # synced before the answer: the kill lost none
+    with fleet.client("main") as main:
+        for text in texts[6:]:
+            assert main.add("main", text, visibility="private")["queued"] is True
 
     fleet.start_hub()
+    wait_for(lambda: fleet.depth() < 30, timeout=DRAIN_S, interval=0.02, what="the replay under way")
+    fleet.kill_spoke()  # at any point of the replay: sent, answered, not yet removed, ...
+    fleet.start_spoke()
     fleet.drained()
-    fleet.delivered_in_order("main", [_text(marker, "main", i) for i in range(6)], f"{marker} main note")
+    fleet.delivered_in_order("main", texts, f"{marker} main note")
 
 
 def test_a_retried_add_with_the_same_write_id_is_one_memory(fleet):
