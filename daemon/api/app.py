@@ -50,6 +50,7 @@ from daemon.common.daemon_limits import (
 from daemon.common.guard import SecretGuard
 from daemon.common.tokens import ADMIN
 from daemon.conversation.broker import Broker
+from daemon.conversation.hub import HubBroker
 from daemon.ops.consolidation import ConsolidateOptions
 from daemon.ops.fleet_view import NotTheHub
 from daemon.ops.maintenance import DEFAULT_KEEP
@@ -61,7 +62,7 @@ T = TypeVar("T")
 
 
 class DaemonApi(Protocol):
-    broker: Broker | None
+    broker: Broker | HubBroker | None  # HubBroker: a spoke whose L4 is the hub's (conversation.backend: hub)
 
     @property
     def trackers(self) -> Mapping[str, object]: ...  # agent id → its tracker: the agents the daemon knows
@@ -129,6 +130,7 @@ _PUBLIC_CONVERSATION = (
     "error",
     "queue",
     "infer_default",
+    "hub",
 )
 
 
@@ -161,6 +163,8 @@ def scoped_status(snapshot: StatusDocument, caller: str | None) -> StatusDocumen
         view["conversation"] = (
             dict(conversation) if caller else {k: v for k, v in conversation.items() if k in _PUBLIC_CONVERSATION}
         )
+        if conversation.get("backend") == "hub":  # where the hub is: the administrator's (docs/fleet-l4.md)
+            view["conversation"].pop("url", None)
         queue = conversation.get("queue")
         if isinstance(queue, dict) and queue.get("set_aside_recent"):  # which writes, and whose: the owner's only
             mine = [w for w in queue["set_aside_recent"] or [] if caller and w.get("agent_id") == caller]
@@ -184,7 +188,7 @@ def scoped_status(snapshot: StatusDocument, caller: str | None) -> StatusDocumen
     return cast(StatusDocument, view)  # assembled key by key, each part cut to what the caller may see
 
 
-def _conversation(daemon: DaemonApi) -> Broker:
+def _conversation(daemon: DaemonApi) -> Broker | HubBroker:
     if daemon.broker is None:
         raise ApiError(503, "conversation memory is disabled (conversation.enabled: false)")
     return daemon.broker
@@ -217,22 +221,19 @@ def health_routes(daemon: DaemonApi, gate: Gate, metrics: Metrics, caller_of: Ca
     ]
 
 
-def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
-    gate = Gate(daemon.identify, lambda: daemon.guard.redact, daemon.courtesy)
-    metrics = metrics or Metrics()
+# The L4 memory routes, (method, path) → how each is served beyond the defaults (agent, no body, the work lane):
+# the socket API's, and the hub's peer API's (daemon/api/peer.py) from this same table.
+L4_HOW: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "/v1/memories/search"): {"body_limit": MAX_SEARCH_BODY_BYTES},
+    ("POST", "/v1/memories"): {"body_limit": MAX_MEMORY_BODY_BYTES},
+    ("PUT", "/v1/memories/{memory_id}"): {"body_limit": MAX_MEMORY_BODY_BYTES},
+    ("POST", "/v1/memories/{memory_id}/restore"): {"body_limit": MAX_SMALL_BODY_BYTES},
+}
 
-    def status(request: Request, caller: Caller, _args: None) -> StatusDocument:
-        view = scoped_status(daemon.status(), caller.id)
-        if caller.token_given and caller.id is None:
-            view["note"] = "the token presented belongs to no agent: showing daemon-level health only"
-        return view
 
-    # Searches: POST with a JSON body (what every client sends: a query has no room in a URL),
-    # GET with query parameters for older clients. Both take the same fields.
-    def search(request: Request, caller: Caller, args: Args) -> SearchAnswer:
-        authorize(daemon, caller, args.get("agent"), request.url.path)
-        check_query(args.get("query"))  # over the limit: 413 (at this edge: mem0's REST search has no limit)
-        return daemon.search(args.to(op.Search))
+def l4_work(daemon: DaemonApi, metrics: Metrics) -> dict[tuple[str, str], Callable[[Request, Caller, Any], object]]:
+    """The work of each L4 memory route (search, add, list, delete-all, get, delete, update, history, restore):
+    each checks that its caller may act as the request's agent, then asks the broker as that agent."""
 
     def memory_search(request: Request, caller: Caller, args: Args) -> dict:
         authorize(daemon, caller, args.get("agent"), request.url.path)
@@ -245,19 +246,6 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
     def memory_add(request: Request, caller: Caller, args: Args) -> dict:
         admin = authorize(daemon, caller, args.get("agent"), request.url.path)
         return _conversation(daemon).add(args.to(op.Add), admin=admin)
-
-    def admin_cleanup(request: Request, caller: Caller, args: Args) -> dict:
-        return _conversation(daemon).cleanup(args.to(op.Cleanup))
-
-    def admin_consolidate(request: Request, caller: Caller, args: Args) -> dict:
-        return _conversation(daemon).consolidate(ConsolidateOptions.of(args.to(op.Consolidate)))
-
-    def admin_backup(request: Request, caller: Caller, args: Args) -> dict:
-        keep = args.to(op.Backup).keep
-        return _conversation(daemon).backup(DEFAULT_KEEP if keep is None else keep)
-
-    def admin_restore(request: Request, caller: Caller, args: Args) -> dict:
-        return _conversation(daemon).restore(Path(args.to(op.Restore).path))
 
     def memory_list(request: Request, caller: Caller, args: Args) -> dict:
         o = args.to(op.List)
@@ -294,6 +282,51 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         authorize(daemon, caller, o.agent, request.url.path)  # the administrator too deletes only the named agent's
         return _conversation(daemon).delete_all(o)
 
+    memory_search, memory_add = metrics.timed("memory_search", memory_search), metrics.timed("memory_add", memory_add)
+    return {
+        ("POST", "/v1/memories/search"): memory_search,
+        ("GET", "/v1/memories/search"): memory_search,
+        ("POST", "/v1/memories"): memory_add,
+        ("GET", "/v1/memories"): memory_list,
+        ("DELETE", "/v1/memories"): memory_delete_all,
+        ("GET", "/v1/memories/{memory_id}"): memory_get,
+        ("DELETE", "/v1/memories/{memory_id}"): memory_delete,
+        ("PUT", "/v1/memories/{memory_id}"): memory_update,
+        ("GET", "/v1/memories/{memory_id}/history"): memory_history,
+        ("POST", "/v1/memories/{memory_id}/restore"): memory_restore,
+    }
+
+
+def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
+    gate = Gate(daemon.identify, lambda: daemon.guard.redact, daemon.courtesy)
+    metrics = metrics or Metrics()
+
+    def status(request: Request, caller: Caller, _args: None) -> StatusDocument:
+        view = scoped_status(daemon.status(), caller.id)
+        if caller.token_given and caller.id is None:
+            view["note"] = "the token presented belongs to no agent: showing daemon-level health only"
+        return view
+
+    # Searches: POST with a JSON body (what every client sends: a query has no room in a URL),
+    # GET with query parameters for older clients. Both take the same fields.
+    def search(request: Request, caller: Caller, args: Args) -> SearchAnswer:
+        authorize(daemon, caller, args.get("agent"), request.url.path)
+        check_query(args.get("query"))  # over the limit: 413 (at this edge: mem0's REST search has no limit)
+        return daemon.search(args.to(op.Search))
+
+    def admin_cleanup(request: Request, caller: Caller, args: Args) -> dict:
+        return _conversation(daemon).cleanup(args.to(op.Cleanup))
+
+    def admin_consolidate(request: Request, caller: Caller, args: Args) -> dict:
+        return _conversation(daemon).consolidate(ConsolidateOptions.of(args.to(op.Consolidate)))
+
+    def admin_backup(request: Request, caller: Caller, args: Args) -> dict:
+        keep = args.to(op.Backup).keep
+        return _conversation(daemon).backup(DEFAULT_KEEP if keep is None else keep)
+
+    def admin_restore(request: Request, caller: Caller, args: Args) -> dict:
+        return _conversation(daemon).restore(Path(args.to(op.Restore).path))
+
     def admin_fleet(request: Request, caller: Caller, _args: None) -> dict:
         try:
             document = daemon.fleet(FLEET_WAIT_S)
@@ -311,21 +344,11 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
             authorize(daemon, caller, o.agent, request.url.path)
         return daemon.call_in_loop(lambda: daemon.reindex(o.agent, rebuild=bool(o.rebuild)))
 
-    search, memory_search = metrics.timed("search", search), metrics.timed("memory_search", memory_search)
-    memory_add = metrics.timed("memory_add", memory_add)
+    search = metrics.timed("search", search)
     work = {
         ("POST", "/v1/search"): search,
         ("GET", "/v1/search"): search,
-        ("POST", "/v1/memories/search"): memory_search,
-        ("GET", "/v1/memories/search"): memory_search,
-        ("POST", "/v1/memories"): memory_add,
-        ("GET", "/v1/memories"): memory_list,
-        ("DELETE", "/v1/memories"): memory_delete_all,
-        ("GET", "/v1/memories/{memory_id}"): memory_get,
-        ("DELETE", "/v1/memories/{memory_id}"): memory_delete,
-        ("PUT", "/v1/memories/{memory_id}"): memory_update,
-        ("GET", "/v1/memories/{memory_id}/history"): memory_history,
-        ("POST", "/v1/memories/{memory_id}/restore"): memory_restore,
+        **l4_work(daemon, metrics),
         ("POST", "/v1/reindex"): reindex,
         ("POST", "/v1/admin/cleanup"): admin_cleanup,
         ("POST", "/v1/admin/consolidate"): admin_consolidate,
@@ -337,10 +360,7 @@ def build_app(daemon: DaemonApi, metrics: Metrics | None = None) -> Starlette:
         tuple[str, str], dict[str, Any]
     ] = {  # who may call, the body limit, the lane (default: agent, none, work)
         ("POST", "/v1/search"): {"body_limit": MAX_SEARCH_BODY_BYTES},
-        ("POST", "/v1/memories/search"): {"body_limit": MAX_SEARCH_BODY_BYTES},
-        ("POST", "/v1/memories"): {"body_limit": MAX_MEMORY_BODY_BYTES},
-        ("PUT", "/v1/memories/{memory_id}"): {"body_limit": MAX_MEMORY_BODY_BYTES},
-        ("POST", "/v1/memories/{memory_id}/restore"): {"body_limit": MAX_SMALL_BODY_BYTES},
+        **L4_HOW,
         ("POST", "/v1/reindex"): {"body_limit": MAX_SMALL_BODY_BYTES, "lane": "maintenance"},
         ("POST", "/v1/admin/cleanup"): admin,
         ("POST", "/v1/admin/consolidate"): admin,
@@ -489,18 +509,19 @@ class ApiServer:
 
 
 class TcpApiServer(ApiServer):
-    """The same server on a TCP port (mem0's REST API: daemon/api/mem0_rest.py), bound to a loopback address."""
+    """The same server on a TCP port (mem0's REST API: daemon/api/mem0_rest.py), bound to a loopback address;
+    the hub's peer API (daemon/api/peer.py) on the address of ``fleet.listen``."""
 
-    def __init__(self, host: str, port: int, app: Starlette) -> None:
-        self.host, self.port = host, port
-        self.app = HostCheck(app)  # requests that name another host are refused (daemon/api/hosts.py)
+    def __init__(self, host: str, port: int, app: Starlette, setting: str = "conversation.mem0_api") -> None:
+        self.host, self.port, self.setting = host, port, setting
+        self.app = HostCheck(app, (host,))  # requests that name another host are refused (daemon/api/hosts.py)
         self.metrics_port, self._port_app = None, None  # the metrics port is the Unix socket server's
         self._server = self._port_server = None
         self._thread = self._port_thread = None
         self._sock = self._port_sock = None
 
     def _bind(self) -> socket.socket:
-        sock = bind_loopback(self.host, self.port, "conversation.mem0_api", backlog=256)
+        sock = bind_loopback(self.host, self.port, self.setting, backlog=256)
         self.port = sock.getsockname()[1]  # port 0: the one the system chose
         return sock
 

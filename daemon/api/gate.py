@@ -21,7 +21,7 @@ The work then runs on a thread of its lane, and its answer is rendered there too
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar, cast
 
@@ -80,6 +80,13 @@ def _lanes(courtesy: Courtesy) -> dict[Lane, FairScheduler]:
     }
 
 
+def sends_body(request: Request) -> bool:
+    """Whether the request comes with a body (a refusal before it is read closes the connection)."""
+    declared = request.headers.get("content-length")
+    chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
+    return chunked or (declared is not None and declared.strip() not in ("", "0"))
+
+
 class Gate:
     """Builds the endpoints: the steps above around each route's work."""
 
@@ -108,9 +115,12 @@ class Gate:
                 if schema is None:
                     args = None
                 elif body_limit:
-                    args = parse(_model(schema), json_body(await self._body(request, body_limit)))
+                    fields = self.fields(request, caller, json_body(await self._body(request, body_limit)))
+                    args = self.arguments(caller, parse(_model(schema), fields))
                 else:
-                    args = parse(_model(schema), request.query_params)
+                    args = self.arguments(
+                        caller, parse(_model(schema), self.fields(request, caller, request.query_params))
+                    )
                 key: Hashable = caller.id or ANONYMOUS
                 if lane == "maintenance":
                     key = (key, request.url.path)
@@ -133,12 +143,26 @@ class Gate:
         except Exception as exc:
             return as_response(exc, request, self.redact())
 
-    def _caller(self, request: Request, who: Who, body_limit: int) -> Caller:
+    # What a gate of another kind (the hub's peer API: daemon/api/peer.py) decides otherwise: who the caller
+    # is, and the request's fields before and after its schema reads them.
+
+    def who(self, request: Request) -> Caller:
+        """The agent (or the administrator) the request's token belongs to; None for nobody."""
         token = token_of(request)
-        caller = Caller(self.identify(token), token is not None)
+        return Caller(self.identify(token), token is not None)
+
+    def fields(self, request: Request, caller: Caller, fields: Mapping[str, object]) -> Mapping[str, object]:
+        """The request's fields (its JSON body or its query) as the route's schema reads them."""
+        return fields
+
+    def arguments(self, caller: Caller, args: RequestSchema) -> RequestSchema:
+        """The route's arguments, once its schema has read and checked them."""
+        return args
+
+    def _caller(self, request: Request, who: Who, body_limit: int) -> Caller:
+        caller = self.who(request)
         declared = request.headers.get("content-length")
-        chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
-        has_body = chunked or (declared is not None and declared.strip() not in ("", "0"))
+        has_body = sends_body(request)
         if who != "anyone" and caller.id is None:
             raise ApiError(
                 401,

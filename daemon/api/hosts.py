@@ -31,18 +31,19 @@ Receive = Any
 Send = Any
 
 
-def host_names(bound: str) -> tuple[str, ...]:
-    """The names a port bound to ``bound`` answers to (an IPv6 address in brackets, as ``Host`` writes it)."""
-    own = f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound
-    return tuple(dict.fromkeys((own.lower(), *LOOPBACK_NAMES)))
+def host_names(bound: str, also: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The names a port bound to ``bound`` answers to (an IPv6 address in brackets, as ``Host`` writes it);
+    ``also``: the names its setting gave (the peer API's ``fleet.listen`` may name the hub's tailnet name)."""
+    own = [f"[{name}]" if ":" in name and not name.startswith("[") else name for name in (bound, *also)]
+    return tuple(dict.fromkeys((*(n.lower() for n in own), *LOOPBACK_NAMES)))
 
 
-def allowed(host: str | None, bound: str, port: int | None) -> bool:
+def allowed(host: str | None, bound: str, port: int | None, also: tuple[str, ...] = ()) -> bool:
     """Whether a ``Host`` header names this port: one of :func:`host_names`, with no port or this one."""
     if not host:
         return False
     name, port_text = _split(host.strip().lower())
-    if name not in host_names(bound):
+    if name not in host_names(bound, also):
         return False
     return port_text is None or (port is not None and port_text == str(port))
 
@@ -65,8 +66,9 @@ def _split(host: str) -> tuple[str, str | None]:
 class HostCheck:
     """ASGI middleware for a loopback port: a request whose ``Host`` names another host is refused (421)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, also: tuple[str, ...] = ()) -> None:
         self.app = app
+        self.also = also  # names besides the bound address (see host_names)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,10 +76,10 @@ class HostCheck:
             return
         bound, port = _server(scope)
         host = _header(scope, b"host")
-        if allowed(host, bound, port):
+        if allowed(host, bound, port, self.also):
             await self.app(scope, receive, send)
             return
-        names = ", ".join(f"{n}:{port}" if port else n for n in host_names(bound))
+        names = ", ".join(f"{n}:{port}" if port else n for n in host_names(bound, self.also))
         given = f"Host {cut(host)!r}" if host else "no Host header"
         message = (
             f"this port answers requests for {names} only (with or without the port), not {given}: "

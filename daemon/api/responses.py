@@ -17,6 +17,7 @@ from daemon.common.daemon_limits import QueryTooLongError, TooManyItemsError
 from daemon.common.domain_errors import (
     ConflictError,
     ConversationUnavailableError,
+    HubAnswerError,
     IndexUnavailableError,
     InvalidRequestError,
     NotFoundError,
@@ -104,7 +105,7 @@ def error(status: int, message: str, redact: Redact, headers: dict[str, str] | N
 
 def as_response(exc: BaseException, request: Request | None, redact: Redact) -> JSONResponse:
     """The answer for ``exc``: its status with its message, or a 500 for a bug (logged, message kept back)."""
-    if isinstance(exc, ApiError):
+    if isinstance(exc, (ApiError, HubAnswerError)):  # the hub's refusal: its status and message, as it said them
         return error(exc.status, str(exc), redact, exc.headers)
     for kind, status in STATUS_OF:
         if isinstance(exc, kind):

@@ -149,6 +149,9 @@ class FleetConfig(StrictModel):
     # On the hub, `status --fleet`: a host whose last report reached the hub longer ago is SILENT.
     # None: 15 minutes, or twice git.status_interval_s when that is longer (a host on time is never silent)
     silent_after_s: float | None = pydantic.Field(None, ge=10, le=30 * 86_400)
+    # On the hub: where its peer API answers the spokes' L4 requests (daemon/api/peer.py), "HOST:PORT",
+    # the hub's tailnet address; None: off.  Never a wildcard address (0.0.0.0, ::): see listen_address.
+    listen: str | None = None
 
     @pydantic.field_validator("host")
     @classmethod
@@ -156,6 +159,42 @@ class FleetConfig(StrictModel):
         if value is not None:
             check_host_name(value)
         return value
+
+    @pydantic.field_validator("listen")
+    @classmethod
+    def _an_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            listen_address(value)
+        return value
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """``fleet.listen``'s ``HOST:PORT`` (``[v6]:PORT``) as (host, port); ValueError naming the key otherwise.
+
+    A wildcard address is refused: the peer API would then answer on every interface of the hub, the
+    public one included, where a stolen host key is all it takes.  The tailnet address is the one to give.
+    """
+    import ipaddress
+
+    host, colon, port = value.strip().rpartition(":")
+    if not colon or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(
+            f"fleet.listen: {value!r} is not HOST:PORT (e.g. 100.101.102.103:7000, the hub's tailnet address)"
+        )
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        wildcard = ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        wildcard = host in ("", "*")
+        if not wildcard and not re.fullmatch(r"[A-Za-z0-9.-]{1,253}", host):
+            raise ValueError(f"fleet.listen: {host!r} is not an address or a host name") from None
+    if wildcard:
+        raise ValueError(
+            f"fleet.listen: {value!r} would answer on every interface of the hub: give the address spokes reach "
+            "it at (its tailnet address, e.g. 100.101.102.103:7000)"
+        )
+    return host, int(port)
 
 
 def check_host_name(value: str) -> str:
@@ -345,6 +384,16 @@ class Mem0ApiConfig(StrictModel):
         return value
 
 
+class HubConfig(StrictModel):
+    """Where a spoke's L4 is when ``conversation.backend`` is ``hub``: the hub's peer API (docs/fleet-l4.md)."""
+
+    url: str = pydantic.Field(
+        pattern=r"^http://[^/?#@\s]+(:[0-9]{1,5})?/?$"
+    )  # http://HOST:PORT, the hub's fleet.listen
+    key_file: str  # this host's key, as `memstrata fleet add-host` wrote it on the hub (mode 0600)
+    timeout_s: float = pydantic.Field(10.0, gt=0, le=120)  # one request to the hub, whole
+
+
 class LlmConfig(StrictModel):
     """An OpenAI-compatible chat endpoint; when set, writes may use mem0's inference."""
 
@@ -404,8 +453,9 @@ class ConversationConfig(StrictModel):
     """L4: the shared Mem0/Qdrant memory, brokered by the daemon."""
 
     enabled: bool = True
-    backend: Annotated[Literal["embedded", "remote"], YAML_CHOICE] = "embedded"
+    backend: Annotated[Literal["embedded", "remote", "hub"], YAML_CHOICE] = "embedded"
     qdrant: QdrantConfig = QdrantConfig()
+    hub: HubConfig | None = None  # backend hub: the hub's peer API and this host's key
     llm: LlmConfig | None = None
     # Days a memory of each type lives; null never expires. Types not listed never expire.
     retention_days: dict[str, int | None] = pydantic.Field(default_factory=lambda: dict(DEFAULT_RETENTION_DAYS))
@@ -428,6 +478,12 @@ class ConversationConfig(StrictModel):
             if days is not None and days < 1:
                 raise ValueError(f"{name}: a retention is at least 1 day (null: never expires)")
         return value
+
+    @pydantic.model_validator(mode="after")
+    def _hub_given(self) -> ConversationConfig:
+        if self.backend == "hub" and self.hub is None:
+            raise ValueError("conversation.backend hub needs conversation.hub: {url: http://HOST:PORT, key_file: PATH}")
+        return self
 
 
 class LogConfig(StrictModel):

@@ -274,6 +274,12 @@ ConversationStatus = TypedDict(
 )
 
 
+class HubConversationStatus(ConversationStatus, total=False):
+    """A spoke's section (``conversation.backend: hub``, daemon/conversation/hub.py): the hub's part besides."""
+
+    hub: dict[str, Any]  # this host as the hub knows it, the last contact, the replay's last failed send
+
+
 class SyncRefused(TypedDict):
     """A ref the remote refused (its ref moved: someone rewrote it there); kept back, never forced."""
 

@@ -57,3 +57,13 @@ class UnknownAgentError(NotFoundError):
 
 class NoSuchMemoryError(NotFoundError):
     """No L4 memory with this id that the caller may read (another's private one is not admitted to exist)."""
+
+
+class HubAnswerError(RuntimeError):
+    """The fleet's hub refused a spoke's L4 request (daemon/conversation/hub.py): its status and its message,
+    passed on to the spoke's caller unchanged (``headers``: its Retry-After, if any)."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = dict(headers or {})

@@ -70,6 +70,8 @@ def limits_of(config: Config) -> Limits:
 def store_deadline(config: Config) -> float:
     """How long a request waits for the store before it is answered without it."""
     c = config.conversation
+    if c.backend == "hub" and c.hub is not None:  # a spoke: one request to the hub, whole
+        return c.hub.timeout_s + REMOTE_BACKSTOP_S
     return c.qdrant.timeout_s + REMOTE_BACKSTOP_S if c.backend == "remote" else EMBEDDED_DEADLINE_S
 
 

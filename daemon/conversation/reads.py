@@ -85,6 +85,22 @@ def audit_denied(audit: AuditLog, event: str, agent: str, memory: dict) -> None:
     )
 
 
+def l3_fallback(o: MemorySearch, reason: str, local_search: Callable[[Search], SearchAnswer]) -> dict:
+    """A search L4 cannot answer now (``reason``): from the caller's own L3 index, ``degraded: true`` with the
+    reason; 503 for a filtered search (the local index has no user_id or metadata) or one without fallback.
+    The broker's answer while its store is down, and a spoke's while the hub is (daemon/conversation/hub.py)."""
+    if checked_filters(o.filters) is not None:
+        raise ConversationUnavailableError(
+            f"{reason}; a filtered search is not answered from the local index (it has no user_id or metadata)"
+        )
+    if not o.fallback:
+        raise ConversationUnavailableError(reason)
+    # the same scale there; L3's days are daily notes' days
+    local = local_search(Search(o.agent, o.query, limit=o.limit, threshold=o.threshold, since=o.since, until=o.until))
+    answer = local_answer(o.query, reason, local)
+    return answer if o.max_tokens is None else fit_memories(answer, o.max_tokens)
+
+
 class Reads:
     def __init__(
         self,
@@ -141,16 +157,7 @@ class Reads:
                 answer = fit_memories(answer, max_tokens)
             self.on_returned([r["id"] for r in answer["results"]])  # what reached the agent counts as used
             return answer
-        if wanted is not None:
-            raise ConversationUnavailableError(
-                f"{reason}; a filtered search is not answered from the local index (it has no user_id or metadata)"
-            )
-        if not o.fallback:
-            raise ConversationUnavailableError(reason)
-        # the same scale there; L3's days are daily notes' days
-        local = self.local_search(Search(agent, query, limit=limit, threshold=threshold, since=o.since, until=o.until))
-        answer = local_answer(query, reason, local)
-        return answer if max_tokens is None else fit_memories(answer, max_tokens)
+        return l3_fallback(o, reason, self.local_search)
 
     def get_all(self, o: List) -> dict:
         """One page of what ``o.agent`` may read, from ``o.cursor`` on."""

@@ -76,6 +76,20 @@ def not_changed(exc: Exception, done: int = 0) -> str:
     return f"{exc}; {first}nothing (more) was changed and nothing was queued: try again once the store is back"
 
 
+def refuse_secrets(guard: SecretGuard, audit: AuditLog, agent: str, values: list[str], what: str) -> None:
+    """never_store on each value (the text, or every id and metadata string): refused, audited, never kept.
+
+    Also a spoke's, before an add is queued for the hub (daemon/conversation/hub.py): a secret must not
+    wait in the spoke's queue file for the hub to refuse it."""
+    kinds = sorted({f.kind for value in values for f in guard.scan_text(value)})
+    if kinds:
+        audit.record("secret_refused", agent=agent, kinds=kinds)
+        raise SecretRefusedError(
+            f"refused: the {what} matches never_store pattern(s) {', '.join(kinds)}; "
+            "remove the secret (store where it is kept, not the secret itself)"
+        )
+
+
 def normalised(text: str) -> str:
     """A memory's text as exact-duplicate detection compares it: whitespace collapsed, case folded."""
     return " ".join(text.split()).casefold()
@@ -464,14 +478,7 @@ class Writes:
 
     def check_secrets(self, agent: str, values: list[str], what: str) -> None:
         """never_store on each value (the text, or every id and metadata string): refused, audited, never kept."""
-        guard = self.guard()
-        kinds = sorted({f.kind for value in values for f in guard.scan_text(value)})
-        if kinds:
-            self.audit.record("secret_refused", agent=agent, kinds=kinds)
-            raise SecretRefusedError(
-                f"refused: the {what} matches never_store pattern(s) {', '.join(kinds)}; "
-                "remove the secret (store where it is kept, not the secret itself)"
-            )
+        refuse_secrets(self.guard(), self.audit, agent, values, what)
 
     # ------------------------------------------------------------ update, delete
 

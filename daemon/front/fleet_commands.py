@@ -1,5 +1,6 @@
 """CLI: ``memstrata fleet init-remote`` and ``memstrata fleet authorize``, run on the hub (the logic
-is daemon/ops/fleet_remote.py; the gate they install is daemon/ops/fleet_gate.py)."""
+is daemon/ops/fleet_remote.py; the gate they install is daemon/ops/fleet_gate.py); ``add-host``,
+``hosts`` and ``remove-host``: the hosts the hub's peer API serves L4 to (daemon/ops/fleet_peers.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from daemon.front.options import Report, json_option
+from daemon.front.options import Report, config_of, echo_json, json_option
 
 
 def _remote():
@@ -115,3 +116,83 @@ def authorize_cmd(
     for action, what in steps.lines:
         report.say(f"{action:<8} {what}")
     report.done(host=host, authorized_keys=str(target), line=line)
+
+
+def _peers():
+    from daemon.ops import fleet_peers
+
+    return fleet_peers
+
+
+@fleet.command("add-host")
+@click.argument("host")
+@click.option("--agent", "agents", multiple=True, required=True, metavar="ID", help="An agent id HOST may act as.")
+@click.option(
+    "--key-file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where HOST's key is written (mode 0600), for its conversation.hub.key_file.",
+)
+@click.option("--new-key", is_flag=True, help="Give HOST a new key (its old one stops working).")
+@json_option
+@click.pass_context
+def add_host_cmd(
+    ctx: click.Context, host: str, agents: tuple[str, ...], key_file: Path, new_key: bool, as_json: bool
+) -> None:
+    """Let HOST's agents use the hub's L4 through its peer API (fleet.listen), on the hub.
+
+    \b
+    Makes a random key for HOST, writes it to --key-file (mode 0600; an existing file is
+    refused unless it holds HOST's current key) and records HOST in the hub's state
+    directory (fleet/peers.json): the key's SHA-256, never the key, and the agent ids
+    HOST may act as. On the hub agent X of HOST is "HOST/X": the owner of its memories,
+    a member of projects as "HOST/X" in the project registry.
+    Run again with other --agent values to change them (the key is kept); --new-key
+    replaces the key. A running daemon sees the change at its next request.
+    """
+    peers = _peers()
+    try:
+        steps = peers.add_host(config_of(ctx).paths.state_dir, host, agents, key_file.absolute(), new_key=new_key)
+    except (peers.RemoteError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    report = Report(as_json)
+    for action, what in steps.lines:
+        report.say(f"{action:<8} {what}")
+    report.done(host=host, agents=list(dict.fromkeys(agents)), key_file=str(key_file.absolute()))
+
+
+@fleet.command("hosts")
+@json_option
+@click.pass_context
+def hosts_cmd(ctx: click.Context, as_json: bool) -> None:
+    """The hosts enrolled for the hub's peer API and the agents each may act as (never a key)."""
+    peers = _peers()
+    try:
+        hosts = peers.read_peers(peers.peers_path(config_of(ctx).paths.state_dir))
+    except (peers.RemoteError, OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    rows = [{"host": h, "agents": list(e.get("agents") or []), "changed": e.get("changed")} for h, e in hosts.items()]
+    if as_json:
+        echo_json({"hosts": rows})
+        return
+    if not rows:
+        click.echo("no hosts enrolled (memstrata fleet add-host HOST --agent ID --key-file PATH)")
+    for row in rows:
+        click.echo(f"{row['host']:<20} {', '.join(row['agents'])}")
+
+
+@fleet.command("remove-host")
+@click.argument("host")
+@json_option
+@click.pass_context
+def remove_host_cmd(ctx: click.Context, host: str, as_json: bool) -> None:
+    """Forget HOST: its key stops working at the hub's next request (its memories stay on the hub)."""
+    peers = _peers()
+    try:
+        steps = peers.remove_host(config_of(ctx).paths.state_dir, host)
+    except (peers.RemoteError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    report = Report(as_json)
+    for action, what in steps.lines:
+        report.say(f"{action:<8} {what}")
+    report.done(host=host)

@@ -70,6 +70,13 @@ def _run(config: Config, command: str, via_daemon: Callable, directly: Callable,
     """
     import time
 
+    if config.conversation.backend == "hub":  # a spoke's timer fires too: it says so and succeeds
+        click.echo(
+            f"memstrata {command}: run it on the hub: the fleet's L4 is the hub's (conversation.backend: hub); "
+            "nothing was done here",
+            err=True,
+        )
+        sys.exit(0)
     deadline = time.monotonic() + DAEMON_START_WAIT_S
     while True:
         try:

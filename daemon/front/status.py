@@ -184,7 +184,8 @@ def _conversation_lines(c: ConversationStatus) -> tuple[list[str], list[str]]:
     does not load, a failed import): those are listed with the problems at the top instead."""
     if not c.get("enabled"):
         return (["conversation (L4): disabled"] if c else []), []
-    where = c["backend"] + (f" {c['url']}" if c.get("url") else "") + f", collection {c.get('collection')}"
+    where = c["backend"] + (f" {c['url']}" if c.get("url") else "")
+    where += f", collection {c.get('collection')}" if c.get("backend") != "hub" else ""  # the hub's own
     problems = []
     if c.get("error"):
         problems.append(f"conversation (L4): {where}: OFF: {c['error']}")
@@ -215,13 +216,19 @@ def _conversation_lines(c: ConversationStatus) -> tuple[list[str], list[str]]:
     q: Mapping[str, Any] = c.get("queue") or {}
     if q.get("depth"):
         lines.append(f"  queued writes: {q['depth']} (oldest {duration(q.get('oldest_age_s') or 0)} old)")
+        section: Mapping[str, Any] = c
+        hub = section.get("hub") or {}  # a spoke's (HubConversationStatus)
+        replay_error = hub.get("replay_error")  # the last send of a queued add that failed
+        if replay_error:
+            lines.append(f"  sending them to the hub: {replay_error}")
         if q.get("replay_rate_per_s"):
             eta = duration(q.get("eta_s") or 0)
             lines.append(f"  replaying: {q['replay_rate_per_s']:,.0f} writes/s, about {eta} to go")
     if q.get("set_aside"):
         latest = (q.get("set_aside_recent") or [{}])[0]
+        refuser = "the hub" if c.get("backend") == "hub" else "the store"
         problems.append(
-            f"conversation (L4): set aside: {q['set_aside']} queued write(s) the store refuses (kept in the queue "
+            f"conversation (L4): set aside: {q['set_aside']} queued write(s) {refuser} refuses (kept in the queue "
             f"file); latest {latest.get('write_id')} of {latest.get('agent_id')}: {latest.get('reason')}"
         )
     if q.get("unflushed"):

@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from daemon.api.app import ApiServer
 from daemon.api.fairness import Courtesy
+from daemon.api.metrics import Metrics
 from daemon.common.audit import audit_log
 from daemon.common.config import Config
 from daemon.common.contracts import SearchAnswer, StatusDocument
@@ -43,6 +44,7 @@ from daemon.common.storage import StorageHealth
 from daemon.common.tokens import TokenStore
 from daemon.common.workspaces import HISTORY_DIR, copies_in, history_copy_path
 from daemon.conversation.broker import Broker, queue_path
+from daemon.conversation.hub import HubBroker
 from daemon.files import recovery
 from daemon.files.agents import Agents
 from daemon.files.committer import Committer
@@ -199,11 +201,11 @@ class MemoryDaemon:
 
     # the parts start() makes, as the API and the tests know them
     @property
-    def broker(self) -> Broker | None:
+    def broker(self) -> Broker | HubBroker | None:
         return self.parts.broker
 
     @broker.setter
-    def broker(self, broker: Broker | None) -> None:
+    def broker(self, broker: Broker | HubBroker | None) -> None:
         self.parts.broker = broker
 
     @property
@@ -302,6 +304,9 @@ class MemoryDaemon:
             parts.mem0_api = TcpApiServer(mem0_api.host, mem0_api.port, build_mem0_app(self))
             parts.mem0_api.start()
             log.info("mem0's REST API on http://%s:%d (API key: an agent's token)", mem0_api.host, mem0_api.port)
+        if self.config.fleet.listen:
+            parts.peer_api = self._make_peer_api(parts.api.metrics)
+            parts.peer_api.start()
         parts.pusher = self._make_pusher()
         if parts.pusher is not None:  # every copy once: the backlog an earlier run left
             parts.pusher.start()
@@ -344,7 +349,40 @@ class MemoryDaemon:
         self.parts.watcher.start()
         self.reconciler.all()
 
-    def _make_broker(self) -> Broker:
+    def _make_peer_api(self, metrics: Metrics) -> ApiServer:
+        """On the hub: the spokes' agents' L4 on ``fleet.listen`` (daemon/api/peer.py), the hosts of
+        ``memstrata fleet add-host``.  Only over a store of this daemon's own (embedded or remote)."""
+        from daemon.api.app import TcpApiServer
+        from daemon.api.peer import build_peer_app
+        from daemon.common.config import listen_address
+        from daemon.ops.fleet_peers import PeerTable
+
+        if not isinstance(self.parts.broker, Broker):
+            why = "is disabled" if self.parts.broker is None else "is the hub's itself (conversation.backend: hub)"
+            raise DaemonError(f"fleet.listen: the peer API serves this host's L4, which {why}")
+        host, port = listen_address(self.config.fleet.listen or "")
+        server = TcpApiServer(
+            host, port, build_peer_app(self, PeerTable(self.config.paths.state_dir), metrics), "fleet.listen"
+        )
+        log.info("the peer API for the fleet's spokes on http://%s:%d (hosts: memstrata fleet add-host)", host, port)
+        return server
+
+    def _make_broker(self) -> Broker | HubBroker:
+        if self.config.conversation.backend == "hub":
+            try:
+                broker = HubBroker(
+                    self.config,
+                    self.search,
+                    self.audit,
+                    queue=WriteQueue(queue_path(self.config)),
+                    storage=self.storage,
+                    guard=self.current.guard_now,
+                    on_change=self.wakeup.request_publish,
+                )
+            except (OSError, ValueError) as exc:
+                raise DaemonError(f"conversation memory (L4) cannot start: conversation.hub: {exc}") from exc
+            log.info("conversation memory: the hub's, at %s", broker.client.url)
+            return broker
         embedder = conversation_embedder(self.config, self.embedder)
         self.parts.l4_embedder = embedder
         try:

@@ -133,9 +133,12 @@ class Reloader:
 
     def _conversation(self, new: Config, restart: list[str]) -> list[str]:
         """``conversation.*`` on SIGHUP: applied by the broker (reconnecting the store when it
-        changed, queued writes kept), except ``enabled``, which needs a restart."""
+        changed, queued writes kept), except ``enabled`` and a backend to or from ``hub``, which need a restart."""
         if new.conversation.enabled != self.current.config.conversation.enabled:
             restart.append("conversation.enabled")
+            return []
+        if (new.conversation.backend == "hub") != (self.current.config.conversation.backend == "hub"):
+            restart.append("conversation.backend (to or from the hub's)")  # another kind of broker: made at start
             return []
         if self.started.broker is None:
             return []

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from daemon.api.app import ApiServer
     from daemon.conversation.broker import Broker
+    from daemon.conversation.hub import HubBroker
     from daemon.files.shared_sync import SharedCoreSync
     from daemon.files.sync import Pusher
     from daemon.files.watcher import Watcher
@@ -24,11 +25,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class Started:
-    broker: Broker | None = None
+    broker: Broker | HubBroker | None = None  # HubBroker: conversation.backend hub (a spoke's L4 is the hub's)
     watcher: Watcher | None = None
     embed_worker: EmbedWorker | None = None
     api: ApiServer | None = None
     mem0_api: ApiServer | None = None  # mem0's REST API on a loopback port (conversation.mem0_api)
+    peer_api: ApiServer | None = None  # on the hub: its peer API for the spokes' L4 (fleet.listen)
     l4_embedder: Embedder | None = None  # L4's embedder when it is not L3's (vectors off)
     pusher: Pusher | None = None  # the history copies to git.remote (daemon/files/sync.py), when set
     shared_core: SharedCoreSync | None = None  # the shared core pushed or fetched (daemon/files/shared_sync.py)

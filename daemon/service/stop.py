@@ -115,6 +115,8 @@ class Shutdown:
         self.indexer.close()
         if self.started.mem0_api:
             self.started.mem0_api.stop(min(1.0, budget.left("indexes and API")))
+        if self.started.peer_api:
+            self.started.peer_api.stop(min(1.0, budget.left("indexes and API")))
         if self.started.api:
             self.started.api.stop(budget.left("indexes and API"))
         self.audit.flush()  # the counts of refusals folded since their last line (no request comes now)

@@ -15,6 +15,11 @@ _ID_RE = re.compile(AGENT_ID_PATTERN)
 
 MAIN_AGENT = "main"
 
+# An agent of another host as the hub knows it (issue 48): ``HOST/AGENT``, each part an agent id.  No local
+# agent id holds a "/", so a spoke's agent never collides with one of the hub's, and every host's ``main``
+# is a different identity.  Only the project registry and the hub's peer API take this form.
+FLEET_MEMBER_PATTERN = "^(?:" + AGENT_ID_PATTERN.strip("^$") + "/)?" + AGENT_ID_PATTERN.strip("^$") + "$"
+
 
 class InvalidIdError(ValueError):
     """An agent or project id that does not match :data:`AGENT_ID_PATTERN`."""

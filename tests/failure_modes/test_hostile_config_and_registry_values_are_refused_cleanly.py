@@ -30,7 +30,8 @@ CONFIG_KEYS = {
     "git": ["quiet_period_s", "max_delay_s"],
     "daily": ["archive_after_days"],
     "vectors": ["backend", "model_path", "min_free_mb", "idle_unload_s", "unload", "profile"],
-    "conversation": ["backend", "retention_days", "decay", "mem0_api", "qdrant", "llm", "enabled", "collection"],
+    "conversation": ["backend", "retention_days", "decay", "mem0_api", "qdrant", "llm", "enabled", "collection", "hub"],
+    "fleet": ["host", "role", "listen"],
     "metrics": ["port", "host"],
     "log": ["format", "level"],
     "guard": ["never_store"],
@@ -117,7 +118,12 @@ def test_any_registry_is_usable_or_one_clear_error(tmp_path_factory, doc) -> Non
     except YamlFileError as exc:
         _refused_cleanly(exc, path)
         return
-    # a registry that loads names only valid agent and project ids (they reach paths and filters)
+    # a registry that loads names only valid agent and project ids (they reach paths and filters); a member
+    # may be a spoke's agent as the hub knows it, HOST/AGENT, each part an id (docs/fleet-l4.md)
     for project in registry.data.projects:
-        assert is_valid_id(project) and all(is_valid_id(m) for m in registry.members_of(project))
-    assert all(is_valid_id(agent) for agent in registry.agent_ids())
+        assert is_valid_id(project) and all(_member(m) for m in registry.members_of(project))
+    assert all(_member(agent) for agent in registry.agent_ids())
+
+
+def _member(name: str) -> bool:
+    return is_valid_id(name) or (name.count("/") == 1 and all(is_valid_id(part) for part in name.split("/")))

@@ -6,6 +6,10 @@ lock when ``memstrata agent add`` records an agent.
 
 Membership is the union of ``projects.<p>.members`` and ``agents.<a>.projects``:
 people edit whichever side they find first, and ``agent add`` keeps both in step.
+
+A member is an agent id, or on the fleet's hub ``HOST/AGENT`` (each part an agent id): agent AGENT of
+host HOST, acting through the hub's peer API (docs/fleet-l4.md).  ``spoke-1/main`` is not ``main``.
+Project names stay plain ids.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import pydantic
 import yaml
 
 from layers.common.fsutil import atomic_write
-from layers.common.ids import AGENT_ID_PATTERN
+from layers.common.ids import AGENT_ID_PATTERN, FLEET_MEMBER_PATTERN
 from layers.common.yamlfile import Problem, StrictModel, YamlFileError, line_of, read_text, read_yaml, validate
 
 log = logging.getLogger(__name__)
 
-Id = pydantic.constr(pattern=AGENT_ID_PATTERN)
+Id = pydantic.constr(pattern=AGENT_ID_PATTERN)  # a project
+Member = pydantic.constr(pattern=FLEET_MEMBER_PATTERN)  # an agent: ``id`` or ``host/id``
 
 HEADER = """\
 # memstrata project registry: agents, their projects, and who may write public memories.
@@ -39,7 +44,7 @@ HEADER = """\
 
 class ProjectEntry(StrictModel):
     description: str = ""
-    members: list[Id] = pydantic.Field(default_factory=list)  # type: ignore[valid-type]
+    members: list[Member] = pydantic.Field(default_factory=list)  # type: ignore[valid-type]
     keywords: list[str] = pydantic.Field(default_factory=list)
 
 
@@ -51,7 +56,7 @@ class AgentEntry(StrictModel):
 class RegistryFile(StrictModel):
     version: int = 1
     projects: dict[Id, ProjectEntry] = pydantic.Field(default_factory=dict)  # type: ignore[valid-type]
-    agents: dict[Id, AgentEntry] = pydantic.Field(default_factory=dict)  # type: ignore[valid-type]
+    agents: dict[Member, AgentEntry] = pydantic.Field(default_factory=dict)  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ COMMANDS = [
     ["install"],
     ["uninstall"],
     ["fleet", "init-remote"], ["fleet", "authorize"],
+    ["fleet", "add-host"], ["fleet", "hosts"], ["fleet", "remove-host"],
 ]  # fmt: skip
 
 

@@ -101,3 +101,28 @@ def test_read_phases_and_may_read(registry):
     assert not may_read(registry, "dev", infra)
     assert may_read(registry, "dev", {"visibility": "public", "agent_id": "ops"})
     assert not may_read(registry, "dev", {"agent_id": "dev"})  # a memory without a visibility is shown to no one
+
+
+def test_a_spokes_agent_is_a_member_as_host_slash_agent_and_no_one_else(tmp_path):
+    """On the fleet's hub, agent b of spoke-1 is ``spoke-1/b`` (docs/fleet-l4.md): a member by that name
+    only; ``b`` and ``spoke-2/b`` are other agents."""
+    from layers.common.yamlfile import YamlFileError
+
+    path = tmp_path / "project_registry.yaml"
+    path.write_text(
+        "projects:\n  infra:\n    members: [ops, spoke-1/b]\nagents:\n  spoke-1/main: {projects: [infra]}\n"
+    )
+    registry = load_registry(path)
+    assert registry.members_of("infra") == {"ops", "spoke-1/b", "spoke-1/main"}
+    infra = {"visibility": "project", "project_id": "infra", "agent_id": "ops"}
+    assert may_read(registry, "spoke-1/b", infra) and may_read(registry, "spoke-1/main", infra)
+    assert not may_read(registry, "b", infra) and not may_read(registry, "spoke-2/b", infra)
+    assert may_read(registry, "spoke-1/b", {"visibility": "private", "agent_id": "spoke-1/b"})
+    assert not may_read(registry, "spoke-2/b", {"visibility": "private", "agent_id": "spoke-1/b"})
+    for bad in ("a/b/c", "/b", "a/", "A/b", "a/../b", "spoke-1/B"):
+        path.write_text(f"projects:\n  infra:\n    members: ['{bad}']\n")
+        with pytest.raises(YamlFileError):
+            load_registry(path)
+    path.write_text("projects:\n  spoke-1/infra: {}\n")  # a project's name stays a plain id
+    with pytest.raises(YamlFileError):
+        load_registry(path)
