@@ -724,10 +724,13 @@ class LocalIndex:
         self, model: str, items: Iterable[tuple[str, np.ndarray]], items_later: Iterable[str] = ()
     ) -> int:
         """Store each chunk's vector, or its passages' vectors as one ``(n, dim)`` array (it scores as the best),
-        with their codes (layers/local/storage/vector_codes.py).  A hash no chunk holds any more (its file
-        changed while it was embedded) is dropped in the same transaction; the count is of those stored.  ``items_later``: of these chunks, those whose
+        with their codes (layers/local/storage/vector_codes.py).  ``items_later``: of these chunks, those whose
         whole vector this is and whose items are to be embedded once every chunk has its whole vector
-        (a first index is searchable over all of it sooner: whole chunks are ~2× faster than with items)."""
+        (a first index is searchable over all of it sooner: whole chunks are ~2× faster than with items).
+
+        A hash no chunk holds any more (its file changed while it was embedded) is dropped, in the same
+        transaction that would have stored it: never stored, its items never queued.  Returns how many
+        were stored.  (The hash is of the chunk's heading and text, the very passage embedded.)"""
         later = set(items_later)
         count = 0
         with write_transaction(self.db):
