@@ -170,7 +170,11 @@ class Indexer:
     def _forget_unheld(agent: Agent, index: LocalIndex) -> None:
         """The first start after an upgrade: the embedding jobs and vectors an earlier version left for
         chunks no file holds (status counted the jobs as waiting for ever) go, in one pass, said once."""
-        removed = index.forget_unheld_everywhere()
+        try:
+            removed = index.forget_unheld_everywhere()
+        except apsw.Error as exc:  # busy or full: nothing is lost, the next start passes again
+            log.warning("%s: the pass over jobs and vectors of no chunk is left for the next start: %s", agent.id, exc)
+            return
         jobs = removed.get("pending", 0) + removed.get("pending_items", 0)
         if jobs or removed.get("vectors") or removed.get("codes"):
             log.info(

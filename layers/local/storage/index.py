@@ -3,7 +3,7 @@
 Layout: ``chunks`` holds the text with its file, heading path and line range;
 ``chunks_fts`` is a contentless FTS5 table of pre-tokenized heading and body
 (see :mod:`layers.local.text.tokenizer` for why); ``vectors`` holds embeddings by
-chunk hash and model, so identical text is never embedded twice and a rebuild
+chunk hash and model, so identical text is embedded once (however many chunks hold it) and a rebuild
 reuses them; ``pending`` is the persistent "to embed" set.
 
 The index keeps only what the files hold: a vector, its code and an embedding
