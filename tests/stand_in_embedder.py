@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -31,11 +32,14 @@ def vector_of(text: str, dim: int) -> list[float]:
 
 
 class StandInEmbedder:
-    """The server; ``calls`` counts requests and ``texts`` the texts embedded."""
+    """The server; ``calls`` counts requests and ``texts`` the texts embedded.  ``delay_s``: how long
+    each request takes, at least (the real model takes seconds for a batch on a busy host: files
+    change while their chunks are being embedded)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay_s: float = 0.0) -> None:
         self.calls = 0
         self.texts = 0
+        self.delay_s = delay_s
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,6 +50,7 @@ class StandInEmbedder:
                     self.end_headers()
                     return
                 owner.calls += 1
+                time.sleep(owner.delay_s)
                 owner.texts += len(body["input"])
                 dim = body.get("dimensions", DIM)
                 data = [{"index": i, "embedding": vector_of(t, dim)} for i, t in enumerate(body["input"])]

@@ -147,6 +147,7 @@ class Indexer:
             try:
                 try:
                     entry.index = self._open_writer(agent)
+                    self._forget_unheld(entry.agent, entry.index)
                 except IndexStale as exc:
                     return self.rebuild(agent, desired, reason=str(exc))["files"]
             except ForeignFile as exc:
@@ -164,6 +165,25 @@ class Indexer:
             log.info("%s: the index path %s holds an index of ours now; indexing", agent.id, agent.index)
             entry.refused = entry.error = None
         return index
+
+    @staticmethod
+    def _forget_unheld(agent: Agent, index: LocalIndex) -> None:
+        """The first start after an upgrade: the embedding jobs and vectors an earlier version left for
+        chunks no file holds (status counted the jobs as waiting for ever) go, in one pass, said once."""
+        try:
+            removed = index.forget_unheld_everywhere()
+        except apsw.Error as exc:  # busy or full: nothing is lost, the next start passes again
+            log.warning("%s: the pass over jobs and vectors of no chunk is left for the next start: %s", agent.id, exc)
+            return
+        jobs = removed.get("pending", 0) + removed.get("pending_items", 0)
+        if jobs or removed.get("vectors") or removed.get("codes"):
+            log.info(
+                "%s: removed %d embedding job(s) and %d vector(s) that no chunk holds any more "
+                "(left by an earlier version; a one-time pass)",
+                agent.id,
+                jobs,
+                removed.get("vectors", 0),
+            )
 
     def _refuse(self, entry: AgentIndex, exc: ForeignFile) -> None:
         """Leave a foreign file alone; say so once in the log, and in status until it is gone."""

@@ -2,9 +2,16 @@
 
 Layout: ``chunks`` holds the text with its file, heading path and line range;
 ``chunks_fts`` is a contentless FTS5 table of pre-tokenized heading and body
-(see :mod:`layers.local.text.tokenizer` for why); ``vectors`` caches embeddings by
-chunk hash and model, so identical text is never embedded twice and a rebuild
+(see :mod:`layers.local.text.tokenizer` for why); ``vectors`` holds embeddings by
+chunk hash and model, so identical text is embedded once (however many chunks hold it) and a rebuild
 reuses them; ``pending`` is the persistent "to embed" set.
+
+The index keeps only what the files hold: a vector, its code and an embedding
+job live while some chunk has their hash.  The transaction that removes a
+file's last chunk of a text removes them too (:meth:`LocalIndex._forget_unheld`),
+and a vector the worker brings back for a text no chunk has any more is dropped
+in the transaction that would have stored it (:meth:`LocalIndex.store_vectors`).
+Their pages go to SQLite's freelist and the next rows written reuse them.
 
 The file records its identity (schema, tokenizer, chunker, embedding model).
 Opening a file whose identity differs, or which is damaged, raises
@@ -94,6 +101,12 @@ CURATED_CHUNKS_SQL = (
     "WHERE f.path = 'MEMORY.md' OR f.layer = 'core' ORDER BY c.path = 'MEMORY.md' DESC, c.path, c.seq LIMIT ?"
 )
 _PHRASE = re.compile(r'"([^"]*)"')  # a phrase of an expression layers.local.text.query wrote (never holds a quote)
+#: The tables kept by chunk hash: a row whose hash no chunk holds is work or space for nothing.
+_BY_HASH = ("pending", "pending_items", "vectors", "codes")
+#: meta key: every row of _BY_HASH has its chunk (a new file, or one :meth:`LocalIndex.forget_unheld_everywhere`
+#: has passed over); an index of an earlier version lacks it.
+HELD_ONLY_KEY = "held_only"
+VACUUM_MIN_FREE_PAGES = 256  # 1 MB of 4 KB pages: less is not worth rewriting the file for
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path, seq);
 CREATE INDEX IF NOT EXISTS chunks_by_hash ON chunks(hash);
@@ -365,6 +378,8 @@ class LocalIndex:
         #: Chunks with a vector, as the last vector search of this connection saw them (its code cache's rows).
         self.embedded_chunks = 0
         self._created_at: str | None = None  # meta "created": which file this is, for the code caches
+        #: hashes whose chunk this transaction removed: their vectors and jobs go at its end if no chunk has them
+        self._maybe_unheld: set[str] = set()
         self._bulk = False
         self._next_id: int | None = None  # set while a fresh bulk build assigns ids
         self._summary: tuple[tuple[int, int], _Summary] | None = None  # (database state, what it said then)
@@ -417,6 +432,7 @@ class LocalIndex:
                 db.execute(_SCHEMA + _INDEXES)
                 db.executemany("INSERT INTO meta VALUES(?, ?)", self.identity.as_meta().items())
                 db.execute("INSERT INTO meta VALUES('created', ?)", (str(time.time()),))
+                db.execute("INSERT INTO meta VALUES(?, '1')", (HELD_ONLY_KEY,))
             return
         if not self.readonly and "files_by_layer" not in schema:  # an index written before it was made
             db.execute("CREATE INDEX IF NOT EXISTS files_by_layer ON files(layer)")
@@ -454,12 +470,14 @@ class LocalIndex:
                     self.db.execute(hashsize, (FTS_BUILD_HASH_BYTES,))
                     self._next_id = self.db.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").get
                 yield
+                self._forget_unheld()
                 self._note_summary()
                 if fresh:
                     self.db.execute(_INDEXES)
         finally:
             self._bulk = False
             self._next_id = None
+            self._maybe_unheld.clear()
 
     def _transaction(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext() if self._bulk else write_transaction(self.db)
@@ -540,6 +558,7 @@ class LocalIndex:
                 (doc.path, doc.sha256, doc.layer, doc.day, len(chunks), time.time()),
             )
             if not self._bulk:
+                self._forget_unheld()
                 self._note_summary()
         return UpdateStats(added, len(stale), kept)
 
@@ -551,6 +570,7 @@ class LocalIndex:
             self._log_changes(ids)
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
             if not self._bulk:
+                self._forget_unheld()
                 self._note_summary()
         return len(ids)
 
@@ -602,11 +622,38 @@ class LocalIndex:
             chunk_hash = db.execute("SELECT hash FROM chunks WHERE id = ?", (chunk_id,)).get
             db.execute("DELETE FROM chunks WHERE id = ?", (chunk_id,))
             db.execute("DELETE FROM chunks_fts WHERE rowid = ?", (chunk_id,))
-            for queue in ("pending", "pending_items"):
-                db.execute(
-                    f"DELETE FROM {queue} WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)",
-                    (chunk_hash, chunk_hash),
+            if chunk_hash is not None:
+                self._maybe_unheld.add(chunk_hash)
+
+    def _forget_unheld(self) -> None:
+        """At the end of the transaction that removed chunks: the vectors, codes and embedding jobs of
+        those texts no chunk holds any more.  Not at each removal: a text that moves to another file in
+        the same transaction (a rename, a sync) keeps its vector and is not embedded again."""
+        gone = [(h, h) for h in self._maybe_unheld]
+        self._maybe_unheld.clear()
+        for table in _BY_HASH:
+            self.db.executemany(
+                f"DELETE FROM {table} WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash = ?)", gone
+            )
+
+    def forget_unheld_everywhere(self) -> dict[str, int]:
+        """Once per index file: remove every embedding job and vector that no chunk holds (an earlier
+        version left them: a vector stored for a chunk replaced while it was embedded, with its items
+        queued for ever, and every replaced chunk's vector).  Returns what went, per table ({} when the
+        pass had been made); the file is vacuumed when most of it was left free."""
+        if self.db.execute("SELECT value FROM meta WHERE key = ?", (HELD_ONLY_KEY,)).get:
+            return {}
+        removed: dict[str, int] = {}
+        with write_transaction(self.db):
+            for table in _BY_HASH:
+                self.db.execute(
+                    f"DELETE FROM {table} WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.hash = {table}.hash)"
                 )
+                removed[table] = self.db.changes()
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES(?, '1')", (HELD_ONLY_KEY,))
+        if _vacuum_when_mostly_free(self.db):  # a leak of months: the disk given back once
+            self.checkpoint()
+        return removed
 
     def _log_changes(self, chunk_ids: Iterable[int]) -> None:
         """Tell code caches (layers/local/storage/vector_codes.py) which chunks to look at again; the log
@@ -679,11 +726,21 @@ class LocalIndex:
         """Store each chunk's vector, or its passages' vectors as one ``(n, dim)`` array (it scores as the best),
         with their codes (layers/local/storage/vector_codes.py).  ``items_later``: of these chunks, those whose
         whole vector this is and whose items are to be embedded once every chunk has its whole vector
-        (a first index is searchable over all of it sooner: whole chunks are ~2× faster than with items)."""
+        (a first index is searchable over all of it sooner: whole chunks are ~2× faster than with items).
+
+        A hash no chunk holds any more (its file changed while it was embedded) is dropped, in the same
+        transaction that would have stored it: never stored, its items never queued.  Returns how many
+        were stored.  (The hash is of the chunk's heading and text, the very passage embedded.)"""
         later = set(items_later)
         count = 0
         with write_transaction(self.db):
             for chunk_hash, vec in items:
+                if not self.db.execute("SELECT 1 FROM chunks WHERE hash = ? LIMIT 1", (chunk_hash,)).get:
+                    # replaced or removed while it was being embedded: the job is dropped, never stored or
+                    # queued again (its removal already took the chunk's jobs; this takes any left)
+                    for queue in ("pending", "pending_items"):
+                        self.db.execute(f"DELETE FROM {queue} WHERE hash = ?", (chunk_hash,))
+                    continue
                 vec = np.asarray(vec, dtype=np.float32)
                 self.db.execute(
                     "INSERT OR REPLACE INTO vectors VALUES(?, ?, ?, ?)",
@@ -1120,8 +1177,10 @@ def rebuild(
                 new.update_document(doc, prepared)
                 if progress:
                     progress(count)
-        with write_transaction(new.db):  # the items owed by chunks the files no longer hold
-            new.db.execute("DELETE FROM pending_items WHERE hash NOT IN (SELECT hash FROM chunks)")
+        with write_transaction(new.db):  # the items and vectors of chunks the files no longer hold
+            for table in _BY_HASH:
+                new.db.execute(f"DELETE FROM {table} WHERE hash NOT IN (SELECT hash FROM chunks)")
+        _vacuum_when_mostly_free(new.db)  # every old vector was carried over: those of no chunk leave their pages
         stats = new.stats()
     finally:
         new.close()
@@ -1164,6 +1223,20 @@ def _copy_vectors(new: LocalIndex, old_path: Path) -> int:
     finally:
         with contextlib.suppress(apsw.Error):
             new.db.execute("DETACH DATABASE old")
+
+
+def _vacuum_when_mostly_free(db: apsw.Connection) -> bool:
+    """Rewrite the file when over a quarter of it is free pages (and at least VACUUM_MIN_FREE_PAGES).
+
+    Day to day a removed vector's pages stay in SQLite's freelist and the next rows written
+    reuse them, so the file holds the live vectors plus what one burst of edits frees; only a
+    pass that freed much at once (a rebuild over an old file, an earlier version's leftovers)
+    is worth rewriting the whole file for."""
+    free = db.execute("PRAGMA freelist_count").get
+    if free < VACUUM_MIN_FREE_PAGES or free * 4 <= db.execute("PRAGMA page_count").get:
+        return False
+    db.execute("VACUUM")
+    return True
 
 
 def _add_missing_codes(db: apsw.Connection, batch: int = 2048) -> int:

@@ -9,7 +9,9 @@ and test_local_search.py through the composed service.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Iterator
 
 import apsw
@@ -284,3 +286,135 @@ def test_which_files_an_index_holds():
     own = {"MEMORY.md": "a", "memory/x.json": "b", "shared/OLD.md": "c", "USER.md": "d"}
     shared = {"shared/TEAM.md": "e", "shared/data.bin": "f"}
     assert desired_documents(own, shared, not_indexed={"USER.md"}) == {"MEMORY.md": "a", "shared/TEAM.md": "e"}
+
+
+# ---------------------------------------------------------------- the index keeps only what the files hold
+
+
+class HeldEmbedder:
+    """The stand-in embedder, held inside its call until the test lets it go: an encode that takes a
+    while (the real model takes seconds for a batch on a busy host), so that a file can change meanwhile."""
+
+    def __init__(self, embedder) -> None:
+        self.embedder = embedder
+        self.inside = threading.Event()
+        self.go = threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self.embedder, name)
+
+    def embed_passages(self, texts: list[str]):
+        if not self.go.is_set():
+            self.inside.set()
+            assert self.go.wait(120), "the test never let the embedder go"
+        return self.embedder.embed_passages(texts)
+
+
+def _memory_note(topic: str) -> str:
+    """A MEMORY.md of one chunk with items (each over MIN_ITEM_CHARS): its items are embedded second."""
+    return (
+        f"# MEMORY\nnotes on the {topic}\n\n"
+        f"- the {topic} was moved to the north shed last week\n"
+        f"- the {topic} needs a new filter before the rains come\n"
+    )
+
+
+def _index_rows(index_path) -> dict[str, int]:
+    """What the index file holds: live chunk texts against stored vectors, codes and embedding jobs."""
+    with apsw.Connection(str(index_path), flags=apsw.SQLITE_OPEN_READONLY) as db:
+        one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
+        return {
+            "live": one("SELECT count(DISTINCT hash) FROM chunks"),
+            "vectors": one("SELECT count(*) FROM vectors"),
+            "codes": one("SELECT count(*) FROM codes"),
+            "orphan_vectors": one("SELECT count(*) FROM vectors WHERE hash NOT IN (SELECT hash FROM chunks)"),
+            "jobs": one("SELECT count(*) FROM pending") + one("SELECT count(*) FROM pending_items"),
+            "orphan_jobs": one("SELECT count(*) FROM pending WHERE hash NOT IN (SELECT hash FROM chunks)")
+            + one("SELECT count(*) FROM pending_items WHERE hash NOT IN (SELECT hash FROM chunks)"),
+        }
+
+
+def test_a_file_edited_while_its_chunk_is_embedded_leaves_no_job_behind(embedding):
+    """Before: the worker stored the vector of a chunk replaced while it was being embedded, and queued
+    that chunk's items: a job no chunk would ever take, counted as "waiting for vectors" forever (also
+    after a restart), and a vector no chunk has."""
+    local, embedder, identity = embedding
+    (local.agent.workspace / "MEMORY.md").write_text(_memory_note("water pump"))
+    local.indexer.open(local.agent, desired_of(local.agent))
+    held = HeldEmbedder(embedder)
+    worker = EmbedWorker(held, identity, lambda: [("main", local.agent.index)], batch_size=16)
+    worker.start()
+    try:
+        assert held.inside.wait(60), "the worker takes MEMORY.md's chunk"
+        local.write("MEMORY.md", _memory_note("rain tank"))  # saved while that chunk is being embedded
+        assert local.indexer.flush() == 1
+        held.go.set()
+        wait_for(lambda: local.indexer.report("main")["pending_embeddings"] == 0, timeout=60, what="no work left")
+        wait_for(lambda: not worker._one_pass(), timeout=60, what="the worker idle")
+    finally:
+        held.go.set()
+        assert worker.stop(10)
+    rows = _index_rows(local.agent.index)
+    assert rows["orphan_jobs"] == rows["jobs"] == 0 and rows["orphan_vectors"] == 0, rows
+    assert rows["vectors"] == rows["codes"] == rows["live"], rows
+    local.indexer.close()
+    again = Local(local.config, identity, embedder)  # a restart
+    try:
+        again.indexer.open(again.agent, desired_of(again.agent))
+        assert again.indexer.report("main")["pending_embeddings"] == 0
+        answer = again.search.search(Search("main", "rain tank", mode="hybrid"))
+        assert answer["vectors"] == "used" and [r["path"] for r in answer["results"]][:1] == ["MEMORY.md"]
+    finally:
+        again.indexer.close()
+
+
+def test_after_many_edits_the_index_holds_the_vectors_of_its_live_chunks_only(embedding):
+    """Before: a replaced chunk's vector (and code) stayed, so the index grew on disk with every edit."""
+    local, embedder, identity = embedding
+    local.indexer.open(local.agent, desired_of(local.agent))
+    worker = EmbedWorker(embedder, identity, lambda: [("main", local.agent.index)], batch_size=16)
+    for edit in range(12):
+        local.write("MEMORY.md", _memory_note(f"pump number {edit}"))
+        local.write("memory/2026-12-01.md", f"# 2026-12-01\n\nchecked the valve {edit % 3} times\n")
+        local.indexer.flush()
+        while worker._one_pass():
+            pass
+    rows = _index_rows(local.agent.index)
+    assert rows["jobs"] == 0 and local.indexer.report("main")["pending_embeddings"] == 0, rows
+    assert rows["vectors"] == rows["codes"] == rows["live"] and rows["orphan_vectors"] == 0, rows
+    local.indexer.close()
+
+
+def test_a_start_removes_the_stale_jobs_and_orphan_vectors_an_older_version_left(embedding, caplog):
+    local, embedder, identity = embedding
+    (local.agent.workspace / "MEMORY.md").write_text(_memory_note("water pump"))
+    local.indexer.open(local.agent, desired_of(local.agent))
+    worker = EmbedWorker(embedder, identity, lambda: [("main", local.agent.index)], batch_size=16)
+    while worker._one_pass():
+        pass
+    local.indexer.close()
+    with apsw.Connection(str(local.agent.index)) as db:  # what the older version left behind
+        vec = np.ones((1, 4), dtype=np.float32).tobytes()
+        for n in range(5):
+            gone = f"{n:064x}"
+            db.execute("INSERT INTO vectors VALUES(?, ?, 4, ?)", (gone, identity.embed_model, vec))
+            db.execute("INSERT INTO codes VALUES(?, ?, ?)", (gone, identity.embed_model, b"\x01" * 4))
+            db.execute("INSERT INTO pending_items VALUES(?, 0)", (gone,))
+        db.execute("INSERT INTO pending VALUES(?, 0)", ("f" * 64,))
+        db.execute("DELETE FROM meta WHERE key = 'held_only'")  # an index an earlier version wrote
+    assert _index_rows(local.agent.index)["orphan_jobs"] == 6
+    again = Local(local.config, identity, embedder)
+    try:
+        with caplog.at_level(logging.INFO, logger="daemon.local.indexer"):
+            again.indexer.open(again.agent, desired_of(again.agent))
+        assert again.indexer.report("main")["pending_embeddings"] == 0
+        rows = _index_rows(local.agent.index)
+        assert rows["orphan_jobs"] == rows["orphan_vectors"] == 0 and rows["vectors"] == rows["live"], rows
+        said = [r.getMessage() for r in caplog.records if "no chunk" in r.getMessage()]
+        assert len(said) == 1 and "6 embedding job(s)" in said[0] and "5 vector(s)" in said[0], said
+        caplog.clear()
+        again.indexer.close()
+        again.indexer.open(again.agent, desired_of(again.agent))
+        assert not [r for r in caplog.records if "no chunk" in r.getMessage()], "one pass: nothing the next time"
+    finally:
+        again.indexer.close()

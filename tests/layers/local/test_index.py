@@ -275,6 +275,82 @@ def test_rebuild_replaces_the_file_atomically_keeps_old_answers_and_reuses_vecto
     assert not (tmp_path / "i.sqlite.rebuild").exists()
 
 
+def _held(index: LocalIndex) -> dict[str, int]:
+    """Rows of the tables kept by chunk hash, and how many of them no chunk holds."""
+    one = lambda sql: index.db.execute(sql).get  # noqa: E731
+    out = {}
+    for table in ("vectors", "codes", "pending", "pending_items"):
+        out[table] = one(f"SELECT count(*) FROM {table}")
+        out[f"{table}_unheld"] = one(f"SELECT count(*) FROM {table} WHERE hash NOT IN (SELECT hash FROM chunks)")
+    return out
+
+
+def test_a_replaced_or_removed_chunk_takes_its_vector_and_jobs_and_a_renamed_one_keeps_them(tmp_path):
+    model = "test-model"
+    path = tmp_path / "i.sqlite"
+    one = _doc("memory/a.md", "# a\n\n- the first item of note a\n- the second item of note a\n")
+    (taken,) = _with_vectors(path, model, [one], items_later=True)
+    with LocalIndex(path, Identity(embed_model=model)) as index:
+        assert _held(index)["vectors"] == _held(index)["pending_items"] == 1
+        index.update_document(_doc("memory/a.md", "# a\n\nrewritten\n"))  # replaced
+        held = _held(index)
+        assert held["vectors"] == held["codes"] == held["pending_items"] == 0 and held["pending"] == 1, held
+        # the worker brings back the vector of the chunk it took before the edit: dropped, its items never queued
+        assert index.store_vectors(model, [(taken[0], np.ones(4, dtype=np.float32) / 2)], [taken[0]]) == 0
+        held = _held(index)
+        assert held["vectors"] == held["pending_items"] == 0 and index.pending_count() == 1, held
+        (fresh,) = index.take_pending(10)
+        assert index.store_vectors(model, [(fresh[0], np.ones(4, dtype=np.float32) / 2)]) == 1
+        # a rename in one transaction (a flush, a sync) keeps the vector: nothing is embedded again
+        with index.bulk():
+            index.remove_document("memory/a.md")
+            index.update_document(_doc("memory/b.md", "# a\n\nrewritten\n"))
+        assert _held(index)["vectors"] == 1 and index.pending_count() == 0 and index.vector_count() == 1
+        index.remove_document("memory/b.md")
+        assert not any(_held(index).values()), _held(index)
+
+
+def test_an_index_an_earlier_version_left_is_passed_over_once_and_given_back_its_space(tmp_path):
+    model = "test-model"
+    path = tmp_path / "i.sqlite"
+    _with_vectors(path, model, [_doc("memory/a.md", "# a\n\nkept\n")])
+    with LocalIndex(path, Identity(embed_model=model)) as index:
+        assert index.forget_unheld_everywhere() == {}, "a new file holds nothing stale"
+        vec = np.ones((8, 256), dtype=np.float32).tobytes()  # 8 KB a row, as passages with items are
+        with index.bulk():
+            for n in range(500):
+                index.db.execute("INSERT INTO vectors VALUES(?, ?, 256, ?)", (f"{n:064x}", model, vec))
+                index.db.execute("INSERT INTO codes VALUES(?, ?, ?)", (f"{n:064x}", model, b"\x01" * 2048))
+                index.db.execute("INSERT INTO pending_items VALUES(?, 0)", (f"{n:064x}",))
+            index.db.execute("DELETE FROM meta WHERE key = 'held_only'")
+        index.checkpoint()
+    leaked = path.stat().st_size
+    reader = LocalIndex(path, Identity(embed_model=model), readonly=True, verify=False)
+    try:
+        assert reader.pending_count() == 500
+        with LocalIndex(path, Identity(embed_model=model)) as index:
+            removed = index.forget_unheld_everywhere()
+            assert removed == {"pending": 0, "pending_items": 500, "vectors": 500, "codes": 500}
+            assert index.forget_unheld_everywhere() == {}, "once"
+            assert index.pending_count() == 0 and index.vector_count() == 1
+        assert reader.pending_count() == 0 and len(_found(reader, "kept")) == 1, "a reader open meanwhile follows"
+    finally:
+        reader.close()
+    assert path.stat().st_size * 4 < leaked, (path.stat().st_size, leaked)
+
+
+def test_a_rebuild_keeps_no_vector_of_a_chunk_it_dropped(tmp_path):
+    path = tmp_path / "i.sqlite"
+    model = "test-model"
+    docs = [_doc(f"memory/{i}.md", f"# t{i}\n\nwords {i}\n") for i in range(20)]
+    _with_vectors(path, model, docs)
+    rebuild(path, Identity(embed_model=model), docs[:5])
+    with LocalIndex(path, Identity(embed_model=model)) as fresh:
+        held = _held(fresh)
+        assert held["vectors"] == held["codes"] == 5 and not held["vectors_unheld"] and not held["codes_unheld"]
+        assert fresh.pending_count() == 0
+
+
 def test_rebuild_from_a_damaged_file(tmp_path):
     path = tmp_path / "i.sqlite"
     path.write_bytes(b"\0garbage" * 500)
