@@ -146,12 +146,12 @@ class Pusher(NetworkThread):
             now = time.monotonic()
             with self._lock:
                 wanted, self._wanted = self._wanted, set()
-            if now >= next_poll:  # agents restored or added meanwhile; copies a history check moved
-                wanted.update(self._agents_of())
-                next_poll = now + POLL_S
-            for agent_id in wanted:
-                self._agent(agent_id)
-            try:
+            try:  # nothing here may end the thread: a host that stops pushing goes SILENT on the hub
+                if now >= next_poll:  # agents restored or added meanwhile; copies a history check moved
+                    next_poll = now + POLL_S
+                    wanted.update(self._agents_of())
+                for agent_id in wanted:
+                    self._agent(agent_id)
                 self._round(now)
             except Cancelled:
                 return
