@@ -206,6 +206,16 @@ def dump(data: object) -> str:
     return json.dumps(data, ensure_ascii=False)
 
 
+def audit_events(root: Path) -> list[dict]:
+    """Every line of the audit log of the root ``root`` (its ``workspace/logs/security``), oldest file first."""
+    folder = root / "workspace" / "logs" / "security"
+    return [
+        json.loads(line)
+        for path in sorted(folder.glob("memory-access-*.log"))
+        for line in path.read_text().splitlines()
+    ]
+
+
 def token_of(root: Path, agent: str) -> str:
     """The API token the daemon issued to ``agent`` of the root ``init_root`` made."""
     workspace = root / "workspace" if agent == "main" else root / "workspace" / "agents" / f"{agent}-workspace"

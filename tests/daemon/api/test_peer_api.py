@@ -21,7 +21,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.front.daemon_client import DaemonClient, DaemonRequestError
-from tests.helpers import FAST, LEAN, DaemonProcess, init_root, registry_of, run_cli, token_of, wait_for, wait_reachable
+from tests.helpers import (
+    FAST,
+    LEAN,
+    DaemonProcess,
+    audit_events,
+    init_root,
+    registry_of,
+    run_cli,
+    token_of,
+    wait_for,
+    wait_reachable,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -120,10 +131,7 @@ class Fleet:
         return response.status, json.loads(raw) if raw else {}
 
     def hub_audit(self) -> list[dict]:
-        lines = []
-        for path in sorted((self.hub_root / "workspace" / "logs" / "security").glob("memory-access-*.log")):
-            lines += [json.loads(line) for line in path.read_text().splitlines()]
-        return lines
+        return audit_events(self.hub_root)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ spoke; what the spoke's agents were told (``queued``) is counted on the hub by t
 
 from __future__ import annotations
 
-import json
 import signal
 import uuid
 from pathlib import Path
@@ -16,7 +15,17 @@ import pytest
 
 from daemon.front.daemon_client import DaemonClient, DaemonRequestError
 from tests.daemon.api.test_peer_api import free_port
-from tests.helpers import FAKE_API_KEY, FAST, DaemonProcess, init_root, run_cli, token_of, wait_for, wait_reachable
+from tests.helpers import (
+    FAKE_API_KEY,
+    FAST,
+    DaemonProcess,
+    audit_events,
+    init_root,
+    run_cli,
+    token_of,
+    wait_for,
+    wait_reachable,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -101,10 +110,7 @@ class HubAndSpoke:
         assert all(m["agent_id"] == f"spoke-1/{agent}" for m in listed)
 
     def audit(self) -> list[dict]:
-        lines = []
-        for path in sorted((self.root / "workspace" / "logs" / "security").glob("memory-access-*.log")):
-            lines += [json.loads(line) for line in path.read_text().splitlines()]
-        return lines
+        return audit_events(self.root)
 
 
 @pytest.fixture(scope="module")
