@@ -180,6 +180,19 @@ def git(workspace: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(workspace), *args], capture_output=True, text=True, check=True).stdout
 
 
+def ref_of(repo: Path, ref: str) -> str | None:
+    """The commit ``ref`` names in ``repo``; None when there is no such ref."""
+    run = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", ref], capture_output=True, text=True)
+    return run.stdout.strip() or None
+
+
+def bare_remote(path: Path) -> Path:
+    """A bare repository at ``path`` keeping a reflog of every update (what a test of forced updates reads)."""
+    subprocess.run(["git", "init", "-q", "--bare", str(path)], check=True)
+    git(path, "config", "core.logAllRefUpdates", "always")
+    return path
+
+
 def commits(workspace: Path) -> list[dict]:
     """Commits newest first, each with its subject and its name-status lines."""
     out = git(workspace, "log", "--format=\x1e%H\x1f%s", "--name-status", "--no-renames")

@@ -11,36 +11,20 @@ from __future__ import annotations
 import itertools
 import json
 import stat
-import subprocess
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.front.daemon_client import _UnixConnection
-from tests.helpers import LEAN, init_root, run_cli, wait_for
+from tests.helpers import LEAN, bare_remote, git, init_root, ref_of, run_cli, wait_for
 
 CORE_REF = "refs/memstrata/shared/core"
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
-
-
-def _ref(repo: Path, ref: str) -> str | None:
-    run = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", ref], capture_output=True, text=True)
-    return run.stdout.strip() or None
-
-
-def _bare(path: Path) -> Path:
-    subprocess.run(["git", "init", "-q", "--bare", str(path)], check=True)
-    _git(path, "config", "core.logAllRefUpdates", "always")
-    return path
-
-
 def _root(tmp_path: Path, remote: Path, host: str, role: str) -> Path:
-    git = {**LEAN["git"], "remote": str(remote), "push_retry_max_s": 2}
+    remote_git = {**LEAN["git"], "remote": str(remote), "push_retry_max_s": 2}
     fleet = {"host": host, "role": role, "shared_poll_s": 1}
-    return init_root(tmp_path / host, **{**LEAN, "git": git, "fleet": fleet})
+    return init_root(tmp_path / host, **{**LEAN, "git": remote_git, "fleet": fleet})
 
 
 def _core(d) -> dict:
@@ -63,12 +47,12 @@ def _metrics(d) -> dict:
 
 def _forced(remote: Path, ref: str) -> int:
     """Updates of ``ref`` in the remote's reflog that were not fast-forwards."""
-    log = _git(remote, "reflog", "show", "--format=%H", ref).split()
-    return sum(1 for new, old in itertools.pairwise(log) if _git(remote, "merge-base", old, new).strip() != old)
+    log = git(remote, "reflog", "show", "--format=%H", ref).split()
+    return sum(1 for new, old in itertools.pairwise(log) if git(remote, "merge-base", old, new).strip() != old)
 
 
 def test_the_hubs_shared_core_reaches_a_spokes_agents_read_only_and_a_spokes_edit_is_undone(tmp_path, daemons):
-    remote = _bare(tmp_path / "fleet.git")
+    remote = bare_remote(tmp_path / "fleet.git")
     hub_config, spoke_config = _root(tmp_path, remote, "hub", "hub"), _root(tmp_path, remote, "spoke-1", "spoke")
     hub_shared = hub_config.parent / "workspace" / "shared"
     spoke_shared = spoke_config.parent / "workspace" / "shared"
@@ -76,8 +60,8 @@ def test_the_hubs_shared_core_reaches_a_spokes_agents_read_only_and_a_spokes_edi
     run_cli("agent", "add", "agent-c", config=spoke_config)
     hub, spoke = daemons(hub_config), daemons(spoke_config)
 
-    first = wait_for(lambda: _ref(remote, CORE_REF), what="the hub's shared core on the remote")
-    assert _git(remote, "show", f"{CORE_REF}:CLUSTER.md").endswith("Rule one: answer in French.\n")
+    first = wait_for(lambda: ref_of(remote, CORE_REF), what="the hub's shared core on the remote")
+    assert git(remote, "show", f"{CORE_REF}:CLUSTER.md").endswith("Rule one: answer in French.\n")
     wait_for(lambda: "answer in French" in _bundle(spoke_config, "agent-c"), what="the spoke's agent reads the core")
     assert stat.S_IMODE((spoke_shared / "CLUSTER.md").stat().st_mode) == 0o444, "installed read-only"
     h = wait_for(lambda: (c := _core(hub))["commit"] == first and c, what="the hub's status names the commit")
@@ -90,8 +74,8 @@ def test_the_hubs_shared_core_reaches_a_spokes_agents_read_only_and_a_spokes_edi
     (hub_shared / "TEAM.md").write_text("# team\n\nagent-c writes the reports.\n")
     wait_for(lambda: "writes the reports" in _bundle(spoke_config, "agent-c"), what="the hub's change on the spoke")
     assert "answer in Welsh" in _bundle(spoke_config, "agent-c")
-    second = _ref(remote, CORE_REF)
-    assert second != first and _git(remote, "rev-parse", f"{second}^").strip() == first, "one line, never forced"
+    second = ref_of(remote, CORE_REF)
+    assert second != first and git(remote, "rev-parse", f"{second}^").strip() == first, "one line, never forced"
     wait_for(lambda: _core(spoke)["commit"] == second, what="the spoke's status names the new commit")
 
     def searched() -> bool:  # and every agent's index has it (the main workspace's tracker took the new copy in)
@@ -114,7 +98,7 @@ def test_the_hubs_shared_core_reaches_a_spokes_agents_read_only_and_a_spokes_edi
     )
     text = " ".join(run_cli("status", config=spoke_config).stdout.split())
     assert "local edit of shared/ not propagated" in text and "shared core: spoke" in text
-    assert _ref(remote, CORE_REF) == second and "spoke's own" not in _git(remote, "show", f"{CORE_REF}:CLUSTER.md")
+    assert ref_of(remote, CORE_REF) == second and "spoke's own" not in git(remote, "show", f"{CORE_REF}:CLUSTER.md")
     assert _metrics(spoke)["memstrata_shared_core_local_edits"] >= 1
     audit = (spoke_config.parent / "workspace" / "logs" / "security").rglob("*")
     assert any("shared_local_edit" in p.read_text(errors="replace") for p in audit if p.is_file())
@@ -126,12 +110,12 @@ def test_the_hubs_shared_core_reaches_a_spokes_agents_read_only_and_a_spokes_edi
 def test_a_spoke_keeps_the_last_good_copy_while_the_remote_is_gone_says_its_age_and_keeps_it_over_a_restart(
     tmp_path, daemons
 ):
-    remote = _bare(tmp_path / "fleet.git")
+    remote = bare_remote(tmp_path / "fleet.git")
     hub_config, spoke_config = _root(tmp_path, remote, "hub", "hub"), _root(tmp_path, remote, "spoke-1", "spoke")
     (hub_config.parent / "workspace" / "shared" / "CLUSTER.md").write_text("# cluster\n\nThe good copy.\n")
     spoke_shared = spoke_config.parent / "workspace" / "shared"
     hub = daemons(hub_config)
-    commit = wait_for(lambda: _ref(remote, CORE_REF), what="the hub's shared core on the remote")
+    commit = wait_for(lambda: ref_of(remote, CORE_REF), what="the hub's shared core on the remote")
     hub.stop()
     spoke = daemons(spoke_config)
     wait_for(lambda: _core(spoke)["commit"] == commit, what="the spoke fetched it")
