@@ -35,7 +35,7 @@ QUESTIONS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         S,
         "en",
         "How many times had Lily asked Brightloop for a raise before she started applying elsewhere?",
-        [("2024-01-20", "- **Lily:** Fourth.")],
+        [("2024-01-20", "Fourth. So I've started applying")],
     ),
     (
         S,
@@ -267,7 +267,7 @@ QUESTIONS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         "On what date did Hannah run the Manchester Marathon?",
         [("2024-04-16", "ran a whole marathon on Sunday")],
     ),
-    (T, "en", "When did Tom propose to Hannah?", [("2024-03-02", "- **Hannah:** Tom proposed. Last weekend")]),
+    (T, "en", "When did Tom propose to Hannah?", [("2024-03-02", "Tom proposed. Last weekend")]),
     (T, "zh", "陈伟哪天交的买房定金？", [("2024-03-23", "昨天交了定金五十万")]),
     (T, "en", "When did Lily adopt Mochi?", [("2024-06-22", "Battersea, last weekend")]),
     (T, "zh", "陈伟一家是什么时候搬进滨江新家的？", [("2024-07-13", "上周末搬的")]),
