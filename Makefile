@@ -91,7 +91,10 @@ run: setup
 # (one test module per worker: a module's fixtures, such as its booted container, stay in one place).
 # Tests marked serial use up a per-user limit of the host (inotify instances) that every daemon of
 # the other worker shares, so they run alone afterwards; both passes run, and either failing fails.
+# MEMSTRATA_REQUIRE_OPENCLAW: a test needing the real OpenClaw fails here when it is missing (run
+# alone, it is skipped with the command that installs it: tests/openclaw_install.py).
 TEST_WORKERS ?= 2
+test: export MEMSTRATA_REQUIRE_OPENCLAW := 1
 test: setup test-deps
 	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25; parallel=$$?; \
 	  $(BIN)/python -m pytest -m serial; serial=$$?; \
