@@ -88,7 +88,8 @@ def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working
     before = _hashes(state)
     openclaw_state = sorted(os.listdir(state / "state"))
 
-    config = init_root(state, **LEAN)
+    # the periodic reconcile an hour away: an agent found while the daemon runs was found by the watch
+    config = init_root(state, **{**LEAN, "watch": {**LEAN["watch"], "reconcile_interval_s": 3600}})
     assert (state / "memstrata" / "state" / "admin.token").is_file(), "memstrata's state: a folder of its own"
     d = daemons(config)
     workspaces = {"main": main, "research": research, "work": work}
@@ -110,7 +111,7 @@ def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working
 
     # an agent OpenClaw adds while the daemon runs: found by the watch on openclaw.json
     writer = Path(oc.add_agent("writer", role="writer")["workspace"])
-    _found(d, "writer", writer)  # within the 60 s of a loaded machine; seconds when idle (docs/openclaw.md)
+    _found(d, "writer", writer)  # measured: under a second after OpenClaw renamed its openclaw.json
     _owned(d, "writer", writer)
 
     # OpenClaw's own commands still answer, and see memstrata's skill as usable
