@@ -134,6 +134,22 @@ class Gateway:
             return exc.code, json.loads(exc.read() or b"{}")
 
 
+def openclaw_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of an OpenClaw isolated in ``home``: ``$HOME`` there, its state dir
+    ``<home>/.openclaw``, none of the caller's ``OPENCLAW_*`` or ``XDG_*``, :data:`QUIET`, the
+    installed Node first on ``PATH`` (for what OpenClaw spawns), then ``extra``."""
+    node_bin = str(Path(openclaw_argv()[0]).parent)
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCLAW_", "XDG_"))}
+    return {
+        **inherited,
+        "PATH": f"{node_bin}:{inherited.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(home),
+        "OPENCLAW_STATE_DIR": str(home / ".openclaw"),
+        **QUIET,
+        **extra,
+    }
+
+
 class OpenClaw:
     """One real OpenClaw, isolated in ``home``: its commands, its files, its gateway."""
 
@@ -142,16 +158,7 @@ class OpenClaw:
         self.home = home
         self.state = home / ".openclaw"
         home.mkdir(parents=True, exist_ok=True)
-        node_bin = str(Path(self.argv[0]).parent)
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCLAW_", "XDG_"))}
-        self.env = {
-            **inherited,
-            "PATH": f"{node_bin}:{inherited.get('PATH', '/usr/bin:/bin')}",  # its `node` for what it spawns
-            "HOME": str(home),
-            "OPENCLAW_STATE_DIR": str(self.state),
-            **QUIET,
-            **env,
-        }
+        self.env = openclaw_env(home, **env)
 
     def run(self, *args: str, timeout: float = COMMAND_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
         """``openclaw ARGS…`` in the isolated home; a failure shows its output."""
