@@ -21,9 +21,11 @@ LLAMA_WHEELS     := .cache/wheels/llama-$(LLAMA_VERSION)-$(shell (echo '$(LLAMA_
 # Debian packages: git for everything (L2); the tests add systemd (systemd-analyze for the unit
 # tests), systemd-container and debootstrap (tests/system boots a Debian rootfs under a real
 # systemd, cron included in that rootfs), util-linux (nsenter into it), iproute2 and openssh-client
-# (the fleet of booted hosts: its network namespaces, each host's ssh key). `make run` needs git only.
+# (the fleet of booted hosts: its network namespaces, each host's ssh key), npm (installs the real
+# OpenClaw and the Node 24 it needs: tools/openclaw_install.py; Debian's npm is enough to start it).
+# `make run` needs git only.
 RUN_PACKAGES  := git
-TEST_PACKAGES := git systemd systemd-container debootstrap util-linux iproute2 openssh-client
+TEST_PACKAGES := git systemd systemd-container debootstrap util-linux iproute2 openssh-client npm
 
 .PHONY: setup system-deps test-deps run test bench lint clean
 
@@ -48,8 +50,11 @@ endef
 system-deps:
 	$(call need_packages,$(RUN_PACKAGES))
 
+# the real OpenClaw (pinned by the lockfiles in tools/openclaw/) and a Node it accepts, from the npm
+# registry into .cache/openclaw: about 1 GB and 2 minutes once, nothing when its stamp names the pins
 test-deps:
 	$(call need_packages,$(TEST_PACKAGES))
+	@$(PYTHON) tools/openclaw_install.py
 
 $(STAMP): pyproject.toml Makefile tools/llama_source.py
 	@$(MAKE) --no-print-directory system-deps
@@ -86,7 +91,10 @@ run: setup
 # (one test module per worker: a module's fixtures, such as its booted container, stay in one place).
 # Tests marked serial use up a per-user limit of the host (inotify instances) that every daemon of
 # the other worker shares, so they run alone afterwards; both passes run, and either failing fails.
+# MEMSTRATA_REQUIRE_OPENCLAW: a test needing the real OpenClaw fails here when it is missing (run
+# alone, it is skipped with the command that installs it: tests/openclaw_install.py).
 TEST_WORKERS ?= 2
+test: export MEMSTRATA_REQUIRE_OPENCLAW := 1
 test: setup test-deps
 	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25; parallel=$$?; \
 	  $(BIN)/python -m pytest -m serial; serial=$$?; \

@@ -272,6 +272,19 @@ def exclude_token_dir(repo: WorkspaceRepo, who: str) -> None:
         log.warning("%s: %s/ not excluded from the repository: %s", who, TOKEN_DIR, exc)
 
 
+def exclude_nested_workspace(main_repo: WorkspaceRepo, name: str, who: str) -> None:
+    """``/<name>/`` in main's ``.git/info/exclude``: an agent's workspace nested in main's
+    (OpenClaw's ``<agents.defaults.workspace>/<id>``) is a repository of its own, which main's
+    ``git status`` otherwise lists as untracked (``?? research/``) and a user's ``git add -A`` would
+    take in as an embedded repository. Main's commits never name it (they name main's memory paths
+    only); this keeps the user's own git from doing so. Said, never fatal, like the token's line."""
+    try:
+        if main_repo.exclude(f"/{name}/"):
+            log.info("main: %s/ (agent %s's workspace) excluded from main's repository (.git/info/exclude)", name, who)
+    except OSError as exc:
+        log.warning("main: %s/ (agent %s's workspace) not excluded from main's repository: %s", name, who, exc)
+
+
 def initial_commit(workspace: Path, config: Config) -> None:
     from layers.daily.workspace_repo import commit_message
 

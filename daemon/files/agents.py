@@ -24,7 +24,7 @@ from daemon.common.contracts import WorkspaceRefusal
 from daemon.common.current import Current
 from daemon.common.storage import StorageHealth
 from daemon.common.workspace_guard import Resolved, WorkspaceRefusedError, resolve
-from daemon.common.workspaces import Agent, places_of, say_refused, survey
+from daemon.common.workspaces import Agent, exclude_nested_workspace, places_of, say_refused, survey
 from daemon.files.provision import Provisioner
 from daemon.files.tracker import AgentTracker, EditListener
 from daemon.local.index_files import move_legacy_index
@@ -153,9 +153,19 @@ class Agents:
             log.error("%s: git repository unusable (commits retried, shown in status): %s", agent.id, exc)
         self.provision.ensure_token(tracker)
         self.provision.ensure_skill(agent)
+        self._exclude_from_main(agent, where)
         self.trackers[agent.id] = tracker
         log.info("watching agent %s at %s", agent.id, agent.workspace)
         return tracker
+
+    def _exclude_from_main(self, agent: Agent, where: Resolved) -> None:
+        """A workspace directly in main's (OpenClaw's ``<agents.defaults.workspace>/<id>``, allowed
+        there by the guard) is left out of main's repository by name (``.git/info/exclude``)."""
+        main, main_where = self.trackers.get(MAIN_AGENT), self.resolved.get(MAIN_AGENT)
+        if agent.id == MAIN_AGENT or main is None or main_where is None or not (main.workspace / ".git").is_dir():
+            return
+        if where.ancestors[:1] == (main_where.identity,):
+            exclude_nested_workspace(main.repo, where.real.name, agent.id)
 
     def add_offline(self, agent: Agent) -> AgentTracker:
         """A tracker whose processed-files record stays in memory (`memstrata reindex`, daemon down)."""

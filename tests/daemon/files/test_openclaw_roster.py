@@ -103,6 +103,8 @@ def test_the_roster_openclaw_writes_is_found_and_a_nested_workspace_is_its_own(t
     wait_for(lambda: "memory/2026-12-01.md" in git(research, "ls-files"), what="research's edit committed")
     main = state / "workspace"
     assert not [p for p in git(main, "ls-files").splitlines() if p.startswith("research/")], "main commits none of it"
+    assert "/research/" in (main / ".git" / "info" / "exclude").read_text().splitlines()
+    assert "research/" not in git(main, "status", "--porcelain"), "research's repository is not main's to list"
     assert _search(config, "research", "quokka"), "research's index holds its own notes"
     assert _search(config, "main", "quokka") == [], "main's index holds none of research's"
     assert (state / "openclaw.json").read_text() == text, "OpenClaw's file is never written"
