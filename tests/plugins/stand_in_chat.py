@@ -15,6 +15,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 REPLY = "Stand-in reply: noted."
+USAGE = {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
 
 
 class StandInChat:
@@ -40,11 +41,12 @@ class StandInChat:
                     self.send_header("Cache-Control", "no-cache")
                     self.send_header("Connection", "close")
                     self.end_headers()
-                    base = {"id": "stand-in", "object": "chat.completion.chunk", "created": created, "model": "stand-in"}
+                    base = {"id": "stand-in", "object": "chat.completion.chunk", "created": created}
+                    reply = {"role": "assistant", "content": owner.reply}
                     chunks = [
-                        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": owner.reply}}]},
-                        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-                        {**base, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}},
+                        {**base, "model": "stand-in", "choices": [{"index": 0, "delta": reply}]},
+                        {**base, "model": "stand-in", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                        {**base, "model": "stand-in", "choices": [], "usage": USAGE},
                     ]
                     for chunk in chunks:
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
@@ -59,9 +61,13 @@ class StandInChat:
                         "created": created,
                         "model": "stand-in",
                         "choices": [
-                            {"index": 0, "message": {"role": "assistant", "content": owner.reply}, "finish_reason": "stop"}
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": owner.reply},
+                                "finish_reason": "stop",
+                            }
                         ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+                        "usage": USAGE,
                     }
                 )
 

@@ -20,7 +20,9 @@ from tests.plugins.openclaw_env import OpenClawHost, openclaw_argv
 
 pytestmark = pytest.mark.skipif(openclaw_argv() is None, reason="OpenClaw is not installed (make test-deps)")
 
-MAIN_NOTE = "# Main memory\n\nThe deploy window for project kestrel is Tuesday 14:00 UTC.\nMain prefers terse reports.\n"
+MAIN_NOTE = (
+    "# Main memory\n\nThe deploy window for project kestrel is Tuesday 14:00 UTC.\nMain prefers short reports.\n"
+)
 RESEARCH_NOTE = (
     "# Research memory\n\nThe survey of vector databases found pgvector adequate for ten million rows.\n"
     "The benchmark's codename is heron.\n"
