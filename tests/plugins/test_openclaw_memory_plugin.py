@@ -18,7 +18,10 @@ import pytest
 from tests.helpers import wait_for
 from tests.plugins.openclaw_env import OpenClawHost, openclaw_argv
 
-pytestmark = pytest.mark.skipif(openclaw_argv() is None, reason="OpenClaw is not installed (make test-deps)")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(openclaw_argv() is None, reason="OpenClaw is not installed (make test-deps)"),
+]
 
 MAIN_NOTE = (
     "# Main memory\n\nThe deploy window for project kestrel is Tuesday 14:00 UTC.\nMain prefers short reports.\n"

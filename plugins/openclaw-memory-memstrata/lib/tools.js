@@ -47,13 +47,13 @@ export function checkArgs(tool, schema, params, agent) {
 }
 
 /** memory-core's answer when search cannot run: the agent is told, and told what to do. */
-export function unavailable(error, action) {
+export function unavailable(error, action, warning = "Memory search is unavailable: memstrata did not answer.") {
   return {
     results: [],
     disabled: true,
     unavailable: true,
     error,
-    warning: "Memory search is unavailable: memstrata did not answer.",
+    warning,
     action: action || "Tell the user memory search is unavailable; the operator can check `memstrata status`.",
   };
 }
@@ -112,27 +112,29 @@ export async function search(client, params, signal) {
   if (query.length > MAX_QUERY_CHARS) throw new ToolInputError(`memory_search: the query is over ${MAX_QUERY_CHARS} characters`);
   const corpus = params.corpus || "memory";
   if (corpus === "wiki") {
-    return { ...unavailable("memstrata has no wiki corpus", "Search corpus=memory (the agent's files) or corpus=sessions (memstrata's conversation memory)."), corpus: "wiki" };
+    const action = "Search corpus=memory (the agent's files) or corpus=sessions (memstrata's conversation memory).";
+    return { ...unavailable("memstrata has no wiki corpus", action, "There is no wiki corpus here."), corpus: "wiki" };
   }
   const threshold = typeof params.minScore === "number" ? Math.min(1, Math.max(0, params.minScore)) : undefined;
   const wantFiles = corpus === "memory" || corpus === "all";
   const wantMemories = corpus === "sessions" || corpus === "all";
   const outcomes = {};
+  const errors = [];
   const [files, memories] = await Promise.all([
     wantFiles
       ? client.searchFiles({ query, limit: Math.min(params.maxResults ?? 10, L3_MAX), threshold, signal }).then(
           (a) => ((outcomes.memory = "ok"), a),
-          (err) => (rethrowCallerErrors(err), (outcomes.memory = err.message), null),
+          (err) => (rethrowCallerErrors(err), errors.push(err), (outcomes.memory = err.message), null),
         )
       : null,
     wantMemories
       ? client.searchMemories({ query, limit: Math.min(params.maxResults ?? 10, L4_MAX), threshold, signal }).then(
           (a) => ((outcomes.sessions = "ok"), a),
-          (err) => (rethrowCallerErrors(err), (outcomes.sessions = err.message), null),
+          (err) => (rethrowCallerErrors(err), errors.push(err), (outcomes.sessions = err.message), null),
         )
       : null,
   ]);
-  if (!files && !memories) return unavailable(Object.values(outcomes).join("; "));
+  if (!files && !memories) throw errors[0]; // nothing answered: the tool says it is unavailable, and why
   let results = [...(files?.results || []).map(fileHit), ...(memories?.results || []).map(memoryHit)];
   if (corpus === "all") results = results.sort((a, b) => b.score - a.score).slice(0, params.maxResults ?? 10);
   const failed = Object.entries(outcomes).filter(([, v]) => v !== "ok");
@@ -272,9 +274,11 @@ export function createTools(ctx, settings) {
       try {
         return jsonResult(await body(client, caller, params, signal));
       } catch (err) {
-        if (err instanceof MemstrataError && name === "memory_search") return jsonResult(unavailable(err.message));
-        if (err instanceof MemstrataError) throw new ToolInputError(err.message); // said as it is, not "tool execution failed"
-        throw err;
+        if (!(err instanceof MemstrataError)) throw err;
+        // not reached: say where the socket came from ($MEMSTRATA_CONFIG, the system file, the defaults…)
+        const message = err.status === 0 ? `${err.message} [socket from ${located.from}]` : err.message;
+        if (name === "memory_search") return jsonResult(unavailable(message));
+        throw new ToolInputError(message); // said as it is, not "tool execution failed"
       }
     },
   });

@@ -10,7 +10,7 @@ import { callerOf } from "../lib/identity.js";
 import { findSocket } from "../lib/locate.js";
 import { settingsOf } from "../lib/settings.js";
 import { slotProblem } from "../lib/slot.js";
-import { checkArgs } from "../lib/tools.js";
+import { checkArgs, createTools } from "../lib/tools.js";
 import { MemorySearchSchema } from "../lib/schemas.js";
 import plugin from "../index.js";
 
@@ -126,5 +126,19 @@ test("the socket is found as the CLI finds it", () => {
   assert.equal(findSocket(cfg, { MEMSTRATA_CONFIG: "/nonexistent.yaml" }).socket, path.join(root, "run/m.sock"));
   assert.equal(findSocket(undefined, { MEMSTRATA_SOCKET: "/x/y.sock", MEMSTRATA_CONFIG: cfg }).socket, "/x/y.sock");
   assert.throws(() => findSocket(path.join(root, "missing.yaml"), {}), /cannot read its configuration .*missing\.yaml/);
+  fs.rmSync(root, { recursive: true });
+});
+
+test("a daemon that does not answer: memory_search says unavailable and where the socket came from", async () => {
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), "mm-away-"));
+  fs.mkdirSync(path.join(root, ".memstrata"));
+  fs.writeFileSync(path.join(root, ".memstrata", "token"), "t");
+  const tools = createTools({ agentId: "a", workspaceDir: root }, settingsOf({}, { MEMSTRATA_SOCKET: path.join(root, "no.sock") }));
+  const found = (await tools[0].execute("1", { query: "x" })).details;
+  assert.equal(found.unavailable, true);
+  assert.match(found.error, /cannot reach the daemon at .*no\.sock \(ENOENT\).*\[socket from \$MEMSTRATA_SOCKET\]/);
+  await assert.rejects(tools[2].execute("1", { text: "x" }), (e) => e.name === "ToolInputError" && /cannot reach/.test(e.message));
+  const wiki = (await tools[0].execute("1", { query: "x", corpus: "wiki" })).details;
+  assert.equal(wiki.error, "memstrata has no wiki corpus");
   fs.rmSync(root, { recursive: true });
 });
