@@ -28,6 +28,7 @@ from bench import (
     bench_l4_durability,
     bench_many_files,
     bench_many_messages,
+    bench_openclaw_memory,
     bench_optimize_sync,
     bench_power_cut,
     bench_scale,
@@ -60,6 +61,7 @@ BENCHMARKS = {
     "sigkill": bench_sigkill.main,  # root only (loop devices); SIGKILLs at random moments under load
     "power-cut": bench_power_cut.main,  # root only (loop devices); --runs N per cell
     "fleet": bench_fleet.main,  # root only (three booted hosts); --flaps N per spoke
+    "openclaw-memory": bench_openclaw_memory.main,  # the real OpenClaw (make test-deps): plugin vs memory-core
 }
 
 
