@@ -1,0 +1,152 @@
+"""L4 through the hub on the booted fleet (issue 48), set up as the README's "Several hosts" says, for
+tests/system/test_fleet_l4.py and bench/bench_fleet_l4.py.
+
+The hub: memstrata installed (agents ``main`` and ``agent-a``, ``agent-a`` in project ``infra``, whose
+members also name ``spoke-1/ops``: a spoke's agent as the hub knows it), ``fleet.listen`` on its fleet
+address, then ``memstrata fleet add-host spoke-N --agent main --agent ops --key-file /root/spoke-N.key``
+for each spoke.  Each spoke: installed with agents ``main`` and ``ops``, the key copied to
+:data:`HUB_KEY` (0600), ``conversation.backend: hub`` pointing at the hub.  Every host's daemon runs as
+memstrata.service.  Calls are made inside a host by tests/system/l4_driver.py, as the host's agents (their
+own tokens, through their own daemon's socket), or as a thief on the hub's peer port.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+
+from tests.helpers import REPO_ROOT
+from tests.system import operator
+from tests.system.fleet import HUB, SPOKES, Fleet, address
+
+PORT = 7000
+LISTEN = f"{address(HUB)}:{PORT}"
+URL = f"http://{LISTEN}"
+HUB_KEY = "/etc/memstrata/hub-key"  # on a spoke: its key, as add-host wrote it on the hub
+SPOKE_AGENTS = ("main", "ops")
+HUB_AGENTS = ("main", "agent-a")
+PROJECT = "infra"
+PROJECT_MEMBERS = ("agent-a", "spoke-1/ops")
+REGISTRY = f"{operator.WORKSPACE}/skills/mem0-integration/project_registry.yaml"
+PYTHON = str(REPO_ROOT / ".venv" / "bin" / "python")
+DRIVER = str(REPO_ROOT / "tests" / "system" / "l4_driver.py")
+HUB_TIMEOUT_S = 15  # conversation.hub.timeout_s on the spokes: one request to the hub (a loaded machine)
+PROBE_S = 1  # conversation.probe_interval_s on the spokes: the hub's return is seen within it
+
+
+def key_file_on_hub(role: str) -> str:
+    return f"/root/{role}.key"
+
+
+def setup(f: Fleet, spokes: tuple[str, ...] = SPOKES) -> None:
+    """Every host installed and running; the hub's peer API on; each spoke enrolled and using it."""
+    f.each(lambda role: f.install(role, () if role == HUB else SPOKE_AGENTS[1:]), (HUB, *spokes))
+    configure_hub(f)
+    for role in spokes:
+        enrol(f, role)
+    f.each(lambda role: configure_spoke(f, role), spokes)
+
+
+def configure_hub(f: Fleet) -> None:
+    """``agent-a`` in project infra (with spoke-1/ops), ``fleet.listen``; the daemon restarted."""
+    c = f.container(HUB)
+    operator.memstrata(c, "agent", "add", "agent-a", "--project", PROJECT)
+    registry = yaml.safe_load(c.read(REGISTRY))
+    members = registry["projects"][PROJECT]["members"]
+    members += [m for m in PROJECT_MEMBERS if m not in members]
+    c.write(REGISTRY, yaml.safe_dump(registry))
+    text = c.read(operator.CONFIG)
+    c.write(operator.CONFIG, text + f"fleet:\n  listen: {LISTEN}\n", mode=_mode(f, HUB))
+    c.run("systemctl", "restart", "memstrata.service", timeout=240)
+    warm = [{"agent": "main", "op": op, "args": ["the hub's first memory: its model loaded"], "kwargs": kwargs}
+            for op, kwargs in (("add", {"visibility": "private"}), ("memory_search", {}))]  # fmt: skip
+    answers = ops(f, HUB, warm)  # the hub's embedding model loaded before any spoke's request times out on it
+    assert all(a["status"] == 200 for a in answers), answers
+
+
+def enrol(f: Fleet, role: str, *extra: str, agents: tuple[str, ...] = SPOKE_AGENTS) -> str:
+    """``memstrata fleet add-host ROLE --agent … --key-file /root/ROLE.key [extra]`` on the hub, the key file
+    copied into the spoke (:data:`HUB_KEY`, 0600); the key."""
+    hub = f.container(HUB)
+    args = [a for agent in agents for a in ("--agent", agent)]
+    operator.memstrata(hub, "fleet", "add-host", role, *args, "--key-file", key_file_on_hub(role), *extra)
+    key = hub.read(key_file_on_hub(role))
+    f.container(role).write(HUB_KEY, key, mode=0o600)
+    return key.strip()
+
+
+def configure_spoke(f: Fleet, role: str) -> None:
+    """``conversation.backend: hub`` with the hub's URL and the key file; the daemon restarted."""
+    c = f.container(role)
+    text = c.read(operator.CONFIG)
+    hub = (
+        f'  backend: hub\n  hub: {{url: "{URL}", key_file: {HUB_KEY}, timeout_s: {HUB_TIMEOUT_S}}}\n'
+        f"  probe_interval_s: {PROBE_S}\n"
+    )
+    text, n = re.subn(r"^  backend: embedded\b.*\n", hub, text, count=1, flags=re.M)
+    assert n == 1, "no conversation backend line in the installed configuration"
+    c.write(operator.CONFIG, text, mode=_mode(f, role))
+    c.run("systemctl", "restart", "memstrata.service", timeout=240)
+
+
+def _mode(f: Fleet, role: str) -> int:
+    return int(f.run(role, "stat", "-c", "%a", operator.CONFIG).stdout.strip(), 8)
+
+
+# ------------------------------------------------------------ calls inside a host
+
+
+def driver(f: Fleet, role: str, *args: str, input: str | None = None, timeout: float = 600):
+    return f.run(role, PYTHON, DRIVER, *args, input=input, timeout=timeout, env=_env())
+
+
+def _env() -> dict[str, str]:
+    from tests.system.container import checkout_env
+
+    return checkout_env()
+
+
+def ops(f: Fleet, role: str, calls: list[dict], timeout: float = 600) -> list[dict]:
+    """Each call ``{"agent", "op", "args", "kwargs"}`` made by that agent of ``role`` (through its daemon)."""
+    out = driver(f, role, "ops", "--config", operator.CONFIG, input=json.dumps(calls), timeout=timeout).stdout
+    return json.loads(out)
+
+
+def call(f: Fleet, role: str, agent: str, op: str, *args: object, **kwargs: object) -> dict:
+    return ops(f, role, [{"agent": agent, "op": op, "args": list(args), "kwargs": kwargs}])[0]
+
+
+def listed(f: Fleet, role: str, agent: str, marker: str) -> list[dict]:
+    """What ``agent`` of ``role`` may read holding ``marker``: the hub's listing, every page."""
+    out = driver(f, role, "list", "--config", operator.CONFIG, "--agent", agent, "--marker", marker).stdout
+    return json.loads(out)
+
+
+def stream(f: Fleet, role: str, agent: str, marker: str, count: int, out: str, interval: float = 0.0,
+           stop_file: str | None = None, timeout: float = 1800) -> list[dict]:  # fmt: skip
+    """``count`` adds by ``agent`` of ``role`` one after another; every answer as the driver recorded it."""
+    args = ["stream", "--config", operator.CONFIG, "--agent", agent, "--marker", marker, "--count", str(count)]
+    args += ["--interval", str(interval), "--out", out] + (["--stop-file", stop_file] if stop_file else [])
+    driver(f, role, *args, timeout=timeout)
+    return answers(f, role, out)
+
+
+def answers(f: Fleet, role: str, out: str) -> list[dict]:
+    text = f.run(role, "cat", out, check=False).stdout
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def peer(f: Fleet, role: str, cases: list[dict], key_file: str = HUB_KEY, timeout: float = 900) -> list[dict]:
+    """Raw requests from ``role`` to the hub's peer port with the key in ``key_file`` (a thief's view)."""
+    out = driver(f, role, "peer", "--url", URL, "--key-file", key_file, input=json.dumps(cases), timeout=timeout)
+    return json.loads(out.stdout)
+
+
+def conversation(f: Fleet, role: str) -> dict:
+    return operator.status(f.container(role))["conversation"]
+
+
+def depth(f: Fleet, role: str) -> int:
+    return int(conversation(f, role)["queue"]["depth"])
