@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import yaml
 
@@ -28,7 +29,7 @@ HUB_KEY = "/etc/memstrata/hub-key"  # on a spoke: its key, as add-host wrote it 
 SPOKE_AGENTS = ("main", "ops")
 HUB_AGENTS = ("main", "agent-a")
 PROJECT = "infra"
-PROJECT_MEMBERS = ("agent-a", "spoke-1/ops")
+PROJECT_MEMBERS = ("agent-a", "spoke-1/ops")  # spoke-N/main may also write public memories
 REGISTRY = f"{operator.WORKSPACE}/skills/mem0-integration/project_registry.yaml"
 PYTHON = str(REPO_ROOT / ".venv" / "bin" / "python")
 DRIVER = str(REPO_ROOT / "tests" / "system" / "l4_driver.py")
@@ -56,25 +57,34 @@ def configure_hub(f: Fleet) -> None:
     registry = yaml.safe_load(c.read(REGISTRY))
     members = registry["projects"][PROJECT]["members"]
     members += [m for m in PROJECT_MEMBERS if m not in members]
+    for spoke in SPOKES:  # each spoke's main may write public memories, as the hub's main may
+        registry.setdefault("agents", {}).setdefault(f"{spoke}/main", {})["can_write_public"] = True
     c.write(REGISTRY, yaml.safe_dump(registry))
     text = c.read(operator.CONFIG)
     c.write(operator.CONFIG, text + f"fleet:\n  listen: {LISTEN}\n", mode=_mode(f, HUB))
     c.run("systemctl", "restart", "memstrata.service", timeout=240)
-    warm = [{"agent": "main", "op": op, "args": ["the hub's first memory: its model loaded"], "kwargs": kwargs}
-            for op, kwargs in (("add", {"visibility": "private"}), ("memory_search", {}))]  # fmt: skip
+    warm = [
+        {"agent": "main", "op": op, "args": ["the hub's first memory: its model loaded"], "kwargs": kwargs}
+        for op, kwargs in (("add", {"visibility": "private"}), ("memory_search", {}))
+    ]
     answers = ops(f, HUB, warm)  # the hub's embedding model loaded before any spoke's request times out on it
     assert all(a["status"] == 200 for a in answers), answers
 
 
-def enrol(f: Fleet, role: str, *extra: str, agents: tuple[str, ...] = SPOKE_AGENTS) -> str:
+def enrol(f: Fleet, role: str, *extra: str, agents: tuple[str, ...] = SPOKE_AGENTS, copy: bool = True) -> str:
     """``memstrata fleet add-host ROLE --agent … --key-file /root/ROLE.key [extra]`` on the hub, the key file
-    copied into the spoke (:data:`HUB_KEY`, 0600); the key."""
+    copied into the spoke (:data:`HUB_KEY`, 0600) unless ``copy`` is false (:func:`copy_key`); the key."""
     hub = f.container(HUB)
     args = [a for agent in agents for a in ("--agent", agent)]
     operator.memstrata(hub, "fleet", "add-host", role, *args, "--key-file", key_file_on_hub(role), *extra)
-    key = hub.read(key_file_on_hub(role))
-    f.container(role).write(HUB_KEY, key, mode=0o600)
-    return key.strip()
+    if copy:
+        copy_key(f, role)
+    return hub.read(key_file_on_hub(role)).strip()
+
+
+def copy_key(f: Fleet, role: str) -> None:
+    """The key add-host wrote on the hub, copied into the spoke as the operator does (root's, 0600)."""
+    f.container(role).write(HUB_KEY, f.container(HUB).read(key_file_on_hub(role)), mode=0o600)
 
 
 def configure_spoke(f: Fleet, role: str) -> None:
@@ -118,14 +128,37 @@ def call(f: Fleet, role: str, agent: str, op: str, *args: object, **kwargs: obje
     return ops(f, role, [{"agent": agent, "op": op, "args": list(args), "kwargs": kwargs}])[0]
 
 
+def added(f: Fleet, role: str, agent: str, text: str, wait_s: float = 180, **kwargs: object) -> str:
+    """The id of ``text`` added by ``agent`` of ``role``: answered by the hub, or (a hub slow to answer on a
+    loaded machine) queued, sent once the queue drains, and found in the agent's listing."""
+    answer = call(f, role, agent, "add", text, **kwargs)
+    assert answer["status"] == 200, answer
+    if not answer["answer"].get("queued"):
+        return answer["answer"]["results"][0]["id"]
+    deadline = time.monotonic() + wait_s
+    while depth(f, role) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    (found,) = [x["id"] for x in listed(f, role, agent, text)]
+    return found
+
+
 def listed(f: Fleet, role: str, agent: str, marker: str) -> list[dict]:
     """What ``agent`` of ``role`` may read holding ``marker``: the hub's listing, every page."""
     out = driver(f, role, "list", "--config", operator.CONFIG, "--agent", agent, "--marker", marker).stdout
     return json.loads(out)
 
 
-def stream(f: Fleet, role: str, agent: str, marker: str, count: int, out: str, interval: float = 0.0,
-           stop_file: str | None = None, timeout: float = 1800) -> list[dict]:  # fmt: skip
+def stream(
+    f: Fleet,
+    role: str,
+    agent: str,
+    marker: str,
+    count: int,
+    out: str,
+    interval: float = 0.0,
+    stop_file: str | None = None,
+    timeout: float = 1800,
+) -> list[dict]:
     """``count`` adds by ``agent`` of ``role`` one after another; every answer as the driver recorded it."""
     args = ["stream", "--config", operator.CONFIG, "--agent", agent, "--marker", marker, "--count", str(count)]
     args += ["--interval", str(interval), "--out", out] + (["--stop-file", stop_file] if stop_file else [])
@@ -150,3 +183,10 @@ def conversation(f: Fleet, role: str) -> dict:
 
 def depth(f: Fleet, role: str) -> int:
     return int(conversation(f, role)["queue"]["depth"])
+
+
+def settled(f: Fleet, role: str) -> bool:
+    """Nothing left in ``role``'s queue and its store (the hub's own, a spoke's hub) answering.  After a power
+    cut the hub answers while its store opens: it takes adds into its own queue, its listings are 503."""
+    section = conversation(f, role)
+    return bool(section["reachable"]) and not section["queue"]["depth"]
