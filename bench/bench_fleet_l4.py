@@ -11,7 +11,7 @@ Phases, each printing counts and ratios (nothing is asserted):
    delete / restore, supersede targets, their write_ids (with and without their text), search and list
    filters naming them or their owners, and ``X-Memstrata-Agent`` headers and body ``agent`` fields naming
    spoke-2's agents (or their spellings).  A leak: a memory of theirs in an answer (its id, or an owner
-   ``spoke-2/…``), or a secret word of theirs the request did not carry; afterwards spoke-2's agents list
+   ``spoke-2/…``), or a secret word of theirs the attacker never sent; afterwards spoke-2's agents list
    their memories: any changed, gone or added is counted too.
 2. **Flaps and a hub SIGKILL.**  Two agents per spoke add a memory every ``--interval`` s (tests/system/l4_driver.py
    records every answer before the next add) while each spoke's link flaps ``--flaps`` times (down 0.5-10 s,
@@ -53,6 +53,7 @@ CASES = 400
 QUERIES = 50
 ATTACKER, VICTIM = "spoke-1", "spoke-2"
 REPLICA = "replica: branch i48-replica"
+PHASES = ("isolation", "search latency", "flaps and a hub SIGKILL", "replica")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -134,7 +135,7 @@ def cases(planted: list[dict], count: int, rng: random.Random) -> list[tuple[str
         "*",
         "admin",
         "%2F",
-        "ops\nmain",
+        "ops main",
     ]
     out: list[tuple[str, dict]] = []
 
@@ -214,13 +215,13 @@ def cases(planted: list[dict], count: int, rng: random.Random) -> list[tuple[str
     return out
 
 
-def leaked(case: dict, answer: dict, planted: list[dict]) -> bool:
-    """A memory of theirs in the answer (by id or by owner), or a secret word of theirs the request did not send.
+def leaked(sent: str, answer: dict, planted: list[dict]) -> bool:
+    """A memory of theirs in the answer (by id or by owner), or a secret word of theirs the attacker never sent.
 
     Ids and owners, not texts: a request may carry their text itself (a guessed write_id sent with their
-    words), and the attacker's own copy of it is then the attacker's to read."""
+    words), and the attacker's own copy of it is then the attacker's to read; ``sent`` is every request so
+    far, this one included."""
     theirs = {p["id"].lower() for p in planted}
-    sent = json.dumps(case)
     secrets = [w for p in planted for w in (p["secret"], p.get("old_secret")) if w and w not in sent]
     if any(w in answer["body"] for w in secrets):
         return True
@@ -256,13 +257,17 @@ def isolation(f: Fleet, count: int, seed: int) -> None:
     took = time.monotonic() - t0
     per: dict[str, Counter] = {}
     leaks = []
+    sent = ""
     for (kind, case), answer in zip(generated, answers, strict=True):
+        sent += json.dumps(case)
         c = per.setdefault(kind, Counter())
         c["cases"] += 1
         c[f"{answer['status'] // 100}xx"] += 1
-        if leaked(case, answer, planted):
+        if leaked(sent, answer, planted):
             c["leaks"] += 1
             leaks.append((kind, case, answer["status"], answer["body"][:200]))
+    kept = Path(tempfile.gettempdir()) / f"bench-fleet-l4-{tag}.json"  # every request and answer, to look into
+    kept.write_text(json.dumps({"planted": planted, "cases": generated, "answers": answers}))
     after = {a: {m["id"]: m["memory"] for m in l4.listed(f, VICTIM, a, tag)} for a in l4.SPOKE_AGENTS}
     changed = sum(1 for a in before for i, text in before[a].items() if after[a].get(i) != text)
     added = sum(len(set(after[a]) - set(before[a])) for a in before)
@@ -272,6 +277,7 @@ def isolation(f: Fleet, count: int, seed: int) -> None:
         f"memories of {VICTIM}'s agents, in {took:.0f} s; leaks {total} (target 0); their memories changed "
         f"{changed}, gone or added {added + sum(len(set(before[a]) - set(after[a])) for a in before)} (target 0)"
     )
+    print(f"  every request and answer: {kept}")
     print(f"  {'kind':<18} {'cases':>5} {'2xx':>5} {'4xx':>5} {'5xx':>5} {'leaks':>5}")
     for kind, c in per.items():
         print(f"  {kind:<18} {c['cases']:>5} {c['2xx']:>5} {c['4xx']:>5} {c['5xx']:>5} {c['leaks']:>5}")
@@ -438,6 +444,7 @@ def main(
     queries: int | None = None,
     seed: int = 48,
     interval: float = 1.5,
+    only: list[str] | None = None,
 ) -> None:
     if os.geteuid() != 0 or not shutil.which("systemd-nspawn"):
         print("skipped: root and systemd-nspawn needed (the booted fleet)")
@@ -460,6 +467,8 @@ def main(
             ("flaps and a hub SIGKILL", lambda: flaps_and_kill(fleet, flap_count, seed, interval)),
             ("replica", replica_stubs),
         ):
+            if only and phase not in only:
+                continue
             t0 = time.monotonic()
             try:
                 run()
@@ -478,5 +487,13 @@ if __name__ == "__main__":
     parser.add_argument("--queries", type=int, default=QUERIES, help="search latency: searches")
     parser.add_argument("--interval", type=float, default=1.5, help="seconds between a writer's adds")
     parser.add_argument("--seed", type=int, default=48)
+    parser.add_argument("--only", nargs="*", choices=PHASES, default=None, help="these phases (default: all)")
     args = parser.parse_args()
-    main(flap_count=args.flaps, case_count=args.cases, queries=args.queries, seed=args.seed, interval=args.interval)
+    main(
+        flap_count=args.flaps,
+        case_count=args.cases,
+        queries=args.queries,
+        seed=args.seed,
+        interval=args.interval,
+        only=args.only,
+    )

@@ -42,16 +42,32 @@ def key_file_on_hub(role: str) -> str:
 
 
 def setup(f: Fleet, spokes: tuple[str, ...] = SPOKES) -> None:
-    """Every host installed and running; the hub's peer API on; each spoke enrolled and using it."""
-    f.each(lambda role: f.install(role, () if role == HUB else SPOKE_AGENTS[1:]), (HUB, *spokes))
+    """Every host installed, configured, then started once (memstrata.service); the hub's peer API on, each
+    spoke enrolled and using it; the hub's model loaded."""
+
+    def install(role: str) -> None:  # tests/system/fleet.py's Fleet.install without its start
+        c = f.container(role)
+        operator.install(c)
+        for agent in SPOKE_AGENTS[1:] if role != HUB else ():
+            operator.memstrata(c, "agent", "add", agent)
+
+    f.each(install, (HUB, *spokes))
     configure_hub(f)
     for role in spokes:
         enrol(f, role)
-    f.each(lambda role: configure_spoke(f, role), spokes)
+    f.each(lambda role: configure_spoke(f, role, start=False), spokes)
+    f.each(lambda role: f.run(role, "systemctl", "start", "memstrata.service", timeout=240), (HUB, *spokes))
+    warm = [
+        {"agent": "main", "op": op, "args": ["the hub's first memory: its model loaded"], "kwargs": kwargs}
+        for op, kwargs in (("add", {"visibility": "private"}), ("memory_search", {}))
+    ]
+    answers = ops(f, HUB, warm)  # the hub's embedding model loaded before any spoke's request times out on it
+    assert all(a["status"] == 200 for a in answers), answers
 
 
 def configure_hub(f: Fleet) -> None:
-    """``agent-a`` in project infra (with spoke-1/ops), ``fleet.listen``; the daemon restarted."""
+    """``agent-a`` in project infra (with spoke-1/ops), each spoke's main allowed public memories,
+    ``fleet.listen``; read when the daemon (re)starts."""
     c = f.container(HUB)
     operator.memstrata(c, "agent", "add", "agent-a", "--project", PROJECT)
     registry = yaml.safe_load(c.read(REGISTRY))
@@ -62,13 +78,6 @@ def configure_hub(f: Fleet) -> None:
     c.write(REGISTRY, yaml.safe_dump(registry))
     text = c.read(operator.CONFIG)
     c.write(operator.CONFIG, text + f"fleet:\n  listen: {LISTEN}\n", mode=_mode(f, HUB))
-    c.run("systemctl", "restart", "memstrata.service", timeout=240)
-    warm = [
-        {"agent": "main", "op": op, "args": ["the hub's first memory: its model loaded"], "kwargs": kwargs}
-        for op, kwargs in (("add", {"visibility": "private"}), ("memory_search", {}))
-    ]
-    answers = ops(f, HUB, warm)  # the hub's embedding model loaded before any spoke's request times out on it
-    assert all(a["status"] == 200 for a in answers), answers
 
 
 def enrol(f: Fleet, role: str, *extra: str, agents: tuple[str, ...] = SPOKE_AGENTS, copy: bool = True) -> str:
@@ -87,8 +96,8 @@ def copy_key(f: Fleet, role: str) -> None:
     f.container(role).write(HUB_KEY, f.container(HUB).read(key_file_on_hub(role)), mode=0o600)
 
 
-def configure_spoke(f: Fleet, role: str) -> None:
-    """``conversation.backend: hub`` with the hub's URL and the key file; the daemon restarted."""
+def configure_spoke(f: Fleet, role: str, start: bool = True) -> None:
+    """``conversation.backend: hub`` with the hub's URL and the key file; the daemon restarted (``start``)."""
     c = f.container(role)
     text = c.read(operator.CONFIG)
     hub = (
@@ -98,7 +107,8 @@ def configure_spoke(f: Fleet, role: str) -> None:
     text, n = re.subn(r"^  backend: embedded\b.*\n", hub, text, count=1, flags=re.M)
     assert n == 1, "no conversation backend line in the installed configuration"
     c.write(operator.CONFIG, text, mode=_mode(f, role))
-    c.run("systemctl", "restart", "memstrata.service", timeout=240)
+    if start:
+        c.run("systemctl", "restart", "memstrata.service", timeout=240)
 
 
 def _mode(f: Fleet, role: str) -> int:

@@ -129,8 +129,8 @@ def peer(args: argparse.Namespace) -> None:
             connection.request(case["method"], case["path"], body=payload, headers=headers)
             response = connection.getresponse()
             answers.append({"status": response.status, "body": response.read().decode(errors="replace")})
-        except (OSError, http.client.HTTPException) as error:
-            answers.append({"status": 0, "body": f"{type(error).__name__}: {error}"})
+        except (OSError, http.client.HTTPException, ValueError) as error:  # ValueError: a header http.client refuses
+            answers.append({"status": 0, "body": f"not sent: {type(error).__name__}: {error}"})
         finally:
             connection.close()
     print(json.dumps(answers))

@@ -25,7 +25,7 @@ from tests.system.container import ContainerError
 from tests.system.fleet import HUB
 
 pytestmark = pytest.mark.slow
-DRAIN_S = 180  # a queue sent to the hub: generous, the machine is shared
+DRAIN_S = 300  # a queue sent to the hub: generous, the machine is shared
 
 
 def _poll(check, timeout: float, what: str, interval: float = 0.5):
@@ -51,12 +51,6 @@ def hub_l4(fleet):
     return fleet
 
 
-def _found(f, role: str, agent: str, query: str) -> list[str]:
-    answer = l4.call(f, role, agent, "memory_search", query, limit=50)
-    assert answer["status"] == 200 and answer["answer"]["degraded"] is False, answer
-    return [r["id"] for r in answer["answer"]["results"]]
-
-
 def test_private_public_and_project_memories_reach_exactly_the_agents_that_may_read_them(hub_l4):
     f = hub_l4
     m = f"v{uuid.uuid4().hex[:8]}"
@@ -74,11 +68,7 @@ def test_private_public_and_project_memories_reach_exactly_the_agents_that_may_r
         visibility="project",
         project=l4.PROJECT,
     )
-
-    owner = l4.call(f, "spoke-1", "main", "get", private)
-    assert owner["status"] == 200 and owner["answer"]["agent_id"] == "spoke-1/main", owner  # the hub's name for it
-    assert l4.call(f, "spoke-1", "ops", "get", project)["answer"]["agent_id"] == "spoke-1/ops"
-    query = f"{m} boathouse key opens pump"
+    memories = {private, public, project}
     readers = {  # (host, agent): what it may read of the three
         ("spoke-1", "main"): {private, public},
         ("spoke-1", "ops"): {public, project},  # spoke-1/ops is a member of infra on the hub
@@ -87,12 +77,28 @@ def test_private_public_and_project_memories_reach_exactly_the_agents_that_may_r
         (HUB, "main"): {public},
         (HUB, "agent-a"): {public, project},
     }
-    for (role, agent), allowed in readers.items():
-        seen = set(_found(f, role, agent, query)) & {private, public, project}
-        assert seen == allowed, (role, agent, seen)
-        for memory_id in {private, public, project} - allowed:
-            denied = l4.call(f, role, agent, "get", memory_id)
-            assert denied["status"] == 404, (role, agent, denied)
+    query = f"{m} boathouse key opens pump"
+    for role in ("spoke-1", "spoke-2", HUB):  # one driver run per host: every agent's search and gets
+        agents = [(agent, allowed) for (r, agent), allowed in readers.items() if r == role]
+        calls = [
+            {"agent": agent, "op": op, "args": args, "kwargs": kwargs}
+            for agent, _ in agents
+            for op, args, kwargs in [("memory_search", [query], {"limit": 50})]
+            + [("get", [memory_id], {}) for memory_id in sorted(memories)]
+        ]
+        answers = iter(l4.ops(f, role, calls))
+        for agent, allowed in agents:
+            found = next(answers)
+            assert found["status"] == 200 and found["answer"]["degraded"] is False, found
+            seen = {r["id"] for r in found["answer"]["results"]} & memories
+            assert seen == allowed, (role, agent, seen)
+            for memory_id in sorted(memories):
+                got = next(answers)
+                if memory_id in allowed:
+                    owner = {private: "spoke-1/main", public: "spoke-2/main", project: "spoke-1/ops"}[memory_id]
+                    assert got["status"] == 200 and got["answer"]["agent_id"] == owner, got  # the hub's names
+                else:
+                    assert got["status"] == 404, (role, agent, got)
     mine = l4.listed(f, "spoke-2", "main", m)
     assert [x["id"] for x in mine] == [public]
 
@@ -133,7 +139,7 @@ def test_the_hub_killed_during_a_write_stream_keeps_every_acknowledged_add_exact
     results: dict = {}
 
     def write(role: str, agent: str) -> None:
-        results[(role, agent)] = l4.stream(f, role, agent, m, 400, outs[(role, agent)], interval=0.1, stop_file=stop)
+        results[(role, agent)] = l4.stream(f, role, agent, m, 400, outs[(role, agent)], interval=0.5, stop_file=stop)
 
     threads = [threading.Thread(target=write, args=w) for w in writers]
     for t in threads:
