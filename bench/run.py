@@ -21,6 +21,7 @@ from bench import (
     bench_daemon,
     bench_edge,
     bench_fleet,
+    bench_fleet_l4,
     bench_flood,
     bench_front,
     bench_hostile_files,
@@ -62,6 +63,7 @@ BENCHMARKS = {
     "power-cut": bench_power_cut.main,  # root only (loop devices); --runs N per cell
     "fleet": bench_fleet.main,  # root only (three booted hosts); --flaps N per spoke
     "openclaw-memory": bench_openclaw_memory.main,  # the real OpenClaw (make test-deps): plugin vs memory-core
+    "fleet-l4": bench_fleet_l4.main,  # root only (three booted hosts, L4 through the hub); --flaps N per spoke
 }
 
 
@@ -72,7 +74,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer samples, for a smoke run")
     parser.add_argument("--runs", type=int, default=None, help="power-cut: runs per operation and cut point (20)")
-    parser.add_argument("--flaps", type=int, default=None, help="fleet: link flaps per spoke (100)")
+    parser.add_argument("--flaps", type=int, default=None, help="fleet, fleet-l4: link flaps per spoke (100)")
     args = parser.parse_args()
     unknown = set(args.only) - set(BENCHMARKS)
     if unknown:
@@ -84,6 +86,8 @@ def main() -> None:
             bench_power_cut.main(quick=args.quick, runs=args.runs)
         elif name == "fleet":
             bench_fleet.main(quick=args.quick, flap_count=args.flaps)
+        elif name == "fleet-l4":
+            bench_fleet_l4.main(quick=args.quick, flap_count=args.flaps)
         else:
             BENCHMARKS[name](quick=args.quick)
         print(f"({name}: {time.monotonic() - started:.0f} s)", flush=True)
