@@ -35,7 +35,8 @@ PROFILES: dict[str, tuple[str, str]] = {
 }
 
 
-# Relevance: a query-to-passage cosine of the e5 model mapped onto [0, 1] so that a threshold means what it
+# L3's relevance (``memstrata search --threshold``; L4 has its own, below): a query-to-passage cosine of the e5
+# model mapped onto [0, 1] so that a threshold means what it
 # means in mem0 (its default 0.1 drops most of what is unrelated).  Measured by bench/bench_relevance.py on
 # the local multilingual-e5-small q4_0 (docs/facts.md, "Relevance"): unrelated pairs p50 0.744 (en) / 0.769
 # (zh) / 0.759 (mixed), p95 0.79 / 0.85 / 0.85; related pairs p50 0.829 / 0.894 / 0.831.  Pooled, a
