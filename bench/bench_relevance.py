@@ -1,22 +1,29 @@
-"""Query-to-passage cosines of the local e5 model, related vs unrelated pairs: where L4's relevance scale comes from.
+"""Query-to-passage cosines of the local e5 model, related vs unrelated pairs: where the relevance scales come from.
 
-mem0's ``threshold`` (default 0.1; its users pick 0.3-0.7) assumes a score near 0 for an unrelated
+mem0's ``threshold`` (default 0.1; its users pick 0.1-0.5) assumes a score near 0 for an unrelated
 memory.  e5's cosines are compressed into a narrow high band (an unrelated query scores ~0.75), so a
-raw cosine passes every threshold a mem0 user would pick.  This measures the band per language
-(English, Chinese, mixed) for pairs that answer each other and pairs that do not; the figures set
-``RELEVANCE_FLOOR``/``RELEVANCE_CEILING`` in layers/local/models/vectors.py (docs/facts.md, "Relevance").
+raw cosine passes every threshold a mem0 user would pick.  Two measurements:
 
-Run: ``.venv/bin/python -m bench.bench_relevance`` (needs the model `make setup` builds).
+- the built-in sets below (8 topics per language, each query against every memory): they set L3's
+  ``RELEVANCE_FLOOR``/``RELEVANCE_CEILING`` (``memstrata search --threshold``);
+- a labelled pair file (``--set tuned``: bench/relevance_pairs_tuned/pairs.yaml, what L4's
+  ``PAIR_FLOORS``/``PAIR_SPAN`` were fitted on; ``--set blind``: bench/relevance_pairs_blind, written by
+  someone who never saw the calibration, to check it): the cosines per language and what thresholds
+  0.1/0.3/0.5/0.7 keep of related and of unrelated pairs, on the old linear scale and on L4's.
+
+Run: ``.venv/bin/python -m bench.bench_relevance [--set tuned|blind]`` (needs the model `make setup` builds).
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
+import yaml
 
 from daemon.common.config import DEFAULT_MODEL_PATH
-from layers.local.models.vectors import LocalEmbedder, relevance
+from layers.local.models.vectors import LocalEmbedder, pair_relevance, relevance
 
 # (topic, query, a memory that answers it), per language.  A memory is related to a query when it is about
 # the query's topic (the same fact told in another language counts), unrelated otherwise.
@@ -81,7 +88,60 @@ def measure(embedder) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def main() -> int:
+PAIR_SETS = {
+    "tuned": Path(__file__).resolve().parent / "relevance_pairs_tuned" / "pairs.yaml",
+    "blind": Path(__file__).resolve().parent / "relevance_pairs_blind" / "pairs.yaml",
+}
+THRESHOLDS = (0.1, 0.3, 0.5, 0.7)
+
+
+def pair_cosines(embedder, pairs: list[dict]) -> list[float]:
+    """The cosine of each pair's query with its memory."""
+    memories = embedder.embed_passages([p["memory"] for p in pairs])
+    return [float(m @ embedder.embed_query(p["query"])) for p, m in zip(pairs, memories, strict=True)]
+
+
+def keep_rates(pairs: list[dict], scores: list[float], threshold: float) -> tuple[float, float]:
+    """The share of related pairs and of unrelated ones whose score is at least ``threshold``."""
+    kept = {True: [], False: []}
+    for pair, score in zip(pairs, scores, strict=True):
+        kept[bool(pair["related"])].append(score >= threshold)
+    return float(np.mean(kept[True])), float(np.mean(kept[False]))
+
+
+def main_pairs(name: str) -> int:
+    pairs = yaml.safe_load(PAIR_SETS[name].read_text(encoding="utf-8"))
+    embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
+    cosines = pair_cosines(embedder, pairs)
+    print(f"{name}: {len(pairs)} pairs ({sum(bool(p['related']) for p in pairs)} related)")
+    print(f"{'lang':<5} {'kind':<10} {'n':>4} {'min':>6} {'p5':>6} {'p50':>6} {'p95':>6} {'max':>6}")
+    for lang in sorted({p["lang"] for p in pairs}):
+        for related in (True, False):
+            c = [x for p, x in zip(pairs, cosines, strict=True) if p["lang"] == lang and bool(p["related"]) == related]
+            if c:
+                q = np.percentile(c, [0, 5, 50, 95, 100])
+                kind = "related" if related else "unrelated"
+                print(f"{lang:<5} {kind:<10} {len(c):>4} " + " ".join(f"{v:6.3f}" for v in q))
+    scales = {
+        "old linear 0.78-0.92": [relevance(c) for c in cosines],
+        "L4 (per language)": [
+            min(1.0, max(0.0, pair_relevance(c, p["query"], p["memory"]))) for p, c in zip(pairs, cosines, strict=True)
+        ],
+    }
+    for lang in [None, *sorted({p["lang"] for p in pairs})]:
+        subset = [i for i, p in enumerate(pairs) if lang is None or p["lang"] == lang]
+        print(f"\nkept, related / unrelated ({lang or 'all'}):")
+        for scale, scores in scales.items():
+            rates = [keep_rates([pairs[i] for i in subset], [scores[i] for i in subset], t) for t in THRESHOLDS]
+            cells = "   ".join(f"{t:.1f}: {r:4.0%} / {u:4.0%}" for t, (r, u) in zip(THRESHOLDS, rates, strict=True))
+            print(f"  {scale:<22} {cells}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--set" in argv:
+        return main_pairs(argv[argv.index("--set") + 1])
     embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
     figures = measure(embedder)
     print(f"{'set':<10} {'kind':<10} {'n':>4} {'min':>6} {'p50':>6} {'p95':>6} {'max':>6}   relevance p50 / max")
@@ -102,8 +162,6 @@ def main() -> int:
         print(f"  threshold {threshold:.1f}: related {kept['related']:5.0%}   unrelated {kept['unrelated']:5.0%}")
     return 0
 
-
-THRESHOLDS = (0.1, 0.3, 0.5, 0.7)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,7 +4,8 @@ mem0 with ``infer=False`` stores every non-system message with its role.  An ass
 "Got it! I'll remember that you're vegetarian." talks *about* the user and can outrank the user's own
 statement for "what do you know about me?".  This measures, with the local e5 model, where the user's
 own statements rank among a conversation's turns for questions about the user, with the assistant's
-relevance as it is and weighted by ``ASSISTANT_WEIGHT`` (layers/conversation/adapters/store.py).
+relevance as it is and weighted by ``ASSISTANT_WEIGHT`` (layers/conversation/adapters/store.py), ordered
+as L4's search orders.
 
 Run: ``.venv/bin/python -m bench.bench_roles``.
 """
@@ -59,9 +60,13 @@ def main() -> int:
     for weight in WEIGHTS:
         user_first, user_in_top5 = 0, []
         for question in QUESTIONS:
-            scores = np.array([embedder.relevance(c) for c in vectors @ embedder.embed_query(question)])
-            scores = np.where(roles == "assistant", scores * weight, scores)
-            order = np.argsort(-scores)
+            cosines = vectors @ embedder.embed_query(question)
+            # L4's order: the unclamped relevance (layers/local/models/vectors.py pair_relevance), then the cosine
+            texts = [text for _, text in turns]
+            pairs = zip(cosines, texts, strict=True)
+            scores = np.array([max(0.0, embedder.pair_relevance(c, question, t)) for c, t in pairs])
+            weights = np.where(roles == "assistant", weight, 1.0)
+            order = np.lexsort((-cosines * weights, -scores * weights))
             user_first += roles[order[0]] == "user"
             user_in_top5.append(int(np.sum(roles[order[:5]] == "user")))
         print(

@@ -861,15 +861,19 @@ class ConversationStore:
         used here because its filter processing merges a caller's ``AND`` items into the phase's own
         keys (see filters.py), and its BM25 and entity boosts have nothing to work with in this
         installation (no fastembed, no spaCy), so the ranking is the same semantic one.  Scores are
-        relevances: the embedder's calibrated map of the cosine onto [0, 1] (``relevance``, measured for
-        the local e5 model in layers/local/models/vectors.py), so that ``threshold`` means what it means in mem0;
-        an embedder without one gives the cosine clamped to [0, 1], as mem0's stores do.  ``explain`` adds
-        ``score_details`` (the phase, the visibility filter's verdict, the cosine, the relevance).
+        relevances: the embedder's calibrated map of the cosine onto [0, 1] (``pair_relevance``, measured for
+        the local e5 model in layers/local/models/vectors.py, on the Chinese scale when query and memory are
+        both Chinese), so that ``threshold`` means what it means in mem0; an embedder without one gives the
+        cosine clamped to [0, 1], as mem0's stores do.  ``explain`` adds ``score_details`` (the phase, the
+        visibility filter's verdict, the cosine, the relevance).  Results are ordered by the relevance
+        before it is clamped (so memories above the scale's top keep their order instead of tying at 1.0,
+        whatever phase they come from; issue 50), and a memory whose text is the query's own (words, case
+        and spacing aside) comes first, the caller's own before another agent's.
         Superseded and archived memories are left out inside each query (layers/conversation/policy/validity.py)
         unless ``show_superseded`` / ``show_archived``.  A result's score is its relevance (times the
         role's weight) times its importance's rank factor (layers/conversation/policy/decay.py); ``threshold``
         applies to the relevance, before importance: a faded memory ranks lower, it is not cut.
-        ``trust_min`` keeps memories of that trust and above, inside the query; equal scores rank by trust.
+        ``trust_min`` keeps memories of that trust and above, inside the query; equal cosines rank by trust.
         """
         mem0, _ = self._require()
         now = time.time()
@@ -878,9 +882,11 @@ class ConversationStore:
         fetch = min(max(4 * limit, 100), 1000) if text_match else limit  # substring checks drop candidates
         if self.decay.rank_weight:  # importance may lift one from past the first ``limit`` by relevance
             fetch = min(max(fetch, 2 * limit, limit + 10), 1000)
-        found: list[dict] = []
+        found: list[tuple[tuple, dict]] = []
         hidden = validity.hidden_states(show_superseded, show_archived)
         trusted = trust_filter(trust_min)
+        caller = next((phase.owner for phase in phases if phase.owner), None)
+        asked = _same_text_key(query)
         with _translate_errors("search"), self._optimize_held():
             vector = mem0.embedding_model.embed(query, "search")
             for phase in phases:
@@ -891,12 +897,15 @@ class ConversationStore:
                     if text_match and not matches(payload, combined):
                         continue
                     weight = ASSISTANT_WEIGHT if payload.get("role") == "assistant" else 1.0
-                    relevance = self.relevance(cosine) * weight
+                    unclamped = self.pair_relevance(cosine, query, payload.get("data") or "")
+                    relevance = min(1.0, max(0.0, unclamped)) * weight
                     if relevance < threshold:
                         continue
                     importance = self.decay.importance(payload, moment)
                     factor = self.decay.rank_factor(importance)
                     score = relevance * factor
+                    exact = _same_text_key(payload.get("data") or "") == asked
+                    own = exact and caller is not None and payload.get("agent_id") == caller
                     view = memory_view(point_id, payload, score, decay=self.decay)
                     view["phase"] = phase.name
                     if explain:
@@ -905,6 +914,8 @@ class ConversationStore:
                             "visibility": _why_visible(phase),
                             "cosine": round(float(cosine), 4),
                             "relevance": round(relevance / weight, 4),
+                            "unclamped_relevance": round(unclamped, 4),
+                            "exact_match": "own" if own else "other" if exact else None,
                             "role_weight": weight,
                             "importance": round(importance, 4),
                             "decay_factor": round(factor, 4),
@@ -913,11 +924,13 @@ class ConversationStore:
                             "threshold": threshold,
                             "filters": filters,
                         }
-                    found.append(view)
-        found.sort(key=_rank, reverse=True)
+                    scaled = weight * factor
+                    order = (int(own) + int(exact), max(0.0, unclamped) * scaled, float(cosine) * scaled)
+                    found.append(((*order, _trust_rank(view)), view))
+        found.sort(key=lambda item: item[0], reverse=True)
         seen: set[str] = set()
         merged = []
-        for view in found:
+        for _, view in found:
             key = view["hash"] or view["id"]
             if key not in seen:
                 seen.add(key)
@@ -928,6 +941,12 @@ class ConversationStore:
         """The embedder's relevance for a query-to-passage cosine, or the cosine clamped to [0, 1]."""
         calibrate = getattr(self.embedder, "relevance", None)
         return float(calibrate(cosine)) if calibrate is not None else min(1.0, max(0.0, float(cosine)))
+
+    def pair_relevance(self, cosine: float, query: str, memory: str) -> float:
+        """The embedder's L4 relevance of ``memory`` for ``query``, not clamped (above 1 it still orders results),
+        or, for an embedder without one, its :meth:`relevance` (the cosine clamped to [0, 1])."""
+        calibrate = getattr(self.embedder, "pair_relevance", None)
+        return float(calibrate(cosine, query, memory)) if calibrate is not None else self.relevance(cosine)
 
     def _nearest(self, mem0, query: str, vector, filters: dict | None, limit: int) -> builtins.list[tuple]:
         """(id, payload, score) of the ``limit`` nearest points matching ``filters`` (mem0's dictionary form)."""
@@ -1267,9 +1286,14 @@ class ConversationStore:
         return found
 
 
-def _rank(view: dict) -> tuple[float, int]:
-    """A search result's place: its score, then its trust (layers/conversation/policy/rules.py) among equal scores."""
-    return (view["score"] or 0.0, TRUST_RANK.get(view.get("trust") or "", TRUST_RANK[DEFAULT_TRUST]))
+def _trust_rank(view: dict) -> int:
+    """A result's trust (layers/conversation/policy/rules.py) as a number: the last tie-break of a search's order."""
+    return TRUST_RANK.get(view.get("trust") or "", TRUST_RANK[DEFAULT_TRUST])
+
+
+def _same_text_key(text: str) -> str:
+    """What two texts must share to be the same memory text: the words, whatever their case and spacing."""
+    return " ".join(text.split()).casefold()
 
 
 def _now_iso() -> str:

@@ -35,7 +35,8 @@ PROFILES: dict[str, tuple[str, str]] = {
 }
 
 
-# Relevance: a query-to-passage cosine of the e5 model mapped onto [0, 1] so that a threshold means what it
+# L3's relevance (``memstrata search --threshold``; L4 has its own, below): a query-to-passage cosine of the e5
+# model mapped onto [0, 1] so that a threshold means what it
 # means in mem0 (its default 0.1 drops most of what is unrelated).  Measured by bench/bench_relevance.py on
 # the local multilingual-e5-small q4_0 (docs/facts.md, "Relevance"): unrelated pairs p50 0.744 (en) / 0.769
 # (zh) / 0.759 (mixed), p95 0.79 / 0.85 / 0.85; related pairs p50 0.829 / 0.894 / 0.831.  Pooled, a
@@ -49,6 +50,33 @@ RELEVANCE_CEILING = 0.92
 def relevance(cosine: float, floor: float = RELEVANCE_FLOOR, ceiling: float = RELEVANCE_CEILING) -> float:
     """``cosine`` on the relevance scale: 0 at or below ``floor``, 1 at or above ``ceiling``, linear between."""
     return clamped((float(cosine) - floor) / (ceiling - floor))
+
+
+# L4's relevance (issue 50 item 5): what mem0's thresholds (0.1-0.5) are compared with in a memory search.  The
+# scale above kept 47% of related pairs at 0.5, and e5's cosines run ~0.07 higher when both sides are Chinese.
+# Fitted by bench/bench_relevance.py on bench/relevance_pairs_tuned (224 labelled pairs, English and Chinese):
+# related pairs p5/p50 0.789/0.829 (en), 0.845/0.898 (zh), unrelated p50/p95 0.766/0.810 (en), 0.837/0.894 (zh).
+# Relevance is linear from the floor (0) over PAIR_SPAN (1) of cosine; the floor is the Chinese one when the
+# query and the memory both hold Chinese characters.  docs/mem0.md, "Scores and thresholds", has the keep rates.
+PAIR_FLOORS = {"en": 0.78, "zh": 0.85}
+PAIR_SPAN = 0.04
+_CJK_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F))
+
+
+def has_chinese(text: str) -> bool:
+    """Whether ``text`` holds a CJK ideograph (its cosines with a Chinese query run higher)."""
+    return any(lo <= ord(ch) <= hi for ch in text for lo, hi in _CJK_RANGES)
+
+
+def pair_language(query: str, passage: str) -> str:
+    """The scale a query-to-memory cosine is read on: ``zh`` when both are Chinese, ``en`` otherwise."""
+    return "zh" if has_chinese(query) and has_chinese(passage) else "en"
+
+
+def pair_relevance(cosine: float, query: str, passage: str) -> float:
+    """L4's relevance of ``passage`` for ``query`` with no ceiling: clamped to [0, 1] it is the score a
+    threshold is compared with; unclamped it keeps the order of what lies above 1 (no ties at the top)."""
+    return (float(cosine) - PAIR_FLOORS[pair_language(query, passage)]) / PAIR_SPAN
 
 
 def clamped(cosine: float) -> float:
@@ -319,6 +347,10 @@ class LocalEmbedder:
         """A query-to-passage cosine on the relevance scale a threshold is compared with (see :func:`relevance`)."""
         return relevance(cosine) if self.calibrated else clamped(cosine)
 
+    def pair_relevance(self, cosine: float, query: str, passage: str) -> float:
+        """L4's unclamped relevance (:func:`pair_relevance`), or the cosine itself for a model never measured."""
+        return pair_relevance(cosine, query, passage) if self.calibrated else float(cosine)
+
     def embed_query_within(self, text: str, budget_s: float) -> np.ndarray:
         """:meth:`embed_query`, or :class:`VectorsUnavailableError` saying why once ``budget_s`` is
         spent: a model that is not loaded is loaded on a thread of its own (it stays loaded for
@@ -445,6 +477,9 @@ class OpenAIEmbedder:
 
     def relevance(self, cosine: float) -> float:
         return clamped(cosine)
+
+    def pair_relevance(self, cosine: float, query: str, passage: str) -> float:
+        return float(cosine)
 
     def dimension(self) -> int:
         return self.dim

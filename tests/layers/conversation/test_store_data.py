@@ -84,7 +84,7 @@ def test_a_filter_never_widens_what_the_caller_reads(any_store, hostile):
 
 def test_relevance_on_the_real_model_makes_mem0s_threshold_mean_something(store):
     """A raw e5 cosine is ~0.75 for an unrelated pair, above any threshold a mem0 user picks; on the calibrated
-    scale (layers/local/models/vectors.py RELEVANCE_FLOOR/CEILING, bench/bench_relevance.py) mem0's 0.1 drops it."""
+    scale (layers/local/models/vectors.py PAIR_FLOORS/PAIR_SPAN, bench/bench_relevance.py) mem0's 0.1 drops it."""
     store.add(memory("a", "Alice prefers tea over coffee"))
     store.add(memory("a", "The backup job runs every day at four in the morning"))
     store.add(memory("a", "部署了 Qdrant，端口 6333"))
