@@ -269,6 +269,8 @@ ConversationStatus = TypedDict(
         "tailscale": TailscaleView | None,
         "consolidation": dict[str, Any] | None,  # a consolidation under way: phase, done, total, since
         "use": dict[str, Any],  # hits waiting to be written, written, dropped (daemon/conversation/access.py)
+        "feed": dict[str, Any],  # the hub: its change feed for the spokes' replicas (daemon/conversation/feed.py)
+        "replica": dict[str, Any],  # a spoke: its replica of the hub's (daemon/conversation/hub_replica.py)
     },
     total=False,
 )
