@@ -264,7 +264,13 @@ class MemoryDaemon:
                 except ValueError as exc:
                     raise NotTheHub(str(exc)) from None
                 self._fleet_view = FleetView(config.git.remote, hub, config.silent_after_s)
-        return self._fleet_view.document(wait_s)
+        document = self._fleet_view.document(wait_s)
+        broker = self.parts.broker
+        if document is not None and isinstance(broker, Broker) and broker.feed is not None:
+            spokes = broker.feed.status()["spokes"]  # each spoke's replica as of its last feed request
+            for h in document.get("hosts") or []:
+                h["l4_replica"] = spokes.get(h.get("host"))
+        return document
 
     def call_in_loop(self, fn: Callable[[], T], timeout: float = 3600) -> T:
         """Run ``fn`` in the loop thread (the single writer) and return its result (API threads)."""
