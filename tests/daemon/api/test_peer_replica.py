@@ -15,6 +15,8 @@ import uuid
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.daemon.api.test_peer_api import Fleet
 from tests.helpers import DaemonProcess, registry_of, run_cli, wait_for, wait_reachable
@@ -111,6 +113,51 @@ def test_the_feed_gives_each_host_only_what_its_agents_may_read_with_their_names
     assert section["memories"] >= 2 and section["seq"] > 0 and section["epoch"]
     hub_feed = fleet.hub.status()["conversation"]["feed"]
     assert hub_feed["seq"] >= section["seq"] and set(hub_feed["spokes"]) >= {"spoke-1", "spoke-2"}
+
+
+# (writer host, writer agent, visibility): what each may write (public: the hub's main; infra: its members)
+WRITES = [
+    ("hub", "main", "public"),
+    ("hub", "main", "private"),
+    ("hub", "a", "project"),
+    ("hub", "a", "private"),
+    ("spoke-1", "main", "private"),
+    ("spoke-1", "b", "project"),
+    ("spoke-1", "b", "private"),
+    ("spoke-2", "main", "private"),
+]
+HOST_AGENTS = {"spoke-1": ["main", "b"], "spoke-2": ["main"]}
+INFRA = {"hub/a", "spoke-1/b"}  # members of infra, as the hub names them
+
+
+def expected_readers(host: str, writer: str, visibility: str) -> list[str]:
+    """Who of ``host``'s agents may read a memory ``writer`` (HOST/AGENT) wrote: the rule, written out."""
+    return [
+        agent
+        for agent in HOST_AGENTS[host]
+        if visibility == "public"
+        or (visibility == "project" and f"{host}/{agent}" in INFRA)
+        or (visibility == "private" and writer == f"{host}/{agent}")
+    ]
+
+
+@settings(
+    max_examples=24, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.sampled_from(WRITES), min_size=1, max_size=3))
+def test_generated_writes_reach_exactly_the_hosts_agents_that_may_read_them(fleet, writes):
+    made = []
+    for host, agent, visibility in writes:
+        options = {"project": "infra"} if visibility == "project" else {"visibility": visibility}
+        text = f"{uuid.uuid4().hex[:8]} generated {visibility} memory of {host}/{agent}"
+        writer = agent if host == "hub" else f"{host}/{agent}"
+        made.append((add(fleet, host, agent, text, **options), writer, visibility))
+    for host in HOST_AGENTS:
+        state = fed(fleet, host)
+        for memory_id, writer, visibility in made:
+            readers = expected_readers(host, writer, visibility)
+            memory = state.get(memory_id)
+            assert (memory["readers"] if memory else []) == readers, (host, writer, visibility)
 
 
 def test_routes_need_the_host_key_and_no_agent(fleet):
