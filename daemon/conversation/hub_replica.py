@@ -149,12 +149,16 @@ class HubReplica:
         while not self._stopping.is_set():
             try:
                 more = self.poll()
+                if self.last_error is not None:
+                    log.info("the replica follows the hub's feed again")
                 self.last_error = None
             except HubUnreachable as exc:
                 self.last_error, more = f"the hub is unreachable ({exc})", False
             except Exception as exc:  # a bad answer or a store error: said in status, tried again
-                log.warning("the replica could not apply the hub's feed: %s", exc)
-                self.last_error, more = f"{type(exc).__name__}: {exc}", False
+                error = f"{type(exc).__name__}: {exc}"
+                if error != self.last_error:  # logged once while it stays the same
+                    log.warning("the replica could not apply the hub's feed: %s", error)
+                self.last_error, more = error, False
                 self._stopping.wait(5.0)
             if not more:
                 self._wake.wait(self.poll_s)

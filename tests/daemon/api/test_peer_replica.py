@@ -85,7 +85,7 @@ def test_the_feed_gives_each_host_only_what_its_agents_may_read_with_their_names
     marker = uuid.uuid4().hex[:8]
     public = add(fleet, "hub", "main", f"{marker} the office wifi is called harbour", visibility="public")
     infra = add(fleet, "hub", "a", f"{marker} the infra pager rota is weekly", visibility="project", project="infra")
-    s1_private = add(fleet, "spoke-1", "main", f"{marker} spoke-1 main keeps its tea in drawer two", visibility="private")
+    s1_private = add(fleet, "spoke-1", "main", f"{marker} spoke-1 main: tea in drawer two", visibility="private")
     s1_infra = add(fleet, "spoke-1", "b", f"{marker} spoke-1 b: infra backups run at three", project="infra")
     s2_private = add(fleet, "spoke-2", "main", f"{marker} spoke-2 main parks on level four", visibility="private")
     hub_private = add(fleet, "hub", "main", f"{marker} the hub's main private note", visibility="private")
@@ -141,9 +141,7 @@ def expected_readers(host: str, writer: str, visibility: str) -> list[str]:
     ]
 
 
-@settings(
-    max_examples=24, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=24, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(WRITES), min_size=1, max_size=3))
 def test_generated_writes_reach_exactly_the_hosts_agents_that_may_read_them(fleet, writes):
     made = []

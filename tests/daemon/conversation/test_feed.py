@@ -50,3 +50,19 @@ def test_old_rows_are_compacted_after_the_retention(tmp_path):
     assert feed.horizon == 2
     feed.end(held)
     assert feed.since(2, 10) == ([(3, "c")], 3)
+
+
+def test_status_and_status_fleet_show_each_spokes_replica_lag_and_a_spokes_own_replica():
+    from daemon.front.fleet_status import render
+    from daemon.front.status import _replica_lines
+
+    host = {"host": "spoke-1", "state": "ok", "heard_ago_s": 3.0, "agents": [], "l4_replica": None}
+    document = {"top": "/srv/fleet", "silent_after_s": 900, "counts": {"hosts": 1}, "hosts": [host]}
+    assert "L4 replica" not in render(document)
+    host["l4_replica"] = {"seq": 1200, "lag": 7, "asked_s_ago": 1.0}
+    assert "L4 replica: seq 1,200, lag 7" in render(document)
+
+    spoke = {"replica": {"seq": 40, "lag": 2, "age_s": 3.0, "memories": 12, "rebuilds": 1, "last_error": None}}
+    assert "12 memories at seq 40 (lag 2)" in _replica_lines(spoke)[0]  # type: ignore[arg-type]
+    hub = {"feed": {"seq": 42, "horizon": 0, "spokes": {"spoke-1": {"seq": 40, "lag": 2, "asked_s_ago": 0.5}}}}
+    assert _replica_lines(hub) == ["  change feed for the spokes: seq 42 (spoke-1 lag 2)"]  # type: ignore[arg-type]
