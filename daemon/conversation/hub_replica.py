@@ -268,8 +268,10 @@ class HubReplica:
                 raise ReplicaError("stopping")
             store.flush()
             old_dir = self.meta.get("dir")
+            seconds = round(time.monotonic() - started, 2)
             with self._lock:
                 old, self.store = self.store, store
+                self.last_rebuild = {"why": why, "at": _now(), "memories": count, "seconds": seconds}
                 self.rebuilds += 1
                 self.meta.update(
                     dir=generation,
@@ -289,8 +291,6 @@ class HubReplica:
                     old.close()
             if old_dir and old_dir != generation:
                 shutil.rmtree(self.root / str(old_dir), ignore_errors=True)
-            seconds = round(time.monotonic() - started, 2)
-            self.last_rebuild = {"why": why, "at": _now(), "memories": count, "seconds": seconds}
             log.info("the replica was rebuilt from the hub's snapshot (%s): %d memories in %.1f s", why, count, seconds)
         except BaseException:
             if store is not None:

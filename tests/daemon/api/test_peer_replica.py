@@ -179,6 +179,9 @@ def test_changes_propagate_and_a_project_membership_removed_empties_it_from_the_
     assert state[kept]["payload"]["data"].endswith("tuesdays")
     assert state[kept]["payload"].get("superseded_by") == newer_id
     assert state[newer_id]["payload"]["data"].endswith("fridays")
+    with fleet.client("hub", "main") as c:
+        c.restore_memory("main", kept)  # valid again: the supersede undone
+    assert fed(fleet, "spoke-2")[kept]["payload"].get("superseded_by") is None
     assert fed(fleet, "spoke-1")[infra]["readers"] == ["b"]
 
     before = caught_up(fleet, "spoke-1")
