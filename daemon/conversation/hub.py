@@ -11,11 +11,12 @@ kept in the spoke's durable queue, synced, and answered ``queued`` as the broker
 the hub's replayer (daemon/conversation/hub_queue.py) sends it once the hub answers, exactly once by
 its write_id (one is made before the first send when the caller gave none, so an answer lost on the
 link is never a second memory).  While anything is queued, adds queue behind it: their order is kept.
-A search is answered from the caller's own L3 index, ``degraded: true`` with the reason, exactly as the
-broker answers with its store down (reads.py's ``l3_fallback``); every other operation (update, delete,
-restore, a superseding add, reads) is 503 saying nothing was changed: they need the hub's memories as
-they are now.  A prober asks the hub's health every ``conversation.probe_interval_s``, so that status
-says whether it is there and the replay starts when it is back.  Maintenance (cleanup, consolidation,
+A search is answered from this host's replica of what its agents may read on the hub (hub_replica.py: the
+hub's ranking, ``degraded: true``, the reason and ``replica_age_s``), or without one from the caller's own L3
+index, exactly as the broker answers with its store down (reads.py's ``l3_fallback``); every other operation
+(update, delete, restore, a superseding add, reads) is 503 saying nothing was changed: they need the hub's
+memories as they are now.  A prober asks the hub's health every ``conversation.probe_interval_s``, so that
+status says whether it is there and the replay starts when it is back.  Maintenance (cleanup, consolidation,
 backup, restore) is the hub's: here it answers 409 saying so.
 """
 

@@ -383,7 +383,12 @@ class HubReplica:
             if store is None:
                 return None
             store.embedder = self._embedder  # type: ignore[assignment]  # checked in unusable()
-            found = store.search(o.query, phases, o.limit, **options)
+            try:
+                found = store.search(o.query, phases, o.limit, **options)
+            except Exception as exc:  # the replica's store or the embedder failed: the caller's L3 answers
+                log.warning("the replica could not answer a search: %s", exc)
+                self.last_error = f"search: {type(exc).__name__}: {exc}"
+                return None
             readers_of = self._readers([str(r.get("superseded_by")) for r in found if r.get("superseded_by")])
         results = []
         for view in found:
