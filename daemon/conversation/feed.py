@@ -54,6 +54,13 @@ class ChangeFeed:
         self._tokens = 0
         self._appended = 0
         self.fed: dict[str, tuple[int, float]] = {}  # host → (the seq its replica asked after, when): status
+        try:
+            self._open()
+        except apsw.Error as exc:  # the daemon says L4 cannot start, naming the file
+            raise OSError(f"the change feed {path} cannot be opened: {exc}") from None
+
+    def _open(self) -> None:
+        path = self.path
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         os.close(fd)
