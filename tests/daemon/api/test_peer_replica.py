@@ -29,6 +29,10 @@ CONVERGE_S = 120  # generous: the machine is shared with other suites
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     f = Fleet(tmp_path_factory.mktemp("replica"))
+    for config in f.configs.values():  # a hub loading its models under load may take more than 10 s to answer
+        data = yaml.safe_load(config.read_text())
+        data["conversation"]["hub"]["timeout_s"] = 60
+        config.write_text(yaml.safe_dump(data))
     try:
         f.start()
         yield f
