@@ -291,6 +291,5 @@ class Broker:
             self.maintenance.consolidating,
         )
         status["use"] = self.access.status()
-        if self.feed is not None:
-            status["feed"] = self.feed.status()
+        status["feed"] = self.feed.status() if self.feed is not None else None
         return status

@@ -182,7 +182,8 @@ def _edge_index_lines(index: dict[str, Any] | None) -> list[str]:
 def _replica_lines(c: ConversationStatus) -> list[str]:
     """A spoke's replica of the hub (its seq, lag, age), and the hub's feed with each spoke's lag."""
     lines = []
-    r: Mapping[str, Any] | None = c.get("replica")
+    section: Mapping[str, Any] = c
+    r: Mapping[str, Any] | None = section.get("replica")  # a spoke's (HubConversationStatus)
     if r:
         lag = "?" if r.get("lag") is None else f"{r['lag']:,}"
         age = "never" if r.get("age_s") is None else f"{duration(r['age_s'])} ago"
