@@ -162,6 +162,25 @@ class StatusCollector(Collector):
             ),
         ):
             yield _one(name, doc, queue.get(key) or 0)
+        replica: Mapping[str, Any] | None = c.get("replica")  # a spoke's replica of the hub (hub_replica.py)
+        if replica:
+            if replica.get("lag") is not None:
+                yield _one(
+                    "memstrata_l4_replica_lag", "Changes of the hub's feed the replica has not applied", replica["lag"]
+                )
+            if replica.get("age_s") is not None:
+                yield _one(
+                    "memstrata_l4_replica_age_seconds", "Since the replica last heard the hub's feed", replica["age_s"]
+                )
+        feed: Mapping[str, Any] | None = c.get("feed")  # the hub's change feed for its spokes
+        if feed:
+            yield _one("memstrata_l4_feed_seq", "The hub's change feed: its settled sequence", feed.get("seq") or 0)
+            lag = _gauge(
+                "memstrata_l4_spoke_replica_lag", "A spoke's replica behind the feed (its last request)", ("host",)
+            )
+            for host, spoke in (feed.get("spokes") or {}).items():
+                lag.add_metric([str(host)], spoke.get("lag") or 0)
+            yield lag
 
     def _sync(self, s: Mapping[str, Any] | None) -> Iterator[Metric]:
         """git.remote: whether it answers, and per agent how far behind it is (none without a remote)."""

@@ -30,6 +30,7 @@ from starlette.routing import Route
 from daemon.api.app import L4_HOW, DaemonApi, l4_work
 from daemon.api.gate import Caller, Gate, sends_body, token_of
 from daemon.api.metrics import Metrics
+from daemon.api.peer_feed import FeedRoutes
 from daemon.api.requests import SCHEMAS
 from daemon.api.requests import Request as Schema
 from daemon.api.responses import ApiError, JSONResponse, as_response
@@ -124,8 +125,9 @@ def build_peer_app(daemon: DaemonApi, peers: PeerTable, metrics: Metrics | None 
     async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": f"{request.method} is not a method of {request.url.path}"[:1000]}, 405)
 
+    replicas = FeedRoutes(lambda: daemon.broker, peers).routes(lambda: daemon.guard.redact)  # the spokes' replicas
     app = Starlette(
-        routes=[*routes, Route(HEALTH_PATH, health, methods=["GET"])],
+        routes=[*routes, *replicas, Route(HEALTH_PATH, health, methods=["GET"])],
         exception_handlers={404: not_found, 405: not_allowed},
     )
     app.router.redirect_slashes = False

@@ -152,6 +152,10 @@ class FleetConfig(StrictModel):
     # On the hub: where its peer API answers the spokes' L4 requests (daemon/api/peer.py), "HOST:PORT",
     # the hub's tailnet address; None: off.  Never a wildcard address (0.0.0.0, ::): see listen_address.
     listen: str | None = None
+    # On the hub: how long its change feed keeps a row for the spokes' replicas (daemon/conversation/feed.py),
+    # and at most how many; a spoke that was away longer rebuilds its replica from a snapshot.
+    feed_retention_days: float = pydantic.Field(7.0, gt=0, le=3650)
+    feed_max_entries: int = pydantic.Field(100_000, ge=100, le=100_000_000)
 
     @pydantic.field_validator("host")
     @classmethod

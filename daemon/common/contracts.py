@@ -269,6 +269,8 @@ ConversationStatus = TypedDict(
         "tailscale": TailscaleView | None,
         "consolidation": dict[str, Any] | None,  # a consolidation under way: phase, done, total, since
         "use": dict[str, Any],  # hits waiting to be written, written, dropped (daemon/conversation/access.py)
+        # the hub (fleet.listen): its change feed for the spokes' replicas (daemon/conversation/feed.py); else None
+        "feed": dict[str, Any] | None,
     },
     total=False,
 )
@@ -278,6 +280,7 @@ class HubConversationStatus(ConversationStatus, total=False):
     """A spoke's section (``conversation.backend: hub``, daemon/conversation/hub.py): the hub's part besides."""
 
     hub: dict[str, Any]  # this host as the hub knows it, the last contact, the replay's last failed send
+    replica: dict[str, Any]  # its replica of what its agents may read on the hub (daemon/conversation/hub_replica.py)
 
 
 class SyncRefused(TypedDict):

@@ -31,6 +31,7 @@ from daemon.common.settings import decay_rules, store_deadline, store_settings
 from daemon.common.storage import StorageHealth
 from daemon.conversation.access import AccessRecorder
 from daemon.conversation.checkpoint import Checkpointer
+from daemon.conversation.feed import ChangeFeed, feed_path
 from daemon.conversation.maintenance_jobs import Maintenance
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import Reads
@@ -94,6 +95,15 @@ class Broker:
         self.queue_access = QueueAccess(self.queue, self.storage)
         self.queue_access.open()  # a full disk leaves it closed: writes then go to the store or get 507
         store.decay = decay_rules(config)  # how importance ranks searches (layers/conversation/policy/decay.py)
+        # the hub (fleet.listen): every change is recorded for the spokes' replicas, the write-ahead log's
+        # replay at start included, so the feed is the store's before anything can change it
+        self.feed: ChangeFeed | None = None
+        if config.fleet.listen:
+            fleet = config.fleet
+            self.feed = ChangeFeed(
+                feed_path(config.paths.state_dir), fleet.feed_retention_days * 86400, fleet.feed_max_entries
+            )
+            store.feed = self.feed
         self.thread = StoreThread(
             store, Breaker(c.probe_interval_s), store_deadline(config), self.storage, on_change, pause
         )
@@ -168,6 +178,8 @@ class Broker:
             return False  # it still holds the queue; the process exit closes it
         self.queue.close()
         self.tombstones.close()
+        if self.feed is not None and worker_ended:
+            self.feed.close()
         return worker_ended
 
     def reconfigure(self, config: Config) -> list[str]:
@@ -258,7 +270,10 @@ class Broker:
         return self.maintenance.backup(keep)
 
     def restore(self, archive: Path) -> dict[str, Any]:
-        return self.maintenance.restore(archive)
+        result = self.maintenance.restore(archive)
+        if self.feed is not None:  # the whole collection replaced: every spoke rebuilds its replica
+            self.feed.new_epoch()
+        return result
 
     # ------------------------------------------------------------ status (daemon/conversation/status_section.py)
 
@@ -276,4 +291,5 @@ class Broker:
             self.maintenance.consolidating,
         )
         status["use"] = self.access.status()
+        status["feed"] = self.feed.status() if self.feed is not None else None
         return status

@@ -11,11 +11,12 @@ kept in the spoke's durable queue, synced, and answered ``queued`` as the broker
 the hub's replayer (daemon/conversation/hub_queue.py) sends it once the hub answers, exactly once by
 its write_id (one is made before the first send when the caller gave none, so an answer lost on the
 link is never a second memory).  While anything is queued, adds queue behind it: their order is kept.
-A search is answered from the caller's own L3 index, ``degraded: true`` with the reason, exactly as the
-broker answers with its store down (reads.py's ``l3_fallback``); every other operation (update, delete,
-restore, a superseding add, reads) is 503 saying nothing was changed: they need the hub's memories as
-they are now.  A prober asks the hub's health every ``conversation.probe_interval_s``, so that status
-says whether it is there and the replay starts when it is back.  Maintenance (cleanup, consolidation,
+A search is answered from this host's replica of what its agents may read on the hub (hub_replica.py: the
+hub's ranking, ``degraded: true``, the reason and ``replica_age_s``), or without one from the caller's own L3
+index, exactly as the broker answers with its store down (reads.py's ``l3_fallback``); every other operation
+(update, delete, restore, a superseding add, reads) is 503 saying nothing was changed: they need the hub's
+memories as they are now.  A prober asks the hub's health every ``conversation.probe_interval_s``, so that
+status says whether it is there and the replay starts when it is back.  Maintenance (cleanup, consolidation,
 backup, restore) is the hub's: here it answers 409 saying so.
 """
 
@@ -45,6 +46,7 @@ from daemon.common.guard import SecretGuard
 from daemon.common.storage import StorageHealth, is_storage_error
 from daemon.conversation.hub_client import HEALTH_PATH, HubAnswer, HubClient, HubUnreachable, read_key
 from daemon.conversation.hub_queue import AWAY, HubReplayer, entry, hub_message
+from daemon.conversation.hub_replica import HubReplica
 from daemon.conversation.queue import QueueAccess
 from daemon.conversation.reads import l3_fallback
 from daemon.conversation.writes import refuse_secrets
@@ -101,6 +103,7 @@ class HubBroker:
         storage: StorageHealth,
         guard: Callable[[], SecretGuard],  # never_store, checked before an add is queued (the hub checks again)
         on_change: Callable[[], None] = lambda: None,
+        replica: Callable[[HubBroker], HubReplica] | None = None,  # the offline replica (None: none kept)
     ) -> None:
         self.config = config
         self.guard = guard
@@ -123,6 +126,7 @@ class HubBroker:
         self.replayer = HubReplayer(
             self.queue, self._send, audit, on_change, lambda: self.config.conversation.probe_interval_s
         )
+        self.replica = replica(self) if replica is not None else None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -130,10 +134,14 @@ class HubBroker:
         self._prober = threading.Thread(target=self._probe_loop, name="hub-probe", daemon=True)
         self._prober.start()
         self.replayer.start()
+        if self.replica is not None:
+            self.replica.start()
 
     def request_stop(self) -> None:
         self._stopping.set()
         self.replayer.request_stop()
+        if self.replica is not None:
+            self.replica.request_stop()
 
     def stop(self, timeout: float = 3.0) -> bool:
         """Both threads ended within ``timeout`` (a send in flight may take the hub's timeout): queued rows stay."""
@@ -143,6 +151,8 @@ class HubBroker:
         if self._prober is not None:
             self._prober.join(max(0.0, deadline - time.monotonic()))
             ended = ended and not self._prober.is_alive()
+        if self.replica is not None:
+            ended = self.replica.stop(max(0.0, deadline - time.monotonic())) and ended
         if ended:
             self.queue.queue.close()
         return ended
@@ -182,6 +192,8 @@ class HubBroker:
         if changed:
             log.info("the hub %s is reachable", self.client.url)
             self.replayer.wake(hub_back=True)
+            if self.replica is not None:
+                self.replica.wake()
             self.on_change()
 
     def _down(self, why: str) -> None:
@@ -241,7 +253,7 @@ class HubBroker:
         queue when the hub is away or anything is queued already.
         """
         if o.supersedes is not None:
-            return self._call(o, o.agent)
+            return self._changing(o, o.agent)
         agent = o.agent
         method, path, params, body = o.request()
         body = dict(body or {})
@@ -259,7 +271,13 @@ class HubBroker:
             return self._enqueue(o, request, write_id, f"the hub is unreachable ({exc})")
         if answer.status in AWAY:
             return self._enqueue(o, request, write_id, f"the hub answered {answer.status}: {hub_message(answer)}")
+        self._changed_on_hub()
         return self._answered(answer)
+
+    def _changed_on_hub(self) -> None:
+        """An agent of this host changed something on the hub: the replica asks the feed at once."""
+        if self.replica is not None:
+            self.replica.wake()
 
     def _enqueue(self, o: Add, request: dict[str, Any], write_id: str, why: str) -> dict[str, Any]:
         """The add in the spoke's queue, synced before the answer; NotStoredError when its disk refuses it.
@@ -309,16 +327,21 @@ class HubBroker:
     # ------------------------------------------------------------ requests (as the broker's)
 
     def update(self, o: Update) -> dict[str, Any]:
-        return self._call(o, o.agent)
+        return self._changing(o, o.agent)
 
     def delete(self, agent: str, memory_id: str) -> dict[str, Any]:
-        return self._call(Delete(agent, memory_id), agent)
+        return self._changing(Delete(agent, memory_id), agent)
 
     def restore_memory(self, o: RestoreMemory) -> dict[str, Any]:
-        return self._call(o, o.agent)
+        return self._changing(o, o.agent)
 
     def delete_all(self, o: DeleteAll) -> dict[str, Any]:
-        return self._call(o, o.agent)
+        return self._changing(o, o.agent)
+
+    def _changing(self, o: Operation, agent: str) -> dict[str, Any]:
+        answer = self._call(o, agent)
+        self._changed_on_hub()
+        return answer
 
     def search(self, o: MemorySearch) -> dict[str, Any]:
         try:
@@ -329,6 +352,10 @@ class HubBroker:
             if exc.status != 503:
                 raise
             reason = f"the hub cannot search now ({exc})"
+        if self.replica is not None:
+            answer = self.replica.search(o, reason)  # what this host's agents may read, as the hub last said
+            if answer is not None:
+                return answer
         return l3_fallback(o, reason, self.local_search)
 
     def get_all(self, o: List) -> dict[str, Any]:
@@ -381,6 +408,7 @@ class HubBroker:
                 "last_contact": self.last_contact,
                 "replay_error": self.replayer.last_error,  # the last failed send of a queued add
             },
+            **({"replica": self.replica.status()} if self.replica is not None else {}),
         }
 
     def _queue_status(self) -> QueueStatus:

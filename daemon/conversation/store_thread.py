@@ -142,6 +142,7 @@ class StoreThread:
             self.store = ConversationStore(settings, embedder, dim)
             self.store.decay = old_store.decay
             self.store.changed = old_store.changed
+            self.store.feed = old_store.feed
 
         self.worker.submit(swap)
         self.fatal = ""  # a store refused for its configuration gets another chance

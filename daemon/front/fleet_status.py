@@ -115,4 +115,10 @@ def _host_lines(h: dict[str, Any], now: str | None) -> list[str]:
         lines.append(f"      {a['id']:<20} {text}")
     if h.get("agents_left_out"):
         lines.append(f"      … {h['agents_left_out']} agent(s) left out (over the cap, or not valid)")
+    replica = h.get("l4_replica")  # the hub's change feed: where this spoke's replica stood when it last asked
+    if replica:
+        lines.append(
+            f"      L4 replica: seq {replica.get('seq', 0):,}, lag {replica.get('lag', 0):,} "
+            f"(asked {ago(replica.get('asked_s_ago'))})"
+        )
     return lines

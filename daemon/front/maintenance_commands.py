@@ -58,6 +58,11 @@ def _direct_store(config: Config, command: str, embed: bool = False) -> Iterator
         yield store
     finally:
         store.close()
+        if config.fleet.listen and command != "backup":
+            # the hub's store changed with no daemon to record it in the change feed: its spokes rebuild
+            from daemon.conversation.feed import bump_epoch
+
+            bump_epoch(config.paths.state_dir)
         if lock is not None:
             lock.close()
 

@@ -179,6 +179,31 @@ def _edge_index_lines(index: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _replica_lines(c: ConversationStatus) -> list[str]:
+    """A spoke's replica of the hub (its seq, lag, age), and the hub's feed with each spoke's lag."""
+    lines = []
+    section: Mapping[str, Any] = c
+    r: Mapping[str, Any] | None = section.get("replica")  # a spoke's (HubConversationStatus)
+    if r:
+        lag = "?" if r.get("lag") is None else f"{r['lag']:,}"
+        age = "never" if r.get("age_s") is None else f"{duration(r['age_s'])} ago"
+        lines.append(
+            f"  replica of the hub: {r.get('memories', 0):,} memories at seq {r.get('seq', 0):,} (lag {lag}), "
+            f"heard {age}, {r.get('rebuilds', 0)} rebuild(s)"
+        )
+        if r.get("rebuilding"):
+            lines.append(f"  replica: rebuilding from the hub's snapshot ({r['rebuilding'].get('why')})")
+        if r.get("last_error"):
+            lines.append(f"  replica: {r['last_error']}")
+        if r.get("not_searchable"):
+            lines.append(f"  replica not searched with the hub away: {r['not_searchable']}")
+    f: Mapping[str, Any] | None = c.get("feed")
+    if f:
+        spokes = ", ".join(f"{h} lag {s.get('lag', 0):,}" for h, s in (f.get("spokes") or {}).items())
+        lines.append(f"  change feed for the spokes: seq {f.get('seq', 0):,}" + (f" ({spokes})" if spokes else ""))
+    return lines
+
+
 def _conversation_lines(c: ConversationStatus) -> tuple[list[str], list[str]]:
     """L4's section, and its problems (a store unreachable or off, writes set aside, a registry that
     does not load, a failed import): those are listed with the problems at the top instead."""
@@ -240,6 +265,7 @@ def _conversation_lines(c: ConversationStatus) -> tuple[list[str], list[str]]:
         )
     if q.get("replayed") or q.get("skipped_already_written"):
         lines.append(f"  replayed: {q.get('replayed', 0)} written, {q.get('skipped_already_written', 0)} already there")
+    lines.extend(_replica_lines(c))
     use: Mapping[str, Any] = c.get("use") or {}
     if use.get("pending") or use.get("dropped"):  # decay by use: hits counted, not yet written
         dropped = f", {use['dropped']} dropped (too many waiting)" if use.get("dropped") else ""

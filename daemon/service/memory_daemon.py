@@ -39,12 +39,20 @@ from daemon.common.current import Current
 from daemon.common.domain_errors import DaemonError, UnknownAgentError
 from daemon.common.guard import SecretGuard
 from daemon.common.jobs import Jobs
-from daemon.common.settings import DAEMON_HOLDER, OFFLINE_LOCK_WAIT_S, acquire_state_lock, guard_from, store_settings
+from daemon.common.settings import (
+    DAEMON_HOLDER,
+    OFFLINE_LOCK_WAIT_S,
+    acquire_state_lock,
+    decay_rules,
+    guard_from,
+    store_settings,
+)
 from daemon.common.storage import StorageHealth
 from daemon.common.tokens import TokenStore
 from daemon.common.workspaces import HISTORY_DIR, copies_in, history_copy_path
 from daemon.conversation.broker import Broker, queue_path
 from daemon.conversation.hub import HubBroker
+from daemon.conversation.hub_replica import HubReplica, replica_dir
 from daemon.files import recovery
 from daemon.files.agents import Agents
 from daemon.files.committer import Committer
@@ -71,7 +79,7 @@ from daemon.service.stop import STOP_BUDGET_S, STOP_SHARES_S, Shutdown, StopBudg
 from daemon.service.storage_retry import StorageRetry
 from layers.common.ids import MAIN_AGENT
 from layers.common.yamlfile import YamlFileError
-from layers.conversation.adapters.store import ConversationStore
+from layers.conversation.adapters.store import ConversationStore, Embedder
 from layers.conversation.lifecycle.durable_queue import WriteQueue
 from layers.conversation.policy.registry import RegistryCache
 from layers.core.bundle import SHARED_DIR
@@ -256,7 +264,13 @@ class MemoryDaemon:
                 except ValueError as exc:
                     raise NotTheHub(str(exc)) from None
                 self._fleet_view = FleetView(config.git.remote, hub, config.silent_after_s)
-        return self._fleet_view.document(wait_s)
+        document = self._fleet_view.document(wait_s)
+        broker = self.parts.broker
+        if document is not None and isinstance(broker, Broker) and broker.feed is not None:
+            spokes = broker.feed.status()["spokes"]  # each spoke's replica as of its last feed request
+            for h in document.get("hosts") or []:
+                h["l4_replica"] = spokes.get(h.get("host"))
+        return document
 
     def call_in_loop(self, fn: Callable[[], T], timeout: float = 3600) -> T:
         """Run ``fn`` in the loop thread (the single writer) and return its result (API threads)."""
@@ -378,6 +392,7 @@ class MemoryDaemon:
                     storage=self.storage,
                     guard=self.current.guard_now,
                     on_change=self.wakeup.request_publish,
+                    replica=self._make_replica,
                 )
             except (OSError, ValueError) as exc:
                 raise DaemonError(f"conversation memory (L4) cannot start: conversation.hub: {exc}") from exc
@@ -403,6 +418,22 @@ class MemoryDaemon:
             )
         except (OSError, ValueError, YamlFileError) as exc:
             raise DaemonError(f"conversation memory (L4) cannot start: {exc}") from exc
+
+    def _make_replica(self, broker: HubBroker) -> HubReplica:
+        """A spoke's offline replica of what its agents may read on the hub (daemon/conversation/hub_replica.py);
+        its queries embedded by this host's L4 embedder, made when a search first needs it."""
+
+        def embedder() -> Embedder:
+            return conversation_embedder(self.config, self.embedder)
+
+        return HubReplica(
+            replica_dir(self.config.paths.state_dir),
+            lambda: broker.client,
+            embedder,
+            decay_rules(self.config),
+            lambda: broker.hub_host or self.config.host_name,
+            on_change=self.wakeup.request_publish,
+        )
 
     def _make_pusher(self) -> Pusher | None:
         """The pusher of history copies to ``git.remote`` (None without one: nothing of it runs)."""

@@ -105,6 +105,14 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> np.ndarray: ...
 
 
+class ChangeLog(Protocol):
+    """Told the ids a change touches before it can be seen, and when it ended (the hub's change feed)."""
+
+    def begin(self, ids: Sequence[str]) -> int: ...
+
+    def end(self, token: int) -> None: ...
+
+
 @dataclass(frozen=True)
 class StoreSettings:
     backend: str  # "embedded" | "remote"
@@ -303,6 +311,22 @@ class ConversationStore:
         # told of every write (from the store thread): the checkpoint that flushes it is then due
         # (daemon/conversation/checkpoint.py); carried over to the store a reload swaps in
         self.changed: Callable[[], None] = lambda: None
+        # told the ids a change is about to touch, before it can be seen, and when it has ended: the hub's
+        # change feed for its spokes' replicas (daemon/conversation/feed.py); None elsewhere
+        self.feed: ChangeLog | None = None
+
+    @contextmanager
+    def _noting(self, ids: Sequence[str]) -> Iterator[None]:
+        """The change of ``ids`` inside, recorded in the feed before it (and its end after)."""
+        feed = self.feed
+        if feed is None or not ids:
+            yield
+            return
+        token = feed.begin([str(i) for i in ids])
+        try:
+            yield
+        finally:
+            feed.end(token)
 
     @property
     def connected(self) -> bool:
@@ -629,6 +653,8 @@ class ConversationStore:
                 expiration_date=memory.expiration_date,
                 infer=memory.infer,
             )
+        with self._noting([str(r.get("id")) for r in result["results"] if r.get("id")]):
+            pass  # mem0 picks the ids: recorded once known (a crash just before loses this row: docs/fleet-l4.md)
         self.changed()
         self.upkeep()
         return [{"id": r.get("id"), "event": r.get("event"), "memory": r.get("memory")} for r in result["results"]]
@@ -781,7 +807,7 @@ class ConversationStore:
         if todo:
             ids = [point_id_of(*m.write_key) for m, _ in todo]
             payloads = [payload for _, payload in todo]
-            with _translate_errors("replay"):
+            with _translate_errors("replay"), self._noting(ids):
                 vectors = mem0.embedding_model.embed_batch([m.text for m, _ in todo], "add")
                 with self._one_commit():
                     mem0.vector_store.insert(vectors=vectors, ids=ids, payloads=payloads)
@@ -1047,7 +1073,7 @@ class ConversationStore:
 
     def delete(self, memory_id: str) -> None:
         mem0, _ = self._require()
-        with _translate_errors("delete"):
+        with _translate_errors("delete"), self._noting([memory_id]):
             mem0.delete(memory_id)
         self.changed()
         self.upkeep()
@@ -1096,14 +1122,14 @@ class ConversationStore:
         if self.settings.on_edge:
             shard = self._edge()
             if shard is not None:
-                with _translate_errors("delete"):
+                with _translate_errors("delete"), self._noting(ids):
                     shard.delete(ids)
                 self.upkeep()
             return
         from qdrant_client import models
 
         client = self._client_only()
-        with _translate_errors("delete"):
+        with _translate_errors("delete"), self._noting(ids):
             client.delete(self.settings.collection, points_selector=models.PointIdsList(points=ids), wait=True)
 
     # ------------------------------------------------------------ update, history
@@ -1120,7 +1146,7 @@ class ConversationStore:
         if expiration is not None:
             metadata[EXPIRY_FIELD] = expiration[1]
             options = {"expiration_date": expiration[0]}
-        with _translate_errors("update"):
+        with _translate_errors("update"), self._noting([memory_id]):
             mem0.update(memory_id, text=text, metadata=metadata, **options)
         self.changed()
         self.upkeep()
@@ -1154,12 +1180,12 @@ class ConversationStore:
         self.changed()
         if self.settings.on_edge:
             shard = self._edge()
-            with _translate_errors("restore"):
+            with _translate_errors("restore"), self._noting([memory_id]):
                 shard.replace_payload(str(memory_id), payload)
             self.upkeep()
             return True
         client = self._client_only()
-        with _translate_errors("restore"):
+        with _translate_errors("restore"), self._noting([memory_id]):
             client.overwrite_payload(self.settings.collection, payload=payload, points=[str(memory_id)], wait=True)
         return True
 
@@ -1240,13 +1266,53 @@ class ConversationStore:
             shard = self._edge()
             if shard is None:
                 return
-            with _translate_errors(what):
+            with _translate_errors(what), self._noting(ids):
                 shard.set_payload_of(ids, payload)
             self.upkeep()
             return
         client = self._client_only()
-        with _translate_errors(what):
+        with _translate_errors(what), self._noting(ids):
             client.set_payload(self.settings.collection, payload=payload, points=ids, wait=True)
+
+    # ------------------------------------------------------------ the hub's feed and snapshot (with vectors)
+
+    def points(self, memory_ids: Sequence[str]) -> dict[str, tuple[dict, builtins.list[float]]]:
+        """(payload, vector) of each of ``memory_ids`` that exists: what a spoke's replica holds of it."""
+        ids = [str(i) for i in memory_ids]
+        if not ids:
+            return {}
+        if self.settings.on_edge:
+            shard = self._edge()
+            if shard is None:
+                return {}
+            with _translate_errors("get"):
+                hits = shard.retrieve(ids, with_payload=True, with_vector=True)
+            return {h.id: (h.payload or {}, _plain_vector(h.vector)) for h in hits}
+        client = self._client_only()
+        with _translate_errors("get"):
+            found = client.retrieve(self.settings.collection, ids=ids, with_payload=True, with_vectors=True)
+        return {str(p.id): (p.payload or {}, _plain_vector(p.vector)) for p in found}
+
+    def points_page(
+        self, limit: int, cursor: str | None = None
+    ) -> tuple[builtins.list[tuple[str, dict, builtins.list[float]]], str | None]:
+        """One page of every point (id, payload, vector) in id order, and the cursor of the next (None: done)."""
+        if self.settings.on_edge:
+            shard = self._edge()
+            if shard is None:
+                return [], None
+            with _translate_errors("scan"):
+                hits, next_offset = shard.scroll(None, limit=limit, offset=cursor or None, with_vector=True)
+            return [(h.id, h.payload or {}, _plain_vector(h.vector)) for h in hits], next_offset
+        client = self._client_only()
+        with _translate_errors("scan"):
+            if not client.collection_exists(self.settings.collection):
+                return [], None
+            points, offset = client.scroll(
+                self.settings.collection, limit=limit, offset=cursor or None, with_payload=True, with_vectors=True
+            )
+        rows = [(str(p.id), p.payload or {}, _plain_vector(p.vector)) for p in points]
+        return rows, (str(offset) if offset else None)
 
     def history(self, memory_id: str) -> builtins.list[dict]:
         """mem0's history of one memory: its ADD/UPDATE/DELETE events, oldest first."""
@@ -1284,6 +1350,13 @@ class ConversationStore:
             if expires_at is None or expires_at >= now:
                 found.append((memory_view(point_id, payload, decay=self.decay), float(score)))
         return found
+
+
+def _plain_vector(vector: Any) -> builtins.list[float]:
+    """A point's vector as a list of floats (the engine's one unnamed vector)."""
+    if isinstance(vector, dict):
+        vector = next(iter(vector.values()), [])
+    return [float(x) for x in (vector or [])]
 
 
 def _trust_rank(view: dict) -> int:

@@ -1,0 +1,464 @@
+"""A spoke's offline replica of what its agents may read on the hub (issue 48): searched with the hub away.
+
+An embedded Edge store (the broker's own adapter, layers/conversation/adapters/store.py) in
+``state_dir/conversation/replica/<generation>/``, and a small durable meta file beside it
+(``replica/meta.json``: the generation, the feed ``seq`` and ``epoch`` it stands at, when it last
+applied).  One thread (``hub-replica``) asks the hub's change feed (daemon/api/peer_feed.py) every
+second while the hub answers (at once after a write of this host's agents), applies the changes in
+order and records the seq after the store has flushed them, so a restart, SIGKILL included, resumes
+from there (a change applied twice is the same state twice).  An epoch that differs (the hub restored,
+this host's enrolment or its agents' projects changed) or a seq below the feed's horizon (compacted)
+rebuilds it from the hub's snapshot into a new generation; the meta file names the new one only once it
+is complete, and the old one answers until then.
+
+The spoke applies no rule: each memory comes with ``readers``, the agents of this host the hub computed
+may read it, and a search here holds only memories whose readers name the caller (a filter inside the
+store's query).  A memory no agent here may read never arrives (the hub sends ``null``: a delete).
+
+A search is ranked by the same code as on the hub (``ConversationStore.search``: the same phases, the
+same relevance, decay and trust) with the query embedded by this host's embedder: when its model is not
+the hub's (another id or size) the replica is not searched (vectors of two models do not compare) and
+the caller's L3 answers, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from daemon.common.contracts import fit_memories
+from daemon.conversation.hub_client import HubClient, HubUnreachable
+from daemon.conversation.reads import checked_filters, made_between
+from layers.conversation.adapters.store import ConversationStore, Embedder, StoreSettings
+from layers.conversation.policy.decay import DecayRules
+from layers.conversation.policy.rules import Phase
+from protocol.operations import MemorySearch
+
+log = logging.getLogger(__name__)
+
+FEED_PATH = "/v1/peer/feed"  # daemon/api/peer_feed.py's
+SNAPSHOT_PATH = "/v1/peer/snapshot"
+PAGE = 500
+POLL_S = 1.0  # while the hub answers
+READERS = "readers"  # the payload field the hub's readers are kept in (one keyword index)
+COLLECTION = "replica"
+
+
+def replica_dir(state_dir: Path) -> Path:
+    return state_dir / "conversation" / "replica"
+
+
+class ReplicaError(Exception):
+    """The hub's answer cannot be applied (its model differs from the replica's, an answer of the wrong shape)."""
+
+
+class HubReplica:
+    def __init__(
+        self,
+        root: Path,
+        client: Callable[[], HubClient],
+        embedder: Callable[[], Embedder | None],  # this host's, for queries (None: none configured)
+        decay: DecayRules,
+        host: Callable[[], str],  # this host's name on the hub (a private memory's owner is HOST/AGENT)
+        on_change: Callable[[], None] = lambda: None,
+        poll_s: float = POLL_S,
+    ) -> None:
+        self.root = root
+        self.client = client
+        self.embedder_of = embedder
+        self.decay = decay
+        self.host = host
+        self.on_change = on_change
+        self.poll_s = poll_s
+        self.meta_path = root / "meta.json"
+        self._lock = threading.RLock()  # the store: applied by the thread, searched by requests
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.store: ConversationStore | None = None
+        self.meta: dict[str, Any] = {}
+        self.head: int | None = None  # the hub's settled seq, as last seen
+        self.polled_at: float | None = None  # wall time of the last feed answer applied
+        self.rebuilds = 0
+        self.rebuilding: dict[str, Any] | None = None
+        self.last_error: str | None = None
+        self.last_rebuild: dict[str, Any] | None = None
+        self.memories = 0
+        self._embedder: Embedder | None = None
+        self._load()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _load(self) -> None:
+        """The replica as the last run left it (nothing yet: built at the first answer of the hub)."""
+        try:
+            self.meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.meta = {}
+        except (OSError, ValueError) as exc:
+            log.warning("the replica's meta file %s cannot be read (%s): it is rebuilt", self.meta_path, exc)
+            self.meta = {}
+        polled = self.meta.get("polled_at")
+        self.polled_at = float(polled) if isinstance(polled, (int, float)) else None
+        self.rebuilds = int(self.meta.get("rebuilds") or 0)
+        generation = self.meta.get("dir")
+        dim = int((self.meta.get("model") or {}).get("dim") or 0)
+        if generation and dim:
+            try:
+                self.store = self._open(self.root / str(generation), dim)
+                self.memories = self.store.count()
+            except Exception as exc:  # a replica that cannot open is rebuilt: it is only a copy
+                log.warning("the replica at %s cannot be opened (%s): it is rebuilt", generation, exc)
+                self.store, self.meta = None, {}
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="hub-replica", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    def stop(self, timeout: float) -> bool:
+        self.request_stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+        with self._lock:
+            if self.store is not None:
+                with contextlib.suppress(Exception):
+                    self.store.flush()
+                    self.store.close()
+        return True
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                more = self.poll()
+                if self.last_error is not None:
+                    log.info("the replica follows the hub's feed again")
+                self.last_error = None
+            except HubUnreachable as exc:
+                self.last_error, more = f"the hub is unreachable ({exc})", False
+            except Exception as exc:  # a bad answer or a store error: said in status, tried again
+                error = f"{type(exc).__name__}: {exc}"
+                if error != self.last_error:  # logged once while it stays the same
+                    log.warning("the replica could not apply the hub's feed: %s", error)
+                self.last_error, more = error, False
+                self._stopping.wait(5.0)
+            if not more:
+                self._wake.wait(self.poll_s)
+                self._wake.clear()
+
+    # ------------------------------------------------------------ the feed
+
+    def _get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
+        answer = self.client().send(None, "GET", path, params)
+        if answer.status != 200 or not isinstance(answer.data, dict):
+            message = answer.data.get("error") if isinstance(answer.data, dict) else None
+            if answer.status in (502, 503, 504):
+                raise HubUnreachable(f"the hub answered {answer.status}: {message or 'no message'}")
+            raise ReplicaError(f"the hub answered {answer.status}: {message or 'no message'}")
+        return answer.data
+
+    def poll(self) -> bool:
+        """One page of the feed applied (or a rebuild); True when more is waiting."""
+        seq = int(self.meta.get("seq") or 0)
+        data = self._get(FEED_PATH, {"after": seq, "limit": PAGE})
+        if self.store is None or data.get("rebuild") or data.get("epoch") != self.meta.get("epoch"):
+            why = "first build" if self.store is None else ("compacted" if data.get("rebuild") else "epoch")
+            self.rebuild(why)
+            return True
+        if data.get("model") != self.meta.get("model"):
+            self.rebuild("the hub's model changed")
+            return True
+        changes = data.get("changes") or []
+        if changes:
+            self._apply(changes)
+        new_seq = int(data.get("seq") or seq)
+        self.head = int(data.get("head") or new_seq)
+        self.polled_at = time.time()
+        if new_seq != seq or changes:
+            self.meta.update(seq=new_seq, applied_at=self.polled_at, polled_at=self.polled_at)
+            self._save()
+            self.on_change()
+        return len(changes) >= PAGE
+
+    def _apply(self, changes: list[dict[str, Any]]) -> None:
+        """The changes' final states in the store (the last of each id), flushed before the seq is recorded."""
+        final: dict[str, dict[str, Any] | None] = {}
+        for change in changes:
+            final.pop(str(change["id"]), None)
+            final[str(change["id"])] = change.get("memory")
+        with self._lock:
+            assert self.store is not None
+            self._write(self.store, final)
+            self.store.flush()
+            self.memories = self.store.count()
+
+    def _write(self, store: ConversationStore, final: dict[str, dict[str, Any] | None]) -> None:
+        shard = store._edge()
+        gone = [i for i, m in final.items() if m is None]
+        kept = [(i, m) for i, m in final.items() if m is not None]
+        points = []
+        projects: dict[str, list[str]] = self.meta.setdefault("projects", {})
+        for memory_id, memory in kept:
+            payload = dict(memory["payload"])
+            readers = [str(r) for r in memory.get("readers") or []]
+            payload[READERS] = readers
+            points.append((memory_id, memory["vector"], payload))
+            project = payload.get("project_id")
+            if payload.get("visibility") == "project" and isinstance(project, str):
+                for reader in readers:  # which projects a reader's project phase asks (a superset is harmless)
+                    if project not in projects.setdefault(reader, []):
+                        projects[reader].append(project)
+        if gone:
+            shard.delete(gone)
+        if points:
+            shard.upsert(points)
+        store.upkeep()
+
+    # ------------------------------------------------------------ a rebuild from the snapshot
+
+    def rebuild(self, why: str) -> None:
+        """The hub's snapshot into a new generation, then the meta file names it; the old one answers meanwhile."""
+        started = time.monotonic()
+        self.rebuilding = {"why": why, "since": _now(), "memories": 0}
+        self.on_change()
+        generation = f"gen-{secrets.token_hex(4)}"
+        target = self.root / generation
+        store: ConversationStore | None = None
+        try:
+            first = self._get(SNAPSHOT_PATH, {"limit": PAGE})
+            model = first.get("model") or {}
+            dim = int(model.get("dim") or 0)
+            if dim <= 0:
+                raise ReplicaError("the hub's snapshot names no vector size")
+            store = self._open(target, dim)
+            epoch, seq, page = first.get("epoch"), int(first.get("seq") or 0), first
+            saved = {"projects": self.meta.get("projects"), "rebuilds": self.meta.get("rebuilds")}
+            self.meta["projects"] = {}
+            count = 0
+            while True:
+                if page.get("epoch") != epoch:
+                    raise ReplicaError("the hub's epoch changed during the snapshot: it is taken again")
+                final = {str(m["id"]): m["memory"] for m in page.get("memories") or []}
+                self._write(store, final)
+                count += len(final)
+                self.rebuilding["memories"] = count
+                cursor = page.get("cursor")
+                if not cursor or self._stopping.is_set():
+                    break
+                page = self._get(SNAPSHOT_PATH, {"cursor": cursor, "limit": PAGE})
+            if self._stopping.is_set():
+                raise ReplicaError("stopping")
+            store.flush()
+            old_dir = self.meta.get("dir")
+            seconds = round(time.monotonic() - started, 2)
+            with self._lock:
+                old, self.store = self.store, store
+                self.last_rebuild = {"why": why, "at": _now(), "memories": count, "seconds": seconds}
+                self.rebuilds += 1
+                self.meta.update(
+                    dir=generation,
+                    seq=seq,
+                    epoch=epoch,
+                    model=model,
+                    applied_at=time.time(),
+                    polled_at=time.time(),
+                    rebuilds=self.rebuilds,
+                )
+                self._save()
+                self.polled_at = self.meta["polled_at"]
+                self.memories = store.count()
+            store = None  # it is the replica now
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    old.close()
+            if old_dir and old_dir != generation:
+                shutil.rmtree(self.root / str(old_dir), ignore_errors=True)
+            log.info("the replica was rebuilt from the hub's snapshot (%s): %d memories in %.1f s", why, count, seconds)
+        except BaseException:
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.close()
+                shutil.rmtree(target, ignore_errors=True)
+                self.meta.update(saved)
+            raise
+        finally:
+            self.rebuilding = None
+            self.on_change()
+
+    def _open(self, path: Path, dim: int) -> ConversationStore:
+        from layers.conversation.adapters.edge import KEYWORD
+
+        store = ConversationStore(
+            StoreSettings(backend="embedded", data_dir=path, collection=COLLECTION), _Unset(), dim
+        )
+        store.decay = self.decay
+        store.connect()
+        store._edge().ensure_index(READERS, KEYWORD)
+        return store
+
+    def _save(self) -> None:
+        """The meta file replaced atomically and synced: what a restart resumes from."""
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.meta_path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.meta, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.meta_path)
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------ search with the hub away
+
+    def unusable(self) -> str:
+        """Why the replica cannot answer a search ("" when it can)."""
+        if self.store is None:
+            return "no replica of the hub yet"
+        model = self.meta.get("model") or {}
+        embedder = self._query_embedder()
+        if embedder is None:
+            return "this host has no embedder for the replica's queries"
+        mine, dim = str(getattr(embedder, "model_id", "")), _dimension(embedder)
+        if mine != str(model.get("id")) or dim != int(model.get("dim") or 0):
+            return (
+                f"this host's embedder ({mine}, {dim} dimensions) is not the hub's ({model.get('id')}, "
+                f"{model.get('dim')} dimensions): the replica's vectors cannot be searched with it"
+            )
+        return ""
+
+    def _query_embedder(self) -> Embedder | None:
+        if self._embedder is None:
+            with contextlib.suppress(Exception):
+                self._embedder = self.embedder_of()
+        return self._embedder
+
+    def age_s(self) -> float | None:
+        return None if self.polled_at is None else round(max(0.0, time.time() - self.polled_at), 1)
+
+    def search(self, o: MemorySearch, reason: str) -> dict[str, Any] | None:
+        """``o`` answered from the replica (degraded, its age said), or None when it cannot answer."""
+        why = self.unusable()
+        if why:
+            log.info("the replica cannot answer a search: %s", why)
+            return None
+        agent = o.agent
+        projects = tuple(sorted((self.meta.get("projects") or {}).get(agent, [])))
+        phases = [Phase("public", "public")]
+        if projects:
+            phases.append(Phase("project", "project", projects=projects))
+        phases.append(Phase("private", "private", owner=f"{self.host()}/{agent}"))
+        wanted = made_between(checked_filters(o.filters), o.since, o.until)
+        readable: dict[str, Any] = {READERS: agent}  # the hub's word: only what the caller may read
+        options: dict[str, Any] = {
+            "filters": {**readable, "AND": [wanted]} if wanted else readable,
+            "threshold": o.threshold or 0.0,
+            "explain": o.explain,
+            "include_expired": o.show_expired,
+            "show_superseded": o.show_superseded,
+            "trust_min": o.trust_min,
+        }
+        with self._lock:
+            store = self.store
+            if store is None:
+                return None
+            store.embedder = self._embedder  # type: ignore[assignment]  # checked in unusable()
+            try:
+                found = store.search(o.query, phases, o.limit, **options)
+            except Exception as exc:  # the replica's store or the embedder failed: the caller's L3 answers
+                log.warning("the replica could not answer a search: %s", exc)
+                self.last_error = f"search: {type(exc).__name__}: {exc}"
+                return None
+            readers_of = self._readers([str(r.get("superseded_by")) for r in found if r.get("superseded_by")])
+        results = []
+        for view in found:
+            if agent not in (readers_of.get(view["id"]) or self._readers([view["id"]]).get(view["id"]) or []):
+                continue  # never: the filter held it out; checked again, as the hub checks every result
+            link = view.get("superseded_by")
+            if link and agent not in (readers_of.get(str(link)) or []):
+                view["superseded_by"] = None  # a memory the caller may not read: not even its id
+            results.append(view)
+        answer: dict[str, Any] = {
+            "layer": "conversation",
+            "degraded": True,
+            "reason": f"{reason}: answered from this host's replica of the hub",
+            "replica_age_s": self.age_s(),
+            "query": o.query,
+            "results": results,
+        }
+        return fit_memories(answer, o.max_tokens) if o.max_tokens is not None else answer
+
+    def _readers(self, ids: list[str]) -> dict[str, list[str]]:
+        with self._lock:
+            if self.store is None or not ids:
+                return {}
+            shard = self.store._edge()
+            return {h.id: list(h.payload.get(READERS) or []) for h in shard.retrieve(ids, with_payload=[READERS])}
+
+    # ------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        seq = int(self.meta.get("seq") or 0)
+        why = self.unusable()
+        applied = self.meta.get("applied_at")
+        return {
+            "seq": seq,
+            "epoch": self.meta.get("epoch"),
+            "memories": self.memories,
+            "last_applied": _iso(applied) if isinstance(applied, (int, float)) else None,
+            "lag": None if self.head is None else max(0, self.head - seq),
+            "age_s": self.age_s(),
+            "rebuilds": self.rebuilds,
+            "rebuilding": self.rebuilding,
+            "last_rebuild": self.last_rebuild,
+            "last_error": self.last_error,
+            "searchable": not why,
+            "not_searchable": why or None,
+        }
+
+
+class _Unset:
+    """The replica's store before a query needs an embedder (applying the feed embeds nothing)."""
+
+    model_id = "unset"
+
+    def embed_passages(self, texts: list[str]) -> Any:
+        raise RuntimeError("the replica embeds no passages: the hub's vectors are stored")
+
+    def embed_query(self, text: str) -> Any:
+        raise RuntimeError("no embedder for the replica's queries")
+
+
+def _dimension(embedder: Any) -> int:
+    try:
+        return int(embedder.dimension())
+    except Exception:
+        return 0
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds")
