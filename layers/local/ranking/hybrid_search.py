@@ -31,7 +31,7 @@ import numpy as np
 
 from layers.local.models import companion
 from layers.local.models.vectors import VectorsUnavailableError, clamped
-from layers.local.ranking.budget import fit, passage_span
+from layers.local.ranking.budget import answer_span, fit
 from layers.local.ranking.calibration import confidence, is_chinese
 from layers.local.storage.index import RANK_NEWEST, Filters, Hit, LocalIndex
 from layers.local.text.dates import DateRange, find_dates
@@ -698,7 +698,7 @@ def search(
             "lines": [hit.line_start, hit.line_end],
             "heading": hit.heading,
             "focus": None if offset is None else [hit.line_start + offset, hit.line_start + offset],
-            "passage": [hit.line_start + line for line in passage_span(hit.text, offset)],
+            "passage": [hit.line_start + line for line in answer_span(hit.text, offset, text)[:2]],
             "confidence": round(confidence(position, full_match, cosine, chinese), 3),
         }
         if hit.chunk_id in superseded:
