@@ -494,6 +494,34 @@ def _above(
     return kept, Threshold(value=threshold, applied=applied, dropped=len(fused) - len(kept))
 
 
+def _lexical_first_kept(
+    results: list[LocalHit], fused: list[tuple[Hit, float, dict[str, int]]], lists: dict[str, list[Hit]]
+) -> list[LocalHit]:
+    """A budgeted answer's order: the chunk the lexical list ranks first (within the named days when the
+    question names some), a match of every term, is handed out first (issue 50 item 2).
+
+    Under a budget only the first few results fit, and the vector lists (e5, the companion, their
+    ``@date`` twins) can together outvote a lexical first place and push it past the cut: hybrid was
+    below full-text at every budget.  The vectors keep the first place only when they agree on it (the
+    result ahead is the first of e5's list and of the companion's, where there is one): then the lexical
+    first comes second.  Unbudgeted answers keep the fused order.
+    """
+    lexical = lists.get("fts@date") or lists.get("fts")
+    if not lexical or len(results) < 2:
+        return results
+    first = lexical[0].chunk_id
+    position = next((i for i, (hit, _, _) in enumerate(fused) if hit.chunk_id == first), None)
+    if position is None or position == 0 or position >= len(results):
+        return results
+    vector_firsts = [name for name in ("vector", "vector:use") if lists.get(name)]
+    agreed = bool(vector_firsts) and all(fused[0][2].get(name) == 1 for name in vector_firsts)
+    to = 1 if agreed else 0
+    if position <= to:
+        return results
+    order = [*results[:to], results[position], *results[to:position], *results[position + 1 :]]
+    return order
+
+
 def _lexical(text: str) -> Query | None:
     try:
         return parse_query(text)
@@ -710,6 +738,8 @@ def search(
         if explain and hit.chunk_id in cosines:
             result["cosine"] = round(cosines[hit.chunk_id], 4)
         answer.results.append(result)
+    if max_tokens is not None and answer.vectors == "used" and answer.matched == "all":
+        answer.results = _lexical_first_kept(answer.results, fused, lists)
     if min_score is not None:
         kept = [result for result in answer.results if result["confidence"] >= min_score]
         answer.min_score = MinScore(value=min_score, dropped=len(answer.results) - len(kept))
