@@ -715,6 +715,7 @@ def search(
     chinese = is_chinese(text)
     for position, (hit, score, ranks) in enumerate(fused, start=1):
         offset = focus[hit.chunk_id][0]
+        passage = answer_span(hit.text, offset, text)
         full_match = answer.matched == "all" and _is_match(ranks)
         cosine = cosines.get(hit.chunk_id) if calibrated else None
         result: LocalHit = {
@@ -726,13 +727,14 @@ def search(
             "lines": [hit.line_start, hit.line_end],
             "heading": hit.heading,
             "focus": None if offset is None else [hit.line_start + offset, hit.line_start + offset],
-            "passage": [hit.line_start + line for line in answer_span(hit.text, offset, text)[:2]],
+            "passage": [hit.line_start + passage[0], hit.line_start + passage[1]],
             "confidence": round(confidence(position, full_match, cosine, chinese), 3),
         }
         if hit.chunk_id in superseded:
             result["superseded_by"] = superseded[hit.chunk_id]
         if explain:
             result["ranks"] = ranks
+            result["passage_why"] = passage[2]
         if relevances or threshold is not None:
             result["relevance"] = None if hit.chunk_id not in relevances else round(relevances[hit.chunk_id], 4)
         if explain and hit.chunk_id in cosines:
