@@ -313,6 +313,31 @@ def _focus(hit: Hit, weights: dict[str, float], spans: list[tuple[int, int, str]
     return best, frozenset(held[best])
 
 
+_STATED_DAY = re.compile(r"(?<!\d)(20\d\d)-(\d\d)-(\d\d)(?!\d)")
+
+
+def _stated_days(
+    hits: list[Hit], days: dict[int, str], focus: dict[int, tuple[int | None, frozenset[str]]] | None = None
+) -> dict[int, str]:
+    """``days`` (chunk id → its daily note's day) with the day an undated chunk states for itself: an ISO
+    date on its focus line, else in its heading path (MEMORY.md's ``## 2026-09 迁移`` is not a day;
+    ``- 2026-09-10 起 Redis 在 redis02`` is).  A curated statement that gives its day then takes part in
+    "the newest statement wins" like a daily note's (issue 50 item 3); one that gives none stays out."""
+    stated = dict(days)
+    for hit in hits:
+        if hit.chunk_id in stated:
+            continue
+        offset = (focus or {}).get(hit.chunk_id, (None, frozenset()))[0]
+        for where in (_line_text(hit, offset) if offset is not None else "", hit.heading or ""):
+            if (m := _STATED_DAY.search(where)) is not None:
+                try:
+                    stated[hit.chunk_id] = date(int(m[1]), int(m[2]), int(m[3])).isoformat()
+                except ValueError:
+                    continue
+                break
+    return stated
+
+
 def _line_text(hit: Hit, offset: int) -> str:
     lines = hit.text.split("\n")
     return lines[offset].strip() if offset < len(lines) else ""
@@ -663,7 +688,7 @@ def search(
     present = bool(_PRESENT.search(text))
     if present and len(lists) > 0:
         best = [hit for hit, _, _ in _fuse(lists, RECENT_POOL)]
-        days = index.days_of(hit.chunk_id for hit in best)
+        days = _stated_days(best, index.days_of(hit.chunk_id for hit in best))
         recent = sorted((hit for hit in best if hit.chunk_id in days), key=lambda h: days[h.chunk_id], reverse=True)
         if recent:
             lists["recent"] = recent
@@ -711,7 +736,9 @@ def search(
     focus = {hit.chunk_id: _focus(hit, weights, spans[hit.chunk_id]) for hit, _, _ in fused}
     superseded: dict[int, str] = {}
     if present and len(fused) > 1:
-        fused, superseded = _supersede(fused, focus, index.days_of(h.chunk_id for h, _, _ in fused), weights)
+        hits = [hit for hit, _, _ in fused]
+        days = _stated_days(hits, index.days_of(hit.chunk_id for hit in hits), focus)
+        fused, superseded = _supersede(fused, focus, days, weights)
     chinese = is_chinese(text)
     for position, (hit, score, ranks) in enumerate(fused, start=1):
         offset = focus[hit.chunk_id][0]
