@@ -43,7 +43,9 @@ def passage_span(text: str, offset: int | None) -> tuple[int, int]:
 MAX_REPLY_TURNS = 3  # how far after the focus turn the answer is looked for
 
 
-def answer_span(text: str, offset: int | None, question: str = "") -> tuple[int, int, str]:
+def answer_span(
+    text: str, offset: int | None, question: str = "", chosen: str = "the item holding the focus"
+) -> tuple[int, int, str]:
     """The passage that answers (first and last line, offsets in ``text``) and why it is that one.
 
     Outside a conversation it is the item holding the focus (:func:`passage_span`).  In a conversation
@@ -60,7 +62,7 @@ def answer_span(text: str, offset: int | None, question: str = "") -> tuple[int,
     start, end = passage_span(text, offset)
     said = speakers(lines)
     if said is None or said[start] is None:
-        return start, end, "the item holding the focus" if offset is not None else "the first item (no focus)"
+        return start, end, chosen if offset is not None else "the first item (no focus)"
     who = said[start]
     names = named(question, said)
     reply: tuple[int, str] | None = None

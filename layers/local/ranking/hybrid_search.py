@@ -38,7 +38,7 @@ from layers.local.text.dates import DateRange, find_dates
 from layers.local.text.glossary import Glossary
 from layers.local.text.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.text.tokenizer import terms, token_spans, token_string
-from layers.local.text.units import has_companion
+from layers.local.text.units import MAX_ITEMS, has_companion, item_spans
 from protocol.answers import Budget, Embedded, LocalHit, MinScore, NamedDays, SearchAnswer, Threshold
 from protocol.vocabulary import SEARCH_MODES
 
@@ -336,6 +336,28 @@ def _stated_days(
                     continue
                 break
     return stated
+
+
+def _nearest_items(
+    index: LocalIndex,
+    fused: list[tuple[Hit, float, dict[str, int]]],
+    focus: dict[int, tuple[int | None, frozenset[str]]],
+    vector: np.ndarray,
+) -> dict[int, int]:
+    """For each result no line of which holds a query term (a chunk the vectors found), the first line of
+    the item whose stored vector is nearest the query: its passage, where the first item was a guess."""
+    wanted = [hit for hit, _, _ in fused if focus[hit.chunk_id][0] is None]
+    if not wanted:
+        return {}
+    cosines = index.passage_cosines([hit.chunk_id for hit in wanted], vector)
+    nearest = {}
+    for hit in wanted:
+        scores = cosines.get(hit.chunk_id)
+        items = item_spans(hit.text)[:MAX_ITEMS]  # the first items have vectors, the whole chunk covers the rest
+        if scores is None or len(scores) < 2 or len(scores) != len(items) + 1:  # whole only (or a big index)
+            continue
+        nearest[hit.chunk_id] = items[int(np.argmax(scores[1:]))][1]
+    return nearest
 
 
 def _line_text(hit: Hit, offset: int) -> str:
@@ -734,6 +756,7 @@ def search(
     wanted = frozenset(weights) or query.token_set
     spans = {hit.chunk_id: token_spans(hit.text) for hit, _, _ in fused}
     focus = {hit.chunk_id: _focus(hit, weights, spans[hit.chunk_id]) for hit, _, _ in fused}
+    nearest = _nearest_items(index, fused, focus, vector) if vector is not None else {}
     superseded: dict[int, str] = {}
     if present and len(fused) > 1:
         hits = [hit for hit, _, _ in fused]
@@ -742,7 +765,10 @@ def search(
     chinese = is_chinese(text)
     for position, (hit, score, ranks) in enumerate(fused, start=1):
         offset = focus[hit.chunk_id][0]
-        passage = answer_span(hit.text, offset, text)
+        if offset is None and hit.chunk_id in nearest:
+            passage = answer_span(hit.text, nearest[hit.chunk_id], text, "the item nearest the question (vectors)")
+        else:
+            passage = answer_span(hit.text, offset, text)
         full_match = answer.matched == "all" and _is_match(ranks)
         cosine = cosines.get(hit.chunk_id) if calibrated else None
         result: LocalHit = {
