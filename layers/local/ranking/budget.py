@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from layers.common.textcost import estimate_tokens
+from layers.common.textcost import char_counts, estimate_tokens, tokens_of
 from layers.local.text.turns import named, speakers
 from protocol.answers import Budget, LocalHit
 
@@ -146,15 +146,24 @@ def _lines(result: LocalHit, span: tuple[int, int]) -> str:
 
 
 def _grow(result: LocalHit, span: tuple[int, int], cost: int, left: int) -> tuple[tuple[int, int], int]:
-    """``span`` grown by the lines after it, then those before it, while the cost fits in ``left``."""
-    count = len(result["text"].split("\n"))
+    """``span`` grown by the lines after it, then those before it, while the cost fits in ``left``.
+
+    Costs are added up from each line's character counts (each line and its newline counted once), so a
+    long section is read once, not once a line."""
+    lines = result["text"].split("\n")
+    counts = [char_counts(line + "\n") for line in lines]
     first, last = span
+    cjk, other = char_counts(f"{result['path']}:{result['lines'][0]} {result.get('heading') or ''}\n")
+    for line in range(first, last + 1):
+        cjk, other = cjk + counts[line][0], other + counts[line][1]
+    other -= 1  # the last line has no newline after it
     for step in (1, -1):
-        while (last + 1 < count) if step == 1 else (first > 0):
-            wider = (first, last + 1) if step == 1 else (first - 1, last)
-            wider_cost = _cost(result, _lines(result, wider))
-            if wider_cost - cost > left:
+        while (last + 1 < len(lines)) if step == 1 else (first > 0):
+            added = counts[last + 1] if step == 1 else counts[first - 1]
+            wider = tokens_of(cjk + added[0], other + added[1])
+            if wider - cost > left:
                 break
-            left -= wider_cost - cost
-            cost, (first, last) = wider_cost, wider
+            left -= wider - cost
+            cjk, other, cost = cjk + added[0], other + added[1], wider
+            first, last = (first, last + 1) if step == 1 else (first - 1, last)
     return (first, last), left
