@@ -68,7 +68,8 @@ def answer_span(
     reply: tuple[int, str] | None = None
     turns = 0
     for i in range(end + 1, len(lines)):
-        if said[i] is None:
+        other = said[i]
+        if other is None:
             if not _continues(lines[i]):
                 break
             continue
@@ -76,12 +77,12 @@ def answer_span(
         if turns > MAX_REPLY_TURNS:
             break
         if names and who not in names:
-            if said[i] in names:
-                return start, passage_span(text, i)[1], f"the turn, then the reply of {said[i]} (named)"
-        elif said[i] == who:
+            if other in names:
+                return start, passage_span(text, i)[1], f"the turn, then the reply of {other} (named)"
+        elif other == who:
             return start, passage_span(text, i)[1], f"the turn, the reply and {who}'s next turn"
-        if reply is None and said[i] != who:
-            reply = i, said[i]
+        if reply is None and other != who:
+            reply = i, other
     if reply is not None:
         return start, passage_span(text, reply[0])[1], f"the turn and the reply of {reply[1]}"
     return start, end, "the turn holding the focus"
