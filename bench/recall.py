@@ -14,8 +14,10 @@ then asks every question in each search mode and scores the answers:
 - R@5 by turn: a gold line is the *focus* of one of the first 5 results (the line the answer
   points at, one turn of a chat: a budget of five turns read);
 - list items in the first five results: how much text a reader is handed;
-- recall within a 400- and an 800-token answer: each question asked again with ``max_tokens``, a gold
-  line in a passage or whole section the answer gives.
+- recall within a 200-, 400- and 800-token answer: each question asked again with ``max_tokens``, a gold
+  line in a passage or whole section the answer gives; beside it the same share for a BM25 baseline over
+  single lines (SQLite FTS5's bm25, one line a row, each carrying its file and section heading, handed
+  out best first under the same budget at the same cost: issue 50's "BM25, same header").
 
 Figures are given overall, per kind and per question language, for the whole
 set, the dev part (tune on this) and the held-aside third (report only).
@@ -25,6 +27,7 @@ loaded and nothing waits for embeddings (seconds, not minutes).
     .venv/bin/python bench/recall.py                 # every mode, tables
     .venv/bin/python bench/recall.py --mode hybrid --json
     .venv/bin/python bench/recall.py --set chat --mode fts --misses
+    .venv/bin/python bench/recall.py --set chat --mode fts --split dev --budget-misses 400
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import argparse
 import json
 import re
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
@@ -44,7 +48,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon.front.daemon_client import DaemonClient
-from layers.local.text.tokenizer import tokens
+from layers.common.textcost import estimate_tokens
+from layers.local.text.tokenizer import terms, tokens
 from tests.helpers import FAST, DaemonProcess, init_root, wait_for
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -68,9 +73,11 @@ LANGS = ("en", "zh")
 MODES = ("fts", "vector", "hybrid")
 SPLITS = ("all", "dev", "heldout")
 LIMIT = 10
-BUDGETS = (400, 800)  # each question is asked again with max_tokens: is the answer's line in what it gives?
+BUDGETS = (200, 400, 800)  # each question is asked again with max_tokens: is the answer's line in what it gives?
 BUDGET_KEYS = tuple(f"r_{b}tok" for b in BUDGETS)
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
+_HEADING = re.compile(r"^#{1,6}\s")
+BASELINE = "bm25-lines"  # the budget table's column for the single-line BM25 baseline
 EMBED_TIMEOUT_S = 1800  # ~200 chunks; a busy 2-core host embeds a few per second
 
 
@@ -100,6 +107,7 @@ class Outcome:
     turn_rank: int | None = None  # 1-based rank of the first result whose focus line is a gold line
     items_top5: int = 0  # list items (a chat's turns) in the first five results: how long the chunks read are
     in_budget: dict[int, bool] = field(default_factory=dict)  # max_tokens → a gold line is in what the answer gives
+    given: dict[int, list[str]] = field(default_factory=dict)  # max_tokens → "path:first-last" of what it gave
 
 
 def load_questions(set_dir: Path = SET_DIR) -> list[Question]:
@@ -234,6 +242,84 @@ def within_budget(question: Question, results: list[dict]) -> bool:
     return False
 
 
+class LineBaseline:
+    """BM25 over single lines of the workspace, each carrying its file and section heading (issue 50).
+
+    One row a non-empty, non-heading line; what is indexed is the file's name (a daily note's date),
+    the heading the line is under and the line, as the project's index terms (CJK one character a
+    term, English stemmed), so both sides read the same words.  The question's terms are ORed and
+    ranked by FTS5's bm25; a budgeted answer hands out lines best first, each costing what a passage
+    costs in ``layers/local/ranking/budget.py`` (its ``path:line heading`` header and its text),
+    skipping one that does not fit as the search's budget does.
+    """
+
+    def __init__(self, set_dir: Path) -> None:
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("CREATE VIRTUAL TABLE line USING fts5(body, tokenize='ascii')")
+        self.rows: list[tuple[str, int, str, str]] = []  # (path, line number, heading, text)
+        for rel in workspace_files(set_dir):
+            heading = ""
+            for n, text in enumerate((set_dir / "workspace" / rel).read_text(encoding="utf-8").splitlines(), 1):
+                if _HEADING.match(text):
+                    heading = text
+                elif text.strip():
+                    self.rows.append((str(rel), n, heading, text))
+        self.db.executemany(
+            "INSERT INTO line(rowid, body) VALUES (?, ?)",
+            ((i, " ".join(terms(f"{p} {h} {t}"))) for i, (p, _, h, t) in enumerate(self.rows)),
+        )
+
+    def results(self, question: str, limit: int = 200) -> list[dict]:
+        wanted = dict.fromkeys(t for t in terms(question) if t.isalnum())
+        if not wanted:
+            return []
+        expression = " OR ".join(f'"{t}"' for t in wanted)
+        found = self.db.execute(
+            "SELECT rowid FROM line WHERE line MATCH ? ORDER BY bm25(line) LIMIT ?", (expression, limit)
+        )
+        return [
+            {"path": p, "lines": [n, n], "passage": [n, n], "focus": [n, n], "heading": h, "text": t}
+            for p, n, h, t in (self.rows[i] for (i,) in found)
+        ]
+
+    def budgeted(self, question: str, max_tokens: int) -> list[dict]:
+        left, given = max_tokens, []
+        for r in self.results(question):
+            cost = estimate_tokens(f"{r['path']}:{r['lines'][0]} {r['heading']}\n{r['text']}")
+            if cost <= left:
+                given.append(r)
+                left -= cost
+            if left < 10:
+                break
+        return given
+
+
+def _spans(results: list[dict]) -> list[str]:
+    return [f"{r['path']}:{a}-{b}" for r in results for a, b in [r["lines"] if r.get("whole") else r["passage"]]]
+
+
+def ask_baseline(baseline: LineBaseline, questions: list[Question]) -> list[Outcome]:
+    """The single-line BM25 baseline's outcomes (mode :data:`BASELINE`): its ranks are by line."""
+    outcomes = []
+    for q in questions:
+        results = baseline.results(q.text, LIMIT)
+        given = {n: baseline.budgeted(q.text, n) for n in BUDGETS}
+        outcomes.append(
+            Outcome(
+                q,
+                BASELINE,
+                first_hit(q, results),
+                [f"{r['path']}:{r['lines'][0]}" for r in results[:5]],
+                len(results),
+                session_rank=first_session(q, results),
+                turn_rank=first_turn(q, results),
+                in_budget={n: within_budget(q, g) for n, g in given.items()},
+                given={n: _spans(g) for n, g in given.items()},
+            )
+        )
+    return outcomes
+
+
 def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, ...]) -> list[Outcome]:
     outcomes = []
     for mode in modes:
@@ -243,6 +329,7 @@ def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, .
                 raise RuntimeError(f"{mode} search did not use vectors: {answer.get('vectors')}")
             results = answer["results"]
             top = [f"{r['path']}:{r['lines'][0]}-{r['lines'][1]}" for r in results[:5]]
+            budgeted = {n: served.search(q.text, mode, max_tokens=n)["results"] for n in BUDGETS}
             outcomes.append(
                 Outcome(
                     q,
@@ -253,9 +340,8 @@ def ask_all(served: RecallDaemon, questions: list[Question], modes: tuple[str, .
                     session_rank=first_session(q, results),
                     turn_rank=first_turn(q, results),
                     items_top5=sum(1 for r in results[:5] for line in r["text"].splitlines() if _ITEM.match(line)),
-                    in_budget={
-                        n: within_budget(q, served.search(q.text, mode, max_tokens=n)["results"]) for n in BUDGETS
-                    },
+                    in_budget={n: within_budget(q, given) for n, given in budgeted.items()},
+                    given={n: _spans(given) for n, given in budgeted.items()},
                 )
             )
     return outcomes
@@ -321,22 +407,44 @@ def format_tables(scores: dict) -> str:
             lines.append("| mode | " + " | ".join(c.removeprefix("lang:") for c in columns) + " |")
             lines.append("|---" * (len(columns) + 1) + "|")
             for mode, by_split in scores.items():
+                if mode == BASELINE and metric not in BUDGET_KEYS:
+                    continue  # the baseline ranks lines, not chunks: only its budget figures compare
                 row = by_split[split]
                 cells = ["–" if row[c][metric] is None else f"{row[c][metric]:.2f}" for c in columns]
                 lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def run(modes: tuple[str, ...] = MODES, set_dir: Path = SET_DIR) -> tuple[dict, list[Outcome], dict]:
-    """Serve the set, ask every question in ``modes``; (scores, outcomes, facts about the run)."""
-    questions = load_questions(set_dir)
+def budget_table(scores: dict) -> str:
+    """Recall within each budget, overall, one row a budget and one column a mode and the baseline (issue 50)."""
+    lines = []
+    modes = list(scores)
+    for split in SPLITS:
+        n = scores[modes[0]][split]["overall"]["n"]
+        if not n:
+            continue
+        lines.append(f"\nrecall within a budget, overall — {split} (n={n})")
+        lines.append("| tokens | " + " | ".join(modes) + " |")
+        lines.append("|---" * (len(modes) + 1) + "|")
+        for b in BUDGETS:
+            cells = [f"{scores[m][split]['overall'][f'r_{b}tok'] * 100:.1f}" for m in modes]
+            lines.append(f"| {b} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run(
+    modes: tuple[str, ...] = MODES, set_dir: Path = SET_DIR, split: str = "all"
+) -> tuple[dict, list[Outcome], dict]:
+    """Serve the set, ask every question in ``modes`` (of ``split``: all, dev or heldout), and the single-line
+    BM25 baseline; (scores, outcomes, facts about the run)."""
+    questions = [q for q in load_questions(set_dir) if split == "all" or q.heldout == (split == "heldout")]
     vectors = any(mode != "fts" for mode in modes)
     with (
         tempfile.TemporaryDirectory(prefix="memstrata-recall-") as tmp,
         RecallDaemon(Path(tmp), set_dir, vectors) as served,
     ):
         started = time.monotonic()
-        outcomes = ask_all(served, questions, modes)
+        outcomes = ask_all(served, questions, modes) + ask_baseline(LineBaseline(set_dir), questions)
         facts = {
             "questions": len(questions),
             "chunks": served.chunks,
@@ -373,9 +481,17 @@ def main(quick: bool = False, argv: list[str] | tuple[str, ...] = ()) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
     parser.add_argument("--misses", action="store_true", help="list every question without a hit in the top 5")
+    parser.add_argument("--split", choices=SPLITS, default="all", help="ask only these questions (default: all)")
+    parser.add_argument(
+        "--budget-misses",
+        type=int,
+        choices=BUDGETS,
+        metavar="TOKENS",
+        help="list every question whose gold line is not in the answer at this budget (200, 400 or 800)",
+    )
     args = parser.parse_args(list(argv))
     modes = tuple(args.mode or (("hybrid",) if quick else MODES))
-    scores, outcomes, facts = run(modes, args.set_dir)
+    scores, outcomes, facts = run(modes, args.set_dir, args.split)
     if args.json:
         print(json.dumps({"facts": facts, "scores": scores}, ensure_ascii=False, indent=1))
         return
@@ -383,7 +499,15 @@ def main(quick: bool = False, argv: list[str] | tuple[str, ...] = ()) -> None:
         f"{facts['questions']} questions, {facts['chunks']} chunks embedded in {facts['embed_s']} s, "
         f"searches took {facts['search_s']} s"
     )
+    print(budget_table(scores))
     print(format_tables(scores))
+    if args.budget_misses:
+        n = args.budget_misses
+        print(f"\nmisses within {n} tokens (the gold line not in what the answer gives):")
+        for o in outcomes:
+            if not o.in_budget.get(n):
+                print(f"  [{o.mode}] {o.question.id} {o.question.kind}: {o.question.text}")
+                print(f"      gold {o.question.gold} got {o.given.get(n)}")
     if args.misses:
         print("\nmisses (no hit in the top 5):")
         for o in outcomes:

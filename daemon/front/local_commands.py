@@ -124,6 +124,9 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
             click.echo(f"   (superseded by {r['superseded_by']})")
         if explain and r.get("ranks"):
             click.echo(f"   ranks: {', '.join(f'{k} #{v}' for k, v in r['ranks'].items())}")
+        if explain and r.get("passage_why") and r.get("passage"):
+            first, last = r["passage"]
+            click.echo(f"   passage {first}-{last}: {r['passage_why']}")
         for line in escaped(raw.get("snippet", raw["text"]), keep_newlines=True).splitlines():
             click.echo(f"   {line}")
 

@@ -45,6 +45,7 @@ from layers.local.storage.index import (
     check_replaceable,
     rebuild,
 )
+from layers.local.text.dates import day_named
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +63,15 @@ def is_indexable(rel: str) -> bool:
     return rel.endswith(".md") and (rel.startswith(daily.MEMORY_DIR + "/") or rel.startswith(SHARED_PREFIX))
 
 
-def layer_of(rel: str) -> tuple[str, str | None]:
-    """("core" | "daily", the day a daily file stands for)."""
+def layer_of(rel: str, text: str = "") -> tuple[str, str | None]:
+    """("core" | "daily", the day a daily file stands for): its ``YYYY-MM-DD.md`` name, else a note under
+    ``memory/`` that names its day in its file name or title (:func:`day_named`; MEMORY.md names none)."""
     if rel.startswith(SHARED_PREFIX) or rel in core.CORE_FILES:
         return "core", None
-    day = daily.parse_daily_name(rel.rpartition("/")[2])
+    name = rel.rpartition("/")[2]
+    day = daily.parse_daily_name(name)
+    if day is None and rel.startswith(daily.MEMORY_DIR + "/"):
+        day = day_named(name, text)
     return "daily", day.isoformat() if day else None
 
 
@@ -79,7 +84,7 @@ def document_of(rel: str, inspection: Inspection) -> Document | None:
     text = inspection.text()
     if text is None or inspection.sha256 is None:
         return None
-    layer, day = layer_of(rel)
+    layer, day = layer_of(rel, text)
     return Document(shown(rel), text, inspection.sha256, layer, day)
 
 

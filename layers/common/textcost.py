@@ -32,6 +32,14 @@ def estimate_tokens(text: str) -> int:
     ~4 characters of English; counting bytes or characters alone would
     under-count Chinese four-fold or over-count English four-fold.
     """
+    return tokens_of(*char_counts(text))
+
+
+def char_counts(text: str) -> tuple[int, int]:
+    """(CJK characters, other characters weighted: ASCII 1, anything else 2) of ``text``: counts that add
+    up over pieces, so a passage grown line by line is costed without reading it again."""
+    if text.isascii():
+        return 0, len(text)
     cjk = 0
     other = 0
     for ch in text:
@@ -41,4 +49,9 @@ def estimate_tokens(text: str) -> int:
             cjk += 1
         else:
             other += 2  # accented Latin, Cyrillic, emoji: dearer than ASCII
+    return cjk, other
+
+
+def tokens_of(cjk: int, other: int) -> int:
+    """What :func:`char_counts`' counts cost: :func:`estimate_tokens` of the text they count."""
     return cjk + math.ceil(other / 4)

@@ -31,14 +31,14 @@ import numpy as np
 
 from layers.local.models import companion
 from layers.local.models.vectors import VectorsUnavailableError, clamped
-from layers.local.ranking.budget import fit, passage_span
+from layers.local.ranking.budget import answer_span, fit
 from layers.local.ranking.calibration import confidence, is_chinese
 from layers.local.storage.index import RANK_NEWEST, Filters, Hit, LocalIndex
 from layers.local.text.dates import DateRange, find_dates
 from layers.local.text.glossary import Glossary
 from layers.local.text.query import EmptyQueryError, Query, highlight, parse_query
 from layers.local.text.tokenizer import terms, token_spans, token_string
-from layers.local.text.units import has_companion
+from layers.local.text.units import MAX_ITEMS, has_companion, item_spans
 from protocol.answers import Budget, Embedded, LocalHit, MinScore, NamedDays, SearchAnswer, Threshold
 from protocol.vocabulary import SEARCH_MODES
 
@@ -313,6 +313,53 @@ def _focus(hit: Hit, weights: dict[str, float], spans: list[tuple[int, int, str]
     return best, frozenset(held[best])
 
 
+_STATED_DAY = re.compile(r"(?<!\d)(20\d\d)-(\d\d)-(\d\d)(?!\d)")
+
+
+def _stated_days(
+    hits: list[Hit], days: dict[int, str], focus: dict[int, tuple[int | None, frozenset[str]]] | None = None
+) -> dict[int, str]:
+    """``days`` (chunk id → its daily note's day) with the day an undated chunk states for itself: an ISO
+    date on its focus line, else in its heading path (MEMORY.md's ``## 2026-09 迁移`` is not a day;
+    ``- 2026-09-10 起 Redis 在 redis02`` is).  A curated statement that gives its day then takes part in
+    "the newest statement wins" like a daily note's (issue 50 item 3); one that gives none stays out."""
+    stated = dict(days)
+    for hit in hits:
+        if hit.chunk_id in stated:
+            continue
+        offset = (focus or {}).get(hit.chunk_id, (None, frozenset()))[0]
+        for where in (_line_text(hit, offset) if offset is not None else "", hit.heading or ""):
+            if (m := _STATED_DAY.search(where)) is not None:
+                try:
+                    stated[hit.chunk_id] = date(int(m[1]), int(m[2]), int(m[3])).isoformat()
+                except ValueError:
+                    continue
+                break
+    return stated
+
+
+def _nearest_items(
+    index: LocalIndex,
+    fused: list[tuple[Hit, float, dict[str, int]]],
+    focus: dict[int, tuple[int | None, frozenset[str]]],
+    vector: np.ndarray,
+) -> dict[int, int]:
+    """For each result no line of which holds a query term (a chunk the vectors found), the first line of
+    the item whose stored vector is nearest the query: its passage, where the first item was a guess."""
+    wanted = [hit for hit, _, _ in fused if focus[hit.chunk_id][0] is None]
+    if not wanted:
+        return {}
+    cosines = index.passage_cosines([hit.chunk_id for hit in wanted], vector)
+    nearest = {}
+    for hit in wanted:
+        scores = cosines.get(hit.chunk_id)
+        items = item_spans(hit.text)[:MAX_ITEMS]  # the first items have vectors, the whole chunk covers the rest
+        if scores is None or len(scores) < 2 or len(scores) != len(items) + 1:  # whole only (or a big index)
+            continue
+        nearest[hit.chunk_id] = items[int(np.argmax(scores[1:]))][1]
+    return nearest
+
+
 def _line_text(hit: Hit, offset: int) -> str:
     lines = hit.text.split("\n")
     return lines[offset].strip() if offset < len(lines) else ""
@@ -494,6 +541,34 @@ def _above(
     return kept, Threshold(value=threshold, applied=applied, dropped=len(fused) - len(kept))
 
 
+def _lexical_first_kept(
+    results: list[LocalHit], fused: list[tuple[Hit, float, dict[str, int]]], lists: dict[str, list[Hit]]
+) -> list[LocalHit]:
+    """A budgeted answer's order: the chunk the lexical list ranks first (within the named days when the
+    question names some), a match of every term, is handed out first (issue 50 item 2).
+
+    Under a budget only the first few results fit, and the vector lists (e5, the companion, their
+    ``@date`` twins) can together outvote a lexical first place and push it past the cut: hybrid was
+    below full-text at every budget.  The vectors keep the first place only when they agree on it (the
+    result ahead is the first of e5's list and of the companion's, where there is one): then the lexical
+    first comes second.  Unbudgeted answers keep the fused order.
+    """
+    lexical = lists.get("fts@date") or lists.get("fts")
+    if not lexical or len(results) < 2:
+        return results
+    first = lexical[0].chunk_id
+    position = next((i for i, (hit, _, _) in enumerate(fused) if hit.chunk_id == first), None)
+    if position is None or position == 0 or position >= len(results):
+        return results
+    vector_firsts = [name for name in ("vector", "vector:use") if lists.get(name)]
+    agreed = bool(vector_firsts) and all(fused[0][2].get(name) == 1 for name in vector_firsts)
+    to = 1 if agreed else 0
+    if position <= to:
+        return results
+    order = [*results[:to], results[position], *results[to:position], *results[position + 1 :]]
+    return order
+
+
 def _lexical(text: str) -> Query | None:
     try:
         return parse_query(text)
@@ -635,7 +710,7 @@ def search(
     present = bool(_PRESENT.search(text))
     if present and len(lists) > 0:
         best = [hit for hit, _, _ in _fuse(lists, RECENT_POOL)]
-        days = index.days_of(hit.chunk_id for hit in best)
+        days = _stated_days(best, index.days_of(hit.chunk_id for hit in best))
         recent = sorted((hit for hit in best if hit.chunk_id in days), key=lambda h: days[h.chunk_id], reverse=True)
         if recent:
             lists["recent"] = recent
@@ -681,12 +756,19 @@ def search(
     wanted = frozenset(weights) or query.token_set
     spans = {hit.chunk_id: token_spans(hit.text) for hit, _, _ in fused}
     focus = {hit.chunk_id: _focus(hit, weights, spans[hit.chunk_id]) for hit, _, _ in fused}
+    nearest = _nearest_items(index, fused, focus, vector) if vector is not None else {}
     superseded: dict[int, str] = {}
     if present and len(fused) > 1:
-        fused, superseded = _supersede(fused, focus, index.days_of(h.chunk_id for h, _, _ in fused), weights)
+        hits = [hit for hit, _, _ in fused]
+        days = _stated_days(hits, index.days_of(hit.chunk_id for hit in hits), focus)
+        fused, superseded = _supersede(fused, focus, days, weights)
     chinese = is_chinese(text)
     for position, (hit, score, ranks) in enumerate(fused, start=1):
         offset = focus[hit.chunk_id][0]
+        if offset is None and hit.chunk_id in nearest:
+            passage = answer_span(hit.text, nearest[hit.chunk_id], text, "the item nearest the question (vectors)")
+        else:
+            passage = answer_span(hit.text, offset, text)
         full_match = answer.matched == "all" and _is_match(ranks)
         cosine = cosines.get(hit.chunk_id) if calibrated else None
         result: LocalHit = {
@@ -698,18 +780,21 @@ def search(
             "lines": [hit.line_start, hit.line_end],
             "heading": hit.heading,
             "focus": None if offset is None else [hit.line_start + offset, hit.line_start + offset],
-            "passage": [hit.line_start + line for line in passage_span(hit.text, offset)],
+            "passage": [hit.line_start + passage[0], hit.line_start + passage[1]],
             "confidence": round(confidence(position, full_match, cosine, chinese), 3),
         }
         if hit.chunk_id in superseded:
             result["superseded_by"] = superseded[hit.chunk_id]
         if explain:
             result["ranks"] = ranks
+            result["passage_why"] = passage[2]
         if relevances or threshold is not None:
             result["relevance"] = None if hit.chunk_id not in relevances else round(relevances[hit.chunk_id], 4)
         if explain and hit.chunk_id in cosines:
             result["cosine"] = round(cosines[hit.chunk_id], 4)
         answer.results.append(result)
+    if max_tokens is not None and answer.vectors == "used" and answer.matched == "all":
+        answer.results = _lexical_first_kept(answer.results, fused, lists)
     if min_score is not None:
         kept = [result for result in answer.results if result["confidence"] >= min_score]
         answer.min_score = MinScore(value=min_score, dropped=len(answer.results) - len(kept))

@@ -965,6 +965,26 @@ class LocalIndex:
         with vector_codes.one_blas_thread():
             return {hit.chunk_id: hit.score for hit in self._rescore(list(ids), query_vec, len(ids), offset)}
 
+    def passage_cosines(self, ids: list[int], query_vec: np.ndarray, offset: int = 0) -> dict[int, np.ndarray]:
+        """Each of ``ids`` that has a vector: ``query_vec``'s cosine with each of its stored passages, the
+        whole chunk first, then its items (:func:`layers.local.text.units.passages`): which item is nearest."""
+        if not ids:
+            return {}
+        query_vec = np.asarray(query_vec, dtype=np.float32)
+        dim = query_vec.shape[0]
+        rows = self.db.execute(
+            "SELECT c.id, v.vec, v.dim FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ? "
+            "WHERE c.id IN (SELECT value FROM json_each(?))",
+            (self.identity.embed_model, json.dumps(list(ids))),
+        )
+        found = {}
+        for chunk_id, blob, width in rows:
+            if width < offset + dim:
+                continue
+            matrix = np.frombuffer(blob, dtype=np.float32).reshape(-1, width)[:, offset : offset + dim]
+            found[chunk_id] = np.dot(np.ascontiguousarray(matrix), query_vec)
+        return found
+
     def _rescore(self, ids: list[int], query_vec: np.ndarray, limit: int, offset: int) -> list[Hit]:
         if not ids:
             return []

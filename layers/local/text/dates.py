@@ -219,3 +219,24 @@ def find_dates(text: str, reference: date) -> tuple[DateRange | None, str]:
     since = min(d[0] for d in days)
     until = max(d[1] for d in days)
     return DateRange(since, until, tuple(words), reference), re.sub(r"\s+", " ", rest).strip()
+
+
+_NAME_DAY = re.compile(r"(?<!\d)(20\d\d)[-_.]?(\d\d)[-_.]?(\d\d)(?!\d)")
+_TITLE_ZH_DAY = re.compile(r"(20\d\d)年(\d{1,2})月(\d{1,2})[日号]")
+
+
+def day_named(file_name: str, text: str) -> date | None:
+    """The day a note names for itself where its file is not called ``YYYY-MM-DD.md`` (issue 50 item 3):
+    a date in its file name (``2026-09-08-migration.md``, ``incident_20260908.md``), else one with its
+    year in its title (its first heading: ``# 迁移复盘 2026-09-08``, ``# 2026年9月8日 周会``).  A
+    question naming that day then finds the note among the day's files; None when neither names one."""
+    found = _NAME_DAY.search(file_name)
+    if found is None:
+        title = next((line for line in text.split("\n", 20)[:20] if line.startswith("# ")), "")
+        found = _ISO.search(title) or _TITLE_ZH_DAY.search(title)
+    if found is None:
+        return None
+    try:
+        return date(int(found[1]), int(found[2]), int(found[3]))
+    except ValueError:
+        return None

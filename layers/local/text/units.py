@@ -55,9 +55,17 @@ def has_companion(embed_model: str) -> bool:
 
 def _items(body: str) -> list[str]:
     """Top-level list items (with their continuation lines) and paragraphs; heading lines left out."""
-    items: list[list[str]] = []
-    current: list[str] = []
-    for line in body.splitlines():
+    return [text for text, _, _ in item_spans(body)]
+
+
+def item_spans(body: str) -> list[tuple[str, int, int]]:
+    """(text, first line, last line) of each item :func:`passages` embeds, lines as offsets in ``body``:
+    which lines a stored item vector stands for.  An item shorter than :data:`MIN_ITEM_CHARS` joins the
+    next one (one left at the end joins the one before)."""
+    items: list[list[int]] = []
+    current: list[int] = []
+    lines = body.splitlines()
+    for n, line in enumerate(lines):
         if not line.strip() or _HEADING.match(line):
             if current:
                 items.append(current)
@@ -66,21 +74,24 @@ def _items(body: str) -> list[str]:
         if _ITEM_START.match(line) and current:
             items.append(current)
             current = []
-        current.append(line)
+        current.append(n)
     if current:
         items.append(current)
-    merged: list[str] = []
-    carry = ""
-    for lines in items:
-        text = (carry + "\n" if carry else "") + "\n".join(lines)
+    merged: list[tuple[str, int, int]] = []
+    carry: tuple[str, int, int] | None = None  # a short item (text, first, last line), waiting for the next
+    for group in items:
+        own = "\n".join(lines[i] for i in group)
+        text = f"{carry[0]}\n{own}" if carry else own
+        first = carry[1] if carry else group[0]
         if len(text) < MIN_ITEM_CHARS:
-            carry = text
+            carry = text, first, group[-1]
             continue
-        merged.append(text)
-        carry = ""
+        merged.append((text, first, group[-1]))
+        carry = None
     if carry:
         if merged:
-            merged[-1] += "\n" + carry
+            text, first, _ = merged[-1]
+            merged[-1] = (f"{text}\n{carry[0]}", first, carry[2])
         else:
             merged.append(carry)
     return merged

@@ -283,6 +283,12 @@ def test_which_files_an_index_holds():
     assert not is_indexable("memory/data.json") and not is_indexable("notes.md")
     assert layer_of("SOUL.md") == ("core", None) and layer_of("shared/TEAM.md") == ("core", None)
     assert layer_of("memory/2026-11-30.md") == ("daily", "2026-11-30") and layer_of("MEMORY.md") == ("daily", None)
+    # a note that names its day in its file name or title is that day's (issue 50 item 3)
+    assert layer_of("memory/2026-09-08-migration.md") == ("daily", "2026-09-08")
+    assert layer_of("memory/incidents/redis_20260911.md") == ("daily", "2026-09-11")
+    assert layer_of("memory/retro.md", "# 迁移复盘 2026年9月8日\n- moth is up\n") == ("daily", "2026-09-08")
+    assert layer_of("memory/retro.md", "# Retro\n- moved on 2026-09-08\n") == ("daily", None), "a date in the text"
+    assert layer_of("MEMORY.md", "# 2026-09-08 decisions\n") == ("daily", None), "MEMORY.md is curated, not a day"
     own = {"MEMORY.md": "a", "memory/x.json": "b", "shared/OLD.md": "c", "USER.md": "d"}
     shared = {"shared/TEAM.md": "e", "shared/data.bin": "f"}
     assert desired_documents(own, shared, not_indexed={"USER.md"}) == {"MEMORY.md": "a", "shared/TEAM.md": "e"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from layers.common.textcost import estimate_tokens
-from layers.local.ranking.budget import passage_span
+from layers.local.ranking.budget import answer_span, passage_span
 from layers.local.ranking.hybrid_search import search
 from layers.local.storage.index import Document, Identity, LocalIndex
 
@@ -44,7 +44,8 @@ def test_every_hit_names_its_passage_and_a_budget_gives_passages_first_then_whol
 
         tight = search(index, "moth 10.88.1.11", mode="fts", max_tokens=40).to_dict()
         (only,) = tight["results"]
-        assert only["text"] == "- 13:40 moth up on 10.88.1.11,\n  NFS mounts checked by hand" and only["whole"] is False
+        assert only["text"].startswith("- 13:40 moth up on 10.88.1.11,\n  NFS mounts checked by hand\n")
+        assert only["whole"] is False and only["passage"] == [3, 5], "room left grows the passage by the next line"
         assert "snippet" not in only and tight["budget"]["used"] <= 40
 
         some = search(index, "moth", mode="fts", max_tokens=200).to_dict()
@@ -55,3 +56,23 @@ def test_every_hit_names_its_passage_and_a_budget_gives_passages_first_then_whol
         roomy = search(index, "moth", mode="fts", max_tokens=600).to_dict()
         assert all(r["whole"] for r in roomy["results"]) and roomy["budget"]["whole"] == 8
         assert sum(estimate_tokens(r["text"]) for r in roomy["results"]) <= roomy["budget"]["used"] <= 600
+
+
+CHAT = """# 2022-03-05 — chat between Maya and Theo
+
+- **Theo:** How's Portland treating you?
+- **Maya:** I signed up for a pottery class at a little studio called Clay Commons.
+- **Theo:** That's awesome. Have you made anything yet?
+- **Maya:** One very lopsided mug.
+- **Theo:** I'd drink out of a leaning mug.
+"""
+
+
+def test_in_a_conversation_the_passage_runs_on_to_the_reply():
+    """The turn that repeats the question's words is not the answer: the reply after it is (issue 50)."""
+    first, last, why = answer_span(CHAT, 3, "What was the first thing Maya made in her pottery class?")
+    assert (first, last) == (3, 5) and "Maya's next turn" in why, "the named speaker's own next turn"
+    first, last, why = answer_span(CHAT, 4, "Has Maya made anything yet?")
+    assert (first, last) == (4, 5) and "reply of Maya" in why, "another's turn: on to the named speaker's reply"
+    assert answer_span(CHAT, 0, "pottery")[:2] == (2, 4), "a heading is no passage: the first turn, then on"
+    assert answer_span(NOTE, 2, "moth")[:2] == (2, 3), "no conversation: the item"

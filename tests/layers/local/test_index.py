@@ -562,6 +562,22 @@ def test_a_question_about_the_present_puts_the_newer_statement_first_and_marks_t
         assert all("superseded_by" not in r for r in plain), "only a question about the present is answered so"
 
 
+def test_a_curated_statement_that_gives_its_day_is_superseded_by_a_newer_note(tmp_path):
+    """MEMORY.md still says Redis is on redis01 "since 2026-08-02"; the 09-15 note moved it: asked where it is
+    now, the note's line comes first and MEMORY.md's says it was superseded there (issue 50 item 3)."""
+    notes = {
+        "MEMORY.md": "# MEMORY\n## Services\n- 2026-08-02 起 Redis 主节点在 redis01\n- 备份在 minio\n",
+        "memory/2026-09-15.md": "## 切换\n- Redis 主节点切到 redis02\n",
+    }
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model="")) as index:
+        for path, text in notes.items():
+            day = path[7:17] if path.startswith("memory/") else None
+            index.update_document(_doc(path, text, layer="daily", day=day))
+        now = search(index, "Redis 主节点现在在哪", mode="fts").to_dict()["results"]
+        assert [r["path"] for r in now][:2] == ["memory/2026-09-15.md", "MEMORY.md"]
+        assert now[1]["superseded_by"] == "memory/2026-09-15.md:2"
+
+
 def test_curated_chunks_are_read_through_the_path_index_not_a_scan_of_every_chunk(tmp_path):
     """Every search reads MEMORY.md's and the core files' chunks (the glossary): at 100,000 chunks a scan
     of the chunks table was most of an fts search's time."""
