@@ -32,6 +32,7 @@ from bench import (
     bench_power_cut,
     bench_scale,
     bench_sigkill,
+    bench_soak,
     bench_stop,
     bench_vector_engines,
     recall,
@@ -60,6 +61,7 @@ BENCHMARKS = {
     "sigkill": bench_sigkill.main,  # root only (loop devices); SIGKILLs at random moments under load
     "power-cut": bench_power_cut.main,  # root only (loop devices); --runs N per cell
     "fleet": bench_fleet.main,  # root only (three booted hosts); --flaps N per spoke
+    "soak": bench_soak.main,  # a fleet's steady load for --minutes N (10; the form: 120)
 }
 
 
@@ -71,6 +73,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples, for a smoke run")
     parser.add_argument("--runs", type=int, default=None, help="power-cut: runs per operation and cut point (20)")
     parser.add_argument("--flaps", type=int, default=None, help="fleet: link flaps per spoke (100)")
+    parser.add_argument("--minutes", type=int, default=None, help="soak: minutes of load (10; --quick: 3)")
     args = parser.parse_args()
     unknown = set(args.only) - set(BENCHMARKS)
     if unknown:
@@ -82,6 +85,8 @@ def main() -> None:
             bench_power_cut.main(quick=args.quick, runs=args.runs)
         elif name == "fleet":
             bench_fleet.main(quick=args.quick, flap_count=args.flaps)
+        elif name == "soak":
+            bench_soak.main(quick=args.quick, minutes=args.minutes)
         else:
             BENCHMARKS[name](quick=args.quick)
         print(f"({name}: {time.monotonic() - started:.0f} s)", flush=True)
