@@ -44,6 +44,7 @@ import numpy as np
 
 from layers.common import malloc
 from layers.common.fsutil import create_private_file, private_dirs, tighten_sqlite
+from layers.common.sqlite_wal import keep_wal_small
 from layers.local.shapes import IndexStats, RebuildStats
 from layers.local.storage import bm25 as ranking
 from layers.local.storage import vector_codes
@@ -107,12 +108,6 @@ _BY_HASH = ("pending", "pending_items", "vectors", "codes")
 #: has passed over); an index of an earlier version lacks it.
 HELD_ONLY_KEY = "held_only"
 VACUUM_MIN_FREE_PAGES = 256  # 1 MB of 4 KB pages: less is not worth rewriting the file for
-# The write-ahead log: SQLite checkpoints it every 1,000 pages and then reuses it from its start,
-# but never shrinks the file, so each index kept a 4 MB -wal beside it (measured in the soak
-# benchmark: 10 agents' indexes of ~0.17 MB each took 41 MB on disk, 25x a rebuild).  Checkpointed
-# every 256 pages and cut back to 1 MB when it starts over, the log stays near 1 MB.
-WAL_CHECKPOINT_PAGES = 256
-WAL_SIZE_LIMIT = 1024 * 1024
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path, seq);
 CREATE INDEX IF NOT EXISTS chunks_by_hash ON chunks(hash);
@@ -425,8 +420,7 @@ class LocalIndex:
         if not self.readonly:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
-            db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+            keep_wal_small(db)  # a 4 MB -wal stayed beside every index (layers/common/sqlite_wal.py)
         if self.verify:
             check = db.execute("PRAGMA quick_check").fetchall()
             if check != [("ok",)]:

@@ -712,7 +712,7 @@ def test_newest_only_ranking_gives_bm25s_order_without_walking_the_posting_lists
 
 def test_the_write_ahead_log_stays_near_its_limit_under_steady_edits(tmp_path):
     """Issue 51: every index kept a 4 MB -wal beside it (SQLite reuses the log, never shrinks it)."""
-    from layers.local.storage.index import WAL_SIZE_LIMIT
+    from layers.common.sqlite_wal import WAL_SIZE_LIMIT
 
     corpus = Corpus(seed=5)
     path = tmp_path / "index.sqlite"
