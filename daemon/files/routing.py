@@ -214,6 +214,8 @@ class Router:
                 self.edited[(tracker.id, r)] = now
                 if ready is not None:
                     ready.pop(r, None)  # written again before it was processed: it settles again
+            if ready is not None and not ready:
+                del self._ready[tracker.id]  # an empty queue left behind ended the loop (ready() met it)
         return changed
 
     def settle(self, now: float) -> None:
@@ -229,7 +231,10 @@ class Router:
         not take waits for its next turn."""
         while self._ready:
             for agent_id in list(self._ready):
-                queue = self._ready[agent_id]
+                queue = self._ready.get(agent_id)
+                if not queue:  # emptied meanwhile (taken again, or every file dropped)
+                    self._ready.pop(agent_id, None)
+                    continue
                 rel = next(iter(queue))
                 del queue[rel]
                 if not queue:
