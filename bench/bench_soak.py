@@ -10,8 +10,11 @@ daemon's RSS anonymous and file-mapped apart (/proc/PID/status), its smaps_rollu
 minute, the L3 indexes' and the L4 store's sizes on disk, the chunks waiting for vectors, and
 how many changes the watcher missed so far (found by a re-check instead: daemon/files/reconcile.py).
 
-The daemon runs with allocation tracing (daemon/common/memtrace.py): every few minutes the top 20
-lines by growth, since the first snapshot and since the previous, are written next to the table.
+The daemon runs with allocation tracing (daemon/common/memtrace.py): every few minutes (5, less in
+a short run; ``MEMSTRATA_SOAK_TRACE_MIN``, 0: off) the top 20 lines by growth, since the first
+snapshot and since the previous, are written next to the table.  The tracer holds memory of its
+own (its first snapshot, a record per live block: "the tracer's own" in each file), which shows
+as anonymous RSS: for RSS figures alone, run once with tracing off.
 
 At the end: RSS slope after the warm-up (MB/hour, anonymous and mapped apart), peak against the
 warm-up's median, latency of the last window against the first, the L3 indexes on disk against a
@@ -426,11 +429,9 @@ def soak(minutes: int, out: Path) -> None:
     root = out / "root"  # kept (the daemon's log, the workspaces): removed by the next run into ``out``
     shutil.rmtree(root, ignore_errors=True)
     config, env, agents = _setup(root, embedder)
-    env = {
-        **env,
-        "MEMSTRATA_TRACEMALLOC_MIN": str(TRACE_EVERY_MIN if minutes >= 3 * TRACE_EVERY_MIN else 1),
-        "MEMSTRATA_TRACEMALLOC_DIR": str(out),
-    }
+    trace_min = os.environ.get("MEMSTRATA_SOAK_TRACE_MIN") or str(max(1, min(TRACE_EVERY_MIN, minutes // 5)))
+    if trace_min != "0":  # tracing costs memory of its own: a run for RSS figures alone turns it off
+        env = {**env, "MEMSTRATA_TRACEMALLOC_MIN": trace_min, "MEMSTRATA_TRACEMALLOC_DIR": str(out)}
     daemon = DaemonProcess(config, env=env).start()
     sampler = None
     load = Load(root, daemon, agents)
