@@ -10,7 +10,7 @@ is off unless asked for, by environment (the soak benchmark sets it, an operator
 - ``MEMSTRATA_TRACEMALLOC_DIR``: where the diffs are written (default: the working directory);
 - ``MEMSTRATA_TRACEMALLOC_FRAMES``: frames kept per allocation (default 1: grouped by line).
 
-Each snapshot writes ``tracemalloc-MMMM.txt`` (MMMM: minutes since the start): the traced size
+Each snapshot writes ``tracemalloc-NNN-minMMMM.txt`` (the NNNth, MMMM minutes after the start): the traced size
 now and at its peak, the top 20 lines by growth since the first snapshot and since the previous.
 """
 
@@ -47,19 +47,30 @@ def _minutes_from_env() -> float | None:
     return minutes if minutes > 0 else None
 
 
-def _snapshot() -> tracemalloc.Snapshot:
-    return tracemalloc.take_snapshot().filter_traces(_NOISE)
+Lines = dict[tuple[str, int], tuple[int, int]]  # (file, line) → (bytes, blocks) alive
 
 
-def _top(now: tracemalloc.Snapshot, then: tracemalloc.Snapshot, title: str) -> list[str]:
-    stats = now.compare_to(then, "lineno")
-    growing = sorted(stats, key=lambda s: s.size_diff, reverse=True)[:TOP]
+def _lines() -> Lines:
+    """What each line holds now.  Only these totals are kept between snapshots, never a snapshot
+    itself: one holds a record per live block (tens of MB), which would be the growth measured."""
+    snap = tracemalloc.take_snapshot().filter_traces(_NOISE)
+    lines = {(s.traceback[0].filename, s.traceback[0].lineno): (s.size, s.count) for s in snap.statistics("lineno")}
+    del snap
+    return lines
+
+
+def _top(now: Lines, then: Lines, title: str) -> list[str]:
+    diffs = []
+    for key, (size, count) in now.items():
+        old_size, old_count = then.get(key, (0, 0))
+        diffs.append((size - old_size, count - old_count, size, key))
+    for key, (old_size, old_count) in then.items():
+        if key not in now:
+            diffs.append((-old_size, -old_count, 0, key))
     lines = [title]
-    for stat in growing:
-        frame = stat.traceback[0]
+    for size_diff, count_diff, size, (filename, lineno) in sorted(diffs, reverse=True)[:TOP]:
         lines.append(
-            f"  {stat.size_diff / 1024:+10.1f} KiB {stat.count_diff:+8d} blocks  now {stat.size / 1024:10.1f} KiB"
-            f"  {frame.filename}:{frame.lineno}"
+            f"  {size_diff / 1024:+10.1f} KiB {count_diff:+8d} blocks  now {size / 1024:10.1f} KiB  {filename}:{lineno}"
         )
     return lines
 
@@ -73,13 +84,14 @@ class MemTrace(threading.Thread):
         self.directory = directory
         self.stopped = threading.Event()
         self.started_at = time.monotonic()
+        self.written = 0
 
     def run(self) -> None:
-        first: tracemalloc.Snapshot | None = None
-        previous: tracemalloc.Snapshot | None = None
+        first: Lines | None = None
+        previous: Lines | None = None
         while not self.stopped.wait(self.interval):
             try:
-                snap = _snapshot()
+                snap = _lines()
                 if first is None:
                     first = previous = snap
                     self._write(snap, ["(the first snapshot: later ones are diffed against it)"])
@@ -93,16 +105,17 @@ class MemTrace(threading.Thread):
                 log.exception("allocation tracing failed; it stops")
                 return
 
-    def _write(self, snap: tracemalloc.Snapshot, lines: list[str]) -> None:
+    def _write(self, snap: Lines, lines: list[str]) -> None:
         minute = round((time.monotonic() - self.started_at) / 60)
         current, peak = tracemalloc.get_traced_memory()
-        total = sum(stat.size for stat in snap.statistics("filename"))
+        total = sum(size for size, _ in snap.values())
         overhead = tracemalloc.get_tracemalloc_memory()
         header = [
             f"tracemalloc at minute {minute}: traced {current / 2**20:.1f} MiB (peak {peak / 2**20:.1f} MiB), "
             f"{total / 2**20:.1f} MiB in the snapshot; the tracer's own {overhead / 2**20:.1f} MiB"
         ]
-        path = self.directory / f"tracemalloc-{minute:04d}.txt"
+        self.written += 1
+        path = self.directory / f"tracemalloc-{self.written:03d}-min{minute:04d}.txt"
         path.write_text("\n".join(header + lines) + "\n", encoding="utf-8")
 
 
