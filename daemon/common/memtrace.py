@@ -10,8 +10,9 @@ is off unless asked for, by environment (the soak benchmark sets it, an operator
 - ``MEMSTRATA_TRACEMALLOC_DIR``: where the diffs are written (default: the working directory);
 - ``MEMSTRATA_TRACEMALLOC_FRAMES``: frames kept per allocation (default 1: grouped by line).
 
-Each snapshot writes ``tracemalloc-NNN-minMMMM.txt`` (the NNNth, MMMM minutes after the start): the traced size
-now and at its peak, the top 20 lines by growth since the first snapshot and since the previous.
+Each snapshot writes ``tracemalloc-NNN-minMMMM.txt`` (the NNNth, MMMM minutes after the start):
+the traced size now and at its peak, the top 20 lines by growth since the first snapshot and
+since the previous.
 """
 
 from __future__ import annotations

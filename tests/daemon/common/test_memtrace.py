@@ -32,7 +32,8 @@ def test_the_growing_line_is_named_in_the_diffs(tmp_path):
             time.sleep(0.001)
         """
     )
-    env = {"MEMSTRATA_TRACEMALLOC_MIN": "0.01", "MEMSTRATA_TRACEMALLOC_DIR": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
+    env = {"MEMSTRATA_TRACEMALLOC_MIN": "0.01", "MEMSTRATA_TRACEMALLOC_DIR": str(tmp_path)}
+    env["PYTHONPATH"] = str(REPO_ROOT)
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120, cwd=tmp_path)
     files = wait_for(lambda: sorted(tmp_path.glob("tracemalloc-*.txt")), what="snapshots")
     assert len(files) >= 3
