@@ -460,13 +460,16 @@ def soak(minutes: int, out: Path) -> None:
         wait_for(lambda: _settled(daemon), timeout=900, interval=1, what="the load's last changes settled")
         print(f"settled {time.monotonic() - settle_began:.1f} s after the load stopped", flush=True)
         check_nothing_lost(daemon, load, "after the load")
-        before = _disk_mb(l3_paths)
+        before, before_files = _disk_mb(l3_paths), _disk_mb(l3_paths, ("",))
         run_cli("reindex", "--rebuild", "--vectors", config=config)
         wait_for(lambda: _settled(daemon), timeout=900, interval=1, what="the rebuild settled")
-        rebuilt = _disk_mb(l3_paths)
+        rebuilt, rebuilt_files = _disk_mb(l3_paths), _disk_mb(l3_paths, ("",))
         print(
-            f"L3 indexes on disk {before:.2f} MB, after a fresh rebuild of the same files {rebuilt:.2f} MB "
-            f"= {before / rebuilt if rebuilt else float('nan'):.2f}x (target <= 1.5x)",
+            f"L3 indexes on disk {before:.2f} MB ({before_files:.2f} MB without their -wal/-shm), after a fresh "
+            f"rebuild of the same files {rebuilt:.2f} MB ({rebuilt_files:.2f} MB) = "
+            f"{before / rebuilt if rebuilt else float('nan'):.2f}x with the logs, "
+            f"{before_files / rebuilt_files if rebuilt_files else float('nan'):.2f}x without (target <= 1.5x; "
+            f"each index's write-ahead log stays near 1 MB: layers/common/sqlite_wal.py)",
             flush=True,
         )
         stop_began = time.monotonic()
