@@ -24,6 +24,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from layers.common import malloc
+
 log = logging.getLogger(__name__)
 
 ENV_MINUTES = "MEMSTRATA_TRACEMALLOC_MIN"
@@ -57,6 +59,7 @@ def _lines() -> Lines:
     snap = tracemalloc.take_snapshot().filter_traces(_NOISE)
     lines = {(s.traceback[0].filename, s.traceback[0].lineno): (s.size, s.count) for s in snap.statistics("lineno")}
     del snap
+    malloc.trim()  # the snapshot's tens of MB, freed, would otherwise stay resident (and be measured)
     return lines
 
 
