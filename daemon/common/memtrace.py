@@ -39,6 +39,7 @@ _NOISE = (
     tracemalloc.Filter(False, "<frozen importlib._bootstrap>"),
     tracemalloc.Filter(False, "<frozen importlib._bootstrap_external>"),
     tracemalloc.Filter(False, "<unknown>"),
+    tracemalloc.Filter(False, __file__),  # the per-line totals kept between snapshots: the tracer's own
 )
 
 
