@@ -34,6 +34,7 @@ from bench import (
     bench_power_cut,
     bench_scale,
     bench_sigkill,
+    bench_soak,
     bench_stop,
     bench_vector_engines,
     recall,
@@ -64,6 +65,7 @@ BENCHMARKS = {
     "fleet": bench_fleet.main,  # root only (three booted hosts); --flaps N per spoke
     "openclaw-memory": bench_openclaw_memory.main,  # the real OpenClaw (make test-deps): plugin vs memory-core
     "fleet-l4": bench_fleet_l4.main,  # root only (three booted hosts, L4 through the hub); --flaps N per spoke
+    "soak": bench_soak.main,  # a fleet's steady load for --minutes N (10; the form: 120)
 }
 
 
@@ -75,6 +77,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples, for a smoke run")
     parser.add_argument("--runs", type=int, default=None, help="power-cut: runs per operation and cut point (20)")
     parser.add_argument("--flaps", type=int, default=None, help="fleet, fleet-l4: link flaps per spoke (100)")
+    parser.add_argument("--minutes", type=int, default=None, help="soak: minutes of load (10; --quick: 3)")
     args = parser.parse_args()
     unknown = set(args.only) - set(BENCHMARKS)
     if unknown:
@@ -88,6 +91,8 @@ def main() -> None:
             bench_fleet.main(quick=args.quick, flap_count=args.flaps)
         elif name == "fleet-l4":
             bench_fleet_l4.main(quick=args.quick, flap_count=args.flaps)
+        elif name == "soak":
+            bench_soak.main(quick=args.quick, minutes=args.minutes)
         else:
             BENCHMARKS[name](quick=args.quick)
         print(f"({name}: {time.monotonic() - started:.0f} s)", flush=True)

@@ -45,16 +45,32 @@ class Reconciler:
         self.next_at = 0.0  # monotonic time of the next periodic reconcile
         #: Asked between files: a stop requested meanwhile ends the reconcile early.
         self.stopping = stopping
+        #: ``heard(agent id, rel)``: an event named that file and it is not processed yet (the router's
+        #: :meth:`~daemon.files.routing.Router.heard`, set once the router exists).  Such a file is brought
+        #: up to date like the others, and is no repair: under load many are in their debounce.
+        self.heard: Callable[[str, str], bool] = lambda agent_id, rel: False
+        #: ``unheard(agent id, rels)``: repaired files no event had named; the router says which of them
+        #: no event names within a grace either (those the watcher missed: :meth:`missed`).
+        self.unheard: Callable[[str, list[str]], None] = lambda agent_id, rels: None
 
-    def one(self, tracker: AgentTracker, progress: StartProgress | None = None) -> int:
-        """Reconcile one agent's files and index; how many files it repaired.
+    def one(self, tracker: AgentTracker, progress: StartProgress | None = None, found: list[str] | None = None) -> int:
+        """Reconcile one agent's files and index; how many files it repaired (changed, and no event named them).
 
-        ``progress`` (at start only) counts each file checked, for status while the start runs."""
+        ``progress`` (at start only) counts each file checked, for status while the start runs;
+        ``found`` gets the repaired files' paths."""
         if progress is not None:
             progress.begin(tracker.id, CHECKING)
+
+        def repair(rel: str) -> bool:
+            if self.heard(tracker.id, rel):
+                return False
+            if found is not None:
+                found.append(rel)
+            return True
+
         try:
             repaired = tracker.reconcile(
-                on_file=progress.file_checked if progress is not None else None, stopping=self.stopping
+                on_file=progress.file_checked if progress is not None else None, stopping=self.stopping, repair=repair
             )
         except Exception as exc:
             if is_storage_error(exc):  # git init/archive on a full disk (the record reports itself)
@@ -97,12 +113,24 @@ class Reconciler:
                 log.warning("%s: %s; no longer watching it", agent_id, why)
                 self.agents.drop(agent_id)
                 self.storage.forget(agent_id)
-        repaired = sum(self.one(t, progress) for t in self.agents.all() if not self.stopping())
-        if repaired and self.last["time"] is not None:
-            log.info("reconcile repaired %d file(s) the watcher had missed", repaired)
+        found: dict[str, list[str]] = {}
+        repaired = sum(
+            self.one(t, progress, found.setdefault(t.id, [])) for t in self.agents.all() if not self.stopping()
+        )
+        if repaired and self.last["time"] is not None:  # not at start: there it finds what changed while down
+            log.info("reconcile repaired %d changed file(s) no event had named yet", repaired)
+            for agent_id, rels in found.items():
+                if rels:
+                    self.unheard(agent_id, rels)
         self.last = {
             "time": iso(time.time()),
             "repaired": repaired,
             "duration_ms": round((time.monotonic() - started) * 1000, 1),
         }
         self.next_at = time.monotonic() + self.current.config.watch.reconcile_interval_s
+
+    def missed(self, keys: list[tuple[str, str]]) -> None:
+        """Files a re-check repaired and no event named since: the watcher missed their change."""
+        named = ", ".join(f"{agent_id}:{rel}" for agent_id, rel in sorted(keys)[:10])
+        more = f" (+{len(keys) - 10} more)" if len(keys) > 10 else ""
+        log.warning("the watcher missed %d file change(s), found by a re-check: %s%s", len(keys), named, more)

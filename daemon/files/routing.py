@@ -31,6 +31,9 @@ LOST_EVENTS_RECHECK_S = 1.0  # see Router.on_lost: the burst that overflowed ino
 # A change to a workspace's .git refs (or the .git itself) asks for a look at its history this long
 # after the last such event: a reset, a gc or an `rm -rf .git` is a burst of them.
 HISTORY_CHECK_DELAY_S = 1.0
+# A file a re-check found changed while no event had named it is a miss of the watcher only if no
+# event names it this long after: its event may still be on its way (the save ran during the re-check).
+MISS_GRACE_S = 3.0
 
 FileKey = tuple[str, str]  # (agent id, path relative to its workspace)
 
@@ -97,6 +100,8 @@ class Router:
         self._lost = False  # set by the watcher thread when inotify dropped events
         #: When to look for new agents: OpenClaw's roster changed (``openclaw.json``, a ``workspace-<id>``).
         self.roster_at: float | None = None
+        #: Files a re-check found changed before any event named them → when they count as missed.
+        self._unheard: dict[FileKey, float] = {}
 
     # ------------------------------------------------------------ the watcher thread
 
@@ -127,8 +132,30 @@ class Router:
         if self._ready:
             return 0.0  # settled files wait: now
         settle, history = min(self._debounce.values(), default=None), min(self._history.values(), default=None)
-        deadlines = [d for d in (self.recheck_at, self.roster_at, settle, history) if d is not None]
+        unheard = min(self._unheard.values(), default=None)
+        deadlines = [d for d in (self.recheck_at, self.roster_at, settle, history, unheard) if d is not None]
         return min(deadlines) if deadlines else None
+
+    def heard(self, agent_id: str, rel: str) -> bool:
+        """Whether an event taken from the watcher names this file and the file is not processed yet (it
+        settles, or waits its turn): a re-check that finds it changed found no miss of the watcher."""
+        return (agent_id, rel) in self.edited
+
+    def unheard(self, agent_id: str, rels: Iterable[str], now: float | None = None) -> None:
+        """A re-check found these files changed and no event had named them: missed, unless an event
+        names them within :data:`MISS_GRACE_S` (:meth:`missed_due`)."""
+        at = (time.monotonic() if now is None else now) + MISS_GRACE_S
+        for rel in rels:
+            self._unheard[(agent_id, rel)] = at
+        if self._unheard:
+            self.wake()
+
+    def missed_due(self, now: float) -> list[FileKey]:
+        """Files a re-check found changed and no event named within the grace: the watcher missed them."""
+        due = [key for key, at in self._unheard.items() if at <= now]
+        for key in due:
+            del self._unheard[key]
+        return due
 
     def recheck_due(self, now: float) -> bool:
         """True (once) when the early reconcile asked for by a stale event is due."""
@@ -182,10 +209,13 @@ class Router:
             rels = tracker.paths_under(rel) if is_dir or rel == "" else {rel} if is_memory_path(rel) else set()
             ready = self._ready.get(tracker.id)
             for r in rels:
+                self._unheard.pop((tracker.id, r), None)  # the watcher did see it (late)
                 self._debounce[(tracker.id, r)] = now + debounce
                 self.edited[(tracker.id, r)] = now
                 if ready is not None:
                     ready.pop(r, None)  # written again before it was processed: it settles again
+            if ready is not None and not ready:
+                del self._ready[tracker.id]  # an empty queue left behind ended the loop (ready() met it)
         return changed
 
     def settle(self, now: float) -> None:
@@ -201,7 +231,10 @@ class Router:
         not take waits for its next turn."""
         while self._ready:
             for agent_id in list(self._ready):
-                queue = self._ready[agent_id]
+                queue = self._ready.get(agent_id)
+                if not queue:  # emptied meanwhile (taken again, or every file dropped)
+                    self._ready.pop(agent_id, None)
+                    continue
                 rel = next(iter(queue))
                 del queue[rel]
                 if not queue:

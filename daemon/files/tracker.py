@@ -296,12 +296,14 @@ class AgentTracker:
         commit_check: bool = True,
         on_file: Callable[[], None] | None = None,
         stopping: Callable[[], bool] | None = None,
+        repair: Callable[[str], bool] | None = None,
     ) -> int:
         """Compare the disk with the record and repair what the watcher missed; count repairs.
 
-        ``on_file`` is called after each file is checked (the start's progress in status)."""
+        ``on_file`` is called after each file is checked (the start's progress in status); ``repair``
+        is asked of each changed file whether it counts (not one whose event waits in the debounce)."""
         fresh = self.files.fresh
-        repaired = self.refresh(on_file, stopping)
+        repaired = self.refresh(on_file, stopping, repair)
         repaired = 0 if fresh else repaired
         if commit_check and self.first_change is None and self.committing is None:
             try:
@@ -319,8 +321,13 @@ class AgentTracker:
         self.files.save()
         return repaired
 
-    def refresh(self, on_file: Callable[[], None] | None = None, stopping: Callable[[], bool] | None = None) -> int:
-        """Run every memory file through the edit flow; count those that changed.
+    def refresh(
+        self,
+        on_file: Callable[[], None] | None = None,
+        stopping: Callable[[], bool] | None = None,
+        counts: Callable[[str], bool] | None = None,
+    ) -> int:
+        """Run every memory file through the edit flow; count those that changed (and ``counts`` counts).
 
         ``on_file`` is called after each file (the start's progress); ``stopping`` is asked
         between files: a SIGTERM while 20,000 new files are reconciled (a start after a
@@ -331,7 +338,8 @@ class AgentTracker:
         for rel in sorted(self.paths_under("")):
             if stopping is not None and stopping():
                 break
-            changed += self.process(rel)
+            if self.process(rel) and (counts is None or counts(rel)):
+                changed += 1
             if on_file is not None:
                 on_file()
         return changed

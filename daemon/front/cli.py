@@ -392,6 +392,9 @@ def run(ctx: click.Context) -> None:
 
     config = config_of(ctx)
     setup_logging(config.log.level, guard_from(config), config.log.format)
+    from daemon.common.memtrace import start_from_env
+
+    start_from_env()  # MEMSTRATA_TRACEMALLOC_MIN: allocation snapshots for the soak benchmark (off by default)
     faulthandler.enable()  # a crash in native code (llama.cpp, SQLite) still leaves a traceback in the journal
     try:
         code = MemoryDaemon(config).run()

@@ -233,12 +233,15 @@ class Loop:
                 changed = True  # git runs on a worker: the loop goes on
         if now >= self.reconciler.next_at or self.router.recheck_due(now):
             self.router.recheck_at = self.router.roster_at = None  # this reconcile covers the early ones
+            changed |= self.router.take(now)  # every event reported so far: what it names is not a miss
             self.reconciler.all()
             changed = True
             self._rewatch()
         elif self.router.roster_due(now):  # openclaw.json changed: new agents now, not at the next reconcile
             changed |= self.reconciler.new_agents() > 0
             self._rewatch()
+        if missed := self.router.missed_due(now):  # what a re-check found and no event named since
+            self.reconciler.missed(missed)
         changed |= self.indexer.flush(now) > 0  # what calls, commits or reconcile queued
         if self.started.watcher and self.started.watcher.mode == "inotify" and not self.started.watcher.healthy():
             self.restart_watcher("an inotify watch failed")

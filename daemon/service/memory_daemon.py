@@ -132,6 +132,7 @@ class MemoryDaemon:
         self.indexer.know_files(desired=self.agents.desired_of, withheld=self.agents.withheld_of)
         self.reconciler = Reconciler(self.current, self.agents, self.indexer, self.storage, self.wakeup.stopping)
         self.router = Router(self.current, self.agents, self.reconciler.one, self.wakeup.wake)
+        self.reconciler.heard, self.reconciler.unheard = self.router.heard, self.router.unheard
         self.storage_retry = StorageRetry(self.agents, self.provision, self.indexer, self.reconciler, self.storage)
         self.courtesy = Courtesy()  # one agent's flood makes way for the others' requests (daemon/api/fairness.py)
         self.dictionary = DictionaryFile(config.paths.state_dir)

@@ -49,6 +49,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from layers.common.fsutil import atomic_write
+from layers.common.sqlite_wal import keep_wal_small
 from layers.conversation.lifecycle.write_ids import KEY_FIELDS, WriteKey, candidate_points, owner_of, point_id_of
 from layers.conversation.policy import validity
 from layers.conversation.policy.decay import ACCESS_COUNT, DEFAULT_DECAY, LAST_ACCESSED, DecayRules, merged_access
@@ -1384,6 +1385,7 @@ def _history_in_wal_mode(connection: sqlite3.Connection) -> None:
     with suppress(sqlite3.Error):
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
+        keep_wal_small(connection)  # its -wal never shrank (layers/common/sqlite_wal.py)
 
 
 META_FILE = "meta.json"  # qdrant-client local mode: the collections' configuration

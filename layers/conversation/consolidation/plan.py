@@ -35,6 +35,7 @@ import numpy as np
 
 from layers.conversation.consolidation import thresholds as calibration
 from layers.conversation.consolidation.sameness import distinct_reason, normalised, tokens
+from layers.conversation.consolidation.sameness import forget as forget_tokens
 from layers.conversation.policy import validity
 
 SCOPE_FIELDS = ("agent_id", "visibility", "project_id", "memory_type", "user_id", "run_id")
@@ -287,6 +288,7 @@ class Planner:
         for done, (key, members) in enumerate(scopes, 1):
             self._scope(dict(zip(SCOPE_FIELDS, key, strict=True)), members)
             progress(done, len(scopes))
+        forget_tokens()  # the compared memories' tokens: not kept until the next consolidation
         self.plan.recount()
         return self.plan
 

@@ -142,10 +142,20 @@ def _word(text: str, start: int, raw: str) -> tuple[str, str] | None:
     return WORD, key
 
 
-@functools.lru_cache(maxsize=65_536)
+# A memory's tokens take ~3 KB: at most ~25 MB kept while a consolidation compares memories.
+TOKENS_KEPT = 8192
+
+
+@functools.lru_cache(maxsize=TOKENS_KEPT)
 def _tokens_of(text: str) -> tuple[Token, ...]:
     """A consolidation compares each memory with many: its tokens are made once."""
     return tuple(tokens(text))
+
+
+def forget() -> None:
+    """Drop the memories' tokens kept for a consolidation (its plan is built): they are ~3 KB each, and
+    65,536 of them (the bound before) would have stayed resident between the nightly runs."""
+    _tokens_of.cache_clear()
 
 
 def distinct_reason(a: str, b: str) -> str | None:

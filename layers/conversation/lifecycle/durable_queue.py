@@ -42,6 +42,7 @@ from typing import Any
 import apsw
 
 from layers.common.fsutil import create_private_file, private_dirs, tighten_sqlite
+from layers.common.sqlite_wal import keep_wal_small
 from layers.conversation.lifecycle.group_commit import GroupCommit
 
 PENDING, CLAIMED, APPLIED = 0, 1, 2
@@ -169,6 +170,7 @@ class WriteQueue:
             db.setbusytimeout(5000)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
+            keep_wal_small(db)  # its -wal stayed at 4 MB beside a 53 KB queue (layers/common/sqlite_wal.py)
             _owner_scoped(db)
             _with_states(db)
             db.execute(_SCHEMA)

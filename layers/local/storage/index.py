@@ -44,6 +44,7 @@ import numpy as np
 
 from layers.common import malloc
 from layers.common.fsutil import create_private_file, private_dirs, tighten_sqlite
+from layers.common.sqlite_wal import keep_wal_small
 from layers.local.shapes import IndexStats, RebuildStats
 from layers.local.storage import bm25 as ranking
 from layers.local.storage import vector_codes
@@ -419,6 +420,7 @@ class LocalIndex:
         if not self.readonly:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            keep_wal_small(db)  # a 4 MB -wal stayed beside every index (layers/common/sqlite_wal.py)
         if self.verify:
             check = db.execute("PRAGMA quick_check").fetchall()
             if check != [("ok",)]:

@@ -113,7 +113,11 @@ class _TermOf(dict):
     (a million at 20,000 chunks): a dict hit is done in C, where a Python call per word (a regex
     substitution's callback, or :func:`stem`'s cache) was a third of the build's time."""
 
-    LIMIT = 500_000  # distinct tokens kept before it starts again (random ids would grow it forever)
+    # Distinct tokens kept before it starts again (random ids would grow it forever).  It was 500,000:
+    # ~64 MB of strings at the top, reached by a fleet's notes (times, ports, ids) within hours, and
+    # given back all at once: the saw-tooth of the daemon's anonymous memory in issue 51's soak.
+    # A language's working vocabulary fits in 65,536 (~8 MB); a miss costs a stem(), itself cached.
+    LIMIT = 65_536
 
     def __missing__(self, token: str) -> str:
         if len(self) >= self.LIMIT:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
+import time
 
+from daemon.files.routing import MISS_GRACE_S
 from protocol.operations import Search
 from tests.helpers import commits
 
@@ -42,3 +45,37 @@ def test_a_reconciled_change_is_committed_when_its_quiet_period_has_passed(servi
     d.storage_retry.note_commit(tracker)
     assert len(commits(service.workspace)) == before + 1
     assert not d.storage.failing("git", "main")
+
+
+def test_a_file_the_watcher_reported_is_brought_up_to_date_by_a_reconcile_and_not_counted_as_missed(service, caplog):
+    d = service.daemon
+    d.reconciler.all()  # the first reconcile (at start) counts what changed while the daemon was down
+    path = service.workspace / "memory" / "2026-11-29.md"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("# 2026-11-29\nthe persimmon harvest\n")
+    d.router.on_change(str(path), False)
+    d.router.take(time.monotonic())  # in its debounce: the watcher saw it
+    d.reconciler.all()
+    assert "memory/2026-11-29.md" in d.trackers["main"].files.items(), "brought up to date all the same"
+    assert d.reconciler.last["repaired"] == 0
+    assert d.router.missed_due(time.monotonic() + 60) == []
+
+
+def test_a_change_no_event_names_within_the_grace_is_said_to_be_missed_by_the_watcher(service, caplog):
+    d = service.daemon
+    d.reconciler.all()
+    memory = service.workspace / "memory"
+    memory.mkdir(exist_ok=True)
+    (memory / "2026-11-28.md").write_text("# 2026-11-28\nno event for this one\n")
+    (memory / "2026-11-27.md").write_text("# 2026-11-27\nits event comes late\n")
+    d.reconciler.all()
+    assert d.reconciler.last["repaired"] == 2
+    d.router.on_change(str(memory / "2026-11-27.md"), False)  # the save ran during the re-check
+    now = time.monotonic()
+    d.router.take(now)
+    assert d.router.missed_due(now) == [], "not yet: an event may still be on its way"
+    missed = d.router.missed_due(now + MISS_GRACE_S + 1)
+    assert missed == [("main", "memory/2026-11-28.md")]
+    with caplog.at_level(logging.WARNING):
+        d.reconciler.missed(missed)
+    assert "the watcher missed 1 file change(s), found by a re-check: main:memory/2026-11-28.md" in caplog.text

@@ -70,3 +70,21 @@ def test_a_workspace_that_disappeared_is_dropped_at_its_next_event(service):
     assert d.router.take(time.monotonic()) is True, "an agent was dropped: the status changes"
     assert "beta" not in d.trackers
     assert d.indexer.report("beta") == {"state": "not open"}, "its index connection was closed and forgotten"
+
+
+def test_a_settled_file_written_again_before_its_turn_settles_again_and_the_loop_goes_on(service):
+    """Under load (issue 51's soak) the daemon exited with 'generator raised StopIteration': an agent's
+    only settled file, written again before the loop reached it, left an empty queue behind."""
+    router = service.daemon.router
+    path = str(service.workspace / "memory" / "2026-11-30.md")
+    other = str(service.workspace / "memory" / "2026-11-29.md")
+    now = time.monotonic()
+    router.on_change(path, False)
+    router.take(now)
+    router.settle(now + 1.0)  # settled, waiting for its turn (the loop's budget ran out)
+    router.on_change(path, False)  # written again meanwhile
+    router.take(now + 1.0)
+    assert list(router.ready()) == [], "nothing settled now: it waits for its debounce again"
+    router.on_change(other, False)
+    router.take(now + 1.0)
+    assert router.pop_due(now + 5.0) == [("main", "memory/2026-11-30.md"), ("main", "memory/2026-11-29.md")]

@@ -82,3 +82,14 @@ def test_the_refusal_counts_each_agent_on_its_own():
     result = plan(memories, max_share=0.05)
     assert result.agents["a"].invalidated == 1 and "agent a: 1 of its 11" in (result.refusal() or "")
     assert plan(memories, max_share=0.1).refusal() is None
+
+
+def test_the_compared_memories_tokens_are_not_kept_after_the_plan():
+    """Issue 51: up to 65,536 memories' tokens (~3 KB each) stayed resident between consolidations."""
+    from layers.conversation.consolidation.sameness import TOKENS_KEPT, _tokens_of
+
+    memories = [memory(n, f"the pump in shed {n} runs on port {7000 + n}", angle(n * 0.01)) for n in range(40)]
+    result = plan(memories, conflict=0.5)
+    assert result.clusters, "the memories were compared"
+    assert _tokens_of.cache_info().currsize == 0
+    assert _tokens_of.cache_info().maxsize == TOKENS_KEPT <= 8192

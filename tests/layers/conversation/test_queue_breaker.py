@@ -147,3 +147,20 @@ def test_a_queue_of_the_first_schema_is_rebuilt_keeping_every_write_its_order_an
     assert q.peek()[-1].seq == 7, "a seq is never handed out twice (6 was w5's)"
     q.close()
     assert [i.write_id for i in WriteQueue(path).peek()] == ["w1", "w2", "w3", "w4", "w1"], "rebuilt once, kept"
+
+
+def test_the_queues_write_ahead_log_stays_near_its_limit_under_steady_writes(tmp_path):
+    """Issue 51: the queue's -wal stayed at 4 MB beside a 53 KB file (SQLite never shrinks it)."""
+    from layers.common.sqlite_wal import WAL_SIZE_LIMIT
+
+    path = tmp_path / "queue.sqlite"
+    wal = path.with_name(path.name + "-wal")
+    q = WriteQueue(path)
+    try:
+        for n in range(1500):  # each write logged, then done: the queue stays short, its log does not
+            assert q.put(f"w{n}", "a", {"text": f"memory number {n} " + "x" * 400})
+            q.done(f"w{n}", "a")
+        assert q.depth() == 0
+        assert wal.stat().st_size <= 2 * WAL_SIZE_LIMIT, f"the log is {wal.stat().st_size / 2**20:.1f} MB"
+    finally:
+        q.close()

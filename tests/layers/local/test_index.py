@@ -724,3 +724,22 @@ def test_newest_only_ranking_gives_bm25s_order_without_walking_the_posting_lists
     assert len(ours) == 50 and all(h.chunk_id > floor for h in ours)
     # many rows tie (same words, same length): the 50 best scores, not which of the tied ids, are compared
     assert [-h.score for h in ours] == pytest.approx([r for _, r in theirs], rel=1e-9)
+
+
+def test_the_write_ahead_log_stays_near_its_limit_under_steady_edits(tmp_path):
+    """Issue 51: every index kept a 4 MB -wal beside it (SQLite reuses the log, never shrinks it)."""
+    from layers.common.sqlite_wal import WAL_SIZE_LIMIT
+
+    corpus = Corpus(seed=5)
+    path = tmp_path / "index.sqlite"
+    index = LocalIndex(path, Identity())
+    wal = path.with_name(path.name + "-wal")
+    biggest = 0
+    try:
+        for n in range(600):  # ~10 MB of log written: many checkpoints
+            index.update_document(_doc(f"memory/2026-11-{n % 5 + 1:02d}.md", corpus.chunk(400)))
+            biggest = max(biggest, wal.stat().st_size)
+        assert wal.stat().st_size <= 2 * WAL_SIZE_LIMIT, "cut back when the log starts over"
+        assert biggest <= 3 * WAL_SIZE_LIMIT, f"the log reached {biggest / 2**20:.1f} MB"
+    finally:
+        index.close()

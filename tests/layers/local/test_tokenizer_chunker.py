@@ -140,3 +140,14 @@ def test_the_quick_path_gives_exactly_the_chunks_of_the_full_walk():
             assert quick == _walk(text), text
             checked += 1
     assert checked > 1000
+
+
+def test_the_term_cache_holds_at_most_its_limit_of_tokens_however_many_distinct_ones_pass():
+    """Issue 51: a fleet's notes (times, ports, ids) filled it towards 500,000 tokens, ~64 MB."""
+    from layers.local.text.tokenizer import _TERM_OF, _TermOf
+
+    assert _TermOf.LIMIT <= 65_536
+    for start in range(0, _TermOf.LIMIT + 5_000, 1_000):
+        token_string(" ".join(f"id{n:07d}x" for n in range(start, start + 1_000)))
+        assert len(_TERM_OF) <= _TermOf.LIMIT
+    assert token_string("the pumps were checked") == "the pump were check"
