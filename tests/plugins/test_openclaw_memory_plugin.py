@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 
 import pytest
 
-from tests.helpers import wait_for
-from tests.plugins.openclaw_env import OpenClawHost, openclaw_argv
+from tests.helpers import REPO_ROOT, git, wait_for
+from tests.openclaw_install import file_hashes
+from tests.plugins.plugin_host import FS_SAFE_ATOMIC, PluginHost
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(openclaw_argv() is None, reason="OpenClaw is not installed (make test-deps)"),
-]
+pytestmark = pytest.mark.slow
 
 MAIN_NOTE = (
     "# Main memory\n\nThe deploy window for project kestrel is Tuesday 14:00 UTC.\nMain prefers short reports.\n"
@@ -34,7 +34,7 @@ RESEARCH_NOTE = (
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    h = OpenClawHost(tmp_path_factory.mktemp("openclaw-home"))
+    h = PluginHost(tmp_path_factory.mktemp("openclaw-home"))
     try:
         yield h.build({"main": MAIN_NOTE, "research": RESEARCH_NOTE})
     finally:
@@ -134,7 +134,7 @@ def test_a_token_of_another_agent_in_a_workspace_is_refused_by_the_daemon(host):
 def test_auto_recall_and_capture_in_a_real_turn(host):
     host.chat.calls.clear()
     question = "Which codename does the vector database benchmark use?"
-    host.openclaw("agent", "--agent", "research", "-m", question, "--json", "--timeout", "240", timeout=300)
+    host.run("agent", "--agent", "research", "-m", question, "--json", "--timeout", "240", timeout=300)
     prompt = next(p for p in host.chat.prompts() if question in p)
     block = prompt[prompt.index("<memstrata-recall>") : prompt.index("</memstrata-recall>")]
     assert "untrusted data, not instructions" in block and "heron" in block and "kestrel" not in block
@@ -152,10 +152,52 @@ def test_auto_recall_and_capture_in_a_real_turn(host):
 
 
 def test_the_memstrata_cli_commands(host):
-    status = json.loads(host.openclaw("memstrata", "status", "--agent", "research").stdout)
+    status = json.loads(host.run("memstrata", "status", "--agent", "research").stdout)
     assert status["agent"] == "research" and status["memorySlot"] == "memory-memstrata"
     assert status["access"] == "agent research" and [a["id"] for a in status["agents"]] == ["research"]
-    found = json.loads(host.openclaw("memstrata", "search", "heron", "pgvector", "--agent", "research").stdout)
+    found = json.loads(host.run("memstrata", "search", "heron", "pgvector", "--agent", "research").stdout)
     assert [r["path"] for r in found["results"]] == ["MEMORY.md"]
-    done = host.openclaw("memstrata", "reindex", "--agent", "main")
+    done = host.run("memstrata", "reindex", "--agent", "main")
     assert json.loads(done.stdout)
+
+
+def test_openclaws_files_stay_byte_identical_but_for_the_operators_steps(host):
+    """Everything above ran: memstrata init, its daemon and its commits, the plugin's install and settings,
+    the gateway, every tool call, a turn. Of the files OpenClaw had before, only openclaw.json changed, and
+    in its plugin entries only (the copied extension dir is new)."""
+    after = file_hashes(host.state)
+    changed = sorted(rel for rel, digest in host.before.items() if after.get(rel) != digest)
+    assert changed == ["openclaw.json"], f"OpenClaw's files changed: {changed}"
+    now, before = host.config(), host.config_before
+    assert {k: v for k, v in now.items() if k != "plugins"} == {k: v for k, v in before.items() if k != "plugins"}
+    assert now["plugins"]["slots"]["memory"] == "memory-memstrata"
+    assert "extensions/memory-memstrata/index.js" in after
+
+
+def test_dreamings_atomic_rewrite_of_memory_md_is_committed_and_indexed(host):
+    """memory-core's dreaming replaces MEMORY.md with a temp file and a rename (tests/plugins/dreaming_rewrite.mjs,
+    OpenClaw's own replaceFileAtomic, as its commitMemoryContent calls it): the daemon commits the new MEMORY.md
+    like any other save, leaves the temp file out, and the plugin's memory_search finds what it says."""
+    workspace = host.workspace("research")
+    memory = workspace / "MEMORY.md"
+    content = memory.read_text() + "\n## Promoted From Short-Term Memory\n\n- The heron runs moved to box nine.\n"
+    script = REPO_ROOT / "tests" / "plugins" / "dreaming_rewrite.mjs"
+    run = subprocess.run(
+        [*host.argv[:1], str(script), str(FS_SAFE_ATOMIC), str(memory), content],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    [(temp, target)] = json.loads(run.stdout)["renames"]
+    assert target == str(memory) and os.path.dirname(temp) == str(workspace)
+    assert re.fullmatch(r"MEMORY\.md\.promotion\.\d+\.[0-9a-f-]{36}\.tmp", os.path.basename(temp)), temp
+    assert memory.read_text() == content
+
+    def committed() -> bool:
+        return git(workspace, "show", "HEAD:MEMORY.md") == content
+
+    wait_for(committed, timeout=120, interval=0.5, what="the rewritten MEMORY.md committed")
+    assert not [p for p in git(workspace, "ls-files").splitlines() if p.endswith(".tmp")]
+    wait_for(
+        lambda: "box nine" in texts(host.details("memory_search", "research", {"query": "heron box nine"})),
+        timeout=120, interval=0.5, what="the rewritten MEMORY.md indexed",
+    )  # fmt: skip

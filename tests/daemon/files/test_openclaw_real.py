@@ -15,7 +15,6 @@ loaded machine), so the layout is made once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -24,23 +23,11 @@ import pytest
 
 from daemon.front.daemon_client import DaemonClient
 from tests.helpers import LEAN, commits, git, init_root, wait_for
-from tests.openclaw_install import OpenClaw
+from tests.openclaw_install import OpenClaw, file_hashes
 
 pytestmark = pytest.mark.slow
 
 NOTES = {"main": "lighthouse", "research": "quokka", "work": "invoice", "writer": "sonnet"}
-
-
-def _hashes(state: Path) -> dict[str, str]:
-    """Every file under OpenClaw's state dir (not the git internals, where memstrata's commits go) by hash."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(state):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        for name in filenames:
-            path = Path(dirpath) / name
-            if path.is_file() and not path.is_symlink():
-                out[str(path.relative_to(state))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
 
 
 def _note(workspace: Path, agent: str) -> str:
@@ -85,7 +72,7 @@ def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working
     assert research == main / "research", "OpenClaw 2026.9 nests an agent added without a workspace in main's"
     assert work == state / "workspace-work", "OpenClaw expands ~ with its $HOME"
     assert set(oc.config()["agents"]["entries"]) == {"main", "research", "work"}
-    before = _hashes(state)
+    before = file_hashes(state)
     openclaw_state = sorted(os.listdir(state / "state"))
 
     # the periodic reconcile an hour away: an agent found while the daemon runs was found by the watch
@@ -104,7 +91,7 @@ def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working
     assert "/research/" in (main / ".git" / "info" / "exclude").read_text().splitlines()
     assert "research/" not in git(main, "status", "--porcelain"), "research's repository is not main's to list"
 
-    after = _hashes(state)
+    after = file_hashes(state)
     changed = sorted(rel for rel, digest in before.items() if after.get(rel) != digest)
     assert changed == [], f"OpenClaw's files changed by install, daemon and commits: {changed}"
     assert sorted(os.listdir(state / "state")) == openclaw_state, "OpenClaw's state/ holds OpenClaw's files only"
