@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from daemon.front.daemon_client import DaemonClient
-from tests.helpers import LEAN, commits, git, init_root, wait_for
+from tests.helpers import LEAN, commits, committed, file_at_head, git, init_root, wait_for
 from tests.openclaw_install import OpenClaw, file_hashes
 
 pytestmark = pytest.mark.slow
@@ -62,6 +62,29 @@ def _owned(d, agent: str, workspace: Path) -> None:
     wait_for(
         lambda: rel in _search(d, agent, workspace, NOTES[agent]), timeout=60, what=f"{agent}'s note found as {agent}"
     )
+
+
+def _dreamed(oc: OpenClaw, d, main: Path) -> None:
+    """memory-core's dreaming rewrites MEMORY.md atomically (a temp file ``MEMORY.md.promotion.<pid>.<uuid>.tmp``
+    renamed over it, as strace showed); ``openclaw memory promote --apply`` runs that same write with no LLM
+    (the deep phase's promotion, append-only when no model consolidates).  A search as the operator records
+    the recall it promotes.  The daemon commits and indexes the new MEMORY.md as it would any other save."""
+    memory = main / "MEMORY.md"
+    memory.write_text("# Memory\n\nMain prefers short reports.\n")
+    wait_for(lambda: "MEMORY.md" in git(main, "ls-files"), timeout=60, what="main's MEMORY.md committed")
+    inode = memory.stat().st_ino
+    oc.run("memory", "index", "--agent", "main")
+    found = json.loads(oc.run("memory", "search", NOTES["main"], "--agent", "main", "--json").stdout)
+    assert any(r["path"] == "memory/2026-12-07.md" for r in found["results"]), found
+    thresholds = ["--min-score", "0", "--min-recall-count", "0", "--min-unique-queries", "0"]
+    promoted = json.loads(oc.run("memory", "promote", "--agent", "main", "--apply", "--json", *thresholds).stdout)
+    content = memory.read_text()
+    assert memory.stat().st_ino != inode, "replaced by a rename, not written in place"
+    assert "Promoted From Short-Term Memory" in content and NOTES["main"] in content, promoted
+    wait_for(lambda: file_at_head(main, "MEMORY.md") == content, timeout=60, what=f"the promotion committed\n{d.log()}")
+    assert committed(main, "M", "MEMORY.md")
+    assert not [p for p in git(main, "ls-files").splitlines() if ".promotion." in p], "its temp file never committed"
+    wait_for(lambda: "MEMORY.md" in _search(d, "main", main, NOTES["main"]), timeout=60, what="the promotion indexed")
 
 
 def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working(tmp_path, daemons):
@@ -104,7 +127,7 @@ def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working
     # OpenClaw's own commands still answer, and see memstrata's skill as usable
     status = oc.run("memory", "status", "--agent", "main", "--json")
     assert json.loads(status.stdout), status.stdout
-    oc.run("memory", "search", NOTES["main"], "--agent", "main", "--json")
+    _dreamed(oc, d, main)
     listed = oc.run("skills", "list", "--agent", "research", "--json")
     mine = [s for s in json.loads(listed.stdout)["skills"] if s["name"] == "mem0-integration"]
     assert mine and mine[0]["eligible"] and mine[0]["modelVisible"], listed.stdout
