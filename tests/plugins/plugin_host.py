@@ -10,19 +10,31 @@ with the operator's steps (README), and the gateway kept running for a whole mod
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import sqlite3
 from pathlib import Path
 
 import yaml
 
 from tests.helpers import REPO_ROOT, DaemonProcess, run_cli, wait_reachable
-from tests.openclaw_install import CACHE, Gateway, OpenClaw, file_hashes, free_port, openclaw_argv
+from tests.openclaw_install import Gateway, OpenClaw, file_hashes, free_port, openclaw_argv
 from tests.plugins.stand_in_chat import StandInChat
 
 PLUGIN_DIR = REPO_ROOT / "plugins" / "openclaw-memory-memstrata"
 GATEWAY_TOKEN = "plugin-test-gateway-token"
-#: the module OpenClaw's memory-core replaces MEMORY.md with (tests/plugins/dreaming_rewrite.mjs imports it)
-FS_SAFE_ATOMIC = CACHE / "openclaw" / "node_modules" / "@openclaw" / "fs-safe" / "dist" / "atomic.js"
+
+
+def table_rows(db: Path) -> dict[str, dict[str, str]]:
+    """Each table of an SQLite database (read-only): its rows by hash, each row as text (a test reads
+    OpenClaw's database with it: whether a row names memstrata)."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+        names = [n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        tables = {}
+        for name in names:
+            rows = [repr(row) for row in con.execute(f'SELECT * FROM "{name}"')]
+            tables[name] = {hashlib.sha256(r.encode()).hexdigest(): r for r in rows}
+        return tables
 
 
 def node_argv() -> list[str]:
