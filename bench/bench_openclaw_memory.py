@@ -1,6 +1,6 @@
 """OpenClaw's memory_search through the gateway: the memory-memstrata plugin against memory-core, same workspaces.
 
-One host built with OpenClaw's own commands (tests/plugins/openclaw_env.py: onboard, agents add research,
+One host built with OpenClaw's own commands (tests/plugins/plugin_host.py: onboard, agents add research,
 the plugin installed, the gateway on loopback; the model a stand-in, unused here). main and research each
 get the same-sized corpus of daily notes. Each query is one ``POST /tools/invoke`` of memory_search, as
 an alternating agent, timed at the HTTP client: the gateway's routing and tool policy, the tool, and for
@@ -22,7 +22,8 @@ from pathlib import Path
 from bench.bench_index import _pct
 from tests.corpus import Corpus
 from tests.helpers import wait_for
-from tests.plugins.openclaw_env import OpenClawHost, openclaw_argv
+from tests.openclaw_install import installed
+from tests.plugins.plugin_host import PluginHost
 
 AGENTS = ("main", "research")
 
@@ -31,7 +32,7 @@ def _queries(corpus: Corpus, n: int) -> list[str]:
     return [f"{corpus.word()} {corpus.word()}" for _ in range(n)]
 
 
-def _measure(host: OpenClawHost, queries: list[str]) -> tuple[list[float], int, str]:
+def _measure(host: PluginHost, queries: list[str]) -> tuple[list[float], int, str]:
     times, hits, provider = [], 0, ""
     for i, query in enumerate(queries):
         started = time.perf_counter()
@@ -44,21 +45,14 @@ def _measure(host: OpenClawHost, queries: list[str]) -> tuple[list[float], int, 
     return times, hits, provider
 
 
-def _restart_gateway(host: OpenClawHost) -> None:
-    assert host.gateway is not None
-    os.killpg(host.gateway.pid, 15)
-    host.gateway.wait(timeout=60)
-    host.start_gateway()
-
-
 def bench_openclaw_memory(quick: bool) -> None:
-    if openclaw_argv() is None:
+    if installed() is None:
         print("skipped: OpenClaw is not installed (make test-deps)")
         return
     files, samples, warmup = (10, 20, 4) if quick else (40, 100, 10)
     corpus = Corpus(seed=49)
     with tempfile.TemporaryDirectory() as tmp:
-        host = OpenClawHost(Path(tmp))
+        host = PluginHost(Path(tmp))
         try:
             started = time.monotonic()
             host.build({"main": "# main\n", "research": "# research\n"})
@@ -80,7 +74,7 @@ def bench_openclaw_memory(quick: bool) -> None:
             _measure(host, queries[:warmup])
             mine, mine_hits, _ = _measure(host, queries)
 
-            host.openclaw(
+            host.run(
                 "config",
                 "set",
                 "--batch-json",
@@ -92,7 +86,8 @@ def bench_openclaw_memory(quick: bool) -> None:
                     ]
                 ),
             )
-            _restart_gateway(host)
+            host.stop_gateway()
+            host.start_gateway()
             first_started = time.perf_counter()
             _measure(host, queries[:1])
             first = (time.perf_counter() - first_started) * 1000

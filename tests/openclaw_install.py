@@ -21,6 +21,7 @@ are generous for that reason (they are limits, not expectations).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -134,12 +135,26 @@ class Gateway:
             return exc.code, json.loads(exc.read() or b"{}")
 
 
+def file_hashes(state: Path) -> dict[str, str]:
+    """Every file under an OpenClaw state dir by SHA-256 (not the git internals, where memstrata's
+    commits go): taken before and after, it shows which of OpenClaw's files anything changed."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(state):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            path = Path(dirpath) / name
+            if path.is_file() and not path.is_symlink():
+                out[str(path.relative_to(state))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
 def openclaw_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment of an OpenClaw isolated in ``home``: ``$HOME`` there, its state dir
-    ``<home>/.openclaw``, none of the caller's ``OPENCLAW_*`` or ``XDG_*``, :data:`QUIET`, the
-    installed Node first on ``PATH`` (for what OpenClaw spawns), then ``extra``."""
+    ``<home>/.openclaw``, none of the caller's ``OPENCLAW_*``, ``XDG_*`` or ``MEMSTRATA_*`` (a plugin
+    test names memstrata's config in ``extra``), :data:`QUIET`, the installed Node first on ``PATH``
+    (for what OpenClaw spawns), then ``extra``."""
     node_bin = str(Path(openclaw_argv()[0]).parent)
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCLAW_", "XDG_"))}
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCLAW_", "XDG_", "MEMSTRATA_"))}
     return {
         **inherited,
         "PATH": f"{node_bin}:{inherited.get('PATH', '/usr/bin:/bin')}",
@@ -169,11 +184,12 @@ class OpenClaw:
             raise AssertionError(f"openclaw {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc
 
-    def onboard(self) -> OpenClaw:
-        """``openclaw onboard --non-interactive``, no model provider (``--auth-choice skip``, no LLM), no
-        wait for a gateway (``--skip-health``): main's workspace, openclaw.json, state/openclaw.sqlite."""
-        quickstart = ["--flow", "quickstart", "--skip-health"]
-        self.run("onboard", "--non-interactive", "--accept-risk", "--auth-choice", "skip", *quickstart)
+    def onboard(self, *options: str) -> OpenClaw:
+        """``openclaw onboard --non-interactive``, no wait for a gateway (``--skip-health``): main's
+        workspace, openclaw.json, state/openclaw.sqlite.  ``options`` replace the default quickstart with
+        no model provider (``--auth-choice skip``, no LLM): a test that runs a turn names its stand-in."""
+        options = options or ("--flow", "quickstart", "--auth-choice", "skip")
+        self.run("onboard", "--non-interactive", "--accept-risk", *options, "--skip-health")
         return self
 
     def add_agent(self, name: str, *, role: str | None = None, workspace: Path | str | None = None) -> dict:

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
 from tests.helpers import wait_for
-from tests.plugins.openclaw_env import OpenClawHost, openclaw_argv
+from tests.openclaw_install import file_hashes
+from tests.plugins.plugin_host import PluginHost, table_rows
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(openclaw_argv() is None, reason="OpenClaw is not installed (make test-deps)"),
-]
+pytestmark = pytest.mark.slow
 
 MAIN_NOTE = (
     "# Main memory\n\nThe deploy window for project kestrel is Tuesday 14:00 UTC.\nMain prefers short reports.\n"
@@ -34,7 +33,7 @@ RESEARCH_NOTE = (
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    h = OpenClawHost(tmp_path_factory.mktemp("openclaw-home"))
+    h = PluginHost(tmp_path_factory.mktemp("openclaw-home"))
     try:
         yield h.build({"main": MAIN_NOTE, "research": RESEARCH_NOTE})
     finally:
@@ -134,7 +133,7 @@ def test_a_token_of_another_agent_in_a_workspace_is_refused_by_the_daemon(host):
 def test_auto_recall_and_capture_in_a_real_turn(host):
     host.chat.calls.clear()
     question = "Which codename does the vector database benchmark use?"
-    host.openclaw("agent", "--agent", "research", "-m", question, "--json", "--timeout", "240", timeout=300)
+    host.run("agent", "--agent", "research", "-m", question, "--json", "--timeout", "240", timeout=300)
     prompt = next(p for p in host.chat.prompts() if question in p)
     block = prompt[prompt.index("<memstrata-recall>") : prompt.index("</memstrata-recall>")]
     assert "untrusted data, not instructions" in block and "heron" in block and "kestrel" not in block
@@ -152,10 +151,32 @@ def test_auto_recall_and_capture_in_a_real_turn(host):
 
 
 def test_the_memstrata_cli_commands(host):
-    status = json.loads(host.openclaw("memstrata", "status", "--agent", "research").stdout)
+    status = json.loads(host.run("memstrata", "status", "--agent", "research").stdout)
     assert status["agent"] == "research" and status["memorySlot"] == "memory-memstrata"
     assert status["access"] == "agent research" and [a["id"] for a in status["agents"]] == ["research"]
-    found = json.loads(host.openclaw("memstrata", "search", "heron", "pgvector", "--agent", "research").stdout)
+    found = json.loads(host.run("memstrata", "search", "heron", "pgvector", "--agent", "research").stdout)
     assert [r["path"] for r in found["results"]] == ["MEMORY.md"]
-    done = host.openclaw("memstrata", "reindex", "--agent", "main")
+    done = host.run("memstrata", "reindex", "--agent", "main")
     assert json.loads(done.stdout)
+
+
+def test_openclaws_files_stay_byte_identical_but_for_the_operators_steps(host):
+    """Everything above ran: memstrata init, its daemon and its commits, the plugin's install and settings,
+    the gateway, every tool call, a turn. Of the files OpenClaw had before, only these changed: openclaw.json,
+    in its plugin entries only, and its backups (OpenClaw rotates them at each write of its config commands:
+    the operator's steps); state/openclaw.sqlite, OpenClaw's live database, which its gateway and a turn write
+    whatever holds the slot (leases, migrations, task runs, its records of each config write), and where the
+    plugin keeps nothing of its own. The copied extension dir is new."""
+    after = file_hashes(host.state)
+    changed = sorted(rel for rel, digest in host.before.items() if after.get(rel) != digest)
+    unexpected = [
+        rel for rel in changed if not re.fullmatch(r"openclaw\.json(\.bak(\.\d+)?)?|state/openclaw\.sqlite", rel)
+    ]
+    assert unexpected == [], f"OpenClaw's files changed: {changed}"
+    now, before = host.config(), host.config_before
+    assert {k: v for k, v in now.items() if k != "plugins"} == {k: v for k, v in before.items() if k != "plugins"}
+    assert now["plugins"]["slots"]["memory"] == "memory-memstrata"
+    tables = table_rows(host.state / "state" / "openclaw.sqlite")
+    kept = [r for t in ("plugin_state_entries", "plugin_blob_entries") for r in tables[t].values() if "memstrata" in r]
+    assert kept == [], kept
+    assert "extensions/memory-memstrata/index.js" in after

@@ -15,7 +15,6 @@ loaded machine), so the layout is made once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -23,24 +22,12 @@ from pathlib import Path
 import pytest
 
 from daemon.front.daemon_client import DaemonClient
-from tests.helpers import LEAN, commits, git, init_root, wait_for
-from tests.openclaw_install import OpenClaw
+from tests.helpers import LEAN, commits, committed, file_at_head, git, init_root, wait_for
+from tests.openclaw_install import OpenClaw, file_hashes
 
 pytestmark = pytest.mark.slow
 
 NOTES = {"main": "lighthouse", "research": "quokka", "work": "invoice", "writer": "sonnet"}
-
-
-def _hashes(state: Path) -> dict[str, str]:
-    """Every file under OpenClaw's state dir (not the git internals, where memstrata's commits go) by hash."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(state):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        for name in filenames:
-            path = Path(dirpath) / name
-            if path.is_file() and not path.is_symlink():
-                out[str(path.relative_to(state))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
 
 
 def _note(workspace: Path, agent: str) -> str:
@@ -77,6 +64,29 @@ def _owned(d, agent: str, workspace: Path) -> None:
     )
 
 
+def _dreamed(oc: OpenClaw, d, main: Path) -> None:
+    """memory-core's dreaming rewrites MEMORY.md atomically (a temp file ``MEMORY.md.promotion.<pid>.<uuid>.tmp``
+    renamed over it, as strace showed); ``openclaw memory promote --apply`` runs that same write with no LLM
+    (the deep phase's promotion, append-only when no model consolidates).  A search as the operator records
+    the recall it promotes.  The daemon commits and indexes the new MEMORY.md as it would any other save."""
+    memory = main / "MEMORY.md"
+    memory.write_text("# Memory\n\nMain prefers short reports.\n")
+    wait_for(lambda: "MEMORY.md" in git(main, "ls-files"), timeout=60, what="main's MEMORY.md committed")
+    inode = memory.stat().st_ino
+    oc.run("memory", "index", "--agent", "main")
+    found = json.loads(oc.run("memory", "search", NOTES["main"], "--agent", "main", "--json").stdout)
+    assert any(r["path"] == "memory/2026-12-07.md" for r in found["results"]), found
+    thresholds = ["--min-score", "0", "--min-recall-count", "0", "--min-unique-queries", "0"]
+    promoted = json.loads(oc.run("memory", "promote", "--agent", "main", "--apply", "--json", *thresholds).stdout)
+    content = memory.read_text()
+    assert memory.stat().st_ino != inode, "replaced by a rename, not written in place"
+    assert "Promoted From Short-Term Memory" in content and NOTES["main"] in content, promoted
+    wait_for(lambda: file_at_head(main, "MEMORY.md") == content, timeout=60, what=f"the promotion committed\n{d.log()}")
+    assert committed(main, "M", "MEMORY.md")
+    assert not [p for p in git(main, "ls-files").splitlines() if ".promotion." in p], "its temp file never committed"
+    wait_for(lambda: "MEMORY.md" in _search(d, "main", main, NOTES["main"]), timeout=60, what="the promotion indexed")
+
+
 def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working(tmp_path, daemons):
     oc = OpenClaw(tmp_path / "home").onboard()
     state, main = oc.state, oc.state / "workspace"
@@ -85,7 +95,7 @@ def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working
     assert research == main / "research", "OpenClaw 2026.9 nests an agent added without a workspace in main's"
     assert work == state / "workspace-work", "OpenClaw expands ~ with its $HOME"
     assert set(oc.config()["agents"]["entries"]) == {"main", "research", "work"}
-    before = _hashes(state)
+    before = file_hashes(state)
     openclaw_state = sorted(os.listdir(state / "state"))
 
     # the periodic reconcile an hour away: an agent found while the daemon runs was found by the watch
@@ -104,7 +114,7 @@ def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working
     assert "/research/" in (main / ".git" / "info" / "exclude").read_text().splitlines()
     assert "research/" not in git(main, "status", "--porcelain"), "research's repository is not main's to list"
 
-    after = _hashes(state)
+    after = file_hashes(state)
     changed = sorted(rel for rel, digest in before.items() if after.get(rel) != digest)
     assert changed == [], f"OpenClaw's files changed by install, daemon and commits: {changed}"
     assert sorted(os.listdir(state / "state")) == openclaw_state, "OpenClaw's state/ holds OpenClaw's files only"
@@ -117,7 +127,7 @@ def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working
     # OpenClaw's own commands still answer, and see memstrata's skill as usable
     status = oc.run("memory", "status", "--agent", "main", "--json")
     assert json.loads(status.stdout), status.stdout
-    oc.run("memory", "search", NOTES["main"], "--agent", "main", "--json")
+    _dreamed(oc, d, main)
     listed = oc.run("skills", "list", "--agent", "research", "--json")
     mine = [s for s in json.loads(listed.stdout)["skills"] if s["name"] == "mem0-integration"]
     assert mine and mine[0]["eligible"] and mine[0]["modelVisible"], listed.stdout
