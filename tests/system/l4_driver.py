@@ -17,10 +17,12 @@ Run with the checkout's virtualenv python, by its path (the checkout is bound in
 - ``hubset --url U --key-file K [--marker M]``: the hub's snapshot for the key's host, every page: ``{"seq",
   "epoch", "memories": {id: {"payload", "readers"}}}`` (vectors left out; only payloads holding M).
 - ``replica --config C [--marker M]``: the same from this host's replica (``seq`` and ``epoch`` from
-  ``replica/meta.json``), read from a copy of its current generation (the daemon holds the store's lock;
-  the replica flushes before it records a seq, so the copy holds at least what that seq names).
-- ``watchmeta --config C --seconds S``: ``[[wall time, seq], ...]`` each time ``replica/meta.json``'s seq
-  changed, sampled every 50 ms (the replica's progress without asking the daemon).
+  ``replica/meta.json``, ``root`` its directory), read from a copy of its current generation (the daemon
+  holds the store's lock; the replica flushes before it records a seq, so the copy holds at least what
+  that seq names).
+- ``watchmeta --config C --seconds S [--stop-file F]``: ``[[wall time, seq], ...]`` each time
+  ``replica/meta.json``'s seq changed, sampled every 50 ms (the replica's progress without asking the
+  daemon), for S seconds or until F exists.
 - ``lagwrite --config C --agent A --marker M --count N --interval S --url U --key-file K``: N public adds,
   each with the wall time it was answered and its seq in the hub's feed (asked with this host's key).
 """
@@ -215,14 +217,14 @@ def replica(args: argparse.Namespace) -> None:
                         break
             finally:
                 store.close()
-    print(json.dumps({"seq": meta.get("seq"), "epoch": meta.get("epoch"), "memories": found}))
+    print(json.dumps({"seq": meta.get("seq"), "epoch": meta.get("epoch"), "root": str(root), "memories": found}))
 
 
 def watchmeta(args: argparse.Namespace) -> None:
     seen: list = []
     last = None
     deadline = time.monotonic() + args.seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (args.stop_file and os.path.exists(args.stop_file)):
         seq = _meta(args.config)[1].get("seq")
         if seq != last:
             seen.append([time.time(), seq])
@@ -290,6 +292,7 @@ def main() -> None:
     w = sub.add_parser("watchmeta")
     w.add_argument("--config", required=True)
     w.add_argument("--seconds", type=float, required=True)
+    w.add_argument("--stop-file", default=None)
     w.set_defaults(run=watchmeta)
     lw = sub.add_parser("lagwrite")
     lw.add_argument("--config", required=True)

@@ -229,8 +229,65 @@ def test_a_stolen_key_acts_only_as_its_hosts_agents_and_a_removed_key_is_refused
     assert refused["status"] != 200, refused
 
 
-@pytest.mark.skip(reason="replica: branch i48-replica")
+def _replica_holds_what_the_hub_gives(f, role: str, marker: str) -> dict | None:
+    """``role``'s replica's memories holding ``marker`` when they equal the hub's for that host (ids, payloads,
+    readers), else None (asked again)."""
+    hub, here = l4.hub_set(f, role, marker), l4.replica_set(f, role, marker)
+    return hub["memories"] if hub["memories"] and here["memories"] == hub["memories"] else None
+
+
 def test_every_spokes_replica_converges_to_the_hubs_visible_set_after_the_link_returns(hub_l4):
-    """The offline replica (issue 48 item 3): after a cut, each spoke's replica holds the ids and payloads its
-    agents may read on the hub within 10 s of the link returning; a search with the hub away answers from it
-    (degraded, with its age).  Filled once branch i48-replica is merged."""
+    """The offline replica (issue 48 item 3): written by the hub and both spokes (public, a project, private),
+    each spoke's replica holds exactly what the hub gives its agents (ids, payloads, readers); with the link
+    cut a search answers from it (degraded, with its age) each agent's own set and nothing else; written on
+    the hub while the spokes were cut, the new memories are on both replicas within 10 s of the link's return."""
+    f = hub_l4
+    m = f"r{uuid.uuid4().hex[:8]}"
+    writes = [
+        (HUB, "main", "public", None),
+        (HUB, "agent-a", "project", l4.PROJECT),
+        ("spoke-1", "main", "private", None),
+        ("spoke-1", "ops", "project", l4.PROJECT),
+        ("spoke-2", "main", "public", None),
+        ("spoke-2", "ops", "private", None),
+    ]
+    for role, agent, visibility, project in writes:
+        extra = {"project": project} if project else {}
+        text = f"{m} {role} {agent} {visibility}: the lighthouse lamp"
+        l4.added(f, role, agent, text, visibility=visibility, **extra)
+    given = {
+        role: _poll(lambda role=role: _replica_holds_what_the_hub_gives(f, role, m), 120, f"{role}'s replica")
+        for role in ("spoke-1", "spoke-2")
+    }
+    assert len(given["spoke-1"]) == 5 and len(given["spoke-2"]) == 3, given  # public 2, infra's 2, private 1 / 2, 1
+    late = f"{m} hub main public, written while the spokes were cut: the lighthouse is closed"
+    for role in ("spoke-1", "spoke-2"):
+        f.cut(role)
+    try:
+        l4.added(f, HUB, "main", late, visibility="public")
+        for role in ("spoke-1", "spoke-2"):
+            calls = [
+                {"agent": a, "op": "memory_search", "args": [f"{m} lighthouse lamp"], "kwargs": {"limit": 50}}
+                for a in l4.SPOKE_AGENTS
+            ]
+            for agent, found in zip(l4.SPOKE_AGENTS, l4.ops(f, role, calls), strict=True):
+                answer = found["answer"]
+                assert found["status"] == 200 and answer["degraded"] is True, found
+                assert answer["replica_age_s"] is not None and "replica" in answer["reason"], answer
+                may = {i for i, x in given[role].items() if agent in x["readers"]}
+                assert {r["id"] for r in answer["results"] if m in r["memory"]} == may, (role, agent, answer)
+        seq = l4.hub_seq(f)  # the late write included
+    finally:
+        returned = time.monotonic()
+        for role in ("spoke-1", "spoke-2"):
+            f.restore(role)
+    for role in ("spoke-1", "spoke-2"):
+        _poll(
+            lambda role=role: (r := l4.replica(f, role))["seq"] >= seq and r["lag"] == 0,
+            60,
+            f"{role}'s replica at the hub's seq {seq}",
+        )
+        took = time.monotonic() - returned
+        assert took <= 10, f"{role}'s replica caught up {took:.1f} s after the link returned"
+        now = _poll(lambda role=role: _replica_holds_what_the_hub_gives(f, role, m), 60, f"{role}'s replica again")
+        assert late in {x["payload"].get("data") for x in now.values()}, now
