@@ -304,7 +304,7 @@ def flaps_and_kill(f: Fleet, count: int, seed: int, interval: float) -> None:
     stop = f"/root/bench-stop-{tag}"
     downs: dict[str, list[float]] = {role: [] for role in SPOKES}
     killed: dict[str, float] = {}
-    watch_stop, timelines = f"/root/bench-watch-{tag}", {}
+    watch_stop, timelines = f"/root/bench-watch-{tag}", dict[str, list]()
     returns: list[tuple[str, float, int | None]] = []  # (spoke, wall time of a link's return, the hub's seq then)
 
     def returned(role: str, at: float) -> None:
@@ -523,7 +523,7 @@ def replica_lag(f: Fleet, count: int) -> None:
     """(b) a public write on spoke-2 (its answer's wall time, its seq in the hub's feed) until spoke-1's replica
     seq reaches it (spoke-1's meta file sampled every 50 ms; the hosts share one clock)."""
     tag = f"lag{uuid.uuid4().hex[:6]}"
-    stop, timelines = f"/root/bench-stop-{tag}", {}
+    stop, timelines = f"/root/bench-stop-{tag}", dict[str, list]()
     watcher = watch(f, SPOKES[0], stop, count * 10 + 120, timelines)
     args = ["lagwrite", "--config", l4.operator.CONFIG, "--agent", "main", "--marker", tag, "--count", str(count)]
     args += ["--interval", "1", "--url", l4.URL, "--key-file", l4.HUB_KEY]
