@@ -340,7 +340,7 @@ def flaps_and_kill(f: Fleet, count: int, seed: int, interval: float) -> None:
         t.start()
     expected = count * (5.25 + 3)  # the flaps' mean length
     time.sleep(expected / 2)
-    t0 = time.monotonic()
+    t0, killed_at = time.monotonic(), time.time()
     f.kill(HUB)
     time.sleep(2)
     f.boot(HUB)
@@ -411,7 +411,7 @@ def flaps_and_kill(f: Fleet, count: int, seed: int, interval: float) -> None:
     f.each(lambda role: f.run(role, "touch", watch_stop), SPOKES)
     for t in watchers:
         t.join(300)
-    convergence_after_returns(f, returns, timelines, tag)
+    convergence_after_returns(f, returns, timelines, tag, killed_at)
 
 
 # ------------------------------------------------------------ 3. search latency
@@ -488,22 +488,28 @@ def watch(f: Fleet, role: str, stop: str, seconds: float, into: dict) -> threadi
     return thread
 
 
-def convergence_after_returns(f: Fleet, returns: list[tuple[str, float, int | None]], timelines: dict, tag: str):
+def convergence_after_returns(
+    f: Fleet, returns: list[tuple[str, float, int | None]], timelines: dict, tag: str, killed_at: float
+) -> None:
     """(a) each link return: seconds until that spoke's replica seq reached the hub's feed seq of the return
     (asked just after it, so a bound from above); then each spoke's set equal to the hub's (ids, payloads)."""
-    times, unknown = [], 0
+    times, unknown, slow = [], 0, []
     for role, at, seq in returns:
         reached = caught_up(timelines.get(role) or [], at, seq) if seq is not None else None
         if reached is None:
             unknown += 1
         else:
             times.append(reached - at)
+            if reached - at > 10:
+                slow.append(f"{role} {reached - at:.1f} s (returned {at - killed_at:+.0f} s from the hub's kill)")
     within = sum(1 for t in times if t <= 10)
     print(
         f"  replica convergence after each link return ({len(returns)} returns; seq reached: {len(times)}, "
         f"not measured, the hub down at the return: {unknown}): p50 {pct(times, 0.5):.1f} s, "
         f"p95 {pct(times, 0.95):.1f} s, max {max(times, default=float('nan')):.1f} s; within 10 s {within}/{len(times)}"
     )
+    if slow:
+        print(f"  over 10 s: {'; '.join(slow)}")
     for role in SPOKES:
         t0 = time.monotonic()
         same = poll(lambda role=role: _same_set(f, role, tag), 300, interval=1.0)
