@@ -4,8 +4,9 @@ hub (``conversation.backend: hub``); tests/system/fleet_l4.py sets it up as the 
 
 What a spoke's agents may read on the hub; the link cut and restored (adds queued, every one on the hub exactly
 once); the hub's power cut during a spoke's write stream (every acknowledged add on the hub exactly once); a
-spoke's key stolen (it acts only as that spoke's agents; removed, it is refused at once).  The tests run in
-file order on one fleet; the stolen key's test is last (it re-keys spoke-1).  Every wait polls with a
+spoke's key stolen (it acts only as that spoke's agents; removed, it is refused at once); each spoke's offline
+replica (what the hub gives its agents; searched with the link cut; caught up after it).  The tests run in
+file order on one fleet; the stolen key's test is last (it re-keys spoke-1, then removes it).  Every wait polls with a
 generous deadline.
 """
 
@@ -180,55 +181,6 @@ def test_the_hub_killed_during_a_write_stream_keeps_every_acknowledged_add_exact
         assert len(acknowledged) >= 5
 
 
-def test_a_stolen_key_acts_only_as_its_hosts_agents_and_a_removed_key_is_refused_at_once(hub_l4):
-    """spoke-1's key copied to spoke-2: from there it reads what spoke-1's agents may read, nothing of
-    spoke-2's.  `add-host --new-key` refuses it from the next request on (spoke-1's adds are kept until its new
-    key is copied and read); `remove-host` refuses the host's key at once."""
-    f = hub_l4
-    m = f"s{uuid.uuid4().hex[:8]}"
-    s1 = l4.added(f, "spoke-1", "main", f"{m} spoke-1 main private: the kiln is lit at four", visibility="private")
-    s2 = l4.added(f, "spoke-2", "main", f"{m} spoke-2 main private: the kiln spare key is blue", visibility="private")
-    stolen = "/root/stolen.key"
-    f.container("spoke-2").write(stolen, f.container("spoke-1").read(l4.HUB_KEY), mode=0o600)
-    search = {"q": f"{m} kiln", "limit": 50}
-    cases = [
-        {"method": "POST", "path": "/v1/memories/search", "agent": "main", "body": search},
-        {"method": "GET", "path": f"/v1/memories/{s1}", "agent": "main", "body": None},
-        {"method": "GET", "path": f"/v1/memories/{s2}", "agent": "main", "body": None},
-        {"method": "GET", "path": f"/v1/memories/{s2}/history", "agent": "main", "body": None},
-        {"method": "GET", "path": "/v1/memories", "agent": "spoke-2/main", "body": None},
-        {"method": "POST", "path": "/v1/memories/search", "agent": "main", "body": {**search, "agent": "spoke-2/main"}},
-        {"method": "GET", "path": "/v1/status", "agent": None, "body": None},
-    ]
-    found, own, theirs, history, other_agent, other_body, admin = l4.peer(f, "spoke-2", cases, key_file=stolen)
-    assert found["status"] == 200 and s1 in found["body"] and s2 not in found["body"], found  # spoke-1/main's view
-    assert own["status"] == 200 and "spoke-1/main" in own["body"]
-    assert theirs["status"] == history["status"] == 404 and "blue" not in theirs["body"] + history["body"]
-    assert other_agent["status"] == 403 and other_body["status"] == 403
-    assert admin["status"] in (404, 405)
-
-    # --new-key: a new key in the same file on the hub; the stolen one is refused from the next request on
-    l4.enrol(f, "spoke-1", "--new-key", copy=False)
-    assert [a["status"] for a in l4.peer(f, "spoke-2", cases[:2], key_file=stolen)] == [401, 401]
-    # spoke-1 itself still holds the old key until the operator copies the new one: its adds are kept
-    _poll(lambda: l4.conversation(f, "spoke-1")["reachable"] is False, 60, "spoke-1's prober seeing its key refused")
-    kept = f"{m} spoke-1 main: written while its key was being replaced"
-    queued = l4.call(f, "spoke-1", "main", "add", kept, visibility="private")
-    assert queued["status"] == 200 and queued["answer"]["queued"] is True, queued
-    l4.copy_key(f, "spoke-1")
-    f.run("spoke-1", "systemctl", "reload", "memstrata.service", timeout=240)  # SIGHUP: the key file read again
-    _poll(lambda: l4.settled(f, "spoke-1"), DRAIN_S, "spoke-1 back with its new key, its queue sent")
-    assert [x["memory"] for x in l4.listed(f, "spoke-1", "main", kept)] == [kept]
-
-    # remove-host: the host's key (the new one, copied to spoke-2 as well) refused at once
-    f.container("spoke-2").write(stolen, f.container("spoke-1").read(l4.HUB_KEY), mode=0o600)
-    assert l4.peer(f, "spoke-2", cases[:1], key_file=stolen)[0]["status"] == 200
-    operator.memstrata(f.container(HUB), "fleet", "remove-host", "spoke-1")
-    assert [a["status"] for a in l4.peer(f, "spoke-2", cases[:2], key_file=stolen)] == [401, 401]
-    refused = l4.call(f, "spoke-1", "main", "get", s1)  # the spoke itself: its key no longer known
-    assert refused["status"] != 200, refused
-
-
 def _replica_holds_what_the_hub_gives(f, role: str, marker: str) -> dict | None:
     """``role``'s replica's memories holding ``marker`` when they equal the hub's for that host (ids, payloads,
     readers), else None (asked again)."""
@@ -291,3 +243,52 @@ def test_every_spokes_replica_converges_to_the_hubs_visible_set_after_the_link_r
         assert took <= 10, f"{role}'s replica caught up {took:.1f} s after the link returned"
         now = _poll(lambda role=role: _replica_holds_what_the_hub_gives(f, role, m), 60, f"{role}'s replica again")
         assert late in {x["payload"].get("data") for x in now.values()}, now
+
+
+def test_a_stolen_key_acts_only_as_its_hosts_agents_and_a_removed_key_is_refused_at_once(hub_l4):
+    """spoke-1's key copied to spoke-2: from there it reads what spoke-1's agents may read, nothing of
+    spoke-2's.  `add-host --new-key` refuses it from the next request on (spoke-1's adds are kept until its new
+    key is copied and read); `remove-host` refuses the host's key at once."""
+    f = hub_l4
+    m = f"s{uuid.uuid4().hex[:8]}"
+    s1 = l4.added(f, "spoke-1", "main", f"{m} spoke-1 main private: the kiln is lit at four", visibility="private")
+    s2 = l4.added(f, "spoke-2", "main", f"{m} spoke-2 main private: the kiln spare key is blue", visibility="private")
+    stolen = "/root/stolen.key"
+    f.container("spoke-2").write(stolen, f.container("spoke-1").read(l4.HUB_KEY), mode=0o600)
+    search = {"q": f"{m} kiln", "limit": 50}
+    cases = [
+        {"method": "POST", "path": "/v1/memories/search", "agent": "main", "body": search},
+        {"method": "GET", "path": f"/v1/memories/{s1}", "agent": "main", "body": None},
+        {"method": "GET", "path": f"/v1/memories/{s2}", "agent": "main", "body": None},
+        {"method": "GET", "path": f"/v1/memories/{s2}/history", "agent": "main", "body": None},
+        {"method": "GET", "path": "/v1/memories", "agent": "spoke-2/main", "body": None},
+        {"method": "POST", "path": "/v1/memories/search", "agent": "main", "body": {**search, "agent": "spoke-2/main"}},
+        {"method": "GET", "path": "/v1/status", "agent": None, "body": None},
+    ]
+    found, own, theirs, history, other_agent, other_body, admin = l4.peer(f, "spoke-2", cases, key_file=stolen)
+    assert found["status"] == 200 and s1 in found["body"] and s2 not in found["body"], found  # spoke-1/main's view
+    assert own["status"] == 200 and "spoke-1/main" in own["body"]
+    assert theirs["status"] == history["status"] == 404 and "blue" not in theirs["body"] + history["body"]
+    assert other_agent["status"] == 403 and other_body["status"] == 403
+    assert admin["status"] in (404, 405)
+
+    # --new-key: a new key in the same file on the hub; the stolen one is refused from the next request on
+    l4.enrol(f, "spoke-1", "--new-key", copy=False)
+    assert [a["status"] for a in l4.peer(f, "spoke-2", cases[:2], key_file=stolen)] == [401, 401]
+    # spoke-1 itself still holds the old key until the operator copies the new one: its adds are kept
+    _poll(lambda: l4.conversation(f, "spoke-1")["reachable"] is False, 60, "spoke-1's prober seeing its key refused")
+    kept = f"{m} spoke-1 main: written while its key was being replaced"
+    queued = l4.call(f, "spoke-1", "main", "add", kept, visibility="private")
+    assert queued["status"] == 200 and queued["answer"]["queued"] is True, queued
+    l4.copy_key(f, "spoke-1")
+    f.run("spoke-1", "systemctl", "reload", "memstrata.service", timeout=240)  # SIGHUP: the key file read again
+    _poll(lambda: l4.settled(f, "spoke-1"), DRAIN_S, "spoke-1 back with its new key, its queue sent")
+    assert [x["memory"] for x in l4.listed(f, "spoke-1", "main", kept)] == [kept]
+
+    # remove-host: the host's key (the new one, copied to spoke-2 as well) refused at once
+    f.container("spoke-2").write(stolen, f.container("spoke-1").read(l4.HUB_KEY), mode=0o600)
+    assert l4.peer(f, "spoke-2", cases[:1], key_file=stolen)[0]["status"] == 200
+    operator.memstrata(f.container(HUB), "fleet", "remove-host", "spoke-1")
+    assert [a["status"] for a in l4.peer(f, "spoke-2", cases[:2], key_file=stolen)] == [401, 401]
+    refused = l4.call(f, "spoke-1", "main", "get", s1)  # the spoke itself: its key no longer known
+    assert refused["status"] != 200, refused
