@@ -603,7 +603,10 @@ def replica_rebuild(f: Fleet, target: int, budget_s: float) -> None:
     its time and the spoke's RSS against idle (the replica small, before the writes)."""
     tag = f"big{uuid.uuid4().hex[:6]}"
     role = SPOKES[0]
-    idle = rss_mb(f, role)
+    f.run(role, "systemctl", "restart", "memstrata.service", timeout=240)  # idle: no model loaded by a search
+    poll(lambda: l4.replica(f, role)["lag"] == 0, 300, interval=2.0)
+    time.sleep(5)
+    idle, small = rss_mb(f, role), int(l4.replica(f, role)["memories"] or 0)
     t0, written, i = time.monotonic(), 0, 0
     while written < target and time.monotonic() - t0 < budget_s:
         batch = [
@@ -627,6 +630,7 @@ def replica_rebuild(f: Fleet, target: int, budget_s: float) -> None:
     f.run(role, "rm", "-rf", root)
     f.run(role, "systemctl", "start", "memstrata.service", timeout=240)
     rebuilt = poll(lambda: (l4.replica(f, role).get("last_rebuild") or {}).get("seconds"), 1800, interval=2.0)
+    time.sleep(5)
     done = l4.replica(f, role)
     after = rss_mb(f, role)
     total = int(done.get("memories") or 0)
@@ -634,8 +638,9 @@ def replica_rebuild(f: Fleet, target: int, budget_s: float) -> None:
     print(
         f"replica at {total} memories ({written} written on the hub by the API in {time.monotonic() - t0:.0f} s "
         f"phase time, {rate:.1f} adds/s; target 50,000): rebuilt from the snapshot in {rebuilt} s "
-        f"(x{scale:.1f} scaled to 50k: {(rebuilt or float('nan')) * scale:.0f} s; target < 300 s); {role} RSS idle "
-        f"{idle:.0f} MB, after the feed applied them {applied:.0f} MB, after the rebuild {after:.0f} MB "
+        f"(x{scale:.1f} scaled to 50k: {(rebuilt or float('nan')) * scale:.0f} s; target < 300 s); {role}'s daemon "
+        f"just restarted, no search yet: RSS idle {idle:.0f} MB ({small} memories in its replica), after the feed "
+        f"applied them {applied:.0f} MB, restarted and rebuilt {after:.0f} MB "
         f"(+{after - idle:.0f} MB, scaled to 50k +{(after - idle) * scale:.0f} MB; target <= +100 MB)"
     )
 
