@@ -16,10 +16,10 @@ Run with the checkout's virtualenv python, by its path (the checkout is bound in
   for what must not be there).
 - ``hubset --url U --key-file K [--marker M]``: the hub's snapshot for the key's host, every page: ``{"seq",
   "epoch", "memories": {id: {"payload", "readers"}}}`` (vectors left out; only payloads holding M).
-- ``replica --config C [--marker M]``: the same from this host's replica (``seq`` and ``epoch`` from
-  ``replica/meta.json``, ``root`` its directory), read from a copy of its current generation (the daemon
-  holds the store's lock; the replica flushes before it records a seq, so the copy holds at least what
-  that seq names).
+- ``replica --config C [--marker M]``: the same from this host's replica (``seq``, ``epoch`` and
+  ``applied_at`` (wall time) from ``replica/meta.json``, ``root`` its directory), read from a copy of its
+  current generation (the daemon holds the store's lock; the replica flushes before it records a seq, so
+  the copy holds at least what that seq names).
 - ``watchmeta --config C --seconds S [--stop-file F]``: ``[[wall time, seq], ...]`` each time
   ``replica/meta.json``'s seq changed, sampled every 50 ms (the replica's progress without asking the
   daemon), for S seconds or until F exists.
@@ -217,7 +217,8 @@ def replica(args: argparse.Namespace) -> None:
                         break
             finally:
                 store.close()
-    print(json.dumps({"seq": meta.get("seq"), "epoch": meta.get("epoch"), "root": str(root), "memories": found}))
+    here = {"seq": meta.get("seq"), "epoch": meta.get("epoch"), "applied_at": meta.get("applied_at"), "root": str(root)}
+    print(json.dumps({**here, "memories": found}))
 
 
 def watchmeta(args: argparse.Namespace) -> None:
