@@ -18,11 +18,19 @@ Phases, each printing counts and ratios (nothing is asserted):
    up 1-5 s, drawn from ``--seed``); halfway, the hub's container is SIGKILLed and booted again.  Links up,
    the queues drained: every acknowledged add (answered with an id, or ``queued``) looked up on the hub
    through its agent's listing: missing, duplicated; unacknowledged ones (an error) that arrived anyway.
+   Each spoke's replica (its ``replica/meta.json`` seq sampled every 50 ms by the driver) against the
+   hub's feed seq asked just after each link return: seconds until the replica reached it; once the
+   queues drained, each replica's memories of the phase equal to the hub's snapshot for that spoke
+   (same ids, payloads and readers).
 3. **Search latency.**  The same ``--queries`` L4 searches by a spoke's agent (through its daemon and the
    hub) and by the hub's own agent (its daemon): p50/p95 inside the host, and the ratio.
-4. **Stubs** for what branch i48-replica builds: search with the hub away answered from the replica
-   (p95 against the hub's, same top 5), replica lag with the link up, convergence after the flaps, and the
-   50k-memory snapshot rebuild.  They print that they are not measured yet.
+4. **The replica.**  (b) Lag with the link up: ``--lag-writes`` public adds by spoke-2/main, each from its
+   answer until spoke-1's replica seq reaches the add's seq in the hub's feed (the hosts share one clock).
+   (c) Search with the hub away: ``--queries`` searches by spoke-1/main through the hub, then the same
+   with spoke-1's link cut (answered from its replica, degraded): p95 of each, their ratio, same top 5.
+   (d) ``--rebuild-memories`` (50,000) public memories written on the hub through its API (batches of
+   200 adds) until ``--rebuild-budget`` s, then spoke-1's replica removed and rebuilt from the snapshot
+   (its daemon restarted): the rebuild's time and the spoke's RSS against idle, scaled to 50k when fewer.
 
 Root only (nspawn, namespaces).
 """
@@ -52,7 +60,8 @@ FLAPS = 100
 CASES = 400
 QUERIES = 50
 ATTACKER, VICTIM = "spoke-1", "spoke-2"
-REPLICA = "replica: branch i48-replica"
+REBUILD = 50_000
+LAG_WRITES = 30
 PHASES = ("isolation", "search latency", "flaps and a hub SIGKILL", "replica")
 
 
@@ -295,6 +304,14 @@ def flaps_and_kill(f: Fleet, count: int, seed: int, interval: float) -> None:
     stop = f"/root/bench-stop-{tag}"
     downs: dict[str, list[float]] = {role: [] for role in SPOKES}
     killed: dict[str, float] = {}
+    watch_stop, timelines = f"/root/bench-watch-{tag}", dict[str, list]()
+    returns: list[tuple[str, float, int | None]] = []  # (spoke, wall time of a link's return, the hub's seq then)
+
+    def returned(role: str, at: float) -> None:
+        try:
+            returns.append((role, at, l4.hub_seq(f)))
+        except Exception:  # the hub down (its SIGKILL): this return is not measured
+            returns.append((role, at, None))
 
     def write(role: str, agent: str) -> None:
         try:
@@ -310,18 +327,20 @@ def flaps_and_kill(f: Fleet, count: int, seed: int, interval: float) -> None:
             f.cut(role)
             time.sleep(down)
             f.restore(role)
+            threading.Thread(target=returned, args=(role, time.time())).start()
             downs[role].append(down)
             time.sleep(rng.uniform(1, 5))
 
     rng = random.Random(seed)
     threads = [threading.Thread(target=write, args=w) for w in writers]
     flappers = [threading.Thread(target=flapper, args=(r, random.Random(rng.random()))) for r in SPOKES]
+    watchers = [watch(f, role, watch_stop, 6 * 3600, timelines) for role in SPOKES]
     started = time.monotonic()
     for t in threads + flappers:
         t.start()
     expected = count * (5.25 + 3)  # the flaps' mean length
     time.sleep(expected / 2)
-    t0 = time.monotonic()
+    t0, killed_at = time.monotonic(), time.time()
     f.kill(HUB)
     time.sleep(2)
     f.boot(HUB)
@@ -389,7 +408,10 @@ def flaps_and_kill(f: Fleet, count: int, seed: int, interval: float) -> None:
             f"  {role} queue: replayed {q.get('replayed')}, skipped as already written "
             f"{q.get('skipped_already_written')}, set aside {q.get('set_aside')}"
         )
-    print(f"  replica convergence within 10 s of each link's return: not measured ({REPLICA})")
+    f.each(lambda role: f.run(role, "touch", watch_stop), SPOKES)
+    for t in watchers:
+        t.join(300)
+    convergence_after_returns(f, returns, timelines, tag, killed_at)
 
 
 # ------------------------------------------------------------ 3. search latency
@@ -427,14 +449,214 @@ def search_latency(f: Fleet, queries: int) -> None:
     )
 
 
-def replica_stubs() -> None:
-    """Issue 48's replica targets: filled once branch i48-replica (the change feed, the replica) is merged."""
-    for what in (
-        "search with the hub away, answered from the replica: p95 vs. the hub's (target <= 2x), same top 5 for 50",
-        "replica lag with the link up, a write made on another host: p95 (target <= 2 s)",
-        "50,000 memories: replica rebuilt from a snapshot (target < 5 min), spoke RSS (target <= idle + 100 MB)",
+# ------------------------------------------------------------ 4. the replica
+
+
+def rss_mb(f: Fleet, role: str) -> float:
+    """The resident set of ``role``'s daemon (memstrata.service's main process), in MB."""
+    pid = f.run(role, "systemctl", "show", "-p", "MainPID", "--value", "memstrata.service").stdout.strip()
+    for line in f.run(role, "cat", f"/proc/{pid}/status").stdout.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def caught_up(timeline: list, after: float, seq: int) -> float | None:
+    """The first wall time at or after ``after`` at which a replica's seq (``[[time, seq], ...]``) was >= ``seq``."""
+    current = None
+    for at, value in timeline:
+        if at <= after:
+            current = value
+            continue
+        if current is not None and current >= seq:
+            return after
+        if value is not None and value >= seq:
+            return at
+        current = value
+    return after if current is not None and current >= seq else None
+
+
+def watch(f: Fleet, role: str, stop: str, seconds: float, into: dict) -> threading.Thread:
+    """``role``'s replica seq over time (tests/system/l4_driver.py watchmeta) until ``stop`` exists."""
+
+    def run() -> None:
+        args = ["watchmeta", "--config", l4.operator.CONFIG, "--seconds", str(seconds), "--stop-file", stop]
+        into[role] = json.loads(l4.driver(f, role, *args, timeout=seconds + 120).stdout)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def convergence_after_returns(
+    f: Fleet, returns: list[tuple[str, float, int | None]], timelines: dict, tag: str, killed_at: float
+) -> None:
+    """(a) each link return: seconds until that spoke's replica seq reached the hub's feed seq of the return
+    (asked just after it, so a bound from above); then each spoke's set equal to the hub's (ids, payloads)."""
+    times, unknown, slow = [], 0, []
+    for role, at, seq in returns:
+        reached = caught_up(timelines.get(role) or [], at, seq) if seq is not None else None
+        if reached is None:
+            unknown += 1
+        else:
+            times.append(reached - at)
+            if reached - at > 10:
+                slow.append(f"{role} {reached - at:.1f} s (returned {at - killed_at:+.0f} s from the hub's kill)")
+    within = sum(1 for t in times if t <= 10)
+    print(
+        f"  replica convergence after each link return ({len(returns)} returns; seq reached: {len(times)}, "
+        f"not measured, the hub down at the return: {unknown}): p50 {pct(times, 0.5):.1f} s, "
+        f"p95 {pct(times, 0.95):.1f} s, max {max(times, default=float('nan')):.1f} s; within 10 s {within}/{len(times)}"
+    )
+    if slow:
+        print(f"  over 10 s: {'; '.join(slow)}")
+    for role in SPOKES:
+        t0 = time.monotonic()
+        same = poll(lambda role=role: _same_set(f, role, tag), 300, interval=1.0)
+        print(
+            f"  {role}'s replica = the hub's visible set (same ids and payloads, {len(same or {})} memories of the "
+            f"phase) {'after ' + format(time.monotonic() - t0, '.1f') + ' s' if same else 'NOT within 300 s'} "
+            f"once the queues had drained"
+        )
+
+
+def _same_set(f: Fleet, role: str, tag: str) -> dict | None:
+    hub, here = l4.hub_set(f, role, tag), l4.replica_set(f, role, tag)
+    return hub["memories"] if here["memories"] == hub["memories"] else None
+
+
+def replica_lag(f: Fleet, count: int) -> None:
+    """(b) a public write on spoke-2 (its answer's wall time, its seq in the hub's feed) until spoke-1's replica
+    seq reaches it (spoke-1's meta file sampled every 50 ms; the hosts share one clock)."""
+    tag = f"lag{uuid.uuid4().hex[:6]}"
+    stop, timelines = f"/root/bench-stop-{tag}", dict[str, list]()
+    watcher = watch(f, SPOKES[0], stop, count * 10 + 120, timelines)
+    args = ["lagwrite", "--config", l4.operator.CONFIG, "--agent", "main", "--marker", tag, "--count", str(count)]
+    args += ["--interval", "1", "--url", l4.URL, "--key-file", l4.HUB_KEY]
+    rows = json.loads(l4.driver(f, SPOKES[1], *args, timeout=count * 30 + 300).stdout)
+    time.sleep(5)
+    f.run(SPOKES[0], "touch", stop)
+    watcher.join()
+    lags = []
+    for row in rows:
+        if row["seq"] is not None:
+            reached = caught_up(timelines.get(SPOKES[0]) or [], row["acknowledged_at"], row["seq"])
+            if reached is not None:
+                lags.append(reached - row["acknowledged_at"])
+    print(
+        f"replica lag with the link up: {len(rows)} public writes by {SPOKES[1]}/main, each on {SPOKES[0]}'s replica "
+        f"(its seq reached) {pct(lags, 0.5):.2f} s median, p95 {pct(lags, 0.95):.2f} s, max "
+        f"{max(lags, default=float('nan')):.2f} s after it was answered (target p95 <= 2 s); "
+        f"{len(lags)}/{len(rows)} seen"
+    )
+
+
+def replica_search(f: Fleet, queries: int) -> None:
+    """(c) the same searches by spoke-1/main through the hub, then with spoke-1's link cut (its replica)."""
+    tag = f"rs{uuid.uuid4().hex[:6]}"
+    topics = ["harbour", "orchard", "lantern", "furnace", "ledger", "compass", "granary", "quarry", "beacon", "vault"]
+    seed = [
+        {
+            "agent": "main",
+            "op": "add",
+            "args": [f"{tag} public note {i}: the {topics[i % 10]} is checked on day {i}"],
+            "kwargs": {"visibility": "public"},
+        }
+        for i in range(60)
+    ]
+    l4.ops(f, HUB, seed)
+    seq = l4.hub_seq(f)
+    poll(lambda: l4.replica(f, SPOKES[0])["seq"] >= seq, 300)
+    asks = [f"when is the {topics[i % 10]} checked {tag}" for i in range(queries)]
+    calls = [{"agent": "main", "op": "memory_search", "args": [q], "kwargs": {}} for q in asks]
+    hub = l4.ops(f, SPOKES[0], calls)
+    f.cut(SPOKES[0])
+    try:
+        warm = l4.ops(f, SPOKES[0], calls[:1])[0]  # the first degraded search loads the spoke's model
+        away = l4.ops(f, SPOKES[0], calls)
+    finally:
+        f.restore(SPOKES[0])
+    h = [a["elapsed_s"] for a in hub if a["status"] == 200 and not a["answer"]["degraded"]]
+    r = [
+        a["elapsed_s"]
+        for a in away
+        if a["status"] == 200 and a["answer"]["degraded"] and a["answer"].get("replica_age_s") is not None
+    ]
+    same = sum(
+        1
+        for a, b in zip(away, hub, strict=True)
+        if a["status"] == b["status"] == 200
+        and [x["id"] for x in a["answer"]["results"][:5]] == [x["id"] for x in b["answer"]["results"][:5]]
+    )
+    print(
+        f"search with the hub away: {queries} L4 searches by {SPOKES[0]}/main from its replica (link cut): p50 "
+        f"{pct(r, 0.5) * 1000:.0f} ms p95 {pct(r, 0.95) * 1000:.0f} ms ({len(r)} answered degraded with their age; "
+        f"the first, loading the model, {warm['elapsed_s']:.1f} s, not counted); the same through the hub: p50 "
+        f"{pct(h, 0.5) * 1000:.0f} ms p95 {pct(h, 0.95) * 1000:.0f} ms; ratio replica/hub p95 "
+        f"{pct(r, 0.95) / pct(h, 0.95):.2f} (target <= 2); same top 5 {same}/{queries}"
+    )
+
+
+def replica_rebuild(f: Fleet, target: int, budget_s: float) -> None:
+    """(d) ``target`` public memories written on the hub (batches of 200 adds, one driver run each, until
+    ``budget_s``), then spoke-1's replica rebuilt from the snapshot (its replica removed, the daemon restarted):
+    its time and the spoke's RSS against idle (the replica small, before the writes)."""
+    tag = f"big{uuid.uuid4().hex[:6]}"
+    role = SPOKES[0]
+    f.run(role, "systemctl", "restart", "memstrata.service", timeout=240)  # idle: no model loaded by a search
+    poll(lambda: l4.replica(f, role)["lag"] == 0, 300, interval=2.0)
+    time.sleep(5)
+    idle, small = rss_mb(f, role), int(l4.replica(f, role)["memories"] or 0)
+    t0, written, i = time.monotonic(), 0, 0
+    while written < target and time.monotonic() - t0 < budget_s:
+        batch = [
+            {
+                "agent": "main",
+                "op": "add",
+                "args": [f"{tag} bulk note {i + k}: crate {i + k} on shelf {(i + k) % 97} holds part {(i + k) * 7}"],
+                "kwargs": {"visibility": "public"},
+            }
+            for k in range(min(200, target - written))
+        ]
+        answers = l4.ops(f, HUB, batch, timeout=1800)
+        written += sum(1 for a in answers if a["status"] == 200)
+        i += len(batch)
+    rate = written / (time.monotonic() - t0)
+    seq = l4.hub_seq(f)
+    poll(lambda: l4.replica(f, role)["seq"] >= seq, 900, interval=2.0)
+    applied = rss_mb(f, role)
+    root = l4.replica_set(f, role, f"{tag}-none")["root"]
+    f.run(role, "systemctl", "stop", "memstrata.service", timeout=240)
+    f.run(role, "rm", "-rf", root)
+    f.run(role, "systemctl", "start", "memstrata.service", timeout=240)
+    rebuilt = poll(lambda: (l4.replica(f, role).get("last_rebuild") or {}).get("seconds"), 1800, interval=2.0)
+    time.sleep(5)
+    done = l4.replica(f, role)
+    after = rss_mb(f, role)
+    total = int(done.get("memories") or 0)
+    scale = 50_000 / total if total else float("nan")
+    print(
+        f"replica at {total} memories ({written} written on the hub by the API in {time.monotonic() - t0:.0f} s "
+        f"phase time, {rate:.1f} adds/s; target 50,000): rebuilt from the snapshot in {rebuilt} s "
+        f"(x{scale:.1f} scaled to 50k: {(rebuilt or float('nan')) * scale:.0f} s; target < 300 s); {role}'s daemon "
+        f"just restarted, no search yet: RSS idle {idle:.0f} MB ({small} memories in its replica), after the feed "
+        f"applied them {applied:.0f} MB, restarted and rebuilt {after:.0f} MB "
+        f"(+{after - idle:.0f} MB, scaled to 50k +{(after - idle) * scale:.0f} MB; target <= +100 MB)"
+    )
+
+
+def replica_phases(f: Fleet, queries: int, lag_writes: int, rebuild_target: int, rebuild_budget_s: float) -> None:
+    for run in (
+        lambda: replica_lag(f, lag_writes),
+        lambda: replica_search(f, queries),
+        lambda: replica_rebuild(f, rebuild_target, rebuild_budget_s),
     ):
-        print(f"{what}: not measured ({REPLICA})")
+        try:
+            run()
+        except Exception as error:  # one measurement that broke is said; the others still run
+            print(f"  replica: FAILED: {type(error).__name__}: {str(error)[:1500]}")
+            for role in SPOKES:
+                f.restore(role)
 
 
 def main(
@@ -445,6 +667,9 @@ def main(
     seed: int = 48,
     interval: float = 1.5,
     only: list[str] | None = None,
+    lag_writes: int = LAG_WRITES,
+    rebuild_target: int = REBUILD,
+    rebuild_budget: float = 3600.0,
 ) -> None:
     if os.geteuid() != 0 or not shutil.which("systemd-nspawn"):
         print("skipped: root and systemd-nspawn needed (the booted fleet)")
@@ -465,7 +690,7 @@ def main(
             ("isolation", lambda: isolation(fleet, case_count, seed)),
             ("search latency", lambda: search_latency(fleet, queries)),
             ("flaps and a hub SIGKILL", lambda: flaps_and_kill(fleet, flap_count, seed, interval)),
-            ("replica", replica_stubs),
+            ("replica", lambda: replica_phases(fleet, queries, lag_writes, rebuild_target, rebuild_budget)),
         ):
             if only and phase not in only:
                 continue
@@ -487,6 +712,9 @@ if __name__ == "__main__":
     parser.add_argument("--queries", type=int, default=QUERIES, help="search latency: searches")
     parser.add_argument("--interval", type=float, default=1.5, help="seconds between a writer's adds")
     parser.add_argument("--seed", type=int, default=48)
+    parser.add_argument("--lag-writes", type=int, default=LAG_WRITES, help="replica lag: writes")
+    parser.add_argument("--rebuild-memories", type=int, default=REBUILD, help="replica rebuild: memories")
+    parser.add_argument("--rebuild-budget", type=float, default=3600.0, help="replica rebuild: seconds of writes")
     parser.add_argument("--only", nargs="*", choices=PHASES, default=None, help="these phases (default: all)")
     args = parser.parse_args()
     main(
@@ -496,4 +724,7 @@ if __name__ == "__main__":
         seed=args.seed,
         interval=args.interval,
         only=args.only,
+        lag_writes=args.lag_writes,
+        rebuild_target=args.rebuild_memories,
+        rebuild_budget=args.rebuild_budget,
     )

@@ -200,3 +200,28 @@ def settled(f: Fleet, role: str) -> bool:
     cut the hub answers while its store opens: it takes adds into its own queue, its listings are 503."""
     section = conversation(f, role)
     return bool(section["reachable"]) and not section["queue"]["depth"]
+
+
+# ------------------------------------------------------------ the replica (issue 48 item 3)
+
+
+def hub_set(f: Fleet, role: str, marker: str = "") -> dict:
+    """What the hub would give ``role``'s replica (its snapshot with ``role``'s key): ``{"seq", "epoch",
+    "memories": {id: {"payload", "readers"}}}``, payloads holding ``marker`` only."""
+    args = ["hubset", "--url", URL, "--key-file", HUB_KEY, "--marker", marker]
+    return json.loads(driver(f, role, *args).stdout)
+
+
+def replica_set(f: Fleet, role: str, marker: str = "") -> dict:
+    """The same read from ``role``'s replica (a copy of its current generation) and its meta file."""
+    return json.loads(driver(f, role, "replica", "--config", operator.CONFIG, "--marker", marker).stdout)
+
+
+def replica(f: Fleet, role: str) -> dict:
+    """``conversation.replica`` in ``role``'s status."""
+    return conversation(f, role)["replica"]
+
+
+def hub_seq(f: Fleet) -> int:
+    """The hub's change feed's settled seq (its status)."""
+    return int(conversation(f, HUB)["feed"]["seq"])

@@ -14,6 +14,17 @@ Run with the checkout's virtualenv python, by its path (the checkout is bound in
   (the X-Memstrata-Agent header, or null), ``body`` (JSON or null), ``key`` (another key than K's, or
   null)); their answers as a JSON list of ``{"status", "body"}`` (the body as text: the caller looks
   for what must not be there).
+- ``hubset --url U --key-file K [--marker M]``: the hub's snapshot for the key's host, every page: ``{"seq",
+  "epoch", "memories": {id: {"payload", "readers"}}}`` (vectors left out; only payloads holding M).
+- ``replica --config C [--marker M]``: the same from this host's replica (``seq``, ``epoch`` and
+  ``applied_at`` (wall time) from ``replica/meta.json``, ``root`` its directory), read from a copy of its
+  current generation (the daemon holds the store's lock; the replica flushes before it records a seq, so
+  the copy holds at least what that seq names).
+- ``watchmeta --config C --seconds S [--stop-file F]``: ``[[wall time, seq], ...]`` each time
+  ``replica/meta.json``'s seq changed, sampled every 50 ms (the replica's progress without asking the
+  daemon), for S seconds or until F exists.
+- ``lagwrite --config C --agent A --marker M --count N --interval S --url U --key-file K``: N public adds,
+  each with the wall time it was answered and its seq in the hub's feed (asked with this host's key).
 """
 
 from __future__ import annotations
@@ -136,6 +147,115 @@ def peer(args: argparse.Namespace) -> None:
     print(json.dumps(answers))
 
 
+def _http_get(url: str, key: str, path: str) -> dict:
+    split = urlsplit(url)
+    connection = http.client.HTTPConnection(split.hostname or "", split.port or 80, timeout=120)
+    try:
+        connection.request("GET", path, headers={"Accept": "application/json", "Authorization": f"Bearer {key}"})
+        response = connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise SystemExit(f"{path}: {response.status} {body[:300]!r}")
+        return json.loads(body)
+    finally:
+        connection.close()
+
+
+def hubset(args: argparse.Namespace) -> None:
+    from urllib.parse import quote
+
+    key = Path(args.key_file).read_text().strip()
+    page = _http_get(args.url, key, "/v1/peer/snapshot?limit=1000")
+    seq, epoch, found = page["seq"], page["epoch"], {}
+    while True:
+        for m in page["memories"]:
+            memory = m["memory"]
+            if args.marker in json.dumps(memory["payload"]):
+                found[m["id"]] = {"payload": memory["payload"], "readers": sorted(memory["readers"])}
+        if not page.get("cursor"):
+            break
+        page = _http_get(args.url, key, f"/v1/peer/snapshot?limit=1000&cursor={quote(page['cursor'])}")
+    print(json.dumps({"seq": seq, "epoch": epoch, "memories": found}))
+
+
+def _meta(config_path: str) -> tuple[Path, dict]:
+    from daemon.common.config import load_config
+    from daemon.conversation.hub_replica import replica_dir
+
+    root = replica_dir(load_config(Path(config_path)).paths.state_dir)
+    try:
+        return root, json.loads((root / "meta.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return root, {}
+
+
+def replica(args: argparse.Namespace) -> None:
+    import shutil
+    import tempfile
+
+    from daemon.conversation.hub_replica import COLLECTION, READERS, _Unset
+    from layers.conversation.adapters.store import ConversationStore, StoreSettings
+
+    root, meta = _meta(args.config)
+    found: dict = {}
+    if meta.get("dir"):
+        with tempfile.TemporaryDirectory(prefix="replica-copy-") as tmp:
+            copy = Path(tmp) / "gen"
+            shutil.copytree(root / meta["dir"], copy, symlinks=True, ignore=shutil.ignore_patterns("*.lock"))
+            settings = StoreSettings(backend="embedded", data_dir=copy, collection=COLLECTION)
+            store = ConversationStore(settings, _Unset(), int(meta["model"]["dim"]))
+            store.connect()
+            try:
+                cursor = None
+                while True:
+                    rows, cursor = store.points_page(1000, cursor)
+                    for memory_id, payload, _ in rows:
+                        readers = sorted(payload.pop(READERS, None) or [])
+                        if args.marker in json.dumps(payload):
+                            found[memory_id] = {"payload": payload, "readers": readers}
+                    if not cursor:
+                        break
+            finally:
+                store.close()
+    here = {"seq": meta.get("seq"), "epoch": meta.get("epoch"), "applied_at": meta.get("applied_at"), "root": str(root)}
+    print(json.dumps({**here, "memories": found}))
+
+
+def watchmeta(args: argparse.Namespace) -> None:
+    seen: list = []
+    last = None
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline and not (args.stop_file and os.path.exists(args.stop_file)):
+        seq = _meta(args.config)[1].get("seq")
+        if seq != last:
+            seen.append([time.time(), seq])
+            last = seq
+        time.sleep(0.05)
+    print(json.dumps(seen))
+
+
+def lagwrite(args: argparse.Namespace) -> None:
+    client = _client(args.config, args.agent)
+    key = Path(args.key_file).read_text().strip()
+    rows = []
+    for i in range(args.count):
+        after = _http_get(args.url, key, "/v1/peer/feed?after=0&limit=1")["head"]
+        text = f"{args.marker} {args.agent} lag {i:03d}: the ferry to the island leaves at {i % 12 + 1}"
+        answer = client.add(args.agent, text, visibility="public")
+        at = time.time()
+        ids = [r["id"] for r in answer.get("results", [])]
+        seq = None
+        for _ in range(200):  # the write's row in the feed (served once the write has ended)
+            page = _http_get(args.url, key, f"/v1/peer/feed?after={after}&limit=1000")
+            seq = next((c["seq"] for c in page["changes"] if c["id"] in ids), None)
+            if seq is not None or not ids:
+                break
+            time.sleep(0.05)
+        rows.append({"id": ids[0] if ids else None, "acknowledged_at": at, "seq": seq, "queued": answer.get("queued")})
+        time.sleep(args.interval)
+    print(json.dumps(rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
@@ -161,6 +281,29 @@ def main() -> None:
     p.add_argument("--url", required=True)
     p.add_argument("--key-file", required=True)
     p.set_defaults(run=peer)
+    h = sub.add_parser("hubset")
+    h.add_argument("--url", required=True)
+    h.add_argument("--key-file", required=True)
+    h.add_argument("--marker", default="")
+    h.set_defaults(run=hubset)
+    r = sub.add_parser("replica")
+    r.add_argument("--config", required=True)
+    r.add_argument("--marker", default="")
+    r.set_defaults(run=replica)
+    w = sub.add_parser("watchmeta")
+    w.add_argument("--config", required=True)
+    w.add_argument("--seconds", type=float, required=True)
+    w.add_argument("--stop-file", default=None)
+    w.set_defaults(run=watchmeta)
+    lw = sub.add_parser("lagwrite")
+    lw.add_argument("--config", required=True)
+    lw.add_argument("--agent", required=True)
+    lw.add_argument("--marker", required=True)
+    lw.add_argument("--count", type=int, required=True)
+    lw.add_argument("--interval", type=float, default=1.0)
+    lw.add_argument("--url", required=True)
+    lw.add_argument("--key-file", required=True)
+    lw.set_defaults(run=lagwrite)
     args = parser.parse_args()
     args.run(args)
 

@@ -4,8 +4,9 @@ hub (``conversation.backend: hub``); tests/system/fleet_l4.py sets it up as the 
 
 What a spoke's agents may read on the hub; the link cut and restored (adds queued, every one on the hub exactly
 once); the hub's power cut during a spoke's write stream (every acknowledged add on the hub exactly once); a
-spoke's key stolen (it acts only as that spoke's agents; removed, it is refused at once).  The tests run in
-file order on one fleet; the stolen key's test is last (it re-keys spoke-1).  Every wait polls with a
+spoke's key stolen (it acts only as that spoke's agents; removed, it is refused at once); each spoke's offline
+replica (what the hub gives its agents; searched with the link cut; caught up after it).  The tests run in
+file order on one fleet; the stolen key's test is last (it re-keys spoke-1, then removes it).  Every wait polls with a
 generous deadline.
 """
 
@@ -180,6 +181,71 @@ def test_the_hub_killed_during_a_write_stream_keeps_every_acknowledged_add_exact
         assert len(acknowledged) >= 5
 
 
+def _replica_holds_what_the_hub_gives(f, role: str, marker: str) -> dict | None:
+    """``role``'s replica's memories holding ``marker`` when they equal the hub's for that host (ids, payloads,
+    readers), else None (asked again)."""
+    hub, here = l4.hub_set(f, role, marker), l4.replica_set(f, role, marker)
+    return hub["memories"] if hub["memories"] and here["memories"] == hub["memories"] else None
+
+
+def test_every_spokes_replica_converges_to_the_hubs_visible_set_after_the_link_returns(hub_l4):
+    """The offline replica (issue 48 item 3): written by the hub and both spokes (public, a project, private),
+    each spoke's replica holds exactly what the hub gives its agents (ids, payloads, readers); with the link
+    cut a search answers from it (degraded, with its age) each agent's own set and nothing else; written on
+    the hub while the spokes were cut, the new memories are on both replicas within 10 s of the link's return."""
+    f = hub_l4
+    m = f"r{uuid.uuid4().hex[:8]}"
+    writes = [
+        (HUB, "main", "public", None),
+        (HUB, "agent-a", "project", l4.PROJECT),
+        ("spoke-1", "main", "private", None),
+        ("spoke-1", "ops", "project", l4.PROJECT),
+        ("spoke-2", "main", "public", None),
+        ("spoke-2", "ops", "private", None),
+    ]
+    for role, agent, visibility, project in writes:
+        extra = {"project": project} if project else {}
+        text = f"{m} {role} {agent} {visibility}: the lighthouse lamp"
+        l4.added(f, role, agent, text, visibility=visibility, **extra)
+    given = {
+        role: _poll(lambda role=role: _replica_holds_what_the_hub_gives(f, role, m), 120, f"{role}'s replica")
+        for role in ("spoke-1", "spoke-2")
+    }
+    assert len(given["spoke-1"]) == 5 and len(given["spoke-2"]) == 3, given  # public 2, infra's 2, private 1 / 2, 1
+    late = f"{m} hub main public, written while the spokes were cut: the lighthouse is closed"
+    for role in ("spoke-1", "spoke-2"):
+        f.cut(role)
+    try:
+        l4.added(f, HUB, "main", late, visibility="public")
+        for role in ("spoke-1", "spoke-2"):
+            calls = [
+                {"agent": a, "op": "memory_search", "args": [f"{m} lighthouse lamp"], "kwargs": {"limit": 50}}
+                for a in l4.SPOKE_AGENTS
+            ]
+            for agent, found in zip(l4.SPOKE_AGENTS, l4.ops(f, role, calls), strict=True):
+                answer = found["answer"]
+                assert found["status"] == 200 and answer["degraded"] is True, found
+                assert answer["replica_age_s"] is not None and "replica" in answer["reason"], answer
+                may = {i for i, x in given[role].items() if agent in x["readers"]}
+                assert {r["id"] for r in answer["results"] if m in r["memory"]} == may, (role, agent, answer)
+        seq = l4.hub_seq(f)  # the late write included
+    finally:
+        returned = time.time()  # the hosts share the test machine's clock
+        for role in ("spoke-1", "spoke-2"):
+            f.restore(role)
+    for role in ("spoke-1", "spoke-2"):
+        _poll(
+            lambda role=role: (r := l4.replica(f, role))["seq"] >= seq and r["lag"] == 0,
+            60,
+            f"{role}'s replica at the hub's seq {seq}",
+        )
+        # when it applied its last change (nothing written since), by its own record: not this test's slow polls
+        took = l4.replica_set(f, role, m)["applied_at"] - returned
+        assert took <= 10, f"{role}'s replica caught up {took:.1f} s after the link returned"
+        now = _poll(lambda role=role: _replica_holds_what_the_hub_gives(f, role, m), 60, f"{role}'s replica again")
+        assert late in {x["payload"].get("data") for x in now.values()}, now
+
+
 def test_a_stolen_key_acts_only_as_its_hosts_agents_and_a_removed_key_is_refused_at_once(hub_l4):
     """spoke-1's key copied to spoke-2: from there it reads what spoke-1's agents may read, nothing of
     spoke-2's.  `add-host --new-key` refuses it from the next request on (spoke-1's adds are kept until its new
@@ -227,10 +293,3 @@ def test_a_stolen_key_acts_only_as_its_hosts_agents_and_a_removed_key_is_refused
     assert [a["status"] for a in l4.peer(f, "spoke-2", cases[:2], key_file=stolen)] == [401, 401]
     refused = l4.call(f, "spoke-1", "main", "get", s1)  # the spoke itself: its key no longer known
     assert refused["status"] != 200, refused
-
-
-@pytest.mark.skip(reason="replica: branch i48-replica")
-def test_every_spokes_replica_converges_to_the_hubs_visible_set_after_the_link_returns(hub_l4):
-    """The offline replica (issue 48 item 3): after a cut, each spoke's replica holds the ids and payloads its
-    agents may read on the hub within 10 s of the link returning; a search with the hub away answers from it
-    (degraded, with its age).  Filled once branch i48-replica is merged."""
