@@ -60,7 +60,10 @@ class HubClient:
         path: str,
         params: dict[str, Any] | None = None,
         body: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> HubAnswer:
+        """One request; ``timeout_s`` (at most the configured one) for a caller that must not wait that long."""
+        timeout = self.timeout_s if timeout_s is None else min(timeout_s, self.timeout_s)
         headers = {"Accept": "application/json", "Authorization": f"Bearer {self._key}"}
         if agent is not None:
             headers[AGENT_HEADER] = agent
@@ -69,14 +72,14 @@ class HubClient:
             payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
             headers["Content-Type"] = "application/json"
         started = time.monotonic()
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
             connection.request(method, path + query_string(params), body=payload, headers=headers)
             response = connection.getresponse()
             raw = response.read()
             retry_after = response.getheader("Retry-After")
         except TimeoutError:
-            raise HubUnreachable(f"no answer within {self.timeout_s:g} s") from None
+            raise HubUnreachable(f"no answer within {timeout:g} s") from None
         except (OSError, http.client.HTTPException) as exc:
             raise HubUnreachable(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from None
         finally:

@@ -50,6 +50,10 @@ FEED_PATH = "/v1/peer/feed"  # daemon/api/peer_feed.py's
 SNAPSHOT_PATH = "/v1/peer/snapshot"
 PAGE = 500
 POLL_S = 1.0  # while the hub answers
+# A feed request a cut link caught in flight would wait the whole `conversation.hub.timeout_s` (the bench saw
+# replicas catch up 12 s after the link returned), so a feed request gives up sooner; the one after a
+# timed-out request waits the whole timeout, so a hub slow to answer a page (500 memories) is still followed.
+FEED_TIMEOUT_S = 4.0
 READERS = "readers"  # the payload field the hub's readers are kept in (one keyword index)
 COLLECTION = "replica"
 
@@ -92,6 +96,7 @@ class HubReplica:
         self.rebuilds = 0
         self.rebuilding: dict[str, Any] | None = None
         self.last_error: str | None = None
+        self._feed_timed_out = False  # the last feed request gave up at FEED_TIMEOUT_S: the next waits longer
         self.last_rebuild: dict[str, Any] | None = None
         self.memories = 0
         self._embedder: Embedder | None = None
@@ -166,8 +171,8 @@ class HubReplica:
 
     # ------------------------------------------------------------ the feed
 
-    def _get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
-        answer = self.client().send(None, "GET", path, params)
+    def _get(self, path: str, params: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        answer = self.client().send(None, "GET", path, params, timeout_s=timeout_s)
         if answer.status != 200 or not isinstance(answer.data, dict):
             message = answer.data.get("error") if isinstance(answer.data, dict) else None
             if answer.status in (502, 503, 504):
@@ -178,7 +183,13 @@ class HubReplica:
     def poll(self) -> bool:
         """One page of the feed applied (or a rebuild); True when more is waiting."""
         seq = int(self.meta.get("seq") or 0)
-        data = self._get(FEED_PATH, {"after": seq, "limit": PAGE})
+        short = not self._feed_timed_out
+        try:
+            data = self._get(FEED_PATH, {"after": seq, "limit": PAGE}, FEED_TIMEOUT_S if short else None)
+        except HubUnreachable as exc:
+            self._feed_timed_out = short and str(exc).startswith("no answer within")
+            raise
+        self._feed_timed_out = False
         if self.store is None or data.get("rebuild") or data.get("epoch") != self.meta.get("epoch"):
             why = "first build" if self.store is None else ("compacted" if data.get("rebuild") else "epoch")
             self.rebuild(why)
