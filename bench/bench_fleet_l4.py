@@ -52,6 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bench_fleet import pct
 from tests.system import fleet_l4 as l4
 from tests.system.fleet import HUB, SPOKES, Fleet
 from tests.system.rootfs import ensure_rootfs
@@ -63,13 +64,6 @@ ATTACKER, VICTIM = "spoke-1", "spoke-2"
 REBUILD = 50_000
 LAG_WRITES = 30
 PHASES = ("isolation", "search latency", "flaps and a hub SIGKILL", "replica")
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def poll(check, timeout: float, interval: float = 0.5):
