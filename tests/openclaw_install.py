@@ -25,9 +25,11 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -99,6 +101,21 @@ def openclaw_argv() -> list[str]:
             pytest.fail(why)
         pytest.skip(why)
     return [str(CACHE / stamp["node_bin"]), str(CACHE / stamp["openclaw_mjs"])]
+
+
+@contextlib.contextmanager
+def short_home() -> Iterator[Path]:
+    """A home for an OpenClaw under /tmp with a short name, removed after.
+
+    `memstrata init --root <home>/.openclaw` puts its socket in `<root>/memstrata/`, and a Unix socket's
+    path holds at most 107 bytes: pytest's own directories (`/tmp/pytest-of-root/pytest-627/popen-gw0/
+    test_every_agent_the_real_open0/home/.openclaw/…`) grow past that as their numbers grow.
+    """
+    base = Path(tempfile.mkdtemp(prefix="oc-"))
+    try:
+        yield base / "home"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def free_port() -> int:

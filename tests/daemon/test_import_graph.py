@@ -32,6 +32,9 @@ OFFLINE_PATHS = {
     ("daemon.front.local_commands", "daemon.service.memory_daemon"): "`reindex` with the daemon down",
     ("daemon.front.status", "daemon.files.tracker"): "`status` with the daemon down surveys the files itself",
     ("daemon.front.status", "daemon.local.embedding"): "`status` with the daemon down says what the model would do",
+    ("daemon.front.maintenance_commands", "daemon.conversation.feed"): (
+        "cleanup/consolidate/restore run on the hub's store with its daemon down draw a new feed epoch"
+    ),
 }
 
 

@@ -17,7 +17,7 @@ import re
 import pytest
 
 from tests.helpers import wait_for
-from tests.openclaw_install import file_hashes
+from tests.openclaw_install import file_hashes, short_home
 from tests.plugins.plugin_host import PluginHost, table_rows
 
 pytestmark = pytest.mark.slow
@@ -32,12 +32,13 @@ RESEARCH_NOTE = (
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    h = PluginHost(tmp_path_factory.mktemp("openclaw-home"))
-    try:
-        yield h.build({"main": MAIN_NOTE, "research": RESEARCH_NOTE})
-    finally:
-        h.close()
+def host():
+    with short_home() as home:
+        h = PluginHost(home)
+        try:
+            yield h.build({"main": MAIN_NOTE, "research": RESEARCH_NOTE})
+        finally:
+            h.close()
 
 
 def texts(details: dict) -> str:

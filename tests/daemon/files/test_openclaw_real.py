@@ -23,7 +23,7 @@ import pytest
 
 from daemon.front.daemon_client import DaemonClient
 from tests.helpers import LEAN, commits, committed, file_at_head, git, init_root, wait_for
-from tests.openclaw_install import OpenClaw, file_hashes
+from tests.openclaw_install import OpenClaw, file_hashes, short_home
 
 pytestmark = pytest.mark.slow
 
@@ -87,8 +87,14 @@ def _dreamed(oc: OpenClaw, d, main: Path) -> None:
     wait_for(lambda: "MEMORY.md" in _search(d, "main", main, NOTES["main"]), timeout=60, what="the promotion indexed")
 
 
-def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working(tmp_path, daemons):
-    oc = OpenClaw(tmp_path / "home").onboard()
+@pytest.fixture
+def home():
+    with short_home() as path:
+        yield path
+
+
+def test_every_agent_the_real_openclaw_makes_is_found_and_openclaw_keeps_working(home, daemons):
+    oc = OpenClaw(home).onboard()
     state, main = oc.state, oc.state / "workspace"
     research = Path(oc.add_agent("research", role="researcher")["workspace"])
     work = Path(oc.add_agent("work", workspace="~/.openclaw/workspace-work")["workspace"])
