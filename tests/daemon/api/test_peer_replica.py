@@ -225,6 +225,23 @@ def test_a_spoke_killed_resumes_from_its_seq_without_a_rebuild(fleet):
     assert fed(fleet, "spoke-2")[while_away] is not None
 
 
+def ranked(results: list[dict]) -> list[set[str]]:
+    """The ids in their ranks, those of equal score (to 3 places) as one rank.
+
+    The spoke embeds the query itself: the same model, but llama.cpp's sums are not bit-identical from one
+    process to another, so two memories whose scores tie to 3 places may swap.  Ranks further apart than
+    that must be the hub's."""
+    ranks: list[set[str]] = []
+    last: float | None = None
+    for result in results:
+        score = round(float(result["score"] or 0.0), 3)
+        if last is None or score != last:
+            ranks.append(set())
+        ranks[-1].add(result["id"])
+        last = score
+    return ranks
+
+
 def test_with_the_hub_stopped_a_spoke_searches_its_replica_with_the_hubs_ranking(fleet):
     marker = uuid.uuid4().hex[:8]
     facts = [
@@ -246,7 +263,7 @@ def test_with_the_hub_stopped_a_spoke_searches_its_replica_with_the_hubs_ranking
             for q in queries:
                 answer = c.memory_search(agent, f"{marker} {q}", limit=5)
                 assert answer["degraded"] is False
-                hub_top[host, agent, q] = [r["id"] for r in answer["results"]]
+                hub_top[host, agent, q] = ranked(answer["results"])
 
     assert fleet.hub is not None and fleet.hub.stop() == 0
     try:
@@ -255,7 +272,7 @@ def test_with_the_hub_stopped_a_spoke_searches_its_replica_with_the_hubs_ranking
                 answer = c.memory_search(agent, f"{marker} {q}", limit=5)
             assert answer["degraded"] is True and "replica" in answer["reason"], answer
             assert isinstance(answer["replica_age_s"], float)
-            assert [r["id"] for r in answer["results"]] == ids, (host, agent, q)
+            assert ranked(answer["results"]) == ids, (host, agent, q)
             for r in answer["results"]:
                 assert r["id"] != secret or (host, agent) == ("spoke-1", "b")
                 assert r["visibility"] == "public" or r["agent_id"] in (f"{host}/{agent}", "spoke-1/b", "a")
