@@ -196,7 +196,7 @@ class Fleet:
         operator.install(c)
         for agent in AGENTS.get(role, ()) if agents is None else agents:
             operator.memstrata(c, "agent", "add", agent)
-        c.run("systemctl", "start", "memstrata.service", timeout=240)
+        operator.systemctl(c, "start", timeout=240)
 
     def cut(self, role: str) -> None:
         """The host's link down (from inside: its one interface): nothing reaches it, it reaches nothing."""

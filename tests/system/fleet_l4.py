@@ -56,7 +56,7 @@ def setup(f: Fleet, spokes: tuple[str, ...] = SPOKES) -> None:
     for role in spokes:
         enrol(f, role)
     f.each(lambda role: configure_spoke(f, role, start=False), spokes)
-    f.each(lambda role: f.run(role, "systemctl", "start", "memstrata.service", timeout=240), (HUB, *spokes))
+    f.each(lambda role: operator.systemctl(f.container(role), "start", timeout=240), (HUB, *spokes))
     warm = [
         {"agent": "main", "op": op, "args": ["the hub's first memory: its model loaded"], "kwargs": kwargs}
         for op, kwargs in (("add", {"visibility": "private"}), ("memory_search", {}))
@@ -108,7 +108,7 @@ def configure_spoke(f: Fleet, role: str, start: bool = True) -> None:
     assert n == 1, "no conversation backend line in the installed configuration"
     c.write(operator.CONFIG, text, mode=_mode(f, role))
     if start:
-        c.run("systemctl", "restart", "memstrata.service", timeout=240)
+        operator.systemctl(c, "restart", timeout=240)
 
 
 def _mode(f: Fleet, role: str) -> int:

@@ -17,7 +17,7 @@ import json
 import time
 
 from tests.helpers import REPO_ROOT
-from tests.system.container import Container, checkout_env
+from tests.system.container import Container, ContainerError, checkout_env
 
 MEMSTRATA = str(REPO_ROOT / ".venv" / "bin" / "memstrata")
 ROOT = "/root/.openclaw"
@@ -53,6 +53,16 @@ def drop_in(c: Container, unit: str, name: str, service_lines: str) -> None:
     """A ``[Service]`` drop-in for ``unit`` (systemctl daemon-reload included)."""
     c.write(f"/etc/systemd/system/{unit}.d/{name}.conf", "[Service]\n" + service_lines)
     c.run("systemctl", "daemon-reload")
+
+
+def systemctl(c: Container, verb: str, unit: str = "memstrata.service", timeout: float = 240) -> None:
+    """``systemctl VERB UNIT`` inside; a failed job raises with the unit's status and journal, which
+    systemctl's own message only points at (a start that failed in CI said nothing more)."""
+    try:
+        c.run("systemctl", verb, unit, timeout=timeout)
+    except ContainerError as error:
+        state = c.run("systemctl", "status", "--no-pager", "-l", unit, check=False).stdout
+        raise ContainerError(f"{error}\nstatus:\n{state}\njournal:\n{c.journal(unit, 120)}") from None
 
 
 def main_pid(c: Container, unit: str = "memstrata.service") -> int:

@@ -20,7 +20,7 @@ import re
 import pytest
 
 from tests.system.container import checkout_env
-from tests.system.operator import WORKSPACE, install, memstrata, wait_inside
+from tests.system.operator import WORKSPACE, install, memstrata, systemctl, wait_inside
 
 pytestmark = pytest.mark.slow
 CRON_FILE = "/etc/cron.d/mem0-cleanup"
@@ -37,7 +37,7 @@ def scheduled(container):
     install(c, "--cron")
     shipped = c.read(CRON_FILE)
     assert "memstrata backup --keep 7" in shipped and "memory_cleanup.py --execute" in shipped, shipped
-    c.run("systemctl", "start", "memstrata.service", timeout=150)
+    systemctl(c, "start", timeout=150)
     wait_inside(
         c,
         _reachable_cmd(),

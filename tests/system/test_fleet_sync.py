@@ -55,7 +55,7 @@ def synced(fleet):
         lines += f"\\n  status_interval_s: {REPORT_S}"
         c.run("sed", "-i", f"s|^git:$|{lines}|", operator.CONFIG)
         c.sh(f"printf 'fleet:\\n  shared_poll_s: {SHARED_POLL_S}\\n' >> {operator.CONFIG}")  # role: spoke, the default
-        c.run("systemctl", "restart", "memstrata.service", timeout=240)
+        operator.systemctl(c, "restart", timeout=240)
 
     fleet.each(setup, SPOKES)
     return fleet
@@ -168,7 +168,7 @@ def test_a_lost_spokes_agent_is_restored_on_the_host_that_takes_its_name(synced)
     assert "committed just before the cut" in c.read(f"{ws}/memory/2026-12-03.md")
     again = operator.memstrata(c, "agent", "restore-from-remote", agent, check=False)
     assert again.returncode != 0 and "exists here" in again.stderr
-    c.run("systemctl", "start", "memstrata.service", timeout=240)
+    operator.systemctl(c, "start", timeout=240)
 
     def found() -> bool:
         out = operator.memstrata(c, "search", "committed just before the cut", "--agent", agent, "--json").stdout
@@ -201,7 +201,7 @@ def test_the_hubs_shared_core_reaches_both_spokes_agents(synced):
     c = _hub_installed(f)
     text = "# cluster\n\nEvery agent answers the fleet's pager in turn.\n"
     c.write(f"{operator.WORKSPACE}/shared/CLUSTER.md", text)
-    c.run("systemctl", "restart", "memstrata.service", timeout=240)
+    operator.systemctl(c, "restart", timeout=240)
     core = _poll(
         lambda: f.run(HUB, "git", "--git-dir", REMOTE_PATH, "rev-parse", "-q", "--verify", "refs/memstrata/shared/core",
                       check=False).stdout.strip(),
@@ -231,7 +231,7 @@ def hub_view(synced):
     c = f.container(HUB)
     if f.run(HUB, "grep", "-qx", "  role: hub", operator.CONFIG, check=False).returncode != 0:
         _hub_installed(f)
-    c.run("systemctl", "restart", "memstrata.service", timeout=240)
+    operator.systemctl(c, "restart", timeout=240)
     return f
 
 

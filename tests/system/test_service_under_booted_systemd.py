@@ -37,6 +37,7 @@ from tests.system.operator import (
     main_pid,
     memstrata,
     status,
+    systemctl,
     wait_inside,
 )
 
@@ -59,7 +60,7 @@ def test_install_enables_the_units_and_start_returns_once_ready(installed):
     for timer in TIMERS:
         assert c.run("systemctl", "is-enabled", timer).stdout.strip() == "enabled"
     c.write(f"{WORKSPACE}/memory/ports.md", "# 端口\n\nQdrant 服务端口是 6333。\n")
-    c.run("systemctl", "start", "memstrata.service", timeout=150)
+    systemctl(c, "start", timeout=150)
     # Type=notify: start returned only after READY=1, so the service is up and says so at once
     shown = c.show("memstrata.service", "ActiveState", "SubState", "StatusText", "NRestarts", "Result")
     assert (shown["ActiveState"], shown["SubState"], shown["Result"]) == ("active", "running", "success"), shown
@@ -74,7 +75,7 @@ def test_the_journal_has_the_daemons_own_fields(installed):
     the test stands alone under ``-k``; both are no-ops after the start test)."""
     c = installed
     c.write(f"{WORKSPACE}/memory/journal.md", "# journal\n\nthe daemon logs to journald natively.\n")
-    c.run("systemctl", "start", "memstrata.service", timeout=150)
+    systemctl(c, "start", timeout=150)
     wait_inside(
         c,
         "journalctl -u memstrata.service -o cat MEMSTRATA_AGENT=main EVENT=committed | grep -q 'committed'",
@@ -167,7 +168,7 @@ def test_a_stopped_daemon_is_restarted_by_the_watchdog(installed):
     c = installed
     # test-only: the shipped WatchdogSec=30s would cost this test 30 s; the mechanism is the same
     drop_in(c, "memstrata.service", "test-watchdog", f"WatchdogSec={TEST_WATCHDOG_S}s\n")
-    c.run("systemctl", "restart", "memstrata.service", timeout=150)
+    systemctl(c, "restart", timeout=150)
     pid = main_pid(c)
     restarts = int(c.show("memstrata.service", "NRestarts")["NRestarts"])
     c.sh(f"kill -STOP {pid}")  # the shell's kill: no procps here
@@ -189,7 +190,7 @@ def test_a_stopped_daemon_is_restarted_by_the_watchdog(installed):
 def test_backup_and_cleanup_started_right_after_the_daemon_succeed(installed, service):
     """What Persistent=true timers do at boot: run while the daemon is still opening the store."""
     c = installed
-    c.run("systemctl", "restart", "memstrata.service", timeout=150)
+    systemctl(c, "restart", timeout=150)
     proc = c.run("systemctl", "start", service, check=False, timeout=600)
     assert proc.returncode == 0, proc.stderr + c.journal(service, 40) + c.journal("memstrata.service", 40)
     shown = c.show(service, "Result", "ExecMainStatus")
@@ -244,7 +245,7 @@ def test_a_first_index_past_a_megabyte_is_built_with_its_helper_inside_the_unit(
     (layers/local/storage/build_helper.py): it starts and answers inside the service's sandbox, and the
     index it builds answers a search for a word of the last note."""
     c = installed
-    c.run("systemctl", "start", "memstrata.service", timeout=150)
+    systemctl(c, "start", timeout=150)
     python = str(Path(MEMSTRATA).with_name("python"))
     c.run(python, "-c", BULK_NOTES, f"{WORKSPACE}/memory")
     deadline = time.monotonic() + 180
@@ -279,7 +280,7 @@ def test_every_installed_unit_verifies_without_warnings(installed):
 def test_uninstall_stops_and_removes_the_units_and_keeps_the_data(installed):
     """Last: what `memstrata uninstall` leaves on a booted system (run twice: idempotent)."""
     c = installed
-    c.run("systemctl", "start", "memstrata.service", timeout=150)
+    systemctl(c, "start", timeout=150)
     for _ in range(2):
         proc = c.run(MEMSTRATA, "uninstall", "--config", CONFIG, env=checkout_env(), check=False, timeout=120)
         assert proc.returncode == 0, (proc.stdout, proc.stderr)
