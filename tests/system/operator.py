@@ -14,7 +14,10 @@ that this module writes and documents:
 from __future__ import annotations
 
 import json
+import subprocess
 import time
+from collections.abc import Callable
+from typing import Any
 
 from tests.helpers import REPO_ROOT
 from tests.system.container import Container, ContainerError, checkout_env
@@ -87,3 +90,20 @@ def wait_inside(c: Container, script: str, timeout: float, what: str, interval: 
         + (f"\nstdout: {last.stdout}\nstderr: {last.stderr}" if last else "")
         + f"\njournal:\n{c.journal('memstrata.service', 60)}"
     )
+
+
+def poll(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
+    """``check()`` until it returns something true, which is returned; a command failing inside, a timeout or a
+    missing key counts as not yet.  At the deadline, the last answer or failure is in the message."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+            last = result
+        except (ContainerError, subprocess.TimeoutExpired, KeyError, ValueError, StopIteration) as error:
+            last = error
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}: {last}")

@@ -11,7 +11,6 @@ is restored; a spoke SIGKILLed whole boots again with its disk as it was and mem
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
 
@@ -30,6 +29,7 @@ from tests.system.fleet import (
     address,
     ssh_command,
 )
+from tests.system.operator import poll
 
 pytestmark = pytest.mark.slow
 AGENT = {role: agents[0] for role, agents in AGENTS.items()}  # what Fleet.install adds by default
@@ -44,22 +44,6 @@ def installed(fleet):
 
 def _agents(fleet, role: str) -> set[str]:
     return {agent["id"] for agent in operator.status(fleet.container(role))["agents"]}
-
-
-def _poll(check, timeout: float, what: str, interval: float = 0.5):
-    """``check()`` until it returns something true; its last failure in the message at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-            last = result
-        except (ContainerError, subprocess.TimeoutExpired, KeyError, ValueError) as error:
-            last = error
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}: {last}")
 
 
 def test_each_host_has_its_name_and_an_address_on_the_fleet_network_only(fleet):
@@ -77,7 +61,7 @@ def test_each_host_runs_memstrata_under_its_systemd_with_its_agent(installed):
         c = installed.container(role)
         shown = c.show("memstrata.service", "ActiveState", "SubState", "NRestarts")
         assert (shown["ActiveState"], shown["SubState"], shown["NRestarts"]) == ("active", "running", "0"), shown
-        assert _poll(lambda role=role: AGENT[role] in _agents(installed, role), 90, f"{role} serving {AGENT[role]}")
+        assert poll(lambda role=role: AGENT[role] in _agents(installed, role), 90, f"{role} serving {AGENT[role]}")
 
 
 def test_spokes_push_and_fetch_the_hubs_repository_with_their_own_keys(installed):
@@ -128,7 +112,7 @@ def test_a_cut_spoke_reaches_nothing_until_its_link_is_restored(installed):
         assert knocked.returncode != 0 and "Connection refused" not in knocked.stderr, knocked.stderr
     finally:
         f.restore("spoke-1")
-    _poll(lambda: f.git("spoke-1", "ls-remote", REMOTE, check=False).returncode == 0, 60, "spoke-1 back on the hub")
+    poll(lambda: f.git("spoke-1", "ls-remote", REMOTE, check=False).returncode == 0, 60, "spoke-1 back on the hub")
 
 
 def test_a_killed_spoke_boots_again_with_its_disk_and_memstrata(installed):
@@ -144,12 +128,12 @@ def test_a_killed_spoke_boots_again_with_its_disk_and_memstrata(installed):
     f.boot("spoke-2")
     assert f.run("spoke-2", "cat", "/var/lib/memstrata/canary", f"{workspace}/canary.txt").stdout == "kept\nkept\n"
     # enabled at install, so started by the boot itself, serving the same agent
-    _poll(
+    poll(
         lambda: c.run("systemctl", "is-active", "memstrata.service", check=False).stdout.strip() == "active",
         120,
         "memstrata.service active after the boot",
     )
-    assert _poll(lambda: AGENT["spoke-2"] in _agents(f, "spoke-2"), 90, "agent-d served again")
+    assert poll(lambda: AGENT["spoke-2"] in _agents(f, "spoke-2"), 90, "agent-d served again")
     assert f.run("spoke-2", "hostname").stdout.strip() == "spoke-2"
     assert f.git("spoke-2", "ls-remote", REMOTE).returncode == 0  # its address and its key came back with it
 

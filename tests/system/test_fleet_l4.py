@@ -12,7 +12,6 @@ generous deadline.
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 import uuid
@@ -22,33 +21,18 @@ import pytest
 
 from tests.system import fleet_l4 as l4
 from tests.system import operator
-from tests.system.container import ContainerError
 from tests.system.fleet import HUB
+from tests.system.operator import poll
 
 pytestmark = pytest.mark.slow
 DRAIN_S = 300  # a queue sent to the hub: generous, the machine is shared
-
-
-def _poll(check, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-            last = result
-        except (ContainerError, subprocess.TimeoutExpired, KeyError, ValueError) as error:
-            last = error
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}: {last}")
 
 
 @pytest.fixture(scope="module")
 def hub_l4(fleet):
     l4.setup(fleet)
     for role in ("spoke-1", "spoke-2"):
-        _poll(lambda role=role: l4.conversation(fleet, role)["reachable"], 120, f"{role} reaching the hub")
+        poll(lambda role=role: l4.conversation(fleet, role)["reachable"], 120, f"{role} reaching the hub")
     return fleet
 
 
@@ -123,7 +107,7 @@ def test_a_cut_link_queues_adds_degrades_searches_and_every_add_reaches_the_hub_
         assert other["status"] == 200 and other["answer"]["degraded"] is False
     finally:
         f.restore("spoke-1")
-    _poll(lambda: l4.depth(f, "spoke-1") == 0, DRAIN_S, "spoke-1's queue sent to the hub")
+    poll(lambda: l4.depth(f, "spoke-1") == 0, DRAIN_S, "spoke-1's queue sent to the hub")
     on_hub = Counter(x["memory"] for x in l4.listed(f, "spoke-1", "main", m))
     assert on_hub == Counter(texts), on_hub  # each exactly once
     assert all(x["agent_id"] == "spoke-1/main" for x in l4.listed(f, "spoke-1", "main", m))
@@ -146,15 +130,15 @@ def test_the_hub_killed_during_a_write_stream_keeps_every_acknowledged_add_exact
     for t in threads:
         t.start()
     try:
-        _poll(lambda: all(len(l4.answers(f, r, outs[(r, a)])) >= 5 for r, a in writers), 120, "both streams under way")
+        poll(lambda: all(len(l4.answers(f, r, outs[(r, a)])) >= 5 for r, a in writers), 120, "both streams under way")
         f.kill(HUB)
-        _poll(
+        poll(
             lambda: any(x["outcome"] == "queued" for r, a in writers for x in l4.answers(f, r, outs[(r, a)])),
             120,
             "an add queued on a spoke while the hub is down",
         )
         f.boot(HUB)
-        _poll(
+        poll(
             lambda: f.run(HUB, "systemctl", "is-active", "memstrata.service", check=False).stdout.strip() == "active",
             240,
             "the hub's daemon back after the boot",
@@ -166,8 +150,8 @@ def test_the_hub_killed_during_a_write_stream_keeps_every_acknowledged_add_exact
         for t in threads:
             t.join(600)
     for role, _ in writers:
-        _poll(lambda role=role: l4.settled(f, role), DRAIN_S, f"{role}'s queue sent to the hub")
-    _poll(lambda: l4.settled(f, HUB), DRAIN_S, "the hub's store open again, its own queue written")
+        poll(lambda role=role: l4.settled(f, role), DRAIN_S, f"{role}'s queue sent to the hub")
+    poll(lambda: l4.settled(f, HUB), DRAIN_S, "the hub's store open again, its own queue written")
     for role, agent in writers:
         told = results[(role, agent)]
         acknowledged = [x["text"] for x in told if x["outcome"] in ("written", "queued")]
@@ -208,7 +192,7 @@ def test_every_spokes_replica_converges_to_the_hubs_visible_set_after_the_link_r
         text = f"{m} {role} {agent} {visibility}: the lighthouse lamp"
         l4.added(f, role, agent, text, visibility=visibility, **extra)
     given = {
-        role: _poll(lambda role=role: _replica_holds_what_the_hub_gives(f, role, m), 120, f"{role}'s replica")
+        role: poll(lambda role=role: _replica_holds_what_the_hub_gives(f, role, m), 120, f"{role}'s replica")
         for role in ("spoke-1", "spoke-2")
     }
     assert len(given["spoke-1"]) == 5 and len(given["spoke-2"]) == 3, given  # public 2, infra's 2, private 1 / 2, 1
@@ -234,7 +218,7 @@ def test_every_spokes_replica_converges_to_the_hubs_visible_set_after_the_link_r
         for role in ("spoke-1", "spoke-2"):
             f.restore(role)
     for role in ("spoke-1", "spoke-2"):
-        _poll(
+        poll(
             lambda role=role: (r := l4.replica(f, role))["seq"] >= seq and r["lag"] == 0,
             60,
             f"{role}'s replica at the hub's seq {seq}",
@@ -242,7 +226,7 @@ def test_every_spokes_replica_converges_to_the_hubs_visible_set_after_the_link_r
         # when it applied its last change (nothing written since), by its own record: not this test's slow polls
         took = l4.replica_set(f, role, m)["applied_at"] - returned
         assert took <= 10, f"{role}'s replica caught up {took:.1f} s after the link returned"
-        now = _poll(lambda role=role: _replica_holds_what_the_hub_gives(f, role, m), 60, f"{role}'s replica again")
+        now = poll(lambda role=role: _replica_holds_what_the_hub_gives(f, role, m), 60, f"{role}'s replica again")
         assert late in {x["payload"].get("data") for x in now.values()}, now
 
 
@@ -277,13 +261,13 @@ def test_a_stolen_key_acts_only_as_its_hosts_agents_and_a_removed_key_is_refused
     l4.enrol(f, "spoke-1", "--new-key", copy=False)
     assert [a["status"] for a in l4.peer(f, "spoke-2", cases[:2], key_file=stolen)] == [401, 401]
     # spoke-1 itself still holds the old key until the operator copies the new one: its adds are kept
-    _poll(lambda: l4.conversation(f, "spoke-1")["reachable"] is False, 60, "spoke-1's prober seeing its key refused")
+    poll(lambda: l4.conversation(f, "spoke-1")["reachable"] is False, 60, "spoke-1's prober seeing its key refused")
     kept = f"{m} spoke-1 main: written while its key was being replaced"
     queued = l4.call(f, "spoke-1", "main", "add", kept, visibility="private")
     assert queued["status"] == 200 and queued["answer"]["queued"] is True, queued
     l4.copy_key(f, "spoke-1")
     f.run("spoke-1", "systemctl", "reload", "memstrata.service", timeout=240)  # SIGHUP: the key file read again
-    _poll(lambda: l4.settled(f, "spoke-1"), DRAIN_S, "spoke-1 back with its new key, its queue sent")
+    poll(lambda: l4.settled(f, "spoke-1"), DRAIN_S, "spoke-1 back with its new key, its queue sent")
     assert [x["memory"] for x in l4.listed(f, "spoke-1", "main", kept)] == [kept]
 
     # remove-host: the host's key (the new one, copied to spoke-2 as well) refused at once

@@ -12,35 +12,18 @@ wait polls with a generous deadline.
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 
 import pytest
 
 from tests.system import operator
-from tests.system.container import ContainerError
 from tests.system.fleet import AGENTS, HUB, KEY, REMOTE, REMOTE_PATH, SPOKES
+from tests.system.operator import poll
 
 pytestmark = pytest.mark.slow
 AGENT = {role: agents[0] for role, agents in AGENTS.items()}
 SHARED_POLL_S = 5  # the spokes ask the hub for the shared core this often (fleet.shared_poll_s)
 REPORT_S = 10  # git.status_interval_s of every host here (the shipped 300 s, shortened)
 SILENT_S = 30  # fleet.silent_after_s on the hub (the shipped 15 minutes, shortened; at least twice REPORT_S)
-
-
-def _poll(check, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-            last = result
-        except (ContainerError, subprocess.TimeoutExpired, KeyError, ValueError, StopIteration) as error:
-            last = error
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}: {last}")
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +72,7 @@ def _note(f, role: str, name: str, text: str) -> str:
         line = f.run(role, "git", "-C", ws, "log", "-1", "--format=%H %s").stdout.strip()
         return line.split()[0] if name in line else ""
 
-    return _poll(committed, 60, f"{name} committed")
+    return poll(committed, 60, f"{name} committed")
 
 
 def _sync(f, role: str) -> dict:
@@ -104,8 +87,8 @@ def test_two_spokes_push_their_agents_history_under_their_own_names(synced):
     f = synced
     heads = {role: _note(f, role, "2026-12-01.md", f"# {role}\n\n- first note\n") for role in SPOKES}
     for role, head in heads.items():
-        _poll(lambda role=role, head=head: _hub_ref(f, _line0(role)) == head, 90, f"{role}'s note on the hub")
-        report = _poll(lambda role=role: _hub_ref(f, f"refs/memstrata/{role}/status"), 60, f"{role}'s report")
+        poll(lambda role=role, head=head: _hub_ref(f, _line0(role)) == head, 90, f"{role}'s note on the hub")
+        report = poll(lambda role=role: _hub_ref(f, f"refs/memstrata/{role}/status"), 60, f"{role}'s report")
         shown = f.run(HUB, "git", "--git-dir", _repo(role), "show", f"{report}:status.json").stdout
         assert json.loads(shown)["host"] == role
     s = _sync(f, "spoke-1")
@@ -117,7 +100,7 @@ def test_a_cut_spokes_notes_arrive_after_its_link_is_back(synced):
     f.cut("spoke-1")
     try:
         head = _note(f, "spoke-1", "2026-12-02.md", "# cut\n\n- written while the hub was away\n")
-        _poll(
+        poll(
             lambda: _sync(f, "spoke-1")["reachable"] is False and _agent_sync(f, "spoke-1")["behind_commits"] >= 1,
             90,
             "status: unreachable, behind",
@@ -125,8 +108,8 @@ def test_a_cut_spokes_notes_arrive_after_its_link_is_back(synced):
         assert _hub_ref(f, _line0("spoke-1")) != head
     finally:
         f.restore("spoke-1")
-    _poll(lambda: _hub_ref(f, _line0("spoke-1")) == head, 90, "the backlog drained")
-    _poll(lambda: _agent_sync(f, "spoke-1")["behind_commits"] == 0, 60, "status: caught up")
+    poll(lambda: _hub_ref(f, _line0("spoke-1")) == head, 90, "the backlog drained")
+    poll(lambda: _agent_sync(f, "spoke-1")["behind_commits"] == 0, 60, "status: caught up")
 
 
 def test_a_spoke_that_loses_power_loses_no_commit_it_made(synced):
@@ -138,10 +121,10 @@ def test_a_spoke_that_loses_power_loses_no_commit_it_made(synced):
         f.kill("spoke-2")
         f.boot("spoke-2")  # its link still down, as it was
         assert _hub_ref(f, _line0("spoke-2")) != head
-        _poll(lambda: _agent_sync(f, "spoke-2")["behind_commits"] >= 1, 180, "status after the boot: behind")
+        poll(lambda: _agent_sync(f, "spoke-2")["behind_commits"] >= 1, 180, "status after the boot: behind")
     finally:
         f.restore("spoke-2")
-    _poll(lambda: _hub_ref(f, _line0("spoke-2")) == head, 120, "the commit on the hub once the link is back")
+    poll(lambda: _hub_ref(f, _line0("spoke-2")) == head, 120, "the commit on the hub once the link is back")
     ahead = f.run(HUB, "git", "--git-dir", _repo("spoke-2"), "merge-base", "--is-ancestor", before, head, check=False)
     assert ahead.returncode == 0, "a fast-forward of what the hub had: nothing rewritten, nothing forced"
 
@@ -174,7 +157,7 @@ def test_a_lost_spokes_agent_is_restored_on_the_host_that_takes_its_name(synced)
         out = operator.memstrata(c, "search", "committed just before the cut", "--agent", agent, "--json").stdout
         return any(r["path"] == "memory/2026-12-03.md" for r in json.loads(out)["results"])
 
-    _poll(found, 120, "the restored agent searchable on spoke-2")
+    poll(found, 120, "the restored agent searchable on spoke-2")
     assert _hub_ref(f, _line0("spoke-2")) == pushed, "the restored history is the one the hub has: nothing rewritten"
 
 
@@ -202,7 +185,7 @@ def test_the_hubs_shared_core_reaches_both_spokes_agents(synced):
     text = "# cluster\n\nEvery agent answers the fleet's pager in turn.\n"
     c.write(f"{operator.WORKSPACE}/shared/CLUSTER.md", text)
     operator.systemctl(c, "restart", timeout=240)
-    core = _poll(
+    core = poll(
         lambda: f.run(HUB, "git", "--git-dir", REMOTE_PATH, "rev-parse", "-q", "--verify", "refs/memstrata/shared/core",
                       check=False).stdout.strip(),
         90, "the hub's shared core in the top",
@@ -214,7 +197,7 @@ def test_the_hubs_shared_core_reaches_both_spokes_agents(synced):
             bundle = operator.memstrata(spoke, "core", "--agent", AGENT[role]).stdout
             return "answers the fleet's pager" in bundle
 
-        _poll(seen, SHARED_POLL_S * 2 + 60, f"the shared core in {role}'s agent's bundle")
+        poll(seen, SHARED_POLL_S * 2 + 60, f"the shared core in {role}'s agent's bundle")
         shared = operator.status(spoke)["sync"]["shared_core"]
         assert shared["role"] == "spoke" and shared["commit"] == core and shared["reachable"] is True
         mode = f.run(role, "stat", "-c", "%a", f"{operator.WORKSPACE}/shared/CLUSTER.md").stdout.strip()
@@ -253,7 +236,7 @@ def test_the_hub_sees_every_host_and_a_cut_spoke_silent_until_it_is_heard_again(
             raise ValueError(f"not yet: {seen}; their own sync: {own}")
         return hosts
 
-    hosts = _poll(listed, 120, "the hub and both spokes listed with their agents, caught up")
+    hosts = poll(listed, 120, "the hub and both spokes listed with their agents, caught up")
     assert hosts[HUB]["hub"] is True and all(hosts[r]["version"] for r in AGENTS)
     for role in SPOKES:  # the last pushed commit, as the spoke says it and as the hub holds it
         agent = next(a for a in hosts[role]["agents"] if a["id"] == AGENT[role])
@@ -263,9 +246,9 @@ def test_the_hub_sees_every_host_and_a_cut_spoke_silent_until_it_is_heard_again(
     try:
         # only the cut spoke: spoke-2 keeps reporting every REPORT_S
         silent = lambda: (h := _fleet(f))["spoke-1"]["state"] == "silent" and h["spoke-2"]["state"] == "ok"  # noqa: E731
-        _poll(silent, SILENT_S + 90, "spoke-1 SILENT, spoke-2 not")
+        poll(silent, SILENT_S + 90, "spoke-1 SILENT, spoke-2 not")
         text = operator.memstrata(f.container(HUB), "status", "--fleet").stdout
         assert "1 SILENT" in text and "spoke-1" in text, text
     finally:
         f.restore("spoke-1")
-    _poll(lambda: _fleet(f)["spoke-1"]["state"] == "ok", 90, "spoke-1 heard from again")
+    poll(lambda: _fleet(f)["spoke-1"]["state"] == "ok", 90, "spoke-1 heard from again")
