@@ -107,7 +107,16 @@ class LocalFallbackAnswer(SearchAnswer, total=False):
 # ---------------------------------------------------------------- L4: conversation memory
 
 
-class Memory(TypedDict, total=False):
+class Degraded(TypedDict, total=False):
+    """What a get or a listing adds when a spoke's replica of the hub answered it, the hub away
+    (daemon/conversation/hub_replica.py); never in a search's results, each a memory."""
+
+    degraded: bool
+    reason: str  # why: the hub unreachable, answered from the replica
+    replica_age_s: float | None  # since the replica last heard the hub's feed
+
+
+class Memory(Degraded, total=False):
     """One L4 memory as the API answers it (layers/conversation/adapters/store.py ``memory_view``).
 
     A search hit also has ``score`` and ``phase`` (``score_details`` with explain); a result of the L3
@@ -162,6 +171,7 @@ class MemoryAnswer(TypedDict, total=False):
     layer: str  # conversation, or local
     degraded: bool
     reason: str  # degraded: why
+    replica_age_s: float | None  # degraded, answered by a spoke's replica of the hub: since it last heard the hub
     query: str
     vectors: str | None  # degraded: the L3 search's vectors
     budget: Budget  # with max_tokens: how the answer spent it
@@ -169,7 +179,7 @@ class MemoryAnswer(TypedDict, total=False):
     next_cursor: str | None  # the same
 
 
-class MemoryPage(TypedDict):
+class MemoryPage(Degraded):
     """``GET /v1/memories``: one page of what the caller may read; ``next_cursor`` asks for the next."""
 
     results: list[Memory]

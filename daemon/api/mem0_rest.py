@@ -17,7 +17,11 @@ The paths are the ones the installed client calls (see docs/mem0.md): ``GET /v1/
 - ``infer`` follows the daemon (on when it has an LLM); without one each message is stored as it is;
 - ``delete_all`` wants at least one id (``agent_id`` alone: all of the caller's own memories);
 - the search threshold defaults to mem0's 0.1 on the calibrated relevance scale; a search is never
-  answered from the local index here (the client has no way to show ``degraded``): 503 instead.
+  answered from the local index here (the client has no way to show ``degraded``): 503 instead;
+- on a spoke with the hub away (daemon/conversation/hub.py), a search, get or get_all answered from the
+  host's replica of the hub carries ``degraded: true``, ``reason`` and ``replica_age_s`` beside the
+  platform's keys (mem0's client returns the JSON as it is); a history, a list, has no room for them and is
+  answered by the hub only.
 """
 
 from __future__ import annotations
@@ -120,6 +124,13 @@ def mem0_view(memory: dict) -> dict:
     if memory.get("score_details") is not None:
         out["score_details"] = memory["score_details"]
     return out
+
+
+def degraded_of(answer: dict) -> dict:
+    """A degraded answer's ``degraded``, ``reason`` and ``replica_age_s`` (a spoke's replica), else nothing."""
+    if not answer.get("degraded"):
+        return {}
+    return {key: answer.get(key) for key in ("degraded", "reason", "replica_age_s")}
 
 
 def _agent(caller: Caller, agent_id: object = None) -> str:
@@ -236,7 +247,7 @@ def build_mem0_app(daemon: Any) -> Starlette:
             trust_min=args.trust_min,
         )
         answer = broker().search(o)
-        out: dict[str, Any] = {"results": [mem0_view(m) for m in answer["results"]]}
+        out: dict[str, Any] = {"results": [mem0_view(m) for m in answer["results"]], **degraded_of(answer)}
         if args.rerank:
             out["rerank"] = "not applied: no reranker is configured (results are in relevance order)"
         return out
@@ -247,11 +258,13 @@ def build_mem0_app(daemon: Any) -> Starlette:
         page, size = query.page, min(query.page_size, L4_PAGE.high)
         found: list[dict] = []
         cursor = None
+        degraded: dict = {}
         while len(found) < COUNT_CAP:
             if found:  # each further page of the store: charged to this caller like another request
                 daemon.courtesy.next_part()
             answer = broker().get_all(List(_agent(caller), limit=L4_PAGE.high, cursor=cursor, filters=wanted))
             found += answer["results"]
+            degraded = degraded_of(answer) or degraded  # any page from the replica: the whole answer is
             cursor = answer.get("next_cursor")
             if not cursor:
                 break
@@ -263,10 +276,12 @@ def build_mem0_app(daemon: Any) -> Starlette:
             "next": f"{base}?page={page + 1}&page_size={size}" if more else None,
             "previous": f"{base}?page={page - 1}&page_size={size}" if page > 1 else None,
             "results": [mem0_view(m) for m in found[start : start + size]],
+            **degraded,
         }
 
     def get(request: Request, caller: Caller, _args: None) -> dict:
-        return mem0_view(broker().get(_agent(caller), request.path_params["memory_id"]))
+        memory = broker().get(_agent(caller), request.path_params["memory_id"])
+        return {**mem0_view(memory), **degraded_of(memory)}
 
     def update(request: Request, caller: Caller, args: UpdateBody) -> dict:
         agent = _agent(caller)

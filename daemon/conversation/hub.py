@@ -11,13 +11,15 @@ kept in the spoke's durable queue, synced, and answered ``queued`` as the broker
 the hub's replayer (daemon/conversation/hub_queue.py) sends it once the hub answers, exactly once by
 its write_id (one is made before the first send when the caller gave none, so an answer lost on the
 link is never a second memory).  While anything is queued, adds queue behind it: their order is kept.
-A search is answered from this host's replica of what its agents may read on the hub (hub_replica.py: the
-hub's ranking, ``degraded: true``, the reason and ``replica_age_s``), or without one from the caller's own L3
-index, exactly as the broker answers with its store down (reads.py's ``l3_fallback``); every other operation
-(update, delete, restore, a superseding add, reads) is 503 saying nothing was changed: they need the hub's
-memories as they are now.  A prober asks the hub's health every ``conversation.probe_interval_s``, so that
-status says whether it is there and the replay starts when it is back.  Maintenance (cleanup, consolidation,
-backup, restore) is the hub's: here it answers 409 saying so.
+A search, a get and a listing are answered from this host's replica of what its agents may read on the hub
+(hub_replica.py: the hub's answer shape and ranking, ``degraded: true``, the reason and ``replica_age_s``);
+without a usable replica a search is answered from the caller's own L3 index, exactly as the broker answers with its
+store down (reads.py's ``l3_fallback``), and a get or a listing is 503.  A history is 503 saying that it needs
+the hub: the replica holds each memory as it is now, not its events.  Every other operation (update, delete,
+restore, a superseding add) is 503 saying nothing was changed: they need the hub's memories as they are now.
+A prober asks the hub's health every ``conversation.probe_interval_s``, so that status says whether it is
+there and the replay starts when it is back.  Maintenance (cleanup, consolidation, backup, restore) is the
+hub's: here it answers 409 saying so.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from daemon.conversation.hub_client import HEALTH_PATH, HubAnswer, HubClient, Hu
 from daemon.conversation.hub_queue import AWAY, HubReplayer, entry, hub_message
 from daemon.conversation.hub_replica import HubReplica
 from daemon.conversation.queue import QueueAccess
-from daemon.conversation.reads import l3_fallback
+from daemon.conversation.reads import audit_denied, l3_fallback
 from daemon.conversation.writes import refuse_secrets
 from daemon.ops.consolidation import ConsolidateOptions
 from layers.conversation.lifecycle.durable_queue import WriteQueue
@@ -72,6 +74,11 @@ from protocol.operations import (
 log = logging.getLogger(__name__)
 
 NOT_CHANGED = "nothing was changed and nothing was queued (only adds are queued for the hub): try again once it is back"
+HISTORY_NEEDS_HUB = (
+    "a memory's history is the hub's record of its events (each add, update and delete), and this host's replica "
+    "keeps only each memory as it is now: try again once the hub is back (get, list and search answer from the "
+    "replica meanwhile, once this host has one)"
+)
 RUN_ON_THE_HUB = "run it on the hub: the fleet's L4 is the hub's (conversation.backend: hub)"
 
 
@@ -343,29 +350,63 @@ class HubBroker:
         self._changed_on_hub()
         return answer
 
-    def search(self, o: MemorySearch) -> dict[str, Any]:
+    def _read(
+        self, o: Operation, agent: str, what: str, away: Callable[[str], dict[str, Any] | None]
+    ) -> dict[str, Any]:
+        """A read the hub answers; with the hub unreachable (or its store down: its 503) ``away(reason)`` answers
+        (this host's replica), and when it cannot (None) the answer is as it always was."""
         try:
-            return self._ask(o, o.agent)
+            return self._ask(o, agent)
         except HubUnreachable as exc:
             reason = f"the hub is unreachable ({exc})"
+            refusal: Exception = ConversationUnavailableError(f"{reason}: {NOT_CHANGED}")
         except HubAnswerError as exc:
             if exc.status != 503:
                 raise
-            reason = f"the hub cannot search now ({exc})"
-        if self.replica is not None:
-            answer = self.replica.search(o, reason)  # what this host's agents may read, as the hub last said
-            if answer is not None:
-                return answer
-        return l3_fallback(o, reason, self.local_search)
+            reason, refusal = f"the hub cannot {what} now ({exc})", exc
+        answer = away(reason)
+        if answer is None:
+            raise refusal from None
+        return answer
+
+    def search(self, o: MemorySearch) -> dict[str, Any]:
+        def away(reason: str) -> dict[str, Any]:
+            if self.replica is not None:
+                answer = self.replica.search(o, reason)  # what this host's agents may read, as the hub last said
+                if answer is not None:
+                    return answer
+            return l3_fallback(o, reason, self.local_search)
+
+        return self._read(o, o.agent, "search", away)
 
     def get_all(self, o: List) -> dict[str, Any]:
-        return self._call(o, o.agent)
+        replica = self.replica
+
+        def away(reason: str) -> dict[str, Any] | None:
+            return replica.get_all(o, reason) if replica is not None else None
+
+        return self._read(o, o.agent, "list", away)
 
     def get(self, agent: str, memory_id: str, admin: bool = False) -> dict[str, Any]:
-        return self._call(Get(agent, memory_id), agent)
+        """``admin`` asks as ``agent`` (the hub knows no administrator of a spoke); from the replica it sees
+        exactly what ``agent`` may, and a memory of this host ``agent`` may not read is audited as on the hub."""
+        replica = self.replica
+
+        def denied(memory: dict[str, Any]) -> None:
+            audit_denied(self.audit, "read_denied", agent, memory)
+
+        def away(reason: str) -> dict[str, Any] | None:
+            return replica.get(agent, memory_id, reason, denied) if replica is not None else None
+
+        return self._read(Get(agent, memory_id), agent, "answer", away)
 
     def history(self, agent: str, memory_id: str) -> dict[str, Any]:
-        return self._call(History(agent, memory_id), agent)
+        """The hub's answer; with the hub unreachable a clear refusal (503): the replica keeps each memory as it
+        is now, not its events, so a history from it would leave out every update and delete."""
+        try:
+            return self._ask(History(agent, memory_id), agent)
+        except HubUnreachable as exc:
+            raise ConversationUnavailableError(f"the hub is unreachable ({exc}): {HISTORY_NEEDS_HUB}") from None
 
     # ------------------------------------------------------------ maintenance: the hub's
 

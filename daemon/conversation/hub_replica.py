@@ -1,4 +1,4 @@
-"""A spoke's offline replica of what its agents may read on the hub (issue 48): searched with the hub away.
+"""A spoke's offline replica of what its agents may read on the hub (issue 48): read with the hub away.
 
 An embedded Edge store (the broker's own adapter, layers/conversation/adapters/store.py) in
 ``state_dir/conversation/replica/<generation>/``, and a small durable meta file beside it
@@ -12,13 +12,17 @@ rebuilds it from the hub's snapshot into a new generation; the meta file names t
 is complete, and the old one answers until then.
 
 The spoke applies no rule: each memory comes with ``readers``, the agents of this host the hub computed
-may read it, and a search here holds only memories whose readers name the caller (a filter inside the
-store's query).  A memory no agent here may read never arrives (the hub sends ``null``: a delete).
+may read it, and a search or a listing here holds only memories whose readers name the caller (a filter
+inside the store's query); every result, and a memory got by its id, is checked again by its readers
+(``_checked``, one check for the three).  A memory no agent here may read never arrives (the hub sends
+``null``: a delete).  Each answer has the hub's shape plus ``degraded: true``, the reason and ``replica_age_s``.
+A history is not answered here: the replica holds each memory as it is now, not mem0's record of its events.
 
 A search is ranked by the same code as on the hub (``ConversationStore.search``: the same phases, the
 same relevance, decay and trust) with the query embedded by this host's embedder: when its model is not
 the hub's (another id or size) the replica is not searched (vectors of two models do not compare) and
-the caller's L3 answers, as before.
+the caller's L3 answers, as before; nor is it read by id or listed then (one rule for when the replica
+answers, the one status says: ``searchable``).
 """
 
 from __future__ import annotations
@@ -37,12 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from daemon.common.contracts import fit_memories
+from daemon.common.domain_errors import NoSuchMemoryError
 from daemon.conversation.hub_client import HubClient, HubUnreachable
-from daemon.conversation.reads import checked_filters, made_between
+from daemon.conversation.reads import checked_filters, is_uuid, made_between
 from layers.conversation.adapters.store import ConversationStore, Embedder, StoreSettings
 from layers.conversation.policy.decay import DecayRules
-from layers.conversation.policy.rules import Phase
-from protocol.operations import MemorySearch
+from layers.conversation.policy.rules import Phase, PolicyError
+from protocol.operations import List, MemorySearch
 
 log = logging.getLogger(__name__)
 
@@ -374,15 +379,9 @@ class HubReplica:
             log.info("the replica cannot answer a search: %s", why)
             return None
         agent = o.agent
-        projects = tuple(sorted((self.meta.get("projects") or {}).get(agent, [])))
-        phases = [Phase("public", "public")]
-        if projects:
-            phases.append(Phase("project", "project", projects=projects))
-        phases.append(Phase("private", "private", owner=f"{self.host()}/{agent}"))
         wanted = made_between(checked_filters(o.filters), o.since, o.until)
-        readable: dict[str, Any] = {READERS: agent}  # the hub's word: only what the caller may read
         options: dict[str, Any] = {
-            "filters": {**readable, "AND": [wanted]} if wanted else readable,
+            "filters": self._readable(agent, wanted),
             "threshold": o.threshold or 0.0,
             "explain": o.explain,
             "include_expired": o.show_expired,
@@ -395,29 +394,130 @@ class HubReplica:
                 return None
             store.embedder = self._embedder  # type: ignore[assignment]  # checked in unusable()
             try:
-                found = store.search(o.query, phases, o.limit, **options)
+                found = store.search(o.query, self._phases(agent), o.limit, **options)
+                results = self._checked(agent, found)
             except Exception as exc:  # the replica's store or the embedder failed: the caller's L3 answers
-                log.warning("the replica could not answer a search: %s", exc)
-                self.last_error = f"search: {type(exc).__name__}: {exc}"
+                self._failed("search", exc)
                 return None
-            readers_of = self._readers([str(r.get("superseded_by")) for r in found if r.get("superseded_by")])
-        results = []
-        for view in found:
-            if agent not in (readers_of.get(view["id"]) or self._readers([view["id"]]).get(view["id"]) or []):
-                continue  # never: the filter held it out; checked again, as the hub checks every result
-            link = view.get("superseded_by")
-            if link and agent not in (readers_of.get(str(link)) or []):
-                view["superseded_by"] = None  # a memory the caller may not read: not even its id
-            results.append(view)
-        answer: dict[str, Any] = {
-            "layer": "conversation",
+        for view in results:
+            if "score_details" in view:
+                view["score_details"]["filters"] = wanted  # the caller's, as the hub says them (not the readers')
+        answer: dict[str, Any] = {"layer": "conversation", **self.degraded(reason), "query": o.query}
+        answer["results"] = results
+        return fit_memories(answer, o.max_tokens) if o.max_tokens is not None else answer
+
+    def get_all(self, o: List, reason: str) -> dict[str, Any] | None:
+        """One page of ``o`` from the replica, as the hub lists it (degraded, its age said); None: it cannot answer.
+
+        The cursor is the replica's own (the phases of a listing here and on the hub need not match)."""
+        why = self.unusable()
+        if why:
+            log.info("the replica cannot answer a listing: %s", why)
+            return None
+        agent = o.agent
+        options: dict[str, Any] = {
+            "filters": self._readable(agent, checked_filters(o.filters)),
+            "show_superseded": o.show_superseded,
+            "include_expired": o.show_expired,
+            "show_archived": o.show_archived,
+        }
+        with self._lock:
+            store = self.store
+            if store is None:
+                return None
+            try:
+                page, next_cursor = store.list(self._phases(agent), o.limit, o.cursor, **options)
+                results = self._checked(agent, page)
+            except ValueError as exc:  # a cursor this listing did not give (the hub's Reads.get_all: 400)
+                raise PolicyError(str(exc)) from None
+            except Exception as exc:
+                self._failed("list", exc)
+                return None
+        return {
+            "results": results,
+            "next_cursor": next_cursor,
+            "truncated": next_cursor is not None,
+            **self.degraded(reason),
+        }
+
+    def get(
+        self, agent: str, memory_id: str, reason: str, denied: Callable[[dict[str, Any]], None] = lambda view: None
+    ) -> dict[str, Any] | None:
+        """The memory from the replica if ``agent`` may read it (degraded, its age said); None: it cannot answer.
+
+        NoSuchMemoryError when the replica holds no such memory *or* one ``agent`` may not read (another
+        agent's of this host: ``denied`` is told it), in the same words: it is not admitted to exist."""
+        why = self.unusable()
+        if why:
+            log.info("the replica cannot answer a get: %s", why)
+            return None
+        with self._lock:
+            store = self.store
+            if store is None:
+                return None
+            try:
+                memory = store.get(memory_id) if is_uuid(memory_id) else None
+                found = self._checked(agent, [memory]) if memory is not None else []
+            except Exception as exc:
+                self._failed("get", exc)
+                return None
+        if memory is not None and not found:
+            denied(memory)
+        if not found:
+            age = self.age_s()
+            raise NoSuchMemoryError(
+                f"no memory {memory_id} in this host's replica of the hub ({reason}; the replica is "
+                f"{'of unknown age' if age is None else f'{age} s old'})"
+            )
+        return {**found[0], **self.degraded(reason)}
+
+    def degraded(self, reason: str) -> dict[str, Any]:
+        """What every answer of the replica says: degraded, why, and how old the replica is."""
+        return {
             "degraded": True,
             "reason": f"{reason}: answered from this host's replica of the hub",
             "replica_age_s": self.age_s(),
-            "query": o.query,
-            "results": results,
         }
-        return fit_memories(answer, o.max_tokens) if o.max_tokens is not None else answer
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        """The replica's store (or the embedder) failed: said in status; the answer is as without a replica."""
+        log.warning("the replica could not answer a %s: %s", what, exc)
+        self.last_error = f"{what}: {type(exc).__name__}: {exc}"
+
+    def _phases(self, agent: str) -> list[Phase]:
+        """What ``agent`` may read, in the hub's order (rules.py's read_phases): public, its projects', its own."""
+        projects = tuple(sorted((self.meta.get("projects") or {}).get(agent, [])))
+        phases = [Phase("public", "public")]
+        if projects:
+            phases.append(Phase("project", "project", projects=projects))
+        phases.append(Phase("private", "private", owner=f"{self.host()}/{agent}"))
+        return phases
+
+    @staticmethod
+    def _readable(agent: str, wanted: dict | None) -> dict[str, Any]:
+        """The caller's filter inside the store's query, with the hub's word: only what ``agent`` may read."""
+        readable: dict[str, Any] = {READERS: agent}
+        return {**readable, "AND": [wanted]} if wanted else readable
+
+    def _checked(self, agent: str, views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The views ``agent`` may read, checked again by their readers (as the hub checks every result; the
+        query's filter already held the others out), each in the hub's shape: a ``superseded_by`` naming a
+        memory ``agent`` may not read is null (not even its id is told), and the readers are not shown.
+        Called with the lock held."""
+        links = [str(v["superseded_by"]) for v in views if v.get("superseded_by")]
+        readers_of = self._readers([str(v["id"]) for v in views] + links)
+        results = []
+        for view in views:
+            if agent not in readers_of.get(str(view["id"]), []):
+                continue  # never through a query: the filter held it out; a get by id is held out here
+            link = view.get("superseded_by")
+            if link and agent not in readers_of.get(str(link), []):
+                view["superseded_by"] = None  # a memory the caller may not read: not even its id
+            metadata = view.get("metadata")
+            if isinstance(metadata, dict):
+                metadata.pop(READERS, None)  # the hub's word for this host, not the memory's metadata
+            results.append(view)
+        return results
 
     def _readers(self, ids: list[str]) -> dict[str, list[str]]:
         with self._lock:

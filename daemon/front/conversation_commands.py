@@ -25,6 +25,7 @@ from daemon.front.options import (
     agent_option,
     config_of,
     conversation_failed,
+    degraded_note,
     echo_json,
     field_options,
     json_option,
@@ -155,6 +156,13 @@ def print_memory_text(text: str) -> None:
         click.echo(f"   {line}")
 
 
+def _say_degraded(answer: dict) -> None:
+    """On stderr, as a search's notes: the answer came from this spoke's replica of the hub, and how old it is."""
+    note = degraded_note(answer)
+    if note:
+        click.echo(escaped(f"({note})"), err=True)
+
+
 def _print_memory(i: int, raw: dict) -> None:
     r = for_terminal(raw)
     where = placement(r)
@@ -189,7 +197,11 @@ def get_cmd(ctx, memory_id, agent_id, as_json) -> None:
     from protocol import operations as op
 
     answer = _ask(ctx, agent_id, lambda c: c.call(op.Get(agent_id, memory_id)))
-    echo_json(answer) if as_json else _print_memory(1, answer)
+    if as_json:
+        echo_json(answer)
+        return
+    _say_degraded(answer)
+    _print_memory(1, answer)
 
 
 @click.command("list", cls=FieldsCommand)
@@ -220,6 +232,7 @@ def list_cmd(
     if as_json:
         echo_json(answer)
         return
+    _say_degraded(answer)
     if not answer["results"]:
         click.echo("no memories")
     for i, r in enumerate(answer["results"], start=1):

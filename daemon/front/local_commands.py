@@ -23,6 +23,7 @@ from daemon.front.options import (
     agent_option,
     config_of,
     conversation_failed,
+    degraded_note,
     echo_json,
     field_options,
     front_config,
@@ -96,8 +97,9 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
     cut = answer.get("min_score")
     if cut and cut.get("dropped"):
         notes.append(f"{cut['dropped']} result(s) with confidence under {cut['value']} left out")
-    if answer.get("degraded"):
-        notes.append(f"degraded: {answer.get('reason')}")
+    degraded = degraded_note(answer)
+    if degraded:
+        notes.append(degraded)
     if answer.get("dates"):
         d = answer["dates"]
         days = d["since"] if d["since"] == d["until"] else f"{d['since']} … {d['until']}"

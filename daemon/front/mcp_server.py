@@ -334,7 +334,8 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
             """Search the conversation memory (L4) for what you may read: public memories, those of
             your projects, and your private ones. Use it before answering from assumptions about people,
             decisions, preferences or the state of work. `degraded: true` means the conversation store was down
-            and the results come from your own local files instead.""",
+            and the results come from your own local files instead, or, on a host of a fleet whose hub is away,
+            from this host's copy of the hub's memories (`replica_age_s`: how old it is).""",
             memory_search,
             operation_params(
                 op.MemorySearch,
@@ -375,7 +376,8 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
         Tool(
             "memory_get_all",
             """List every conversation memory (L4) you may read, page by page (follow `next_cursor`). Use it
-            to review or audit what is remembered; to answer a question, memory_search is better.""",
+            to review or audit what is remembered; to answer a question, memory_search is better. `degraded: true`:
+            the fleet's hub is away and this host's copy of its memories answered (`replica_age_s`: how old).""",
             memory_get_all,
             operation_params(
                 op.List,
@@ -388,7 +390,8 @@ def build_server(config: Config, agent_id: str) -> StdioServer:
         Tool(
             "memory_get",
             """One conversation memory (L4) by id: its text, owner, visibility, type, created_at, updated_at and
-            expiry. A memory you may not read is answered as not found.""",
+            expiry. A memory you may not read is answered as not found. `degraded: true`: the fleet's hub is away
+            and this host's copy of its memories answered (`replica_age_s`: how old).""",
             memory_get,
             operation_params(
                 op.Get, "memory_id", memory_id="The memory's id, as memory_search or memory_add answered."

@@ -334,6 +334,14 @@ def use_note(memory: Mapping[str, Any]) -> str:
     return note
 
 
+def degraded_note(answer: Mapping[str, Any]) -> str | None:
+    """A degraded answer's note, with its age when a spoke's replica of the hub answered (None: not degraded)."""
+    if not answer.get("degraded"):
+        return None
+    age = answer.get("replica_age_s")
+    return f"degraded: {answer.get('reason')}" + (f"; the replica is {age} s old" if age is not None else "")
+
+
 def conversation_failed(exc: Exception) -> click.ClickException:
     from daemon.front.daemon_client import DaemonUnavailableError
 

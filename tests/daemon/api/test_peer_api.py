@@ -438,24 +438,34 @@ def test_with_the_hub_away_a_spoke_searches_its_l3_degraded_queues_adds_and_refu
         queued = main.add("main", "a fact for the hub")  # kept on the spoke for the hub (test_peer_queue.py)
         assert queued["queued"] is True and "the hub is unreachable" in queued["reason"]
         assert spoke.status()["conversation"]["queue"]["depth"] == 1
-        refused = _refused(lambda: main.get_all("main"))
+        refused = _refused(lambda: main.get_all("main"))  # no replica yet: as before it had one
         assert refused.status == 503 and "nothing was changed and nothing was queued" in str(refused)
+        assert _refused(lambda: main.get("main", str(uuid.uuid4()))).status == 503
+        history = _refused(lambda: main.history("main", str(uuid.uuid4())))
+        assert history.status == 503 and "history is the hub's record" in str(history)
         filtered = _refused(lambda: main.memory_search("main", "anything", filters={"user_id": "x"}))
         assert filtered.status == 503
 
 
 def test_the_hub_stopped_and_started_again_a_spoke_degrades_queues_then_finds_what_it_wrote(fleet):
     """Last in this module: it stops the fleet's hub (and starts it again)."""
+    spoke = fleet.spokes["spoke-1"]
     with fleet.client("spoke-1", "main") as main:
+        before = spoke.status()["conversation"]["replica"]["seq"]
         kept = main.add("main", "spoke-1 main: the bakery on the corner opens at six", visibility="private")
         kept_id = kept["results"][0]["id"]
+        wait_for(
+            lambda: (r := spoke.status()["conversation"]["replica"])["seq"] > before and r["lag"] == 0,
+            timeout=120,
+            what="spoke-1's replica has the memory",
+        )
         assert fleet.hub is not None and fleet.hub.stop() == 0
         answer = main.memory_search("main", "when does the bakery open")
         assert answer["degraded"] is True and "the hub is unreachable" in answer["reason"]
         queued = main.add("main", "spoke-1 main: a fact while the hub is away", visibility="private")
         assert queued["queued"] is True
-        assert _refused(lambda: main.get("main", kept_id)).status == 503
-        spoke = fleet.spokes["spoke-1"]
+        got = main.get("main", kept_id)  # from spoke-1's replica (test_peer_replica_reads.py)
+        assert got["degraded"] is True and got["memory"] == "spoke-1 main: the bakery on the corner opens at six"
         wait_for(lambda: spoke.status()["conversation"]["reachable"] is False, timeout=60, what="the hub seen away")
 
         fleet.hub = DaemonProcess(fleet.hub_config).start()
