@@ -225,3 +225,9 @@ def replica(f: Fleet, role: str) -> dict:
 def hub_seq(f: Fleet) -> int:
     """The hub's change feed's settled seq (its status)."""
     return int(conversation(f, HUB)["feed"]["seq"])
+
+
+def feed_times(f: Fleet) -> list[tuple[int, float]]:
+    """Every row of the hub's change feed, ``(seq, wall time recorded)``: the hub's seq at any past moment."""
+    rows = json.loads(driver(f, HUB, "feedtimes", "--config", operator.CONFIG, timeout=300).stdout)
+    return [(int(seq), float(at)) for seq, at in rows]

@@ -23,6 +23,8 @@ Run with the checkout's virtualenv python, by its path (the checkout is bound in
 - ``watchmeta --config C --seconds S [--stop-file F]``: ``[[wall time, seq], ...]`` each time
   ``replica/meta.json``'s seq changed, sampled every 50 ms (the replica's progress without asking the
   daemon), for S seconds or until F exists.
+- ``feedtimes --config C``: ``[[seq, at], ...]``, every row of the hub's change feed with the wall time it
+  was recorded (daemon/conversation/feed.py), run on the hub: its seq at any moment, after the fact.
 - ``lagwrite --config C --agent A --marker M --count N --interval S --url U --key-file K``: N public adds,
   each with the wall time it was answered and its seq in the hub's feed (asked with this host's key).
 """
@@ -234,6 +236,19 @@ def watchmeta(args: argparse.Namespace) -> None:
     print(json.dumps(seen))
 
 
+def feedtimes(args: argparse.Namespace) -> None:
+    import sqlite3
+
+    from daemon.common.config import load_config
+    from daemon.conversation.feed import feed_path
+
+    db = sqlite3.connect(feed_path(load_config(Path(args.config)).paths.state_dir))
+    try:
+        print(json.dumps(db.execute("SELECT seq, at FROM changes ORDER BY seq").fetchall()))
+    finally:
+        db.close()
+
+
 def lagwrite(args: argparse.Namespace) -> None:
     client = _client(args.config, args.agent)
     key = Path(args.key_file).read_text().strip()
@@ -295,6 +310,9 @@ def main() -> None:
     w.add_argument("--seconds", type=float, required=True)
     w.add_argument("--stop-file", default=None)
     w.set_defaults(run=watchmeta)
+    ft = sub.add_parser("feedtimes")
+    ft.add_argument("--config", required=True)
+    ft.set_defaults(run=feedtimes)
     lw = sub.add_parser("lagwrite")
     lw.add_argument("--config", required=True)
     lw.add_argument("--agent", required=True)
