@@ -268,11 +268,18 @@ def _vector_filters(name: str, filters: Filters, dated: Filters | None) -> dict[
 
 def _covers(hit: Hit, terms: set[str]) -> int:
     """How many of the relaxed query's terms (token phrases) occur in the hit's heading path and text."""
+    return len(_covered(hit, terms))
+
+
+def _covered(hit: Hit, terms: set[str]) -> list[str]:
+    """The relaxed query's terms (token phrases) that occur in the hit's heading path and text."""
     stream = " " + token_string(f"{hit.heading} {hit.text}") + " "
-    return sum(1 for phrase in terms if f" {phrase} " in stream)
+    return [phrase for phrase in terms if f" {phrase} " in stream]
 
 
-def _thin_matches_out(hits: list[Hit], query: Query, share: float = 0.5) -> list[Hit]:
+def _thin_matches_out(
+    hits: list[Hit], query: Query, share: float = 0.5, weights: dict[str, float] | None = None
+) -> list[Hit]:
     """A relaxed list without the hits that share fewer than half of the question's terms.
 
     When no chunk has every term, the relaxed retry ORs them, and a hit that
@@ -281,11 +288,23 @@ def _thin_matches_out(hits: list[Hit], query: Query, share: float = 0.5) -> list
     more than the gap between the vectors' best answers.  With vectors in the
     fusion such a hit is left to them (measured on bench/recall_set: hybrid R@5
     0.90 → 0.92; without vectors the relaxed list is all there is, and it stays).
+
+    With ``weights`` (:func:`_term_weights`) the half is of the terms' weight, as BM25 weighs them: a
+    hit holding the two rare words of five ("severance", "Ledgerly"; not "much", "pay", "get") is
+    BM25's first and stays (issue 50 item 2; counted, it was left out).
     """
     terms = set(query.optional or query.phrases)
-    need = max(1, math.ceil(len(terms) * share))
     quoted = set(query.quoted)  # a hit holding every literal the question quoted is never thinned out
-    return [hit for hit in hits if _covers(hit, terms) >= need or (quoted and _covers(hit, quoted) == len(quoted))]
+    if weights is None:
+        need = max(1, math.ceil(len(terms) * share))
+        return [hit for hit in hits if _covers(hit, terms) >= need or (quoted and _covers(hit, quoted) == len(quoted))]
+    weight = {phrase: sum(weights.get(t, 0.0) for t in phrase.split(" ")) for phrase in terms}
+    need = share * sum(weight.values())
+    return [
+        hit
+        for hit in hits
+        if sum(weight[p] for p in _covered(hit, terms)) >= need or (quoted and _covers(hit, quoted) == len(quoted))
+    ]
 
 
 def _focus(hit: Hit, weights: dict[str, float], spans: list[tuple[int, int, str]]) -> tuple[int | None, frozenset[str]]:
@@ -550,44 +569,44 @@ def _budget_order(
 
     A budget holds the first few passages, and full-text alone held more of the answers than hybrid
     (issue 50 item 2; bench/recall_set_chat's dev part, within 200/400 tokens: fts 64.0/76.8, hybrid
-    60.8/75.2).  Two causes, measured there:
+    60.8/75.2).  The causes, measured there:
 
-    - Where every term matched, full-text's answer is its few matches, so the room they leave grows
-      their passages, often to the turn that answers a few lines from the one repeating the question.
-      Hybrid's answer goes on with results only the vectors found (their lists always run a full page)
-      and the budget spent their passages instead.  Such a result ranked below the first lexical match
-      now waits for the room the matches leave, unless it is in a list of the days the question names
-      (the vectors' pick among that day's notes: "what happened yesterday").
-    - Where no chunk has every term (a word no note uses: "houseplant"), the relaxed lexical list
-      weighs half and the two vector lists outvote its first places.  Its first two go in alternately
-      with the fusion's: the fusion's first, the lexical first, the fusion's second, the lexical second.
+    - Full-text's answer is its few lexical matches, so the room they leave grows their passages, often
+      to the turn that answers a few lines below the one repeating the question.  Hybrid's answer goes
+      on with results only the vectors found (their lists always run a full page), and the budget spent
+      their passages instead.  Such a result, ranked below the lexical places kept here, now waits for
+      the room the others leave, unless it is in a list of the days the question names (the vectors'
+      pick among that day's notes: "what happened yesterday").
+    - Where no chunk has every term (a word no note uses: "houseplant"), the relaxed lexical list weighs
+      half and the two vector lists outvote its first places.  Its first two now go in alternately with
+      the fusion's: the fusion's first, the lexical first, the fusion's second, the lexical second.
       (Its first place ahead of everything, or more of its places, cost the tuned set's cross-lingual
       questions, whose relaxed matches are single shared words.)
 
-    Where every term matched, the lexical first place is also kept (:func:`_lexical_first_kept`).
-    Measured on the dev parts, within 200/400/800 tokens: chat 60.8/75.2/84.8 -> 63.2/76.8/84.8,
-    tuned 75.9/81.0/96.2 -> 75.9/83.5/97.5.
+    Where every term matched, the lexical first place is kept (:func:`_lexical_first_kept`) and the
+    results only the vectors found below the first lexical match wait.  Measured on the dev parts
+    (with the relaxed list thinned by weight, :func:`_thin_matches_out`), within 200/400/800 tokens:
+    chat 60.8/75.2/84.8 -> 69.6/78.4/88.8 (fts 64.0/76.8/84.8), tuned 75.9/81.0/96.2 -> 77.2/86.1/97.5.
     """
-    if len(results) < 2:
+    if len(results) < 2 or matched not in ("all", "some"):
         return results, []
     ranks = {id(result): entry[2] for result, entry in zip(results, fused, strict=True)}
     if matched == "all":
         order = _lexical_first_kept(results, fused, lists)
-        first = next((i for i, r in enumerate(order) if not _only_vectors(ranks[id(r)])), None)
-        if first is None:
-            return order, []
-        waits = [
-            i > first and _only_vectors(ranks[id(r)]) and not any(n.endswith("@date") for n in ranks[id(r)])
-            for i, r in enumerate(order)
-        ]
-        return [r for r, w in zip(order, waits, strict=True) if not w], [
-            r for r, w in zip(order, waits, strict=True) if w
-        ]
-    if matched == "some":
+        kept = [r for r in order if not _only_vectors(ranks[id(r)])][:1]  # the first lexical match
+    else:
         name = "fts@date" if lists.get("fts@date") else "fts"
         lexical = sorted((r for r in results if name in ranks[id(r)]), key=lambda r: ranks[id(r)][name])
-        return _alternate(results, lexical[:RELAXED_SHARE]), []
-    return results, []
+        kept = lexical[:RELAXED_SHARE]
+        order = _alternate(results, kept)
+    if not kept:
+        return order, []
+    last = max(i for i, r in enumerate(order) if any(r is k for k in kept))
+    waits = [
+        i > last and _only_vectors(ranks[id(r)]) and not any(name.endswith("@date") for name in ranks[id(r)])
+        for i, r in enumerate(order)
+    ]
+    return [r for r, w in zip(order, waits, strict=True) if not w], [r for r, w in zip(order, waits, strict=True) if w]
 
 
 def _alternate(first: list[LocalHit], second: list[LocalHit]) -> list[LocalHit]:
@@ -795,7 +814,7 @@ def search(
             relaxed = ("fts", "fts@date") if answer.relaxed and answer.vectors == "used" else ()
             for name in relaxed:
                 if name in lists:
-                    lists[name] = _thin_matches_out(lists[name], lexical)
+                    lists[name] = _thin_matches_out(lists[name], lexical, weights=_term_weights(lexical, shares))
             for name in ("fts:any", "fts:any@date"):
                 if name in lists:
                     lists[name] = _thin_matches_out(lists[name], lexical, ANY_SHARE)

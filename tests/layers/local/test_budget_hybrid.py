@@ -156,3 +156,30 @@ def test_a_relaxed_lexical_first_place_goes_in_with_the_vectors_first_places(tmp
         assert [r["path"] for r in search(index, question, embed_query=lambda _q: near).results] == paths, (
             "unbudgeted answers keep the fused order"
         )
+
+
+def test_a_relaxed_match_of_the_rare_words_is_not_thinned_out(tmp_path):
+    """No note has every word of the question; the one holding its two rare words ("severance", "Ledgerly")
+    is BM25's first.  The relaxed list keeps the hits that hold half of the question's terms, weighed as
+    BM25 weighs them: counted, that note (two of five) was left to the vectors, which rank it last."""
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=MODEL)) as index:
+        _note(index, "2026-09-03", "- Ledgerly gave everyone eight weeks of severance")
+        for i in range(10):  # the common words, three of the five: they held half by count
+            _note(index, f"2026-08-{i + 1:02d}", f"- how much did the parking pay get us, lot {i}")
+        for i in range(20):
+            _note(index, f"2026-07-{i + 1:02d}", f"- a walk by the river, the ducks were out, number {i:02d}")
+        near = _unit(0)
+
+        def vectors(text: str, _item: int | None) -> np.ndarray:
+            v = near + _unit(2) * (2.0 if "severance" in text else 0.5)
+            return v / np.linalg.norm(v)
+
+        _embed(index, vectors)
+        question = "how much severance pay did we get from Ledgerly"
+        answer = search(index, question, embed_query=lambda _q: near, explain=True).to_dict()
+        paths = [r["path"] for r in answer["results"]]
+        assert answer["matched"] == "some" and "memory/2026-09-03.md" in paths[:5], paths  # of ten
+        (hit,) = [r for r in answer["results"] if r["path"] == "memory/2026-09-03.md"]
+        assert hit["ranks"].get("fts") == 1, hit["ranks"]
+        lexical = search(index, question, mode="fts").to_dict()
+        assert lexical["results"][0]["path"] == "memory/2026-09-03.md", "BM25 ranks it first"
