@@ -614,7 +614,7 @@ def _budget_order(
         i > last
         and _only_vectors(ranks[id(r)])
         and _vector_rank(ranks[id(r)]) > placed
-        and not any(name.endswith("@date") for name in ranks[id(r)])
+        and not any(list_name.endswith("@date") for list_name in ranks[id(r)])
         for i, r in enumerate(order)
     ]
     return [r for r, w in zip(order, waits, strict=True) if not w], [r for r, w in zip(order, waits, strict=True) if w]
