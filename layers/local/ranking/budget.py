@@ -12,6 +12,7 @@ is cut with.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from layers.common.textcost import char_counts, estimate_tokens, tokens_of
 from layers.local.text.turns import named, speakers
@@ -96,7 +97,7 @@ def _cost(result: LocalHit, text: str) -> int:
     return estimate_tokens(f"{result['path']}:{result['lines'][0]} {result.get('heading') or ''}\n{text}")
 
 
-def fit(results: list[LocalHit], max_tokens: int) -> tuple[list[LocalHit], Budget]:
+def fit(results: list[LocalHit], max_tokens: int, after: Sequence[LocalHit] = ()) -> tuple[list[LocalHit], Budget]:
     """``results`` (best first, each with ``passage``) as they fit in ``max_tokens``: each one's
     ``text`` its passage or, where room is left, its whole section (``whole``); no snippet (the text is
     what is paid for).
@@ -105,7 +106,23 @@ def fit(results: list[LocalHit], max_tokens: int) -> tuple[list[LocalHit], Budge
     growing the passages that are not whole, best first: the lines after a passage (an answer follows
     the words that repeat the question), then those before it, while they fit.  A grown passage's
     ``passage`` names the lines its text holds.
+
+    ``after`` are results that get only the room ``results`` leave once they are in and grown, the same
+    way (a hybrid answer's results only the vectors found, below its lexical matches: issue 50 item 2).
     """
+    kept, budget = _fit(results, max_tokens)
+    if not after:
+        return kept, budget
+    more, rest = _fit(list(after), max_tokens - budget["used"])
+    return kept + more, Budget(
+        max_tokens=max_tokens,
+        used=budget["used"] + rest["used"],
+        whole=budget["whole"] + rest["whole"],
+        left_out=budget["left_out"] + rest["left_out"],
+    )
+
+
+def _fit(results: list[LocalHit], max_tokens: int) -> tuple[list[LocalHit], Budget]:
     left = max_tokens
     chosen: list[tuple[LocalHit, tuple[int, int], int]] = []  # (result, passage as offsets, cost)
     left_out = 0

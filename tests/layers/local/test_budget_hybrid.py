@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from layers.common.textcost import estimate_tokens
 from layers.local.ranking.hybrid_search import search
 from layers.local.storage.index import Document, Identity, LocalIndex
 from layers.local.text.units import item_spans
@@ -77,3 +78,108 @@ def test_a_chunk_only_the_vectors_found_is_handed_out_as_its_nearest_item(tmp_pa
         (hit,) = [r for r in answer["results"] if r["path"] == "memory/2026-10-01.md"]
         assert hit["focus"] is None and hit["passage"] == [7, 7], hit  # item 4: the file's line 3 + 4
         assert hit["passage_why"] == "the item nearest the question (vectors)"
+
+
+CONVERSATION = """- **Ana:** Did the quokka enclosure ever get finished?
+- **Ben:** Not yet, sadly.
+- **Ana:** What held it up?
+- **Ben:** The council wanted a permit first.
+- **Ana:** And after that?
+- **Ben:** It finally opened on a rainy Tuesday in May.
+""" + "".join(
+    f"- **{'Ana' if i % 2 else 'Ben'}:** and then we talked about lunch plans, round {i}\n" for i in range(12)
+)
+
+
+def test_results_only_the_vectors_found_wait_for_the_room_the_matches_leave(tmp_path):
+    """Where every term matched, the budget grows the match's passage (the turn that answers is a few turns
+    below the one repeating the question) before it hands out results only the vectors found (issue 50)."""
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=MODEL)) as index:
+        _note(index, "2026-05-20", CONVERSATION)
+        for i in range(6):
+            _note(index, f"2026-04-{i + 1:02d}", f"- the reptile house got a fresh coat of green paint, wall {i}")
+        near = _unit(0)
+
+        def vectors(text: str, _item: int | None) -> np.ndarray:
+            if "quokka" in text:
+                return near
+            v = near + _unit(2) * (0.2 + int(text.split("wall ")[1][0]) / 50)  # the walls in order, below the match
+            return v / np.linalg.norm(v)
+
+        _embed(index, vectors)
+        question = "quokka enclosure"
+        free = search(index, question, embed_query=lambda _q: near, explain=True).to_dict()
+        paths = [r["path"] for r in free["results"]]
+        assert free["matched"] == "all" and paths[0] == "memory/2026-05-20.md" and len(paths) == 3, paths
+        match = free["results"][0]
+        assert match["passage"] == [3, 5], "the turn, the reply and Ana's next turn"
+
+        header = f"{match['path']}:{match['lines'][0]} {match['heading']}\n"
+        answer = CONVERSATION.split("\n")[:6]
+        room = estimate_tokens(header + "\n".join(answer)) + 8  # the match down to its answer, not every wall too
+        cut = search(index, question, embed_query=lambda _q: near, max_tokens=room).to_dict()
+        first = cut["results"][0]
+        assert first["path"] == "memory/2026-05-20.md" and "opened on a rainy Tuesday" in first["text"], cut
+        assert cut["budget"]["used"] <= room
+
+        roomy = search(index, question, embed_query=lambda _q: near, max_tokens=2000).to_dict()
+        assert [r["path"] for r in roomy["results"]] == paths, "with room for all, every result, in the fused order"
+        assert roomy["results"][0]["whole"], "the match given whole before the walls' passages"
+
+
+def test_a_relaxed_lexical_first_place_goes_in_with_the_vectors_first_places(tmp_path):
+    """A question with a word no note uses matches only some terms: the relaxed list weighs half, and notes
+    the vectors put first outvote its first place.  A budget of two passages holds the fusion's first and
+    the lexical first (issue 50)."""
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=MODEL)) as index:
+        _note(index, "2026-03-05", "- the cat knocked my monstera off the shelf again")
+        for i in range(30):
+            _note(
+                index, f"2026-02-{i % 28 + 1:02d}-{i}", f"- a walk along the river, the ducks were out, number {i:02d}"
+            )
+        near = _unit(0)
+
+        def vectors(text: str, _item: int | None) -> np.ndarray:
+            weight = 1.0 if "monstera" in text else int(text.split("number ")[1][:2]) / 50
+            v = near + _unit(2) * weight  # the walks in order, the note about the cat below them all
+            return v / np.linalg.norm(v)
+
+        _embed(index, vectors)
+        question = "which houseplant did the cat knock off the shelf"
+        free = search(index, question, embed_query=lambda _q: near, explain=True).to_dict()
+        paths = [r["path"] for r in free["results"]]
+        assert free["matched"] == "some" and "memory/2026-03-05.md" in paths[2:], paths  # the vectors outvote it
+        two = max(estimate_tokens(f"{r['path']}:{r['lines'][0]} {r['heading']}\n{r['text']}") for r in free["results"])
+        cut = search(index, question, embed_query=lambda _q: near, max_tokens=2 * two + 2).to_dict()
+        given = [r["path"] for r in cut["results"]]
+        assert given[:2] == [paths[0], "memory/2026-03-05.md"], given
+        assert [r["path"] for r in search(index, question, embed_query=lambda _q: near).results] == paths, (
+            "unbudgeted answers keep the fused order"
+        )
+
+
+def test_a_relaxed_match_of_the_rare_words_is_not_thinned_out(tmp_path):
+    """No note has every word of the question; the one holding its two rare words ("severance", "Ledgerly")
+    is BM25's first.  The relaxed list keeps the hits that hold half of the question's terms, weighed as
+    BM25 weighs them: counted, that note (two of five) was left to the vectors, which rank it last."""
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=MODEL)) as index:
+        _note(index, "2026-09-03", "- Ledgerly gave everyone eight weeks of severance")
+        for i in range(10):  # the common words, three of the five: they held half by count
+            _note(index, f"2026-08-{i + 1:02d}", f"- how much did the parking pay get us, lot {i}")
+        for i in range(20):
+            _note(index, f"2026-07-{i + 1:02d}", f"- a walk by the river, the ducks were out, number {i:02d}")
+        near = _unit(0)
+
+        def vectors(text: str, _item: int | None) -> np.ndarray:
+            v = near + _unit(2) * (2.0 if "severance" in text else 0.5)
+            return v / np.linalg.norm(v)
+
+        _embed(index, vectors)
+        question = "how much severance pay did we get from Ledgerly"
+        answer = search(index, question, embed_query=lambda _q: near, explain=True).to_dict()
+        paths = [r["path"] for r in answer["results"]]
+        assert answer["matched"] == "some" and "memory/2026-09-03.md" in paths[:5], paths  # of ten
+        (hit,) = [r for r in answer["results"] if r["path"] == "memory/2026-09-03.md"]
+        assert hit["ranks"].get("fts") == 1, hit["ranks"]
+        lexical = search(index, question, mode="fts").to_dict()
+        assert lexical["results"][0]["path"] == "memory/2026-09-03.md", "BM25 ranks it first"
