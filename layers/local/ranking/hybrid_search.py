@@ -33,6 +33,7 @@ from layers.local.models import companion
 from layers.local.models.vectors import VectorsUnavailableError, clamped
 from layers.local.ranking.budget import answer_span, fit
 from layers.local.ranking.calibration import confidence, is_chinese
+from layers.local.ranking.told import Told, told_lines
 from layers.local.storage.index import RANK_NEWEST, Filters, Hit, LocalIndex
 from layers.local.text.dates import DateRange, find_dates
 from layers.local.text.glossary import Glossary
@@ -336,6 +337,22 @@ def _stated_days(
                     continue
                 break
     return stated
+
+
+def _told(
+    index: LocalIndex, lists: dict[str, list[Hit]], text: str, weights: dict[str, float], pool: int
+) -> dict[int, Told]:
+    """The best ``pool`` candidates' told lines (:mod:`layers.local.ranking.told`): each read in its note's time,
+    the day of its daily note or an ISO day in its heading path."""
+    hits = [hit for hit, _, _ in _fuse(lists, pool)]
+    days = {i: date.fromisoformat(d) for i, d in index.days_of(hit.chunk_id for hit in hits).items()}
+    for hit in hits:
+        if hit.chunk_id not in days and (m := _STATED_DAY.search(hit.heading or "")) is not None:
+            try:
+                days[hit.chunk_id] = date(int(m[1]), int(m[2]), int(m[3]))
+            except ValueError:
+                continue
+    return told_lines(hits, days, text, weights, {hit.chunk_id: token_spans(hit.text) for hit in hits})
 
 
 def _nearest_items(
@@ -708,6 +725,11 @@ def search(
         lists["date"] = index.chunks_of_days(pool, dated)  # only the days to go by: their notes, newest first
 
     present = bool(_PRESENT.search(text))
+    told: dict[int, Told] = {}
+    if found is not None and mode != "vector" and lists and (term_weights := _term_weights(lexical, shares)):
+        told = _told(index, lists, text, term_weights, pool)
+        if told:
+            lists["told"] = [hit for hit, _, _ in _fuse(lists, pool) if hit.chunk_id in told]
     if present and len(lists) > 0:
         best = [hit for hit, _, _ in _fuse(lists, RECENT_POOL)]
         days = _stated_days(best, index.days_of(hit.chunk_id for hit in best))
@@ -756,6 +778,10 @@ def search(
     wanted = frozenset(weights) or query.token_set
     spans = {hit.chunk_id: token_spans(hit.text) for hit, _, _ in fused}
     focus = {hit.chunk_id: _focus(hit, weights, spans[hit.chunk_id]) for hit, _, _ in fused}
+    for chunk_id, line in told.items():
+        held = focus.get(chunk_id, (None, frozenset()))[1]
+        if chunk_id in focus and line.weight >= sum(weights.get(t, 0.0) for t in held):
+            focus[chunk_id] = (line.line, line.terms)  # of equal lines, the one told of the question's days
     nearest = _nearest_items(index, fused, focus, vector) if vector is not None else {}
     superseded: dict[int, str] = {}
     if present and len(fused) > 1:
@@ -788,6 +814,8 @@ def search(
         if explain:
             result["ranks"] = ranks
             result["passage_why"] = passage[2]
+            if hit.chunk_id in told:
+                result["told"] = told[hit.chunk_id].why(hit.line_start)
         if relevances or threshold is not None:
             result["relevance"] = None if hit.chunk_id not in relevances else round(relevances[hit.chunk_id], 4)
         if explain and hit.chunk_id in cosines:
