@@ -12,7 +12,7 @@ from its file name, its title or a date in its heading.
 So both sides are read from that day: the question's date words give one day
 range (relative words count from the note's day, named days are the same
 everywhere), the line's own date words give another, and a line that holds the
-question's words and whose range meets the question's is *told* of the
+question's words and whose range lies inside the question's is *told* of the
 question's time.  Such results join the fusion as the "told" list, the line is
 their focus, and ``--explain`` says which words of the line were read as which
 days.  A line with no date words of its own is left to the note's day (the
@@ -41,7 +41,7 @@ LINE_SHARE = 0.5  # a told line's question terms weigh at least this share of th
 
 @dataclass(frozen=True)
 class Told:
-    """A result's line whose own date words, read in its note's time, meet the days the question names."""
+    """A result's line whose own date words, read in its note's time, name days inside the question's."""
 
     line: int  # offset in the chunk
     terms: frozenset[str]  # the question's terms on the line
@@ -82,7 +82,8 @@ def told_lines(
 ) -> dict[int, Told]:
     """chunk id → its told line, for the ``hits`` (with their ``note_days``) that have one.
 
-    Of a chunk's lines that hold a question term and whose date words meet the question's, the one whose
+    Of a chunk's lines that hold a question term and whose date words name days inside the question's (other
+    than the note's own day, which the ``@date`` lists read), the one whose
     terms weigh most (``weights``: each term's weight, as the focus weighs them) is told, the first of equals,
     when they weigh at least :data:`LINE_SHARE` of the chunk's best line's.
     """
@@ -109,8 +110,10 @@ def told_lines(
             if offset >= len(lines) or lines[offset].startswith("#") or not _DATED.search(lines[offset]):
                 continue  # a heading dates the note: the @date lists read it
             said = find_dates(lines[offset], day)[0]
-            if said is None or said.until < question_days.since or said.since > question_days.until:
-                continue
+            if said is None or said.since < question_days.since or said.until > question_days.until:
+                continue  # told of days inside the question's ("October / September" is not "early September")
+            if said.since == said.until == day:
+                continue  # "today", its own date: the note's day, which the @date lists read
             if vague and not any(LATELY.fullmatch(word) for word in said.words):
                 continue
             weight = sum(weights[t] for t in held)
