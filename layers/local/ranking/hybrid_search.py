@@ -57,6 +57,7 @@ WEIGHTS = {"recent": 1.05, "told": 2.0}
 RELAXED_WEIGHT = 0.5  # a relaxed (any-term) list is noisier than one that matched every term
 MIN_VECTOR_ONLY = 3  # vector-only results kept below full lexical matches, at least
 RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
+TOLD_POOL = 20  # how many of the best results have their lines read for days told in their note's time
 SUBJECT_SHARE = 0.5  # two statements are of one subject when the question's terms on them weigh this much
 # A dictionary's translations are guesses (bench/recall_set hybrid R@5 0.947 at 0.5, 0.912 at 1); with
 # no vectors beside them they outweigh the question's own words sooner (fts R@5 0.825 at 0.5, 0.833 at 0.25).
@@ -381,7 +382,12 @@ def _valid(year: int, month: int, day: int) -> bool:
 
 
 def _told(
-    index: LocalIndex, lists: dict[str, list[Hit]], text: str, weights: dict[str, float], pool: int
+    index: LocalIndex,
+    lists: dict[str, list[Hit]],
+    text: str,
+    weights: dict[str, float],
+    pool: int,
+    spans: dict[int, list[tuple[int, int, str]]],
 ) -> dict[int, Told]:
     """The best ``pool`` candidates' told lines (:mod:`layers.local.ranking.told`): each read in its note's time,
     the day of its daily note or an ISO day in its heading path."""
@@ -393,7 +399,7 @@ def _told(
                 days[hit.chunk_id] = date(int(m[1]), int(m[2]), int(m[3]))
             except ValueError:
                 continue
-    return told_lines(hits, days, text, weights, {hit.chunk_id: token_spans(hit.text) for hit in hits})
+    return told_lines(hits, days, text, weights, spans)
 
 
 def _nearest_items(
@@ -771,8 +777,9 @@ def search(
 
     present = bool(_PRESENT.search(text))
     told: dict[int, Told] = {}
+    spans: dict[int, list[tuple[int, int, str]]] = {}  # chunk id -> its term spans, made once
     if found is not None and mode != "vector" and lists and (term_weights := _term_weights(lexical, shares)):
-        told = _told(index, lists, text, term_weights, pool)
+        told = _told(index, lists, text, term_weights, TOLD_POOL, spans)
         if told:
             lists["told"] = [hit for hit, _, _ in _fuse(lists, pool) if hit.chunk_id in told]
     if present and len(lists) > 0:
@@ -821,7 +828,7 @@ def search(
     weights = _term_weights(lexical, shares)
     # the snippet is drawn around the content words; question words only when there is nothing else
     wanted = frozenset(weights) or query.token_set
-    spans = {hit.chunk_id: token_spans(hit.text) for hit, _, _ in fused}
+    spans = {hit.chunk_id: spans.get(hit.chunk_id) or token_spans(hit.text) for hit, _, _ in fused}
     focus = {hit.chunk_id: _focus(hit, weights, spans[hit.chunk_id]) for hit, _, _ in fused}
     for chunk_id, line in told.items():
         held = focus.get(chunk_id, (None, frozenset()))[1]

@@ -27,14 +27,9 @@ from dataclasses import dataclass
 from datetime import date
 
 from layers.local.storage.index import Hit
-from layers.local.text.dates import LATELY, DateRange, find_dates
+from layers.local.text.dates import LATELY, MAY_NAME_DAYS, DateRange, find_dates
+from layers.local.text.tokenizer import token_spans
 
-#: A line worth reading for dates: digits (a day or a year), a month's or a weekday's name, or a relative word.
-_DATED = re.compile(
-    r"\d|yesterday|today|recent|lately|these days|week|month|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec"
-    r"|mon|tue|wed|thu|fri|sat|sun|spring|summer|fall|autumn|winter|昨天|前天|今天|周|星期|礼拜|月|最近|近来",
-    re.IGNORECASE,
-)
 _NEWLINE = re.compile("\n")
 LINE_SHARE = 0.5  # a told line's question terms weigh at least this share of the chunk's best line's
 
@@ -85,13 +80,15 @@ def told_lines(
     Of a chunk's lines that hold a question term and whose date words name days inside the question's (other
     than the note's own day, which the ``@date`` lists read), the one whose
     terms weigh most (``weights``: each term's weight, as the focus weighs them) is told, the first of equals,
-    when they weigh at least :data:`LINE_SHARE` of the chunk's best line's.
+    when they weigh at least :data:`LINE_SHARE` of the chunk's best line's.  ``spans`` (chunk id → its term
+    spans, :func:`token_spans`) is read and filled: the focus reads the same.
     """
     asked: dict[date, DateRange | None] = {}
     told: dict[int, Told] = {}
     for hit in hits:
         day = note_days.get(hit.chunk_id)
-        if day is None or hit.chunk_id not in spans:
+        lower = hit.text.lower()
+        if day is None or not MAY_NAME_DAYS.search(lower):
             continue
         if day not in asked:
             asked[day] = find_dates(question, day)[0]
@@ -101,13 +98,20 @@ def told_lines(
         # "recently" alone reaches a month back, where nearly every line of a chat says some day: a line is
         # told of it when it says so itself ("we recently adopted", "lately I've been running")
         vague = all(LATELY.fullmatch(word) for word in question_days.words)
-        lines = hit.text.split("\n")
-        best: Told | None = None
-        held_by = _line_terms(hit.text, spans[hit.chunk_id], weights)
+        if hit.chunk_id not in spans:
+            spans[hit.chunk_id] = token_spans(hit.text)
+        weighed = {
+            offset: (sum(weights[t] for t in held), held)
+            for offset, held in _line_terms(hit.text, spans[hit.chunk_id], weights).items()
+        }
         # a line holding only a word every turn has (the speaker's name) is not the chunk's answer
-        best_weight = LINE_SHARE * max((sum(weights[t] for t in held) for held in held_by.values()), default=0.0)
-        for offset, held in sorted(held_by.items()):
-            if offset >= len(lines) or lines[offset].startswith("#") or not _DATED.search(lines[offset]):
+        least = LINE_SHARE * max((weight for weight, _ in weighed.values()), default=0.0)
+        lines, lowered = hit.text.split("\n"), lower.split("\n")
+        best: Told | None = None
+        for offset, (weight, held) in sorted(weighed.items(), key=lambda item: (-item[1][0], item[0])):
+            if weight <= 0 or weight < least or (best is not None and weight < best.weight):
+                break  # the heaviest lines first: the first told one of them is the chunk's
+            if offset >= len(lines) or lines[offset].startswith("#") or not MAY_NAME_DAYS.search(lowered[offset]):
                 continue  # a heading dates the note: the @date lists read it
             said = find_dates(lines[offset], day)[0]
             if said is None or said.since < question_days.since or said.until > question_days.until:
@@ -116,9 +120,8 @@ def told_lines(
                 continue  # "today", its own date: the note's day, which the @date lists read
             if vague and not any(LATELY.fullmatch(word) for word in said.words):
                 continue
-            weight = sum(weights[t] for t in held)
-            if weight > best_weight or (best is None and weight == best_weight > 0):
-                best, best_weight = Told(offset, frozenset(held), weight, said, question_days), weight
+            best = Told(offset, frozenset(held), weight, said, question_days)
+            break
         if best is not None:
             told[hit.chunk_id] = best
     return told
