@@ -39,6 +39,7 @@ class LocalHit(TypedDict, total=False):
     ranks: dict[str, int]  # list name -> the result's rank in it
     passage: list[int]  # the item or paragraph holding the focus line (first, last): what matched
     passage_why: str  # with explain: why the passage is those lines (the item, or a conversation's reply)
+    told: str  # with explain: the line whose own time words, read in its note's time, name days inside the question's
     whole: bool  # a max_tokens answer: the text is the whole section (else only the passage)
     superseded_by: str  # a question about the present: the newer note's line (file:line) stating this anew
     relevance: float | None  # with a threshold or explain: the calibrated cosine with the query (None: no vector)

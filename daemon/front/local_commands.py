@@ -129,6 +129,8 @@ def print_search(answer: Mapping[str, Any], explain: bool) -> None:
         if explain and r.get("passage_why") and r.get("passage"):
             first, last = r["passage"]
             click.echo(f"   passage {first}-{last}: {r['passage_why']}")
+        if explain and r.get("told"):
+            click.echo(f"   time words: {r['told']}")
         for line in escaped(raw.get("snippet", raw["text"]), keep_newlines=True).splitlines():
             click.echo(f"   {line}")
 

@@ -33,6 +33,7 @@ from layers.local.models import companion
 from layers.local.models.vectors import VectorsUnavailableError, clamped
 from layers.local.ranking.budget import answer_span, fit
 from layers.local.ranking.calibration import confidence, is_chinese
+from layers.local.ranking.told import Told, told_lines
 from layers.local.storage.index import RANK_NEWEST, Filters, Hit, LocalIndex
 from layers.local.text.dates import DateRange, find_dates
 from layers.local.text.glossary import Glossary
@@ -49,11 +50,15 @@ from protocol.vocabulary import SEARCH_MODES
 # tuned 0.851/0.842/0.833/0.833/0.833. The blind set (bench/recall_set_untuned) was looked at before this
 # was chosen: hybrid R@5 0.849 at 60, 0.905 at 15 (docs/facts.md, "Fusion's k").
 RRF_K = 15
-WEIGHTS = {"recent": 1.05}  # the day order breaks a tie in relevance, it does not outweigh relevance
+# The day order breaks a tie in relevance, it does not outweigh relevance.  A line told of the question's days in
+# its note's time (layers/local/ranking/told.py) outweighs the newest notes' lists (fts@date, recent) when the question
+# says only "recently": its speaker said so of their own time, which is what a conversation's "recently" asks.
+WEIGHTS = {"recent": 1.05, "told": 2.0}
 RELAXED_WEIGHT = 0.5  # a relaxed (any-term) list is noisier than one that matched every term
 RELAXED_SHARE = 2  # under a budget, a relaxed lexical list's first places handed out in turn with the fusion's
 MIN_VECTOR_ONLY = 3  # vector-only results kept below full lexical matches, at least
 RECENT_POOL = 10  # how many of the best results a question about the present re-ranks by day
+TOLD_POOL = 20  # how many of the best results have their lines read for days told in their note's time
 SUBJECT_SHARE = 0.5  # two statements are of one subject when the question's terms on them weigh this much
 # A dictionary's translations are guesses (bench/recall_set hybrid R@5 0.947 at 0.5, 0.912 at 1); with
 # no vectors beside them they outweigh the question's own words sooner (fts R@5 0.825 at 0.5, 0.833 at 0.25).
@@ -74,6 +79,8 @@ _PRESENT = re.compile(
     re.IGNORECASE,
 )
 MODES = SEARCH_MODES  # protocol/vocabulary.py
+FUTURE_SLACK_DAYS = 1  # a note dated tomorrow (another time zone's today) still counts; a later day is no "now"
+BEFORE_EVERY_NOTE = "0001-01-01"  # the day of a curated file's undated lines when the file names none
 _NEWLINE = re.compile("\n")
 
 #: Embeds a query, or raises :class:`VectorsUnavailableError`.
@@ -337,25 +344,82 @@ _STATED_DAY = re.compile(r"(?<!\d)(20\d\d)-(\d\d)-(\d\d)(?!\d)")
 
 
 def _stated_days(
-    hits: list[Hit], days: dict[int, str], focus: dict[int, tuple[int | None, frozenset[str]]] | None = None
+    hits: list[Hit],
+    days: dict[int, str],
+    focus: dict[int, tuple[int | None, frozenset[str]]] | None = None,
+    undated: dict[str, str] | None = None,
+    latest: str = "9999-12-31",
 ) -> dict[int, str]:
     """``days`` (chunk id → its daily note's day) with the day an undated chunk states for itself: an ISO
     date on its focus line, else in its heading path (MEMORY.md's ``## 2026-09 迁移`` is not a day;
     ``- 2026-09-10 起 Redis 在 redis02`` is).  A curated statement that gives its day then takes part in
-    "the newest statement wins" like a daily note's (issue 50 item 3); one that gives none stays out."""
-    stated = dict(days)
+    "the newest statement wins" like a daily note's (issue 50 item 3).  One that gives none takes its
+    file's day from ``undated`` (path → day, :func:`_curated_days`) when given, else stays out.  A day
+    after ``latest`` is not taken: a note that claims a day years ahead is not the newest statement."""
+    stated = {i: day for i, day in days.items() if day <= latest}
     for hit in hits:
-        if hit.chunk_id in stated:
+        if hit.chunk_id in stated or hit.chunk_id in days:
             continue
         offset = (focus or {}).get(hit.chunk_id, (None, frozenset()))[0]
         for where in (_line_text(hit, offset) if offset is not None else "", hit.heading or ""):
             if (m := _STATED_DAY.search(where)) is not None:
                 try:
-                    stated[hit.chunk_id] = date(int(m[1]), int(m[2]), int(m[3])).isoformat()
+                    day = date(int(m[1]), int(m[2]), int(m[3])).isoformat()
                 except ValueError:
                     continue
+                if day <= latest:
+                    stated[hit.chunk_id] = day
                 break
+        if hit.chunk_id not in stated and undated and hit.path in undated:
+            stated[hit.chunk_id] = undated[hit.path]
     return stated
+
+
+def _curated_days(curated: list[tuple[str, int, str]], newest: str) -> dict[str, str]:
+    """path → the day an undated line of a curated file (MEMORY.md, the core files) counts as stated: the
+    newest ISO day the file itself names up to the newest note's (``newest``; a later one is a plan, not when
+    it was written), or :data:`BEFORE_EVERY_NOTE` when it names none.
+
+    Not the file's mtime nor its last commit (L2): a copy, a checkout, a restore or an edit of any other line
+    renews those, so they say when the file's bytes were written, not when the line's fact was; the memory's
+    own dates are what it says of itself.  A file that was curated after a note names a day at least as new
+    (``2026-09-29: SSH password login disabled``) and its undated lines then stand against older notes; a file
+    that names no day is background written before the notes (the chat set's ``MEMORY.md``: "as things stand
+    at the start"), and a dated note stating its subject anew supersedes it."""
+    days: dict[str, str] = {}
+    for path, _start, text in curated:
+        named = [m[0] for m in _STATED_DAY.finditer(text) if m[0] <= newest and _valid(int(m[1]), int(m[2]), int(m[3]))]
+        days[path] = max([days.get(path, BEFORE_EVERY_NOTE), *named])
+    return days
+
+
+def _valid(year: int, month: int, day: int) -> bool:
+    try:
+        date(year, month, day)
+    except ValueError:
+        return False
+    return True
+
+
+def _told(
+    index: LocalIndex,
+    lists: dict[str, list[Hit]],
+    text: str,
+    weights: dict[str, float],
+    pool: int,
+    spans: dict[int, list[tuple[int, int, str]]],
+) -> dict[int, Told]:
+    """The best ``pool`` candidates' told lines (:mod:`layers.local.ranking.told`): each read in its note's time,
+    the day of its daily note or an ISO day in its heading path."""
+    hits = [hit for hit, _, _ in _fuse(lists, pool)]
+    days = {i: date.fromisoformat(d) for i, d in index.days_of(hit.chunk_id for hit in hits).items()}
+    for hit in hits:
+        if hit.chunk_id not in days and (m := _STATED_DAY.search(hit.heading or "")) is not None:
+            try:
+                days[hit.chunk_id] = date(int(m[1]), int(m[2]), int(m[3]))
+            except ValueError:
+                continue
+    return told_lines(hits, days, text, weights, spans)
 
 
 def _nearest_items(
@@ -396,8 +460,10 @@ def _supersede(
 
     A statement is a result's focus line; its subject is the question's terms on that line, and two
     statements are of one subject when those terms are the same and weigh at least
-    :data:`SUBJECT_SHARE` of the question's.  Only daily notes are dated, so MEMORY.md (curated by
-    hand) is never superseded.  A line saying the same thing again is a repeat, not a change.
+    :data:`SUBJECT_SHARE` of the question's.  A statement's day is its note's, or the one it states
+    (:func:`_stated_days`); an undated line of MEMORY.md counts as of the newest day the file names, or as
+    older than every note when it names none (:func:`_curated_days`).  A line saying the same thing again
+    is a repeat, not a change.
     """
     total = sum(weights.values())
     if total <= 0:
@@ -726,10 +792,12 @@ def search(
     pool = max(limit * 4, 40)
     lists: dict[str, list[Hit]] = {}
     shares: dict[str, float] = {}  # content term → its share of the chunks, when the lexical side runs
-    newest = index.newest_day()
+    latest = (date.today() + timedelta(days=FUTURE_SLACK_DAYS)).isoformat()  # no note's day after this is "now"
+    newest = index.newest_day(until=latest)
     reference = date.fromisoformat(newest) if newest else date.today()
     found, rest = find_dates(text, reference)
-    glossary = Glossary.of_chunks(index.curated_chunks())
+    curated = index.curated_chunks()
+    glossary = Glossary.of_chunks(curated)
     if found is None and (event := glossary.event_days(text)) is not None:
         (since, until), name = event  # "the week before the migration": days the memory's own note of it names
         found, rest = DateRange(since, until, (name,), reference), text
@@ -798,9 +866,15 @@ def search(
         lists["date"] = index.chunks_of_days(pool, dated)  # only the days to go by: their notes, newest first
 
     present = bool(_PRESENT.search(text))
+    told: dict[int, Told] = {}
+    spans: dict[int, list[tuple[int, int, str]]] = {}  # chunk id -> its term spans, made once
+    if found is not None and mode != "vector" and lists and (term_weights := _term_weights(lexical, shares)):
+        told = _told(index, lists, text, term_weights, TOLD_POOL, spans)
+        if told:
+            lists["told"] = [hit for hit, _, _ in _fuse(lists, pool) if hit.chunk_id in told]
     if present and len(lists) > 0:
         best = [hit for hit, _, _ in _fuse(lists, RECENT_POOL)]
-        days = _stated_days(best, index.days_of(hit.chunk_id for hit in best))
+        days = _stated_days(best, index.days_of(hit.chunk_id for hit in best), latest=latest)
         recent = sorted((hit for hit in best if hit.chunk_id in days), key=lambda h: days[h.chunk_id], reverse=True)
         if recent:
             lists["recent"] = recent
@@ -844,14 +918,20 @@ def search(
     weights = _term_weights(lexical, shares)
     # the snippet is drawn around the content words; question words only when there is nothing else
     wanted = frozenset(weights) or query.token_set
-    spans = {hit.chunk_id: token_spans(hit.text) for hit, _, _ in fused}
+    spans = {hit.chunk_id: spans.get(hit.chunk_id) or token_spans(hit.text) for hit, _, _ in fused}
     focus = {hit.chunk_id: _focus(hit, weights, spans[hit.chunk_id]) for hit, _, _ in fused}
+    for chunk_id, line in told.items():
+        held = focus.get(chunk_id, (None, frozenset()))[1]
+        if chunk_id in focus and line.weight >= sum(weights.get(t, 0.0) for t in held):
+            focus[chunk_id] = (line.line, line.terms)  # of equal lines, the one told of the question's days
     nearest = _nearest_items(index, fused, focus, vector) if vector is not None else {}
     superseded: dict[int, str] = {}
     if present and len(fused) > 1:
         hits = [hit for hit, _, _ in fused]
-        days = _stated_days(hits, index.days_of(hit.chunk_id for hit in hits), focus)
-        fused, superseded = _supersede(fused, focus, days, weights)
+        undated = _curated_days(curated, newest or latest)
+        days = _stated_days(hits, index.days_of(hit.chunk_id for hit in hits), focus, undated, latest)
+        # a line told of the question's days answers for them: a later note does not make its "recently" untrue
+        fused, superseded = _supersede(fused, focus, {i: d for i, d in days.items() if i not in told}, weights)
     chinese = is_chinese(text)
     for position, (hit, score, ranks) in enumerate(fused, start=1):
         offset = focus[hit.chunk_id][0]
@@ -878,6 +958,8 @@ def search(
         if explain:
             result["ranks"] = ranks
             result["passage_why"] = passage[2]
+            if hit.chunk_id in told:
+                result["told"] = told[hit.chunk_id].why(hit.line_start)
         if relevances or threshold is not None:
             result["relevance"] = None if hit.chunk_id not in relevances else round(relevances[hit.chunk_id], 4)
         if explain and hit.chunk_id in cosines:

@@ -1064,9 +1064,13 @@ class LocalIndex:
             if own:
                 db.execute("COMMIT")
 
-    def newest_day(self) -> str | None:
-        """The day of the newest daily file (YYYY-MM-DD), the reference for "yesterday" and "last Tuesday"."""
-        return self._summarised().newest_day
+    def newest_day(self, until: str | None = None) -> str | None:
+        """The day of the newest daily file (YYYY-MM-DD), the reference for "yesterday" and "last Tuesday";
+        with ``until``, the newest on or before it (a note whose name claims a day years ahead is no "today")."""
+        newest = self._summarised().newest_day
+        if until is None or newest is None or newest <= until:
+            return newest
+        return next(self.db.execute("SELECT max(day) FROM files WHERE day <= ?", (until,)))[0]
 
     def days_of(self, chunk_ids: Iterable[int]) -> dict[int, str]:
         """chunk id → its daily file's day, for the chunks that are in a daily file."""

@@ -52,13 +52,24 @@ _EN_PART = re.compile(
 _EN_SEASON = re.compile(r"\b(?:the\s+)?(spring|summer|fall|autumn|winter)\s+(?:of\s+)?(20\d\d)\b", re.IGNORECASE)
 _SEASONS = {"spring": (3, 5), "summer": (6, 8), "fall": (9, 11), "autumn": (9, 11), "winter": (12, 14)}
 # "lately", "recently": the newest notes, the days up to the reference.
-_EN_LATELY = re.compile(r"\b(?:lately|recently|these days|(?:the\s+)?most recent(?:ly)?)\b", re.IGNORECASE)
+LATELY = _EN_LATELY = re.compile(r"\b(?:lately|recently|these days|(?:the\s+)?most recent(?:ly)?)\b", re.IGNORECASE)
 LATELY_DAYS = 30
+# "last weekend": the Saturday and Sunday before the reference's week ("this weekend": the week's own; "over the
+# weekend": the latest one begun on or before the reference).
+_EN_WEEKEND = re.compile(r"\b(last|this|over the) weekend\b", re.IGNORECASE)
 _WEEK_OF = re.compile(r"\bweek of\s+")
 _WEEK_OF_WORDS = re.compile(r"\b(?:the\s+)?week of\b", re.IGNORECASE)
 _EN_RELATIVE = re.compile(
     rf"\b(?:(yesterday|today|the day before yesterday)|(last|this) (week|{_WEEKDAY_EN})|on ({_WEEKDAY_EN}))\b",
     re.IGNORECASE,
+)
+#: Lower-cased text that may name a day for :func:`find_dates`: a year, the start of a month's or a weekday's name,
+#: a relative word, a Chinese date word.  A cheap test before the full reading (a chat chunk is 30 lines, most
+#: naming none): word starts in one short alternation, on text already lower-cased (a third of the time the
+#: whole names took with IGNORECASE).
+MAY_NAME_DAYS = re.compile(
+    r"\b(?=[2jfmasondtwyrl])(?:20\d\d|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|mon|tue|wed|thu|fri|sat|sun"
+    r"|yesterday|today|recent|lately|these days|week|spring|summer|fall|autumn|winter)|[月周天星礼]"
 )
 _ZH_RELATIVE = re.compile(r"(前天|昨天|今天|(上|这|本)(?:个)?(?:周|星期|礼拜)([一二三四五六日天])?)")
 
@@ -171,6 +182,12 @@ def find_dates(text: str, reference: date) -> tuple[DateRange | None, str]:
     def en_lately(m: re.Match) -> str:
         return take(m, (reference - timedelta(days=LATELY_DAYS), reference))
 
+    def en_weekend(m: re.Match) -> str:
+        which = m.group(1).lower()
+        passed = which == "last" or (which == "over the" and reference.weekday() < 5)  # the one just past
+        start = _week(reference)[0] - timedelta(days=7 if passed else 0)
+        return take(m, (start + timedelta(days=5), start + timedelta(days=6)))
+
     def en_relative(m: re.Match) -> str:
         if m.group(1):
             back = {"today": 0, "yesterday": 1}.get(m.group(1).lower(), 2)
@@ -208,6 +225,7 @@ def find_dates(text: str, reference: date) -> tuple[DateRange | None, str]:
     rest = _EN_SEASON.sub(en_season, rest)
     rest = _EN_PART.sub(en_part, rest)
     rest = _EN_LATELY.sub(en_lately, rest)
+    rest = _EN_WEEKEND.sub(en_weekend, rest)
     rest = _EN_RELATIVE.sub(en_relative, rest)
     rest = _ZH_RELATIVE.sub(zh_relative, rest)
     if not days:

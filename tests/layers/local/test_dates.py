@@ -27,6 +27,9 @@ FRIDAY = date(2026, 10, 30)
         ("前天", "2026-10-28", "2026-10-28", ""),
         ("本周 on-call", "2026-10-26", "2026-10-30", "on-call"),
         ("last week's incidents", "2026-10-19", "2026-10-25", "'s incidents"),
+        # issue 50 item 3: the weekend before the reference's week, and the latest one begun by the reference
+        ("What did we do last weekend?", "2026-10-24", "2026-10-25", "What did we do ?"),
+        ("fixed it over the weekend", "2026-10-24", "2026-10-25", "fixed it"),
         ("Who was on call the week of 2026-09-21?", "2026-09-21", "2026-09-27", "Who was on call ?"),
         ("九月初", "2026-09-01", "2026-09-10", ""),
         ("九月中旬数据库连接", "2026-09-11", "2026-09-20", "数据库连接"),
