@@ -1,0 +1,424 @@
+"""A spoke's replica rebuilt from the hub's snapshot at 50,000 memories (issue 48's last target), on one machine.
+
+Two real daemons, as tests/daemon/api/test_peer_replica.py runs them: the hub (embedded L4, ``fleet.listen``
+on 127.0.0.1, agents main and ``a``; project infra with ``a`` and ``spoke-1/b``) and spoke-1 (agents main and
+b, ``conversation.backend: hub``, no L3 vectors: no model loaded in it).  spoke-2 (main) is enrolled and never
+started: its private memories are on the hub and must never reach spoke-1.
+
+**The memories.**  The fleet bench's hub took 9-12 adds/s through its API one by one, so ``--memories`` (50,000)
+are written by the hub's own batch path instead: each write is built as the hub's ``Writes.add`` builds it
+(placement, lifetime, trust and source by layers/conversation/policy/rules.py, against the hub's registry), put in
+the hub's write-ahead log (its durable queue, as writes queued while its store was away), and the hub's daemon
+replays them at its start (daemon/conversation/replay.py: ``ConversationStore.add_batch``, one embedding call of
+the daemon's llama.cpp model per batch, one upsert, every id recorded in the change feed before it is written).
+The memories, their vectors and feed rows are the hub's, made by its code; only the HTTP request per write is
+skipped.  Mixed visibility: public (the hub's main), project infra (the hub's ``a`` and spoke-1/b), private of
+spoke-1/main and spoke-1/b (spoke-1's own) and of the hub's main, the hub's ``a`` and spoke-2/main (not spoke-1's).
+The model is the limit (a few to some tens of texts a second on a shared 2-core machine), so ``--keep DIR``
+keeps both roots and the next run with the same DIR resumes the seeding (write ids are fixed: a write already on
+the hub is found by its id, not embedded again) and reuses the seeded hub.
+
+**The rebuild.**  spoke-1 started while the hub is down (no replica yet): its RSS idle.  The hub started: the
+spoke's replica thread finds the hub and builds its replica from the snapshot (``/v1/peer/snapshot``, pages of
+500 memories with their vectors).  Its RSS (VmRSS, RssAnon, RssFile) sampled every 0.25 s throughout, the
+rebuild's own time (``replica.last_rebuild.seconds``), its RSS once done, and its peak (VmHWM, the kernel's high
+water mark).  Then the replica's set against the hub's snapshot for spoke-1's key: every id, payload and readers
+equal, a sample of vectors equal, and none of the ids spoke-1's agents may not read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import asdict
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from urllib.parse import quote
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from daemon.common.config import load_config
+from daemon.conversation.broker import queue_path
+from daemon.conversation.hub_replica import COLLECTION, READERS, _Unset, replica_dir
+from layers.conversation.adapters.store import ConversationStore, NewMemory, StoreSettings
+from layers.conversation.lifecycle.durable_queue import WriteQueue
+from layers.conversation.policy.registry import load_registry
+from layers.conversation.policy.rules import DEFAULT_TYPE, lifetime, place, provenance
+from tests.helpers import FAST, DaemonProcess, init_root, registry_of, run_cli, wait_for, wait_reachable
+
+MEMORIES = 50_000
+TARGET_S = 300.0
+TARGET_MB = 100.0
+SPOKE = "spoke-1"
+# (writer as the hub names it, visibility, project, share of the memories): spoke-1 may read the first five kinds
+KINDS = [
+    ("main", "public", None, 0.35),
+    ("a", "project", "infra", 0.12),
+    ("spoke-1/b", "project", "infra", 0.08),
+    ("spoke-1/main", "private", None, 0.10),
+    ("spoke-1/b", "private", None, 0.08),
+    ("main", "private", None, 0.10),
+    ("a", "private", None, 0.07),
+    ("spoke-2/main", "private", None, 0.10),
+]
+SPOKE_READERS = {"main", "b"}
+
+PLACES = ["harbour", "orchard", "lantern", "furnace", "ledger", "compass", "granary", "quarry", "beacon", "vault"]
+THINGS = ["backup job", "pager rota", "vpn gateway", "build cache", "invoice run", "wifi password hint", "door code"]
+VERBS = ["moves to", "is checked on", "was renamed to", "runs again on", "is owned by", "needs a review on"]
+DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "the first of the month", "every second week"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------ the two roots
+
+
+class Roots:
+    """The hub's and spoke-1's roots under ``base`` (made once; a kept ``base`` is reused as it is)."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.hub_root, self.spoke_root = base / "hub", base / SPOKE
+        self.hub_config, self.spoke_config = self.hub_root / "memstrata.yaml", self.spoke_root / "memstrata.yaml"
+        self.key = base / f"{SPOKE}.key"
+        if not (base / "ready").exists():
+            self._make()
+
+    def _make(self) -> None:
+        for path in (self.hub_root, self.spoke_root):
+            shutil.rmtree(path, ignore_errors=True)
+        port = free_port()
+        init_root(self.hub_root, **FAST, fleet={"host": "hub", "listen": f"127.0.0.1:{port}"})
+        run_cli("agent", "add", "a", "--project", "infra", config=self.hub_config)
+        registry = registry_of(self.hub_root)
+        data = yaml.safe_load(registry.read_text())
+        data["projects"]["infra"]["members"].append(f"{SPOKE}/b")
+        registry.write_text(yaml.safe_dump(data))
+        run_cli("fleet", "add-host", SPOKE, "--agent", "main", "--agent", "b", "--key-file", str(self.key),
+                config=self.hub_config)  # fmt: skip
+        run_cli("fleet", "add-host", "spoke-2", "--agent", "main", "--key-file", str(self.base / "spoke-2.key"),
+                config=self.hub_config)  # fmt: skip
+        hub = {"url": f"http://127.0.0.1:{port}", "key_file": str(self.key), "timeout_s": 60}
+        init_root(
+            self.spoke_root,
+            **FAST,
+            vectors={"backend": "off"},  # no model in the spoke: its RSS is the replica's and the daemon's
+            fleet={"host": SPOKE},
+            conversation={"backend": "hub", "hub": hub},
+        )
+        run_cli("agent", "add", "b", config=self.spoke_config)
+        (self.base / "ready").write_text("")
+
+    @property
+    def url(self) -> str:
+        return str(yaml.safe_load(self.spoke_config.read_text())["conversation"]["hub"]["url"])
+
+
+# ------------------------------------------------------------ the memories, by the hub's batch path
+
+
+def text_of(i: int, rng: random.Random) -> str:
+    place_, thing, verb, day = rng.choice(PLACES), rng.choice(THINGS), rng.choice(VERBS), rng.choice(DAYS)
+    return f"note {i}: the {place_} {thing} {verb} {day}, ticket {rng.randrange(10_000)}"
+
+
+def kind_of(i: int) -> tuple[str, str, str | None]:
+    """Memory ``i``'s writer, visibility and project: the KINDS' shares, interleaved."""
+    x = (i * 0.6180339887) % 1.0
+    for writer, visibility, project, share in KINDS:
+        if x < share:
+            return writer, visibility, project
+        x -= share
+    return KINDS[0][:3]
+
+
+def writes(roots: Roots, count: int) -> list[tuple[str, str, dict]]:
+    """``count`` writes built as the hub's ``Writes.add`` builds them (daemon/conversation/writes.py), in its log's form."""
+    config = load_config(roots.hub_config)
+    registry = load_registry(registry_of(roots.hub_root))
+    rng = random.Random(48)
+    start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    out = []
+    for i in range(count):
+        writer, visibility, project = kind_of(i)
+        text = text_of(i, rng)
+        placement = place(registry, writer, text, visibility, project)
+        created = start + timedelta(seconds=37 * i)
+        life = lifetime(DEFAULT_TYPE, config.conversation.retention_days, created)
+        trust, source = provenance(False, None, None, False)
+        record = NewMemory(
+            write_id=f"bench50k-{i:06d}",
+            agent_id=writer,
+            text=text,
+            memory_type=DEFAULT_TYPE,
+            visibility=placement.visibility,
+            project_id=placement.project_id,
+            created_at=created.isoformat(timespec="seconds"),
+            expiration_date=life.expiration_date,
+            expires_at=life.expires_at,
+            trust=trust,
+            provenance=source,
+        )
+        out.append((record.write_id, writer, asdict(record)))
+    return out
+
+
+def seed(roots: Roots, count: int, minutes: float) -> dict:
+    """The hub's ``count`` memories: queued, then replayed by its daemon, for at most ``minutes`` this run.
+
+    Resumed when ``--keep`` held an unfinished seeding (the time of every run is added up); a seeding the budget
+    cut short leaves the hub with fewer, which the figures then say."""
+    done, spent = roots.base / f"seeded-{count}", roots.base / f"seeding-{count}.json"
+    if done.exists():
+        return dict(json.loads(done.read_text()))
+    before = json.loads(spent.read_text()) if spent.exists() else {"seconds": 0.0, "runs": 0}
+    queue = WriteQueue(queue_path(load_config(roots.hub_config)))
+    try:
+        queue.put_many(writes(roots, count))  # a write already on the hub is found by its id when replayed
+    finally:
+        queue.close()
+    hub = DaemonProcess(roots.hub_config).start()
+    started = time.monotonic()
+    depth, last = count, 0.0
+    try:
+        wait_reachable(hub)
+        while time.monotonic() - started < minutes * 60:
+            section = hub.status()["conversation"]
+            depth = int(section["queue"]["depth"])
+            if depth == 0:
+                break
+            if time.monotonic() - last > 60:
+                rate = section["queue"].get("replay_rate_per_s")
+                print(f"  seeding: {count - depth} on the hub, {depth} still queued, replaying at {rate}/s", flush=True)
+                last = time.monotonic()
+            time.sleep(2)
+        feed = int(hub.status()["conversation"]["feed"]["seq"])
+    finally:
+        hub.stop(timeout=300)
+    seconds = before["seconds"] + time.monotonic() - started
+    figures = {"memories": count - depth, "of": count, "seconds": round(seconds, 1), "runs": before["runs"] + 1,
+               "feed_seq": feed}  # fmt: skip
+    spent.write_text(json.dumps(figures))
+    if depth == 0:
+        done.write_text(json.dumps(figures))
+    return figures
+
+
+# ------------------------------------------------------------ the spoke's resident set
+
+
+def memory_of(pid: int) -> dict[str, float]:
+    """VmRSS, RssAnon, RssFile and VmHWM of ``pid``, in MB."""
+    found = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM"):
+            found[name] = int(value.split()[0]) / 1024
+    return found
+
+
+class Sampler:
+    """``pid``'s memory every ``interval`` s on a thread, until stopped."""
+
+    def __init__(self, pid: int, interval: float = 0.25) -> None:
+        self.pid, self.interval = pid, interval
+        self.samples: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append({"at": time.monotonic(), **memory_of(self.pid)})
+            except (OSError, ValueError):
+                return
+            self._stop.wait(self.interval)
+
+    def peak(self, name: str) -> float:
+        return max((s.get(name, 0.0) for s in self.samples), default=float("nan"))
+
+
+def settled(pid: int, seconds: float = 10.0) -> dict[str, float]:
+    """The median of ``seconds`` of samples (a daemon's RSS wobbles by a few MB as its threads wake)."""
+    with Sampler(pid, 0.5) as s:
+        time.sleep(seconds)
+    return {k: statistics.median(x[k] for x in s.samples) for k in ("VmRSS", "RssAnon", "RssFile")}
+
+
+# ------------------------------------------------------------ the replica against the hub
+
+
+def _get(url: str, key: str, path: str) -> dict:
+    request = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return dict(json.loads(answer.read()))
+
+
+def hub_set(url: str, key: str) -> dict[str, dict]:
+    """The hub's snapshot for spoke-1's key: id → {payload, readers, vector}."""
+    found: dict[str, dict] = {}
+    page = _get(url, key, "/v1/peer/snapshot?limit=1000")
+    while True:
+        for m in page["memories"]:
+            found[m["id"]] = m["memory"]
+        if not page.get("cursor"):
+            return found
+        page = _get(url, key, f"/v1/peer/snapshot?limit=1000&cursor={quote(page['cursor'])}")
+
+
+def replica_set(spoke_config: Path) -> dict[str, dict]:
+    """The spoke's replica (a copy of its current generation, read with the replica's own store code)."""
+    root = replica_dir(load_config(spoke_config).paths.state_dir)
+    meta = json.loads((root / "meta.json").read_text())
+    found: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="replica-copy-") as tmp:
+        copy = Path(tmp) / "gen"
+        shutil.copytree(root / meta["dir"], copy, symlinks=True, ignore=shutil.ignore_patterns("*.lock"))
+        settings = StoreSettings(backend="embedded", data_dir=copy, collection=COLLECTION)
+        store = ConversationStore(settings, _Unset(), int(meta["model"]["dim"]))
+        store.connect()
+        try:
+            cursor = None
+            while True:
+                rows, cursor = store.points_page(1000, cursor)
+                for memory_id, payload, vector in rows:
+                    readers = payload.pop(READERS, None) or []
+                    found[memory_id] = {"payload": payload, "readers": readers, "vector": vector}
+                if not cursor:
+                    return found
+        finally:
+            store.close()
+
+
+def compare(hub: dict[str, dict], here: dict[str, dict], vectors: int = 200) -> str:
+    """The replica against the hub's snapshot: ids, payloads and readers, a sample of vectors, nothing foreign."""
+    missing, extra = len(set(hub) - set(here)), len(set(here) - set(hub))
+    both = sorted(set(hub) & set(here))
+    payloads = sum(1 for i in both if hub[i]["payload"] != here[i]["payload"])
+    readers = sum(1 for i in both if sorted(hub[i]["readers"]) != sorted(here[i]["readers"]))
+    sample = random.Random(1).sample(both, min(vectors, len(both)))
+    vector = sum(1 for i in sample if max(abs(a - b) for a, b in zip(hub[i]["vector"], here[i]["vector"])) > 1e-6)
+    foreign = sum(
+        1
+        for m in here.values()
+        if not (
+            m["payload"].get("visibility") == "public"
+            or (m["payload"].get("visibility") == "project" and m["payload"].get("project_id") == "infra")
+            or m["payload"].get("agent_id") in (f"{SPOKE}/main", f"{SPOKE}/b")
+        )
+    )
+    same = not (missing or extra or payloads or readers or vector or foreign)
+    return (
+        f"{'EQUAL' if same else 'DIFFERENT'}: hub {len(hub)}, replica {len(here)} ({missing} missing, {extra} extra, "
+        f"{payloads} payloads and {readers} readers differing, {vector}/{len(sample)} sampled vectors differing, "
+        f"{foreign} not spoke-1's to read)"
+    )
+
+
+# ------------------------------------------------------------ the bench
+
+
+def expected(count: int) -> int:
+    """How many of the ``count`` memories spoke-1's agents may read (public, infra, their own private ones)."""
+    return sum(1 for i in range(count) if kind_of(i)[1] != "private" or kind_of(i)[0].startswith(f"{SPOKE}/"))
+
+
+def rebuild(roots: Roots, count: int) -> None:
+    key = roots.key.read_text().strip()
+    shutil.rmtree(replica_dir(load_config(roots.spoke_config).paths.state_dir), ignore_errors=True)
+    spoke = DaemonProcess(roots.spoke_config).start()  # the hub is down: no replica yet
+    hub = None
+    try:
+        assert spoke.proc is not None
+        pid = spoke.proc.pid
+        time.sleep(5)
+        idle = settled(pid)
+        hwm_before = memory_of(pid)["VmHWM"]
+        with Sampler(pid) as during:
+            hub = DaemonProcess(roots.hub_config).start()
+            wait_reachable(hub)
+            ready = time.monotonic()
+            replica = wait_for(
+                lambda: (r := spoke.status()["conversation"]["replica"]).get("last_rebuild") and r,
+                timeout=3600,
+                interval=1.0,
+                what="spoke-1's replica rebuilt",
+            )
+            wall = time.monotonic() - ready
+        after = settled(pid)
+        hwm = memory_of(pid)["VmHWM"]
+        took = replica["last_rebuild"]["seconds"]
+        print(
+            f"spoke-1's replica rebuilt from the hub's snapshot: {replica['last_rebuild']['memories']} memories "
+            f"(expected {expected(count)} of the hub's {count}) in {took} s by its own record, {wall:.0f} s from the "
+            f"hub's store answering (target < {TARGET_S:.0f} s at 50,000)"
+        )
+        peak = {name: during.peak(name) for name in ("VmRSS", "RssAnon", "RssFile")}
+        print(
+            f"spoke-1's RSS (MB): idle {idle['VmRSS']:.0f} (anon {idle['RssAnon']:.0f}, file {idle['RssFile']:.0f}); "
+            f"peak during the rebuild {peak['VmRSS']:.0f} (+{peak['VmRSS'] - idle['VmRSS']:.0f}; anon peak "
+            f"{peak['RssAnon']:.0f}, +{peak['RssAnon'] - idle['RssAnon']:.0f}; file peak {peak['RssFile']:.0f}, "
+            f"+{peak['RssFile'] - idle['RssFile']:.0f}; sampled every 0.25 s, {len(during.samples)} samples); "
+            f"VmHWM {hwm_before:.0f} before, {hwm:.0f} after; after {after['VmRSS']:.0f} (+{after['VmRSS'] - idle['VmRSS']:.0f}; "
+            f"anon {after['RssAnon']:.0f}, file {after['RssFile']:.0f}) (target peak <= idle + {TARGET_MB:.0f})"
+        )
+        t0 = time.monotonic()
+        print(f"spoke-1's replica against the hub's snapshot for its key: {compare(hub_set(roots.url, key), replica_set(roots.spoke_config))} "
+              f"({time.monotonic() - t0:.0f} s to compare)")  # fmt: skip
+    finally:
+        spoke.stop(timeout=120)
+        if hub is not None:
+            hub.stop(timeout=120)
+
+
+def main(quick: bool = False, memories: int | None = None, keep: str | None = None, seed_minutes: float = 600) -> None:
+    count = memories if memories is not None else (1000 if quick else MEMORIES)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-replica-") as tmp:
+        base = Path(keep) if keep else Path(tmp)
+        base.mkdir(parents=True, exist_ok=True)
+        roots = Roots(base)
+        figures = seed(roots, count, seed_minutes)
+        seeded = int(figures["memories"])
+        print(
+            f"the hub's memories by its batch path (queued, replayed by its daemon with its llama.cpp model): "
+            f"{seeded} of {count} in {figures['seconds']:.0f} s over {figures['runs']} run(s) "
+            f"({seeded / max(figures['seconds'], 1e-9):.1f}/s); its feed at seq {figures['feed_seq']}",
+            flush=True,
+        )
+        rebuild(roots, seeded)
+    print(f"replica rebuild bench: {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=MEMORIES, help="memories on the hub")
+    parser.add_argument("--keep", default=None, help="keep both roots here; a later run reuses (and resumes) them")
+    parser.add_argument("--seed-minutes", type=float, default=600, help="give up the seeding after this long")
+    args = parser.parse_args()
+    main(memories=args.memories, keep=args.keep, seed_minutes=args.seed_minutes)
