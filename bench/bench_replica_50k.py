@@ -43,15 +43,18 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import quote
 
+import apsw
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon.common.config import load_config
 from daemon.conversation.broker import queue_path
+from daemon.conversation.feed import feed_path
 from daemon.conversation.hub_replica import COLLECTION, READERS, _Unset, replica_dir
 from layers.conversation.adapters.store import ConversationStore, NewMemory, StoreSettings
 from layers.conversation.lifecycle.durable_queue import WriteQueue
+from layers.conversation.lifecycle.write_ids import point_id_of
 from layers.conversation.policy.registry import load_registry
 from layers.conversation.policy.rules import DEFAULT_TYPE, lifetime, place, provenance
 from tests.helpers import FAST, DaemonProcess, init_root, registry_of, run_cli, wait_for, wait_reachable
@@ -111,10 +114,10 @@ class Roots:
         data = yaml.safe_load(registry.read_text())
         data["projects"]["infra"]["members"].append(f"{SPOKE}/b")
         registry.write_text(yaml.safe_dump(data))
-        run_cli("fleet", "add-host", SPOKE, "--agent", "main", "--agent", "b", "--key-file", str(self.key),
-                config=self.hub_config)  # fmt: skip
-        run_cli("fleet", "add-host", "spoke-2", "--agent", "main", "--key-file", str(self.base / "spoke-2.key"),
-                config=self.hub_config)  # fmt: skip
+        for host, agents in ((SPOKE, ["main", "b"]), ("spoke-2", ["main"])):
+            args = [a for agent in agents for a in ("--agent", agent)]
+            key = self.key if host == SPOKE else self.base / f"{host}.key"
+            run_cli("fleet", "add-host", host, *args, "--key-file", str(key), config=self.hub_config)
         hub = {"url": f"http://127.0.0.1:{port}", "key_file": str(self.key), "timeout_s": 60}
         init_root(
             self.spoke_root,
@@ -150,7 +153,7 @@ def kind_of(i: int) -> tuple[str, str, str | None]:
 
 
 def writes(roots: Roots, count: int) -> list[tuple[str, str, dict]]:
-    """``count`` writes built as the hub's ``Writes.add`` builds them (daemon/conversation/writes.py), in its log's form."""
+    """``count`` writes built as the hub's ``Writes.add`` builds them (daemon/conversation/writes.py), as logged."""
     config = load_config(roots.hub_config)
     registry = load_registry(registry_of(roots.hub_root))
     rng = random.Random(48)
@@ -180,23 +183,41 @@ def writes(roots: Roots, count: int) -> list[tuple[str, str, dict]]:
     return out
 
 
-def seed(roots: Roots, count: int, minutes: float) -> dict:
-    """The hub's ``count`` memories: queued, then replayed by its daemon, for at most ``minutes`` this run.
+def on_hub(roots: Roots, planned: list[tuple[str, str, dict]]) -> list[int]:
+    """Which of the planned writes the hub holds (their point ids in its change feed; the hub stopped)."""
+    path = feed_path(load_config(roots.hub_config).paths.state_dir)
+    if not path.exists():
+        return []
+    db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        fed = {str(row[0]) for row in db.execute("SELECT memory_id FROM changes")}
+    finally:
+        db.close()
+    return [i for i, (write_id, agent, _) in enumerate(planned) if point_id_of(agent, write_id) in fed]
 
-    Resumed when ``--keep`` held an unfinished seeding (the time of every run is added up); a seeding the budget
-    cut short leaves the hub with fewer, which the figures then say."""
-    done, spent = roots.base / f"seeded-{count}", roots.base / f"seeding-{count}.json"
-    if done.exists():
-        return dict(json.loads(done.read_text()))
+
+def seed(roots: Roots, count: int, minutes: float) -> list[int]:
+    """The hub's ``count`` memories: queued, then replayed by its daemon, for at most ``minutes`` this run; the
+    indexes of those on the hub.
+
+    Resumed when ``--keep`` held an unfinished seeding (only the writes not on the hub are queued again, and the
+    time of every run is added up); a seeding the budget cut short leaves the hub with fewer, which is said."""
+    spent = roots.base / f"seeding-{count}.json"
     before = json.loads(spent.read_text()) if spent.exists() else {"seconds": 0.0, "runs": 0}
+    planned = writes(roots, count)
+    held = on_hub(roots, planned)
+    if len(held) == count:
+        print(f"the hub holds the {count} memories (seeded in {before['seconds']:.0f} s over {before['runs']} run(s))")
+        return held
     queue = WriteQueue(queue_path(load_config(roots.hub_config)))
     try:
-        queue.put_many(writes(roots, count))  # a write already on the hub is found by its id when replayed
+        there = set(held)
+        queue.put_many([w for i, w in enumerate(planned) if i not in there])
     finally:
         queue.close()
     hub = DaemonProcess(roots.hub_config).start()
     started = time.monotonic()
-    depth, last = count, 0.0
+    last = 0.0
     try:
         wait_reachable(hub)
         while time.monotonic() - started < minutes * 60:
@@ -206,19 +227,21 @@ def seed(roots: Roots, count: int, minutes: float) -> dict:
                 break
             if time.monotonic() - last > 60:
                 rate = section["queue"].get("replay_rate_per_s")
-                print(f"  seeding: {count - depth} on the hub, {depth} still queued, replaying at {rate}/s", flush=True)
+                print(f"  seeding: {depth} writes still queued on the hub, replaying at {rate}/s", flush=True)
                 last = time.monotonic()
             time.sleep(2)
-        feed = int(hub.status()["conversation"]["feed"]["seq"])
     finally:
         hub.stop(timeout=300)
     seconds = before["seconds"] + time.monotonic() - started
-    figures = {"memories": count - depth, "of": count, "seconds": round(seconds, 1), "runs": before["runs"] + 1,
-               "feed_seq": feed}  # fmt: skip
-    spent.write_text(json.dumps(figures))
-    if depth == 0:
-        done.write_text(json.dumps(figures))
-    return figures
+    spent.write_text(json.dumps({"seconds": round(seconds, 1), "runs": before["runs"] + 1}))
+    held = on_hub(roots, planned)
+    print(
+        f"the hub's memories by its batch path (queued, replayed by its daemon with its llama.cpp model): "
+        f"{len(held)} of {count} in {seconds:.0f} s over {before['runs'] + 1} run(s) "
+        f"({len(held) / max(seconds, 1e-9):.1f}/s)",
+        flush=True,
+    )
+    return held
 
 
 # ------------------------------------------------------------ the spoke's resident set
@@ -232,6 +255,45 @@ def memory_of(pid: int) -> dict[str, float]:
         if name in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM"):
             found[name] = int(value.split()[0]) / 1024
     return found
+
+
+def descendants(pid: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    mine, grew = {pid}, True
+    while grew:
+        more = {child for child, parent in parents.items() if parent in mine and child not in mine}
+        mine |= more
+        grew = bool(more)
+    return sorted(mine - {pid})
+
+
+def children_rss(pid: int, only: bytes = b"") -> float:
+    """The resident sets of ``pid``'s descendants (``only``: those whose command line holds it), in MB."""
+    total = 0.0
+    for child in descendants(pid):
+        try:
+            if only and only not in Path(f"/proc/{child}/cmdline").read_bytes():
+                continue
+            total += memory_of(child).get("VmRSS", 0.0)
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def until(check, timeout: float, interval: float = 1.0):
+    """``check()`` until truthy; its value, or None at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    return None
 
 
 class Sampler:
@@ -254,7 +316,10 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.samples.append({"at": time.monotonic(), **memory_of(self.pid)})
+                sample = {"at": time.monotonic(), **memory_of(self.pid)}
+                sample["children"] = children_rss(self.pid)
+                sample["tree"] = sample["VmRSS"] + sample["children"]
+                self.samples.append(sample)
             except (OSError, ValueError):
                 return
             self._stop.wait(self.interval)
@@ -322,7 +387,9 @@ def compare(hub: dict[str, dict], here: dict[str, dict], vectors: int = 200) -> 
     payloads = sum(1 for i in both if hub[i]["payload"] != here[i]["payload"])
     readers = sum(1 for i in both if sorted(hub[i]["readers"]) != sorted(here[i]["readers"]))
     sample = random.Random(1).sample(both, min(vectors, len(both)))
-    vector = sum(1 for i in sample if max(abs(a - b) for a, b in zip(hub[i]["vector"], here[i]["vector"])) > 1e-6)
+    vector = sum(
+        1 for i in sample if max(abs(a - b) for a, b in zip(hub[i]["vector"], here[i]["vector"], strict=True)) > 1e-6
+    )
     foreign = sum(
         1
         for m in here.values()
@@ -343,12 +410,26 @@ def compare(hub: dict[str, dict], here: dict[str, dict], vectors: int = 200) -> 
 # ------------------------------------------------------------ the bench
 
 
-def expected(count: int) -> int:
-    """How many of the ``count`` memories spoke-1's agents may read (public, infra, their own private ones)."""
-    return sum(1 for i in range(count) if kind_of(i)[1] != "private" or kind_of(i)[0].startswith(f"{SPOKE}/"))
+def expected(held: list[int]) -> int:
+    """How many of the hub's memories spoke-1's agents may read (public, infra, their own private ones)."""
+    return sum(1 for i in held if kind_of(i)[1] != "private" or kind_of(i)[0].startswith(f"{SPOKE}/"))
 
 
-def rebuild(roots: Roots, count: int) -> None:
+def _mb(figures: dict[str, float], idle: dict[str, float]) -> str:
+    """``VmRSS`` (+ over idle; anon, file) of a sample or a peak, in MB."""
+    rss, anon, file = figures["VmRSS"], figures["RssAnon"], figures["RssFile"]
+    return (
+        f"{rss:.0f} (+{rss - idle['VmRSS']:.0f}; anon {anon:.0f}, +{anon - idle['RssAnon']:.0f}; "
+        f"file {file:.0f}, +{file - idle['RssFile']:.0f})"
+    )
+
+
+def peaks(sampler: Sampler) -> dict[str, float]:
+    return {name: sampler.peak(name) for name in ("VmRSS", "RssAnon", "RssFile", "children", "tree")}
+
+
+def rebuild(roots: Roots, held: list[int]) -> None:
+    """spoke-1 idle (the hub down), then the hub up: the rebuild, then the replica's index (its optimize)."""
     key = roots.key.read_text().strip()
     shutil.rmtree(replica_dir(load_config(roots.spoke_config).paths.state_dir), ignore_errors=True)
     spoke = DaemonProcess(roots.spoke_config).start()  # the hub is down: no replica yet
@@ -358,7 +439,6 @@ def rebuild(roots: Roots, count: int) -> None:
         pid = spoke.proc.pid
         time.sleep(5)
         idle = settled(pid)
-        hwm_before = memory_of(pid)["VmHWM"]
         with Sampler(pid) as during:
             hub = DaemonProcess(roots.hub_config).start()
             wait_reachable(hub)
@@ -371,25 +451,41 @@ def rebuild(roots: Roots, count: int) -> None:
             )
             wall = time.monotonic() - ready
         after = settled(pid)
-        hwm = memory_of(pid)["VmHWM"]
-        took = replica["last_rebuild"]["seconds"]
         print(
             f"spoke-1's replica rebuilt from the hub's snapshot: {replica['last_rebuild']['memories']} memories "
-            f"(expected {expected(count)} of the hub's {count}) in {took} s by its own record, {wall:.0f} s from the "
-            f"hub's store answering (target < {TARGET_S:.0f} s at 50,000)"
+            f"(expected {expected(held)} of the hub's {len(held)}) in {replica['last_rebuild']['seconds']} s by its "
+            f"own record, {wall:.0f} s from the hub's store answering (target < {TARGET_S:.0f} s at 50,000)",
+            flush=True,
         )
-        peak = {name: during.peak(name) for name in ("VmRSS", "RssAnon", "RssFile")}
         print(
-            f"spoke-1's RSS (MB): idle {idle['VmRSS']:.0f} (anon {idle['RssAnon']:.0f}, file {idle['RssFile']:.0f}); "
-            f"peak during the rebuild {peak['VmRSS']:.0f} (+{peak['VmRSS'] - idle['VmRSS']:.0f}; anon peak "
-            f"{peak['RssAnon']:.0f}, +{peak['RssAnon'] - idle['RssAnon']:.0f}; file peak {peak['RssFile']:.0f}, "
-            f"+{peak['RssFile'] - idle['RssFile']:.0f}; sampled every 0.25 s, {len(during.samples)} samples); "
-            f"VmHWM {hwm_before:.0f} before, {hwm:.0f} after; after {after['VmRSS']:.0f} (+{after['VmRSS'] - idle['VmRSS']:.0f}; "
-            f"anon {after['RssAnon']:.0f}, file {after['RssFile']:.0f}) (target peak <= idle + {TARGET_MB:.0f})"
+            f"  spoke-1's RSS in MB (its daemon; no model loaded): idle {_mb(idle, idle)}; peak during the rebuild "
+            f"{_mb(peaks(during), idle)} ({len(during.samples)} samples, 0.25 s apart; target <= idle + "
+            f"{TARGET_MB:.0f}); after it {_mb(after, idle)}",
+            flush=True,
         )
+        # the replica's index: an optimize of the whole in a child process, then swapped in by a poll
+        try:
+            with Sampler(pid) as indexing:
+                started = time.monotonic()
+                child = until(lambda: children_rss(pid, b"optimize") > 0, 120 if len(held) >= 500 else 0, 0.5)
+                until(lambda: children_rss(pid, b"optimize") == 0, 3600)
+                optimized = time.monotonic() - started
+                swapped = until(lambda: "optimized shard swapped in" in spoke.log(), 120 if child else 0)
+                time.sleep(5)  # the replaced shard closed at the next tick
+            indexed = settled(pid)
+            top = peaks(indexing)
+            print(
+                f"  its index (an optimize of the whole replica in a child process{'' if child else ': NOT seen'}, "
+                f"{optimized:.0f} s; swapped in: {bool(swapped)}): the daemon's peak {_mb(top, idle)} (the optimized "
+                f"copy loaded beside the replica it replaces), the child's at most {top['children']:.0f}, both at once "
+                f"at most {top['tree']:.0f}; once swapped {_mb(indexed, idle)}",
+                flush=True,
+            )
+        except Exception as error:  # said; the comparison below still runs
+            print(f"  its index: FAILED: {type(error).__name__}: {error}")
         t0 = time.monotonic()
-        print(f"spoke-1's replica against the hub's snapshot for its key: {compare(hub_set(roots.url, key), replica_set(roots.spoke_config))} "
-              f"({time.monotonic() - t0:.0f} s to compare)")  # fmt: skip
+        same = compare(hub_set(roots.url, key), replica_set(roots.spoke_config))
+        print(f"  spoke-1's replica against the hub's snapshot for its key: {same} ({time.monotonic() - t0:.0f} s)")
     finally:
         spoke.stop(timeout=120)
         if hub is not None:
@@ -403,15 +499,7 @@ def main(quick: bool = False, memories: int | None = None, keep: str | None = No
         base = Path(keep) if keep else Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
         roots = Roots(base)
-        figures = seed(roots, count, seed_minutes)
-        seeded = int(figures["memories"])
-        print(
-            f"the hub's memories by its batch path (queued, replayed by its daemon with its llama.cpp model): "
-            f"{seeded} of {count} in {figures['seconds']:.0f} s over {figures['runs']} run(s) "
-            f"({seeded / max(figures['seconds'], 1e-9):.1f}/s); its feed at seq {figures['feed_seq']}",
-            flush=True,
-        )
-        rebuild(roots, seeded)
+        rebuild(roots, seed(roots, count, seed_minutes))
     print(f"replica rebuild bench: {time.monotonic() - started:.0f} s")
 
 
