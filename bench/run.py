@@ -32,6 +32,7 @@ from bench import (
     bench_openclaw_memory,
     bench_optimize_sync,
     bench_power_cut,
+    bench_replica_50k,
     bench_scale,
     bench_sigkill,
     bench_soak,
@@ -65,6 +66,7 @@ BENCHMARKS = {
     "fleet": bench_fleet.main,  # root only (three booted hosts); --flaps N per spoke
     "openclaw-memory": bench_openclaw_memory.main,  # the real OpenClaw (make test-deps): plugin vs memory-core
     "fleet-l4": bench_fleet_l4.main,  # root only (three booted hosts, L4 through the hub); --flaps N per spoke
+    "replica-50k": bench_replica_50k.main,  # a spoke's replica rebuilt at --memories N (50,000), one machine
     "soak": bench_soak.main,  # a fleet's steady load for --minutes N (10; the form: 120)
 }
 
@@ -78,6 +80,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=None, help="power-cut: runs per operation and cut point (20)")
     parser.add_argument("--flaps", type=int, default=None, help="fleet, fleet-l4: link flaps per spoke (100)")
     parser.add_argument("--minutes", type=int, default=None, help="soak: minutes of load (10; --quick: 3)")
+    parser.add_argument("--memories", type=int, default=None, help="replica-50k: memories on the hub (50000)")
+    parser.add_argument("--keep", default=None, help="replica-50k: keep the seeded hub here, reuse it next time")
     args = parser.parse_args()
     unknown = set(args.only) - set(BENCHMARKS)
     if unknown:
@@ -93,6 +97,8 @@ def main() -> None:
             bench_fleet_l4.main(quick=args.quick, flap_count=args.flaps)
         elif name == "soak":
             bench_soak.main(quick=args.quick, minutes=args.minutes)
+        elif name == "replica-50k":
+            bench_replica_50k.main(quick=args.quick, memories=args.memories, keep=args.keep)
         else:
             BENCHMARKS[name](quick=args.quick)
         print(f"({name}: {time.monotonic() - started:.0f} s)", flush=True)

@@ -205,6 +205,8 @@ class HubReplica:
         changes = data.get("changes") or []
         if changes:
             self._apply(changes)
+        else:
+            self._upkeep()
         new_seq = int(data.get("seq") or seq)
         self.head = int(data.get("head") or new_seq)
         self.polled_at = time.time()
@@ -226,7 +228,15 @@ class HubReplica:
             self.store.flush()
             self.memories = self.store.count()
 
-    def _write(self, store: ConversationStore, final: dict[str, dict[str, Any] | None]) -> None:
+    def _upkeep(self) -> None:
+        """The store's optimize schedule ticked with no change to apply (as the hub's store is on its ping): a
+        finished optimize is swapped in, a due one started, without waiting for the next change."""
+        with self._lock:
+            if self.store is not None:
+                self.store.upkeep()
+
+    def _write(self, store: ConversationStore, final: dict[str, dict[str, Any] | None], upkeep: bool = True) -> None:
+        """``final`` in ``store``; ``upkeep``: then the store's optimize schedule ticks (the live replica's)."""
         shard = store._edge()
         gone = [i for i, m in final.items() if m is None]
         kept = [(i, m) for i, m in final.items() if m is not None]
@@ -246,7 +256,8 @@ class HubReplica:
             shard.delete(gone)
         if points:
             shard.upsert(points)
-        store.upkeep()
+        if upkeep:
+            store.upkeep()
 
     # ------------------------------------------------------------ a rebuild from the snapshot
 
@@ -273,7 +284,10 @@ class HubReplica:
                 if page.get("epoch") != epoch:
                     raise ReplicaError("the hub's epoch changed during the snapshot: it is taken again")
                 final = {str(m["id"]): m["memory"] for m in page.get("memories") or []}
-                self._write(store, final)
+                # not optimized while it is built (nothing searches it yet): an optimize started at 5,000
+                # points journals every later page in this process (vectors included) until its swap: 85 MB
+                # more anonymous memory at 20,000 points (docs/fleet-l4.md, "Measured")
+                self._write(store, final, upkeep=False)
                 count += len(final)
                 self.rebuilding["memories"] = count
                 cursor = page.get("cursor")
@@ -301,6 +315,7 @@ class HubReplica:
                 self._save()
                 self.polled_at = self.meta["polled_at"]
                 self.memories = store.count()
+                store.upkeep()  # the replica now: its index is built (a child process) from here
             store = None  # it is the replica now
             if old is not None:
                 with contextlib.suppress(Exception):
