@@ -71,12 +71,16 @@ def snapshot(fleet: Fleet, host: str) -> dict[str, dict]:
 
 
 def caught_up(fleet: Fleet, host: str) -> dict:
-    """The spoke's replica at the hub's head (as the spoke last saw it) and asked again since."""
+    """The spoke's replica at the hub's feed head as the hub gives it now (asked of the hub, not of the spoke:
+    the spoke's own lag is against the head it last saw, which a write it has not yet polled for leaves at 0)."""
+    status, page = fleet.peer("GET", "/v1/peer/feed?after=0&limit=1", fleet.key(host), None)
+    assert status == 200, page
+    head = int(page["head"])
     return wait_for(
-        lambda: (r := replica(fleet, host))["lag"] == 0 and r["age_s"] is not None and r["age_s"] < 5 and r,
+        lambda: (r := replica(fleet, host))["seq"] >= head and r["lag"] == 0 and r,
         timeout=CONVERGE_S,
         interval=0.3,
-        what=f"{host}'s replica caught up",
+        what=f"{host}'s replica at the hub's feed head {head}",
     )
 
 
@@ -211,20 +215,6 @@ def test_changes_propagate_and_a_project_membership_removed_empties_it_from_the_
     )
 
 
-def test_a_spoke_killed_resumes_from_its_seq_without_a_rebuild(fleet):
-    spoke = fleet.spokes["spoke-2"]
-    before = caught_up(fleet, "spoke-2")
-    spoke.signal(signal.SIGKILL)
-    spoke.proc.wait(timeout=30)
-    marker = uuid.uuid4().hex[:8]
-    while_away = add(fleet, "hub", "main", f"{marker} written while spoke-2 was down", visibility="public")
-    fleet.spokes["spoke-2"] = spoke = DaemonProcess(fleet.configs["spoke-2"]).start()
-    wait_reachable(spoke)
-    after = caught_up(fleet, "spoke-2")
-    assert after["rebuilds"] == before["rebuilds"] and after["seq"] >= before["seq"]
-    assert fed(fleet, "spoke-2")[while_away] is not None
-
-
 def ranked(results: list[dict]) -> list[set[str]]:
     """The ids in their ranks, those of equal score (to 3 places) as one rank.
 
@@ -242,6 +232,11 @@ def ranked(results: list[dict]) -> list[set[str]]:
     return ranks
 
 
+def _shown(results: list[dict]) -> list[tuple[str, str, float]]:
+    """What a failure shows: each result's id, text and score (with its unclamped relevance when explained)."""
+    return [(r["id"][:8], r["memory"], r["score"]) for r in results]
+
+
 def test_with_the_hub_stopped_a_spoke_searches_its_replica_with_the_hubs_ranking(fleet):
     marker = uuid.uuid4().hex[:8]
     facts = [
@@ -256,7 +251,7 @@ def test_with_the_hub_stopped_a_spoke_searches_its_replica_with_the_hubs_ranking
     secret = add(fleet, "spoke-1", "b", f"{marker} infra: the break-glass account is held by b", project="infra")
     add(fleet, "spoke-1", "main", f"{marker} spoke-1 main's own note about the staging database", visibility="private")
     queries = ["when does staging restart", "what is the build server called", "where do coffee beans come from"]
-    hub_top = {}
+    hub_top, shown = {}, {}
     for host, agent in (("spoke-2", "main"), ("spoke-1", "main"), ("spoke-1", "b")):
         caught_up(fleet, host)
         with fleet.client(host, agent) as c:
@@ -264,6 +259,7 @@ def test_with_the_hub_stopped_a_spoke_searches_its_replica_with_the_hubs_ranking
                 answer = c.memory_search(agent, f"{marker} {q}", limit=5)
                 assert answer["degraded"] is False
                 hub_top[host, agent, q] = ranked(answer["results"])
+                shown[host, agent, q] = _shown(answer["results"])
 
     assert fleet.hub is not None and fleet.hub.stop() == 0
     try:
@@ -272,7 +268,7 @@ def test_with_the_hub_stopped_a_spoke_searches_its_replica_with_the_hubs_ranking
                 answer = c.memory_search(agent, f"{marker} {q}", limit=5)
             assert answer["degraded"] is True and "replica" in answer["reason"], answer
             assert isinstance(answer["replica_age_s"], float)
-            assert ranked(answer["results"]) == ids, (host, agent, q)
+            assert ranked(answer["results"]) == ids, (host, agent, q, shown[host, agent, q], _shown(answer["results"]))
             for r in answer["results"]:
                 assert r["id"] != secret or (host, agent) == ("spoke-1", "b")
                 assert r["visibility"] == "public" or r["agent_id"] in (f"{host}/{agent}", "spoke-1/b", "a")
@@ -282,6 +278,36 @@ def test_with_the_hub_stopped_a_spoke_searches_its_replica_with_the_hubs_ranking
         with fleet.client("spoke-1", "b") as c:
             seen = c.memory_search("b", f"{marker} break-glass account", limit=20)["results"]
         assert secret in [r["id"] for r in seen]
+    finally:
+        fleet.hub = DaemonProcess(fleet.hub_config).start()
+        wait_reachable(fleet.hub)
+
+
+def test_a_spoke_killed_resumes_from_its_seq_without_a_rebuild(fleet):
+    spoke = fleet.spokes["spoke-2"]
+    before = caught_up(fleet, "spoke-2")
+    spoke.signal(signal.SIGKILL)
+    spoke.proc.wait(timeout=30)
+    marker = uuid.uuid4().hex[:8]
+    while_away = add(fleet, "hub", "main", f"{marker} written while spoke-2 was down", visibility="public")
+    fleet.spokes["spoke-2"] = spoke = DaemonProcess(fleet.configs["spoke-2"]).start()
+    wait_reachable(spoke)
+    after = caught_up(fleet, "spoke-2")
+    assert after["rebuilds"] == before["rebuilds"] and after["seq"] >= before["seq"]
+    assert fed(fleet, "spoke-2")[while_away] is not None
+
+
+def test_after_a_sigkill_a_degraded_search_finds_what_the_replica_applied_since(fleet):
+    marker = uuid.uuid4().hex[:8]
+    fresh = add(fleet, "hub", "main", f"{marker} the loading dock opens at seven", visibility="public")
+    caught_up(fleet, "spoke-2")
+    assert fed(fleet, "spoke-2")[fresh] is not None
+    assert fleet.hub is not None and fleet.hub.stop() == 0
+    try:
+        with fleet.client("spoke-2", "main") as c:
+            answer = c.memory_search("main", f"{marker} the loading dock opens at seven", limit=5)
+        assert answer["degraded"] is True, answer
+        assert fresh in [r["id"] for r in answer["results"]], _shown(answer["results"])
     finally:
         fleet.hub = DaemonProcess(fleet.hub_config).start()
         wait_reachable(fleet.hub)

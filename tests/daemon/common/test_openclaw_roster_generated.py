@@ -117,7 +117,10 @@ def test_a_generated_roster_never_gives_an_agent_anothers_directory(host, data):
             assert nested and not real.name.startswith("."), f"{agent_id} at {real} lies inside {other}'s {theirs}"
     for real in reals.values():
         assert not _inside(real, host.config.paths.state_dir) and real != host.config.paths.state_dir
-    listed = {i["id"]: i.get("workspace") for i in roster["agents"].get("list", []) if isinstance(i, dict)}
+    listed: dict[str, object] = {}
+    for item in roster["agents"].get("list", []):  # an id listed twice: its first entry, as OpenClaw's lookup
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            listed.setdefault(item["id"], item.get("workspace"))
     for refusal in found.refused:
         assert refusal.agent_id not in ids
     for agent_id in ids & set(listed):

@@ -535,7 +535,10 @@ def test_a_quoted_literal_keeps_the_chunk_that_holds_it_when_no_chunk_has_every_
         unquoted = search(
             index, question.replace("`", ""), limit=5, embed_query=lambda q: np.array([1.0, 0.0], dtype=np.float32)
         )
-        assert "memory/2026-08-25.md" not in [r["path"] for r in unquoted.results], "without quotes it is thinned out"
+        # without quotes too: the relaxed list keeps a hit holding half the question's terms by weight, and the
+        # three rare terms (one note of thirteen) outweigh "set", "launch" and "build" (twelve of them)
+        assert "memory/2026-08-25.md" in [r["path"] for r in unquoted.results]
+        assert "fts:quoted" not in unquoted.lists
 
 
 def test_a_question_about_the_present_puts_the_newer_statement_first_and_marks_the_older(tmp_path):
