@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from daemon.common.config import load_config
 from daemon.conversation.broker import queue_path
 from daemon.conversation.feed import feed_path
-from daemon.conversation.hub_replica import COLLECTION, READERS, _Unset, replica_dir
-from layers.conversation.adapters.store import ConversationStore, NewMemory, StoreSettings
+from daemon.conversation.hub_replica import copied_points, replica_dir
+from layers.conversation.adapters.store import NewMemory
 from layers.conversation.lifecycle.durable_queue import WriteQueue
 from layers.conversation.lifecycle.write_ids import point_id_of
 from layers.conversation.policy.registry import load_registry
@@ -360,24 +360,10 @@ def replica_set(spoke_config: Path) -> dict[str, dict]:
     """The spoke's replica (a copy of its current generation, read with the replica's own store code)."""
     root = replica_dir(load_config(spoke_config).paths.state_dir)
     meta = json.loads((root / "meta.json").read_text())
-    found: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory(prefix="replica-copy-") as tmp:
-        copy = Path(tmp) / "gen"
-        shutil.copytree(root / meta["dir"], copy, symlinks=True, ignore=shutil.ignore_patterns("*.lock"))
-        settings = StoreSettings(backend="embedded", data_dir=copy, collection=COLLECTION)
-        store = ConversationStore(settings, _Unset(), int(meta["model"]["dim"]))
-        store.connect()
-        try:
-            cursor = None
-            while True:
-                rows, cursor = store.points_page(1000, cursor)
-                for memory_id, payload, vector in rows:
-                    readers = payload.pop(READERS, None) or []
-                    found[memory_id] = {"payload": payload, "readers": readers, "vector": vector}
-                if not cursor:
-                    return found
-        finally:
-            store.close()
+    return {
+        memory_id: {"payload": payload, "readers": readers, "vector": vector}
+        for memory_id, payload, readers, vector in copied_points(root, meta)
+    }
 
 
 def compare(hub: dict[str, dict], here: dict[str, dict], vectors: int = 200) -> str:

@@ -33,9 +33,10 @@ import logging
 import os
 import secrets
 import shutil
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -561,6 +562,29 @@ class HubReplica:
             "searchable": not why,
             "not_searchable": why or None,
         }
+
+
+def copied_points(root: Path, meta: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], list[str], Any]]:
+    """Every point of the replica's current generation (``meta["dir"]`` under ``root``) as (id, payload without
+    its readers, readers, vector), read with the replica's own store code from a copy: for checks beside a
+    running daemon (the fleet benches, the booted tests), which must not open the generation it holds."""
+    with tempfile.TemporaryDirectory(prefix="replica-copy-") as tmp:
+        copy = Path(tmp) / "gen"
+        shutil.copytree(root / meta["dir"], copy, symlinks=True, ignore=shutil.ignore_patterns("*.lock"))
+        settings = StoreSettings(backend="embedded", data_dir=copy, collection=COLLECTION)
+        store = ConversationStore(settings, _Unset(), int(meta["model"]["dim"]))
+        store.connect()
+        try:
+            cursor = None
+            while True:
+                rows, cursor = store.points_page(1000, cursor)
+                for memory_id, payload, vector in rows:
+                    readers = [str(r) for r in payload.pop(READERS, None) or []]
+                    yield memory_id, payload, readers, vector
+                if not cursor:
+                    return
+        finally:
+            store.close()
 
 
 class _Unset:

@@ -192,33 +192,14 @@ def _meta(config_path: str) -> tuple[Path, dict]:
 
 
 def replica(args: argparse.Namespace) -> None:
-    import shutil
-    import tempfile
-
-    from daemon.conversation.hub_replica import COLLECTION, READERS, _Unset
-    from layers.conversation.adapters.store import ConversationStore, StoreSettings
+    from daemon.conversation.hub_replica import copied_points
 
     root, meta = _meta(args.config)
     found: dict = {}
     if meta.get("dir"):
-        with tempfile.TemporaryDirectory(prefix="replica-copy-") as tmp:
-            copy = Path(tmp) / "gen"
-            shutil.copytree(root / meta["dir"], copy, symlinks=True, ignore=shutil.ignore_patterns("*.lock"))
-            settings = StoreSettings(backend="embedded", data_dir=copy, collection=COLLECTION)
-            store = ConversationStore(settings, _Unset(), int(meta["model"]["dim"]))
-            store.connect()
-            try:
-                cursor = None
-                while True:
-                    rows, cursor = store.points_page(1000, cursor)
-                    for memory_id, payload, _ in rows:
-                        readers = sorted(payload.pop(READERS, None) or [])
-                        if args.marker in json.dumps(payload):
-                            found[memory_id] = {"payload": payload, "readers": readers}
-                    if not cursor:
-                        break
-            finally:
-                store.close()
+        for memory_id, payload, readers, _ in copied_points(root, meta):
+            if args.marker in json.dumps(payload):
+                found[memory_id] = {"payload": payload, "readers": sorted(readers)}
     here = {"seq": meta.get("seq"), "epoch": meta.get("epoch"), "applied_at": meta.get("applied_at"), "root": str(root)}
     print(json.dumps({**here, "memories": found}))
 
