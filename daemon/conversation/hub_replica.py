@@ -60,7 +60,11 @@ POLL_S = 1.0  # while the hub answers
 # replicas catch up 12 s after the link returned), so a feed request gives up sooner; the one after a
 # timed-out request waits the whole timeout, so a hub slow to answer a page (500 memories) is still followed.
 FEED_TIMEOUT_S = 4.0
-READERS = "readers"  # the payload field the hub's readers are kept in (one keyword index)
+# The payload field the hub's readers are kept in (one keyword index): a reserved name (metadata.py's
+# RESERVED), so a caller's own metadata key, "readers" say, is kept as the hub keeps it.  LAYOUT 2: before it
+# the field was "readers" and overwrote that key; a replica of an earlier layout is rebuilt at the first poll.
+READERS = "hub_readers"
+LAYOUT = 2
 COLLECTION = "replica"
 
 
@@ -124,7 +128,9 @@ class HubReplica:
         self.rebuilds = int(self.meta.get("rebuilds") or 0)
         generation = self.meta.get("dir")
         dim = int((self.meta.get("model") or {}).get("dim") or 0)
-        if generation and dim:
+        if generation and self.meta.get("layout") != LAYOUT:  # "dir" stays: the rebuild removes it after its swap
+            log.info("the replica at %s is of an earlier layout: it is rebuilt from the hub's snapshot", generation)
+        elif generation and dim:
             try:
                 self.store = self._open(self.root / str(generation), dim)
                 self.memories = self.store.count()
@@ -197,7 +203,10 @@ class HubReplica:
             raise
         self._feed_timed_out = False
         if self.store is None or data.get("rebuild") or data.get("epoch") != self.meta.get("epoch"):
-            why = "first build" if self.store is None else ("compacted" if data.get("rebuild") else "epoch")
+            if self.store is None:
+                why = "an earlier layout" if self.meta.get("dir") else "first build"
+            else:
+                why = "compacted" if data.get("rebuild") else "epoch"
             self.rebuild(why)
             return True
         if data.get("model") != self.meta.get("model"):
@@ -306,6 +315,7 @@ class HubReplica:
                 self.rebuilds += 1
                 self.meta.update(
                     dir=generation,
+                    layout=LAYOUT,
                     seq=seq,
                     epoch=epoch,
                     model=model,
@@ -518,7 +528,7 @@ class HubReplica:
     def _checked(self, agent: str, views: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The views ``agent`` may read, checked again by their readers (as the hub checks every result; the
         query's filter already held the others out), each in the hub's shape: a ``superseded_by`` naming a
-        memory ``agent`` may not read is null (not even its id is told), and the readers are not shown.
+        memory ``agent`` may not read is null (not even its id is told); the readers are not shown (reserved).
         Called with the lock held."""
         links = [str(v["superseded_by"]) for v in views if v.get("superseded_by")]
         readers_of = self._readers([str(v["id"]) for v in views] + links)
@@ -529,10 +539,7 @@ class HubReplica:
             link = view.get("superseded_by")
             if link and agent not in readers_of.get(str(link), []):
                 view["superseded_by"] = None  # a memory the caller may not read: not even its id
-            metadata = view.get("metadata")
-            if isinstance(metadata, dict):
-                metadata.pop(READERS, None)  # the hub's word for this host, not the memory's metadata
-            results.append(view)
+            results.append(view)  # READERS is reserved: the view's metadata (custom_of) never holds it
         return results
 
     def _readers(self, ids: list[str]) -> dict[str, list[str]]:

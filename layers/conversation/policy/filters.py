@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from layers.conversation.policy.metadata import MetadataError, check_exact_numbers
+from layers.conversation.policy.metadata import INTERNAL, MetadataError, check_exact_numbers
 
 LOGICAL = ("AND", "OR", "NOT")
 ALIASES = {"$and": "AND", "$or": "OR", "$not": "NOT"}  # mem0's processed spelling (its own internal calls)
@@ -126,6 +126,8 @@ def _check(filters: Mapping, depth: int, count: _Count, where: str) -> dict[str,
             continue
         if not FIELD_RE.match(key):
             raise FilterError(f"{where}: {key[:64]!r} is not a field name (letters, digits, '_', '.', '-', at most 64)")
+        if key.split(".", 1)[0] in INTERNAL:
+            raise FilterError(f"{where}: {key!r} is memstrata's own field: no filter can name it")
         count.condition()
         out[key] = _check_condition(value, f"{where}.{key}")
     return out

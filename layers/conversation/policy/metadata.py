@@ -31,6 +31,10 @@ from typing import Any
 from protocol.vocabulary import ENTITY_ID_PATTERN
 
 ENTITY_IDS = ("user_id", "run_id", "actor_id")
+# Fields only memstrata reads and no caller may set or filter on: a spoke's replica keeps the hub's word on
+# which of its agents may read a memory in ``hub_readers`` (daemon/conversation/hub_replica.py).  A filter
+# naming it would tell an agent who else may read what it reads (whether another agent is in a project).
+INTERNAL = frozenset({"hub_readers"})
 # Payload fields of a stored memory: mem0's (data, hash, dates, ids, role, lemmatized text) and memstrata's.
 RESERVED = frozenset(
     {
@@ -68,6 +72,7 @@ RESERVED = frozenset(
         "importance",
         "trust",
         "provenance",
+        *INTERNAL,
     }
 )
 MAX_METADATA_BYTES = 4096

@@ -76,6 +76,8 @@ def away(tmp_path_factory):
         a.add("main-private", HOST, "main", {"main"}, visibility="private", user_id="alice", metadata={"room": "4"})
         a.add("b-private", HOST, "b", {"b"}, visibility="private", user_id="alice", metadata={"room": "4"})
         a.add("b-infra", HOST, "b", {"b"}, visibility="project", project="infra")
+        # a caller's own key "readers": kept in the replica as the hub keeps it (the replica's is hub_readers)
+        a.add("b-tagged", HOST, "b", {"b"}, visibility="private", metadata={"readers": "ops"})
         a.add("spoke-2-private", "spoke-2", "main", set(), visibility="private")
         with fleet.client(HOST, "main") as c:  # an update: the history on the hub has two events
             c.update("main", a.ids["main-private"], f"{a.marker} main-private: {HOST}/main's note, updated")
@@ -93,9 +95,9 @@ def away(tmp_path_factory):
         fleet.stop()
 
 
-def refused(call, *args) -> DaemonRequestError:
+def refused(call, *args, **kwargs) -> DaemonRequestError:
     with pytest.raises(DaemonRequestError) as info:
-        call(*args)
+        call(*args, **kwargs)
     return info.value
 
 
@@ -121,7 +123,7 @@ def test_get_answers_what_the_agent_may_read_as_the_hub_did_plus_degraded(away):
                     got["degraded"] is True and "the hub is unreachable" in got["reason"] and "replica" in got["reason"]
                 )
                 assert isinstance(got["replica_age_s"], float)
-                assert "readers" not in got["metadata"]
+                assert "hub_readers" not in got["metadata"]  # the hub's word for this host, never shown
             unknown, foreign = str(uuid.uuid4()), away.private_of_others(agent)[0]
             # another's memory is not even admitted to exist: the words of an unknown id
             assert said(refused(c.get, agent, unknown), unknown) == said(refused(c.get, agent, foreign), foreign)
@@ -141,14 +143,17 @@ def test_list_answers_what_the_agent_may_read_with_each_filter(away):
                 ({"visibility": "public"}, {"public"}),
                 ({"project_id": "infra"}, {"hub-infra", "b-infra"}),
                 ({"agent_id": f"{HOST}/main"}, {"main-private"}),
-                ({"agent_id": f"{HOST}/b"}, {"b-private", "b-infra"}),
+                ({"agent_id": f"{HOST}/b"}, {"b-private", "b-infra", "b-tagged"}),
                 ({"agent_id": "spoke-2/main"}, {"spoke-2-private"}),
                 ({"user_id": "alice", "room": "4"}, {"main-private", "b-private"}),
+                ({"readers": "ops"}, {"b-tagged"}),  # the caller's own metadata, as on the hub
             ):
                 found = {m["id"] for m in c.get_all(agent, limit=500, filters=filters)["results"]}
                 wanted = {away.ids[n] for n in names} & mine
                 assert found & set(away.ids.values()) == wanted, (agent, filters)
                 assert found <= away.hub_listed[agent], (agent, filters)
+            error = refused(c.get_all, agent, limit=10, filters={"hub_readers": agent})
+            assert error.status == 400 and "memstrata's own field" in error.message
 
 
 def test_paging_through_the_replica_gives_every_memory_once(away):
@@ -243,6 +248,7 @@ FILTERS = st.sampled_from(
         lambda other: {"OR": [{"agent_id": other}, {"visibility": "private"}]},
         lambda other: {"NOT": [{"visibility": "public"}]},
         lambda other: {"readers": other.rsplit("/", 1)[-1]},
+        lambda other: {"hub_readers": other.rsplit("/", 1)[-1]},  # refused (400): memstrata's own field
         lambda other: {"agent_id": {"in": [other, "*"]}},
         lambda other: {"user_id": "alice"},
         lambda other: {"memory": {"contains": "private"}},

@@ -39,6 +39,7 @@ def test_ids_and_metadata_are_checked_and_never_hold_a_secret(service_root, embe
         for bad, message in (
             ({"metadata": {"visibility": "public"}}, "reserved"),
             ({"metadata": {"agent_id": "b"}}, "reserved"),
+            ({"metadata": {"hub_readers": ["b"]}}, "reserved"),  # a spoke's replica's word (metadata.INTERNAL)
             ({"metadata": {"blob": "x" * MAX_METADATA_BYTES}}, "at most 4,096"),
             ({"metadata": {"x": float("nan")}}, "finite"),
             ({"user_id": "alice smith"}, "no whitespace"),
@@ -55,6 +56,8 @@ def test_ids_and_metadata_are_checked_and_never_hold_a_secret(service_root, embe
         )
         with pytest.raises(PolicyError, match="unknown operator"):
             broker.search(MemorySearch("main", "tea", filters={"user_id": {"like": "a%"}}))
+        with pytest.raises(PolicyError, match="memstrata's own field"):
+            broker.get_all(List("main", filters={"hub_readers": "main"}))
 
 
 def test_a_queued_write_keeps_its_ids_and_metadata_when_replayed(service_root, embedder):

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 
 from daemon.conversation.hub_client import HubClient
-from daemon.conversation.hub_replica import PAGE, HubReplica
+from daemon.conversation.hub_replica import PAGE, HubReplica, copied_points
 from layers.conversation.policy.decay import DEFAULT_DECAY
 from tests.helpers import wait_for
 
@@ -43,20 +43,22 @@ def optimize_children() -> list[int]:
 
 
 class StandInHub:
-    """``/v1/peer/snapshot`` and ``/v1/peer/feed`` as the hub answers them, over COUNT public memories."""
+    """``/v1/peer/snapshot`` and ``/v1/peer/feed`` as the hub answers them, over ``count`` public memories, each
+    with its caller's own metadata key ``readers`` (which the replica's word on readers must not replace)."""
 
-    def __init__(self) -> None:
+    def __init__(self, count: int = COUNT) -> None:
         rng = np.random.default_rng(48)
+        self.count = count
         self.memories = [
             {
                 "id": str(uuid.UUID(int=i + 1)),
                 "memory": {
-                    "payload": {"data": f"note {i}", "agent_id": "main", "visibility": "public"},
+                    "payload": {"data": f"note {i}", "agent_id": "main", "visibility": "public", "readers": "ops"},
                     "vector": rng.standard_normal(DIM).tolist(),
                     "readers": ["main"],
                 },
             }
-            for i in range(COUNT)
+            for i in range(count)
         ]
         self.children_while_paging: list[list[int]] = []
         hub = self
@@ -92,7 +94,7 @@ class StandInHub:
         if start:
             self.children_while_paging.append(optimize_children())  # pages written so far: start / PAGE
         end = start + int(query.get("limit") or PAGE)
-        return {**common, "memories": self.memories[start:end], "cursor": str(end) if end < COUNT else None}
+        return {**common, "memories": self.memories[start:end], "cursor": str(end) if end < self.count else None}
 
     def close(self) -> None:
         self.server.shutdown()
@@ -128,4 +130,43 @@ def test_a_rebuild_starts_no_optimize_until_its_generation_is_the_replica(tmp_pa
         assert index["last_optimize"]["result"] == "swapped", index
     finally:
         replica.stop(30)
+        hub.close()
+
+
+def test_a_replica_of_an_earlier_layout_is_rebuilt_and_keeps_the_callers_readers_key(tmp_path):
+    """Before layout 2 the hub's readers were kept under ``readers``, over a caller's own metadata key of that
+    name: such a replica is rebuilt at the first poll, the old generation removed once the new one answers."""
+    hub = StandInHub(count=3)
+
+    def replica() -> HubReplica:
+        return HubReplica(
+            tmp_path / "replica",
+            client=lambda: HubClient(hub.url, "k" * 43, timeout_s=30.0),
+            embedder=lambda: None,
+            decay=DEFAULT_DECAY,
+            host=lambda: "spoke-1",
+        )
+
+    try:
+        first = replica()
+        first.poll()
+        first.stop(30)
+        meta_path = tmp_path / "replica" / "meta.json"
+        meta = json.loads(meta_path.read_text())
+        assert meta["layout"] == 2
+        old_dir = meta.pop("dir")
+        meta.pop("layout")
+        meta_path.write_text(json.dumps({**meta, "dir": old_dir}))  # as an earlier memstrata left it
+        again = replica()
+        assert again.store is None and again.unusable() == "no replica of the hub yet"
+        again.poll()
+        assert again.last_rebuild is not None and again.last_rebuild["why"] == "an earlier layout"
+        new_dir = json.loads(meta_path.read_text())["dir"]
+        assert new_dir != old_dir and not (tmp_path / "replica" / old_dir).exists()
+        again.stop(30)
+        copied = list(copied_points(tmp_path / "replica", json.loads(meta_path.read_text())))
+        assert len(copied) == 3
+        for _, payload, readers, _ in copied:
+            assert readers == ["main"] and payload["readers"] == "ops", payload
+    finally:
         hub.close()

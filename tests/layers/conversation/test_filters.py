@@ -103,6 +103,9 @@ def test_every_engine_and_python_agree_with_mem0s_meaning(engines, flt, expected
         ({"user_id": {"eq": {"nested": 1}}}, "must be a string, a number"),
         ({"note": {"contains": ""}}, "non-empty string"),
         ("user_id=alice", "must be an object"),
+        # a spoke's replica's word on who else may read a memory: no filter names it (metadata.INTERNAL)
+        ({"hub_readers": "main"}, "memstrata's own field"),
+        ({"OR": [{"visibility": "public"}, {"NOT": [{"hub_readers.x": "b"}]}]}, "memstrata's own field"),
     ],
 )
 def test_bad_filters_are_refused_naming_the_part(flt, message):
