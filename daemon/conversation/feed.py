@@ -15,6 +15,12 @@ Never missing a change rests on two rules:
   whose state it did not read after the change.  At start nothing is in flight: a change recorded
   before a crash either happened or not, and the state served is what the store holds.
 
+A change whose ids are known only once it is made (an inferred add: mem0 and its LLM pick them) cannot
+be recorded before it: :meth:`begin_unknown` records (synced) that such a change is under way, and
+:meth:`end` with its ids appends their rows and clears that record in one transaction.  A record still
+there at open means a crash came between the two, with a change the rows never named: a new epoch is
+drawn, so every spoke rebuilds from a snapshot rather than miss it.
+
 Whole-collection events (a restore from a backup, an offline maintenance run on the store) draw a new
 random ``epoch``: a spoke whose epoch differs rebuilds its replica from a snapshot.  The epoch a spoke
 sees also carries a fingerprint of what its host's agents may read (their enrolment and their projects),
@@ -26,6 +32,7 @@ compacted; ``horizon`` is the highest seq removed: a spoke asking from before it
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
@@ -34,6 +41,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import apsw
+
+log = logging.getLogger(__name__)
 
 COMPACT_EVERY = 1000  # rows appended between two compactions (and one at open)
 
@@ -51,6 +60,7 @@ class ChangeFeed:
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._in_flight: dict[int, int] = {}  # token → the lowest seq of its rows
+        self._unknown: dict[int, int] = {}  # token → its row in ``unknown`` (a change whose ids come after it)
         self._tokens = 0
         self._appended = 0
         self.fed: dict[str, tuple[int, float]] = {}  # host → (the seq its replica asked after, when): status
@@ -74,8 +84,20 @@ class ChangeFeed:
             "at REAL NOT NULL)"
         )
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS unknown (id INTEGER PRIMARY KEY, at REAL NOT NULL)")
         if self._meta("epoch") is None:
             self._set_meta("epoch", secrets.token_hex(8))
+        row = self._db.execute("SELECT COUNT(*) FROM unknown").fetchone()
+        unnamed = int(str(row[0])) if row is not None else 0
+        if unnamed:  # a crash between an inferred add and its rows: its memories may be on no spoke
+            log.warning(
+                "%d change(s) of the store (inferred adds) were under way at a crash with their ids not yet in "
+                "the change feed: a new epoch, so every spoke rebuilds its replica from a snapshot",
+                unnamed,
+            )
+            with self._db:
+                self._set_meta("epoch", secrets.token_hex(8))
+                self._db.execute("DELETE FROM unknown")
         self._seq = self._max_seq()
         self.compact()
 
@@ -101,10 +123,35 @@ class ChangeFeed:
             self.compact()
         return token
 
-    def end(self, token: int) -> None:
-        """The change of ``token``'s rows is done (or failed: the state served is the store's either way)."""
+    def begin_unknown(self) -> int:
+        """Record (synced) that a change whose ids are not known yet is under way; :meth:`end` names them."""
+        with self._lock:
+            self._tokens += 1
+            token = self._tokens
+            with self._db:
+                self._db.execute("INSERT INTO unknown (at) VALUES (?)", (time.time(),))
+            self._unknown[token] = self._db.last_insert_rowid()
+            return token
+
+    def end(self, token: int, ids: Sequence[str] | None = ()) -> None:
+        """The change of ``token`` is done (or failed: the state served is the store's either way).
+
+        ``ids``: the ids a change begun by :meth:`begin_unknown` touched, recorded now (after the change:
+        a spoke reads their state after these rows), with the record of it under way cleared in the same
+        transaction.  None: it failed, and what it touched is not known (an inferred add can fail between
+        two of its writes): the record stays, and the next open draws a new epoch."""
         with self._lock:
             self._in_flight.pop(token, None)
+            unknown = self._unknown.pop(token, None)
+            if unknown is None or ids is None:
+                return
+            now = time.time()
+            with self._db:
+                for memory_id in ids:
+                    self._db.execute("INSERT INTO changes (memory_id, at) VALUES (?, ?)", (str(memory_id), now))
+                self._db.execute("DELETE FROM unknown WHERE id = ?", (unknown,))
+            self._seq = self._max_seq()
+            self._appended += len(ids)
 
     def new_epoch(self) -> str:
         """The whole collection changed (a restore): every spoke rebuilds its replica."""

@@ -107,11 +107,14 @@ class Embedder(Protocol):
 
 
 class ChangeLog(Protocol):
-    """Told the ids a change touches before it can be seen, and when it ended (the hub's change feed)."""
+    """Told the ids a change touches before it can be seen, and when it ended (the hub's change feed); a
+    change whose ids are known only once it is made (an inferred add) is begun unknown and ended with them."""
 
     def begin(self, ids: Sequence[str]) -> int: ...
 
-    def end(self, token: int) -> None: ...
+    def begin_unknown(self) -> int: ...
+
+    def end(self, token: int, ids: Sequence[str] | None = ()) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -639,13 +642,29 @@ class ConversationStore:
 
     def add(self, memory: NewMemory) -> list[dict]:
         mem0, _ = self._require()
+        # mem0 (and its LLM, when inferring) picks the ids: the feed is told a change is under way before
+        # it, and its ids after (a crash between the two: every spoke rebuilds, daemon/conversation/feed.py)
+        token = self.feed.begin_unknown() if self.feed is not None else None
+        ids: list[str] | None = None  # None: it failed, touching what is not known
+        try:
+            result = self._mem0_add(mem0, memory)
+            ids = [str(r.get("id")) for r in result["results"] if r.get("id")]
+        finally:
+            if self.feed is not None and token is not None:
+                self.feed.end(token, ids)
+        self.changed()
+        self.upkeep()
+        return [{"id": r.get("id"), "event": r.get("event"), "memory": r.get("memory")} for r in result["results"]]
+
+    @staticmethod
+    def _mem0_add(mem0, memory: NewMemory) -> dict:
         with _translate_errors("add"):
             message: str | dict = memory.text
             if memory.role != "user" or memory.actor_id:
                 message = {"role": memory.role, "content": memory.text}
                 if memory.actor_id:
                     message["name"] = memory.actor_id  # mem0 stores a message's name as its actor_id
-            result = mem0.add(
+            return mem0.add(
                 message,
                 agent_id=memory.agent_id,
                 user_id=memory.user_id,
@@ -654,11 +673,6 @@ class ConversationStore:
                 expiration_date=memory.expiration_date,
                 infer=memory.infer,
             )
-        with self._noting([str(r.get("id")) for r in result["results"] if r.get("id")]):
-            pass  # mem0 picks the ids: recorded once known (a crash just before loses this row: docs/fleet-l4.md)
-        self.changed()
-        self.upkeep()
-        return [{"id": r.get("id"), "event": r.get("event"), "memory": r.get("memory")} for r in result["results"]]
 
     def add_plain(self, memory: NewMemory, suspect: bool = False) -> list[dict]:
         """An ``infer=False`` write at its deterministic point id (``point_id_of(owner, write_id)``): once.

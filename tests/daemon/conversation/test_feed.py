@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import stat
+import uuid
+
+import pytest
 
 from daemon.conversation.feed import ChangeFeed, bump_epoch, feed_path
 
@@ -66,3 +69,67 @@ def test_status_and_status_fleet_show_each_spokes_replica_lag_and_a_spokes_own_r
     assert "12 memories at seq 40 (lag 2)" in _replica_lines(spoke)[0]  # type: ignore[arg-type]
     hub = {"feed": {"seq": 42, "horizon": 0, "spokes": {"spoke-1": {"seq": 40, "lag": 2, "asked_s_ago": 0.5}}}}
     assert _replica_lines(hub) == ["  change feed for the spokes: seq 42 (spoke-1 lag 2)"]  # type: ignore[arg-type]
+
+
+def test_a_change_whose_ids_come_after_it_is_recorded_before_it_and_named_after(tmp_path):
+    feed = ChangeFeed(feed_path(tmp_path))
+    held = feed.begin(["a"])
+    token = feed.begin_unknown()  # an inferred add: mem0 picks its ids
+    feed.end(held)
+    assert feed.since(0, 10) == ([(1, "a")], 1)
+    feed.end(token, ["x", "y"])
+    assert feed.since(1, 10) == ([(2, "x"), (3, "y")], 3)
+    epoch = feed.epoch
+    feed.close()
+    assert ChangeFeed(feed_path(tmp_path)).epoch == epoch  # every such change named: nothing to rebuild
+
+
+@pytest.mark.parametrize("ended", ["never (a crash)", "failed, touching what is not known"])
+def test_a_change_with_unnamed_ids_at_a_crash_or_failure_makes_every_spoke_rebuild(tmp_path, ended):
+    feed = ChangeFeed(feed_path(tmp_path))
+    feed.end(feed.begin(["a"]))
+    token = feed.begin_unknown()
+    if ended != "never (a crash)":
+        feed.end(token, None)
+    epoch = feed.epoch
+    assert feed.epoch == epoch  # while the daemon runs, spokes are not made to rebuild for it
+    feed.close()
+    again = ChangeFeed(feed_path(tmp_path))
+    assert again.epoch != epoch and again.since(0, 10) == ([(1, "a")], 1)  # a new epoch: every spoke rebuilds
+    drawn = again.epoch
+    again.close()
+    assert ChangeFeed(feed_path(tmp_path)).epoch == drawn  # once
+
+
+def test_the_stores_add_tells_the_feed_before_mem0_writes_and_names_the_ids_after(tmp_path):
+    """ConversationStore.add (mem0's own add, the path of inferred writes): the feed hears of it while the
+    store does not hold the memory yet, and is given the memory's id once it does."""
+    from daemon.common.config import DEFAULT_MODEL_PATH
+    from layers.conversation.adapters.store import ConversationStore, NewMemory, StoreSettings
+    from layers.local.models.vectors import LocalEmbedder
+
+    embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
+    store = ConversationStore(StoreSettings("embedded", tmp_path / "l4"), embedder, embedder.dimension())
+    store.connect()
+    feed = ChangeFeed(feed_path(tmp_path))
+    seen: list[tuple[str, int]] = []
+    begin_unknown, end = feed.begin_unknown, feed.end
+
+    def spy_begin() -> int:
+        seen.append(("begin_unknown", store.count()))
+        return begin_unknown()
+
+    def spy_end(token: int, ids=()) -> None:
+        seen.append(("end", store.count()))
+        end(token, ids)
+
+    feed.begin_unknown, feed.end = spy_begin, spy_end  # type: ignore[method-assign]
+    store.feed = feed
+    try:
+        text, when = "the hub's feed hears of it first", "2026-12-07T00:00:00+00:00"
+        [added] = store.add(NewMemory(str(uuid.uuid4()), "a", text, "knowledge", "private", None, when, None, None))
+        assert seen == [("begin_unknown", 0), ("end", 1)]
+        assert feed.since(0, 10) == ([(1, added["id"])], 1)
+    finally:
+        store.close()
+        feed.close()
