@@ -20,6 +20,7 @@ from bench import (
     bench_conversation,
     bench_daemon,
     bench_edge,
+    bench_feed_cost,
     bench_fleet,
     bench_fleet_l4,
     bench_flood,
@@ -66,6 +67,7 @@ BENCHMARKS = {
     "fleet": bench_fleet.main,  # root only (three booted hosts); --flaps N per spoke
     "openclaw-memory": bench_openclaw_memory.main,  # the real OpenClaw (make test-deps): plugin vs memory-core
     "fleet-l4": bench_fleet_l4.main,  # root only (three booted hosts, L4 through the hub); --flaps N per spoke
+    "feed-cost": bench_feed_cost.main,  # the hub's change feed: one more synced commit per L4 change
     "replica-50k": bench_replica_50k.main,  # a spoke's replica rebuilt at --memories N (50,000), one machine
     "soak": bench_soak.main,  # a fleet's steady load for --minutes N (10; the form: 120)
 }
