@@ -96,6 +96,16 @@ class StandInHub:
         end = start + int(query.get("limit") or PAGE)
         return {**common, "memories": self.memories[start:end], "cursor": str(end) if end < self.count else None}
 
+    def replica(self, root: Path) -> HubReplica:
+        """A spoke's replica at ``root`` following this hub (no embedder: nothing here searches it)."""
+        return HubReplica(
+            root,
+            client=lambda: HubClient(self.url, "k" * 43, timeout_s=30.0),
+            embedder=lambda: None,
+            decay=DEFAULT_DECAY,
+            host=lambda: "spoke-1",
+        )
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
@@ -103,13 +113,7 @@ class StandInHub:
 
 def test_a_rebuild_starts_no_optimize_until_its_generation_is_the_replica(tmp_path):
     hub = StandInHub()
-    replica = HubReplica(
-        tmp_path / "replica",
-        client=lambda: HubClient(hub.url, "k" * 43, timeout_s=30.0),
-        embedder=lambda: None,
-        decay=DEFAULT_DECAY,
-        host=lambda: "spoke-1",
-    )
+    replica = hub.replica(tmp_path / "replica")
     try:
         replica.poll()  # no replica yet: the first build, from the snapshot
         assert replica.status()["memories"] == COUNT and replica.status()["seq"] == 7
@@ -137,18 +141,8 @@ def test_a_replica_of_an_earlier_layout_is_rebuilt_and_keeps_the_callers_readers
     """Before layout 2 the hub's readers were kept under ``readers``, over a caller's own metadata key of that
     name: such a replica is rebuilt at the first poll, the old generation removed once the new one answers."""
     hub = StandInHub(count=3)
-
-    def replica() -> HubReplica:
-        return HubReplica(
-            tmp_path / "replica",
-            client=lambda: HubClient(hub.url, "k" * 43, timeout_s=30.0),
-            embedder=lambda: None,
-            decay=DEFAULT_DECAY,
-            host=lambda: "spoke-1",
-        )
-
     try:
-        first = replica()
+        first = hub.replica(tmp_path / "replica")
         first.poll()
         first.stop(30)
         meta_path = tmp_path / "replica" / "meta.json"
@@ -157,7 +151,7 @@ def test_a_replica_of_an_earlier_layout_is_rebuilt_and_keeps_the_callers_readers
         old_dir = meta.pop("dir")
         meta.pop("layout")
         meta_path.write_text(json.dumps({**meta, "dir": old_dir}))  # as an earlier memstrata left it
-        again = replica()
+        again = hub.replica(tmp_path / "replica")
         assert again.store is None and again.unusable() == "no replica of the hub yet"
         again.poll()
         assert again.last_rebuild is not None and again.last_rebuild["why"] == "an earlier layout"
