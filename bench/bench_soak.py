@@ -24,6 +24,11 @@ Targets (issue 51, over 2 hours): slope <= 10 MB/h, peak <= 1.3x, latency <= 1.2
 a rebuild, 0 errors, 0 lost, 0 missed.  Windows: 10 minutes from 30 minutes of load up (the
 issue's form is ``--minutes 120``), a third of the run below.
 
+Then, for runs of 30 minutes or more (``MEMSTRATA_SOAK_AGAIN_MIN``: minutes, 0: off), the same load is run
+again for 10 minutes on a daemon started afresh over the same data, and its anonymous RSS is set beside the
+soak's end: memory that grows with the data is there again; what grew with time alone is not
+(``python -m bench.bench_soak --again DIR`` does it for a soak already run).
+
 Embeddings come from the stand-in HTTP embedder (tests/stand_in_embedder.py), labelled: the real
 model's memory is measured by the index benchmark, and here it would turn a 2-core host's CPU
 into the model's.  ``MEMSTRATA_SOAK_EMBEDDER=local`` uses the configured local model instead.
@@ -54,6 +59,7 @@ from tests.helpers import FAST, DaemonProcess, file_at_head, init_root, run_cli,
 from tests.stand_in_embedder import StandInEmbedder
 
 AGENTS = 10
+SOAK_AGENTS = ["main", *[f"s{i}" for i in range(1, AGENTS)]]
 NOTE_S, SAVE_S, ADD_S, SEARCH_S = 5.0, 10.0, 3.0, 2.0
 TRACE_EVERY_MIN = 5
 KINDS = ("l4_add", "l3_search", "l4_search")
@@ -114,10 +120,11 @@ def _disk_mb(paths: list[Path], suffixes: tuple[str, ...] = ("", "-wal", "-shm")
 class Load:
     """The agents' writers and callers; what they wrote, to check nothing was lost."""
 
-    def __init__(self, root: Path, daemon: DaemonProcess, agents: list[str]) -> None:
+    def __init__(self, root: Path, daemon: DaemonProcess, agents: list[str], first: int = 0) -> None:
         self.root = root
         self.daemon = daemon
         self.agents = agents
+        self.first = first  # the first step's number: a load run again writes texts of its own
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.latencies: list[tuple[str, float]] = []  # drained by the sampler each minute
@@ -138,7 +145,7 @@ class Load:
         k = 0
         while not self.stop.wait(max(0.0, start + k * period - time.monotonic())):
             try:
-                step(k)
+                step(self.first + k)
             except Exception as exc:  # counted and shown: the target is 0
                 with self.lock:
                     self.error_count += 1
@@ -399,6 +406,56 @@ def check_nothing_lost(daemon: DaemonProcess, load: Load, when: str) -> list[str
     return lost
 
 
+AGAIN_MIN = 10  # the load run again on the restarted daemon, as long as the first window
+
+
+def load_again(config: Path, agents: list[str], out: Path, minutes: int, env: dict[str, str]) -> list[dict]:
+    """The same load for ``minutes`` on a daemon started afresh over the soak's data (its rows in ``out``).
+
+    What tells growth with the data from growth with time: the issue's own check ("restarted over the same
+    memories, the daemon settles at the anonymous size it had before").  A daemon that grew only with its
+    data is, after this run, near the size the soak ended at; one that leaked is well below it."""
+    out.mkdir(parents=True, exist_ok=True)
+    root = config.parent
+    daemon = DaemonProcess(config, env=env).start()
+    load = Load(root, daemon, agents, first=1_000_000)  # new texts, not repeats of the soak's
+    sampler = None
+    try:
+        wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=300, what="the L4 store")
+        l3_paths = [Path(daemon.agent(a)["index"]["path"]) for a in agents]
+        sampler = Sampler(out, daemon, load, l3_paths, daemon.state_dir / "conversation")
+        load.start()
+        began = time.monotonic()
+        try:
+            for minute in range(1, minutes + 1):
+                time.sleep(max(0.0, began + 60 * minute - time.monotonic()))
+                sampler.sample(minute)
+        finally:
+            load.finish()
+        return sampler.rows
+    finally:
+        if sampler is not None:
+            sampler.close()
+        with contextlib.suppress(Exception):
+            daemon.stop(timeout=60)
+
+
+def compare_again(soak_rows: list[dict], again_rows: list[dict]) -> str:
+    """The soak's end against the same load run again afresh over the same data (medians of the last 5 minutes)."""
+
+    def tail(rows: list[dict], key: str) -> float:
+        return statistics.median(r[key] for r in rows[-5:])
+
+    soak_anon, again_anon = tail(soak_rows, "rss_anon_mb"), tail(again_rows, "rss_anon_mb")
+    return (
+        f"restarted over the same data and loaded again for {len(again_rows)} min: anonymous RSS {again_anon:.1f} MB "
+        f"(file {tail(again_rows, 'rss_file_mb'):.1f}); the soak's last 5 minutes {soak_anon:.1f} MB (file "
+        f"{tail(soak_rows, 'rss_file_mb'):.1f}): {soak_anon - again_anon:+.1f} MB the soak holds beyond what the "
+        f"same data and load take afresh (its first window's median: "
+        f"{statistics.median(r['rss_anon_mb'] for r in soak_rows[:10]):.1f} MB)"
+    )
+
+
 def _settled(daemon: DaemonProcess) -> bool:
     agents = daemon.status()["agents"]
     idle = ("queued_updates", "pending_embeddings")
@@ -407,7 +464,7 @@ def _settled(daemon: DaemonProcess) -> bool:
 
 def _setup(root: Path, embedder: StandInEmbedder | None) -> tuple[Path, dict[str, str], list[str]]:
     config = init_root(root, **{**FAST, "watch": {"debounce_ms": 300}, "git": {"quiet_period_s": 2, "max_delay_s": 30}})
-    agents = ["main", *[f"s{i}" for i in range(1, AGENTS)]]
+    agents = SOAK_AGENTS
     for agent in agents[1:]:
         run_cli("agent", "add", agent, config=config)
     env = embedder.configure(config) if embedder is not None else {}
@@ -481,6 +538,12 @@ def soak(minutes: int, out: Path) -> None:
         load.daemon = daemon
         check_nothing_lost(daemon, load, "after a restart")
         (out / "daemon-restarted.log").write_text(daemon.log(), encoding="utf-8")
+        again_min = int(os.environ.get("MEMSTRATA_SOAK_AGAIN_MIN") or (AGAIN_MIN if minutes >= 30 else 0))
+        if again_min:
+            daemon.stop(timeout=60)
+            plain = {k: v for k, v in env.items() if "TRACEMALLOC" not in k}
+            again = load_again(config, agents, out / "again", again_min, plain)
+            print(compare_again(sampler.rows, again), flush=True)
     finally:
         if sampler is not None:
             sampler.close()
@@ -490,8 +553,35 @@ def soak(minutes: int, out: Path) -> None:
             embedder.close()
 
 
+def again(out: Path, minutes: int = AGAIN_MIN) -> None:
+    """``load_again`` on the root a finished soak left in ``out`` (its own table: ``out/again``), compared with
+    the soak's rows: for a soak run with code that had no such phase, or to look again."""
+    config = out / "root" / "memstrata.yaml"
+    soak_rows = [json.loads(line) for line in (out / "minutes.jsonl").read_text().splitlines() if line.strip()]
+    data = yaml.safe_load(config.read_text())
+    embedder = StandInEmbedder() if (data.get("vectors") or {}).get("backend") == "openai" else None
+    try:
+        env = embedder.configure(config) if embedder is not None else {}  # the stand-in's new port
+        rows = load_again(config, SOAK_AGENTS, out / "again", minutes, env)
+        print(compare_again(soak_rows, rows), flush=True)
+    finally:
+        if embedder is not None:
+            embedder.close()
+
+
 def main(quick: bool = False, minutes: int | None = None) -> None:
     minutes = minutes or (3 if quick else 10)
     out = Path(os.environ.get("MEMSTRATA_SOAK_OUT") or f"/tmp/memstrata-soak-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     soak(minutes, out)
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="the soak's load run again over a finished soak's data")
+    parser.add_argument("--again", type=Path, required=True, help="a soak's output directory (MEMSTRATA_SOAK_OUT)")
+    parser.add_argument("--minutes", type=int, default=AGAIN_MIN)
+    args = parser.parse_args(sys.argv[1:])
+    again(args.again, args.minutes)
