@@ -76,3 +76,32 @@ def test_in_a_conversation_the_passage_runs_on_to_the_reply():
     assert (first, last) == (4, 5) and "reply of Maya" in why, "another's turn: on to the named speaker's reply"
     assert answer_span(CHAT, 0, "pottery")[:2] == (2, 4), "a heading is no passage: the first turn, then on"
     assert answer_span(NOTE, 2, "moth")[:2] == (2, 3), "no conversation: the item"
+
+
+def test_under_a_budget_the_best_passages_take_in_the_item_after_them(tmp_path):
+    """In notes the answer is often the item after the one repeating the question's words: the best
+    NEXT_ITEM_TOP results take it in from the start, before lower results' passages use the room."""
+    from layers.local.ranking.budget import NEXT_ITEM_TOP, with_next_item
+
+    note = "## dns\n- 09:00 the DNS server moved racks\n- 09:05 now at 10.0.0.{day}\n- 12:00 lunch with the team\n"
+    assert with_next_item(note, (1, 1)) == (1, 2) and with_next_item(note, (3, 3)) == (3, 3)
+    assert with_next_item(CHAT, (2, 2)) == (2, 2), "a turn: the reply is answer_span's to choose"
+    index = LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=""))
+    with index:
+        for day in range(1, 8):
+            text, path = note.format(day=day), f"memory/2026-08-0{day}.md"
+            index.update_document(Document(path, text, hashlib.sha256(text.encode()).hexdigest(), "daily", path[7:17]))
+        free = search(index, "DNS server moved", mode="fts").to_dict()["results"]
+        assert len(free) == 7
+        # room for every result's focus line and a few tokens more: too little to grow the best one by its next
+        # item once all seven are in
+        one_line = sum(
+            estimate_tokens(f"{r['path']}:{r['lines'][0]} {r['heading']}\n{r['text'].split(chr(10))[1]}") for r in free
+        )
+        tight = search(index, "DNS server moved", mode="fts", max_tokens=one_line + 4, explain=True).to_dict()
+        given = tight["results"]
+        for result in given[:NEXT_ITEM_TOP]:
+            assert "now at 10.0.0." in result["text"], result
+            assert result["passage_why"].endswith("and the item after it"), result["passage_why"]
+        assert all("now at" not in r["text"] for r in given[NEXT_ITEM_TOP:]), "only the best take it in"
+        assert tight["budget"]["used"] <= one_line + 4
