@@ -110,10 +110,10 @@ def fit(results: list[LocalHit], max_tokens: int, after: Sequence[LocalHit] = ()
     ``after`` are results that get only the room ``results`` leave once they are in and grown, the same
     way (a hybrid answer's results only the vectors found, below its lexical matches: issue 50 item 2).
 
-    The first :data:`NEXT_ITEM_TOP` results' passages outside a conversation take in the item after them
-    from the start (:func:`with_next_item`): in notes the answer is often the item after the one that
-    repeats the question's words, and growing with the room left came too late for it, after every lower
-    result's passage was in.
+    The first :data:`NEXT_ITEM_TOP` passages of each list (``results``, then ``after``) outside a
+    conversation take in the item after them from the start (:func:`with_next_item`): in notes the answer
+    is often the item after the one that repeats the question's words, and growing with the room left came
+    too late for it, after every lower result's passage was in.
     """
     kept, budget = _fit(results, max_tokens)
     if not after:
