@@ -406,6 +406,22 @@ def check_nothing_lost(daemon: DaemonProcess, load: Load, when: str) -> list[str
     return lost
 
 
+def _run(daemon: DaemonProcess, load: Load, sampler: Sampler, minutes: int) -> None:
+    """The load for ``minutes``, a row a minute; Ctrl-C ends it early, keeping the minutes measured."""
+    load.start()
+    began = time.monotonic()
+    try:
+        for minute in range(1, minutes + 1):
+            time.sleep(max(0.0, began + 60 * minute - time.monotonic()))
+            if daemon.proc.poll() is not None:
+                raise RuntimeError(f"the daemon exited with {daemon.proc.returncode}")
+            sampler.sample(minute)
+    except KeyboardInterrupt:
+        print("interrupted: the figures of the minutes measured follow", flush=True)
+    finally:
+        load.finish()
+
+
 AGAIN_MIN = 10  # the load run again on the restarted daemon, as long as the first window
 
 
@@ -424,14 +440,7 @@ def load_again(config: Path, agents: list[str], out: Path, minutes: int, env: di
         wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=300, what="the L4 store")
         l3_paths = [Path(daemon.agent(a)["index"]["path"]) for a in agents]
         sampler = Sampler(out, daemon, load, l3_paths, daemon.state_dir / "conversation")
-        load.start()
-        began = time.monotonic()
-        try:
-            for minute in range(1, minutes + 1):
-                time.sleep(max(0.0, began + 60 * minute - time.monotonic()))
-                sampler.sample(minute)
-        finally:
-            load.finish()
+        _run(daemon, load, sampler, minutes)
         return sampler.rows
     finally:
         if sampler is not None:
@@ -496,18 +505,7 @@ def soak(minutes: int, out: Path) -> None:
         wait_for(lambda: daemon.status()["conversation"]["reachable"], timeout=300, what="the L4 store")
         l3_paths = [Path(daemon.agent(a)["index"]["path"]) for a in agents]
         sampler = Sampler(out, daemon, load, l3_paths, daemon.state_dir / "conversation")
-        load.start()
-        began = time.monotonic()
-        try:
-            for minute in range(1, minutes + 1):
-                time.sleep(max(0.0, began + 60 * minute - time.monotonic()))
-                if daemon.proc.poll() is not None:
-                    raise RuntimeError(f"the daemon exited with {daemon.proc.returncode}")
-                sampler.sample(minute)
-        except KeyboardInterrupt:
-            print("interrupted: the figures of the minutes measured follow", flush=True)
-        finally:
-            load.finish()
+        _run(daemon, load, sampler, minutes)
         print("\n".join(summarize(sampler.rows, load, out)), flush=True)
         if load.errors:
             print(f"errors ({load.error_count}): {load.errors[:5]}", flush=True)
