@@ -272,14 +272,15 @@ def descendants(pid: int) -> list[int]:
     return sorted(mine - {pid})
 
 
-def children_rss(pid: int, only: bytes = b"") -> float:
-    """The resident sets of ``pid``'s descendants (``only``: those whose command line holds it), in MB."""
+def children_rss(pid: int, only: bytes = b"", kind: str = "VmRSS") -> float:
+    """The resident sets (``kind``: or their RssAnon) of ``pid``'s descendants (``only``: those whose command
+    line holds it), in MB."""
     total = 0.0
     for child in descendants(pid):
         try:
             if only and only not in Path(f"/proc/{child}/cmdline").read_bytes():
                 continue
-            total += memory_of(child).get("VmRSS", 0.0)
+            total += memory_of(child).get(kind, 0.0)
         except (OSError, ValueError):
             continue
     return total
@@ -318,7 +319,9 @@ class Sampler:
             try:
                 sample = {"at": time.monotonic(), **memory_of(self.pid)}
                 sample["children"] = children_rss(self.pid)
+                sample["children_anon"] = children_rss(self.pid, kind="RssAnon")
                 sample["tree"] = sample["VmRSS"] + sample["children"]
+                sample["tree_anon"] = sample["RssAnon"] + sample["children_anon"]
                 self.samples.append(sample)
             except (OSError, ValueError):
                 return
@@ -411,7 +414,8 @@ def _mb(figures: dict[str, float], idle: dict[str, float]) -> str:
 
 
 def peaks(sampler: Sampler) -> dict[str, float]:
-    return {name: sampler.peak(name) for name in ("VmRSS", "RssAnon", "RssFile", "children", "tree")}
+    names = ("VmRSS", "RssAnon", "RssFile", "children", "children_anon", "tree", "tree_anon")
+    return {name: sampler.peak(name) for name in names}
 
 
 def rebuild(roots: Roots, held: list[int]) -> None:
@@ -443,32 +447,19 @@ def rebuild(roots: Roots, held: list[int]) -> None:
             f"own record, {wall:.0f} s from the hub's store answering (target < {TARGET_S:.0f} s at 50,000)",
             flush=True,
         )
+        top = peaks(during)
         print(
             f"  spoke-1's RSS in MB (its daemon; no model loaded): idle {_mb(idle, idle)}; peak during the rebuild "
-            f"{_mb(peaks(during), idle)} ({len(during.samples)} samples, 0.25 s apart; target <= idle + "
-            f"{TARGET_MB:.0f}); after it {_mb(after, idle)}",
+            f"{_mb(top, idle)} ({len(during.samples)} samples, 0.25 s apart; target <= idle + {TARGET_MB:.0f}); "
+            f"the build's child process at most {top['children']:.0f} (anon {top['children_anon']:.0f}); the daemon "
+            f"and its children at once at most {top['tree']:.0f} (+{top['tree'] - idle['VmRSS']:.0f}; anon "
+            f"{top['tree_anon']:.0f}, +{top['tree_anon'] - idle['RssAnon']:.0f}); after it {_mb(after, idle)}",
             flush=True,
         )
-        # the replica's index: an optimize of the whole in a child process, then swapped in by a poll
-        try:
-            with Sampler(pid) as indexing:
-                started = time.monotonic()
-                child = until(lambda: children_rss(pid, b"optimize") > 0, 120 if len(held) >= 500 else 0, 0.5)
-                until(lambda: children_rss(pid, b"optimize") == 0, 3600)
-                optimized = time.monotonic() - started
-                swapped = until(lambda: "optimized shard swapped in" in spoke.log(), 120 if child else 0)
-                time.sleep(5)  # the replaced shard closed at the next tick
-            indexed = settled(pid)
-            top = peaks(indexing)
-            print(
-                f"  its index (an optimize of the whole replica in a child process{'' if child else ': NOT seen'}, "
-                f"{optimized:.0f} s; swapped in: {bool(swapped)}): the daemon's peak {_mb(top, idle)} (the optimized "
-                f"copy loaded beside the replica it replaces), the child's at most {top['children']:.0f}, both at once "
-                f"at most {top['tree']:.0f}; once swapped {_mb(indexed, idle)}",
-                flush=True,
-            )
-        except Exception as error:  # said; the comparison below still runs
-            print(f"  its index: FAILED: {type(error).__name__}: {error}")
+        # the generation came optimized from the child: no optimize may follow in the daemon
+        time.sleep(15)
+        later = children_rss(pid, b"optimize")
+        print(f"  an optimize after the rebuild: {'NONE (as built)' if not later else f'one, {later:.0f} MB'}")
         t0 = time.monotonic()
         same = compare(hub_set(roots.url, key), replica_set(roots.spoke_config))
         print(f"  spoke-1's replica against the hub's snapshot for its key: {same} ({time.monotonic() - t0:.0f} s)")

@@ -53,6 +53,11 @@ class HubClient:
         self.timeout_s = timeout_s
         self._key = key
 
+    def handed(self) -> dict[str, Any]:
+        """What a child process needs to ask the hub as this host (replica_build.py: given on its stdin, never
+        on its command line, where ``ps`` would show the key)."""
+        return {"url": self.url, "key": self._key, "timeout_s": self.timeout_s}
+
     def send(
         self,
         agent: str | None,

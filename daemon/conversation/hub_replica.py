@@ -1,15 +1,16 @@
 """A spoke's offline replica of what its agents may read on the hub (issue 48): read with the hub away.
 
-An embedded Edge store (the broker's own adapter, layers/conversation/adapters/store.py) in
-``state_dir/conversation/replica/<generation>/``, and a small durable meta file beside it
+An embedded Edge store (the broker's own adapter, layers/conversation/adapters/store.py; its layout in
+replica_store.py) in ``state_dir/conversation/replica/<generation>/``, and a small durable meta file beside it
 (``replica/meta.json``: the generation, the feed ``seq`` and ``epoch`` it stands at, when it last
 applied).  One thread (``hub-replica``) asks the hub's change feed (daemon/api/peer_feed.py) every
 second while the hub answers (at once after a write of this host's agents), applies the changes in
 order and records the seq after the store has flushed them, so a restart, SIGKILL included, resumes
 from there (a change applied twice is the same state twice).  An epoch that differs (the hub restored,
 this host's enrolment or its agents' projects changed) or a seq below the feed's horizon (compacted)
-rebuilds it from the hub's snapshot into a new generation; the meta file names the new one only once it
-is complete, and the old one answers until then.
+rebuilds it from the hub's snapshot into a new generation, built by a child process (replica_build.py: the
+daemon's memory stays as it was); the meta file names the new one only once it is complete, and the old one
+answers until then.
 
 The spoke applies no rule: each memory comes with ``readers``, the agents of this host the hub computed
 may read it, and a search or a listing here holds only memories whose readers name the caller (a filter
@@ -33,6 +34,7 @@ import logging
 import os
 import secrets
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -43,9 +45,11 @@ from typing import Any
 
 from daemon.common.contracts import fit_memories
 from daemon.common.domain_errors import NoSuchMemoryError
+from daemon.conversation import replica_build
 from daemon.conversation.hub_client import HubClient, HubUnreachable
 from daemon.conversation.reads import checked_filters, is_uuid, made_between
-from layers.conversation.adapters.store import ConversationStore, Embedder, StoreSettings
+from daemon.conversation.replica_store import LAYOUT, PAGE, READERS, ReplicaError, ask, open_store, write
+from layers.conversation.adapters.store import ConversationStore, Embedder
 from layers.conversation.policy.decay import DecayRules
 from layers.conversation.policy.rules import Phase, PolicyError
 from protocol.operations import List, MemorySearch
@@ -53,27 +57,15 @@ from protocol.operations import List, MemorySearch
 log = logging.getLogger(__name__)
 
 FEED_PATH = "/v1/peer/feed"  # daemon/api/peer_feed.py's
-SNAPSHOT_PATH = "/v1/peer/snapshot"
-PAGE = 500
 POLL_S = 1.0  # while the hub answers
 # A feed request a cut link caught in flight would wait the whole `conversation.hub.timeout_s` (the bench saw
 # replicas catch up 12 s after the link returned), so a feed request gives up sooner; the one after a
 # timed-out request waits the whole timeout, so a hub slow to answer a page (500 memories) is still followed.
 FEED_TIMEOUT_S = 4.0
-# The payload field the hub's readers are kept in (one keyword index): a reserved name (metadata.py's
-# RESERVED), so a caller's own metadata key, "readers" say, is kept as the hub keeps it.  LAYOUT 2: before it
-# the field was "readers" and overwrote that key; a replica of an earlier layout is rebuilt at the first poll.
-READERS = "hub_readers"
-LAYOUT = 2
-COLLECTION = "replica"
 
 
 def replica_dir(state_dir: Path) -> Path:
     return state_dir / "conversation" / "replica"
-
-
-class ReplicaError(Exception):
-    """The hub's answer cannot be applied (its model differs from the replica's, an answer of the wrong shape)."""
 
 
 class HubReplica:
@@ -105,6 +97,7 @@ class HubReplica:
         self.polled_at: float | None = None  # wall time of the last feed answer applied
         self.rebuilds = 0
         self.rebuilding: dict[str, Any] | None = None
+        self._builder: subprocess.Popen | None = None  # a rebuild's child process, while it runs
         self.last_error: str | None = None
         self._feed_timed_out = False  # the last feed request gave up at FEED_TIMEOUT_S: the next waits longer
         self.last_rebuild: dict[str, Any] | None = None
@@ -148,6 +141,10 @@ class HubReplica:
     def request_stop(self) -> None:
         self._stopping.set()
         self._wake.set()
+        builder = self._builder
+        if builder is not None:  # a rebuild under way: its child's part is dropped (the old generation stays)
+            with contextlib.suppress(OSError):
+                builder.kill()
 
     def stop(self, timeout: float) -> bool:
         self.request_stop()
@@ -183,21 +180,12 @@ class HubReplica:
 
     # ------------------------------------------------------------ the feed
 
-    def _get(self, path: str, params: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
-        answer = self.client().send(None, "GET", path, params, timeout_s=timeout_s)
-        if answer.status != 200 or not isinstance(answer.data, dict):
-            message = answer.data.get("error") if isinstance(answer.data, dict) else None
-            if answer.status in (502, 503, 504):
-                raise HubUnreachable(f"the hub answered {answer.status}: {message or 'no message'}")
-            raise ReplicaError(f"the hub answered {answer.status}: {message or 'no message'}")
-        return answer.data
-
     def poll(self) -> bool:
         """One page of the feed applied (or a rebuild); True when more is waiting."""
         seq = int(self.meta.get("seq") or 0)
         short = not self._feed_timed_out
         try:
-            data = self._get(FEED_PATH, {"after": seq, "limit": PAGE}, FEED_TIMEOUT_S if short else None)
+            data = ask(self.client(), FEED_PATH, {"after": seq, "limit": PAGE}, FEED_TIMEOUT_S if short else None)
         except HubUnreachable as exc:
             self._feed_timed_out = short and str(exc).startswith("no answer within")
             raise
@@ -234,7 +222,8 @@ class HubReplica:
             final[str(change["id"])] = change.get("memory")
         with self._lock:
             assert self.store is not None
-            self._write(self.store, final)
+            write(self.store._edge(), final, self.meta.setdefault("projects", {}))
+            self.store.upkeep()
             self.store.flush()
             self.memories = self.store.count()
 
@@ -245,34 +234,11 @@ class HubReplica:
             if self.store is not None:
                 self.store.upkeep()
 
-    def _write(self, store: ConversationStore, final: dict[str, dict[str, Any] | None], upkeep: bool = True) -> None:
-        """``final`` in ``store``; ``upkeep``: then the store's optimize schedule ticks (the live replica's)."""
-        shard = store._edge()
-        gone = [i for i, m in final.items() if m is None]
-        kept = [(i, m) for i, m in final.items() if m is not None]
-        points = []
-        projects: dict[str, list[str]] = self.meta.setdefault("projects", {})
-        for memory_id, memory in kept:
-            payload = dict(memory["payload"])
-            readers = [str(r) for r in memory.get("readers") or []]
-            payload[READERS] = readers
-            points.append((memory_id, memory["vector"], payload))
-            project = payload.get("project_id")
-            if payload.get("visibility") == "project" and isinstance(project, str):
-                for reader in readers:  # which projects a reader's project phase asks (a superset is harmless)
-                    if project not in projects.setdefault(reader, []):
-                        projects[reader].append(project)
-        if gone:
-            shard.delete(gone)
-        if points:
-            shard.upsert(points)
-        if upkeep:
-            store.upkeep()
-
     # ------------------------------------------------------------ a rebuild from the snapshot
 
     def rebuild(self, why: str) -> None:
-        """The hub's snapshot into a new generation, then the meta file names it; the old one answers meanwhile."""
+        """The hub's snapshot into a new generation (replica_build.py's child), then the meta file names it; the
+        old one answers meanwhile."""
         started = time.monotonic()
         self.rebuilding = {"why": why, "since": _now(), "memories": 0}
         self.on_change()
@@ -280,45 +246,25 @@ class HubReplica:
         target = self.root / generation
         store: ConversationStore | None = None
         try:
-            first = self._get(SNAPSHOT_PATH, {"limit": PAGE})
-            model = first.get("model") or {}
-            dim = int(model.get("dim") or 0)
-            if dim <= 0:
-                raise ReplicaError("the hub's snapshot names no vector size")
-            store = self._open(target, dim)
-            epoch, seq, page = first.get("epoch"), int(first.get("seq") or 0), first
-            saved = {"projects": self.meta.get("projects"), "rebuilds": self.meta.get("rebuilds")}
-            self.meta["projects"] = {}
-            count = 0
-            while True:
-                if page.get("epoch") != epoch:
-                    raise ReplicaError("the hub's epoch changed during the snapshot: it is taken again")
-                final = {str(m["id"]): m["memory"] for m in page.get("memories") or []}
-                # not optimized while it is built (nothing searches it yet): an optimize started at 5,000
-                # points journals every later page in this process (vectors included) until its swap: 85 MB
-                # more anonymous memory at 20,000 points (docs/fleet-l4.md, "Measured")
-                self._write(store, final, upkeep=False)
-                count += len(final)
-                self.rebuilding["memories"] = count
-                cursor = page.get("cursor")
-                if not cursor or self._stopping.is_set():
-                    break
-                page = self._get(SNAPSHOT_PATH, {"cursor": cursor, "limit": PAGE})
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            done = replica_build.build(self.client(), target, self._built_so_far, self._building)
             if self._stopping.is_set():
                 raise ReplicaError("stopping")
-            store.flush()
+            model = done["model"]
+            store = self._open(target, int(model["dim"]))
             old_dir = self.meta.get("dir")
             seconds = round(time.monotonic() - started, 2)
             with self._lock:
                 old, self.store = self.store, store
-                self.last_rebuild = {"why": why, "at": _now(), "memories": count, "seconds": seconds}
+                self.last_rebuild = {"why": why, "at": _now(), "memories": done["memories"], "seconds": seconds}
                 self.rebuilds += 1
                 self.meta.update(
                     dir=generation,
                     layout=LAYOUT,
-                    seq=seq,
-                    epoch=epoch,
+                    seq=int(done["seq"]),
+                    epoch=done["epoch"],
                     model=model,
+                    projects=done["projects"],
                     applied_at=time.time(),
                     polled_at=time.time(),
                     rebuilds=self.rebuilds,
@@ -326,34 +272,40 @@ class HubReplica:
                 self._save()
                 self.polled_at = self.meta["polled_at"]
                 self.memories = store.count()
-                store.upkeep()  # the replica now: its index is built (a child process) from here
             store = None  # it is the replica now
             if old is not None:
                 with contextlib.suppress(Exception):
                     old.close()
             if old_dir and old_dir != generation:
                 shutil.rmtree(self.root / str(old_dir), ignore_errors=True)
-            log.info("the replica was rebuilt from the hub's snapshot (%s): %d memories in %.1f s", why, count, seconds)
+            log.info(
+                "the replica was rebuilt from the hub's snapshot (%s): %d memories in %.1f s",
+                why,
+                done["memories"],
+                seconds,
+            )
         except BaseException:
             if store is not None:
                 with contextlib.suppress(Exception):
                     store.close()
-                shutil.rmtree(target, ignore_errors=True)
-                self.meta.update(saved)
+            shutil.rmtree(target, ignore_errors=True)
             raise
         finally:
             self.rebuilding = None
             self.on_change()
 
-    def _open(self, path: Path, dim: int) -> ConversationStore:
-        from layers.conversation.adapters.edge import KEYWORD
+    def _built_so_far(self, memories: int) -> None:
+        if self.rebuilding is not None:
+            self.rebuilding["memories"] = memories
 
-        store = ConversationStore(
-            StoreSettings(backend="embedded", data_dir=path, collection=COLLECTION), _Unset(), dim
-        )
+    def _building(self, child: subprocess.Popen | None) -> None:
+        self._builder = child
+        if child is not None and self._stopping.is_set():
+            child.kill()  # a stop that came before the child existed
+
+    def _open(self, path: Path, dim: int) -> ConversationStore:
+        store = open_store(path, dim)
         store.decay = self.decay
-        store.connect()
-        store._edge().ensure_index(READERS, KEYWORD)
         return store
 
     def _save(self) -> None:
@@ -578,9 +530,7 @@ def copied_points(root: Path, meta: dict[str, Any]) -> Iterator[tuple[str, dict[
     with tempfile.TemporaryDirectory(prefix="replica-copy-") as tmp:
         copy = Path(tmp) / "gen"
         shutil.copytree(root / meta["dir"], copy, symlinks=True, ignore=shutil.ignore_patterns("*.lock"))
-        settings = StoreSettings(backend="embedded", data_dir=copy, collection=COLLECTION)
-        store = ConversationStore(settings, _Unset(), int(meta["model"]["dim"]))
-        store.connect()
+        store = open_store(copy, int(meta["model"]["dim"]))
         try:
             cursor = None
             while True:
@@ -592,18 +542,6 @@ def copied_points(root: Path, meta: dict[str, Any]) -> Iterator[tuple[str, dict[
                     return
         finally:
             store.close()
-
-
-class _Unset:
-    """The replica's store before a query needs an embedder (applying the feed embeds nothing)."""
-
-    model_id = "unset"
-
-    def embed_passages(self, texts: list[str]) -> Any:
-        raise RuntimeError("the replica embeds no passages: the hub's vectors are stored")
-
-    def embed_query(self, text: str) -> Any:
-        raise RuntimeError("no embedder for the replica's queries")
 
 
 def _dimension(embedder: Any) -> int:

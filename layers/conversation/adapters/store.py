@@ -127,6 +127,11 @@ class StoreSettings:
     timeout_s: float = 5.0
     llm: dict | None = field(default=None, repr=False)  # {"base_url", "model", "api_key"}
     engine: str = EDGE  # embedded only: EDGE or QDRANT_LOCAL (the old local mode, read by migration)
+    cold: bool = False  # on Edge: vectors and graph read from disk as searched, not at load (edge.py's _config)
+    wal: bool = True  # on Edge: False, no write-ahead log (a copy that flushes before it records progress)
+    # the payload fields given a keyword index: a store that filters on fewer (a spoke's replica of the hub)
+    # indexes fewer, each index being ~5 MB of mapped files read at load on Edge
+    keyword_fields: tuple[str, ...] = KEYWORD_FIELDS
 
     @property
     def on_edge(self) -> bool:
@@ -391,7 +396,7 @@ class ConversationStore:
             )
         try:
             self.settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            return EdgeCollection(path, dim)
+            return EdgeCollection(path, dim, cold=self.settings.cold, wal=self.settings.wal)
         except EdgeLockedError as exc:
             if exc.here:  # a handle of ours not yet closed (a store a reload is replacing): try again later
                 raise StoreUnavailableError(f"connect: {exc}") from None
@@ -519,7 +524,7 @@ class ConversationStore:
 
         if shard is None:
             raise StoreConfigError("the conversation store needs an embedder to create its collection")
-        for name in KEYWORD_FIELDS:
+        for name in self.settings.keyword_fields:
             shard.ensure_index(name, KEYWORD)
         shard.ensure_index(EXPIRY_FIELD, FLOAT)
 
