@@ -223,8 +223,8 @@ class HubReplica:
         with self._lock:
             assert self.store is not None
             write(self.store._edge(), final, self.meta.setdefault("projects", {}))
-            self.store.upkeep()
             self.store.flush()
+            self.store.upkeep()  # after the flush: an optimize's copy (no WAL here) takes what the files hold
             self.memories = self.store.count()
 
     def _upkeep(self) -> None:

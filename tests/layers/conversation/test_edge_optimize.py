@@ -478,3 +478,28 @@ def test_a_shard_reached_through_a_symlinked_directory_keeps_its_generation_thro
             assert len(_ids(c)) == 30
         finally:
             c.close()
+
+
+def test_a_shard_without_a_write_ahead_log_is_optimized_with_every_write_made_before_the_copy(tmp_path):
+    """With no WAL (a replica's copy of the hub: layers/conversation/adapters/edge.py ``wal``) the copy's load
+    has no log to make it whole: what was written but not yet flushed must reach the copy's files first."""
+    c = EdgeCollection(tmp_path / "edge" / "shard", DIM, cold=True, wal=False)
+    try:
+        _fill(c, 0, 300)
+        c.flush()
+        _fill(c, 300, 200)  # not flushed by the caller
+        c.delete([pid(i) for i in range(0, 20)])
+        c.set_payload(pid(250), {"tag": "before the copy"})
+        c.start_optimize()
+        _fill(c, 500, 10)  # during it: journalled
+        _finish(c)
+        expected = Counter({pid(i): 1 for i in range(20, 510)})
+        assert Counter(_ids(c)) == expected
+        assert c.retrieve([pid(250)])[0].payload["tag"] == "before the copy"
+    finally:
+        c.close()
+    again = EdgeCollection(tmp_path / "edge" / "shard", DIM, cold=True, wal=False)
+    try:
+        assert Counter(_ids(again)) == expected
+    finally:
+        again.close()
