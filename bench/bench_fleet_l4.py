@@ -32,7 +32,8 @@ Phases, each printing counts and ratios (nothing is asserted):
    with spoke-1's link cut (answered from its replica, degraded): p95 of each, their ratio, same top 5.
    (d) ``--rebuild-memories`` (50,000) public memories written on the hub through its API (batches of
    200 adds) until ``--rebuild-budget`` s, then spoke-1's replica removed and rebuilt from the snapshot
-   (its daemon restarted): the rebuild's time and the spoke's RSS against idle, scaled to 50k when fewer.
+   (its daemon restarted): the rebuild's time (scaled to 50k when fewer) and the spoke's RSS against idle
+   (measured at 50,000 by bench/bench_replica_50k.py: a difference of a few MB here scales to nothing).
 
 Root only (nspawn, namespaces).
 """
@@ -686,7 +687,7 @@ def replica_rebuild(f: Fleet, target: int, budget_s: float) -> None:
         f"(x{scale:.1f} scaled to 50k: {(rebuilt or float('nan')) * scale:.0f} s; target < 300 s); {role}'s daemon "
         f"just restarted, no search yet: RSS idle {idle:.0f} MB ({small} memories in its replica), after the feed "
         f"applied them {applied:.0f} MB, restarted and rebuilt {after:.0f} MB "
-        f"(+{after - idle:.0f} MB, scaled to 50k +{(after - idle) * scale:.0f} MB; target <= +100 MB)"
+        f"(+{after - idle:.0f} MB; RSS does not scale linearly from a few MB: at 50,000, `bench/run.py replica-50k`)"
     )
 
 
