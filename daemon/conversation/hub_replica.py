@@ -252,7 +252,6 @@ class HubReplica:
                 raise ReplicaError("stopping")
             model = done["model"]
             store = self._open(target, int(model["dim"]))
-            old_dir = self.meta.get("dir")
             seconds = round(time.monotonic() - started, 2)
             with self._lock:
                 old, self.store = self.store, store
@@ -276,8 +275,9 @@ class HubReplica:
             if old is not None:
                 with contextlib.suppress(Exception):
                     old.close()
-            if old_dir and old_dir != generation:
-                shutil.rmtree(self.root / str(old_dir), ignore_errors=True)
+            for stale in self.root.glob("gen-*"):  # the one replaced, and any a killed build left half made
+                if stale.name != generation:
+                    shutil.rmtree(stale, ignore_errors=True)
             log.info(
                 "the replica was rebuilt from the hub's snapshot (%s): %d memories in %.1f s",
                 why,

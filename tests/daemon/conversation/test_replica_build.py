@@ -211,7 +211,7 @@ def test_a_stop_during_a_build_ends_its_child_and_keeps_the_replica_that_was_the
 def test_a_replica_of_an_earlier_layout_is_rebuilt_and_keeps_the_callers_readers_key(tmp_path):
     """Before layout 2 the hub's readers were kept under ``readers``, over a caller's own metadata key of that
     name (and before layout 3 the replica had a write-ahead log): such a replica is rebuilt at the first poll,
-    the old generation removed once the new one answers."""
+    the old generation removed once the new one answers, with any a killed build left half made."""
     hub = StandInHub(count=3)
     try:
         first = hub.replica(tmp_path / "replica")
@@ -223,12 +223,15 @@ def test_a_replica_of_an_earlier_layout_is_rebuilt_and_keeps_the_callers_readers
         old_dir = meta.pop("dir")
         meta.pop("layout")
         meta_path.write_text(json.dumps({**meta, "dir": old_dir}))  # as an earlier memstrata left it
+        (tmp_path / "replica" / "gen-0badbeef" / "edge").mkdir(parents=True)  # as a SIGKILLed build leaves one
         again = hub.replica(tmp_path / "replica")
         assert again.store is None and again.unusable() == "no replica of the hub yet"
         again.poll()
         assert again.last_rebuild is not None and again.last_rebuild["why"] == "an earlier layout"
         new_dir = json.loads(meta_path.read_text())["dir"]
-        assert new_dir != old_dir and not (tmp_path / "replica" / old_dir).exists()
+        assert new_dir != old_dir and sorted(p.name for p in (tmp_path / "replica").iterdir()) == sorted(
+            ["meta.json", new_dir]
+        )
         again.stop(30)
         copied = list(copied_points(tmp_path / "replica", json.loads(meta_path.read_text())))
         assert len(copied) == 3
