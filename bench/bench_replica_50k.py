@@ -24,6 +24,9 @@ spoke's replica thread finds the hub and builds its replica from the snapshot (`
 rebuild's own time (``replica.last_rebuild.seconds``), its RSS once done, and its peak (VmHWM, the kernel's high
 water mark).  Then the replica's set against the hub's snapshot for spoke-1's key: every id, payload and readers
 equal, a sample of vectors equal, and none of the ids spoke-1's agents may not read.
+
+**``--kill``.**  Then spoke-1's daemon SIGKILLed while its build child writes, and started again: the child gone
+with it, the replica rebuilt equal to the hub's, one generation left.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import argparse
 import json
 import random
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -469,14 +473,70 @@ def rebuild(roots: Roots, held: list[int]) -> None:
             hub.stop(timeout=120)
 
 
-def main(quick: bool = False, memories: int | None = None, keep: str | None = None, seed_minutes: float = 600) -> None:
+def killed_mid_rebuild(roots: Roots) -> None:
+    """spoke-1's daemon SIGKILLed while its build child is writing, then started again: the child must die with it,
+    and the restart must rebuild to the hub's set, leaving one generation (the killed build's part removed)."""
+    key = roots.key.read_text().strip()
+    replicas = replica_dir(load_config(roots.spoke_config).paths.state_dir)
+    shutil.rmtree(replicas, ignore_errors=True)
+    hub = DaemonProcess(roots.hub_config).start()
+    spoke = None
+    try:
+        wait_reachable(hub)
+        spoke = DaemonProcess(roots.spoke_config).start()
+        assert spoke.proc is not None
+        pid = spoke.proc.pid
+
+        def builder() -> list[int]:
+            return [c for c in descendants(pid) if b"replica_build" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+        child = wait_for(builder, timeout=120, interval=0.2, what="spoke-1's build child")[0]
+        time.sleep(12)
+        written = (spoke.status()["conversation"]["replica"].get("rebuilding") or {}).get("memories")
+        spoke.signal(signal.SIGKILL)
+        spoke.proc.wait()
+        time.sleep(2)
+        alive = Path(f"/proc/{child}").exists() and b") Z" not in Path(f"/proc/{child}/stat").read_bytes()
+        print(
+            f"spoke-1's daemon SIGKILLed with its build child at {written} memories: the child alive 2 s later: {alive}"
+        )
+        spoke = DaemonProcess(roots.spoke_config).start()
+        replica = wait_for(
+            lambda: (r := spoke.status()["conversation"]["replica"]).get("last_rebuild") and r,
+            timeout=3600,
+            interval=1.0,
+            what="spoke-1's replica rebuilt after the kill",
+        )
+        left = sorted(p.name for p in replicas.glob("gen-*"))
+        print(
+            f"  restarted: rebuilt {replica['last_rebuild']['memories']} in {replica['last_rebuild']['seconds']} s; "
+            f"generations left {len(left)} (target 1)"
+        )
+        same = compare(hub_set(roots.url, key), replica_set(roots.spoke_config))
+        print(f"  against the hub's snapshot for its key: {same}")
+    finally:
+        if spoke is not None:
+            spoke.stop(timeout=120)
+        hub.stop(timeout=120)
+
+
+def main(
+    quick: bool = False,
+    memories: int | None = None,
+    keep: str | None = None,
+    seed_minutes: float = 600,
+    kill: bool = False,
+) -> None:
     count = memories if memories is not None else (1000 if quick else MEMORIES)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-replica-") as tmp:
         base = Path(keep) if keep else Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
         roots = Roots(base)
-        rebuild(roots, seed(roots, count, seed_minutes))
+        held = seed(roots, count, seed_minutes)
+        rebuild(roots, held)
+        if kill:
+            killed_mid_rebuild(roots)
     print(f"replica rebuild bench: {time.monotonic() - started:.0f} s")
 
 
@@ -485,5 +545,6 @@ if __name__ == "__main__":
     parser.add_argument("--memories", type=int, default=MEMORIES, help="memories on the hub")
     parser.add_argument("--keep", default=None, help="keep both roots here; a later run reuses (and resumes) them")
     parser.add_argument("--seed-minutes", type=float, default=600, help="give up the seeding after this long")
+    parser.add_argument("--kill", action="store_true", help="then SIGKILL the spoke mid-rebuild and start it again")
     args = parser.parse_args()
-    main(memories=args.memories, keep=args.keep, seed_minutes=args.seed_minutes)
+    main(memories=args.memories, keep=args.keep, seed_minutes=args.seed_minutes, kill=args.kill)
