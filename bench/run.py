@@ -20,6 +20,7 @@ from bench import (
     bench_conversation,
     bench_daemon,
     bench_edge,
+    bench_edge_placement,
     bench_feed_cost,
     bench_fleet,
     bench_fleet_l4,
@@ -51,6 +52,7 @@ BENCHMARKS = {
     "l4-durability": bench_l4_durability.main,
     "consolidate": bench_consolidate.main,
     "edge": lambda quick: bench_edge.main([1000] if quick else [1000, 10_000, 50_000]),
+    "edge-placement": bench_edge_placement.main,  # anonymous memory a point, payload indexes in the heap or on disk
     "optimize-sync": bench_optimize_sync.main,  # issue 45's syncs in the Edge optimize, at 50k points
     "stop": bench_stop.main,
     "hostile-files": bench_hostile_files.main,

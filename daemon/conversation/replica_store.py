@@ -27,8 +27,10 @@ PAGE = 500
 # RESERVED), so a caller's own metadata key, "readers" say, is kept as the hub keeps it.  LAYOUT 2: before it
 # the field was "readers" and overwrote that key; a replica of an earlier layout is rebuilt at the first poll.
 # LAYOUT 3: no write-ahead log (``settings``), which the engine cannot take from a store it made with one.
+# LAYOUT 4: payload indexes on disk (layers/conversation/adapters/edge.py): made again by the build child, not
+# by the daemon opening a replica with its indexes in the heap.
 READERS = "hub_readers"
-LAYOUT = 3
+LAYOUT = 4
 COLLECTION = "replica"
 
 

@@ -51,7 +51,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,14 @@ SEARCH_THREADS = 2
 KEYWORD = "keyword"
 FLOAT = "float"
 _SCHEMAS = {KEYWORD: qe.PayloadSchemaType.Keyword, FLOAT: qe.PayloadSchemaType.Float}
+# Payload indexes are kept on disk (``Memory.Cold``: mapped, read into the page cache as filters reach
+# them) rather than in the heap.  At the engine's default each indexed point cost ~0.3 KB of anonymous
+# memory per optimized segment, which grew with the data for the daemon's life (docs/memory.md, "Payload
+# indexes on disk"); on disk the kernel can drop those pages under pressure, and a filter reads them back.
+_INDEX_PARAMS: dict[str, Callable[[], qe.KeywordIndexParams | qe.FloatIndexParams]] = {
+    KEYWORD: lambda: qe.KeywordIndexParams(memory=qe.Memory.Cold),
+    FLOAT: lambda: qe.FloatIndexParams(memory=qe.Memory.Cold),
+}
 
 
 class EdgeLockedError(RuntimeError):
@@ -369,11 +377,16 @@ class EdgeCollection:
         self._update(qe.UpdateOperation.update_vectors([pv]))
 
     def ensure_index(self, field: str, kind: str) -> None:
-        """A payload index on ``field`` (``keyword`` or ``float``); nothing when it is already there."""
-        if field in self.indexes():
-            return
-        schema = _SCHEMAS[kind]
-        self._update(qe.UpdateOperation.create_field_index(field, schema))
+        """A payload index on ``field`` (``keyword`` or ``float``), on disk; nothing when it is there as such.
+
+        An index an earlier version made in the heap (or of another kind) is dropped and made again: the
+        engine keeps an index's placement as it was created."""
+        info = _engine(lambda: self._live().info().payload_schema).get(field)
+        if info is not None:
+            if info.data_type == _SCHEMAS[kind] and _on_disk(info):
+                return
+            self._update(qe.UpdateOperation.delete_field_index(field))
+        self._update(qe.UpdateOperation.create_field_index(field, _INDEX_PARAMS[kind]()))
 
     # reads ------------------------------------------------------------------
 
@@ -822,6 +835,12 @@ def background_child(parent: int) -> bool:
     with contextlib.suppress(OSError, AttributeError):
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
     return True
+
+
+def _on_disk(info: Any) -> bool:
+    """Whether a payload index was made on disk (an index made from a bare schema type has no params)."""
+    memory = getattr(info.params, "memory", None)
+    return memory is not None and memory == qe.Memory.Cold
 
 
 def _optimize_child(path: str, parent: int) -> int:

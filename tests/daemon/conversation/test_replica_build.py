@@ -24,6 +24,7 @@ import pytest
 from daemon.conversation.hub_client import HubClient, HubUnreachable
 from daemon.conversation.hub_replica import HubReplica, copied_points
 from daemon.conversation.replica_store import INDEXED, LAYOUT, PAGE, ReplicaError
+from layers.conversation.adapters import edge
 from layers.conversation.policy.decay import DEFAULT_DECAY
 
 DIM = 8
@@ -139,6 +140,9 @@ def test_a_rebuild_is_built_and_optimized_by_a_child_and_the_daemon_only_opens_i
         info = replica.store._edge().info()
         assert info["points"] == COUNT and info["indexed_vectors"] == COUNT, info  # its graph built already
         assert set(replica.store._edge().indexes()) == set(INDEXED) | {"expires_at"}  # what the reads filter on
+        schema = replica.store._edge()._live().info().payload_schema
+        assert all(edge._on_disk(index) for index in schema.values())  # on disk, as the child made them
+        assert replica.store._edge().writes == 0  # the daemon opened the generation: it made no index itself
         replica.poll()  # nothing to apply: no optimize is due either
         assert not children(b"optimize")
     finally:
@@ -219,7 +223,7 @@ def test_a_replica_of_an_earlier_layout_is_rebuilt_and_keeps_the_callers_readers
         first.stop(30)
         meta_path = tmp_path / "replica" / "meta.json"
         meta = json.loads(meta_path.read_text())
-        assert meta["layout"] == LAYOUT == 3
+        assert meta["layout"] == LAYOUT == 4
         old_dir = meta.pop("dir")
         meta.pop("layout")
         meta_path.write_text(json.dumps({**meta, "dir": old_dir}))  # as an earlier memstrata left it

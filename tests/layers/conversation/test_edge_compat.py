@@ -75,6 +75,41 @@ def test_create_then_reopen_keeps_points_and_indexes(tmp_path):
         again.close()
 
 
+def test_an_index_made_in_the_heap_is_made_again_on_disk_and_filters_as_before(tmp_path):
+    """An earlier version's shard has its payload indexes at the engine's default (in the heap, growing
+    with the data); opening it with this one makes them again on disk, and a filter answers the same."""
+    c = EdgeCollection(tmp_path / "s", DIM)
+    fill(c, 40)
+    c._update(edge.qe.UpdateOperation.create_field_index("agent_id", edge.qe.PayloadSchemaType.Keyword))
+    c._update(edge.qe.UpdateOperation.create_field_index("expires_at", edge.qe.PayloadSchemaType.Float))
+    schema = c._live().info().payload_schema
+    assert not edge._on_disk(schema["agent_id"]) and not edge._on_disk(schema["expires_at"])
+    before = {h.id for h in c.search(vec(3), 40, {"agent_id": "a1", "expires_at": {"gte": 10}})}
+    c.close()
+    again = EdgeCollection(tmp_path / "s", DIM)
+    try:
+        again.ensure_index("agent_id", edge.KEYWORD)
+        again.ensure_index("expires_at", edge.FLOAT)
+        again.ensure_index("visibility", edge.KEYWORD)  # a new one is made on disk too
+        schema = again._live().info().payload_schema
+        assert all(edge._on_disk(schema[f]) for f in ("agent_id", "expires_at", "visibility"))
+        assert schema["agent_id"].points == 40
+        assert {h.id for h in again.search(vec(3), 40, {"agent_id": "a1", "expires_at": {"gte": 10}})} == before
+        assert len(before) == 15  # odd i from 11 to 39
+    finally:
+        again.close()
+    third = EdgeCollection(tmp_path / "s", DIM)  # kept as made: nothing is made again at the next open
+    try:
+        schema = third._live().info().payload_schema
+        assert all(edge._on_disk(schema[f]) for f in ("agent_id", "expires_at", "visibility"))
+        writes = third.writes
+        third.ensure_index("agent_id", edge.KEYWORD)
+        assert third.writes == writes
+        assert {h.id for h in third.search(vec(3), 40, {"agent_id": "a1", "expires_at": {"gte": 10}})} == before
+    finally:
+        third.close()
+
+
 def test_reopening_with_another_size_is_refused(tmp_path):
     EdgeCollection(tmp_path / "s", DIM).close()
     with pytest.raises(ValueError, match="8-dimensional"):
