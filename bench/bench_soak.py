@@ -14,7 +14,9 @@ The daemon runs with allocation tracing (daemon/common/memtrace.py): every few m
 a short run; ``MEMSTRATA_SOAK_TRACE_MIN``, 0: off) the top 20 lines by growth, since the first
 snapshot and since the previous, are written next to the table.  The tracer holds memory of its
 own (its first snapshot, a record per live block: "the tracer's own" in each file), which shows
-as anonymous RSS: for RSS figures alone, run once with tracing off.
+as anonymous RSS: for RSS figures alone, run once with tracing off, or with
+``MEMSTRATA_SOAK_TRACE_FRAMES=0``: each file then holds only what native code holds (malloc, SQLite's
+page caches), which costs the run nothing measurable.
 
 At the end: RSS slope after the warm-up (MB/hour, anonymous and mapped apart), peak against the
 warm-up's median, latency of the last window against the first, the L3 indexes on disk against a
@@ -497,7 +499,9 @@ def soak(minutes: int, out: Path) -> None:
     config, env, agents = _setup(root, embedder)
     trace_min = os.environ.get("MEMSTRATA_SOAK_TRACE_MIN") or str(max(1, min(TRACE_EVERY_MIN, minutes // 5)))
     if trace_min != "0":  # tracing costs memory of its own: a run for RSS figures alone turns it off
+        frames = os.environ.get("MEMSTRATA_SOAK_TRACE_FRAMES", "1")  # 0: the native figures alone, untraced
         env = {**env, "MEMSTRATA_TRACEMALLOC_MIN": trace_min, "MEMSTRATA_TRACEMALLOC_DIR": str(out)}
+        env["MEMSTRATA_TRACEMALLOC_FRAMES"] = frames
     daemon = DaemonProcess(config, env=env).start()
     sampler = None
     load = Load(root, daemon, agents)

@@ -8,21 +8,27 @@ is off unless asked for, by environment (the soak benchmark sets it, an operator
 
 - ``MEMSTRATA_TRACEMALLOC_MIN``: minutes between snapshots (off when unset or not a number > 0);
 - ``MEMSTRATA_TRACEMALLOC_DIR``: where the diffs are written (default: the working directory);
-- ``MEMSTRATA_TRACEMALLOC_FRAMES``: frames kept per allocation (default 1: grouped by line).
+- ``MEMSTRATA_TRACEMALLOC_FRAMES``: frames kept per allocation (default 1: grouped by line; 0: no
+  tracing, the native figures alone, at no cost to the run measured).
 
 Each snapshot writes ``tracemalloc-NNN-minMMMM.txt`` (the NNNth, MMMM minutes after the start):
-the traced size now and at its peak, the top 20 lines by growth since the first snapshot and
-since the previous.
+what native code holds (malloc's live and free bytes, SQLite's memory and its connections' page
+caches: tracemalloc sees none of it), the traced size now and at its peak, the top 20 lines by
+growth since the first snapshot and since the previous.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 import tracemalloc
 from pathlib import Path
+
+import apsw
 
 from layers.common import malloc
 
@@ -80,11 +86,33 @@ def _top(now: Lines, then: Lines, title: str) -> list[str]:
     return lines
 
 
+def native() -> str:
+    """One line of what native code holds: malloc (every arena) and SQLite (through apsw: the library's
+    own count, and the page caches of the connections open now); and how many blocks Python holds, which
+    counts its objects' growth with no tracing."""
+    mib = 2**20
+    heap = malloc.usage()
+    used, high = apsw.status(apsw.SQLITE_STATUS_MEMORY_USED)
+    connections = apsw.connections()
+    cached = 0
+    for db in connections:
+        with contextlib.suppress(apsw.Error):  # one closed meanwhile
+            cached += db.status(apsw.SQLITE_DBSTATUS_CACHE_USED)[0]
+    malloced = "malloc ?"
+    if heap:
+        malloced = f"malloc in use {heap['in_use'] / mib:.1f} MiB, free {heap['free'] / mib:.1f} MiB"
+        malloced += f", own mappings {heap['mapped'] / mib:.1f} MiB"
+    sqlite = f"sqlite {used / mib:.1f} MiB (high {high / mib:.1f}), {len(connections)} connections"
+    blocks = sys.getallocatedblocks()  # Python's live objects' blocks: its growth, untraced
+    return f"native: {malloced}; {sqlite} caching {cached / mib:.1f} MiB; python {blocks} blocks"
+
+
 class MemTrace(threading.Thread):
     """The tracing thread: started by :func:`start_from_env`, a daemon thread (it ends with the process)."""
 
-    def __init__(self, minutes: float, directory: Path) -> None:
+    def __init__(self, minutes: float, directory: Path, traced: bool = True) -> None:
         super().__init__(name="memtrace", daemon=True)
+        self.traced = traced  # False: the native line alone (no tracemalloc)
         self.interval = minutes * 60
         self.directory = directory
         self.stopped = threading.Event()
@@ -96,6 +124,9 @@ class MemTrace(threading.Thread):
         previous: Lines | None = None
         while not self.stopped.wait(self.interval):
             try:
+                if not self.traced:
+                    self._write({}, [])
+                    continue
                 snap = _lines()
                 if first is None:
                     first = previous = snap
@@ -112,13 +143,15 @@ class MemTrace(threading.Thread):
 
     def _write(self, snap: Lines, lines: list[str]) -> None:
         minute = round((time.monotonic() - self.started_at) / 60)
-        current, peak = tracemalloc.get_traced_memory()
-        total = sum(size for size, _ in snap.values())
-        overhead = tracemalloc.get_tracemalloc_memory()
-        header = [
-            f"tracemalloc at minute {minute}: traced {current / 2**20:.1f} MiB (peak {peak / 2**20:.1f} MiB), "
-            f"{total / 2**20:.1f} MiB in the snapshot; the tracer's own {overhead / 2**20:.1f} MiB"
-        ]
+        header = [f"at minute {minute}", native()]
+        if self.traced:
+            current, peak = tracemalloc.get_traced_memory()
+            total = sum(size for size, _ in snap.values())
+            overhead = tracemalloc.get_tracemalloc_memory()
+            header.append(
+                f"tracemalloc: traced {current / 2**20:.1f} MiB (peak {peak / 2**20:.1f} MiB), "
+                f"{total / 2**20:.1f} MiB in the snapshot; the tracer's own {overhead / 2**20:.1f} MiB"
+            )
         self.written += 1
         path = self.directory / f"tracemalloc-{self.written:03d}-min{minute:04d}.txt"
         path.write_text("\n".join(header + lines) + "\n", encoding="utf-8")
@@ -131,13 +164,15 @@ def start_from_env() -> MemTrace | None:
     if minutes is None:
         return None
     try:
-        frames = max(1, int(os.environ.get(ENV_FRAMES, "1")))
+        frames = max(0, int(os.environ.get(ENV_FRAMES, "1")))
     except ValueError:
         frames = 1
     directory = Path(os.environ.get(ENV_DIR) or ".")
     directory.mkdir(parents=True, exist_ok=True)
-    tracemalloc.start(frames)
-    tracer = MemTrace(minutes, directory)
+    if frames:
+        tracemalloc.start(frames)
+    tracer = MemTrace(minutes, directory, traced=bool(frames))
     tracer.start()
-    log.warning("allocation tracing on: a snapshot every %g min into %s (slower, for diagnosis)", minutes, directory)
+    what = "allocation tracing on (slower, for diagnosis)" if frames else "native memory figures on"
+    log.warning("%s: a snapshot every %g min into %s", what, minutes, directory)
     return tracer

@@ -70,3 +70,27 @@ def trim() -> bool:
     """Give the free pages of every arena back to the OS (``malloc_trim(0)``); True when some were."""
     libc = _libc()
     return bool(libc.malloc_trim(0)) if libc is not None else False
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33 on): every field a size_t, summed over all arenas."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"
+        )
+    ]  # fmt: skip
+
+
+def usage() -> dict[str, int]:
+    """What malloc holds now, in bytes ({} when not glibc 2.33+): ``in_use`` by live blocks in the arenas,
+    ``free`` inside the arenas (resident until trimmed), ``mapped`` the blocks of MMAP_THRESHOLD or more,
+    each its own mapping (their size, not what of it was touched).  For diagnosis: it names native growth
+    that tracemalloc, which sees Python's allocations only, does not."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return {}
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    return {"in_use": info.uordblks, "free": info.fordblks, "mapped": info.hblkhd}
