@@ -45,6 +45,9 @@ CACHE_BUDGET_BYTES = 160 * 1024 * 1024
 #: How many entries of the change log the writer keeps; a reader further behind reloads.
 KEEP_CHANGES = 50_000
 _BLOCK = 2048  # passages per block of the scoring pass: its float32 scratch is 1.5-4 MB
+#: A cache is compacted once its dead rows are over half of it and at least this many (chunk slots, or
+#: passages: a note appended to every few seconds replaces its last chunk, all of its passages, each time).
+COMPACT_AT_LEAST = 256
 LAYERS = {"core": 0, "daily": 1}
 
 
@@ -127,7 +130,10 @@ class CodeCache:
     of a slice of both side by side.  A part not yet kept is added by loading
     the cache anew (:meth:`want`; twice in a cache's life).  A removed or changed
     chunk's slot is marked dead and, when changed, appended anew; dead rows are
-    dropped when they are over half of the cache.
+    dropped when they are over half of the cache, counted in slots and in passages
+    (issue 51: counted in slots alone, with at least 1,024 of them, an agent's daily
+    note appended to every 5 s left ~20 dead passages per append, and the soak's
+    caches grew by 10 MB in 20 minutes of dead rows).
     """
 
     def __init__(self, width: int, parts: frozenset[tuple[int, int]] = frozenset(), whole_only: bool = False) -> None:
@@ -143,7 +149,8 @@ class CodeCache:
         self.layers = _Growing(np.int8)
         self.alive = _Growing(np.bool_)
         self.slot_of: dict[int, int] = {}
-        self.dead = 0
+        self.dead = 0  # dead slots
+        self.dead_passages = 0  # their passages
 
     def reset(self, parts: frozenset[tuple[int, int]] | None = None, whole_only: bool | None = None) -> None:
         """Empty (keeping ``parts`` and ``whole_only``, by default as they are), to be loaded again."""
@@ -178,6 +185,8 @@ class CodeCache:
         if slot is not None:
             self.alive.data[slot] = False
             self.dead += 1
+            end = int(self.first.data[slot + 1]) if slot + 1 < self.first.n else self.passages
+            self.dead_passages += end - int(self.first.data[slot])
 
     def add(self, rows: Iterable[tuple[int, str | None, str, bytes]]) -> None:
         """Append chunks given as (id, day, layer, codes); a chunk already here is replaced."""
@@ -210,8 +219,11 @@ class CodeCache:
             self.slot_of[chunk_id] = base + offset
 
     def compact(self) -> None:
-        """Drop dead slots and their passages once they are over half of the cache."""
-        if self.dead < 1024 or self.dead * 2 < self.chunk_ids.n:
+        """Drop dead slots and their passages once they are over half of the cache (of its slots or of its
+        passages) and at least :data:`COMPACT_AT_LEAST`: each row is copied at most once per row appended."""
+        slots = self.dead >= COMPACT_AT_LEAST and self.dead * 2 >= self.chunk_ids.n
+        rows = self.dead_passages >= COMPACT_AT_LEAST and self.dead_passages * 2 >= self.passages
+        if not (slots or rows):
             return
         alive = self.alive.view
         if not alive.any():
@@ -221,7 +233,7 @@ class CodeCache:
             return
         counts = np.diff(np.append(self.first.view, self.passages))
         keep = np.repeat(alive, counts)
-        fresh = CodeCache(self.width, frozenset(self.parts))
+        fresh = CodeCache(self.width, frozenset(self.parts), self.whole_only)
         fresh.seq = self.seq
         for key, part in self.parts.items():
             fresh.parts[key].append(part.view[keep])

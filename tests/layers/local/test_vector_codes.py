@@ -164,6 +164,41 @@ def test_dead_rows_are_compacted_and_an_emptied_cache_takes_new_chunks():
     assert cache.nearest(vectors[2], 0, [Mask()], 1) == [[9001]]
 
 
+def test_a_chunk_replaced_again_and_again_keeps_the_cache_within_twice_its_live_passages():
+    """A daily note appended to every few seconds replaces its last chunk, every passage of it, each time
+    (issue 51's soak: the caches grew 10 MB in 20 minutes of dead rows, compaction waiting for 1,024 dead
+    chunks).  Counted in passages, the dead never outgrow the live by more than the minimum."""
+    rng = np.random.default_rng(4)
+    cache = CodeCache(DIM, frozenset({(0, DIM)}))
+    passages = 20  # the chunk as a whole, then its items
+    for chunk in range(10):
+        cache.add([(chunk, "2026-12-07", "daily", vector_codes.quantize(_unit(rng, passages)))])
+    live = 10 * passages
+    most = 0
+    for _ in range(500):  # the tail chunk written again 500 times: 10,000 passages replaced
+        last = _unit(rng, passages)
+        cache.add([(9, "2026-12-07", "daily", vector_codes.quantize(last))])
+        cache.compact()
+        most = max(most, cache.passages)
+    assert most <= 2 * live + vector_codes.COMPACT_AT_LEAST, most
+    assert len(cache) == 10 and cache.nearest(last[3], 0, [Mask()], 1) == [[9]]
+    assert cache.nbytes <= (2 * live + vector_codes.COMPACT_AT_LEAST) * (DIM + 8 + 8 + 4 + 1 + 1)
+
+
+def test_a_whole_chunks_cache_stays_one_after_a_compaction():
+    """A large index's cache keeps each chunk's first passage only; compacting it kept every passage of what
+    was added after (and the index reloaded the cache at each search, finding it changed)."""
+    rng = np.random.default_rng(6)
+    cache = CodeCache(DIM, frozenset({(0, DIM)}), whole_only=True)
+    cache.add((i, None, "daily", vector_codes.quantize(_unit(rng, 3))) for i in range(600))
+    for i in range(400):
+        cache.remove(i)
+    cache.compact()
+    assert cache.whole_only and len(cache) == 200 and cache.passages == 200
+    cache.add([(1000, None, "daily", vector_codes.quantize(_unit(rng, 3)))])
+    assert cache.passages == 201
+
+
 def test_an_index_from_before_the_codes_is_rebuilt_with_codes_for_every_vector(tmp_path):
     """An index of schema 1 (vectors, no codes): the rebuild keeps its vectors and makes their codes."""
     rng = np.random.default_rng(5)
