@@ -109,10 +109,40 @@ def keep_rates(pairs: list[dict], scores: list[float], threshold: float) -> tupl
     return float(np.mean(kept[True])), float(np.mean(kept[False]))
 
 
+def separation(pairs: list[dict], scores: list[float]) -> float:
+    """The share of (related, unrelated) pairs of pairs in which the related one scores higher (ties count
+    half): the ROC AUC.  No threshold on any monotone scale of ``scores`` can do better than it allows."""
+    related = np.array([s for p, s in zip(pairs, scores, strict=True) if p["related"]])
+    unrelated = np.array([s for p, s in zip(pairs, scores, strict=True) if not p["related"]])
+    above = related[:, None] > unrelated[None, :]
+    tied = related[:, None] == unrelated[None, :]
+    return float(above.mean() + 0.5 * tied.mean())
+
+
+def _companion_cosines(pairs: list[dict]) -> dict[int, float] | None:
+    """Each pair's cosine on the companion model (layers/local/models/companion.py), None without it."""
+    from layers.local.models import companion
+
+    if not companion.available():
+        return None
+    model = companion.CompanionEmbedder(min_free_mb=0)
+    memories = model.embed([p["memory"] for p in pairs])
+    queries = model.embed([p["query"] for p in pairs])
+    return {id(p): float(m @ q) for p, m, q in zip(pairs, memories, queries, strict=True)}
+
+
+def _mixed(first: list[float], second: list[float], weight: float) -> list[float]:
+    """``weight`` of the first scores and the rest of the second, each z-scored over the pairs given."""
+    a, b = np.asarray(first), np.asarray(second)
+    return list(weight * (a - a.mean()) / a.std() + (1 - weight) * (b - b.mean()) / b.std())
+
+
 def main_pairs(name: str) -> int:
     pairs = yaml.safe_load(PAIR_SETS[name].read_text(encoding="utf-8"))
     embedder = LocalEmbedder(DEFAULT_MODEL_PATH, min_free_mb=0)
     cosines = pair_cosines(embedder, pairs)
+    by_pair = {id(p): c for p, c in zip(pairs, cosines, strict=True)}
+    companion_cosines = _companion_cosines(pairs)
     print(f"{name}: {len(pairs)} pairs ({sum(bool(p['related']) for p in pairs)} related)")
     print(f"{'lang':<5} {'kind':<10} {'n':>4} {'min':>6} {'p5':>6} {'p50':>6} {'p95':>6} {'max':>6}")
     for lang in sorted({p["lang"] for p in pairs}):
@@ -122,6 +152,14 @@ def main_pairs(name: str) -> int:
                 q = np.percentile(c, [0, 5, 50, 95, 100])
                 kind = "related" if related else "unrelated"
                 print(f"{lang:<5} {kind:<10} {len(c):>4} " + " ".join(f"{v:6.3f}" for v in q))
+        mine = [p for p in pairs if p["lang"] == lang]
+        line = f"{lang:<5} separation (AUC): e5 {separation(mine, [by_pair[id(p)] for p in mine]):.3f}"
+        if companion_cosines is not None:
+            other = [companion_cosines[id(p)] for p in mine]
+            line += f", the companion {separation(mine, other):.3f}"
+            mixes = [_mixed([by_pair[id(p)] for p in mine], other, w) for w in (0.3, 0.5, 0.7)]
+            line += ", mixed (e5 0.3 / 0.5 / 0.7) " + " / ".join(f"{separation(mine, m):.3f}" for m in mixes)
+        print(line)
     scales = {
         "old linear 0.78-0.92": [relevance(c) for c in cosines],
         "L4 (per language)": [
