@@ -94,13 +94,17 @@ wore:wear worn:wear won:win wrote:write written:write
 IRREGULAR = dict(pair.split(":") for pair in _IRREGULAR.split())
 
 
-@functools.lru_cache(maxsize=65536)  # a highlight or a focus asks for the same words again and again
 def stem(token: str) -> str:
     """The index term of one token: an ASCII word's Snowball stem (an irregular past form's verb's),
     anything else itself."""
     if not (token.isascii() and token.isalpha()):
-        return token
-    return _STEMMER.stemWord(IRREGULAR.get(token, token))
+        return token  # a number, an id, a time, a CJK character: never cached, nothing to compute
+    return _stem_word(token)
+
+
+@functools.lru_cache(maxsize=65536)  # a highlight or a focus asks for the same words again and again
+def _stem_word(word: str) -> str:
+    return _STEMMER.stemWord(IRREGULAR.get(word, word))
 
 
 def terms(text: str) -> list[str]:
@@ -113,13 +117,17 @@ class _TermOf(dict):
     (a million at 20,000 chunks): a dict hit is done in C, where a Python call per word (a regex
     substitution's callback, or :func:`stem`'s cache) was a third of the build's time."""
 
-    # Distinct tokens kept before it starts again (random ids would grow it forever).  It was 500,000:
-    # ~64 MB of strings at the top, reached by a fleet's notes (times, ports, ids) within hours, and
-    # given back all at once: the saw-tooth of the daemon's anonymous memory in issue 51's soak.
-    # A language's working vocabulary fits in 65,536 (~8 MB); a miss costs a stem(), itself cached.
+    # Distinct tokens kept before it starts again.  It was 500,000: ~64 MB of strings at the top, reached
+    # by a fleet's notes (times, ports, ids) within hours, and given back all at once: the saw-tooth of
+    # the daemon's anonymous memory in issue 51's soak.  A language's working vocabulary fits in 65,536
+    # (~8 MB); a miss costs a stem(), itself cached.
     LIMIT = 65_536
 
     def __missing__(self, token: str) -> str:
+        if token.isascii() and not token.isalpha():
+            # A number, an id, a time: its own term, and rarely seen twice.  Kept, they filled both caches
+            # over hours of a fleet's notes, a slope of the soak's anonymous memory (issue 51).
+            return token
         if len(self) >= self.LIMIT:
             self.clear()
         term = self[token] = stem(token)

@@ -147,7 +147,32 @@ def test_the_term_cache_holds_at_most_its_limit_of_tokens_however_many_distinct_
     from layers.local.text.tokenizer import _TERM_OF, _TermOf
 
     assert _TermOf.LIMIT <= 65_536
+    letters = "abcdefghijklmnopqrstuvwxyz"
+
+    def word(n: int) -> str:  # a distinct word of letters alone for each n
+        out = ""
+        while True:
+            n, digit = divmod(n, 26)
+            out += letters[digit]
+            if not n:
+                return "zq" + out
+
     for start in range(0, _TermOf.LIMIT + 5_000, 1_000):
-        token_string(" ".join(f"id{n:07d}x" for n in range(start, start + 1_000)))
+        token_string(" ".join(word(n) for n in range(start, start + 1_000)))
         assert len(_TERM_OF) <= _TermOf.LIMIT
     assert token_string("the pumps were checked") == "the pump were check"
+
+
+def test_numbers_ids_and_times_pass_through_and_are_kept_in_no_cache():
+    """Issue 51: tokens with digits are their own terms and rarely seen twice; a fleet's notes brought
+    thousands an hour, and both caches (the term dict and the stemmer's) grew with them for hours."""
+    from layers.local.text import tokenizer
+
+    token_string("warm the caches: pumps")
+    held, stemmed = len(tokenizer._TERM_OF), tokenizer._stem_word.cache_info().currsize
+    text = " ".join(f"job{n} 10:{n % 60:02d} port {7000 + n} 0x{n:06x} 2026-12-{1 + n % 28:02d}" for n in range(5_000))
+    terms = token_string(text).split()
+    assert "job4999" in terms and "7999" in terms and "0x001387" in terms and "port" in terms
+    assert len(tokenizer._TERM_OF) <= held + 1  # "port", once
+    assert tokenizer._stem_word.cache_info().currsize <= stemmed + 1
+    assert tokenizer.stem("job42") == "job42" and tokenizer.terms("pumps 42") == ["pump", "42"]
