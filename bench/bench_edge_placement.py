@@ -26,10 +26,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("heap", "disk", "disk+tracker")
-KEYWORDS = (
-    "agent_id", "visibility", "project_id", "memory_type", "write_id",
-    "user_id", "run_id", "actor_id", "state", "superseded_by", "trust",
-)  # fmt: skip
 DIM = 384
 BATCH = 500
 
@@ -45,13 +41,15 @@ def measure(variant: str, points: int) -> dict:
     import qdrant_edge as qe
 
     from layers.common import malloc
+    from layers.conversation.adapters.edge import HNSW_FULL_SCAN_KB
+    from layers.conversation.adapters.store import EXPIRY_FIELD, KEYWORD_FIELDS
 
     malloc.tune()
     cold = qe.Memory.Cold
     extra = {"id_tracker_memory": cold} if "tracker" in variant else {}
     config = qe.EdgeConfig(
         vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine),
-        hnsw_config=qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=20_000),
+        hnsw_config=qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=HNSW_FULL_SCAN_KB),
         **extra,
     )
     on_disk = variant != "heap"
@@ -60,9 +58,9 @@ def measure(variant: str, points: int) -> dict:
     base = _anon_mb()
     path = os.path.join(tempfile.mkdtemp(prefix="edge-placement-"), "shard")
     shard = qe.EdgeShard.create(path, config)
-    for name in KEYWORDS:
+    for name in KEYWORD_FIELDS:
         shard.update(qe.UpdateOperation.create_field_index(name, keyword))
-    shard.update(qe.UpdateOperation.create_field_index("expires_at", expiry))
+    shard.update(qe.UpdateOperation.create_field_index(EXPIRY_FIELD, expiry))
     rng = np.random.default_rng(1)
     for start in range(0, points, BATCH):
         vectors = rng.standard_normal((BATCH, DIM)).astype(np.float32)
@@ -80,7 +78,7 @@ def measure(variant: str, points: int) -> dict:
                     "write_id": str(uuid.uuid4()),
                     "state": "valid",
                     "trust": "high",
-                    "expires_at": 1.9e9 + start + i,
+                    EXPIRY_FIELD: 1.9e9 + start + i,
                 },
             )
             for i, vector in enumerate(vectors)
@@ -101,7 +99,7 @@ def main(quick: bool = False) -> None:
     # Not fewer when quick: a shard this small is not optimized into an immutable segment, and an
     # appendable segment's indexes are in the heap whatever their placement (5,000 points: 1.00x).
     points = 20_000
-    print(f"{points:,} points, {len(KEYWORDS)} keyword indexes and the expiry's; anonymous RSS, MB", flush=True)
+    print(f"{points:,} points, the store's keyword indexes and its expiry's; anonymous RSS, MB", flush=True)
     print(f"{'variant':>14} {'written':>9} {'a point':>9} {'loaded+trim':>12} {'a point':>9}", flush=True)
     rows = {}
     for variant in VARIANTS:
