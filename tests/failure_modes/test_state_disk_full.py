@@ -34,8 +34,17 @@ def _config(tmp_path):
 
 
 def _found(config, query: str, agent: str = "main") -> set[str]:
+    """The paths a search finds; a search that fails raises with its message (a full disk refuses writes, not reads)."""
     proc = run_cli("search", query, "--agent", agent, "--mode", "fts", "--json", config=config, check=False)
-    return {r["path"] for r in json.loads(proc.stdout)["results"]} if proc.returncode == 0 else set()
+    if proc.returncode != 0:
+        raise RuntimeError(f"search exited {proc.returncode}: {proc.stderr.strip()}")
+    return {r["path"] for r in json.loads(proc.stdout)["results"]}
+
+
+def _found_once_caught_up(config, query: str, expected: set[str]) -> None:
+    """Found within 30 s of the status showing no problem, asked again until then (CI once found nothing at the
+    first ask, with no way to tell an empty answer from a failed search: a failed one now says why)."""
+    wait_for(lambda: _found(config, query) == expected, timeout=30, what=f"{query} found in {sorted(expected)}")
 
 
 def test_a_full_state_disk_is_reported_retried_and_caught_up(tmp_path, tmpfs, daemons):
@@ -66,7 +75,7 @@ def test_a_full_state_disk_is_reported_retried_and_caught_up(tmp_path, tmpfs, da
 
     data.free()
     wait_for(lambda: not admin_status(d, state)["storage"]["problems"], timeout=RECOVERY_S, what="recovered")
-    assert _found(config, "diskfullmarker") == {"memory/2026-11-30.md"}
+    _found_once_caught_up(config, "diskfullmarker", {"memory/2026-11-30.md"})
     record = json.loads((state / "agents" / "main.json").read_text())
     assert "memory/2026-11-30.md" in record["files"]
     assert "records writes succeed again" in d.log()
@@ -125,7 +134,7 @@ def test_the_daemon_starts_on_a_full_state_disk_and_recovers(tmp_path, tmpfs, da
     wait_for(lambda: d.status()["conversation"]["reachable"], timeout=RECOVERY_S, what="the L4 store opens")
     shard = state / "conversation" / "edge" / "mem0_v4_shared"
     assert json.loads((shard / "edge_config.json").read_text())["vectors"], "the embedded shard was made whole"
-    assert _found(config, "startmarker") == {"memory/2026-11-29.md"}
+    _found_once_caught_up(config, "startmarker", {"memory/2026-11-29.md"})
     with DaemonClient(d.socket, timeout=120, token=(state / "admin.token").read_text().strip()) as admin:
         assert admin.add("main", "满盘恢复之后的第一条记忆")["queued"] is False
     assert "Traceback" not in d.log(), d.log()
