@@ -78,6 +78,29 @@ _PRESENT = re.compile(
     r"|现在|目前|当前|最新|最近|如今|眼下|此刻",
     re.IGNORECASE,
 )
+# A question (not a list of keywords) that names no day and asks of no earlier state is about the present
+# too: where a value changed, its newest statement answers it (issue 50 item 3: "where is the Redis primary?"
+# after the note that moved it).  Only the statements of one subject are reordered (:func:`_supersede`); the
+# re-ranking of the best results by day ("recent") stays with the words that say "now".
+_ASKS = re.compile(
+    r"[?？]|\b(?:what|which|where|who|whose|how|is|are|does|do)\b|什么|哪|谁|多少|几|怎么|如何|吗|呢",
+    re.IGNORECASE,
+)
+_EARLIER = re.compile(
+    r"\b(?:before|earlier|originally|at first|initially|first|previous(?:ly)?|former(?:ly)?|old|used to|prior"
+    r"|ago|until|when|last time|history)\b"
+    r"|以前|之前|原来|原先|最初|起初|当时|曾经|早先|过去|第一次|首次|什么时候|何时|哪天|几号|历史",
+    re.IGNORECASE,
+)
+# Without a word about the present, a newer statement supersedes an older one only when it says it changed
+# something: in a chat memory a later line about the same subject is more often another remark on it ("Theo's
+# band rehearses ..." months apart: the chat set's c004 fell out of the top 5 when any later line won).
+_CHANGED = re.compile(
+    r"\b(?:mov(?:e|ed|es|ing)|chang(?:e|ed|es|ing)|switch(?:ed|es|ing)?|migrat(?:e|ed|es|ing)|replac(?:e|ed|es|ing)"
+    r"|renam(?:e|ed|es|ing)|upgrad(?:e|ed|es|ing)|downgrad(?:e|ed|es|ing)|now|no longer|instead|anymore|from now on)\b"
+    r"|迁|改|换|切到|切换|变成|变为|升级|降级|替换|不再|现在|如今",
+    re.IGNORECASE,
+)
 MODES = SEARCH_MODES  # protocol/vocabulary.py
 FUTURE_SLACK_DAYS = 1  # a note dated tomorrow (another time zone's today) still counts; a later day is no "now"
 BEFORE_EVERY_NOTE = "0001-01-01"  # the day of a curated file's undated lines when the file names none
@@ -454,9 +477,11 @@ def _supersede(
     focus: dict[int, tuple[int | None, frozenset[str]]],
     days: dict[int, str],
     weights: dict[str, float],
+    changes_only: bool = False,
 ) -> tuple[list[tuple[Hit, float, dict[str, int]]], dict[int, str]]:
     """For a question about the present: the newest daily note's statement of a subject first, and the
-    older statements of it marked ``superseded by <file:line>`` (issue 25).
+    older statements of it marked ``superseded by <file:line>`` (issue 25).  ``changes_only`` (a question
+    that does not say "now"): only where the newest statement says it changed something (:data:`_CHANGED`).
 
     A statement is a result's focus line; its subject is the question's terms on that line, and two
     statements are of one subject when those terms are the same and weigh at least
@@ -480,6 +505,8 @@ def _supersede(
         # the newest day's statement, the best ranked of that day
         position, newest, line = max(statements, key=lambda s: (days[s[1].chunk_id], -s[0]))
         current = _line_text(newest, line)
+        if changes_only and not _CHANGED.search(current):
+            continue
         older = [
             p
             for p, hit, offset in statements
@@ -866,6 +893,7 @@ def search(
         lists["date"] = index.chunks_of_days(pool, dated)  # only the days to go by: their notes, newest first
 
     present = bool(_PRESENT.search(text))
+    current = present or (found is None and bool(_ASKS.search(text)) and not _EARLIER.search(text))
     told: dict[int, Told] = {}
     spans: dict[int, list[tuple[int, int, str]]] = {}  # chunk id -> its term spans, made once
     if found is not None and mode != "vector" and lists and (term_weights := _term_weights(lexical, shares)):
@@ -926,12 +954,13 @@ def search(
             focus[chunk_id] = (line.line, line.terms)  # of equal lines, the one told of the question's days
     nearest = _nearest_items(index, fused, focus, vector) if vector is not None else {}
     superseded: dict[int, str] = {}
-    if present and len(fused) > 1:
+    if current and len(fused) > 1:
         hits = [hit for hit, _, _ in fused]
         undated = _curated_days(curated, newest or latest)
         days = _stated_days(hits, index.days_of(hit.chunk_id for hit in hits), focus, undated, latest)
         # a line told of the question's days answers for them: a later note does not make its "recently" untrue
-        fused, superseded = _supersede(fused, focus, {i: d for i, d in days.items() if i not in told}, weights)
+        told_days = {i: d for i, d in days.items() if i not in told}
+        fused, superseded = _supersede(fused, focus, told_days, weights, changes_only=not present)
     chinese = is_chinese(text)
     for position, (hit, score, ranks) in enumerate(fused, start=1):
         offset = focus[hit.chunk_id][0]
