@@ -502,11 +502,12 @@ def _supersede(
     order = list(range(len(fused)))
     marks: dict[int, str] = {}
     for statements in groups.values():
-        # the newest day's statement, the best ranked of that day
-        position, newest, line = max(statements, key=lambda s: (days[s[1].chunk_id], -s[0]))
-        current = _line_text(newest, line)
-        if changes_only and not _CHANGED.search(current):
+        changes = [s for s in statements if _CHANGED.search(_line_text(s[1], s[2]))] if changes_only else statements
+        if not changes:
             continue
+        # the newest day's statement (of a change, when asked without "now"), the best ranked of that day
+        position, newest, line = max(changes, key=lambda s: (days[s[1].chunk_id], -s[0]))
+        current = _line_text(newest, line)
         older = [
             p
             for p, hit, offset in statements

@@ -112,18 +112,24 @@ def test_an_undated_memory_line_gives_way_to_a_newer_note_that_states_its_subjec
 
 
 def test_a_question_that_names_no_time_is_answered_by_the_newest_statement(tmp_path):
-    """Issue 50 item 3: "where is the Redis primary?" without a "now" asks where it is, not where it was;
-    a question about the earlier state, or one that names a day, is left as it ranks."""
+    """Issue 50 item 3: "where is the Redis primary?" without a "now" asks where it is, not where it was: the
+    note that moved it answers before MEMORY.md's older line.  A question about the earlier state, or one that
+    names a day, is left as it ranks."""
     files = {
         "MEMORY.md": "# MEMORY\n\n## Services\n\n- Redis primary node is on redis01\n- backups go to minio\n",
         "memory/2026-09-15.md": "# 2026-09-15\n\n## Failover\n\n- moved the Redis primary node to redis02\n",
         "memory/2026-09-16.md": "# 2026-09-16\n\n## Grafana\n\n- Grafana dashboards moved to port 3001\n",
         "memory/2026-09-17.md": "# 2026-09-17\n\n## Backups\n\n- the minio bucket got a lifecycle rule\n",
+        "memory/2026-09-18.md": "# 2026-09-18\n\n## Sizing\n\n- the Redis primary node has 16 GB of memory\n",
     }
     with _indexed(tmp_path, files) as index:
         found = search(index, "Where is the Redis primary node?", mode="fts").to_dict()["results"]
-        assert [r["path"] for r in found][:2] == ["memory/2026-09-15.md", "MEMORY.md"]
-        assert found[1]["superseded_by"] == "memory/2026-09-15.md:5"
+        paths = [r["path"] for r in found]
+        assert paths.index("memory/2026-09-15.md") < paths.index("MEMORY.md")
+        marks = {r["path"]: r.get("superseded_by") for r in found}
+        assert marks["MEMORY.md"] == "memory/2026-09-15.md:5"
+        # a later line of the subject that changes nothing (another remark on it) neither wins nor is marked
+        assert marks["memory/2026-09-18.md"] is None and marks["memory/2026-09-15.md"] is None
         for question in ("Where was the Redis primary node before?", "Where was the Redis primary node on 2026-09-01?"):
             found = search(index, question, mode="fts").to_dict()["results"]
             assert all("superseded_by" not in r for r in found), question
