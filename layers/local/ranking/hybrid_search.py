@@ -960,8 +960,8 @@ def search(
         undated = _curated_days(curated, newest or latest)
         days = _stated_days(hits, index.days_of(hit.chunk_id for hit in hits), focus, undated, latest)
         # a line told of the question's days answers for them: a later note does not make its "recently" untrue
-        told_days = {i: d for i, d in days.items() if i not in told}
-        fused, superseded = _supersede(fused, focus, told_days, weights, changes_only=not present)
+        untold = {i: d for i, d in days.items() if i not in told}
+        fused, superseded = _supersede(fused, focus, untold, weights, changes_only=not present)
     chinese = is_chinese(text)
     for position, (hit, score, ranks) in enumerate(fused, start=1):
         offset = focus[hit.chunk_id][0]
