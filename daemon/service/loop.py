@@ -9,7 +9,7 @@ even when the daemon is idle.  Each turn (:meth:`Loop.turn`): the jobs other
 threads handed in, finished commits, the watcher's events and settled files
 (within TURN_BUDGET_S, one agent's file after the other's), histories to check,
 due commits, reconcile, the watcher's health, storage retries, the status, the
-systemd watchdog, and now and then malloc's free pages handed back (TRIM_INTERVAL_S).
+systemd watchdog.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from daemon.common.jobs import Jobs
 from daemon.service.early_signals import early_signals
-from layers.common import malloc
 
 if TYPE_CHECKING:
     from daemon.files.agents import Agents
@@ -46,11 +45,6 @@ BURST_PUBLISH_S = 0.5  # while files still settle, records and status are writte
 # How long one turn takes events and processes settled files, at most: past it the rest wait for the
 # next turn, so a burst of 20,000 files never holds SIGTERM, a reload or another agent's edit longer.
 TURN_BUDGET_S = 0.5
-# How often the loop hands the free pages inside malloc's arenas back to the kernel (malloc_trim).
-# Freed blocks scattered between live ones stay resident otherwise: in the 2-hour soak the arenas'
-# free space grew 2.9 -> 17.6 MiB, all of it counted in the daemon's anonymous memory (docs/memory.md).
-# A trim over the daemon's heap takes well under a millisecond.
-TRIM_INTERVAL_S = 60.0
 
 
 class Wakeup:
@@ -121,7 +115,6 @@ class Loop:
         self._next_ping = 0.0
         self._unpublished = False  # records/status not yet written since the last change
         self._last_publish = 0.0
-        self._next_trim = time.monotonic() + TRIM_INTERVAL_S
 
     def request_publish(self) -> None:
         """From any thread: write the status at the next turn."""
@@ -266,6 +259,3 @@ class Loop:
         if self.notifier.watchdog_interval and now >= self._next_ping:
             self.notifier.watchdog()
             self._next_ping = now + self.notifier.watchdog_interval
-        if now >= self._next_trim:
-            malloc.trim()
-            self._next_trim = now + TRIM_INTERVAL_S

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 
 from protocol.operations import Search
 from tests.helpers import commits, file_at_head, wait_for
@@ -72,25 +71,3 @@ def test_the_status_document_keeps_its_sections_and_summary(service):
     assert doc["conversation"] == {"enabled": False, "backend": d.config.conversation.backend}
     assert [a["id"] for a in doc["agents"]] == ["main"] and "index" in doc["agents"][0]
     assert set(doc["reconcile"]) == {"time", "repaired", "duration_ms", "interval_s"}
-
-
-def _anonymous_kb() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1])
-    raise AssertionError("no RssAnon in /proc/self/status")
-
-
-def test_the_loop_hands_mallocs_free_pages_back_now_and_then(service):
-    """Blocks freed between live ones keep their pages resident until malloc_trim: the loop trims."""
-    d = service.daemon
-    d.loop.turn()
-    blocks = [bytearray(4000) for _ in range(12_000)]  # ~48 MB in the arena (under the mmap threshold)
-    del blocks[1:-1]  # freed, but the first and last still hold the arena's span
-    before = _anonymous_kb()
-    d.loop.turn()
-    assert _anonymous_kb() > before - 20_000, "not yet due: nothing handed back"
-    d.loop._next_trim = 0.0  # due
-    d.loop.turn()
-    assert _anonymous_kb() < before - 30_000, (before, _anonymous_kb())
-    assert d.loop._next_trim > time.monotonic() + 30, "the next one a minute on"
