@@ -223,8 +223,9 @@ def test_backup_and_cleanup_run_while_the_daemon_is_stopped(installed, service):
     c.run("systemctl", "stop", "memstrata.service", timeout=60)
     assert c.run("test", "-e", "/run/memstrata", check=False).returncode != 0, "runtime directory removed"
     proc = c.run("systemctl", "start", service, check=False, timeout=600)
-    journals = _folded(c.journal(service, 40) + c.journal("memstrata.service", 20))
-    assert proc.returncode == 0, proc.stderr + journals + _store_files(c)
+    assert proc.returncode == 0, (
+        proc.stderr + _folded(c.journal(service, 40) + c.journal("memstrata.service", 20)) + _store_files(c)
+    )
     shown = c.show(service, "Result", "ExecMainStatus")
     assert (shown["Result"], shown["ExecMainStatus"]) == ("success", "0"), shown
 
