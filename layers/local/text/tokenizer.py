@@ -102,7 +102,9 @@ def stem(token: str) -> str:
     return _stem_word(token)
 
 
-@functools.lru_cache(maxsize=65536)  # a highlight or a focus asks for the same words again and again
+# A highlight or a focus asks for the same words again and again.  8,192 words: a working vocabulary;
+# at 65,536 a fleet's new words (names, ids in prose) filled it over hours, ~16 MB (issue 51's soak).
+@functools.lru_cache(maxsize=8192)
 def _stem_word(word: str) -> str:
     return _STEMMER.stemWord(IRREGULAR.get(word, word))
 
@@ -119,9 +121,11 @@ class _TermOf(dict):
 
     # Distinct tokens kept before it starts again.  It was 500,000: ~64 MB of strings at the top, reached
     # by a fleet's notes (times, ports, ids) within hours, and given back all at once: the saw-tooth of
-    # the daemon's anonymous memory in issue 51's soak.  A language's working vocabulary fits in 65,536
-    # (~8 MB); a miss costs a stem(), itself cached.
-    LIMIT = 65_536
+    # the daemon's anonymous memory in issue 51's soak.  At 65,536 (~8 MB full) it still filled over the
+    # soak's 2 hours, most of its slope.  A working vocabulary fits in 16,384 (every recall set's notes
+    # hold 9,300 terms together): a 20,000-chunk build took the same time at either size; a miss costs
+    # a stem(), itself cached.
+    LIMIT = 16_384
 
     def __missing__(self, token: str) -> str:
         if token.isascii() and not token.isalpha():
