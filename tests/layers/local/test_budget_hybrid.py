@@ -183,3 +183,24 @@ def test_a_relaxed_match_of_the_rare_words_is_not_thinned_out(tmp_path):
         assert hit["ranks"].get("fts") == 1, hit["ranks"]
         lexical = search(index, question, mode="fts").to_dict()
         assert lexical["results"][0]["path"] == "memory/2026-09-03.md", "BM25 ranks it first"
+
+
+def test_a_question_about_a_named_day_is_answered_by_that_day_s_note_from_its_first_item(tmp_path):
+    """A question like "What happened on 2026-10-03?" names a day and nothing the day's note says: the note
+    answers from its first item, as full-text answers it, not from the item the vectors guess nearest to
+    "what happened" (bench/recall_set q095, q096, q104: hybrid gave another item of the right note)."""
+    with LocalIndex(tmp_path / "i.sqlite", Identity(embed_model=MODEL)) as index:
+        items = [f"the core switch rebooted at 03:10, {i} of four, and the rack row was photographed" for i in range(4)]
+        _note(index, "2026-10-03", "\n".join(f"- {item}" for item in items))
+        for day in ("2026-10-01", "2026-10-02", "2026-10-04"):
+            _note(index, day, "- the east hall cabling was checked\n- nothing else happened")
+        _embed(index, lambda text, item: _unit(2) if item is None else _unit(3 + item) if "03:10" in text else _unit(1))
+        question = "What happened on 2026-10-03?"
+        for budget in (None, 60):
+            answer = search(index, question, embed_query=lambda _q: _unit(5), max_tokens=budget, explain=True).to_dict()
+            (hit,) = [r for r in answer["results"] if r["path"] == "memory/2026-10-03.md"]
+            assert hit["passage"][0] <= 3 <= hit["passage"][1] and hit["passage_why"].startswith("the first item"), hit
+            assert "date" in answer["lists"] and "vector@date" in answer["lists"], answer["lists"]
+        undated = search(index, "where did the kayak go", embed_query=lambda _q: _unit(5), explain=True).to_dict()
+        (hit,) = [r for r in undated["results"] if r["path"] == "memory/2026-10-03.md"]
+        assert hit["passage"] == [5, 5] and hit["passage_why"] == "the item nearest the question (vectors)", hit
