@@ -458,12 +458,20 @@ def compare_again(soak_rows: list[dict], again_rows: list[dict]) -> str:
         return statistics.median(r[key] for r in rows[-5:])
 
     soak_anon, again_anon = tail(soak_rows, "rss_anon_mb"), tail(again_rows, "rss_anon_mb")
+    # Latency too: a call as slow afresh over the same data is slowed by the data (more points to scan), not by
+    # what the soak's hours left behind.
+    latency = "; ".join(
+        f"{kind} p50/p95 {tail(soak_rows, f'{kind}_p50_ms'):.1f}/{tail(soak_rows, f'{kind}_p95_ms'):.1f} ms, afresh "
+        f"{tail(again_rows, f'{kind}_p50_ms'):.1f}/{tail(again_rows, f'{kind}_p95_ms'):.1f}"
+        for kind in KINDS
+    )
     return (
         f"restarted over the same data and loaded again for {len(again_rows)} min: anonymous RSS {again_anon:.1f} MB "
         f"(file {tail(again_rows, 'rss_file_mb'):.1f}); the soak's last 5 minutes {soak_anon:.1f} MB (file "
         f"{tail(soak_rows, 'rss_file_mb'):.1f}): {soak_anon - again_anon:+.1f} MB the soak holds beyond what the "
         f"same data and load take afresh (its first window's median: "
-        f"{statistics.median(r['rss_anon_mb'] for r in soak_rows[:10]):.1f} MB)"
+        f"{statistics.median(r['rss_anon_mb'] for r in soak_rows[:10]):.1f} MB)\n"
+        f"latency, the soak's last 5 minutes against afresh (medians of each minute's): {latency}"
     )
 
 
