@@ -67,6 +67,7 @@ SETS = {
     "crossling": BENCH_DIR / "recall_set_crossling",
     "people": BENCH_DIR / "recall_set_people",
     "timewords": BENCH_DIR / "recall_set_timewords",
+    "timewords-dev": BENCH_DIR / "recall_set_timewords_dev",
 }
 BILINGUAL_KINDS = ("keyword-en", "keyword-zh", "lookup", "paraphrase-en", "paraphrase-zh", "cross-lingual", "temporal")
 CHAT_KINDS = ("single-hop", "multi-hop", "temporal")
