@@ -896,7 +896,7 @@ def search(
         # q095, q096, q104: "What happened on 2026-09-08?")
         lists["date"] = index.chunks_of_days(pool, dated)
 
-    present = bool(_PRESENT.search(text))
+    present = found is None and bool(_PRESENT.search(text))
     current = present or (found is None and bool(_ASKS.search(text)) and not _EARLIER.search(text))
     told: dict[int, Told] = {}
     spans: dict[int, list[tuple[int, int, str]]] = {}  # chunk id -> its term spans, made once

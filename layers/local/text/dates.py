@@ -168,8 +168,9 @@ def find_dates(text: str, reference: date) -> tuple[DateRange | None, str]:
         which = (m.group(1) or "").lower()
         ordinal = _ORDINALS_EN[m.group(2).lower()] if m.group(2) else None
         year = int(m.group(4)) if m.group(4) else None
-        if m.group(3).lower() == "may" and not which and not year:
-            return m.group(0)  # "may" alone is a verb far more often than a month ("May 2023" is the month)
+        before = m.string[max(0, m.start() - 8) : m.start()].lower().split()
+        if m.group(3).lower() == "may" and not which and not year and before[-1:] not in (["in"], ["during"], ["of"]):
+            return m.group(0)  # "may" alone is a verb far more often than a month ("in May", "May 2023" are the month)
         return take(m, part(_MONTHS_EN[m.group(3).lower()], which, ordinal, year))
 
     def en_season(m: re.Match) -> str:
@@ -224,10 +225,14 @@ def find_dates(text: str, reference: date) -> tuple[DateRange | None, str]:
     rest = _ZH_PART.sub(zh_part, rest)
     rest = _EN_SEASON.sub(en_season, rest)
     rest = _EN_PART.sub(en_part, rest)
-    rest = _EN_LATELY.sub(en_lately, rest)
-    rest = _EN_WEEKEND.sub(en_weekend, rest)
-    rest = _EN_RELATIVE.sub(en_relative, rest)
-    rest = _ZH_RELATIVE.sub(zh_relative, rest)
+    if not days:
+        # Words relative to the newest note ("lately", "on Saturday", 上周) only where the question names no day
+        # of its own: "what had Hannah lately been doing, in May?" asks of May (its "lately" is May's), not of
+        # the month before the newest note; the words stay in the question.
+        rest = _EN_LATELY.sub(en_lately, rest)
+        rest = _EN_WEEKEND.sub(en_weekend, rest)
+        rest = _EN_RELATIVE.sub(en_relative, rest)
+        rest = _ZH_RELATIVE.sub(zh_relative, rest)
     if not days:
         return None, text
     if _WEEK_OF.search(text) and len(days) == 1 and days[0][0] == days[0][1]:

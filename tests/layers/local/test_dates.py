@@ -47,6 +47,21 @@ FRIDAY = date(2026, 10, 30)
         # "lately", "recently": the newest notes, the 30 days up to the reference
         ("What has Maya been doing lately?", "2026-09-30", "2026-10-30", "What has Maya been doing ?"),
         ("What happened to Pepper most recently?", "2026-09-30", "2026-10-30", "What happened to Pepper ?"),
+        # with a time of its own, "lately" and a weekday are that time's: the month alone, the words kept
+        (
+            "What had Hannah lately been doing on Saturday mornings, in May?",
+            "2026-05-01",
+            "2026-05-31",
+            "What had Hannah lately been doing on Saturday mornings, in ?",
+        ),
+        (
+            "What had Hannah recently started, as she told Yutong in March?",
+            "2026-03-01",
+            "2026-03-31",
+            "What had Hannah recently started, as she told Yutong in ?",
+        ),
+        ("四月份陈磊说他上周在做什么？", "2026-04-01", "2026-04-30", "陈磊说他上周在做什么？"),
+        ("the plans of May", "2026-05-01", "2026-05-31", "the plans of"),
     ],
 )
 def test_a_named_day_or_period_becomes_its_range(query, since, until, rest):
@@ -55,7 +70,9 @@ def test_a_named_day_or_period_becomes_its_range(query, since, until, rest):
     assert (found.since.isoformat(), found.until.isoformat(), left) == (since, until, rest)
 
 
-@pytest.mark.parametrize("query", ["it may work", "v2.4 发布", "port 6333", "2026-13-45 is not a day", "周会纪要"])
+@pytest.mark.parametrize(
+    "query", ["it may work", "who may join in", "v2.4 发布", "port 6333", "2026-13-45 is not a day", "周会纪要"]
+)
 def test_no_date_no_range(query):
     found, left = find_dates(query, FRIDAY)
     assert found is None and left == query

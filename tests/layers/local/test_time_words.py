@@ -63,6 +63,30 @@ def test_last_saturday_in_a_note_is_the_saturday_before_that_note(tmp_path):
         assert all("told" not in r for r in plain.results), "a question that names no day reads no line's"
 
 
+def test_recently_asked_of_a_named_month_is_that_month_s_recently(tmp_path):
+    """A question like "What had Hannah recently started, in March?" asks of March: its "recently" is March's,
+    not the month before the newest note, and the newest statement does not win (no "recent" list).  Read as
+    both, the range ran from March to the newest note and October's "recently started" came first."""
+    files = {
+        "memory/2024-03-09.md": _chat("2024-03-09", "**Hannah:** I've recently started a pottery class in Chinatown."),
+        "memory/2024-06-15.md": _chat("2024-06-15", "**Hannah:** Pottery is going fine, a lopsided bowl this week."),
+        "memory/2024-10-27.md": _chat("2024-10-27", "**Hannah:** I've recently started a running club on Sundays."),
+        **_other_days("2024-02-10", "2024-05-11", "2024-08-31"),
+    }
+    with _indexed(tmp_path, files) as index:
+        for question in (
+            "What had Hannah recently started, as she told Yutong in March?",
+            "What had Hannah lately started in May?",
+        ):
+            answer = search(index, question, mode="fts", explain=True)
+            assert "recent" not in answer.lists, (question, answer.lists)
+        march = search(index, "What had Hannah recently started, as she told Yutong in March?", mode="fts")
+        assert march.results[0]["path"] == "memory/2024-03-09.md"
+        assert march.dates is not None and (march.dates["since"], march.dates["until"]) == ("2024-03-01", "2024-03-31")
+        newest = search(index, "What has Hannah recently started?", mode="fts", explain=True)
+        assert newest.results[0]["path"] == "memory/2024-10-27.md", "without a month, recently is the newest notes'"
+
+
 def test_recently_said_in_an_old_conversation_is_recent_to_when_it_was_said(tmp_path):
     """Theo said in March 2022 that they "recently adopted" a greyhound; the newest note, a year later, holds the
     same words about something else.  "Recently" read in the speaker's time answers with the March line, which a
