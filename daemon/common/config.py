@@ -23,6 +23,7 @@ import yaml
 from pydantic_core import CoreSchema, core_schema
 
 from daemon.common.config_cache import Paths, config_path  # kept there: the front's cache builds it without pydantic
+from daemon.common.echo import shown
 from layers.common.yamlfile import (
     Problem,
     StrictModel,
@@ -68,8 +69,8 @@ class YamlChoice:
                 matches = [c for c in choices if c.lower() in words]
                 if len(matches) == 1:
                     return matches[0]
-                shown = " / ".join(words[:3])
-                raise ValueError(f"read as a boolean (unquoted {shown}); choose one of: {', '.join(choices)}")
+                unquoted = " / ".join(words[:3])
+                raise ValueError(f"read as a boolean (unquoted {unquoted}); choose one of: {', '.join(choices)}")
             return value
 
         return core_schema.no_info_before_validator_function(from_yaml_bool, handler(source))
@@ -183,7 +184,7 @@ def listen_address(value: str) -> tuple[str, int]:
     host, colon, port = value.strip().rpartition(":")
     if not colon or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ValueError(
-            f"fleet.listen: {value!r} is not HOST:PORT (e.g. 100.101.102.103:7000, the hub's tailnet address)"
+            f"fleet.listen: {shown(value)} is not HOST:PORT (e.g. 100.101.102.103:7000, the hub's tailnet address)"
         )
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -192,7 +193,7 @@ def listen_address(value: str) -> tuple[str, int]:
     except ValueError:
         wildcard = host in ("", "*")
         if not wildcard and not re.fullmatch(r"[A-Za-z0-9.-]{1,253}", host):
-            raise ValueError(f"fleet.listen: {host!r} is not an address or a host name") from None
+            raise ValueError(f"fleet.listen: {shown(host)} is not an address or a host name") from None
     if wildcard:
         raise ValueError(
             f"fleet.listen: {value!r} would answer on every interface of the hub: give the address spokes reach "
@@ -206,7 +207,8 @@ def check_host_name(value: str) -> str:
     (``refs/memstrata/shared/`` is the shared core's); ValueError otherwise."""
     if not re.fullmatch(AGENT_ID_PATTERN.strip("^$"), value):
         raise ValueError(
-            f"{value!r} cannot name a host: 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit"
+            f"{shown(value)} cannot name a host: 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+            "digit"
         )
     if value == "shared":
         raise ValueError("'shared' names the shared core on the remote (refs/memstrata/shared/), not a host")
@@ -384,7 +386,7 @@ class Mem0ApiConfig(StrictModel):
         except ValueError:
             loopback = False
         if not loopback:
-            raise ValueError(f"{value!r} is not a loopback address (127.0.0.1 or ::1): tokens travel in clear")
+            raise ValueError(f"{shown(value)} is not a loopback address (127.0.0.1 or ::1): tokens travel in clear")
         return value
 
 
@@ -445,7 +447,7 @@ class DecayConfig(StrictModel):
 
         for name, days in value.items():
             if name not in MEMORY_TYPES:
-                raise ValueError(f"unknown memory type {name!r} (types: {', '.join(MEMORY_TYPES)})")
+                raise ValueError(f"unknown memory type {shown(name)} (types: {', '.join(MEMORY_TYPES)})")
             if name in FIXED_PERMANENT and days is not None:
                 raise ValueError(f"{name} memories never decay; remove it or set it to null")
             if days is not None and days <= 0:
@@ -476,7 +478,7 @@ class ConversationConfig(StrictModel):
 
         for name, days in value.items():
             if name not in MEMORY_TYPES:
-                raise ValueError(f"unknown memory type {name!r} (types: {', '.join(MEMORY_TYPES)})")
+                raise ValueError(f"unknown memory type {shown(name)} (types: {', '.join(MEMORY_TYPES)})")
             if name in FIXED_PERMANENT and days is not None:
                 raise ValueError(f"{name} memories never expire; remove it or set it to null")
             if days is not None and days < 1:

@@ -160,6 +160,25 @@ def test_the_fleet_settings_name_a_host_and_a_remote(tmp_path):
         parse_config("git:\n  remote: --upload-pack=x\n", tmp_path / "m.yaml")
 
 
+@pytest.mark.parametrize(
+    "section",
+    [
+        "fleet:\n  host: {long}\n",
+        "fleet:\n  listen: {long}\n",
+        "fleet:\n  listen: {long}:7000\n",
+        "conversation:\n  decay:\n    half_life_days:\n      {long}: 3\n",
+    ],
+)
+def test_a_refused_value_is_quoted_cut_not_whole(tmp_path, section):
+    """A generated 1,000-character host name came back whole in the error (2,001 characters for one problem):
+    refused values are quoted cut, saying how long they were, as every echo is (daemon/common/echo.py)."""
+    long = "x" + "é" * 999
+    with pytest.raises(YamlFileError) as refused:
+        parse_config(section.format(long=long), tmp_path / "m.yaml")
+    message = str(refused.value)
+    assert long not in message and "(1,000 characters)" in message and len(message) < 600, message
+
+
 @pytest.mark.parametrize(("key", "word"), BOOLEAN_LOOKING, ids=lambda v: ".".join(v) if isinstance(v, tuple) else v)
 def test_an_unquoted_yaml_boolean_word_is_taken_as_the_enum_value(tmp_path, key, word):
     for spelling in (word, word.upper(), word.capitalize()):
