@@ -102,8 +102,9 @@ def stem(token: str) -> str:
     return _stem_word(token)
 
 
-# A highlight or a focus asks for the same words again and again.  8,192 words: a working vocabulary;
-# at 65,536 a fleet's new words (names, ids in prose) filled it over hours, ~16 MB (issue 51's soak).
+# A highlight or a focus asks for the same words again and again.  8,192 words: a working vocabulary.  Full,
+# this cache and the term dict below hold ~4 MB; at 65,536 each, ~15 MB, which a fleet's new words (names, ids
+# in prose: the soak's ~8,400 an hour) fill in days (issue 51).
 @functools.lru_cache(maxsize=8192)
 def _stem_word(word: str) -> str:
     return _STEMMER.stemWord(IRREGULAR.get(word, word))
@@ -121,10 +122,10 @@ class _TermOf(dict):
 
     # Distinct tokens kept before it starts again.  It was 500,000: ~64 MB of strings at the top, reached
     # by a fleet's notes (times, ports, ids) within hours, and given back all at once: the saw-tooth of
-    # the daemon's anonymous memory in issue 51's soak.  At 65,536 (~8 MB full) it still filled over the
-    # soak's 2 hours, most of its slope.  A working vocabulary fits in 16,384 (every recall set's notes
-    # hold 9,300 terms together): a 20,000-chunk build took the same time at either size; a miss costs
-    # a stem(), itself cached.
+    # the daemon's anonymous memory in issue 51's soak.  A working vocabulary fits in 16,384 (every recall
+    # set's notes hold 9,300 terms together): a 20,000-chunk build took the same time as at 65,536, which
+    # held ~11 MB more with the stemmer's cache once a fleet's new words had filled both; a miss costs a
+    # stem(), itself cached.
     LIMIT = 16_384
 
     def __missing__(self, token: str) -> str:
