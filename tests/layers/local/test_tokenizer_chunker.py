@@ -144,7 +144,7 @@ def test_the_quick_path_gives_exactly_the_chunks_of_the_full_walk():
 
 def test_the_term_cache_holds_at_most_its_limit_of_tokens_however_many_distinct_ones_pass():
     """Issue 51: a fleet's notes (times, ports, ids) filled it towards 500,000 tokens, ~64 MB; at 65,536
-    the soak's new words still filled it (and the stemmer's cache) for two hours."""
+    tokens, with the stemmer's cache at as many words, both held ~15 MB full, now ~4 MB."""
     from layers.local.text.tokenizer import _TERM_OF, _stem_word, _TermOf
 
     assert _TermOf.LIMIT <= 16_384 and (_stem_word.cache_info().maxsize or 0) <= 8_192
